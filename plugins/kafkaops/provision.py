@@ -171,7 +171,7 @@ def run_playbook(playbook: str, inventory: Mapping[str, Any] | str | Path, *,
                     not event.get("event_data", {}).get("ignore_errors"):
                 data = event["event_data"]
                 result = data.get("res", {})
-                msg = result.get("msg") or result.get("stderr") or result.get("stdout") or str(result)[:500]
+                msg = _failure_message(result)
                 failures.append(f"task '{data.get('task')}' failed on {data.get('host')}: {msg}")
         stats = runner.stats or {}
         changed = dict(stats.get("changed", {}))
@@ -182,6 +182,14 @@ def run_playbook(playbook: str, inventory: Mapping[str, Any] | str | Path, *,
             raise ProvisionError(f"playbook {playbook} failed: {detail}")
         log.info("ansible: %s done, changed %s", playbook, changed)
         return ProvisionResult(ok=ok, changed=changed, failures=tuple(failures), status=runner.status)
+
+
+def _failure_message(result: Mapping[str, Any]) -> str:
+    """The reason a task failed; for a loop, the reasons of the items that failed."""
+    items = [r for r in result.get("results", []) if isinstance(r, Mapping) and r.get("failed")]
+    if items:
+        return "; ".join(_failure_message(r) for r in items)
+    return str(result.get("msg") or result.get("stderr") or result.get("stdout") or result)[:1000].strip()
 
 
 def cluster_up(spec: ClusterSpec | None = None, *, limit: Iterable[str] | None = None) -> ProvisionResult:
@@ -204,3 +212,39 @@ def _inventory(spec: ClusterSpec | None) -> tuple[Mapping[str, Any] | Path, dict
     if spec is None:
         return LOCAL_INVENTORY, {"kafka_broker_base_dir": str(LOCAL_BASE_DIR)}
     return spec.inventory(), {}
+
+
+def node_pid(spec: ClusterSpec, node_id: int) -> int | None:
+    """The pid the role recorded for a node of a process-provisioned cluster, if it runs."""
+    pid_file = spec.base_dir / f"node-{node_id}" / "kafka.pid"
+    try:
+        pid = int(pid_file.read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
+def kill_strays(base_dir: Path) -> list[int]:
+    """SIGKILL every java process whose command line names ``base_dir``: the last resort of a
+    test teardown, so no broker outlives its cluster's folder. Returns the pids killed."""
+    import signal
+
+    killed = []
+    marker = str(base_dir)
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "kafka.Kafka" in cmdline and marker in cmdline:
+            try:
+                os.kill(int(proc.name), signal.SIGKILL)
+                killed.append(int(proc.name))
+            except OSError:
+                pass
+    if killed:
+        log.warning("killed %d stray broker process(es) under %s: %s", len(killed), base_dir, killed)
+    return killed

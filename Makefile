@@ -1,0 +1,62 @@
+# kafkaops — `make demo` and `make test` do all the set-up they need.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+VENV_STAMP := $(VENV)/.kafkaops-installed
+JARS_DIR := $(CURDIR)/.cache/jars
+JARS_STAMP := $(JARS_DIR)/.stamp
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test test-unit test-integration cluster-up cluster-down bench clean help
+
+help:
+	@echo "make demo          set up, start the local 3-broker cluster, run the main job, stop it"
+	@echo "make test          set up and run every test (unit + real-cluster integration)"
+	@echo "make setup         .venv/ with pinned packages, and the Kafka/Spark jars from Maven Central"
+	@echo "make cluster-up    start the local cluster (127.0.0.1:19092,19094,19096) and leave it running"
+	@echo "make cluster-down  stop it"
+	@echo "make bench         run the benchmarks; they append to benchmarks/RESULTS.md"
+
+setup: $(VENV_STAMP) $(JARS_STAMP)
+
+$(VENV_STAMP): pyproject.toml
+	@test -n "$(PYTHON)" || { echo "error: python3.11 not found; install Python 3.11 (e.g. apt-get install python3.11 python3.11-venv)"; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' || { echo "error: kafkaops needs Python 3.11, $(PYTHON) is $$($(PYTHON) --version); set PYTHON=/path/to/python3.11"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip wheel
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+$(JARS_STAMP): jvm/pom.xml jvm/broker/pom.xml jvm/tools/pom.xml jvm/spark/pom.xml
+	@command -v java >/dev/null || { echo "error: java not found; install a JDK 17+ (e.g. apt-get install openjdk-17-jdk-headless)"; exit 1; }
+	@command -v mvn >/dev/null || { echo "error: mvn not found; install Maven 3.8+ (e.g. apt-get install maven)"; exit 1; }
+	@java -version 2>&1 | awk -F'"' '/version/ {split($$2, v, "."); if (v[1] < 17) {print "error: Kafka 4 needs Java 17+, found " $$2; exit 1}}'
+	rm -rf $(JARS_DIR)/broker $(JARS_DIR)/tools $(JARS_DIR)/spark
+	mvn -q -B -f jvm/pom.xml package -Djars.dir=$(JARS_DIR)
+	touch $@
+
+demo: setup
+	$(PY) -m kafkaops demo
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: setup
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-integration: setup
+	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+cluster-up: setup
+	$(PY) -m kafkaops cluster up
+
+cluster-down: setup
+	$(PY) -m kafkaops cluster down
+
+bench: setup
+	$(PY) -m benchmarks
+
+clean:
+	-$(PY) -m kafkaops cluster down --purge
+	rm -rf .cache/cluster .pytest_cache

@@ -1,0 +1,5 @@
+import sys
+
+from kafkaops.cli import main
+
+sys.exit(main())

@@ -1,0 +1,155 @@
+"""``python -m kafkaops``: the command line over the library.
+
+    cluster up|down [--purge]     the local cluster, through the kafka_broker Ansible role
+    snapshot                      print a live cluster as tables (or --json)
+    datagen                       produce keyed JSON records (deterministic, skewed)
+    demo                          cluster up, skewed 'orders' topic, snapshot, cluster down
+    plan                          plan a reassignment offline from Kafka's JSON
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from kafkaops.errors import KafkaOpsError
+
+log = logging.getLogger("kafkaops")
+
+LOCAL_BOOTSTRAP = "127.0.0.1:19092,127.0.0.1:19094,127.0.0.1:19096"
+
+
+def _add_connection(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bootstrap-server", default=LOCAL_BOOTSTRAP,
+                        help="host:port[,host:port...] (default: the local cluster)")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for Kafka (default 10)")
+
+
+def _datagen_spec(args: argparse.Namespace):  # noqa: ANN202
+    from kafkaops.datagen import DatagenSpec
+
+    return DatagenSpec(records=args.records, keys=args.keys, skew=args.skew, zipf_s=args.zipf_s,
+                       hot_share=args.hot_share, record_bytes=args.record_bytes, seed=args.seed)
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from kafkaops import provision
+
+    if args.action == "up":
+        result = provision.cluster_up()
+        print(f"cluster up: {LOCAL_BOOTSTRAP} (changed tasks per node: {dict(result.changed) or 'none'})")
+    else:
+        result = provision.cluster_down(purge=args.purge)
+        print(f"cluster down{' and purged' if args.purge else ''} (changed tasks per node: "
+              f"{dict(result.changed) or 'none'})")
+    return 0
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from kafkaops import admin
+    from kafkaops.render import render_snapshot
+
+    with admin.connect(args.bootstrap_server, timeout_s=args.timeout) as conn:
+        cluster = admin.snapshot(conn, topics=args.topic or None)
+    print(json.dumps(cluster.to_dict(), indent=2) if args.json else render_snapshot(cluster))
+    return 0
+
+
+def cmd_datagen(args: argparse.Namespace) -> int:
+    from kafkaops import admin, datagen
+
+    spec = _datagen_spec(args)
+    with admin.connect(args.bootstrap_server, timeout_s=args.timeout) as conn:
+        if args.partitions:
+            admin.create_topic(conn, args.topic, args.partitions, args.replication_factor)
+        result = datagen.produce(conn.config, args.topic, spec)
+    print(f"produced {result.records} records ({result.bytes} bytes) to {result.topic} in {result.seconds:.2f} s; "
+          f"per partition {dict(result.per_partition)}; hottest keys {list(result.per_key_top)}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from kafkaops import admin, datagen, provision
+    from kafkaops.render import render_snapshot
+
+    print("bringing up the local 3-broker KRaft cluster with the kafka_broker Ansible role ...", flush=True)
+    provision.cluster_up()
+    try:
+        with admin.connect(LOCAL_BOOTSTRAP) as conn:
+            created = admin.create_topic(conn, "orders", 3, 3)
+            if created:
+                spec = datagen.DatagenSpec(records=args.records, keys=500, skew="hot", hot_share=0.4,
+                                           record_bytes=300, seed=7)
+                result = datagen.produce(conn.config, "orders", spec)
+                print(f"topic orders: {result.records} records, hot key {result.per_key_top[0][0]} takes "
+                      f"{result.per_key_top[0][1] / result.records:.0%}; {result.records_per_second:,.0f} records/s")
+            else:
+                print("topic orders exists already; showing it as it is")
+            cluster = admin.snapshot(conn)
+        print()
+        print(render_snapshot(cluster))
+    finally:
+        if not args.keep_running:
+            print("\nstopping the cluster (make cluster-up keeps one running) ...", flush=True)
+            provision.cluster_down()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m kafkaops", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("cluster", help="bring the local cluster up or down")
+    p.add_argument("action", choices=["up", "down"])
+    p.add_argument("--purge", action="store_true", help="with down: remove the nodes' data, config and logs")
+    p.set_defaults(func=cmd_cluster)
+
+    p = sub.add_parser("snapshot", help="print a live cluster")
+    _add_connection(p)
+    p.add_argument("--topic", action="append", help="only this topic (repeatable)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_snapshot)
+
+    for name, func in (("datagen", cmd_datagen), ("demo", cmd_demo)):
+        p = sub.add_parser(name, help="produce keyed JSON records" if name == "datagen" else "the make demo job")
+        p.add_argument("--records", type=int, default=100_000 if name == "demo" else 10_000)
+        if name == "demo":
+            p.add_argument("--keep-running", action="store_true", help="leave the cluster up afterwards")
+            p.set_defaults(func=func)
+            continue
+        _add_connection(p)
+        p.add_argument("--topic", required=True)
+        p.add_argument("--partitions", type=int, help="create the topic with this many partitions first")
+        p.add_argument("--replication-factor", type=int, default=3)
+        p.add_argument("--keys", type=int, default=1000)
+        p.add_argument("--skew", default="zipf", choices=["uniform", "zipf", "hot"])
+        p.add_argument("--zipf-s", type=float, default=1.1)
+        p.add_argument("--hot-share", type=float, default=0.4)
+        p.add_argument("--record-bytes", type=int, default=256)
+        p.add_argument("--seed", type=int, default=42)
+        p.set_defaults(func=func)
+
+    try:
+        from kafkaops.planner import cli as plan_cli
+    except ImportError:  # the planner is optional while it is being built
+        plan_cli = None
+    if plan_cli is not None:
+        p = sub.add_parser("plan", help="plan a reassignment (offline, Kafka's JSON)")
+        plan_cli.add_arguments(p)
+        p.set_defaults(func=plan_cli.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except KafkaOpsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2

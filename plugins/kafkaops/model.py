@@ -1,0 +1,250 @@
+"""The cluster as a value: brokers, partition assignments, offsets, sizes, consumer lag.
+
+Frozen dataclasses, no I/O. ``kafkaops.admin.snapshot`` builds a :class:`Cluster` from a live
+cluster; the planner builds one from Kafka's reassignment JSON. Everything else reads these.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from kafkaops.errors import KafkaOpsError, UnknownTopic
+
+
+class ModelError(KafkaOpsError):
+    """Input that cannot describe a Kafka cluster."""
+
+
+@dataclass(frozen=True, order=True)
+class Broker:
+    """A broker as the controller knows it. ``online`` is False for a broker that replicas
+    name but that is not registered (fenced, stopped or gone)."""
+
+    id: int
+    host: str | None = None
+    port: int | None = None
+    rack: str | None = None
+    online: bool = True
+    disk_total_bytes: int | None = None
+    disk_usable_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class PartitionAssignment:
+    """One partition: its replicas (preferred leader first), leader, ISR and, when known,
+    start and end offsets and on-disk size (the largest replica's, in bytes)."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    leader: int | None = None
+    isr: tuple[int, ...] = ()
+    start_offset: int | None = None
+    end_offset: int | None = None
+    size_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.partition < 0:
+            raise ModelError(f"{self.topic}-{self.partition}: a partition number cannot be negative")
+        if not self.replicas:
+            raise ModelError(f"{self.topic}-{self.partition}: no replicas; every partition needs at least one")
+        if len(set(self.replicas)) != len(self.replicas):
+            raise ModelError(f"{self.topic}-{self.partition}: replicas {list(self.replicas)} name a broker twice")
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.replicas)
+
+    @property
+    def under_replicated(self) -> bool:
+        return len(self.isr) < len(self.replicas)
+
+    @property
+    def offline(self) -> bool:
+        return self.leader is None or self.leader < 0
+
+    @property
+    def records(self) -> int | None:
+        if self.start_offset is None or self.end_offset is None:
+            return None
+        return self.end_offset - self.start_offset
+
+
+@dataclass(frozen=True)
+class GroupPartitionLag:
+    topic: str
+    partition: int
+    committed: int | None
+    end_offset: int | None
+
+    @property
+    def lag(self) -> int | None:
+        if self.end_offset is None:
+            return None
+        return self.end_offset - (self.committed if self.committed is not None and self.committed >= 0 else 0)
+
+
+@dataclass(frozen=True)
+class ConsumerGroup:
+    group_id: str
+    state: str
+    members: int
+    partitions: tuple[GroupPartitionLag, ...] = ()
+
+    @property
+    def total_lag(self) -> int:
+        return sum(p.lag or 0 for p in self.partitions)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """An immutable picture of a cluster at one moment."""
+
+    brokers: tuple[Broker, ...]
+    partitions: tuple[PartitionAssignment, ...]
+    cluster_id: str | None = None
+    controller_id: int | None = None
+    groups: tuple[ConsumerGroup, ...] = ()
+    taken_at: float | None = None
+    _index: Mapping[tuple[str, int], PartitionAssignment] = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        ids = [b.id for b in self.brokers]
+        dupes = sorted(i for i, n in Counter(ids).items() if n > 1)
+        if dupes:
+            raise ModelError(f"broker ids {dupes} appear more than once; each broker id must be unique")
+        index: dict[tuple[str, int], PartitionAssignment] = {}
+        for p in self.partitions:
+            if p.key in index:
+                raise ModelError(f"partition {p.name} appears twice; list each partition once")
+            index[p.key] = p
+        object.__setattr__(self, "brokers", tuple(sorted(self.brokers)))
+        object.__setattr__(self, "partitions", tuple(sorted(self.partitions, key=lambda p: p.key)))
+        object.__setattr__(self, "_index", index)
+
+    # -- lookups ---------------------------------------------------------------------------
+    @property
+    def broker_ids(self) -> tuple[int, ...]:
+        return tuple(b.id for b in self.brokers)
+
+    @property
+    def online_broker_ids(self) -> tuple[int, ...]:
+        return tuple(b.id for b in self.brokers if b.online)
+
+    @property
+    def offline_broker_ids(self) -> tuple[int, ...]:
+        return tuple(b.id for b in self.brokers if not b.online)
+
+    def broker(self, broker_id: int) -> Broker:
+        for b in self.brokers:
+            if b.id == broker_id:
+                return b
+        raise ModelError(f"broker {broker_id} is not in the cluster; brokers are {list(self.broker_ids)}")
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        return tuple(sorted({p.topic for p in self.partitions}))
+
+    def partition(self, topic: str, partition: int) -> PartitionAssignment:
+        try:
+            return self._index[(topic, partition)]
+        except KeyError as err:
+            if topic not in self.topics:
+                raise UnknownTopic(f"topic {topic!r} does not exist; the cluster has {len(self.topics)} "
+                                   f"topics: {', '.join(self.topics[:20])}") from err
+            count = len(self.partitions_of(topic))
+            raise ModelError(f"partition {topic}-{partition} does not exist; {topic} has partitions "
+                             f"0..{count - 1}") from err
+
+    def partitions_of(self, topic: str) -> tuple[PartitionAssignment, ...]:
+        found = tuple(p for p in self.partitions if p.topic == topic)
+        if not found:
+            raise UnknownTopic(f"topic {topic!r} does not exist; the cluster has {len(self.topics)} topics: "
+                               f"{', '.join(self.topics[:20]) or '(none)'}")
+        return found
+
+    def group(self, group_id: str) -> ConsumerGroup:
+        for g in self.groups:
+            if g.group_id == group_id:
+                return g
+        raise ModelError(f"consumer group {group_id!r} not found; groups are {[g.group_id for g in self.groups]}")
+
+    # -- health ------------------------------------------------------------------------------
+    @property
+    def under_replicated(self) -> tuple[PartitionAssignment, ...]:
+        return tuple(p for p in self.partitions if p.under_replicated)
+
+    @property
+    def offline_partitions(self) -> tuple[PartitionAssignment, ...]:
+        return tuple(p for p in self.partitions if p.offline)
+
+    @property
+    def racks(self) -> tuple[str, ...]:
+        return tuple(sorted({b.rack for b in self.brokers if b.rack is not None}))
+
+    # -- load ----------------------------------------------------------------------------------
+    def replicas_per_broker(self) -> dict[int, int]:
+        counts = dict.fromkeys(self.broker_ids, 0)
+        for p in self.partitions:
+            for r in p.replicas:
+                counts[r] = counts.get(r, 0) + 1
+        return counts
+
+    def leaders_per_broker(self, *, preferred: bool = False) -> dict[int, int]:
+        """Leaders per broker: the current leaders, or with ``preferred`` the first replicas."""
+        counts = dict.fromkeys(self.broker_ids, 0)
+        for p in self.partitions:
+            leader = p.replicas[0] if preferred else p.leader
+            if leader is not None and leader >= 0:
+                counts[leader] = counts.get(leader, 0) + 1
+        return counts
+
+    def bytes_per_broker(self) -> dict[int, int]:
+        counts = dict.fromkeys(self.broker_ids, 0)
+        for p in self.partitions:
+            for r in p.replicas:
+                counts[r] = counts.get(r, 0) + (p.size_bytes or 0)
+        return counts
+
+    # -- derived values -----------------------------------------------------------------------
+    def with_assignments(self, replicas: Mapping[tuple[str, int], Iterable[int]]) -> Cluster:
+        """The cluster after a reassignment: new replica lists, leaders at the preferred replica."""
+        updated = []
+        for p in self.partitions:
+            if p.key in replicas:
+                new = tuple(replicas[p.key])
+                p = replace(p, replicas=new, leader=new[0], isr=new)
+            updated.append(p)
+        return replace(self, partitions=tuple(updated), _index=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("_index", None)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Cluster:
+        try:
+            return cls(
+                brokers=tuple(Broker(**b) for b in data["brokers"]),
+                partitions=tuple(PartitionAssignment(**{**p, "replicas": tuple(p["replicas"]),
+                                                        "isr": tuple(p.get("isr", ()))})
+                                 for p in data["partitions"]),
+                cluster_id=data.get("cluster_id"), controller_id=data.get("controller_id"),
+                groups=tuple(ConsumerGroup(g["group_id"], g["state"], g["members"],
+                                           tuple(GroupPartitionLag(**x) for x in g.get("partitions", ())))
+                             for g in data.get("groups", ())),
+                taken_at=data.get("taken_at"))
+        except (KeyError, TypeError) as err:
+            raise ModelError(f"cannot read a cluster from this dict: {err}; expected the shape of "
+                             "Cluster.to_dict()") from err
