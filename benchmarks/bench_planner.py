@@ -11,7 +11,6 @@ dated section to benchmarks/RESULTS.md unless --no-results.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import random
 import sys
 import time
@@ -20,11 +19,11 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "plugins"), str(Path(__file__).resolve().parent)]
 
 from kafka_generate import assign_replicas_to_brokers, generate, replica_moves  # noqa: E402
+from results import append_results  # noqa: E402
 
 from kafkaops.model import Broker, Cluster, PartitionAssignment  # noqa: E402
 from kafkaops.planner import lower_bound_moves, plan_scale_out  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 SEED = 20240611
 
 
@@ -130,9 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = report(speed, rows)
     print("\n".join(lines))
     if not args.no_results:
-        with RESULTS.open("a", encoding="utf-8") as f:
-            f.write(f"\n## {dt.datetime.now().strftime('%Y-%m-%d %H:%M')} (python {sys.version.split()[0]})\n\n")
-            f.write("\n".join(lines) + "\n")
+        append_results("planner", lines)
     return 0
 
 

@@ -1,19 +1,22 @@
 """The only module that talks to Kafka's admin APIs.
 
 confluent-kafka does the work; kafka-python's KafkaAdminClient is used only for what
-confluent-kafka lacks (describe_log_dirs here; partition reassignments in the executor).
-:func:`snapshot` turns a live cluster into an immutable :class:`kafkaops.model.Cluster`.
+confluent-kafka lacks (describe_log_dirs, partition reassignments).
+:func:`snapshot` turns a live cluster into an immutable :class:`kafkaops.model.Cluster`; the
+reassignment, leader-election and incremental-config calls serve :mod:`kafkaops.executor`.
 """
 from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka import ConsumerGroupTopicPartitions, ElectionType, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource,
+                                   NewTopic, OffsetSpec, ResourceType)
 
 from kafkaops.errors import ConfigError, KafkaOpsError, KafkaUnreachable, UnknownTopic
 from kafkaops.model import Broker, Cluster, ConsumerGroup, GroupPartitionLag, PartitionAssignment
@@ -163,11 +166,14 @@ def snapshot(conn: KafkaConnection, *, topics: Iterable[str] | None = None, incl
     offline_ids = sorted({r for p in partitions for r in p.replicas} - registered)
     all_brokers = brokers + [Broker(id=i, online=False) for i in offline_ids]
 
-    start_offsets, end_offsets = (_list_offsets(conn, partitions) if offsets and partitions else ({}, {}))
     wanted_dirs: dict[str, list[int]] = {}
     for p in partitions:
         wanted_dirs.setdefault(p.topic, []).append(p.partition)
-    size_of, disks = _log_dir_sizes(conn, wanted_dirs, sorted(registered)) if sizes else ({}, {})
+    # Log-dir sizes (kafka-python, decoded in Python) overlap with the offset look-ups (librdkafka).
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        sizes_job = pool.submit(_log_dir_sizes, conn, wanted_dirs, sorted(registered)) if sizes else None
+        start_offsets, end_offsets = (_list_offsets(conn, partitions) if offsets and partitions else ({}, {}))
+        size_of, disks = sizes_job.result() if sizes_job is not None else ({}, {})
     all_brokers = [_with_disk(b, disks.get(b.id)) for b in all_brokers]
     partitions = [PartitionAssignment(topic=p.topic, partition=p.partition, replicas=p.replicas, leader=p.leader,
                                       isr=p.isr, start_offset=start_offsets.get(p.key),
@@ -189,19 +195,32 @@ def _with_disk(broker: Broker, disk: tuple[int, int] | None) -> Broker:
                   disk_total_bytes=disk[0], disk_usable_bytes=disk[1])
 
 
-def _list_offsets(conn: KafkaConnection, partitions: list[PartitionAssignment]
+def _list_offsets(conn: KafkaConnection, partitions: list[PartitionAssignment], *, attempts: int = 4
                   ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
-    """Earliest and latest offsets of every partition that has a leader."""
+    """Earliest and latest offsets of every partition that has a leader. Partitions whose leader
+    moved under the client (new topics, elections, reassignments) are asked again."""
     led = [TopicPartition(p.topic, p.partition) for p in partitions if not p.offline]
     found: list[dict[tuple[str, int], int]] = []
     for spec in (OffsetSpec.earliest(), OffsetSpec.latest()):
-        futures = conn.admin.list_offsets({tp: spec for tp in led}, request_timeout=conn.timeout_s)
-        result = {}
-        for tp, future in futures.items():
-            try:
-                result[(tp.topic, tp.partition)] = future.result(timeout=conn.timeout_s + 5).offset
-            except (KafkaException, TimeoutError) as err:
-                log.warning("no offset for %s-%d: %s", tp.topic, tp.partition, err)
+        result: dict[tuple[str, int], int] = {}
+        pending, errors = led, {}
+        for attempt in range(attempts):
+            if attempt:
+                time.sleep(0.5 * attempt)
+            futures = conn.admin.list_offsets({tp: spec for tp in pending}, request_timeout=conn.timeout_s)
+            errors = {}
+            for tp, future in futures.items():
+                try:
+                    result[(tp.topic, tp.partition)] = future.result(timeout=conn.timeout_s + 5).offset
+                except (KafkaException, TimeoutError) as err:
+                    errors[tp] = err
+            pending = list(errors)
+            if not pending:
+                break
+        if errors:
+            first_tp, first_err = next(iter(errors.items()))
+            log.warning("no offsets for %d partitions after %d attempts (first: %s-%d: %s)", len(errors), attempts,
+                        first_tp.topic, first_tp.partition, first_err)
         found.append(result)
     return found[0], found[1]
 
@@ -209,13 +228,32 @@ def _list_offsets(conn: KafkaConnection, partitions: list[PartitionAssignment]
 def _log_dir_sizes(conn: KafkaConnection, topics: dict[str, list[int]], brokers: list[int]
                    ) -> tuple[dict[tuple[str, int], int], dict[int, tuple[int, int]]]:
     """Largest replica size per partition, and (total, usable) disk bytes per broker."""
-    try:
-        answers = conn.legacy_admin().describe_log_dirs(topic_partitions=topics, brokers=brokers)
-    except KafkaUnreachable:
-        raise
-    except Exception as err:
-        raise KafkaOpsError(f"describe_log_dirs failed on {conn.bootstrap}: {err}") from err
+    per_replica, disks = _describe_log_dirs(conn, topics, brokers)
     sizes: dict[tuple[str, int], int] = {}
+    for (topic, partition, _broker), size in per_replica.items():
+        sizes[(topic, partition)] = max(sizes.get((topic, partition), 0), size)
+    return sizes, disks
+
+
+def replica_sizes(conn: KafkaConnection, partitions: Iterable[tuple[str, int]], brokers: Iterable[int]
+                  ) -> dict[tuple[str, int, int], int]:
+    """Bytes on disk of each replica ``(topic, partition, broker)`` of ``partitions`` on ``brokers``,
+    counting a replica that is being copied (a reassignment's adding replica) as far as it got."""
+    topics: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        topics.setdefault(topic, []).append(partition)
+    wanted = sorted(set(brokers))
+    if not topics or not wanted:
+        return {}
+    return _describe_log_dirs(conn, topics, wanted)[0]
+
+
+def _describe_log_dirs(conn: KafkaConnection, topics: dict[str, list[int]], brokers: list[int]
+                       ) -> tuple[dict[tuple[str, int, int], int], dict[int, tuple[int, int]]]:
+    """Replica sizes ``(topic, partition, broker) -> bytes`` and (total, usable) disk bytes per broker."""
+    answers = _legacy_call(conn, "describe_log_dirs", lambda admin_client: admin_client.describe_log_dirs(
+        topic_partitions=topics, brokers=brokers))
+    sizes: dict[tuple[str, int, int], int] = {}
     disks: dict[int, tuple[int, int]] = {}
     for answer in answers:
         total = usable = 0
@@ -228,10 +266,26 @@ def _log_dir_sizes(conn: KafkaConnection, topics: dict[str, list[int]], brokers:
                 for part in topic["partitions"]:
                     if part.get("is_future_key"):
                         continue
-                    key = (topic["name"], part["partition_index"])
+                    key = (topic["name"], part["partition_index"], answer["broker"])
                     sizes[key] = max(sizes.get(key, 0), part["partition_size"])
         disks[answer["broker"]] = (total, usable)
     return sizes, disks
+
+
+def _legacy_call(conn: KafkaConnection, what: str, call: Any) -> Any:
+    """``call(KafkaAdminClient)``, its failures turned into kafkaops errors naming ``what``."""
+    client = conn.legacy_admin()
+    try:
+        return call(client)
+    except KafkaOpsError:
+        raise
+    except Exception as err:
+        from kafka.errors import KafkaConnectionError, KafkaTimeoutError, NoBrokersAvailable
+
+        if isinstance(err, (KafkaConnectionError, KafkaTimeoutError, NoBrokersAvailable)):
+            raise KafkaUnreachable(f"no answer from Kafka at {conn.bootstrap} to {what} within "
+                                   f"{conn.timeout_s:.0f} s: {err}; check that the brokers are up") from err
+        raise KafkaOpsError(f"{what} failed on {conn.bootstrap}: {type(err).__name__}: {err}") from err
 
 
 def _consumer_groups(conn: KafkaConnection, end_offsets: Mapping[tuple[str, int], int]) -> list[ConsumerGroup]:
@@ -289,3 +343,174 @@ def delete_topics(conn: KafkaConnection, names: Iterable[str]) -> None:
         except KafkaException as err:
             if "UNKNOWN_TOPIC" not in str(err):
                 raise KafkaOpsError(f"cannot delete topic {name}: {err}") from err
+
+
+# -- partition reassignments (kafka-python) -------------------------------------------------------
+
+@dataclass(frozen=True)
+class Reassignment:
+    """A reassignment in flight. ``replicas`` is the union Kafka keeps while it copies: the
+    target first, then the replicas being removed."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
+
+    @property
+    def target(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+    @property
+    def original(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.adding)
+
+
+def list_partition_reassignments(conn: KafkaConnection, partitions: Iterable[tuple[str, int]] | None = None
+                                 ) -> dict[tuple[str, int], Reassignment]:
+    """The reassignments in flight, of ``partitions`` or of the whole cluster."""
+    from kafka.structs import TopicPartition as KafkaTopicPartition
+
+    wanted = None if partitions is None else [KafkaTopicPartition(t, p) for t, p in partitions]
+    if wanted == []:
+        return {}
+    listing = _legacy_call(conn, "list_partition_reassignments",
+                           lambda client: client.list_partition_reassignments(wanted))
+    found = {}
+    for tp, state in listing.items():
+        found[(tp.topic, tp.partition)] = Reassignment(
+            tp.topic, tp.partition, tuple(state["replicas"]), tuple(state["adding_replicas"]),
+            tuple(state["removing_replicas"]))
+    return dict(sorted(found.items()))
+
+
+def alter_partition_reassignments(conn: KafkaConnection,
+                                  reassignments: Mapping[tuple[str, int], Iterable[int] | None]) -> None:
+    """Submit new replica lists; ``None`` cancels the partition's reassignment in flight. A cancel
+    that finds nothing in flight (it finished meanwhile) is not an error."""
+    from kafka.errors import NoReassignmentInProgressError
+    from kafka.structs import TopicPartition as KafkaTopicPartition
+
+    if not reassignments:
+        return
+    request = {KafkaTopicPartition(t, p): (None if r is None else [int(b) for b in r])
+               for (t, p), r in reassignments.items()}
+    results = _legacy_call(conn, "alter_partition_reassignments",
+                           lambda client: client.alter_partition_reassignments(request))
+    failed = []
+    for tp, error in sorted(results.items()):
+        if error is None:
+            continue
+        if error is NoReassignmentInProgressError and request[tp] is None:
+            log.info("cancel of %s-%d: no reassignment in flight", tp.topic, tp.partition)
+            continue
+        failed.append(f"{tp.topic}-{tp.partition} -> {request[tp]}: {error.__name__}")
+    missing = sorted(f"{tp.topic}-{tp.partition}" for tp in request if tp not in results)
+    if failed or missing:
+        raise KafkaOpsError(f"Kafka refused {len(failed) + len(missing)} of {len(request)} reassignment(s) at "
+                            f"{conn.bootstrap}: {'; '.join(failed + [m + ': no answer' for m in missing])[:2000]}; "
+                            "check the topics and broker ids, then resubmit")
+
+
+def elect_preferred_leaders(conn: KafkaConnection, partitions: Iterable[tuple[str, int]] | None = None
+                            ) -> tuple[tuple[str, int], ...]:
+    """Move leadership to each partition's first replica (all partitions when ``partitions`` is
+    None). Returns the partitions whose leader changed; ones already led by it are skipped."""
+    wanted = None if partitions is None else [TopicPartition(t, p) for t, p in partitions]
+    if wanted == []:
+        return ()
+    # confluent-kafka 2.16 rejects every keyword argument of elect_leaders, hence none here.
+    results = _result(conn.admin.elect_leaders(ElectionType.PREFERRED, wanted), conn, "a preferred leader election")
+    elected, failed = [], []
+    for tp, error in sorted(results.items(), key=lambda item: (item[0].topic, item[0].partition)):
+        if error is None:
+            elected.append((tp.topic, tp.partition))
+        elif error.code() != KafkaError.ELECTION_NOT_NEEDED:
+            failed.append(f"{tp.topic}-{tp.partition}: {error.str()}")
+    if failed:
+        raise KafkaOpsError(f"preferred leader election failed for {len(failed)} partition(s) at {conn.bootstrap}: "
+                            f"{'; '.join(failed[:20])}; the first replica must be alive and in the ISR, "
+                            "retry once it has caught up")
+    log.info("preferred leader election: %d partition(s) changed leader", len(elected))
+    return tuple(elected)
+
+
+# -- dynamic configs of brokers and topics (confluent-kafka) ---------------------------------------
+
+_RESOURCE_TYPES = {"broker": ResourceType.BROKER, "topic": ResourceType.TOPIC}
+_DYNAMIC_SOURCES = {ConfigSource.DYNAMIC_TOPIC_CONFIG.value, ConfigSource.DYNAMIC_BROKER_CONFIG.value}
+_OPS = {"SET": AlterConfigOpType.SET, "DELETE": AlterConfigOpType.DELETE,
+        "APPEND": AlterConfigOpType.APPEND, "SUBTRACT": AlterConfigOpType.SUBTRACT}
+
+
+@dataclass(frozen=True)
+class ConfigOp:
+    """One incremental config change: ``op`` is SET, DELETE, APPEND or SUBTRACT (the last two on
+    list-valued configs, with comma-separated items)."""
+
+    key: str
+    op: str
+    value: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.op not in _OPS:
+            raise ConfigError(f"config operation {self.op!r} on {self.key} is unknown; use one of {', '.join(_OPS)}")
+
+
+def _resource_type(resource: str) -> ResourceType:
+    try:
+        return _RESOURCE_TYPES[resource]
+    except KeyError as err:
+        raise ConfigError(f"config resource {resource!r} is unknown; use 'broker' or 'topic'") from err
+
+
+def _is_dynamic(entry: ConfigEntry) -> bool:
+    return int(getattr(entry.source, "value", entry.source)) in _DYNAMIC_SOURCES
+
+
+def describe_configs(conn: KafkaConnection, resource: str, names: Iterable[str | int], *,
+                     keys: Iterable[str] | None = None) -> dict[str, dict[str, str]]:
+    """The dynamic (per-broker or per-topic) config values of each broker id or topic name,
+    optionally only ``keys``. Values from defaults and static files are left out."""
+    rtype = _resource_type(resource)
+    wanted_keys = None if keys is None else set(keys)
+    found: dict[str, dict[str, str]] = {}
+    for name in dict.fromkeys(str(n) for n in names):
+        entries = _result(conn.admin.describe_configs([ConfigResource(rtype, name)], request_timeout=conn.timeout_s)
+                          [ConfigResource(rtype, name)], conn, f"the configs of {resource} {name}")
+        found[name] = {k: e.value for k, e in sorted(entries.items())
+                       if _is_dynamic(e) and (wanted_keys is None or k in wanted_keys)}
+    return found
+
+
+def incremental_alter_configs(conn: KafkaConnection, resource: str,
+                              changes: Mapping[str | int, Iterable[ConfigOp]]) -> None:
+    """Apply ``changes`` (broker id or topic name -> operations); other config values stay as they are."""
+    rtype = _resource_type(resource)
+    resources = []
+    for name, ops in changes.items():
+        entries = [ConfigEntry(op.key, op.value, incremental_operation=_OPS[op.op]) for op in ops]
+        if entries:
+            resources.append(ConfigResource(rtype, str(name), incremental_configs=entries))
+    if not resources:
+        return
+    # librdkafka takes one broker resource per call (each goes to its own broker); topics go together.
+    calls = [[r] for r in resources] if rtype == ResourceType.BROKER else [resources]
+    futures = {res: future for call in calls
+               for res, future in conn.admin.incremental_alter_configs(call, request_timeout=conn.timeout_s).items()}
+    failed = []
+    for res, future in futures.items():
+        try:
+            _result(future, conn, f"a config change of {resource} {res.name}")
+        except KafkaUnreachable:
+            raise
+        except KafkaOpsError as err:
+            failed.append(str(err))
+    if failed:
+        raise KafkaOpsError(f"{len(failed)} of {len(resources)} config change(s) failed: {'; '.join(failed)}")
+    log.info("configs changed on %d %s(s)", len(resources), resource)

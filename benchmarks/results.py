@@ -1,0 +1,17 @@
+"""Append a dated section to benchmarks/RESULTS.md."""
+from __future__ import annotations
+
+import datetime as dt
+import platform
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+
+
+def append_results(title: str, lines: Sequence[str]) -> None:
+    stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    with RESULTS.open("a", encoding="utf-8") as f:
+        f.write(f"\n## {title}: {stamp} (python {sys.version.split()[0]}, {platform.machine()})\n\n")
+        f.write("\n".join(lines) + "\n")

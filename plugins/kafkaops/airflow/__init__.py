@@ -1,0 +1,1 @@
+"""Airflow wiring over kafkaops: hooks, operators, triggers, the UI plugin. No logic of its own."""
