@@ -19,3 +19,13 @@ def jar_dir(name: str) -> Path:
     if not any(path.glob("*.jar")):
         raise SetupError(f"no jars in {path}: run 'make setup' (Maven copies them from jvm/pom.xml)")
     return path
+
+
+def state_dir() -> Path:
+    """Durable state (audit records, cluster locks, review history): $KAFKAOPS_STATE_DIR, else
+    $AIRFLOW_HOME/kafkaops, else .cache/state in the repository. Read at call time."""
+    if os.environ.get("KAFKAOPS_STATE_DIR"):
+        return Path(os.environ["KAFKAOPS_STATE_DIR"])
+    if os.environ.get("AIRFLOW_HOME"):
+        return Path(os.environ["AIRFLOW_HOME"]) / "kafkaops"
+    return CACHE / "state"
