@@ -72,6 +72,7 @@ def cmd_datagen(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from kafkaops import admin, datagen, provision
+    from kafkaops.partitioner import partition_for
     from kafkaops.render import render_snapshot
 
     print("bringing up the local 3-broker KRaft cluster with the kafka_broker Ansible role ...", flush=True)
@@ -83,8 +84,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 spec = datagen.DatagenSpec(records=args.records, keys=500, skew="hot", hot_share=0.4,
                                            record_bytes=300, seed=7)
                 result = datagen.produce(conn.config, "orders", spec)
-                print(f"topic orders: {result.records} records, hot key {result.per_key_top[0][0]} takes "
-                      f"{result.per_key_top[0][1] / result.records:.0%}; {result.records_per_second:,.0f} records/s")
+                hot_key, hot_count = result.per_key_top[0]
+                print(f"topic orders: {result.records} records, {result.records_per_second:,.0f} records/s; hot key "
+                      f"{hot_key} takes {hot_count / result.records:.0%} and lands in orders-"
+                      f"{partition_for(hot_key.encode(), 3)} (murmur2, as Kafka's Java client places it)")
             else:
                 print("topic orders exists already; showing it as it is")
             cluster = admin.snapshot(conn)

@@ -6,6 +6,7 @@ scale-out DAG all go through :func:`run_playbook`, so they share one code path.
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import os
 import socket
@@ -93,6 +94,54 @@ class ClusterSpec:
             raise ProvisionError(f"cannot add node {node.node_id} to cluster {self.cluster_id}: "
                                  f"the id is taken; pick an id not in {[n.node_id for n in self.nodes]}")
         return replace(self, nodes=self.nodes + (node,))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cluster_id": self.cluster_id, "base_dir": str(self.base_dir), "heap": self.heap,
+                "extra_config": dict(self.extra_config),
+                "nodes": [{"node_id": n.node_id, "port": n.port, "controller_port": n.controller_port, "rack": n.rack,
+                           "roles": list(n.roles), "host": n.host} for n in self.nodes]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ClusterSpec:
+        try:
+            return cls(cluster_id=data["cluster_id"], base_dir=Path(data["base_dir"]), heap=data.get("heap", "512m"),
+                       extra_config=dict(data.get("extra_config", {})),
+                       nodes=tuple(NodeSpec(node_id=int(n["node_id"]), port=int(n["port"]),
+                                            controller_port=int(n["controller_port"]), rack=n.get("rack", ""),
+                                            roles=tuple(n.get("roles", ("broker",))), host=n.get("host", "127.0.0.1"))
+                                   for n in data["nodes"]))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ProvisionError(f"cannot read a cluster spec: {err!r}; expected the shape of ClusterSpec.to_dict()") \
+                from err
+
+    def save(self, path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2))
+        return path
+
+    @classmethod
+    def load(cls, path: Path) -> ClusterSpec:
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text()))
+        except (OSError, json.JSONDecodeError) as err:
+            raise ProvisionError(f"cannot read cluster spec {path}: {err}; it is written by ClusterSpec.save") from err
+
+    def with_new_brokers(self, count: int = 0, *, node_ids: Sequence[int] = (), racks: Sequence[str] = ()
+                         ) -> tuple[ClusterSpec, tuple[NodeSpec, ...]]:
+        """This cluster plus broker-only nodes on free loopback ports: ``node_ids`` if given, else
+        ``count`` ids after the highest; racks cycle through ``racks`` or the cluster's racks."""
+        ids = list(node_ids) or [max(n.node_id for n in self.nodes) + 1 + i for i in range(count)]
+        if not ids:
+            raise ProvisionError("no broker to add: give a count of at least 1 or explicit node ids")
+        rack_cycle = list(racks) or sorted({n.rack for n in self.nodes}) or [""]
+        ports = free_ports(2 * len(ids))
+        spec, added = self, []
+        for i, node_id in enumerate(ids):
+            node = NodeSpec(node_id=node_id, port=ports[2 * i], controller_port=ports[2 * i + 1],
+                            rack=rack_cycle[(len(self.nodes) + i) % len(rack_cycle)], roles=("broker",))
+            spec = spec.with_node(node)
+            added.append(node)
+        return spec, tuple(added)
 
     def inventory(self) -> dict[str, Any]:
         """The Ansible inventory of this cluster (controllers in their own group)."""

@@ -38,3 +38,16 @@ def test_adding_a_node_with_a_taken_id_is_refused(tmp_path: Path) -> None:
 def test_quorum_must_be_one_or_three(tmp_path: Path, brokers: int, controllers: int) -> None:
     with pytest.raises(ProvisionError, match="use 1 or 3"):
         provision.local_cluster_spec(tmp_path, brokers=brokers, controllers=controllers)
+
+
+def test_spec_round_trips_and_grows_by_new_brokers(tmp_path: Path) -> None:
+    spec = provision.local_cluster_spec(tmp_path, brokers=3)
+    again = provision.ClusterSpec.load(spec.save(tmp_path / "spec.json"))
+    assert again == spec
+    bigger, added = spec.with_new_brokers(2)
+    assert [n.node_id for n in added] == [4, 5]
+    assert [n.rack for n in added] == ["rack-a", "rack-b"]
+    assert all(n.roles == ("broker",) for n in added)
+    assert bigger.nodes[:3] == spec.nodes
+    with pytest.raises(ProvisionError, match="no broker to add"):
+        spec.with_new_brokers(0)
