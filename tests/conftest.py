@@ -3,6 +3,7 @@ project's Ansible role on free loopback ports, in a temp dir, once per test sess
 from __future__ import annotations
 
 import atexit
+import os
 import re
 import shutil
 import tempfile
@@ -14,7 +15,21 @@ from pathlib import Path
 
 import pytest
 
-from kafkaops import admin, provision
+# Airflow reads its configuration when first imported: point it at a throw-away home before any
+# test module imports it, so tests never touch a developer's ~/airflow.
+_REPO = Path(__file__).resolve().parents[1]
+_AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="kafkaops-airflow-"))
+os.environ.update({
+    "AIRFLOW_HOME": str(_AIRFLOW_HOME),
+    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    "AIRFLOW__CORE__DAGS_FOLDER": str(_REPO / "dags"),
+    "AIRFLOW__CORE__PLUGINS_FOLDER": str(_REPO / "plugins"),
+    "KAFKAOPS_STATE_DIR": str(_AIRFLOW_HOME / "kafkaops"),
+    "GX_ANALYTICS_ENABLED": "false",
+})
+atexit.register(shutil.rmtree, _AIRFLOW_HOME, True)
+
+from kafkaops import admin, provision  # noqa: E402
 
 # Fast failure detection for tests that stop brokers: fenced after 3 s without heartbeats.
 TEST_BROKER_CONFIG = {

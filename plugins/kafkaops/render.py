@@ -55,3 +55,55 @@ def render_snapshot(cluster: Cluster, *, hottest: int = 5) -> str:
         out += ["", table(["group", "state", "members", "lag"],
                           [[g.group_id, g.state, g.members, g.total_lag] for g in cluster.groups])]
     return "\n".join(out)
+
+
+def render_record_html(record: dict, *, docs_base: str = "") -> str:
+    """An operation record (``audit.summarize``) as one self-contained HTML page."""
+    import html
+    import json as _json
+
+    def esc(value: object) -> str:
+        return html.escape("" if value is None else str(value))
+
+    def rows(items: list, columns: list[str]) -> str:
+        head = "".join(f"<th>{esc(c)}</th>" for c in columns)
+        body = "".join("<tr>" + "".join(f"<td>{esc(item.get(c))}</td>" for c in columns) + "</tr>" for item in items)
+        return f"<table><tr>{head}</tr>{body}</table>" if items else "<p>none</p>"
+
+    gates = []
+    for g in record.get("gates", []):
+        link = f' (<a href="{esc(docs_base)}/{esc(g["docs_path"])}">Data Docs</a>)' if g.get("docs_path") else ""
+        status = "passed" if g.get("ok") else "FAILED"
+        failures = "".join(f"<li>{esc(f)}</li>" for f in g.get("failures", []))
+        gates.append(f"<li><b>{esc(g.get('gate'))}</b>: {status}{link}<ul>{failures}</ul></li>")
+    plan = record.get("plan") or {}
+    diff = "\n".join(plan.get("diff", []))
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>kafkaops operation record</title>",
+        "<style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}pre{background:#f6f6f6;padding:8px}</style>",
+        "</head><body>",
+        f"<h1>{esc(record.get('operation'))}: {esc(record.get('outcome'))}</h1>",
+        f"<p>DAG <code>{esc(record.get('dag_id'))}</code>, run <code>{esc(record.get('run_id'))}</code>, "
+        f"triggered by <b>{esc(record.get('triggered_by'))}</b></p>",
+    ]
+    if record.get("outcome_reason"):
+        parts.append(f"<p>reason: {esc(record['outcome_reason'])}</p>")
+    parts += [
+        "<h2>Parameters</h2>", f"<pre>{esc(_json.dumps(record.get('params', {}), indent=2))}</pre>",
+        "<h2>Approval</h2>", f"<pre>{esc(_json.dumps(record.get('approval'), indent=2))}</pre>",
+        "<h2>Steps</h2>", rows(record.get("steps", []), ["name", "status", "seconds"]),
+        "<h2>Gates</h2>", f"<ul>{''.join(gates)}</ul>" if gates else "<p>none</p>",
+        "<h2>Plan</h2>", f"<p>{esc(plan.get('summary'))}</p><pre>{esc(diff)}</pre>",
+        "<h2>Batches</h2>", rows(record.get("batches", []), ["index", "partitions", "seconds", "status"]),
+        "<h2>Throttles</h2>", "<h3>set</h3>", rows(record.get("throttles_set", []), ["brokers", "topics", "rate"]),
+        "<h3>removed</h3>", rows(record.get("throttles_removed", []), ["brokers", "topics"]),
+    ]
+    for stage in ("before", "after"):
+        cluster = record.get(stage)
+        if cluster:
+            from kafkaops.model import Cluster
+
+            parts += [f"<h2>Cluster {stage}</h2>", f"<pre>{esc(render_snapshot(Cluster.from_dict(cluster)))}</pre>"]
+    parts.append("</body></html>")
+    return "\n".join(parts)

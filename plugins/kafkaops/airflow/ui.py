@@ -1,0 +1,57 @@
+"""The operation records in Airflow's UI: a FastAPI app mounted by the kafkaops plugin.
+
+    /kafkaops/records                          every record, newest first
+    /kafkaops/records/{dag_id}/{run_id}        one record as a page (a tab on the DAG run)
+    /kafkaops/records/{dag_id}/{run_id}.json   the same record as JSON
+    /kafkaops/docs/...                         Data Docs pages the gates kept
+"""
+from __future__ import annotations
+
+import html
+
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from kafkaops import audit
+from kafkaops.paths import state_dir
+from kafkaops.render import render_record_html
+
+app = FastAPI(title="kafkaops operation records")
+
+
+def _record(dag_id: str, run_id: str) -> dict:
+    log = audit.AuditLog.for_run(dag_id, run_id)
+    if not log.path.exists():
+        raise HTTPException(status_code=404, detail=f"no kafkaops record for {dag_id} run {run_id}")
+    return log.summary()
+
+
+@app.get("/records", response_class=HTMLResponse)
+def list_records() -> str:
+    items = []
+    for path in audit.list_records():
+        record = audit.AuditLog(path).summary()
+        href = f"records/{html.escape(path.parent.name)}/{html.escape(path.stem)}"
+        items.append(f"<li><a href='{href}'>{html.escape(str(record.get('dag_id')))} / "
+                     f"{html.escape(str(record.get('run_id')))}</a>: {html.escape(str(record.get('outcome')))}</li>")
+    return "<html><body><h1>kafkaops operation records</h1><ul>" + "".join(items) + "</ul></body></html>"
+
+
+@app.get("/records/{dag_id}/{run_id}.json")
+def record_json(dag_id: str, run_id: str) -> JSONResponse:
+    return JSONResponse(_record(dag_id, run_id))
+
+
+@app.get("/records/{dag_id}/{run_id}", response_class=HTMLResponse)
+def record_page(dag_id: str, run_id: str) -> str:
+    return render_record_html(_record(dag_id, run_id), docs_base="/kafkaops/docs")
+
+
+def _mount_docs() -> None:
+    docs = state_dir() / "docs"
+    docs.mkdir(parents=True, exist_ok=True)
+    app.mount("/docs", StaticFiles(directory=str(docs), html=True), name="docs")
+
+
+_mount_docs()
