@@ -272,20 +272,30 @@ def _describe_log_dirs(conn: KafkaConnection, topics: dict[str, list[int]], brok
     return sizes, disks
 
 
-def _legacy_call(conn: KafkaConnection, what: str, call: Any) -> Any:
-    """``call(KafkaAdminClient)``, its failures turned into kafkaops errors naming ``what``."""
-    client = conn.legacy_admin()
-    try:
-        return call(client)
-    except KafkaOpsError:
-        raise
-    except Exception as err:
-        from kafka.errors import KafkaConnectionError, KafkaTimeoutError, NoBrokersAvailable
+def _legacy_call(conn: KafkaConnection, what: str, call: Any, attempts: int = 3) -> Any:
+    """``call(KafkaAdminClient)``, its failures turned into kafkaops errors naming ``what``. A client
+    that does not know a broker yet (one just added) is rebuilt with fresh metadata and tried again."""
+    from kafka.errors import KafkaConnectionError, KafkaTimeoutError, UnknownBrokerIdError
 
-        if isinstance(err, (KafkaConnectionError, KafkaTimeoutError, NoBrokersAvailable)):
+    for attempt in range(1, attempts + 1):
+        client = conn.legacy_admin()
+        try:
+            return call(client)
+        except KafkaOpsError:
+            raise
+        except UnknownBrokerIdError as err:
+            if attempt == attempts:
+                raise KafkaOpsError(f"{what} on {conn.bootstrap}: broker {err} is not in the client's metadata "
+                                    f"after {attempts} attempts; check that it is registered") from err
+            log.info("%s: broker %s unknown to the client yet, retrying with fresh metadata", what, err)
+            conn.close()
+            time.sleep(attempt)
+        except (KafkaConnectionError, KafkaTimeoutError) as err:
             raise KafkaUnreachable(f"no answer from Kafka at {conn.bootstrap} to {what} within "
                                    f"{conn.timeout_s:.0f} s: {err}; check that the brokers are up") from err
-        raise KafkaOpsError(f"{what} failed on {conn.bootstrap}: {type(err).__name__}: {err}") from err
+        except Exception as err:
+            raise KafkaOpsError(f"{what} failed on {conn.bootstrap}: {type(err).__name__}: {err}") from err
+    raise AssertionError("unreachable")
 
 
 def _consumer_groups(conn: KafkaConnection, end_offsets: Mapping[tuple[str, int], int]) -> list[ConsumerGroup]:

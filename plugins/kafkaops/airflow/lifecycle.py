@@ -1,0 +1,194 @@
+"""One DAG shape for every kafkaops operation: the lifecycle of ``kafkaops.operation`` as tasks.
+
+    begin (setup) -> preflight gate -> [provision -> wait until registered] -> plan -> plan gate
+      -> approval -> set throttles (setup) -> execute batches (deferred) -> verify
+      -> remove throttles (teardown: runs even when anything before it failed)
+      -> elect preferred leaders -> post-move gate -> [stop drained brokers]
+      -> finish (teardown: outcome into the audit record, cluster lock released)
+
+``dags/*.py`` call :func:`build_operation_dag` with their params; nothing here touches Kafka
+at import time.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from airflow.sdk import DAG, Param, get_current_context, task
+from airflow.sdk.exceptions import AirflowSkipException
+
+from kafkaops import operation
+from kafkaops.airflow.operators import (KafkaOpsApprovalOperator, ReassignmentBatchesOperator,
+                                        WaitForBrokersOperator, context_of, recorded)
+
+DEFAULT_ARGS = {"owner": "kafkaops", "retries": 0, "retry_delay": dt.timedelta(minutes=1)}
+
+COMMON_PARAMS: dict[str, Param] = {
+    "kafka_conn_id": Param("kafka_default", type="string", title="Kafka connection",
+                           description="Airflow connection of type 'kafka' whose extras hold the librdkafka config "
+                                       "(bootstrap.servers, security settings)."),
+    "topics": Param([], type="array", items={"type": "string"}, title="Topics",
+                    description="Topics to move; empty means all topics."),
+    "throttle_mb_per_s": Param(10.0, type="number", exclusiveMinimum=0, title="Throttle (MB/s)",
+                               description="Replication throttle on every broker and topic involved while data "
+                                           "moves; removed afterwards, also on failure."),
+    "max_moves_per_broker": Param(5, type="integer", minimum=1, title="Concurrent moves per broker",
+                                  description="At most this many partition moves touch one broker per batch."),
+    "max_moves_total": Param(20, type="integer", minimum=1, title="Concurrent moves in total",
+                             description="At most this many partitions move per batch."),
+    "max_bytes_to_move": Param(None, type=["null", "integer"], minimum=0, title="Byte budget",
+                               description="The plan gate fails when the plan would copy more bytes than this; "
+                                           "empty for no limit."),
+    "exclude_brokers": Param([], type="array", items={"type": "integer"}, title="Excluded brokers",
+                             description="Brokers that keep their replicas and receive none."),
+    "inventory": Param("", type="string", title="Inventory",
+                       description="A kafkaops cluster spec (.json, local clusters) or an Ansible inventory "
+                                   "(.yml, real hosts) for the kafka_broker role."),
+    "approval": Param("manual", type="string", enum=list(operation.APPROVAL_MODES), title="Approval",
+                      description="manual: a person approves the plan in the UI. auto_approve / auto_reject: "
+                                  "the param answers (rehearsals and tests); either way it is recorded."),
+    "dry_run": Param(True, type="boolean", title="Dry run",
+                     description="Plan and gate only: nothing is provisioned, moved or throttled."),
+    "stall_timeout_s": Param(120, type="number", exclusiveMinimum=0, title="Stall timeout (s)",
+                             description="Fail the wait when no partition or byte moved for this long."),
+}
+
+
+def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extra_params: Mapping[str, Param],
+                        tags: list[str], doc_md: str) -> DAG:
+    """A DAG running one kafkaops operation. ``kind`` None: the ``operation`` param chooses it."""
+    params = {**COMMON_PARAMS, **extra_params}
+
+    def kind_of(context: Any) -> str:
+        return kind or context["params"]["operation"]
+
+    with DAG(dag_id=dag_id, description=description, schedule=None, start_date=dt.datetime(2026, 1, 1),
+             catchup=False, max_active_runs=1, default_args=DEFAULT_ARGS, params=params, tags=tags,
+             doc_md=doc_md, render_template_as_native_obj=True) as dag:
+
+        @task
+        def begin() -> dict[str, Any]:
+            context = get_current_context()
+            ctx = context_of(context, kind_of(context))
+            return operation.begin(ctx, dict(context["params"]))
+
+        @task
+        def preflight_gate() -> dict[str, Any]:
+            context = get_current_context()
+            ctx = context_of(context, kind_of(context))
+            with recorded(ctx, "preflight_gate"):
+                return operation.preflight(ctx)
+
+        @task
+        def plan(before: dict[str, Any], registered: Any = None, provisioned: Any = None) -> dict[str, Any]:
+            context = get_current_context()
+            ctx = context_of(context, kind_of(context))
+            with recorded(ctx, "plan"):
+                new = (provisioned or {}).get("new_brokers", []) if isinstance(provisioned, dict) else []
+                return operation.make_plan(ctx, before, new)
+
+        @task
+        def plan_gate(plan_data: dict[str, Any]) -> dict[str, Any]:
+            context = get_current_context()
+            ctx = context_of(context, kind_of(context))
+            with recorded(ctx, "plan_gate"):
+                return operation.plan_gate(ctx, plan_data)
+
+        @task
+        def set_throttles(plan_data: dict[str, Any]) -> dict[str, Any]:
+            context = get_current_context()
+            ctx = context_of(context, kind_of(context))
+            with recorded(ctx, "set_throttles"):
+                return operation.set_throttles(ctx, plan_data)
+
+        @task
+        def verify(plan_data: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+            context = get_current_context()
+            ctx = context_of(context, kind_of(context))
+            with recorded(ctx, "verify"):
+                return operation.verify_moves(ctx, plan_data, before)
+
+        @task
+        def remove_throttles(record: Any, plan_data: dict[str, Any]) -> dict[str, Any]:
+            context = get_current_context()
+            ctx = context_of(context, kind_of(context))
+            with recorded(ctx, "remove_throttles"):
+                return operation.remove_throttles(ctx, record if isinstance(record, dict) else None, plan_data)
+
+        @task
+        def elect_leaders(plan_data: dict[str, Any]) -> dict[str, Any]:
+            context = get_current_context()
+            ctx = context_of(context, kind_of(context))
+            with recorded(ctx, "elect_leaders"):
+                return operation.elect_leaders(ctx, plan_data)
+
+        @task
+        def post_move_gate(plan_data: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+            context = get_current_context()
+            ctx = context_of(context, kind_of(context))
+            with recorded(ctx, "post_move_gate"):
+                return operation.post_move_gate(ctx, plan_data, before)
+
+        @task
+        def finish(started: dict[str, Any]) -> dict[str, Any]:
+            context = get_current_context()
+            ctx = context_of(context, kind_of(context))
+            return operation.finish(ctx, (started or {}).get("cluster_id"))
+
+        started = begin()
+        before = preflight_gate()
+        started >> before
+
+        provisioned = registered = None
+        if kind == "scale_out":
+            @task
+            def provision() -> dict[str, Any]:
+                context = get_current_context()
+                ctx = context_of(context, kind_of(context))
+                if ctx.params.dry_run:
+                    raise AirflowSkipException("dry run: no broker is provisioned; the plan uses the brokers "
+                                               "it would add")
+                with recorded(ctx, "provision"):
+                    return operation.provision_brokers(ctx)
+
+            provisioned = provision()
+            before >> provisioned
+            registered = WaitForBrokersOperator(task_id="wait_until_registered", kind="scale_out",
+                                                provisioned=provisioned)
+            provisioned >> registered
+
+        planned = plan.override(trigger_rule="none_failed")(before, registered.output if registered else None,
+                                                             provisioned)
+        gated = plan_gate(planned)
+        approval = KafkaOpsApprovalOperator(
+            task_id="approval", kind=kind or "rebalance", subject=f"Approve the kafkaops {kind or 'reassignment'} plan",
+            body="{{ ti.xcom_pull(task_ids='plan')['summary'] }}", response_timeout=dt.timedelta(hours=24))
+        gated >> approval
+        throttles = set_throttles(planned)
+        approval >> throttles
+        executed = ReassignmentBatchesOperator(task_id="execute_batches", kind=kind or "rebalance",
+                                               plan_data=planned, before=before)
+        throttles >> executed
+        verified = verify(planned, before)
+        executed >> verified
+        unthrottled = remove_throttles(throttles, planned)
+        verified >> unthrottled.as_teardown(setups=throttles)
+        elected = elect_leaders(planned)
+        [verified, unthrottled] >> elected
+        post = post_move_gate(planned, before)
+        elected >> post
+        last = post
+        if kind != "scale_out":
+            @task
+            def stop_drained() -> dict[str, Any]:
+                context = get_current_context()
+                ctx = context_of(context, kind_of(context))
+                with recorded(ctx, "stop_drained"):
+                    return operation.stop_drained(ctx)
+
+            last = stop_drained()
+            post >> last
+        done = finish(started)
+        last >> done.as_teardown(setups=started)
+    return dag

@@ -1,0 +1,150 @@
+"""Operators that wait (deferrable) or ask (human in the loop); the work is in kafkaops.operation."""
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from airflow.providers.standard.operators.hitl import ApprovalOperator
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowSkipException
+
+from kafkaops import operation
+from kafkaops.airflow.hooks import KafkaOpsHook
+from kafkaops.airflow.triggers import BrokersRegisteredTrigger, ReassignmentProgressTrigger
+from kafkaops.errors import KafkaOpsError
+
+
+def context_of(context: Any, kind: str) -> operation.OperationContext:
+    """The operation context of a running task: params validated, connection resolved."""
+    params = dict(context["params"])
+    dag_run = context["dag_run"]
+    user = getattr(dag_run, "triggering_user_name", None) or f"({getattr(dag_run, 'run_type', 'unknown')})"
+    return operation.OperationContext(
+        dag_id=dag_run.dag_id, run_id=dag_run.run_id,
+        conn_config=KafkaOpsHook(params.get("kafka_conn_id") or "kafka_default").get_config(),
+        params=operation.OperationParams.from_params(kind, params), triggered_by=str(user))
+
+
+@contextmanager
+def recorded(ctx: operation.OperationContext, name: str) -> Iterator[None]:
+    """Record a step's start and its end (success, skipped or failed with the error) in the audit."""
+    ctx.step(name, "started")
+    try:
+        yield
+    except AirflowSkipException as err:
+        ctx.step(name, "skipped", reason=str(err))
+        raise
+    except Exception as err:
+        ctx.step(name, "failed", error=f"{type(err).__name__}: {err}"[:2000])
+        raise
+    ctx.step(name, "success")
+
+
+class WaitForBrokersOperator(BaseOperator):
+    """Defer until the controller has registered the provisioned brokers."""
+
+    template_fields = ("provisioned",)
+
+    def __init__(self, *, kind: str, provisioned: Any, timeout_s: float = 300.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.kind = kind
+        self.provisioned = provisioned
+        self.timeout_s = timeout_s
+
+    def execute(self, context: Any) -> Any:
+        ctx = context_of(context, self.kind)
+        if ctx.params.dry_run:
+            raise AirflowSkipException("dry run: no broker was provisioned")
+        ids = [b["id"] for b in self.provisioned["new_brokers"]]
+        ctx.step(self.task_id, "started", brokers=ids)
+        self.defer(trigger=BrokersRegisteredTrigger(ctx.conn_config, ids, timeout_s=self.timeout_s),
+                   method_name="resume")
+
+    def resume(self, context: Any, event: dict[str, Any]) -> list[int]:
+        ctx = context_of(context, self.kind)
+        if event["status"] != "registered":
+            error = (f"brokers {event['missing']} did not register with the controller within {self.timeout_s:.0f} s "
+                     f"(registered: {event['registered']}); check their logs and controller.quorum.voters")
+            ctx.step(self.task_id, "failed", error=error)
+            raise KafkaOpsError(error)
+        ctx.step(self.task_id, "success", registered=event["registered"])
+        return event["registered"]
+
+
+class ReassignmentBatchesOperator(BaseOperator):
+    """Submit the plan batch by batch; after each, defer to a trigger that polls progress
+    (the task log shows % done and ETA). Resume-safe: every pass observes the cluster first,
+    so moves already in flight are waited for, never resubmitted."""
+
+    template_fields = ("plan_data", "before")
+
+    def __init__(self, *, kind: str, plan_data: Any, before: Any, poll_interval_s: float = 2.0,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.kind = kind
+        self.plan_data = plan_data
+        self.before = before
+        self.poll_interval_s = poll_interval_s
+
+    def execute(self, context: Any, event: dict[str, Any] | None = None) -> Any:
+        ctx = context_of(context, self.kind)
+        if event is None:
+            ctx.step(self.task_id, "started")
+        try:
+            step = operation.next_batch(ctx, self.plan_data)
+        except Exception as err:
+            ctx.step(self.task_id, "failed", error=f"{type(err).__name__}: {err}"[:2000])
+            raise
+        if not step["wait_for"]:
+            ctx.step(self.task_id, "success")
+            return {"done": True}
+        spec = operation.wait_spec(self.plan_data, step["wait_for"], self.before)
+        self.defer(trigger=ReassignmentProgressTrigger(ctx.conn_config, spec, operation.now(),
+                                                       poll_interval_s=self.poll_interval_s,
+                                                       stall_timeout_s=ctx.params.stall_timeout_s),
+                   method_name="resume")
+
+    def resume(self, context: Any, event: dict[str, Any]) -> Any:
+        if event["status"] == "stalled":
+            ctx = context_of(context, self.kind)
+            error = (f"reassignment stalled: no progress for {event['stalled_for_s']:.0f} s; still moving: "
+                     f"{', '.join(event.get('in_flight', [])) or '?'} ({event.get('text')}); check that every "
+                     "broker of those partitions is up, then clear this task to resume (nothing is resubmitted)")
+            ctx.step(self.task_id, "failed", error=error)
+            raise KafkaOpsError(error)
+        self.log.info("batch done: %s", event.get("text"))
+        return self.execute(context, event)
+
+
+class KafkaOpsApprovalOperator(ApprovalOperator):
+    """Airflow's approval step, showing the plan. ``approval`` param: ``manual`` (a person answers
+    in the UI), ``auto_approve`` or ``auto_reject`` (answered by the param; recorded as such).
+    In a dry run it skips: nothing after it runs, nothing changes."""
+
+    def __init__(self, *, kind: str, **kwargs: Any) -> None:
+        super().__init__(ignore_downstream_trigger_rules=True, **kwargs)
+        self.kind = kind
+
+    def execute(self, context: Any) -> Any:
+        ctx = context_of(context, self.kind)
+        if ctx.params.dry_run:
+            ctx.step(self.task_id, "skipped", reason="dry run")
+            raise AirflowSkipException("dry run: the plan was made and gated; nothing will change")
+        ctx.step(self.task_id, "started", mode=ctx.params.approval)
+        if ctx.params.approval == "manual":
+            return super().execute(context)
+        choice = self.APPROVE if ctx.params.approval == "auto_approve" else self.REJECT
+        event = {"chosen_options": [choice], "params_input": {}, "responded_at": dt.datetime.now(dt.timezone.utc),
+                 "responded_by_user": {"id": "kafkaops", "name": f"param approval={ctx.params.approval}"}}
+        return self.execute_complete(context, event)
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
+        ctx = context_of(context, self.kind)
+        chosen = (event.get("chosen_options") or ["?"])[0]
+        user = event.get("responded_by_user") or {}
+        operation.record_approval(ctx, approved=chosen == self.APPROVE, by=str(user.get("name") or user.get("id")),
+                                  mode=ctx.params.approval)
+        ctx.step(self.task_id, "success", chosen=chosen)
+        return super().execute_complete(context, event)

@@ -1,0 +1,93 @@
+"""Deferrable triggers: poll Kafka from the triggerer without holding a worker slot.
+They live in plugins/ so the triggerer can import them (``kafkaops.airflow.triggers``)."""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+
+class ReassignmentProgressTrigger(BaseTrigger):
+    """Poll a reassignment until its partitions are done; log % done and ETA on every poll.
+    Fires ``{"status": "done"}`` or, when nothing progressed for ``stall_timeout_s``,
+    ``{"status": "stalled", "in_flight": [...], "text": ...}``."""
+
+    def __init__(self, conn_config: Mapping[str, str], spec: Mapping[str, Any], started_at: float,
+                 poll_interval_s: float = 2.0, stall_timeout_s: float = 120.0) -> None:
+        super().__init__()
+        self.conn_config = dict(conn_config)
+        self.spec = dict(spec)
+        self.started_at = started_at
+        self.poll_interval_s = poll_interval_s
+        self.stall_timeout_s = stall_timeout_s
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return ("kafkaops.airflow.triggers.ReassignmentProgressTrigger",
+                {"conn_config": self.conn_config, "spec": self.spec, "started_at": self.started_at,
+                 "poll_interval_s": self.poll_interval_s, "stall_timeout_s": self.stall_timeout_s})
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from kafkaops.operation import progress_of
+
+        last_mark: tuple[int, int] | None = None
+        last_change = time.monotonic()
+        while True:
+            try:
+                status = await asyncio.to_thread(progress_of, self.conn_config, self.spec, self.started_at)
+            except Exception as err:  # a broker or the bootstrap may be down for a while: keep polling
+                self.log.warning("progress poll failed: %s", err)
+                status = None
+            if status is not None:
+                eta = status["eta_s"]
+                self.log.info("reassignment %.1f%% done: %s%s", status["percent"], status["text"],
+                              "" if eta is None else f" (ETA {eta:.0f} s)")
+                if status["done"]:
+                    yield TriggerEvent({"status": "done", **status})
+                    return
+                mark = (status["partitions_done"], status["bytes_done"])
+                if mark != last_mark:
+                    last_mark, last_change = mark, time.monotonic()
+            if time.monotonic() - last_change > self.stall_timeout_s:
+                yield TriggerEvent({"status": "stalled", "stalled_for_s": self.stall_timeout_s,
+                                    **(status or {"in_flight": [], "text": "no answer from the cluster"})})
+                return
+            await asyncio.sleep(self.poll_interval_s)
+
+
+class BrokersRegisteredTrigger(BaseTrigger):
+    """Poll the controller until every broker of ``broker_ids`` is registered, or time out."""
+
+    def __init__(self, conn_config: Mapping[str, str], broker_ids: Sequence[int], timeout_s: float = 300.0,
+                 poll_interval_s: float = 2.0) -> None:
+        super().__init__()
+        self.conn_config = dict(conn_config)
+        self.broker_ids = [int(b) for b in broker_ids]
+        self.timeout_s = timeout_s
+        self.poll_interval_s = poll_interval_s
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return ("kafkaops.airflow.triggers.BrokersRegisteredTrigger",
+                {"conn_config": self.conn_config, "broker_ids": self.broker_ids, "timeout_s": self.timeout_s,
+                 "poll_interval_s": self.poll_interval_s})
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from kafkaops.operation import registered_brokers
+
+        deadline = time.monotonic() + self.timeout_s
+        registered: list[int] = []
+        while time.monotonic() < deadline:
+            try:
+                registered = await asyncio.to_thread(registered_brokers, self.conn_config)
+            except Exception as err:
+                self.log.warning("cannot ask the controller yet: %s", err)
+            missing = sorted(set(self.broker_ids) - set(registered))
+            self.log.info("registered brokers %s; waiting for %s", registered, missing or "none")
+            if not missing:
+                yield TriggerEvent({"status": "registered", "registered": registered})
+                return
+            await asyncio.sleep(self.poll_interval_s)
+        yield TriggerEvent({"status": "timeout", "registered": registered,
+                            "missing": sorted(set(self.broker_ids) - set(registered))})

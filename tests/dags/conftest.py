@@ -1,0 +1,27 @@
+"""Airflow for DAG tests: a migrated SQLite metadata DB in the session's throw-away AIRFLOW_HOME."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> Path:
+    home = Path(os.environ["AIRFLOW_HOME"])
+    result = subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], capture_output=True,
+                            text=True, env=os.environ.copy(), timeout=300)
+    assert result.returncode == 0, f"airflow db migrate failed: {result.stderr[-2000:]}"
+    return home
+
+
+@pytest.fixture(scope="session")
+def dagbag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(REPO / "dags"))

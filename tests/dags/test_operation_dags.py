@@ -1,0 +1,142 @@
+"""The kafkaops DAGs end to end with dag.test() on a real cluster of their own."""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kafkaops import admin, audit, datagen, executor, lock, provision
+from tests.conftest import TEST_BROKER_CONFIG, wait_for
+from tests.integration.conftest import Traffic, throttles_left
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "orders"
+
+
+@pytest.fixture(scope="module")
+def cluster(airflow_db) -> Iterator[tuple[provision.ClusterSpec, Path]]:
+    """Three brokers for these DAG runs only (a scale-out grows it); its spec is the DAG's inventory."""
+    base = Path(tempfile.mkdtemp(prefix="kafkaops-dags-"))
+    atexit.register(provision.kill_strays, base)
+    spec = provision.local_cluster_spec(base, brokers=3, controllers=1, extra_config=TEST_BROKER_CONFIG)
+    spec_path = spec.save(base / "spec.json")
+    old = os.environ.get("AIRFLOW_CONN_KAFKA_DEFAULT")
+    os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = json.dumps(
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": spec.bootstrap}})
+    try:
+        provision.cluster_up(spec)
+        with admin.connect(spec.bootstrap) as conn:
+            admin.create_topic(conn, TOPIC, 6, 3)
+            datagen.produce(conn.config, TOPIC, datagen.DatagenSpec(records=20_000, keys=200, record_bytes=250))
+        yield spec, spec_path
+    finally:
+        if old is None:
+            os.environ.pop("AIRFLOW_CONN_KAFKA_DEFAULT", None)
+        else:
+            os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = old
+        try:
+            provision.cluster_down(provision.ClusterSpec.load(spec_path), purge=True)
+        finally:
+            provision.kill_strays(base)
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def run(dagbag, dag_id: str, **conf):
+    dag = dagbag.dags[dag_id]
+    dag_run = dag.test(run_conf=conf)
+    record = audit.AuditLog.for_run(dag_id, dag_run.run_id).summary()
+    return dag_run, record
+
+
+def assignment(spec: provision.ClusterSpec) -> dict:
+    with admin.connect(spec.bootstrap) as conn:
+        snap = admin.snapshot(conn, topics=[TOPIC], sizes=False, groups=False)
+    return {p.key: p.replicas for p in snap.partitions}
+
+
+def test_a_rejected_approval_leaves_the_cluster_unchanged(dagbag, cluster) -> None:
+    spec, spec_path = cluster
+    before = assignment(spec)
+    dag_run, record = run(dagbag, "kafka_reassign", operation="rebalance", dry_run=False, approval="auto_reject",
+                          inventory=str(spec_path), topics=[TOPIC])
+    assert record["outcome"] == "rejected", record
+    assert record["approval"]["approved"] is False
+    assert [g["gate"] for g in record["gates"]] == ["preflight", "plan"]
+    assert assignment(spec) == before
+    with admin.connect(spec.bootstrap) as conn:
+        assert throttles_left(conn) == {}
+        assert lock.holder_of(admin.describe_cluster(conn)[0]) is None
+
+
+def test_a_run_is_refused_while_another_holds_the_cluster(dagbag, cluster) -> None:
+    spec, spec_path = cluster
+    with admin.connect(spec.bootstrap) as conn:
+        cluster_id = admin.describe_cluster(conn)[0]
+    lock.acquire(cluster_id, "kafka_scale_out/manual__other-run")
+    try:
+        dag_run, record = run(dagbag, "kafka_reassign", operation="rebalance", dry_run=True,
+                              inventory=str(spec_path))
+    finally:
+        lock.release(cluster_id, "kafka_scale_out/manual__other-run")
+    assert str(dag_run.state) == "failed"
+    assert record["outcome"] == "refused"
+    assert "run kafka_scale_out/manual__other-run holds it" in record["outcome_reason"]
+
+
+def test_a_failing_preflight_gate_stops_the_run_before_anything_is_provisioned(dagbag, cluster) -> None:
+    spec, spec_path = cluster
+    with admin.connect(spec.bootstrap) as conn:
+        # a reassignment in flight (a copy crawling under a 1 kB/s throttle) fails the preflight gate
+        admin.create_topic(conn, "crawl", 1, 1)
+        datagen.produce(conn.config, "crawl", datagen.DatagenSpec(records=4000, keys=10, record_bytes=500))
+        snap = admin.snapshot(conn, topics=["crawl"], groups=False)
+        source = snap.partitions[0].replicas[0]
+        moving = {("crawl", 0): (next(b for b in snap.broker_ids if b != source),)}
+        throttles = executor.plan_throttles(conn, executor.moves_for(snap, moving))
+        executor.set_throttles(conn, throttles, 1000)
+        admin.alter_partition_reassignments(conn, moving)
+        try:
+            nodes_before = len(provision.ClusterSpec.load(spec_path).nodes)
+            dag_run, record = run(dagbag, "kafka_scale_out", dry_run=False, approval="auto_approve",
+                                  inventory=str(spec_path), add_brokers=1)
+        finally:
+            executor.cancel(conn, list(moving), throttles=throttles)
+            admin.delete_topics(conn, ["crawl"])
+        wait_for(lambda: not admin.list_partition_reassignments(conn), timeout=30, what="the cancel")
+    assert str(dag_run.state) == "failed"
+    assert record["outcome"] == "failed"
+    assert record["gates"][0]["gate"] == "preflight" and not record["gates"][0]["ok"]
+    assert any("reassign" in f for f in record["gates"][0]["failures"])
+    steps = {s["name"]: s["status"] for s in record["steps"]}
+    assert steps["preflight_gate"] == "failed" and "provision" not in steps
+    assert len(provision.ClusterSpec.load(spec_path).nodes) == nodes_before
+
+
+def test_scale_out_3_to_4_brokers_under_traffic_loses_nothing(dagbag, cluster) -> None:
+    spec, spec_path = cluster
+    with Traffic({"bootstrap.servers": spec.bootstrap}, TOPIC, 6, rate=150) as traffic:
+        dag_run, record = run(dagbag, "kafka_scale_out", dry_run=False, approval="auto_approve",
+                              inventory=str(spec_path), add_brokers=1, topics=[TOPIC], throttle_mb_per_s=20)
+        traffic.check(at_least=200)
+    assert str(dag_run.state) == "success", record
+    assert record["outcome"] == "success", record
+    assert [g["gate"] for g in record["gates"]] == ["preflight", "plan", "post_move"]
+    assert all(g["ok"] for g in record["gates"])
+    assert record["throttles_set"] and record["throttles_removed"]
+    grown = provision.ClusterSpec.load(spec_path)
+    assert [n.node_id for n in grown.nodes] == [1, 2, 3, 4]
+    with admin.connect(grown.bootstrap) as conn:
+        snap = admin.snapshot(conn, topics=[TOPIC], sizes=False, groups=False)
+        assert throttles_left(conn) == {}
+    counts = snap.replicas_per_broker()
+    assert counts[4] == 4 and max(counts.values()) - min(counts.values()) <= 1, counts
+    assert all(p.leader == p.replicas[0] and set(p.isr) == set(p.replicas) for p in snap.partitions)
+    moved = {tuple(e.values())[:2] for e in record["plan"]["kafka_json"]["partitions"]}
+    assert moved and record["plan"]["replica_moves"] == 4
