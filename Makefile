@@ -8,7 +8,7 @@ JARS_DIR := $(CURDIR)/.cache/jars
 JARS_STAMP := $(JARS_DIR)/.stamp
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-unit test-integration cluster-up cluster-down bench clean help
+.PHONY: setup demo test test-unit test-integration cluster-up cluster-down airflow bench clean help
 
 help:
 	@echo "make demo          set up, start the local 3-broker cluster, run the main job, stop it"
@@ -16,6 +16,7 @@ help:
 	@echo "make setup         .venv/ with pinned packages, and the Kafka/Spark jars from Maven Central"
 	@echo "make cluster-up    start the local cluster (127.0.0.1:19092,19094,19096) and leave it running"
 	@echo "make cluster-down  stop it"
+	@echo "make airflow       airflow standalone on 127.0.0.1:8080 with the kafkaops DAGs and plugin (local cluster as kafka_default)"
 	@echo "make bench         run the benchmarks; they append to benchmarks/RESULTS.md"
 
 setup: $(VENV_STAMP) $(JARS_STAMP)
@@ -53,6 +54,14 @@ cluster-up: setup
 
 cluster-down: setup
 	$(PY) -m kafkaops cluster down
+
+AIRFLOW_ENV = AIRFLOW_HOME=$(CURDIR)/.cache/airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
+	AIRFLOW__CORE__PLUGINS_FOLDER=$(CURDIR)/plugins AIRFLOW__CORE__LOAD_EXAMPLES=False \
+	AIRFLOW__API__HOST=127.0.0.1 AIRFLOW__API__PORT=8080 \
+	AIRFLOW_CONN_KAFKA_DEFAULT='{"conn_type": "kafka", "extra": {"bootstrap.servers": "127.0.0.1:19092,127.0.0.1:19094,127.0.0.1:19096"}}'
+
+airflow: setup
+	$(AIRFLOW_ENV) $(VENV)/bin/airflow standalone
 
 bench: setup
 	$(PY) -m benchmarks

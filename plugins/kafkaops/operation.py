@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -237,6 +237,10 @@ def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Seq
     p = ctx.params
     cluster = Cluster.from_dict(before)
     topics = p.topics or None
+    if topics:  # balance the chosen topics among themselves, as Kafka's own tool does
+        for topic in topics:
+            cluster.partitions_of(topic)  # an unknown topic is refused here, naming it
+        cluster = replace(cluster, partitions=tuple(x for x in cluster.partitions if x.topic in topics), _index=None)
     if p.kind == "scale_out":
         if not new_brokers:  # a dry run plans onto the brokers it would add
             start = max(cluster.broker_ids) + 1

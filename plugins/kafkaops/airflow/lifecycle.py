@@ -167,8 +167,10 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
         gated >> approval
         throttles = set_throttles(planned)
         approval >> throttles
+        # Resume-safe, so a retry (e.g. after a stalled broker was restarted) continues the moves.
         executed = ReassignmentBatchesOperator(task_id="execute_batches", kind=kind or "rebalance",
-                                               plan_data=planned, before=before)
+                                               plan_data=planned, before=before, retries=1,
+                                               retry_delay=dt.timedelta(seconds=20))
         throttles >> executed
         verified = verify(planned, before)
         executed >> verified
