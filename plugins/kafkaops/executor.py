@@ -636,7 +636,9 @@ def _observe_progress(conn: admin.KafkaConnection, moves: Sequence[PartitionMove
     in_flight = admin.list_partition_reassignments(conn, keys)
     cluster = admin.snapshot(conn, topics=sorted({t for t, _ in keys}), offsets=False, sizes=False, groups=False)
     moving = [m for m in moves if m.key in in_flight and m.adding]
-    sizes = admin.replica_sizes(conn, [m.key for m in moving], {b for m in moving for b in m.adding})
+    # a dead adding broker cannot say how far it got: count it as no progress, not as an error
+    online = set(cluster.online_broker_ids)
+    sizes = admin.replica_sizes(conn, [m.key for m in moving], {b for m in moving for b in m.adding} & online)
     return measure(moves, cluster, in_flight, sizes, elapsed_s)
 
 

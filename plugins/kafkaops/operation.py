@@ -10,6 +10,7 @@ record. Airflow-specific wiring lives in :mod:`kafkaops.airflow`; nothing here i
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -290,15 +291,39 @@ def desired_of(plan_data: Mapping[str, Any]) -> dict[Key, tuple[int, ...]]:
     return {(p["topic"], int(p["partition"])): tuple(p["replicas"]) for p in plan_data["kafka_json"]["partitions"]}
 
 
+def _ledger_path(cluster_id: str) -> Path:
+    return state_dir() / "throttles" / f"{cluster_id}.json"
+
+
+def _ledger(cluster_id: str) -> dict[str, list[str]]:
+    """Broker throttle rates kafkaops set but could not remove (a broker was down): the next
+    run on the cluster deletes them instead of restoring them as someone else's values."""
+    try:
+        return json.loads(_ledger_path(cluster_id).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_ledger(cluster_id: str, ledger: Mapping[str, list[str]]) -> None:
+    path = _ledger_path(cluster_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({b: keys for b, keys in ledger.items() if keys}, indent=2))
+
+
 def set_throttles(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str, Any]:
     """Throttle every move of the plan (a setup task); the record lets the teardown undo exactly this."""
     desired = desired_of(plan_data)
     if not desired:
         return executor.ThrottleRecord().to_dict()
     with ctx.connect() as conn:
+        cluster_id = admin.describe_cluster(conn)[0]
         before = admin.snapshot(conn, topics=sorted({t for t, _ in desired}), groups=False)
         moves = executor.moves_for(before, desired)
         record = executor.plan_throttles(conn, [m for m in moves if m.adding or m.removing])
+        stale = _ledger(cluster_id)
+        if stale:  # rates a killed broker kept from an earlier run are ours: delete them afterwards
+            record = replace(record, rates=tuple((b, k, None if k in stale.get(str(b), ()) else prior)
+                                                 for b, k, prior in record.rates))
         ctx.audit.append("throttle_set", brokers=list(record.brokers), topics=list(record.topics),
                          rate=ctx.params.throttle_bytes_per_s, record=record.to_dict())
         executor.set_throttles(conn, record, ctx.params.throttle_bytes_per_s)
@@ -308,20 +333,50 @@ def set_throttles(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[s
 def remove_throttles(ctx: OperationContext, record: Mapping[str, Any] | None, plan_data: Mapping[str, Any] | None
                      ) -> dict[str, Any]:
     """Undo the throttles (teardown): exactly the record's, or, without one, every throttle on
-    the plan's brokers and topics."""
+    the plan's brokers and topics. A broker that is down keeps its rate until it is back: it is
+    named in the error and in the throttle ledger, and the next run on the cluster removes it."""
     with ctx.connect() as conn:
+        cluster_id = admin.describe_cluster(conn)[0]
         if record:
             rec = executor.ThrottleRecord.from_dict(record)
-            executor.remove_throttles(conn, rec)
-            brokers, topics = list(rec.brokers), list(rec.topics)
         else:
-            desired = desired_of(plan_data) if plan_data else {}
-            topics = sorted({t for t, _ in desired})
             plan = ReassignmentPlan.from_dict(plan_data["plan"]) if plan_data else None
             brokers = sorted({b for m in plan.moves for b in (*m.before, *m.after)}) if plan else []
-            executor.clear_throttles(conn, brokers, topics)
-    ctx.audit.append("throttle_removed", brokers=brokers, topics=topics)
-    return {"brokers": brokers, "topics": topics}
+            desired = desired_of(plan_data) if plan_data else {}
+            rec = executor.ThrottleRecord(
+                rates=tuple((b, k, None) for b in brokers for k in executor.RATE_KEYS),
+                replicas=tuple((t, k, ()) for t in sorted({t for t, _ in desired}) for k in executor.REPLICA_KEYS))
+        ledger = _ledger(cluster_id)
+        online = {b.id for b in admin.describe_cluster(conn)[2]}
+        left: dict[str, list[str]] = {}
+        errors = []
+        parts = [executor.ThrottleRecord(rates=tuple(r for r in rec.rates if r[0] == b)) for b in rec.brokers]
+        parts.append(executor.ThrottleRecord(replicas=rec.replicas))
+        for part in parts:
+            try:
+                if part.replicas and not any(items for _, _, items in part.replicas):
+                    executor.clear_throttles(conn, [], part.topics)
+                else:
+                    executor.remove_throttles(conn, part)
+                for b in part.brokers:
+                    ledger.pop(str(b), None)
+            except KafkaOpsError as err:
+                errors.append(str(err))
+                for b, key, _ in part.rates:
+                    left.setdefault(str(b), []).append(key)
+        for b in [b for b in list(ledger) if int(b) in online and b not in left]:  # stale rates of earlier runs
+            executor.clear_throttles(conn, [int(b)], [])
+            ledger.pop(b)
+        ledger.update(left)
+        _save_ledger(cluster_id, ledger)
+    removed = [b for b in rec.brokers if str(b) not in left]
+    ctx.audit.append("throttle_removed", brokers=removed, topics=list(rec.topics), left=left)
+    if left:
+        raise executor.ReassignmentError(
+            f"throttle rates stay on broker(s) {sorted(int(b) for b in left)} that did not answer "
+            f"({'; '.join(errors)[:500]}); they are in the throttle ledger and the next kafkaops run on "
+            f"cluster {cluster_id} removes them once the broker is back")
+    return {"brokers": removed, "topics": list(rec.topics)}
 
 
 def next_batch(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import shutil
 import tempfile
 import threading
 import time
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,10 +90,10 @@ class Traffic:
     in background threads. :meth:`check` asserts every acknowledged record was consumed exactly once
     and each key's ``seq`` arrived in order."""
 
-    KEY_PREFIX = "traffic"
-
     def __init__(self, config: dict[str, str], topic: str, partitions: int, *, rate: int = 200) -> None:
         self.config, self.topic, self.partitions, self.rate = config, topic, partitions, rate
+        # keys unique to this traffic, so records of earlier traffic on the topic are not counted
+        self.KEY_PREFIX = f"traffic{uuid.uuid4().hex[:8]}"
         self.acked: list[int] = []
         self.failures: list[str] = []
         self.consumed: list[tuple[int, str, int, int, int]] = []  # id, key, seq, partition, offset
