@@ -4,7 +4,10 @@
     snapshot                      print a live cluster as tables (or --json)
     datagen                       produce keyed JSON records (deterministic, skewed)
     demo                          cluster up, skewed 'orders' topic, snapshot, cluster down
-    plan                          plan a reassignment offline from Kafka's JSON
+    plan                          plan a reassignment from Kafka's JSON or a live cluster
+    execute                       run a PLAN.json on a live cluster (dry run unless --execute)
+    verify                        check a PLAN.json is done on a live cluster and nothing was lost
+    cancel                        revert a PLAN.json's moves in flight and clear the throttles
 """
 from __future__ import annotations
 
@@ -141,9 +144,22 @@ def build_parser() -> argparse.ArgumentParser:
     except ImportError:  # the planner is optional while it is being built
         plan_cli = None
     if plan_cli is not None:
-        p = sub.add_parser("plan", help="plan a reassignment (offline, Kafka's JSON)")
+        p = sub.add_parser("plan", help="plan a reassignment (Kafka's JSON or a live cluster)")
         plan_cli.add_arguments(p)
         p.set_defaults(func=plan_cli.run)
+
+    from kafkaops import reassign_cli
+
+    for name, add, run, text in (
+            ("execute", reassign_cli.add_execute_arguments, reassign_cli.run_execute,
+             "run a PLAN.json, throttled and batched (dry run unless --execute)"),
+            ("verify", reassign_cli.add_verify_arguments, reassign_cli.run_verify,
+             "check that a PLAN.json is done and nothing was lost"),
+            ("cancel", reassign_cli.add_cancel_arguments, reassign_cli.run_cancel,
+             "revert a PLAN.json's moves in flight and clear the throttles")):
+        p = sub.add_parser(name, help=text, description=text)
+        add(p)
+        p.set_defaults(func=run)
     return parser
 
 

@@ -1,23 +1,28 @@
-"""``kafkaops plan``: plan a reassignment offline from Kafka's JSON and write PLAN.json.
+"""``kafkaops plan``: plan a reassignment from Kafka's JSON or a live cluster and write PLAN.json.
 
     kafkaops plan --current CURRENT.json --brokers 1,2,3,4,5 [--racks 1:a,2:b,...]
-                  [--sizes SIZES.json] [--drain 3] [--exclude 6] --output PLAN.json
+                  [--sizes SIZES.json] [--drain 3] [--exclude 6] [--topic T ...] --output PLAN.json
+    kafkaops plan --bootstrap-server HOST:PORT [--brokers 1,2,3,4] [--topic T ...] ... --output PLAN.json
 
-Brokers in ``--brokers`` that hold no replica in CURRENT are new: that is a scale-out. With
-``--drain`` it is a drain; otherwise a rebalance. Wire it up with :func:`add_arguments` and
-:func:`run`; ``run`` returns the exit code and prints one line on stderr for bad input.
+Brokers in ``--brokers`` that hold no replica are new: that is a scale-out. With ``--drain`` it
+is a drain; otherwise a rebalance. Live, brokers, racks and sizes come from ``admin.snapshot``;
+``--brokers`` may then add ids not registered yet (new brokers) and ``--topic`` restricts the plan
+to those topics, balanced among themselves. Wire it up with :func:`add_arguments` and :func:`run`;
+``run`` returns the exit code and prints one line on stderr for bad input.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TextIO
 
 from kafkaops.errors import KafkaOpsError
-from kafkaops.model import Cluster
-from kafkaops.planner.errors import PlanInfeasible
+from kafkaops.model import Broker, Cluster
+from kafkaops.planner.errors import PlanInfeasible, PlanInputError
 from kafkaops.planner.goals import Goals
-from kafkaops.planner.io import load_cluster, parse_brokers, parse_racks, write_plan
+from kafkaops.planner.io import load_cluster, parse_brokers, parse_racks, read_sizes, write_plan
 from kafkaops.planner.plan import ReassignmentPlan
 from kafkaops.planner.planning import plan_drain, plan_rebalance, plan_scale_out
 
@@ -28,10 +33,18 @@ EXIT_INFEASIBLE = 3
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``kafkaops plan``."""
-    parser.add_argument("--current", required=True, metavar="CURRENT.json",
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--current", metavar="CURRENT.json",
                         help='current assignment, {"version":1,"partitions":[{"topic","partition","replicas"}]}')
-    parser.add_argument("--brokers", required=True, metavar="IDS",
-                        help="every broker id, comma separated; ids holding no replica are new brokers")
+    source.add_argument("--bootstrap-server", metavar="HOST:PORT",
+                        help="read the current assignment, brokers, racks and sizes from this live cluster")
+    parser.add_argument("--timeout", type=float, default=10.0, help="with --bootstrap-server: seconds to wait "
+                        "for Kafka (default 10)")
+    parser.add_argument("--brokers", metavar="IDS",
+                        help="every broker id, comma separated; ids holding no replica are new brokers "
+                             "(required with --current; live, default: the registered brokers)")
+    parser.add_argument("--topic", action="append", metavar="TOPIC",
+                        help="plan only this topic (repeatable); the topics are balanced among themselves")
     parser.add_argument("--racks", metavar="ID:RACK,...", help="rack of each broker, e.g. 1:a,2:b,3:c")
     parser.add_argument("--sizes", metavar="SIZES.json", help='{"partitions":[{"topic","partition","size"}]}')
     parser.add_argument("--drain", metavar="IDS", help="brokers to empty, comma separated")
@@ -40,12 +53,58 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where to write the reassignment (changed partitions, Kafka format)")
 
 
+def restrict(cluster: Cluster, topics: Sequence[str] | None, source: str) -> Cluster:
+    """``cluster`` with only ``topics`` (all when None); unknown topics are an error."""
+    if not topics:
+        return cluster
+    unknown = sorted(set(topics) - set(cluster.topics))
+    if unknown:
+        raise PlanInputError(f"{source}: --topic {', '.join(unknown)} not found; it has {len(cluster.topics)} "
+                             f"topics: {', '.join(cluster.topics[:20]) or '(none)'}")
+    wanted = set(topics)
+    return replace(cluster, partitions=tuple(p for p in cluster.partitions if p.topic in wanted), _index=None)
+
+
+def live_cluster(snap: Cluster, brokers: Sequence[int] | None = None, racks: Mapping[int, str] | None = None,
+                 sizes: Mapping[tuple[str, int], int] | None = None, source: str = "live cluster") -> Cluster:
+    """The cluster to plan on from a live snapshot: ``brokers`` (default: the snapshot's) with ids
+    it lacks added as new brokers, ``racks`` and ``sizes`` overriding what the snapshot says."""
+    racks = dict(racks or {})
+    listed = list(brokers) if brokers is not None else list(snap.broker_ids)
+    held = snap.replicas_per_broker()
+    unlisted = sorted(b for b in snap.broker_ids if held.get(b) and b not in listed)
+    if unlisted:
+        raise PlanInputError(f"{source}: broker(s) {unlisted} hold replicas but --brokers {listed} does not list "
+                             f"them; add them to --brokers (and --drain them to empty them)")
+    stray = sorted(set(racks) - set(listed))
+    if stray:
+        raise PlanInputError(f"--racks names broker(s) {stray}, which are not among the brokers {listed}; add them "
+                             "to --brokers or drop them from --racks")
+    known = {b.id: b for b in snap.brokers}
+    members = tuple(replace(known[b], rack=racks.get(b, known[b].rack)) if b in known else Broker(b, rack=racks.get(b))
+                    for b in listed)
+    partitions = snap.partitions if sizes is None else tuple(
+        replace(p, size_bytes=sizes.get(p.key, p.size_bytes)) for p in snap.partitions)
+    return replace(snap, brokers=members, partitions=partitions, groups=(), _index=None)
+
+
 def source_cluster(args: argparse.Namespace) -> Cluster:
-    """The cluster to plan on. Offline: CURRENT.json over --brokers. (A live variant reading
-    --bootstrap-server through kafkaops.admin.snapshot plugs in here.)"""
-    brokers = parse_brokers(args.brokers)
+    """The cluster to plan on: CURRENT.json over --brokers, or a snapshot of --bootstrap-server;
+    restricted to --topic when given."""
     racks = parse_racks(args.racks) if args.racks else None
-    return load_cluster(args.current, brokers, racks, args.sizes)
+    topics = getattr(args, "topic", None)
+    if getattr(args, "bootstrap_server", None):
+        from kafkaops import admin
+
+        brokers = parse_brokers(args.brokers) if args.brokers else None
+        with admin.connect(args.bootstrap_server, timeout_s=args.timeout) as conn:
+            snap = admin.snapshot(conn, topics=topics, offsets=False, groups=False)
+        sizes = read_sizes(args.sizes) if args.sizes else None
+        return live_cluster(snap, brokers, racks, sizes, source=args.bootstrap_server)
+    if not args.brokers:
+        raise PlanInputError("--current needs --brokers, every broker id comma separated, e.g. --brokers 1,2,3,4")
+    cluster = load_cluster(args.current, parse_brokers(args.brokers), racks, args.sizes)
+    return restrict(cluster, topics, args.current)
 
 
 def make_plan(cluster: Cluster, args: argparse.Namespace, goals: Goals = Goals()) -> ReassignmentPlan:
