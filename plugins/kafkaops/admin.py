@@ -524,3 +524,61 @@ def incremental_alter_configs(conn: KafkaConnection, resource: str,
     if failed:
         raise KafkaOpsError(f"{len(failed)} of {len(resources)} config change(s) failed: {'; '.join(failed)}")
     log.info("configs changed on %d %s(s)", len(resources), resource)
+
+
+# -- partition increase and consumer-group offsets (confluent-kafka) ------------------------------------------
+
+def create_partitions(conn: KafkaConnection, topic: str, new_total: int,
+                      assignment: Iterable[Iterable[int]] | None = None) -> bool:
+    """Grow ``topic`` to ``new_total`` partitions, the new ones on ``assignment`` (one replica list
+    per new partition, preferred leader first). Resume-safe: False when the topic already has
+    ``new_total`` partitions; a topic with more is refused (Kafka never shrinks a topic)."""
+    from confluent_kafka.admin import NewPartitions
+
+    metadata = conn.admin.list_topics(topic=topic, timeout=conn.timeout_s).topics.get(topic)
+    if metadata is None or metadata.error is not None:
+        raise UnknownTopic(f"topic {topic} does not exist on {conn.bootstrap}; check the name")
+    current = len(metadata.partitions)
+    if current == new_total:
+        return False
+    if current > new_total:
+        raise KafkaOpsError(f"topic {topic} has {current} partitions, more than the {new_total} asked for; Kafka "
+                            "cannot remove partitions: migrate to a new topic instead")
+    replicas = [[int(b) for b in r] for r in assignment] if assignment is not None else None
+    if replicas is not None and len(replicas) != new_total - current:
+        raise ConfigError(f"growing {topic} from {current} to {new_total} partitions needs {new_total - current} "
+                          f"replica lists, got {len(replicas)}")
+    request = NewPartitions(topic, new_total, replica_assignment=replicas) if replicas else \
+        NewPartitions(topic, new_total)
+    future = conn.admin.create_partitions([request], request_timeout=conn.timeout_s)[topic]
+    _result(future, conn, f"growing {topic} from {current} to {new_total} partitions")
+    log.info("topic %s grown from %d to %d partitions", topic, current, new_total)
+    return True
+
+
+def commit_group_offsets(conn: KafkaConnection, group_id: str, topic: str, offsets: Mapping[int, int], *,
+                         attempts: int = 10) -> None:
+    """Set ``group_id``'s committed offsets on ``topic`` (partition -> next offset to read). The group
+    must have no active members (Kafka refuses otherwise). A coordinator that is still loading or
+    moving (a fresh cluster creates ``__consumer_offsets`` on first use) is asked again."""
+    retriable = ("NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE")
+    request = ConsumerGroupTopicPartitions(group_id, [TopicPartition(topic, int(p), int(o))
+                                                      for p, o in sorted(offsets.items())])
+    failed: list[str] = []
+    for attempt in range(attempts):
+        if attempt:
+            time.sleep(min(0.5 * attempt, 3.0))
+        future = conn.admin.alter_consumer_group_offsets([request], request_timeout=conn.timeout_s)[group_id]
+        try:
+            result = _result(future, conn, f"committing offsets of group {group_id} on {topic}")
+        except KafkaOpsError as err:
+            if any(code in str(err) for code in retriable) and attempt + 1 < attempts:
+                continue
+            raise
+        failed = [f"{tp.topic}-{tp.partition}: {tp.error}" for tp in result.topic_partitions if tp.error]
+        if not failed:
+            return
+        if not all(any(code in f for code in retriable) for f in failed):
+            break
+    raise KafkaOpsError(f"Kafka refused offsets of group {group_id}: {'; '.join(failed)}; stop the group's "
+                        "consumers (an active group cannot be changed) and retry")

@@ -154,11 +154,14 @@ def begin(ctx: OperationContext, raw_params: Mapping[str, Any]) -> dict[str, Any
 def finish(ctx: OperationContext, cluster_id: str | None) -> dict[str, Any]:
     """Write the outcome (from the steps the record holds) and release the lock; always runs."""
     record = ctx.audit.summary()
-    failed = [s["name"] for s in record["steps"] if s.get("status") == "failed"]
+    final: dict[str, dict[str, Any]] = {}
+    for s in record["steps"]:  # a step retried to success counts as its last attempt
+        final[s["name"]] = s
+    failed = [name for name, s in final.items() if s.get("status") == "failed"]
     if record.get("approval") and record["approval"].get("approved") is False:
         outcome, reason = "rejected", f"rejected by {record['approval'].get('by')}; nothing changed"
     elif failed:
-        errors = [s.get("error", "") for s in record["steps"] if s.get("status") == "failed"]
+        errors = [final[name].get("error", "") for name in failed]
         outcome, reason = "failed", f"failed steps: {', '.join(failed)}: {'; '.join(errors)[:2000]}"
     elif ctx.params.dry_run:
         outcome, reason = "dry_run", "dry run: planned and gated, nothing changed"
@@ -385,6 +388,11 @@ def next_batch(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str,
     desired = desired_of(plan_data)
     p = ctx.params
     with ctx.connect() as conn:
+        in_flight = admin.list_partition_reassignments(conn, list(desired))
+        if in_flight:  # e.g. a retry after a broker died mid-move: wait for these, whatever their state
+            keys = [list(k) for k in sorted(in_flight)]
+            ctx.audit.append("note", text=f"{len(keys)} move(s) already in flight: waiting, not resubmitting")
+            return {"wait_for": keys, "submitted": [], "remaining_batches": None}
         report = executor.Executor(conn, desired, throttle_bytes_per_s=p.throttle_bytes_per_s,
                                    max_moves_per_broker=p.max_moves_per_broker, max_moves_total=p.max_moves_total,
                                    dry_run=True).plan()

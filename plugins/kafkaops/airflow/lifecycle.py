@@ -169,7 +169,7 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
         approval >> throttles
         # Resume-safe, so a retry (e.g. after a stalled broker was restarted) continues the moves.
         executed = ReassignmentBatchesOperator(task_id="execute_batches", kind=kind or "rebalance",
-                                               plan_data=planned, before=before, retries=1,
+                                               plan_data=planned, before=before, retries=2,
                                                retry_delay=dt.timedelta(seconds=20))
         throttles >> executed
         verified = verify(planned, before)

@@ -127,8 +127,12 @@ class KafkaOpsApprovalOperator(ApprovalOperator):
         super().__init__(ignore_downstream_trigger_rules=True, **kwargs)
         self.kind = kind
 
+    def operation_context(self, context: Any) -> operation.OperationContext:
+        """The run's context; DAGs with params of their own override this."""
+        return context_of(context, self.kind)
+
     def execute(self, context: Any) -> Any:
-        ctx = context_of(context, self.kind)
+        ctx = self.operation_context(context)
         if ctx.params.dry_run:
             ctx.step(self.task_id, "skipped", reason="dry run")
             raise AirflowSkipException("dry run: the plan was made and gated; nothing will change")
@@ -141,7 +145,7 @@ class KafkaOpsApprovalOperator(ApprovalOperator):
         return self.execute_complete(context, event)
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
-        ctx = context_of(context, self.kind)
+        ctx = self.operation_context(context)
         chosen = (event.get("chosen_options") or ["?"])[0]
         user = event.get("responded_by_user") or {}
         operation.record_approval(ctx, approved=chosen == self.APPROVE, by=str(user.get("name") or user.get("id")),

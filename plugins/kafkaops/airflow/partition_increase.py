@@ -1,0 +1,138 @@
+"""The partition-increase DAG as tasks: kafkaops.partitions' steps on the shared lifecycle.
+
+    begin (setup) -> preflight gate -> plan (in_place: refuses a keyed topic unless accepted)
+      -> approval -> execute (in_place: create_partitions; migrate: target topics + rekey backfill)
+      -> verify (in_place: the new assignment; migrate: the backfill gate) -> cut-over (migrate)
+      -> finish (teardown: outcome into the audit record, cluster lock released)
+
+``dags/kafka_partition_increase.py`` calls :func:`build_partition_increase_dag`; nothing here
+touches Kafka at import time.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from airflow.sdk import DAG, Param, get_current_context, task
+from airflow.sdk.exceptions import AirflowSkipException
+
+from kafkaops import operation, partitions
+from kafkaops.airflow.hooks import KafkaOpsHook
+from kafkaops.airflow.lifecycle import COMMON_PARAMS, DEFAULT_ARGS
+from kafkaops.airflow.operators import KafkaOpsApprovalOperator, recorded
+
+PARAMS: dict[str, Param] = {
+    "kafka_conn_id": COMMON_PARAMS["kafka_conn_id"],
+    "topic": Param("", type="string", title="Topic", description="The topic whose partition count grows."),
+    "new_partition_count": Param(6, type="integer", minimum=1, title="New partition count",
+                                 description="The topic's total partition count afterwards (larger than now)."),
+    "mode": Param("migrate", type="string", enum=list(partitions.MODES), title="Mode",
+                  description="in_place: add partitions to the topic (keys move: per-key order breaks). migrate: "
+                              "rekey into a new topic with the new count, order kept, then cut consumers over."),
+    "key_rule": Param("record_key", type="string", title="Key rule",
+                      description="Where the key comes from: record_key, field:<name> (a top-level JSON field) or "
+                                  "jsonpath:$.a.b. Records without a key go to the dead-letter topic."),
+    "target_topic": Param("", type="string", title="Target topic",
+                          description="migrate: the new topic; empty for <topic>.v2 or the next free version."),
+    "accept_ordering_break": Param(False, type="boolean", title="Accept the ordering break",
+                                   description="in_place on a keyed topic: go ahead although records of a key end "
+                                               "up in two partitions. Refused otherwise."),
+    "sample_records": Param(1000, type="integer", minimum=1, title="Sample size",
+                            description="Records read (latest, spread over the partitions) to measure how many keys "
+                                        "would change partition."),
+    "cutover_group_suffix": Param("", type="string", title="Cut-over group suffix",
+                                  description="migrate: when set, commit each source group's translated offsets on the "
+                                              "target for group <group><suffix>; empty: only record them."),
+    "approval": COMMON_PARAMS["approval"],
+    "dry_run": Param(True, type="boolean", title="Dry run",
+                     description="Plan only (sample, target name, backfill plan): nothing is created or written."),
+}
+
+
+def context_of(context: Any) -> operation.OperationContext:
+    params = dict(context["params"])
+    dag_run = context["dag_run"]
+    user = getattr(dag_run, "triggering_user_name", None) or f"({getattr(dag_run, 'run_type', 'unknown')})"
+    return partitions.context(dag_run.dag_id, dag_run.run_id,
+                              KafkaOpsHook(params.get("kafka_conn_id") or "kafka_default").get_config(), params,
+                              str(user))
+
+
+class PartitionApprovalOperator(KafkaOpsApprovalOperator):
+    """:class:`KafkaOpsApprovalOperator` over the partition-increase params."""
+
+    def operation_context(self, context: Any) -> operation.OperationContext:
+        return context_of(context)
+
+
+def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[str], doc_md: str) -> DAG:
+    with DAG(dag_id=dag_id, description=description, schedule=None, start_date=dt.datetime(2026, 1, 1),
+             catchup=False, max_active_runs=1, default_args=DEFAULT_ARGS, params=PARAMS, tags=tags,
+             doc_md=doc_md, render_template_as_native_obj=True) as dag:
+
+        @task
+        def begin() -> dict[str, Any]:
+            context = get_current_context()
+            return operation.begin(context_of(context), dict(context["params"]))
+
+        @task
+        def preflight_gate() -> dict[str, Any]:
+            ctx = context_of(get_current_context())
+            with recorded(ctx, "preflight_gate"):
+                return operation.preflight(ctx)
+
+        @task
+        def plan(before: dict[str, Any]) -> dict[str, Any]:
+            ctx = context_of(get_current_context())
+            with recorded(ctx, "plan"):
+                return partitions.make_plan(ctx, before)
+
+        @task
+        def execute(plan_data: dict[str, Any]) -> dict[str, Any]:
+            ctx = context_of(get_current_context())
+            plan = partitions.plan_of(plan_data)
+            with recorded(ctx, "execute"):
+                if plan.mode == "in_place":
+                    return partitions.execute_in_place(ctx, plan)
+                partitions.create_target(ctx, plan)
+                return partitions.run_backfill(ctx, plan)
+
+        @task
+        def verify(plan_data: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+            ctx = context_of(get_current_context())
+            plan = partitions.plan_of(plan_data)
+            with recorded(ctx, "verify"):
+                if plan.mode == "in_place":
+                    return partitions.verify_in_place(ctx, plan)
+                return partitions.backfill_gate(ctx, result)
+
+        @task
+        def cutover(plan_data: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+            ctx = context_of(get_current_context())
+            plan = partitions.plan_of(plan_data)
+            if plan.mode == "in_place":
+                raise AirflowSkipException("in_place: consumers keep their topic; nothing to cut over")
+            with recorded(ctx, "cutover"):
+                return partitions.cutover(ctx, plan, before)
+
+        @task
+        def finish(started: dict[str, Any]) -> dict[str, Any]:
+            ctx = context_of(get_current_context())
+            return partitions.finish(ctx, (started or {}).get("cluster_id"))
+
+        started = begin()
+        before = preflight_gate()
+        started >> before
+        planned = plan(before)
+        approval = PartitionApprovalOperator(
+            task_id="approval", kind=partitions.KIND, subject="Approve the kafkaops partition increase",
+            body="{{ ti.xcom_pull(task_ids='plan')['summary'] }}", response_timeout=dt.timedelta(hours=24))
+        planned >> approval
+        result = execute(planned)
+        approval >> result
+        verified = verify(planned, result)
+        switched = cutover(planned, before)
+        verified >> switched
+        done = finish(started)
+        switched >> done.as_teardown(setups=started)
+    return dag

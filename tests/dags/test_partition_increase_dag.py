@@ -1,0 +1,84 @@
+"""kafka_partition_increase end to end with dag.test() on a one-broker cluster of its own: migrate
+(rekey backfill in a Spark subprocess, backfill gate, offsets translated and committed for the new
+group) and the in_place refusal of a keyed topic."""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kafkaops import admin, audit, datagen, lock, provision, records
+from tests.conftest import TEST_BROKER_CONFIG
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "ledger"
+RECORDS = 5_000
+
+
+@pytest.fixture(scope="module")
+def cluster(airflow_db) -> Iterator[provision.ClusterSpec]:
+    base = Path(tempfile.mkdtemp(prefix="kafkaops-pi-dag-"))
+    atexit.register(provision.kill_strays, base)
+    spec = provision.local_cluster_spec(base, brokers=1, controllers=1, extra_config=TEST_BROKER_CONFIG)
+    old = os.environ.get("AIRFLOW_CONN_KAFKA_DEFAULT")
+    os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = json.dumps(
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": spec.bootstrap}})
+    try:
+        provision.cluster_up(spec)
+        with admin.connect(spec.bootstrap) as conn:
+            admin.create_topic(conn, TOPIC, 3, 1)
+            datagen.produce(conn.config, TOPIC, datagen.DatagenSpec(records=RECORDS, keys=100, record_bytes=200))
+            ends = {p: e for p, (_, e) in records.end_offsets(conn.config, TOPIC).items()}
+            admin.commit_group_offsets(conn, "billing", TOPIC, ends)  # a group that has caught up
+        yield spec
+    finally:
+        if old is None:
+            os.environ.pop("AIRFLOW_CONN_KAFKA_DEFAULT", None)
+        else:
+            os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = old
+        try:
+            provision.cluster_down(spec, purge=True)
+        finally:
+            provision.kill_strays(base)
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def run(dagbag, **conf):
+    dag_run = dagbag.dags["kafka_partition_increase"].test(run_conf=conf)
+    return dag_run, audit.AuditLog.for_run("kafka_partition_increase", dag_run.run_id).summary()
+
+
+def test_in_place_on_a_keyed_topic_is_refused_naming_the_moved_keys(dagbag, cluster) -> None:
+    dag_run, record = run(dagbag, topic=TOPIC, new_partition_count=6, mode="in_place", dry_run=False,
+                          approval="auto_approve")
+    assert str(dag_run.state) == "failed"
+    assert record["outcome"] == "refused", record
+    assert "distinct keys" in record["outcome_reason"] and "mode=migrate" in record["outcome_reason"]
+    with admin.connect(cluster.bootstrap) as conn:
+        assert len(admin.snapshot(conn, topics=[TOPIC], sizes=False, groups=False).partitions) == 3
+        assert lock.holder_of(admin.describe_cluster(conn)[0]) is None
+
+
+def test_migrate_rekeys_gates_and_translates_offsets(dagbag, cluster) -> None:
+    dag_run, record = run(dagbag, topic=TOPIC, new_partition_count=6, mode="migrate", key_rule="field:key",
+                          dry_run=False, approval="auto_approve", cutover_group_suffix=".v2")
+    assert str(dag_run.state) == "success", record
+    assert record["outcome"] == "success", record
+    assert [(g["gate"], g["ok"]) for g in record["gates"]] == [("preflight", True), ("backfill", True)]
+    cut = next(n for n in record["notes"] if "offset_translation" in n)["offset_translation"]
+    assert set(cut) == {"billing"} and cut["billing"]["redelivered"] == 0
+    config = {"bootstrap.servers": cluster.bootstrap}
+    ends = records.end_offsets(config, f"{TOPIC}.v2")
+    assert sum(e for _, e in ends.values()) == RECORDS
+    assert cut["billing"]["target"] == {str(p): e for p, (_, e) in ends.items()}
+    with admin.connect(cluster.bootstrap) as conn:
+        snap = admin.snapshot(conn, topics=[f"{TOPIC}.v2"], sizes=False)
+    moved = {x.partition: x.committed for g in snap.groups if g.group_id == "billing.v2" for x in g.partitions}
+    assert moved == {p: e for p, (_, e) in ends.items()}
