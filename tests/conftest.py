@@ -70,18 +70,8 @@ def wait_for(predicate: Callable[[], object], *, timeout: float, what: str, inte
 
 @pytest.fixture(scope="session")
 def kafka_cluster() -> Iterator[RunningCluster]:
-    base = Path(tempfile.mkdtemp(prefix="kafkaops-it-"))
-    atexit.register(provision.kill_strays, base)
-    spec = provision.local_cluster_spec(base, brokers=3, extra_config=TEST_BROKER_CONFIG)
-    try:
-        provision.cluster_up(spec)
+    with provision.temporary_cluster("kafkaops-it-", brokers=3, extra_config=TEST_BROKER_CONFIG) as spec:
         yield RunningCluster(spec)
-    finally:
-        try:
-            provision.cluster_down(spec, purge=True)
-        finally:
-            provision.kill_strays(base)
-            shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

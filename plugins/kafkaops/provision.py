@@ -5,15 +5,18 @@ scale-out DAG all go through :func:`run_playbook`, so they share one code path.
 """
 from __future__ import annotations
 
+import atexit
 import base64
 import json
+import shutil
 import logging
 import os
 import socket
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -261,6 +264,27 @@ def _inventory(spec: ClusterSpec | None) -> tuple[Mapping[str, Any] | Path, dict
     if spec is None:
         return LOCAL_INVENTORY, {"kafka_broker_base_dir": str(LOCAL_BASE_DIR)}
     return spec.inventory(), {}
+
+
+@contextmanager
+def temporary_cluster(prefix: str = "kafkaops-", **spec_args: Any) -> Iterator[ClusterSpec]:
+    """A throw-away local cluster (``local_cluster_spec`` arguments) in a new temp dir, up for the
+    ``with`` block and gone afterwards: stopped through the role, any straggler killed (also at
+    interpreter exit), the folder removed. Tests and benchmarks start their clusters with it."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(kill_strays, base)
+    spec = local_cluster_spec(base, **spec_args)
+    try:
+        cluster_up(spec)
+        yield spec
+    finally:
+        try:
+            cluster_down(spec, purge=True)
+        except ProvisionError as err:
+            log.warning("cluster_down of %s failed (%s); killing its processes", base, err)
+        finally:
+            kill_strays(base)  # also nodes added to the cluster after it started
+            shutil.rmtree(base, ignore_errors=True)
 
 
 def node_pid(spec: ClusterSpec, node_id: int) -> int | None:

@@ -1,9 +1,12 @@
 """Airflow for DAG tests: a migrated SQLite metadata DB in the session's throw-away AIRFLOW_HOME."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,3 +28,18 @@ def dagbag():
     from airflow.dag_processing.dagbag import DagBag
 
     return DagBag(dag_folder=str(REPO / "dags"))
+
+
+@contextmanager
+def kafka_default_connection(bootstrap: str) -> Iterator[None]:
+    """Point the DAGs' default connection (kafka_default, from the environment) at ``bootstrap``."""
+    old = os.environ.get("AIRFLOW_CONN_KAFKA_DEFAULT")
+    os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = json.dumps(
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}})
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("AIRFLOW_CONN_KAFKA_DEFAULT", None)
+        else:
+            os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = old

@@ -1,13 +1,9 @@
 """The kafkaops DAGs end to end with dag.test() on a real cluster of their own."""
 from __future__ import annotations
 
-import atexit
-import json
 import os
-import shutil
 import signal
 import time
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +11,7 @@ import pytest
 
 from kafkaops import admin, audit, datagen, executor, lock, provision
 from tests.conftest import TEST_BROKER_CONFIG, wait_for
+from tests.dags.conftest import kafka_default_connection
 from tests.integration.conftest import Traffic, throttles_left
 
 pytestmark = pytest.mark.integration
@@ -25,29 +22,14 @@ TOPIC = "orders"
 @pytest.fixture(scope="module")
 def cluster(airflow_db) -> Iterator[tuple[provision.ClusterSpec, Path]]:
     """Three brokers for these DAG runs only (a scale-out grows it); its spec is the DAG's inventory."""
-    base = Path(tempfile.mkdtemp(prefix="kafkaops-dags-"))
-    atexit.register(provision.kill_strays, base)
-    spec = provision.local_cluster_spec(base, brokers=3, controllers=1, extra_config=TEST_BROKER_CONFIG)
-    spec_path = spec.save(base / "spec.json")
-    old = os.environ.get("AIRFLOW_CONN_KAFKA_DEFAULT")
-    os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = json.dumps(
-        {"conn_type": "kafka", "extra": {"bootstrap.servers": spec.bootstrap}})
-    try:
-        provision.cluster_up(spec)
+    with provision.temporary_cluster("kafkaops-dags-", brokers=3, controllers=1,
+                                     extra_config=TEST_BROKER_CONFIG) as spec, \
+            kafka_default_connection(spec.bootstrap):
+        spec_path = spec.save(spec.base_dir / "spec.json")
         with admin.connect(spec.bootstrap) as conn:
             admin.create_topic(conn, TOPIC, 6, 3)
             datagen.produce(conn.config, TOPIC, datagen.DatagenSpec(records=20_000, keys=200, record_bytes=250))
         yield spec, spec_path
-    finally:
-        if old is None:
-            os.environ.pop("AIRFLOW_CONN_KAFKA_DEFAULT", None)
-        else:
-            os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = old
-        try:
-            provision.cluster_down(provision.ClusterSpec.load(spec_path), purge=True)
-        finally:
-            provision.kill_strays(base)
-            shutil.rmtree(base, ignore_errors=True)
 
 
 def run(dagbag, dag_id: str, **conf):

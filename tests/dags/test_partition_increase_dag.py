@@ -3,18 +3,13 @@
 group) and the in_place refusal of a keyed topic."""
 from __future__ import annotations
 
-import atexit
-import json
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from kafkaops import admin, audit, datagen, lock, provision, records
 from tests.conftest import TEST_BROKER_CONFIG
+from tests.dags.conftest import kafka_default_connection
 
 pytestmark = pytest.mark.integration
 
@@ -24,30 +19,15 @@ RECORDS = 5_000
 
 @pytest.fixture(scope="module")
 def cluster(airflow_db) -> Iterator[provision.ClusterSpec]:
-    base = Path(tempfile.mkdtemp(prefix="kafkaops-pi-dag-"))
-    atexit.register(provision.kill_strays, base)
-    spec = provision.local_cluster_spec(base, brokers=1, controllers=1, extra_config=TEST_BROKER_CONFIG)
-    old = os.environ.get("AIRFLOW_CONN_KAFKA_DEFAULT")
-    os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = json.dumps(
-        {"conn_type": "kafka", "extra": {"bootstrap.servers": spec.bootstrap}})
-    try:
-        provision.cluster_up(spec)
+    with provision.temporary_cluster("kafkaops-pi-dag-", brokers=1, controllers=1,
+                                     extra_config=TEST_BROKER_CONFIG) as spec, \
+            kafka_default_connection(spec.bootstrap):
         with admin.connect(spec.bootstrap) as conn:
             admin.create_topic(conn, TOPIC, 3, 1)
             datagen.produce(conn.config, TOPIC, datagen.DatagenSpec(records=RECORDS, keys=100, record_bytes=200))
             ends = {p: e for p, (_, e) in records.end_offsets(conn.config, TOPIC).items()}
             admin.commit_group_offsets(conn, "billing", TOPIC, ends)  # a group that has caught up
         yield spec
-    finally:
-        if old is None:
-            os.environ.pop("AIRFLOW_CONN_KAFKA_DEFAULT", None)
-        else:
-            os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = old
-        try:
-            provision.cluster_down(spec, purge=True)
-        finally:
-            provision.kill_strays(base)
-            shutil.rmtree(base, ignore_errors=True)
 
 
 def run(dagbag, **conf):

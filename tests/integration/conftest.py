@@ -3,16 +3,12 @@ the shared session cluster keeps its shape), client traffic that proves nothing 
 look at the throttle configs left on a cluster."""
 from __future__ import annotations
 
-import atexit
 import json
-import shutil
-import tempfile
 import threading
 import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,19 +43,9 @@ class GrowableCluster:
 @pytest.fixture(scope="module")
 def own_cluster() -> Iterator[GrowableCluster]:
     """Three brokers (one of them the only controller), started for one test module."""
-    base = Path(tempfile.mkdtemp(prefix="kafkaops-exec-"))
-    atexit.register(provision.kill_strays, base)
-    cluster = GrowableCluster(provision.local_cluster_spec(base, brokers=3, controllers=1,
-                                                           extra_config=TEST_BROKER_CONFIG))
-    try:
-        provision.cluster_up(cluster.spec)
-        yield cluster
-    finally:
-        try:
-            provision.cluster_down(cluster.spec, purge=True)
-        finally:
-            provision.kill_strays(base)
-            shutil.rmtree(base, ignore_errors=True)
+    with provision.temporary_cluster("kafkaops-exec-", brokers=3, controllers=1,
+                                     extra_config=TEST_BROKER_CONFIG) as spec:
+        yield GrowableCluster(spec)
 
 
 @pytest.fixture

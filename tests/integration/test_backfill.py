@@ -4,13 +4,10 @@ run killed half-way (SIGKILL of its process group) and run again gives the exact
 without the key field land in the dead-letter topic with the reason. One SparkSession per module."""
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -33,11 +30,8 @@ BAD = [b'{"id": -1, "note": "no key field"}', b"not json at all", b'{"id": -2, "
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[provision.ClusterSpec]:
-    base = Path(tempfile.mkdtemp(prefix="kafkaops-backfill-"))
-    atexit.register(provision.kill_strays, base)
-    spec = provision.local_cluster_spec(base, brokers=1, controllers=1, extra_config=TEST_BROKER_CONFIG)
-    try:
-        provision.cluster_up(spec)
+    with provision.temporary_cluster("kafkaops-backfill-", brokers=1, controllers=1,
+                                     extra_config=TEST_BROKER_CONFIG) as spec:
         with admin.connect(spec.bootstrap) as conn:
             admin.create_topic(conn, SOURCE, 3, 1)
             datagen.produce(conn.config, SOURCE, datagen.DatagenSpec(records=RECORDS, keys=300, skew="zipf",
@@ -47,12 +41,6 @@ def cluster() -> Iterator[provision.ClusterSpec]:
                 producer.produce(SOURCE, key=f"bad-{i}".encode(), value=value, partition=i % 3)
             assert producer.flush(30) == 0
         yield spec
-    finally:
-        try:
-            provision.cluster_down(spec, purge=True)
-        finally:
-            provision.kill_strays(base)
-            shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

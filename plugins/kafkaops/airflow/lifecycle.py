@@ -63,6 +63,13 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
     def kind_of(context: Any) -> str:
         return kind or context["params"]["operation"]
 
+    def run_step(name: str, step: Any, *args: Any) -> Any:
+        """Run ``step(ctx, *args)`` of kafkaops.operation as this task, recorded in the audit."""
+        context = get_current_context()
+        ctx = context_of(context, kind_of(context))
+        with recorded(ctx, name):
+            return step(ctx, *args)
+
     with DAG(dag_id=dag_id, description=description, schedule=None, start_date=dt.datetime(2026, 1, 1),
              catchup=False, max_active_runs=1, default_args=DEFAULT_ARGS, params=params, tags=tags,
              doc_md=doc_md, render_template_as_native_obj=True) as dag:
@@ -75,60 +82,37 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
 
         @task
         def preflight_gate() -> dict[str, Any]:
-            context = get_current_context()
-            ctx = context_of(context, kind_of(context))
-            with recorded(ctx, "preflight_gate"):
-                return operation.preflight(ctx)
+            return run_step("preflight_gate", operation.preflight)
 
         @task
         def plan(before: dict[str, Any], registered: Any = None, provisioned: Any = None) -> dict[str, Any]:
-            context = get_current_context()
-            ctx = context_of(context, kind_of(context))
-            with recorded(ctx, "plan"):
-                new = (provisioned or {}).get("new_brokers", []) if isinstance(provisioned, dict) else []
-                return operation.make_plan(ctx, before, new)
+            new = (provisioned or {}).get("new_brokers", []) if isinstance(provisioned, dict) else []
+            return run_step("plan", operation.make_plan, before, new)
 
         @task
         def plan_gate(plan_data: dict[str, Any]) -> dict[str, Any]:
-            context = get_current_context()
-            ctx = context_of(context, kind_of(context))
-            with recorded(ctx, "plan_gate"):
-                return operation.plan_gate(ctx, plan_data)
+            return run_step("plan_gate", operation.plan_gate, plan_data)
 
         @task
         def set_throttles(plan_data: dict[str, Any]) -> dict[str, Any]:
-            context = get_current_context()
-            ctx = context_of(context, kind_of(context))
-            with recorded(ctx, "set_throttles"):
-                return operation.set_throttles(ctx, plan_data)
+            return run_step("set_throttles", operation.set_throttles, plan_data)
 
         @task
         def verify(plan_data: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
-            context = get_current_context()
-            ctx = context_of(context, kind_of(context))
-            with recorded(ctx, "verify"):
-                return operation.verify_moves(ctx, plan_data, before)
+            return run_step("verify", operation.verify_moves, plan_data, before)
 
         @task
         def remove_throttles(record: Any, plan_data: dict[str, Any]) -> dict[str, Any]:
-            context = get_current_context()
-            ctx = context_of(context, kind_of(context))
-            with recorded(ctx, "remove_throttles"):
-                return operation.remove_throttles(ctx, record if isinstance(record, dict) else None, plan_data)
+            return run_step("remove_throttles", operation.remove_throttles,
+                            record if isinstance(record, dict) else None, plan_data)
 
         @task
         def elect_leaders(plan_data: dict[str, Any]) -> dict[str, Any]:
-            context = get_current_context()
-            ctx = context_of(context, kind_of(context))
-            with recorded(ctx, "elect_leaders"):
-                return operation.elect_leaders(ctx, plan_data)
+            return run_step("elect_leaders", operation.elect_leaders, plan_data)
 
         @task
         def post_move_gate(plan_data: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
-            context = get_current_context()
-            ctx = context_of(context, kind_of(context))
-            with recorded(ctx, "post_move_gate"):
-                return operation.post_move_gate(ctx, plan_data, before)
+            return run_step("post_move_gate", operation.post_move_gate, plan_data, before)
 
         @task
         def finish(started: dict[str, Any]) -> dict[str, Any]:
@@ -184,10 +168,7 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
         if kind != "scale_out":
             @task
             def stop_drained() -> dict[str, Any]:
-                context = get_current_context()
-                ctx = context_of(context, kind_of(context))
-                with recorded(ctx, "stop_drained"):
-                    return operation.stop_drained(ctx)
+                return run_step("stop_drained", operation.stop_drained)
 
             last = stop_drained()
             post >> last
