@@ -55,3 +55,19 @@ def test_throttle_removal_and_finish_are_teardowns(dagbag, dag_id: str, teardown
     dag = dagbag.dags[dag_id]
     assert {t.task_id for t in dag.tasks if t.is_teardown} == teardowns
     assert {t.task_id for t in dag.tasks if t.is_setup} == {"set_throttles", "begin"}
+
+
+def test_airflow_loads_the_kafkaops_plugin_from_the_plugins_folder() -> None:
+    """Airflow's own plugin loader finds exactly the kafkaops entry point (plugins/.airflowignore
+    keeps it from importing the package file by file) with its record pages and DAG-run tab."""
+    import json
+    import os
+
+    airflow = str(Path(sys.executable).parent / "airflow")
+    result = subprocess.run([airflow, "plugins", "--output", "json"], capture_output=True, text=True, timeout=180,
+                            env=os.environ.copy())
+    assert result.returncode == 0, result.stderr[-2000:]
+    plugins = {p["name"]: p for p in json.loads(result.stdout[result.stdout.index("["):])}
+    assert set(plugins) == {"kafkaops"}
+    assert plugins["kafkaops"]["fastapi_apps"][0]["url_prefix"] == "/kafkaops"
+    assert any(v["destination"] == "dag_run" for v in plugins["kafkaops"]["external_views"])
