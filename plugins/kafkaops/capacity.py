@@ -133,16 +133,18 @@ def _point(value: Cluster | ReviewPoint) -> ReviewPoint:
 
 
 def throughput(before: Cluster | ReviewPoint, after: Cluster | ReviewPoint) -> tuple[PartitionThroughput, ...]:
-    """Per-partition throughput from end-offset (and size) deltas. Partitions missing from ``before``
-    (new) count from offset 0; a delta below 0 (topic recreated, log truncated) counts as 0."""
+    """Per-partition throughput from end-offset (and size) deltas. New partitions of a topic ``before``
+    knew count from offset 0; topics ``before`` did not hold are left out (no baseline); a delta below 0
+    (topic recreated, log truncated) counts as 0."""
     b, a = _point(before), _point(after)
     seconds = a.taken_at - b.taken_at
     if seconds <= 0:
         raise CapacityError(f"the later snapshot (taken_at {a.taken_at}) is not after the earlier one "
                             f"({b.taken_at}): {seconds:.3f} s apart; pass (earlier, later)")
+    known = {t for t, _ in b.offsets}
     out = []
     for key, end in sorted(a.offsets.items()):
-        if end is None:
+        if end is None or key[0] not in known:
             continue
         start = b.offsets.get(key)
         records = max(0, end - (start or 0))

@@ -139,3 +139,17 @@ def analyze(topic: str, records: Iterable[Sequence[Any]], *, partitions: int,
                      per_partition_now=now if placed and now else None, null_key_records=null_records,
                      null_key_bytes=null_bytes, candidates=candidates, candidate_field=candidate_field,
                      candidate_per_key={k: (r, b) for k, (r, b) in cand.items()}, top=top)
+
+
+def sample_offsets(cluster: Any, topic: str, records: int) -> tuple[dict[int, int], dict[int, int]]:
+    """A bounded sample of ``topic`` from a snapshot (:class:`kafkaops.model.Cluster`): the latest
+    ``records`` records, spread evenly over its partitions. Returns ``(start, end)`` offsets."""
+    if records < 1:
+        raise SkewError(f"sample size is {records}; give 1 or more records")
+    parts = cluster.partitions_of(topic)
+    per = max(1, -(-records // len(parts)))
+    start, end = {}, {}
+    for p in parts:
+        first, last = p.start_offset or 0, p.end_offset or 0
+        start[p.partition], end[p.partition] = max(first, last - per), last
+    return start, end

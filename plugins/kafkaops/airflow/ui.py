@@ -4,6 +4,7 @@
     /kafkaops/records/{dag_id}/{run_id}        one record as a page (a tab on the DAG run)
     /kafkaops/records/{dag_id}/{run_id}.json   the same record as JSON
     /kafkaops/docs/...                         Data Docs pages the gates kept
+    /kafkaops/capacity/<cluster>/<run>/...     capacity review reports (HTML and JSON)
 """
 from __future__ import annotations
 
@@ -50,8 +51,11 @@ def record_page(dag_id: str, run_id: str) -> str:
 
 def _mount_docs() -> None:
     docs = state_dir() / "docs"
-    docs.mkdir(parents=True, exist_ok=True)
+    reports = state_dir() / "capacity" / "reports"
+    for folder in (docs, reports):
+        folder.mkdir(parents=True, exist_ok=True)
     app.mount("/docs", StaticFiles(directory=str(docs), html=True), name="docs")
+    app.mount("/capacity", StaticFiles(directory=str(reports), html=True), name="capacity")
 
 
 _mount_docs()

@@ -1,0 +1,143 @@
+"""The scheduled capacity review as tasks: kafkaops.capacity_run's steps.
+
+    snapshot -> history_append -> key_skew (optional, Spark) -> review -> report
+      -> scale_out_proposal -> propose_scale_out (TriggerDagRunOperator: a kafka_scale_out run with
+         approval=manual, dry_run=false, which waits at its approval for a person)
+
+The schedule is the builder's ``schedule`` argument; ``dags/kafka_capacity_review.py`` takes it from
+the Airflow Variable ``kafkaops_capacity_review_schedule`` in its environment form
+(``AIRFLOW_VAR_KAFKAOPS_CAPACITY_REVIEW_SCHEDULE``, read without a metadata-DB call), default daily.
+Nothing here touches Kafka at import time.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import os
+from typing import Any
+
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+from airflow.sdk import DAG, Param, get_current_context, task
+from airflow.sdk.exceptions import AirflowSkipException
+
+from kafkaops import capacity_run
+from kafkaops.airflow.hooks import KafkaOpsHook
+from kafkaops.airflow.lifecycle import COMMON_PARAMS, DEFAULT_ARGS
+
+SCHEDULE_VARIABLE = "kafkaops_capacity_review_schedule"
+DEFAULT_SCHEDULE = "@daily"
+
+PARAMS: dict[str, Param] = {
+    "kafka_conn_id": COMMON_PARAMS["kafka_conn_id"],
+    "topics": Param([], type="array", items={"type": "string"}, title="Topics",
+                    description="Topics to review; empty means all topics."),
+    "target_records_per_s": Param(None, type=["null", "number"], title="Target throughput (records/s)",
+                                  description="Peak records/s each reviewed topic must sustain; with the per-consumer "
+                                              "throughput it gives the recommended partition count. Empty: no "
+                                              "partition recommendation."),
+    "per_consumer_records_per_s": Param(None, type=["null", "number"], title="Per-consumer throughput (records/s)",
+                                        description="Records/s one consumer handles (from a load test)."),
+    "max_consumers": Param(None, type=["null", "integer"], minimum=0, title="Max consumers",
+                           description="Consumers a group may run at most; empty: the largest group seen."),
+    "per_broker_mb_per_s": Param(None, type=["null", "number"], title="Per-broker throughput (MB/s)",
+                                 description="What one broker sustains; empty: brokers from disk headroom only."),
+    "disk_per_broker_gb": Param(None, type=["null", "number"], title="Disk per broker (GB)",
+                                description="Log-dir capacity of a broker; empty: the smallest reported by the "
+                                            "brokers."),
+    "key_skew": Param(False, type="boolean", title="Key skew (Spark)",
+                      description="Sample a topic with Spark and measure key skew and what-if partition counts."),
+    "skew_topic": Param("", type="string", title="Key-skew topic",
+                        description="The topic sampled; empty: the only entry of topics."),
+    "sample_records": Param(10_000, type="integer", minimum=1, title="Sample size",
+                            description="Latest records read for the key skew, spread over the partitions."),
+    "candidate_key_field": Param("", type="string", title="Candidate key field",
+                                 description="A top-level JSON field of the value to try as the new key."),
+    "candidate_partitions": Param([1, 2, 3, 4, 6, 8, 12, 16, 24, 32], type="array", items={"type": "integer"},
+                                  title="Candidate partition counts", description="What-if partition counts."),
+    "propose_scale_out": Param(False, type="boolean", title="Propose a scale-out",
+                               description="When the review calls for more brokers, create a kafka_scale_out run "
+                                           "(approval=manual, dry_run=false) that waits for a person to approve."),
+    "scale_out_inventory": Param("", type="string", title="Scale-out inventory",
+                                 description="The inventory the proposed kafka_scale_out run provisions with."),
+}
+
+
+def schedule_from_env() -> str | None:
+    """The schedule: the Variable's environment form, else daily; ``none`` turns it off."""
+    value = os.environ.get("AIRFLOW_VAR_" + SCHEDULE_VARIABLE.upper(), DEFAULT_SCHEDULE).strip()
+    return None if value.lower() in ("", "none", "null") else value
+
+
+def _run() -> tuple[Any, capacity_run.CapacityParams, str, str]:
+    context = get_current_context()
+    dag_run = context["dag_run"]
+    return context, capacity_run.CapacityParams.from_params(dict(context["params"])), dag_run.dag_id, dag_run.run_id
+
+
+def build_capacity_review_dag(dag_id: str, *, schedule: str | None = DEFAULT_SCHEDULE, description: str,
+                              tags: list[str], doc_md: str, scale_out_dag_id: str = "kafka_scale_out") -> DAG:
+    with DAG(dag_id=dag_id, description=description, schedule=schedule, start_date=dt.datetime(2026, 1, 1),
+             catchup=False, max_active_runs=1, default_args=DEFAULT_ARGS, params=PARAMS, tags=tags,
+             doc_md=doc_md, render_template_as_native_obj=True) as dag:
+
+        @task
+        def snapshot() -> dict[str, Any]:
+            context, params, dag, run = _run()
+            record = capacity_run.record(dag, run)
+            user = getattr(context["dag_run"], "triggering_user_name", None) or "(scheduled)"
+            record.append("started", operation=capacity_run.KIND, dag_id=dag, run_id=run, triggered_by=str(user),
+                          params=dict(context["params"]))
+            config = KafkaOpsHook(params.kafka_conn_id).get_config()
+            return capacity_run.take_snapshot(config, params, record)
+
+        @task
+        def history_append(cluster: dict[str, Any]) -> dict[str, Any]:
+            _, _, _, run = _run()
+            return capacity_run.append_history(cluster, run)
+
+        @task
+        def key_skew(cluster: dict[str, Any]) -> dict[str, Any] | None:
+            _, params, _, run = _run()
+            if not params.key_skew:
+                raise AirflowSkipException("key_skew is off: no Spark sample this run")
+            return capacity_run.run_key_skew(KafkaOpsHook(params.kafka_conn_id).get_config(), cluster, params, run)
+
+        @task(trigger_rule="none_failed")
+        def review(cluster: dict[str, Any], history: dict[str, Any], skew: Any = None) -> dict[str, Any]:
+            _, params, _, _ = _run()
+            return capacity_run.make_review(cluster, params, skew if isinstance(skew, dict) else None)
+
+        @task(trigger_rule="none_failed")
+        def report(review_data: dict[str, Any], skew: Any = None) -> dict[str, str]:
+            _, _, dag, run = _run()
+            record = capacity_run.record(dag, run)
+            paths = capacity_run.make_report(review_data, skew if isinstance(skew, dict) else None, run, record)
+            record.append("outcome", outcome="success")
+            return paths
+
+        @task
+        def scale_out_proposal(review_data: dict[str, Any]) -> dict[str, Any]:
+            _, params, dag, run = _run()
+            if not params.propose_scale_out:
+                raise AirflowSkipException("propose_scale_out is off")
+            conf = capacity_run.scale_out_proposal(review_data, params)
+            if conf is None:
+                raise AirflowSkipException("the review does not call for more brokers")
+            capacity_run.record(dag, run).append("note", text=f"proposed {scale_out_dag_id}: add "
+                                                 f"{conf['add_brokers']} broker(s); waits for manual approval",
+                                                 conf=conf)
+            return conf
+
+        cluster = snapshot()
+        history = history_append(cluster)
+        skew = key_skew(cluster)
+        history >> skew
+        reviewed = review(cluster, history, skew)
+        reported = report(reviewed, skew)
+        proposal = scale_out_proposal(reviewed)
+        reported >> proposal
+        trigger = TriggerDagRunOperator(
+            task_id="propose_scale_out", trigger_dag_id=scale_out_dag_id,
+            conf="{{ ti.xcom_pull(task_ids='scale_out_proposal') }}", wait_for_completion=False,
+            note="proposed by the capacity review {{ run_id }}: approve or reject it in its approval step")
+        proposal >> trigger
+    return dag

@@ -1,0 +1,103 @@
+"""Key skew of a bounded sample of a topic, with Spark's Kafka connector.
+
+    python -m spark_apps.key_skew --bootstrap host:9092 --topic orders --partitions 3 \
+        --start '{"0":0,"1":0,"2":0}' --end '{"0":500,"1":500,"2":500}' \
+        [--candidate-field account_id] [--candidates 3,6,12] --output skew.json
+
+Spark reads exactly ``[start, end)`` of each partition and aggregates records and bytes per key,
+per partition and per candidate key (a top-level JSON field of the value, ``get_json_object``); the
+driver turns those counts into the result with :func:`kafkaops.skew.summarize` (hottest keys,
+load now and under each candidate partition count, placed by Kafka's Java partitioner).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+_REPO = Path(__file__).resolve().parents[1]
+if str(_REPO / "plugins") not in sys.path:
+    sys.path.insert(0, str(_REPO / "plugins"))
+
+from kafkaops import skew  # noqa: E402
+from spark_apps.rekey_backfill import spark_session  # noqa: E402
+
+log = logging.getLogger("kafkaops.key_skew")
+
+
+def _offsets(topic: str, offsets: dict[str, int]) -> str:
+    return json.dumps({topic: {str(p): int(o) for p, o in offsets.items()}})
+
+
+def counts(spark: Any, bootstrap: str, topic: str, start: dict[str, int], end: dict[str, int],
+           candidate_field: str | None, options: dict[str, str] | None = None) -> dict[str, Any]:
+    """Per-key, per-partition and per-candidate-key counts of ``[start, end)``, collected to the driver."""
+    from pyspark.sql import functions as F
+
+    frame = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+             .option("subscribe", topic)
+             .option("startingOffsets", _offsets(topic, start)).option("endingOffsets", _offsets(topic, end))
+             .option("failOnDataLoss", "false").options(**(options or {})).load()
+             .select("key", "value", "partition",
+                     (F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0)))
+                     .alias("nbytes")))
+    frame = frame.cache()
+    per_key = {bytes(r["key"]): (int(r["n"]), int(r["b"])) for r in
+               frame.where(F.col("key").isNotNull()).groupBy("key")
+               .agg(F.count("*").alias("n"), F.sum("nbytes").alias("b")).collect()}
+    nulls = frame.where(F.col("key").isNull()).agg(F.count("*").alias("n"), F.sum("nbytes").alias("b")).first()
+    now = {int(r["partition"]): int(r["count"]) for r in frame.groupBy("partition").count().collect()}
+    cand: dict[bytes, tuple[int, int]] = {}
+    if candidate_field:
+        path = "$." + candidate_field
+        cand = {r["ck"].encode(): (int(r["n"]), int(r["b"])) for r in
+                frame.select(F.get_json_object(F.col("value").cast("string"), path).alias("ck"), "nbytes")
+                .where(F.col("ck").isNotNull()).groupBy("ck")
+                .agg(F.count("*").alias("n"), F.sum("nbytes").alias("b")).collect()}
+    frame.unpersist()
+    return {"per_key": per_key, "null_records": int(nulls["n"] or 0), "null_bytes": int(nulls["b"] or 0),
+            "now": now, "candidate": cand}
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(prog="key_skew", description=__doc__.splitlines()[0])
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--partitions", type=int, required=True, help="the topic's partition count")
+    parser.add_argument("--start", required=True, help='JSON {"partition": offset} of the first sampled record')
+    parser.add_argument("--end", required=True, help='JSON {"partition": offset} one past the last')
+    parser.add_argument("--candidate-field", default=None, help="top-level JSON field of the value to try as key")
+    parser.add_argument("--candidates", default=",".join(map(str, skew.DEFAULT_CANDIDATES)),
+                        help="partition counts to try, comma separated")
+    parser.add_argument("--output", required=True, help="write the JSON result here")
+    parser.add_argument("--master", default="local[1]")
+    parser.add_argument("--driver-memory", default="1g")
+    parser.add_argument("--kafka-option", action="append", default=[], metavar="kafka.KEY=VALUE")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    start, end = json.loads(args.start), json.loads(args.end)
+    spark = spark_session(args.master, app="kafkaops-key-skew", driver_memory=args.driver_memory,
+                          shuffle_partitions=2)
+    spark.sparkContext.setLogLevel("WARN")
+    try:
+        c = counts(spark, args.bootstrap, args.topic, start, end, args.candidate_field,
+                   dict(o.split("=", 1) for o in args.kafka_option))
+    finally:
+        spark.stop()
+    result = skew.summarize(args.topic, c["per_key"], partitions=args.partitions, per_partition_now=c["now"],
+                            null_key_records=c["null_records"], null_key_bytes=c["null_bytes"],
+                            candidates=[int(x) for x in args.candidates.split(",") if x.strip()],
+                            candidate_field=args.candidate_field, candidate_per_key=c["candidate"])
+    result["sample"] = {"start": start, "end": end}
+    Path(args.output).write_text(json.dumps(result, indent=1, sort_keys=True))
+    log.info("key skew of %s: %d records, %d keys, hottest %s", args.topic, result["records"], result["keys"],
+             result["top_keys"][:1])
+    return result
+
+
+if __name__ == "__main__":
+    main()
