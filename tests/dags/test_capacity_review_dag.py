@@ -1,36 +1,13 @@
-"""The capacity-review DAG: imports with no Kafka access, daily by default, and proposes a scale-out
+"""The capacity-review DAG (its import without Kafka access: test_dag_integrity): daily by default; proposes a scale-out
 only as a run that waits for a person (approval=manual, dry_run=false)."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 from kafkaops import capacity, capacity_run
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "kafka_capacity_review"
-
-
-def test_the_capacity_dag_imports_without_kafka_or_connections() -> None:
-    probe = f"""
-import sys
-sys.path[:0] = [{str(REPO / 'plugins')!r}, {str(REPO / 'dags')!r}]
-import confluent_kafka, confluent_kafka.admin, kafka
-def boom(*a, **k):
-    raise RuntimeError("Kafka or a connection was touched at import time")
-confluent_kafka.Producer = confluent_kafka.Consumer = confluent_kafka.admin.AdminClient = boom
-kafka.KafkaAdminClient = boom
-from airflow.sdk import BaseHook, Variable
-BaseHook.get_connection = classmethod(boom)
-Variable.get = staticmethod(boom)
-import runpy
-dag = runpy.run_path({str(REPO / 'dags' / 'kafka_capacity_review.py')!r})["dag"]
-print("imported", dag.dag_id)
-"""
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert f"imported {DAG_ID}" in result.stdout
 
 
 def test_shape_schedule_and_params(dagbag) -> None:

@@ -197,3 +197,19 @@ def test_a_broker_killed_mid_move_stalls_the_wait_and_the_retry_completes_the_ru
         assert throttles_left(conn) == {}
         snap = admin.snapshot(conn, topics=[TOPIC], sizes=False, groups=False)
     assert snap.replicas_per_broker()[5] > 0 and not snap.under_replicated
+
+
+def test_draining_a_broker_empties_it_and_stops_it_through_the_role(dagbag, cluster) -> None:
+    spec, spec_path = cluster
+    grown = provision.ClusterSpec.load(spec_path)
+    assert provision.node_pid(grown, 5) is not None
+    dag_run, record = run(dagbag, "kafka_reassign", operation="drain", drain_brokers=[5], stop_drained=True,
+                          dry_run=False, approval="auto_approve", inventory=str(spec_path), throttle_mb_per_s=50)
+    assert str(dag_run.state) == "success", record
+    assert record["outcome"] == "success" and all(g["ok"] for g in record["gates"])
+    with admin.connect(spec.bootstrap) as conn:
+        snap = admin.snapshot(conn, include_internal=True, sizes=False, groups=False)
+        assert throttles_left(conn) == {}
+    assert snap.replicas_per_broker().get(5, 0) == 0
+    assert not snap.under_replicated
+    assert provision.node_pid(grown, 5) is None  # stopped by the role after the verified drain
