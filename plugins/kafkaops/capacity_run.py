@@ -176,7 +176,8 @@ def make_report(review_data: Mapping[str, Any], skew_result: Mapping[str, Any] |
     review = capacity.Review.from_dict(review_data)
     paths = capacity_report.write_report(review, skew_result, run_id=run_id)
     if log_ is not None:
-        log_.append("note", text=f"capacity report: {paths.html}", report=paths.to_dict(),
+        url = "/kafkaops/capacity/" + paths.html.relative_to(state_dir() / "capacity" / "reports").as_posix()
+        log_.append("note", text=f"capacity report: {paths.html}", url=url, report=paths.to_dict(),
                     findings=[f.message for f in review.findings],
                     recommendations=[r.message for r in review.recommendations])
     return paths.to_dict()

@@ -96,6 +96,9 @@ def render_record_html(record: dict, *, docs_base: str = "") -> str:
         "<h2>Gates</h2>", f"<ul>{''.join(gates)}</ul>" if gates else "<p>none</p>",
         "<h2>Plan</h2>", f"<p>{esc(plan.get('summary'))}</p><pre>{esc(diff)}</pre>",
         "<h2>Batches</h2>", rows(record.get("batches", []), ["index", "partitions", "seconds", "status"]),
+        "<h2>Notes</h2>", "<ul>" + "".join(
+            f"<li>{esc(n.get('text'))}" + (f' (<a href="{esc(n["url"])}">open</a>)' if n.get("url") else "") + "</li>"
+            for n in record.get("notes", [])) + "</ul>",
         "<h2>Throttles</h2>", "<h3>set</h3>", rows(record.get("throttles_set", []), ["brokers", "topics", "rate"]),
         "<h3>removed</h3>", rows(record.get("throttles_removed", []), ["brokers", "topics"]),
     ]

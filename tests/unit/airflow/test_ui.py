@@ -26,12 +26,13 @@ def test_a_record_page_shows_who_what_gates_plan_and_clusters(client: TestClient
     log.append("plan", summary="scale-out: 3 partitions change", diff=["orders-0: [1,2,3] -> [4,2,3]"])
     log.append("gate", gate="preflight", ok=True, failures=[], docs_path="kafka_scale_out/x/preflight/index.html")
     log.append("approval", approved=True, by="bob", mode="manual")
+    log.append("note", text="capacity report: /x/report.html", url="/kafkaops/capacity/c1/r1/report.html")
     log.append("outcome", outcome="success")
 
     page = client.get("/records/kafka_scale_out/manual__2026-11-22T10:00:00+00:00")
     assert page.status_code == 200
     for text in ("scale_out: success", "alice", "orders-0: [1,2,3] -&gt; [4,2,3]", "preflight", "Data Docs",
-                 "Cluster before", "bob"):
+                 "Cluster before", "bob", 'href="/kafkaops/capacity/c1/r1/report.html"'):
         assert text in page.text
     as_json = client.get("/records/kafka_scale_out/manual__2026-11-22T10:00:00+00:00.json").json()
     assert as_json["outcome"] == "success" and as_json["triggered_by"] == "alice"
