@@ -97,8 +97,11 @@ def test_a_killed_broker_shows_offline_with_under_replicated_partitions(
     os.kill(pid, signal.SIGKILL)
     try:
         def degraded():
+            # a fresh client each time: in KRaft the "controller" a client learns from metadata is any
+            # broker, and a long-lived client keeps asking the dead one until its metadata refreshes
             try:
-                snap = admin.snapshot(kafka_conn, topics=[topic_name], sizes=False, groups=False)
+                with kafka_cluster.connect(timeout_s=5) as fresh:
+                    snap = admin.snapshot(fresh, topics=[topic_name], sizes=False, groups=False)
             except KafkaUnreachable:  # a moment without answers while the cluster notices the loss
                 return None
             return snap if victim in snap.offline_broker_ids and snap.under_replicated else None
@@ -111,5 +114,11 @@ def test_a_killed_broker_shows_offline_with_under_replicated_partitions(
         # the same role brings the killed node back; the others are left as they are
         result = provision.cluster_up(kafka_cluster.spec)
         assert set(result.changed) == {f"kafka-{victim}"}
-    wait_for(lambda: not admin.snapshot(kafka_conn, topics=[topic_name], sizes=False, groups=False).under_replicated,
-             timeout=60, what="the restarted broker to rejoin every ISR")
+    def healed():
+        try:
+            with kafka_cluster.connect(timeout_s=5) as fresh:
+                return not admin.snapshot(fresh, topics=[topic_name], sizes=False, groups=False).under_replicated
+        except KafkaUnreachable:
+            return False
+
+    wait_for(healed, timeout=60, what="the restarted broker to rejoin every ISR")
