@@ -55,7 +55,7 @@ cluster-up: setup
 cluster-down: setup
 	$(PY) -m kafkaops cluster down
 
-AIRFLOW_ENV = AIRFLOW_HOME=$(CURDIR)/.cache/airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
+AIRFLOW_ENV = PATH=$(CURDIR)/$(VENV)/bin:$$PATH AIRFLOW_HOME=$(CURDIR)/.cache/airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
 	AIRFLOW__CORE__PLUGINS_FOLDER=$(CURDIR)/plugins AIRFLOW__CORE__LOAD_EXAMPLES=False \
 	AIRFLOW__API__HOST=127.0.0.1 AIRFLOW__API__PORT=8080 \
 	AIRFLOW_CONN_KAFKA_DEFAULT='{"conn_type": "kafka", "extra": {"bootstrap.servers": "127.0.0.1:19092,127.0.0.1:19094,127.0.0.1:19096"}}'
