@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "plugins"), str(Path(__file__).resolve().parents[1]),
                 str(Path(__file__).resolve().parent)]
 
-from results import append_results  # noqa: E402
+from results import publish  # noqa: E402
 
 from kafkaops import admin, datagen, provision, records  # noqa: E402
 from kafkaops.backfill import BackfillPlan  # noqa: E402
@@ -102,9 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{'met' if rekey / perf >= 0.5 else 'MISSED'} |",
         f"| (datagen, confluent-kafka, for scale) | {gen.seconds:.1f} | {gen.records_per_second:,.0f} | | |",
     ]
-    print("\n".join(lines))
-    if not args.no_results:
-        append_results("Rekey backfill", lines)
+    publish("Rekey backfill", lines, save=not args.no_results)
     return 0
 
 

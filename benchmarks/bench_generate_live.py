@@ -37,7 +37,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "plugins"), str(Path(_
 
 from confluent_kafka.admin import NewTopic  # noqa: E402
 from kafka_generate import assign_replicas_to_brokers, replica_moves  # noqa: E402
-from results import append_results  # noqa: E402
+from results import publish  # noqa: E402
 
 from kafkaops import admin, provision  # noqa: E402
 from kafkaops.model import Broker, Cluster  # noqa: E402
@@ -187,9 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-results", action="store_true", help="do not append to RESULTS.md")
     args = parser.parse_args(argv)
     lines = measure(args)
-    print("\n".join(lines))
-    if not args.no_results:
-        append_results("generate (live)", lines)
+    publish("generate (live)", lines, save=not args.no_results)
     return 0
 
 

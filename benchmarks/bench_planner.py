@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "plugins"), str(Path(__file__).resolve().parent)]
 
 from kafka_generate import assign_replicas_to_brokers, generate, replica_moves  # noqa: E402
-from results import append_results  # noqa: E402
+from results import publish  # noqa: E402
 
 from kafkaops.model import Broker, Cluster, PartitionAssignment  # noqa: E402
 from kafkaops.planner import lower_bound_moves, plan_scale_out  # noqa: E402
@@ -127,9 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     speed = [bench_speed(racks) for racks in (1, 3)]
     rows = bench_moves(args.quick)
     lines = report(speed, rows)
-    print("\n".join(lines))
-    if not args.no_results:
-        append_results("planner", lines)
+    publish("planner", lines, save=not args.no_results)
     return 0
 
 

@@ -23,7 +23,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "plugins"), str(Path(_
 
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import NewTopic  # noqa: E402
-from results import append_results  # noqa: E402
+from results import publish  # noqa: E402
 
 from kafkaops import admin, provision  # noqa: E402
 from kafkaops.paths import jar_dir  # noqa: E402
@@ -82,9 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             f"- vs bare metadata request ({bare:.3f} s): {ours / bare:.1f}x",
             f"- vs kafka-topics --describe ({kafka:.3f} s, JVM start included): {ours / kafka:.2f}x",
         ]
-        print("\n".join(lines))
-        if not args.no_results:
-            append_results("snapshot", lines)
+        publish("snapshot", lines, save=not args.no_results)
     finally:
         provision.cluster_down(spec, purge=True)
         provision.kill_strays(base)

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "plugins"), str(Path(__file__).resolve().parent)]
 
 from confluent_kafka.admin import NewTopic  # noqa: E402
-from results import append_results  # noqa: E402
+from results import publish  # noqa: E402
 
 from kafkaops import admin, datagen, executor, provision  # noqa: E402
 
@@ -141,9 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         f"- reference, unthrottled move of {free_size / MB:.1f} MB: {free_rate / MB:.1f} MB/s end to end in "
         f"{free_s:.2f} s; observed / unthrottled: {observed / free_rate:.3f}",
     ]
-    print("\n".join(lines))
-    if not args.no_results:
-        append_results("throttled move rate", lines)
+    publish("throttled move rate", lines, save=not args.no_results)
     return 0
 
 

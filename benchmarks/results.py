@@ -15,3 +15,10 @@ def append_results(title: str, lines: Sequence[str]) -> None:
     with RESULTS.open("a", encoding="utf-8") as f:
         f.write(f"\n## {title}: {stamp} (python {sys.version.split()[0]}, {platform.machine()})\n\n")
         f.write("\n".join(lines) + "\n")
+
+
+def publish(title: str, lines: Sequence[str], *, save: bool = True) -> None:
+    """Print a benchmark's lines and, unless ``save`` is False, append them to RESULTS.md."""
+    print("\n".join(lines))
+    if save:
+        append_results(title, lines)

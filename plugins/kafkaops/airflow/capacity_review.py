@@ -11,7 +11,6 @@ Nothing here touches Kafka at import time.
 """
 from __future__ import annotations
 
-import datetime as dt
 import os
 from typing import Any
 
@@ -21,7 +20,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from kafkaops import capacity_run
 from kafkaops.airflow.hooks import KafkaOpsHook
-from kafkaops.airflow.lifecycle import COMMON_PARAMS, DEFAULT_ARGS
+from kafkaops.airflow.lifecycle import COMMON_PARAMS, operation_dag
 
 SCHEDULE_VARIABLE = "kafkaops_capacity_review_schedule"
 DEFAULT_SCHEDULE = "@daily"
@@ -75,9 +74,8 @@ def _run() -> tuple[Any, capacity_run.CapacityParams, str, str]:
 
 def build_capacity_review_dag(dag_id: str, *, schedule: str | None = DEFAULT_SCHEDULE, description: str,
                               tags: list[str], doc_md: str, scale_out_dag_id: str = "kafka_scale_out") -> DAG:
-    with DAG(dag_id=dag_id, description=description, schedule=schedule, start_date=dt.datetime(2026, 1, 1),
-             catchup=False, max_active_runs=1, default_args=DEFAULT_ARGS, params=PARAMS, tags=tags,
-             doc_md=doc_md, render_template_as_native_obj=True) as dag:
+    with operation_dag(dag_id, description=description, params=PARAMS, tags=tags, doc_md=doc_md,
+                       schedule=schedule) as dag:
 
         @task
         def snapshot() -> dict[str, Any]:

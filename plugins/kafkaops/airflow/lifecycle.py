@@ -55,6 +55,14 @@ COMMON_PARAMS: dict[str, Param] = {
 }
 
 
+def operation_dag(dag_id: str, *, description: str, params: Mapping[str, Param], tags: list[str], doc_md: str,
+                  schedule: Any = None) -> DAG:
+    """The DAG object every kafkaops DAG uses: one run at a time, native XCom templates, no catch-up."""
+    return DAG(dag_id=dag_id, description=description, schedule=schedule, start_date=dt.datetime(2026, 1, 1),
+               catchup=False, max_active_runs=1, default_args=DEFAULT_ARGS, params=dict(params), tags=tags,
+               doc_md=doc_md, render_template_as_native_obj=True)
+
+
 def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extra_params: Mapping[str, Param],
                         tags: list[str], doc_md: str) -> DAG:
     """A DAG running one kafkaops operation. ``kind`` None: the ``operation`` param chooses it."""
@@ -70,9 +78,7 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
         with recorded(ctx, name):
             return step(ctx, *args)
 
-    with DAG(dag_id=dag_id, description=description, schedule=None, start_date=dt.datetime(2026, 1, 1),
-             catchup=False, max_active_runs=1, default_args=DEFAULT_ARGS, params=params, tags=tags,
-             doc_md=doc_md, render_template_as_native_obj=True) as dag:
+    with operation_dag(dag_id, description=description, params=params, tags=tags, doc_md=doc_md) as dag:
 
         @task
         def begin() -> dict[str, Any]:

@@ -18,7 +18,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from kafkaops import operation, partitions
 from kafkaops.airflow.hooks import KafkaOpsHook
-from kafkaops.airflow.lifecycle import COMMON_PARAMS, DEFAULT_ARGS
+from kafkaops.airflow.lifecycle import COMMON_PARAMS, operation_dag
 from kafkaops.airflow.operators import KafkaOpsApprovalOperator, recorded
 
 PARAMS: dict[str, Param] = {
@@ -66,9 +66,7 @@ class PartitionApprovalOperator(KafkaOpsApprovalOperator):
 
 
 def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[str], doc_md: str) -> DAG:
-    with DAG(dag_id=dag_id, description=description, schedule=None, start_date=dt.datetime(2026, 1, 1),
-             catchup=False, max_active_runs=1, default_args=DEFAULT_ARGS, params=PARAMS, tags=tags,
-             doc_md=doc_md, render_template_as_native_obj=True) as dag:
+    with operation_dag(dag_id, description=description, params=PARAMS, tags=tags, doc_md=doc_md) as dag:
 
         @task
         def begin() -> dict[str, Any]:
