@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "plugins"), str(Path(__file__).resolve().parent)]
 
-from kafka_generate import assign_replicas_to_brokers, generate, replica_moves  # noqa: E402
+from kafka_generate import JavaRandom, generate, place_topic, replica_moves  # noqa: E402
 from results import publish  # noqa: E402
 
 from kafkaops.model import Broker, Cluster, PartitionAssignment  # noqa: E402
@@ -32,13 +32,14 @@ def rack_name(i: int, racks: int) -> str | None:
 
 
 def make_cluster(brokers: int, topics: int, partitions: int, rf: int, racks: int, rand: random.Random) -> Cluster:
-    """A cluster laid out the way Kafka creates topics, with Pareto-skewed partition sizes."""
+    """A cluster laid out the way Kafka 4 creates topics (its StripedReplicaPlacer, seeded from
+    ``rand``), with Pareto-skewed partition sizes."""
     members = tuple(Broker(i, rack=rack_name(i, racks)) for i in range(1, brokers + 1))
     parts = []
     for t in range(topics):
         topic = f"topic-{t:04d}"
         scale = rand.paretovariate(1.2) * 1_000_000
-        for pid, reps in assign_replicas_to_brokers(members, partitions, rf, rand).items():
+        for pid, reps in enumerate(place_topic(members, partitions, rf, JavaRandom(rand.getrandbits(48)))):
             parts.append(PartitionAssignment(topic, pid, tuple(reps), size_bytes=int(scale * rand.paretovariate(1.5))))
     return Cluster(members, tuple(parts))
 
@@ -86,7 +87,7 @@ def bench_moves(quick: bool) -> list[dict]:
         start = time.perf_counter()
         plan = plan_scale_out(cluster, added)
         seconds = time.perf_counter() - start
-        kafka = replica_moves(cluster, generate(cluster, list(cluster.brokers) + added, random.Random(SEED)))
+        kafka = replica_moves(cluster, generate(cluster, list(cluster.brokers) + added, JavaRandom(SEED)))
         rows.append({"case": f"B={brokers} +{k} RF={rf} racks={racks}", "replicas": sum(
             p.replication_factor for p in cluster.partitions), "lb": lb, "ours": plan.replica_moves,
             "kafka": kafka, "spread": plan.stats_after.replica_spread,
