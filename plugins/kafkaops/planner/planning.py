@@ -11,6 +11,7 @@ from kafkaops.planner.goals import Goals
 from kafkaops.planner.leadership import balance_leaders
 from kafkaops.planner.placement import Placement
 from kafkaops.planner.plan import LoadStats, Move, ReassignmentPlan
+from kafkaops.planner.refine import even_counts, even_topics
 from kafkaops.planner.topology import Topology, replica_targets, resolve_topology, scale_out_shares
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,9 @@ def plan_scale_out(cluster: Cluster, new_brokers: Sequence[int | Broker], goals:
 def plan_rebalance(cluster: Cluster, goals: Goals = DEFAULT_GOALS, exclude: Sequence[int] = (),
                    topics: Collection[str] | None = None) -> ReassignmentPlan:
     """Move the fewest replicas that bring every eligible broker within one replica of the
-    others (excluded brokers keep theirs and receive none), then balance preferred leaders."""
+    others (excluded brokers keep theirs and receive none), with chains of moves where racks
+    block a direct one; then even out each topic by moves and count-neutral swaps (the topic
+    goal ranks above minimal movement), then balance preferred leaders."""
     base, topo = resolve_topology(cluster, goals, exclude=exclude)
     movable = _movable(base, topics)
     work = Placement(base, topo, goals)
@@ -100,6 +103,9 @@ def plan_rebalance(cluster: Cluster, goals: Goals = DEFAULT_GOALS, exclude: Sequ
     work.repair(prefer=frozenset(b for b in topo.eligible if work.surplus(b) < 0))
     if goals.replicas:
         work.balance(topo.eligible, topo.eligible, movable)
+        even_counts(work, movable)
+    if goals.topic_spread:
+        even_topics(work, movable)
     _finish(work, topo, goals)
     return _build("rebalance", base, topo, work, lower_bound, exclude)
 
@@ -117,5 +123,6 @@ def plan_drain(cluster: Cluster, brokers: Sequence[int], goals: Goals = DEFAULT_
     work.repair(prefer=frozenset(topo.eligible))
     if goals.replicas:
         work.balance(topo.eligible, topo.eligible, None)
+        even_counts(work, None)
     _finish(work, topo, goals)
     return _build("drain", base, topo, work, lower_bound, exclude)

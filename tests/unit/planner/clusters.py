@@ -177,3 +177,96 @@ def _raise(w: int, scope: list[tuple[int, ...]], owner: dict[int, int], load: Co
                     return True
                 queue.append(o)
     return False
+
+
+# -- feasibility oracles: a small max-flow with lower bounds ---------------------------------------
+class _Flow:
+    """Edmonds-Karp on a dict graph; edges with lower bounds through the usual circulation."""
+
+    def __init__(self) -> None:
+        self.cap: dict[object, dict[object, int]] = {}
+        self.excess: Counter = Counter()
+
+    def edge(self, u: object, v: object, high: int, low: int = 0) -> None:
+        self.cap.setdefault(u, {}).setdefault(v, 0)
+        self.cap.setdefault(v, {}).setdefault(u, 0)
+        self.cap[u][v] += high - low
+        self.excess[v] += low
+        self.excess[u] -= low
+
+    def _max_flow(self, s: object, t: object) -> int:
+        flow = 0
+        while True:
+            parent = {s: None}
+            queue = [s]
+            while queue and t not in parent:
+                u = queue.pop(0)
+                for v, c in self.cap[u].items():
+                    if c > 0 and v not in parent:
+                        parent[v] = u
+                        queue.append(v)
+            if t not in parent:
+                return flow
+            path, v = [], t
+            while parent[v] is not None:
+                path.append((parent[v], v))
+                v = parent[v]
+            push = min(self.cap[u][v] for u, v in path)
+            for u, v in path:
+                self.cap[u][v] -= push
+                self.cap[v][u] += push
+            flow += push
+
+    def feasible(self, source: object, sink: object) -> bool:
+        """Whether a flow from ``source`` to ``sink`` meets every lower and upper bound."""
+        self.edge(sink, source, 10**9)
+        for node, ex in list(self.excess.items()):
+            if ex > 0:
+                self.edge("S*", node, ex)
+            elif ex < 0:
+                self.edge(node, "T*", -ex)
+        need = sum(ex for ex in self.excess.values() if ex > 0)
+        self.cap.setdefault("S*", {})
+        self.cap.setdefault("T*", {})
+        return self._max_flow("S*", "T*") == need
+
+
+def _rack_caps(rf: int, racks: int) -> tuple[int, int]:
+    """Fewest and most replicas of one partition a rack may hold so that it spans min(RF, racks)
+    racks. Exact for RF <= 3 (the strategies' range); asserted, not assumed."""
+    assert rf <= 3, "the rack oracle is exact for RF <= 3 only"
+    need = min(rf, racks)
+    return (1 if need == racks and rf >= racks else 0), rf - need + 1
+
+
+def balanced_placement_feasible(cluster: Cluster, *, per_topic: bool = False) -> bool:
+    """Whether some assignment (moves free) keeps every hard goal with every broker's replica count
+    within one of the others, and, with ``per_topic``, every topic's replicas per broker within
+    one as well. Brokers are all eligible; racks are those of the cluster."""
+    rack_of = {b.id: b.rack for b in cluster.brokers}
+    racks = sorted({r for r in rack_of.values()}, key=str)
+    ids = list(cluster.broker_ids)
+    flow = _Flow()
+    total = sum(p.replication_factor for p in cluster.partitions)
+    low, extra = divmod(total, len(ids))
+    for b in ids:
+        flow.edge(("b", b), "t", low + (1 if extra else 0), low)
+    by_topic: dict[str, int] = Counter()
+    for p in cluster.partitions:
+        by_topic[p.topic] += p.replication_factor
+    for p in cluster.partitions:
+        rf = p.replication_factor
+        lo, hi = _rack_caps(rf, len(racks))
+        flow.edge("s", ("p", p.key), rf, rf)
+        for r in racks:
+            flow.edge(("p", p.key), ("pr", p.key, r), hi, lo)
+            for b in ids:
+                if rack_of[b] == r:
+                    target = ("tb", p.topic, b) if per_topic else ("b", b)
+                    flow.edge(("pr", p.key, r), target, 1)
+    if per_topic:
+        for topic, count in by_topic.items():
+            t_low, t_extra = divmod(count, len(ids))
+            for b in ids:
+                flow.edge(("tb", topic, b), ("b", b), t_low + (1 if t_extra else 0), t_low)
+    return flow.feasible("s", "t")

@@ -7,10 +7,11 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from kafkaops.model import Broker, Cluster
-from kafkaops.planner import PlanInfeasible, lower_bound_moves, plan_drain, plan_rebalance, plan_scale_out
+from kafkaops.model import Broker, Cluster, PartitionAssignment
+from kafkaops.planner import Goals, PlanInfeasible, lower_bound_moves, plan_drain, plan_rebalance, plan_scale_out
 
-from .clusters import assert_hard_goals, clusters, final_assignment, leader_balance_feasible, spread
+from .clusters import (assert_hard_goals, balanced_placement_feasible, clusters, final_assignment,
+                       leader_balance_feasible, spread)
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -58,8 +59,61 @@ def test_rebalance_hard_and_soft_goals(cluster):
     plan = plan_rebalance(cluster)
     assert_hard_goals(cluster, plan)
     if len(cluster.racks) <= 1:  # without racks every move is allowed: exact minimum, within one
+        counts_only = plan_rebalance(cluster, Goals(topic_spread=False))
+        assert counts_only.stats_after.replica_spread <= 1
+        assert counts_only.replica_moves == counts_only.lower_bound
+        # The topic goal ranks above minimal movement: it may add moves and count-neutral swaps,
+        # never at the price of the replica count goal.
         assert plan.stats_after.replica_spread <= 1
-        assert plan.replica_moves == plan.lower_bound
+        assert plan.replica_moves >= plan.lower_bound
+
+
+@FAST
+@given(clusters())
+def test_rebalance_replicas_within_one_wherever_the_racks_allow_it(cluster):
+    """Exact oracle (a flow with bounds, RF <= 3): if any assignment keeps the racks with every
+    broker within one replica of the others, the rebalance ends within one."""
+    plan = plan_rebalance(cluster)
+    if balanced_placement_feasible(cluster):
+        assert plan.stats_after.replica_spread <= 1, plan.stats_after.replicas
+
+
+@FAST
+@given(clusters(max_rf=3), st.booleans())
+def test_rebalance_evens_every_topic_without_racks(cluster, ignore_racks):
+    """One rack (or racks ignored): replicas within one and every topic within one, always. A
+    topic two apart on brokers u and v either moves (when u holds more replicas than v) or swaps
+    with a topic v holds more of (one exists because u and v are within one replica), and a
+    partition to move exists by pigeonhole; each step lowers the sum of squared topic counts."""
+    assume(ignore_racks or len(cluster.racks) <= 1)
+    plan = plan_rebalance(cluster, Goals(rack_aware=False))
+    assert_hard_goals(cluster, plan, rack_aware=False)
+    assert plan.stats_after.replica_spread <= 1
+    assert plan.stats_after.max_topic_spread <= 1, plan.stats_after.topic_spread
+
+
+@st.composite
+def full_rack_clusters(draw: st.DrawFn) -> Cluster:
+    """Racks of equal size and every partition at RF = number of racks (replicas anywhere)."""
+    racks = draw(st.integers(2, 3))
+    per_rack = draw(st.integers(1, 3))
+    brokers = tuple(Broker(i, rack=f"r{i % racks}") for i in range(1, racks * per_rack + 1))
+    ids = [b.id for b in brokers]
+    parts = [PartitionAssignment(f"t{t}", p, tuple(draw(st.permutations(ids))[:racks]))
+             for t in range(draw(st.integers(1, 3))) for p in range(draw(st.integers(1, 10)))]
+    return Cluster(brokers, tuple(parts))
+
+
+@FAST
+@given(full_rack_clusters())
+def test_rebalance_evens_every_topic_when_each_partition_spans_every_rack(cluster):
+    """Equal racks, RF = racks: each partition holds one replica per rack, so each rack is the
+    one-rack case on its own (same-rack moves always keep the racks), every rack holds each
+    topic's partition count, and within one inside every rack is within one overall."""
+    plan = plan_rebalance(cluster)
+    assert_hard_goals(cluster, plan)
+    assert plan.stats_after.replica_spread <= 1
+    assert plan.stats_after.max_topic_spread <= 1, plan.stats_after.topic_spread
 
 
 @FAST
