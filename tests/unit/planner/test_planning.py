@@ -100,6 +100,29 @@ class TestRebalance:
         assert_hard_goals(cluster, plan)
         assert final_assignment(plan)[("t", 0)] != (1, 3)
 
+    def test_a_chain_of_moves_where_racks_block_every_direct_one(self):
+        """Broker 7 (rack r1) ends one short after the greedy pass: every partition a broker above
+        target could give it already spans its racks through r1 or holds 7. A chain through a
+        broker at target finishes it (found by the oracle-backed property test)."""
+        brokers = tuple(Broker(i, rack=f"r{i % 3}") for i in range(1, 8))
+        layout = {("t0", 0): (2, 4, 6), ("t0", 1): (5, 6, 4), ("t0", 2): (2, 4, 5), ("t1", 0): (3, 7),
+                  ("t1", 1): (6, 5), ("t1", 2): (2, 4), ("t2", 0): (7, 1), ("t2", 1): (4, 1)}
+        cluster = Cluster(brokers, tuple(PartitionAssignment(t, p, r) for (t, p), r in layout.items()))
+        plan = plan_rebalance(cluster)
+        assert_hard_goals(cluster, plan)
+        assert plan.stats_after.replica_spread <= 1, plan.stats_after.replicas
+
+    def test_swaps_even_topics_without_changing_broker_counts(self):
+        """Counts already even (2 and 2), topics not: a swaps onto 2, b onto 1; two moves, no
+        broker count changes. Without the topic goal the plan is empty (the count lower bound)."""
+        parts = tuple(PartitionAssignment(t, p, (b,)) for t, b in (("a", 1), ("b", 2)) for p in range(2))
+        cluster = Cluster((Broker(1), Broker(2)), parts)
+        plan = plan_rebalance(cluster)
+        assert plan.lower_bound == 0 and plan.replica_moves == 2
+        assert plan.stats_after.replicas == {1: 2, 2: 2}
+        assert plan.stats_after.topic_spread == {"a": 0, "b": 0}
+        assert plan_rebalance(cluster, Goals(topic_spread=False)).moves == ()
+
 
 def spread_of(counts, brokers):
     return max(counts[b] for b in brokers) - min(counts[b] for b in brokers)
