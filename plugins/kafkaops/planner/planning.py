@@ -71,8 +71,9 @@ def _finish(work: Placement, topo: Topology, goals: Goals) -> None:
 def plan_scale_out(cluster: Cluster, new_brokers: Sequence[int | Broker], goals: Goals = DEFAULT_GOALS,
                    topics: Collection[str] | None = None, *, exclude: Sequence[int] = ()) -> ReassignmentPlan:
     """Move replicas onto ``new_brokers`` only (ids, or :class:`Broker` values to give racks), each
-    up to its even share and no further, so the plan copies no more than the lower bound. With
-    ``topics`` only those topics move. Brokers already registered but empty count as new."""
+    up to its even share and no further, so the plan copies no more than the lower bound; then
+    exchange planned moves (same donor, same new broker, another topic) where that evens topics
+    out. With ``topics`` only those topics move. Brokers already registered but empty count as new."""
     base, topo = resolve_topology(cluster, goals, new=new_brokers, exclude=exclude)
     movable = _movable(base, topics)
     work = Placement(base, topo, goals)
@@ -85,6 +86,8 @@ def plan_scale_out(cluster: Cluster, new_brokers: Sequence[int | Broker], goals:
     if goals.replicas:
         donors = [b for b in topo.eligible if b not in caps]
         work.balance(receivers, donors, movable)
+    if goals.topic_spread:
+        even_topics(work, movable, origins=[p.replicas for p in base.partitions])
     _finish(work, topo, goals)
     return _build("scale-out", base, topo, work, sum(caps.values()), exclude)
 

@@ -7,13 +7,15 @@ broker within one without changing any broker's count beyond one: a topic's repl
 a broker with two or more of it above another to that broker, alone when the counts allow it,
 else swapped for a replica of a topic the receiving broker holds more of. Each step lowers the
 sum of squared per-topic counts, so the pass ends; neither touches a partition outside
-``movable``.
+``movable``. For a scale-out, :func:`even_topics` only exchanges planned moves: a replica a new
+broker was to receive goes back to its donor and another topic's replica of that donor comes
+instead, so every move still lands on a new broker and the count stays at the lower bound.
 """
 from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 from kafkaops.planner.placement import Placement
 
@@ -23,8 +25,11 @@ log = logging.getLogger(__name__)
 class _Index:
     """Which movable partitions each eligible broker holds, per topic, kept in step with moves."""
 
-    def __init__(self, work: Placement, movable: Collection[str] | None) -> None:
+    def __init__(self, work: Placement, movable: Collection[str] | None,
+                 origins: Sequence[Sequence[int]] | None = None) -> None:
         self.work = work
+        self.origins = origins
+        self.new = frozenset(work.topo.new)
         self.eligible = tuple(work.topo.eligible)
         self.held: dict[int, dict[str, set[int]]] = {b: {} for b in self.eligible}
         for i, (topic, reps) in enumerate(zip(work.topics, work.reps)):
@@ -43,7 +48,17 @@ class _Index:
         self.moves += 1
 
     def can(self, i: int, src: int, dst: int) -> bool:
+        if self.origins is not None and not self._onto_new_or_back(i, src, dst):
+            return False
         return dst not in self.work.reps[i] and self.work.rack_ok(i, src, dst)
+
+    def _onto_new_or_back(self, i: int, src: int, dst: int) -> bool:
+        """In a scale-out: a move onto a new broker, or one that returns a replica a new broker
+        was to receive to the broker it came from."""
+        before = self.origins[i]
+        if src in self.new:
+            return dst in before and src not in before
+        return dst in self.new
 
     def first(self, candidates: Iterable[int], src: int, dst: int, key: Callable[[int], object]) -> int | None:
         """The candidate partition that may move ``src`` -> ``dst``, best by ``key``."""
@@ -119,14 +134,16 @@ def even_counts(work: Placement, movable: Collection[str] | None) -> int:
     return index.moves
 
 
-def even_topics(work: Placement, movable: Collection[str] | None) -> int:
+def even_topics(work: Placement, movable: Collection[str] | None,
+                origins: Sequence[Sequence[int]] | None = None) -> int:
     """Moves and swaps until every movable topic holds within one replica per eligible broker,
-    or none is left that keeps replicas per broker within one and the racks. Returns the number
-    of replicas moved."""
-    bounds = _bounds(work)
+    or none is left that keeps replicas per broker within one and the racks. With ``origins``
+    (each partition's replicas before the plan: a scale-out) only exchanges of planned moves
+    onto new brokers. Returns the number of replicas moved (an exchange counts two)."""
+    bounds = _bounds(work) if origins is None else (0, 0)
     if bounds is None:
         return 0
-    index = _Index(work, movable)
+    index = _Index(work, movable, origins)
     topics = sorted({t for held in index.held.values() for t in held})
     progress = True
     while progress:
@@ -156,8 +173,10 @@ def _even_one(index: _Index, topic: str, bounds: tuple[int, int]) -> bool:
         for v in reversed(ranked):
             if per[u][topic] - per[v][topic] < 2:
                 break
+            if (u in index.new) == (v in index.new) and index.origins is not None:
+                continue  # a scale-out exchanges moves between a new broker and a donor only
             mine = index.held[u].get(topic, ())
-            if work.count[u] > low and work.count[v] < high:  # a plain move keeps the counts within one
+            if index.origins is None and work.count[u] > low and work.count[v] < high:  # a plain move keeps the counts within one
                 i = index.first(mine, u, v, key=lambda i: (i in work.moved, i))
                 if i is not None:
                     index.move(i, u, v)
