@@ -7,7 +7,7 @@ record exactly once, also across re-runs and restarts after a crash.
 
 Pipeline: Spark's Kafka source reads exactly ``[start, end)`` of each source partition
 (``startingOffsets``/``endingOffsets`` JSON of the :class:`~kafkaops.backfill.BackfillPlan`) ->
-a Python ``mapPartitions`` computes the new key (the plan's key rule), the target partition
+a Python ``mapInArrow`` step computes the new key (the plan's key rule), the target partition
 (:func:`kafkaops.partitioner.partition_for`, bit-identical to Java), the per-key order timestamp
 (:class:`~kafkaops.backfill.OrderClock`) or the dead-letter reason -> ``repartition`` (hash) on
 the output topic and partition puts each output partition in exactly one Spark task (a range
@@ -38,8 +38,8 @@ with a ``kafkaops.dead_letter_reason`` header; they resume the same way.
 
 ``verify`` reads the snapshot, the target and the dead-letter topic back and runs
 :func:`kafkaops.backfill.check_integrity`; the report (JSON) feeds the ``backfill`` gate.
-pyarrow is not installed in the project, so the Python step is an RDD ``mapPartitions`` over
-pickled rows rather than ``mapInPandas``.
+The Python step is a ``mapInArrow``: records cross between the JVM and Python as Arrow batches,
+and the values pass through it untouched (they are parsed only when the key rule reads them).
 """
 from __future__ import annotations
 
@@ -64,6 +64,11 @@ from kafkaops.partitioner import partition_for  # noqa: E402
 
 log = logging.getLogger("kafkaops.rekey_backfill")
 
+#: Spark SQL function (jvm/spark-udf): ``Utils.toPositive(Utils.murmur2(key))`` of Kafka's Java client;
+#: ``kafka_key_hash(key, source_partition) % n`` is the partition its producer gives the key in a topic of
+#: ``n``. It also counts records off their key's home source partition (:func:`register_key_hash`).
+KAFKA_KEY_HASH = "kafka_key_hash"
+
 JARS_DIR = Path(os.environ.get("KAFKAOPS_CACHE", _REPO / ".cache")) / "jars" / "spark"
 
 #: Producer settings of the sink: no loss, no duplicates within a run, order kept per partition.
@@ -83,10 +88,13 @@ def spark_session(master: str = "local[2]", app: str = "kafkaops-rekey-backfill"
     """A small local SparkSession with the Kafka connector jars of ``.cache/jars/spark``."""
     from pyspark.sql import SparkSession
 
+    # Python workers run this interpreter (its venv has pyarrow), not whatever python3 is on PATH;
+    # PySpark reads the variable when the context starts.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     jars = sorted(str(p) for p in JARS_DIR.glob("*.jar"))
     if not jars:
         raise backfill.BackfillError(f"no Spark Kafka connector jars in {JARS_DIR}: run 'make setup'")
-    return (SparkSession.builder.master(master).appName(app)
+    spark = (SparkSession.builder.master(master).appName(app)
             .config("spark.jars", ",".join(jars))
             .config("spark.driver.memory", driver_memory)
             .config("spark.task.maxFailures", "1")
@@ -96,29 +104,91 @@ def spark_session(master: str = "local[2]", app: str = "kafkaops-rekey-backfill"
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.session.timeZone", "UTC")
             .getOrCreate())
+    return spark
+
+
+def register_key_hash(spark: Any, source_partitions: int) -> Any:
+    """Register ``kafka_key_hash(key, source_partition)`` (jvm/spark-udf) for a source of
+    ``source_partitions``; returns the JVM accumulator that counts records off their key's home
+    partition while queries using it run."""
+    jvm = spark.sparkContext._jvm
+    try:
+        away = spark.sparkContext._jsc.sc().longAccumulator("kafkaops.records_off_home_partition")
+        function = jvm.io.kafkaops.spark.KafkaKeyHash(away, source_partitions)
+        spark._jsparkSession.udf().register(KAFKA_KEY_HASH, function, jvm.org.apache.spark.sql.types.DataTypes.IntegerType)
+    except Exception as err:  # py4j errors: the jar is missing or stale
+        raise backfill.BackfillError(f"cannot register {KAFKA_KEY_HASH} from kafkaops-spark-udf.jar in {JARS_DIR} "
+                                     f"({str(err).splitlines()[0][:200]}): run 'make setup'") from err
+    return away
 
 
 # -- the Python step -----------------------------------------------------------------------------------------
 
-def rekey_rows(plan: BackfillPlan, rows: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
-    """Source rows ``(partition, offset, ts_ms, key, value)`` in offset order per partition ->
-    ``(out_topic, out_partition, order_ts, src_partition, src_offset, key, value, reason)``."""
+#: Arrow schema of what the Python step returns per source record.
+_STEP_FIELDS = (("out_partition", "int32"), ("order_ts", "int64"), ("src_partition", "int32"),
+                ("src_offset", "int64"), ("key", "binary"), ("value", "binary"), ("reason", "string"))
+_STEP_SCHEMA = ", ".join(f"{name} {'int' if kind == 'int32' else 'bigint' if kind == 'int64' else kind}"
+                         for name, kind in _STEP_FIELDS)
+
+
+def rekey_columns(plan: BackfillPlan, clock: OrderClock, partitions: Sequence[int], offsets: Sequence[int],
+                  timestamps: Sequence[int], keys: Sequence[bytes | None], values: Sequence[bytes | None] | None,
+                  placed: dict[bytes, int] | None = None
+                  ) -> tuple[list[int], list[int], list[bytes | None], list[str | None]]:
+    """One batch of source records, in offset order per partition -> per record the output partition
+    (``partition_for(new key, N)``; 0 of the dead-letter topic when there is no key), the order
+    timestamp, the new key and the dead-letter reason (``None`` for a keyed record).
+
+    ``values`` may be ``None`` when the rule reads the record key only. ``placed`` memoizes
+    ``partition_for`` across batches (keys repeat; a few thousand distinct keys are typical)."""
     rule = plan.rule
     n = plan.target_partitions
-    target, dead = plan.target_topic, plan.dead_letter_topic
-    clock = OrderClock()
-    needs_value = rule.needs_value
-    for partition, offset, ts, key, value in rows:
-        key = bytes(key) if key is not None else None
-        if needs_value:
-            new_key, reason = backfill.extract_key_or_reason(key, value, rule)
+    placed = {} if placed is None else placed
+    tick = clock.tick
+    extract = backfill.extract_key_or_reason
+    out_partition: list[int] = []
+    order: list[int] = []
+    new_keys: list[bytes | None] = []
+    reasons: list[str | None] = []
+    for i, key in enumerate(keys):
+        if values is None:
+            new_key, reason = (key, None) if key is not None else (None, backfill.NO_KEY)
         else:
-            new_key, reason = (key, None) if key is not None else (None, "the record has no key")
-        order_ts = clock.tick(partition, offset, ts, new_key)
+            new_key, reason = extract(key, values[i], rule)
+        order.append(tick(partitions[i], offsets[i], timestamps[i], new_key))
+        new_keys.append(new_key)
+        reasons.append(reason)
         if new_key is None:
-            yield dead, 0, 0, partition, offset, key, value, reason
-        else:
-            yield target, partition_for(new_key, n), order_ts, partition, offset, new_key, value, None
+            out_partition.append(0)
+            continue
+        target = placed.get(new_key)
+        if target is None:
+            if len(placed) >= 1 << 18:  # bounded memory for high-cardinality keys
+                placed.clear()
+            target = placed[new_key] = partition_for(new_key, n)
+        out_partition.append(target)
+    return out_partition, order, new_keys, reasons
+
+
+def rekey_batches(plan: BackfillPlan, batches: Iterable[Any]) -> Iterator[Any]:
+    """The ``mapInArrow`` step: Arrow batches of ``(partition, offset, ts, key, value)`` (one Spark
+    task reads one Kafka partition, in offset order) -> batches of ``_STEP_FIELDS``. Source
+    partition, offset and value pass through as the same Arrow arrays, never as Python objects."""
+    import pyarrow as pa
+
+    clock = OrderClock()
+    placed: dict[bytes, int] = {}
+    needs_value = plan.rule.needs_value
+    schema = pa.schema([pa.field(name, getattr(pa, kind)()) for name, kind in _STEP_FIELDS])
+    for batch in batches:
+        cols = {name: batch.column(name) for name in ("partition", "offset", "ts", "key", "value")}
+        out_partition, order, new_keys, reasons = rekey_columns(
+            plan, clock, cols["partition"].to_pylist(), cols["offset"].to_pylist(), cols["ts"].to_pylist(),
+            cols["key"].to_pylist(), cols["value"].to_pylist() if needs_value else None, placed)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(out_partition, pa.int32()), pa.array(order, pa.int64()), cols["partition"].cast(pa.int32()),
+             cols["offset"].cast(pa.int64()), pa.array(new_keys, pa.binary()), cols["value"],
+             pa.array(reasons, pa.string())], schema=schema)
 
 
 def _source(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str]) -> Any:
@@ -133,29 +203,27 @@ def _source(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, s
 
 
 def planned_frame(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str] | None = None) -> Any:
-    """The rows to write, before resume: one per source record of the snapshot."""
+    """The rows to write, before resume: one per source record of the snapshot, with ``out_topic``."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
     src = _source(spark, plan, bootstrap, options or {}).select(
         "partition", "offset", F.unix_millis("timestamp").alias("ts"), "key", "value")
-    schema = StructType([
-        StructField("out_topic", StringType(), False), StructField("out_partition", IntegerType(), False),
-        StructField("order_ts", LongType(), False), StructField("src_partition", IntegerType(), False),
-        StructField("src_offset", LongType(), False), StructField("key", BinaryType(), True),
-        StructField("value", BinaryType(), True), StructField("reason", StringType(), True)])
     plan_json = plan.to_json()
 
-    def step(rows: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
-        return rekey_rows(BackfillPlan.from_json(plan_json), rows)
+    def step(batches: Iterable[Any]) -> Iterator[Any]:
+        return rekey_batches(BackfillPlan.from_json(plan_json), batches)
 
-    return spark.createDataFrame(src.rdd.mapPartitions(step), schema, verifySchema=False)
+    stepped = src.mapInArrow(step, _STEP_SCHEMA)
+    out_topic = F.when(F.col("reason").isNull(), F.lit(plan.target_topic)).otherwise(F.lit(plan.dead_letter_topic))
+    return stepped.select(out_topic.alias("out_topic"), *(name for name, _ in _STEP_FIELDS))
 
 
 # -- resume ----------------------------------------------------------------------------------------------
 
-def existing_output(spark: Any, plan: BackfillPlan, bootstrap: str) -> list[ResumePoint]:
-    """Per output partition already written: the record count and the last record's lineage."""
+def existing_output(spark: Any, plan: BackfillPlan, bootstrap: str, *, per_source: bool = False
+                    ) -> list[ResumePoint]:
+    """Per output partition already written (``per_source``: per output partition and source
+    partition): the record count and the last record's lineage."""
     from pyspark.sql import functions as F
 
     frame = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
@@ -163,8 +231,11 @@ def existing_output(spark: Any, plan: BackfillPlan, bootstrap: str) -> list[Resu
              .option("startingOffsets", "earliest").option("endingOffsets", "latest")
              .option("includeHeaders", "true").load())
     lineage = F.filter("headers", lambda h: h["key"] == F.lit(LINEAGE_HEADER))
-    rows = (frame.select("topic", "partition", "offset", F.element_at(lineage, 1)["value"].alias("lineage"))
-            .groupBy("topic", "partition")
+    lineage = F.element_at(lineage, 1)["value"]
+    # a topic name holds no '/', so the source partition is the middle of topic/partition/offset
+    source = F.split(lineage.cast("string"), "/").getItem(1).cast("int") if per_source else F.lit(None)
+    rows = (frame.select("topic", "partition", "offset", lineage.alias("lineage"), source.alias("source"))
+            .groupBy("topic", "partition", "source")
             .agg(F.count(F.lit(1)).alias("written"), F.max_by("lineage", "offset").alias("last"),
                  F.count("lineage").alias("with_lineage"))
             .collect())
@@ -174,13 +245,14 @@ def existing_output(spark: Any, plan: BackfillPlan, bootstrap: str) -> list[Resu
             raise backfill.BackfillError(
                 f"{r['topic']}-{r['partition']} holds {r['written'] - r['with_lineage']} record(s) without a "
                 f"{LINEAGE_HEADER} header: something else wrote there; use an empty target topic")
-        points.append(ResumePoint(r["topic"], r["partition"], r["written"], bytes(r["last"]).decode()))
-    return sorted(points, key=lambda p: (p.topic, p.partition))
+        points.append(ResumePoint(r["topic"], r["partition"], r["written"], bytes(r["last"]).decode(), r["source"]))
+    return sorted(points, key=lambda p: (p.topic, p.partition, p.source_partition or 0))
 
 
 def skip_written(spark: Any, planned: Any, plan: BackfillPlan, points: Sequence[ResumePoint]) -> Any:
-    """``planned`` without the rows earlier runs wrote, after checking each written partition is a
-    prefix of the plan."""
+    """``planned`` without the rows earlier runs wrote, after checking each written partition (or,
+    for points with a source partition, each source partition's share of it) is a prefix of the
+    plan."""
     from pyspark.sql import functions as F
 
     if not points:
@@ -198,26 +270,32 @@ def skip_written(spark: Any, planned: Any, plan: BackfillPlan, points: Sequence[
         row = found.get((sp, so))
         if row is None or (row["out_topic"], row["out_partition"]) != (point.topic, point.partition):
             raise backfill.BackfillError(
-                f"{point.topic}-{point.partition} ends with lineage {point.last_lineage}, which this plan "
+                f"{point.name} ends with lineage {point.last_lineage}, which this plan "
                 f"{'does not hold' if row is None else 'puts elsewhere'}: the topic was written by another plan; "
                 "delete the target and dead-letter topics (or pick a new target) and run again")
         resume_rows.append((point.topic, point.partition, row["order_ts"], sp, so))
     resume = spark.createDataFrame(resume_rows, "r_topic string, r_partition int, r_ts long, r_sp int, r_so long")
-    joined = planned.join(F.broadcast(resume), (planned.out_topic == resume.r_topic)
-                          & (planned.out_partition == resume.r_partition), "left")
+    per_source = points[0].source_partition is not None
+    on = (planned.out_topic == resume.r_topic) & (planned.out_partition == resume.r_partition)
+    if per_source:
+        on = on & (planned.src_partition == resume.r_sp)
+    joined = planned.join(F.broadcast(resume), on, "left")
     done = (F.col("r_ts").isNotNull()
             & (F.struct("order_ts", "src_partition", "src_offset") <= F.struct("r_ts", "r_sp", "r_so")))
-    counts = {(r["out_topic"], r["out_partition"]): r["n"] for r in
-              joined.filter(done).groupBy("out_topic", "out_partition").agg(F.count(F.lit(1)).alias("n")).collect()}
+    stream = ["out_topic", "out_partition"] + (["src_partition"] if per_source else [])
+    counts = {tuple(r[c] for c in stream): r["n"] for r in
+              joined.filter(done).groupBy(*stream).agg(F.count(F.lit(1)).alias("n")).collect()}
     for point in points:
-        backfill.check_prefix(point, counts.get((point.topic, point.partition), 0))
+        at = (point.topic, point.partition) + ((point.source_partition,) if per_source else ())
+        backfill.check_prefix(point, counts.get(at, 0))
     return joined.filter(~done).drop("r_topic", "r_partition", "r_ts", "r_sp", "r_so")
 
 
 # -- the job ---------------------------------------------------------------------------------------------
 
-def output_frame(planned: Any, plan: BackfillPlan) -> Any:
-    """Rows for the Kafka sink, one target partition per Spark partition, in per-key order."""
+def _sink_frame(frame: Any, plan: BackfillPlan) -> Any:
+    """``topic, partition, key, value, headers`` for the Kafka sink: the lineage header on every
+    record, the dead-letter reason on dead letters."""
     from pyspark.sql import functions as F
 
     lineage = F.concat(F.lit(f"{plan.source_topic}/"), F.col("src_partition").cast("string"), F.lit("/"),
@@ -226,11 +304,61 @@ def output_frame(planned: Any, plan: BackfillPlan) -> Any:
                                                                 lineage.alias("value")))) \
         .otherwise(F.array(F.struct(F.lit(LINEAGE_HEADER).alias("key"), lineage.alias("value")),
                            F.struct(F.lit(REASON_HEADER).alias("key"), F.col("reason").cast("binary").alias("value"))))
+    return frame.select(F.col("out_topic").alias("topic"), F.col("out_partition").alias("partition"), "key", "value",
+                        headers.alias("headers"))
+
+
+def output_frame(planned: Any, plan: BackfillPlan) -> Any:
+    """The merged copy: one output partition per Spark partition, in per-key order."""
     outputs = plan.target_partitions + 1
-    return (planned.repartition(outputs, "out_topic", "out_partition")
-            .sortWithinPartitions("out_topic", "out_partition", "order_ts", "src_partition", "src_offset")
-            .select(F.col("out_topic").alias("topic"), F.col("out_partition").alias("partition"), "key", "value",
-                    headers.alias("headers")))
+    return _sink_frame(planned.repartition(outputs, "out_topic", "out_partition")
+                       .sortWithinPartitions("out_topic", "out_partition", "order_ts", "src_partition", "src_offset"),
+                       plan)
+
+
+def direct_frame(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str] | None = None) -> Any:
+    """The direct copy, all on the JVM: each source partition's records, in offset order, straight
+    to ``kafka_key_hash(key) % N``; key-less records to the dead-letter topic. Per-key order holds
+    only when no key has records in two source partitions (:func:`choose_mode`). Register the
+    function first (:func:`register_key_hash`)."""
+    from pyspark.sql import functions as F
+
+    if plan.rule.needs_value:
+        raise backfill.BackfillError(f"key rule {plan.key_rule!r} reads the value: the direct copy only "
+                                     "moves records by their own key; use the merged copy")
+    keyed = F.col("key").isNotNull()
+    return _source(spark, plan, bootstrap, options or {}).select(
+        F.when(keyed, F.lit(plan.target_topic)).otherwise(F.lit(plan.dead_letter_topic)).alias("out_topic"),
+        F.call_function(KAFKA_KEY_HASH, F.col("key"), F.col("partition")).alias("hash"),
+        F.lit(0).cast("long").alias("order_ts"),
+        F.col("partition").alias("src_partition"), F.col("offset").alias("src_offset"), "key", "value",
+        F.when(keyed, F.lit(None)).otherwise(F.lit(backfill.NO_KEY)).alias("reason"),
+    ).select("*", F.coalesce(F.col("hash") % plan.target_partitions, F.lit(0)).alias("out_partition"))
+
+
+def keys_in_several_partitions(spark: Any, plan: BackfillPlan, bootstrap: str,
+                               options: dict[str, str] | None = None) -> int:
+    """How many record keys of the snapshot have records in more than one source partition (an
+    earlier partition increase, or a producer with another partitioner)."""
+    from pyspark.sql import functions as F
+
+    keys = _source(spark, plan, bootstrap, options or {}).where(F.col("key").isNotNull()).select("key", "partition")
+    return keys.groupBy("key").agg(F.countDistinct("partition").alias("n")).where(F.col("n") > 1).count()
+
+
+def choose_mode(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str] | None = None
+                ) -> tuple[str, str]:
+    """``direct`` when each new key's records all come from one source partition (so offset
+    order is per-key order and no shuffle is needed), else ``merged``; and why. The choice depends
+    on the snapshot only, so a re-run makes the same one."""
+    if plan.rule.needs_value:
+        return "merged", f"key rule {plan.key_rule!r} reads the value; its keys may span source partitions"
+    if len(plan.source_offsets) == 1:
+        return "direct", "one source partition"
+    spanning = keys_in_several_partitions(spark, plan, bootstrap, options)
+    if spanning:
+        return "merged", f"{spanning} key(s) have records in more than one source partition"
+    return "direct", "every key's records are in one source partition"
 
 
 def write(frame: Any, bootstrap: str, options: dict[str, str] | None = None) -> None:
@@ -238,23 +366,80 @@ def write(frame: Any, bootstrap: str, options: dict[str, str] | None = None) -> 
      .options(**{**PRODUCER_OPTIONS, **(options or {})}).save())
 
 
+def source_partition_count(plan: BackfillPlan) -> int:
+    return max(p for p, _, _ in plan.source_offsets) + 1
+
+
+def write_direct(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str] | None = None) -> int:
+    """The direct copy of a fresh target, in one pass; returns the keyed records the pass found off
+    their key's home partition under the source's partition count. Zero means every key's records
+    are in one source partition."""
+    away = register_key_hash(spark, source_partition_count(plan))
+    write(_sink_frame(direct_frame(spark, plan, bootstrap, options), plan), bootstrap, options)
+    return int(away.value())
+
+
 def run(spark: Any, plan: BackfillPlan, bootstrap: str, *, kafka_options: dict[str, str] | None = None
         ) -> dict[str, Any]:
-    """Write what is missing of ``plan`` to its target and dead-letter topics; returns counts."""
+    """Write what is missing of ``plan`` to its target and dead-letter topics; returns counts.
+
+    A fresh backfill by the record key copies directly in one pass and counts, in that pass, the
+    records off their key's home partition. None (the usual case: one producer partitioner, no
+    earlier increase) proves every key lives in one source partition, so the copy kept per-key
+    order. Otherwise the keys are counted exactly; if some key has records in two source
+    partitions, the direct copy is deleted from the target (DeleteRecords) and the merged copy
+    writes it again. A backfill with output already in the target (a re-run or a resume) decides
+    by the exact count first (:func:`choose_mode`)."""
     started = time.monotonic()
-    points = existing_output(spark, plan, bootstrap)
-    planned = planned_frame(spark, plan, bootstrap, kafka_options)
-    todo = skip_written(spark, planned, plan, points)
-    if points:
-        log.info("resuming: %d output partition(s) hold %d record(s) already", len(points),
-                 sum(p.written for p in points))
-    write(output_frame(todo, plan), bootstrap, kafka_options)
+    options = kafka_options or {}
+    points = existing_output(spark, plan, bootstrap, per_source=True)
+    truncated = False
+    if not points and not plan.rule.needs_value:
+        mode, why = "direct", "every key's records are in their home source partition"
+        log.info("backfill %s -> %s: direct copy of a fresh target", plan.source_topic, plan.target_topic)
+        strays = write_direct(spark, plan, bootstrap, options)
+        if strays:
+            spanning = keys_in_several_partitions(spark, plan, bootstrap, options)
+            why = f"{strays} record(s) off their home partition, but no key in two source partitions"
+            if spanning:
+                mode, why = "merged", f"{spanning} key(s) have records in more than one source partition"
+                log.warning("backfill %s -> %s: %s; the direct copy cannot keep their order: deleting it from "
+                            "the target and writing the merged copy", plan.source_topic, plan.target_topic, why)
+                _truncate_output(plan, bootstrap, options)
+                truncated = True
+                write(output_frame(planned_frame(spark, plan, bootstrap, options), plan), bootstrap, options)
+    else:
+        mode, why = choose_mode(spark, plan, bootstrap, options)
+        log.info("backfill %s -> %s: %s copy (%s)", plan.source_topic, plan.target_topic, mode, why)
+        direct = mode == "direct"
+        if not direct:
+            points = existing_output(spark, plan, bootstrap)
+        if direct:
+            register_key_hash(spark, source_partition_count(plan))
+        planned = (direct_frame if direct else planned_frame)(spark, plan, bootstrap, options)
+        todo = skip_written(spark, planned, plan, points)
+        if points:
+            log.info("resuming: %d output stream(s) hold %d record(s) already", len(points),
+                     sum(p.written for p in points))
+        write(_sink_frame(todo, plan) if direct else output_frame(todo, plan), bootstrap, options)
     seconds = time.monotonic() - started
-    result = {"plan": plan.to_dict(), "already_written": sum(p.written for p in points),
-              "resumed_partitions": [f"{p.topic}-{p.partition}" for p in points], "seconds": round(seconds, 3)}
-    log.info("backfill %s -> %s done in %.1f s (%d record(s) were already there)", plan.source_topic,
-             plan.target_topic, seconds, result["already_written"])
+    result = {"plan": plan.to_dict(), "mode": mode, "mode_reason": why, "rewritten": truncated,
+              "already_written": sum(p.written for p in points),
+              "resumed_partitions": sorted({f"{p.topic}-{p.partition}" for p in points}), "seconds": round(seconds, 3)}
+    log.info("backfill %s -> %s done in %.1f s, %s copy (%d record(s) were already there)", plan.source_topic,
+             plan.target_topic, seconds, mode, result["already_written"])
     return result
+
+
+def _truncate_output(plan: BackfillPlan, bootstrap: str, options: dict[str, str]) -> None:
+    from kafkaops import admin
+
+    # the Java client's security settings that librdkafka spells the same way
+    shared = ("kafka.security.protocol", "kafka.sasl.mechanism", "kafka.sasl.username", "kafka.sasl.password")
+    config = {"bootstrap.servers": bootstrap, **{k.removeprefix("kafka."): v for k, v in options.items()
+                                                 if k in shared}}
+    with admin.connect(config) as conn:
+        admin.truncate_topics(conn, [plan.target_topic, plan.dead_letter_topic])
 
 
 def read_back(spark: Any, plan: BackfillPlan, bootstrap: str

@@ -355,6 +355,24 @@ def delete_topics(conn: KafkaConnection, names: Iterable[str]) -> None:
                 raise KafkaOpsError(f"cannot delete topic {name}: {err}") from err
 
 
+def truncate_topics(conn: KafkaConnection, names: Iterable[str]) -> dict[tuple[str, int], int]:
+    """Delete every record now in ``names`` (DeleteRecords up to each partition's end offset),
+    keeping the topics and their configs; returns the offsets each partition now starts at."""
+    names = list(names)
+    snap = snapshot(conn, topics=names, sizes=False, groups=False)
+    ends = [TopicPartition(p.topic, p.partition, p.end_offset or 0) for p in snap.partitions if p.end_offset]
+    if ends:
+        futures = conn.admin.delete_records(ends, request_timeout=conn.timeout_s)
+        for tp, future in futures.items():
+            try:
+                future.result(timeout=conn.timeout_s + 5)
+            except KafkaException as err:
+                raise KafkaOpsError(f"cannot delete the records of {tp.topic}-{tp.partition} before offset "
+                                    f"{tp.offset}: {err}; a compacted topic refuses DeleteRecords: delete the "
+                                    "topic and create it again") from err
+    return {(p.topic, p.partition): p.end_offset or 0 for p in snap.partitions}
+
+
 # -- partition reassignments (kafka-python) -------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ __all__ = [
 ]
 
 LINEAGE_HEADER = "kafkaops.lineage"
+NO_KEY = "the record has no key"
 REASON_HEADER = "kafkaops.dead_letter_reason"
 _MASK64 = (1 << 64) - 1
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -130,7 +131,7 @@ def extract_key_or_reason(key_bytes: bytes | None, value_bytes: bytes | None, ru
     """The new key, or ``None`` and why not (the dead-letter reason)."""
     rule = rule if isinstance(rule, KeyRule) else KeyRule(rule)
     if not rule.steps:
-        return (bytes(key_bytes), None) if key_bytes is not None else (None, "the record has no key")
+        return (bytes(key_bytes), None) if key_bytes is not None else (None, NO_KEY)
     if value_bytes is None:
         return None, "the record has no value (a tombstone)"
     try:
@@ -550,12 +551,21 @@ def check_integrity(plan: BackfillPlan, source: Iterable[SourceRecord], target: 
 
 @dataclass(frozen=True)
 class ResumePoint:
-    """What an earlier run left in one output partition: ``written`` records, the last one's lineage."""
+    """What an earlier run left in one output partition: ``written`` records, the last one's lineage.
+    With ``source_partition`` set, only the records copied from that source partition count (a
+    direct copy, where each source partition's records reach an output partition in offset order
+    but interleaved with other source partitions')."""
 
     topic: str
     partition: int
     written: int
     last_lineage: str
+    source_partition: int | None = None
+
+    @property
+    def name(self) -> str:
+        where = f"{self.topic}-{self.partition}"
+        return where if self.source_partition is None else f"{where} (from source partition {self.source_partition})"
 
 
 def check_prefix(point: ResumePoint, planned_through_last: int) -> None:
@@ -563,7 +573,7 @@ def check_prefix(point: ResumePoint, planned_through_last: int) -> None:
     Anything else (another writer, another plan) cannot be resumed without duplicates."""
     if point.written != planned_through_last:
         raise BackfillError(
-            f"{point.topic}-{point.partition} holds {point.written} record(s) ending at lineage "
+            f"{point.name} holds {point.written} record(s) ending at lineage "
             f"{point.last_lineage}, but the plan puts {planned_through_last} record(s) there up to that lineage: "
             "the partition is not a prefix of this backfill (another writer, or another plan). Delete the "
             "target and dead-letter topics (or choose a new target topic) and run the backfill again")
