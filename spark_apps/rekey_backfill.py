@@ -5,30 +5,42 @@ record exactly once, also across re-runs and restarts after a crash.
     python -m spark_apps.rekey_backfill run --plan plan.json --bootstrap host:9092 [--report out.json]
     python -m spark_apps.rekey_backfill verify --plan plan.json --bootstrap host:9092 --report out.json
 
-Pipeline: Spark's Kafka source reads exactly ``[start, end)`` of each source partition
-(``startingOffsets``/``endingOffsets`` JSON of the :class:`~kafkaops.backfill.BackfillPlan`) ->
-a Python ``mapInArrow`` step computes the new key (the plan's key rule), the target partition
-(:func:`kafkaops.partitioner.partition_for`, bit-identical to Java), the per-key order timestamp
-(:class:`~kafkaops.backfill.OrderClock`) or the dead-letter reason -> ``repartition`` (hash) on
-the output topic and partition puts each output partition in exactly one Spark task (a range
-repartition would run the Python step twice, once to sample its bounds), and
-``sortWithinPartitions`` orders it by ``(order timestamp, source partition, source offset)`` ->
-Spark's Kafka sink writes rows with explicit ``topic``/``partition`` columns and a
-``kafkaops.lineage`` header (``source_topic/partition/offset``).
+Two copies, both reading exactly ``[start, end)`` of each source partition through Spark's Kafka
+source (``startingOffsets``/``endingOffsets`` JSON of the :class:`~kafkaops.backfill.BackfillPlan`)
+and writing through Spark's Kafka sink with a ``kafkaops.lineage`` header
+(``source_topic/partition/offset``) on every record:
+
+* **direct** (a partition increase: the key rule is ``record_key`` and every key's records are in
+  one source partition). All on the JVM, one pass, no shuffle: each Spark task reads one source
+  partition in offset order and writes each record to ``kafka_key_hash(key) % N``, Kafka's own
+  ``Utils.murmur2`` (jvm/spark-udf). Offset order is per-key order, because a key's records all
+  come from that one task. The same pass counts records off their key's home partition under
+  the source's count; zero proves the precondition. Otherwise the keys are counted exactly and,
+  if some key spans source partitions, the direct output is deleted (DeleteRecords) and the
+  merged copy runs.
+* **merged** (a value field or JSON path, or keys spanning source partitions): a Python
+  ``mapInArrow`` step computes the new key (the plan's key rule), the target partition
+  (:func:`kafkaops.partitioner.partition_for`, bit-identical to Java), the per-key order timestamp
+  (:class:`~kafkaops.backfill.OrderClock`) or the dead-letter reason -> ``repartition`` (hash) on
+  the output topic and partition puts each output partition in exactly one Spark task (a range
+  repartition would run the Python step twice, once to sample its bounds), and
+  ``sortWithinPartitions`` orders it by ``(order timestamp, source partition, source offset)``.
 
 Why the Spark sink and not confluent-kafka in ``foreachPartition``: the sink's Java producer
 writes the rows of one task in iterator order; with ``enable.idempotence=true`` and ``acks=all``
 (at most 5 requests in flight) the broker appends a producer's batches to a partition in send
 order and never twice, so whatever reaches a target partition is a *prefix* of that partition's
-planned sequence, also when the process is killed mid-write. The sink is at-least-once only
+planned sequence (in the direct copy: each source partition's share of it), also when the
+process is killed mid-write. The sink is at-least-once only
 across task attempts and runs; kafkaops makes it exactly-once:
 
 * task retries are off (``spark.task.maxFailures=1``, the ``local[N]`` default; no speculation),
   so a failed write fails the job rather than writing a partition's rows twice;
 * before writing, the job reads the lineage headers already in the target and dead-letter topics:
-  per output partition the count and the last lineage. The planned rows up to and including that
-  lineage must number exactly the count (else it stops, naming the partition: not a prefix, not
-  ours), and are skipped; the rest is written. A re-run after success writes nothing; a re-run
+  per output partition (direct: per output partition and source partition) the count and the
+  last lineage. The planned rows up to and including that lineage must number exactly the count
+  (else it stops, naming the partition: not a prefix, not ours), and are skipped; the rest is
+  written. A re-run after success writes nothing; a re-run
   after a crash writes exactly the missing suffix.
 
 This relies on the plan's sequence per output partition being deterministic: the snapshot is

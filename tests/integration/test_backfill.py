@@ -1,9 +1,13 @@
 """The rekey backfill on a real cluster of its own (one broker): 3 -> 6 partitions with skewed keys,
 every invariant checked on the target read back with confluent-kafka; a re-run writes nothing; a
 run killed half-way (SIGKILL of its process group) and run again gives the exact result; records
-without the key field land in the dead-letter topic with the reason. One SparkSession per module."""
+without the key field land in the dead-letter topic with the reason. Both copies are covered: the
+direct one (by the record key, every key in one source partition) and the merged one (by a value
+field; and by the record key when keys span source partitions, where the direct copy is deleted
+and done again merged). One SparkSession per module."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +22,7 @@ from confluent_kafka import Producer
 
 from kafkaops import admin, backfill, datagen, provision, records
 from kafkaops.backfill import BackfillPlan, OutputRecord, SourceRecord
+from kafkaops.partitioner import partition_for
 from tests.conftest import TEST_BROKER_CONFIG, wait_for
 
 pytestmark = pytest.mark.integration
@@ -26,6 +31,10 @@ REPO = Path(__file__).resolve().parents[2]
 SOURCE = "payments"
 RECORDS = 20_000
 BAD = [b'{"id": -1, "note": "no key field"}', b"not json at all", b'{"id": -2, "key": null}']
+#: A record without a key but with a key field: a dead letter by the record key, a record by field:key.
+KEYLESS = b'{"id": -3, "key": "k-keyless"}'
+#: rule -> (copy, target records, dead letters)
+RULES = {"field:key": ("merged", RECORDS + 1, 3), "record_key": ("direct", RECORDS + 3, 1)}
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +48,7 @@ def cluster() -> Iterator[provision.ClusterSpec]:
             producer = Producer(admin.client_config({"bootstrap.servers": spec.bootstrap}))
             for i, value in enumerate(BAD):
                 producer.produce(SOURCE, key=f"bad-{i}".encode(), value=value, partition=i % 3)
+            producer.produce(SOURCE, key=None, value=KEYLESS, partition=1)
             assert producer.flush(30) == 0
         yield spec
 
@@ -53,9 +63,9 @@ def spark():
     session.stop()
 
 
-def plan_for(spec: provision.ClusterSpec, target: str) -> BackfillPlan:
-    ranges = records.end_offsets({"bootstrap.servers": spec.bootstrap}, SOURCE)
-    plan = BackfillPlan(SOURCE, tuple((p, s, e) for p, (s, e) in sorted(ranges.items())), target, 6, "field:key")
+def plan_for(spec: provision.ClusterSpec, target: str, rule: str = "field:key", source: str = SOURCE) -> BackfillPlan:
+    ranges = records.end_offsets({"bootstrap.servers": spec.bootstrap}, source)
+    plan = BackfillPlan(source, tuple((p, s, e) for p, (s, e) in sorted(ranges.items())), target, 6, rule)
     with admin.connect(spec.bootstrap) as conn:
         admin.create_topic(conn, plan.target_topic, 6, 1)
         admin.create_topic(conn, plan.dead_letter_topic, 1, 1)
@@ -66,7 +76,7 @@ def read_back(spec: provision.ClusterSpec, plan: BackfillPlan
               ) -> tuple[list[SourceRecord], list[OutputRecord], list[OutputRecord]]:
     config = {"bootstrap.servers": spec.bootstrap}
     source = [SourceRecord(r.partition, r.offset, r.timestamp, r.key, r.value) for r in
-              records.read_ranges(config, SOURCE, {p: (s, e) for p, s, e in plan.source_offsets})]
+              records.read_ranges(config, plan.source_topic, {p: (s, e) for p, s, e in plan.source_offsets})]
 
     def out(topic: str) -> list[OutputRecord]:
         return [OutputRecord(r.topic, r.partition, r.offset, r.key, r.value,
@@ -82,36 +92,63 @@ def written(spec: provision.ClusterSpec, plan: BackfillPlan) -> int:
                for s, e in records.end_offsets(config, topic).values())
 
 
-def test_rekey_3_to_6_partitions_keeps_every_invariant_and_a_rerun_writes_nothing(cluster, spark) -> None:
+def test_kafka_key_hash_on_the_jvm_is_partition_for(spark) -> None:
+    """The direct copy's Spark SQL function (Kafka's own Utils.murmur2) against the Java-generated
+    vectors that kafkaops.partitioner is checked with."""
+    from spark_apps import rekey_backfill
+    from tests.unit.data.gen_murmur2_vectors import VECTORS
+
+    vectors = json.loads(VECTORS.read_text())["vectors"]
+    rows = [(bytes.fromhex(v["key_hex"]), i % 3) for i, v in enumerate(vectors)] + [(None, 0)]
+    away = rekey_backfill.register_key_hash(spark, 3)
+    frame = spark.createDataFrame(rows, "key binary, partition int")
+    got = [r["hash"] for r in frame.selectExpr(f"{rekey_backfill.KAFKA_KEY_HASH}(key, partition) AS hash").collect()]
+    assert got[-1] is None
+    for vector, value in zip(vectors, got):
+        assert value == vector["murmur2"] & 0x7FFFFFFF
+        for n, partition in vector["partition_for"].items():
+            assert value % int(n) == partition == partition_for(bytes.fromhex(vector["key_hex"]), int(n))
+    off_home = sum(1 for i, v in enumerate(vectors) if v["partition_for"]["3"] != i % 3)
+    assert away.value() == off_home > 0
+
+
+@pytest.mark.parametrize("rule", list(RULES))
+def test_rekey_3_to_6_partitions_keeps_every_invariant_and_a_rerun_writes_nothing(cluster, spark, rule) -> None:
     from spark_apps import rekey_backfill
 
-    plan = plan_for(cluster, f"{SOURCE}.v2")
+    copy, target_records, dead_letters = RULES[rule]
+    plan = plan_for(cluster, f"{SOURCE}.v2.{rule.replace(':', '.')}", rule)
     first = rekey_backfill.run(spark, plan, cluster.bootstrap)
-    assert first["already_written"] == 0
+    assert (first["already_written"], first["mode"], first["rewritten"]) == (0, copy, False)
     source, target, dlq = read_back(cluster, plan)
     report = backfill.check_integrity(plan, source, target, dlq)
     assert report.ok, report.failures
-    assert (report.source_records, report.target_records, report.dead_letters) == (RECORDS + 3, RECORDS, 3)
+    assert (report.source_records, report.target_records, report.dead_letters) == \
+        (RECORDS + 4, target_records, dead_letters)
     assert len({r.partition for r in target}) == 6
     reasons = {r.lineage: r for r in dlq}
-    assert len(reasons) == 3
+    assert len(reasons) == dead_letters
     raw = records.read_topic({"bootstrap.servers": cluster.bootstrap}, plan.dead_letter_topic)
     why = sorted(r.header(backfill.REASON_HEADER).decode() for r in raw)
-    assert any("no field 'key'" in w for w in why) and any("not JSON" in w for w in why) \
-        and any("null" in w for w in why), why
+    if rule == "field:key":
+        assert any("no field 'key'" in w for w in why) and any("not JSON" in w for w in why) \
+            and any("null" in w for w in why), why
+    else:
+        assert why == [backfill.NO_KEY]
 
     again = rekey_backfill.run(spark, plan, cluster.bootstrap)
-    assert again["already_written"] == RECORDS + 3
-    assert written(cluster, plan) == RECORDS + 3
+    assert (again["already_written"], again["mode"]) == (RECORDS + 4, copy)
+    assert written(cluster, plan) == RECORDS + 4
     assert backfill.check_integrity(plan, *read_back(cluster, plan)).ok
     spark_report = rekey_backfill.verify(spark, plan, cluster.bootstrap)  # Spark's own read-back agrees
     assert spark_report.ok and spark_report.totals() == report.totals()
 
 
-def test_a_run_killed_half_way_and_run_again_gives_the_exact_result(cluster, spark, tmp_path) -> None:
+@pytest.mark.parametrize("rule", list(RULES))
+def test_a_run_killed_half_way_and_run_again_gives_the_exact_result(cluster, spark, tmp_path, rule) -> None:
     from spark_apps import rekey_backfill
 
-    plan = plan_for(cluster, f"{SOURCE}.killed")
+    plan = plan_for(cluster, f"{SOURCE}.killed.{rule.replace(':', '.')}", rule)
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(plan.to_json())
     slow = ["--kafka-option", "kafka.batch.size=2048", "--kafka-option", "kafka.linger.ms=0",
@@ -129,13 +166,43 @@ def test_a_run_killed_half_way_and_run_again_gives_the_exact_result(cluster, spa
         proc.wait(30)
     time.sleep(1.0)
     partial = written(cluster, plan)
-    assert 0 < partial < RECORDS + 3, f"the kill came at {partial} records; the test needs a partial write"
+    assert 0 < partial < RECORDS + 4, f"the kill came at {partial} records; the test needs a partial write"
 
     resumed = rekey_backfill.run(spark, plan, cluster.bootstrap)
-    assert resumed["already_written"] == partial
+    assert (resumed["already_written"], resumed["mode"]) == (partial, RULES[rule][0])
     report = backfill.check_integrity(plan, *read_back(cluster, plan))
     assert report.ok, report.failures
-    assert report.target_records + report.dead_letters == RECORDS + 3
+    assert report.target_records + report.dead_letters == RECORDS + 4
+
+
+@pytest.mark.parametrize("spanning", [True, False])
+def test_record_keys_off_their_home_partition(cluster, spark, spanning) -> None:
+    """Keys placed by hand off their murmur2 home. Consistently (each key in one partition, as a
+    producer with another partitioner does): the direct copy stands. Spread over partitions (as
+    after an earlier increase): the direct copy is deleted from the target and the merged copy,
+    which orders each key by time across source partitions, replaces it; a re-run writes nothing."""
+    from spark_apps import rekey_backfill
+
+    topic = f"moved.{'spanning' if spanning else 'consistent'}"
+    with admin.connect(cluster.bootstrap) as conn:
+        admin.create_topic(conn, topic, 3, 1)
+    producer = Producer(admin.client_config({"bootstrap.servers": cluster.bootstrap}))
+    for i in range(600):
+        key = f"acct-{i % 40}".encode()
+        home = partition_for(key, 3)
+        partition = (home + 1 + (i // 40) % 2) % 3 if spanning else (home + 1) % 3
+        producer.produce(topic, key=key, value=json.dumps({"i": i}).encode(), partition=partition)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    plan = plan_for(cluster, f"{topic}.v2", "record_key", source=topic)
+    first = rekey_backfill.run(spark, plan, cluster.bootstrap)
+    assert (first["mode"], first["rewritten"]) == (("merged", True) if spanning else ("direct", False)), first
+    report = backfill.check_integrity(plan, *read_back(cluster, plan))
+    assert report.ok, report.failures
+    assert (report.target_records, report.dead_letters) == (600, 0)
+    again = rekey_backfill.run(spark, plan, cluster.bootstrap)
+    assert (again["already_written"], again["mode"]) == (600, first["mode"])
+    assert report.totals() == backfill.check_integrity(plan, *read_back(cluster, plan)).totals()
 
 
 def test_a_target_written_by_something_else_is_refused(cluster, spark) -> None:
