@@ -112,6 +112,10 @@ def spark_session(master: str = "local[2]", app: str = "kafkaops-rekey-backfill"
             .config("spark.task.maxFailures", "1")
             .config("spark.speculation", "false")
             .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+            # one machine: the merged copy's shuffle stays on local disk, where compressing it only
+            # costs CPU (measured: about 20 % of the merged copy's time on 2 cores)
+            .config("spark.shuffle.compress", "false")
+            .config("spark.shuffle.spill.compress", "false")
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.session.timeZone", "UTC")
@@ -404,7 +408,8 @@ def run(spark: Any, plan: BackfillPlan, bootstrap: str, *, kafka_options: dict[s
     by the exact count first (:func:`choose_mode`)."""
     started = time.monotonic()
     options = kafka_options or {}
-    points = existing_output(spark, plan, bootstrap, per_source=True)
+    points = [] if _output_is_empty(plan, bootstrap, options) else \
+        existing_output(spark, plan, bootstrap, per_source=True)
     truncated = False
     if not points and not plan.rule.needs_value:
         mode, why = "direct", "every key's records are in their home source partition"
@@ -424,7 +429,7 @@ def run(spark: Any, plan: BackfillPlan, bootstrap: str, *, kafka_options: dict[s
         mode, why = choose_mode(spark, plan, bootstrap, options)
         log.info("backfill %s -> %s: %s copy (%s)", plan.source_topic, plan.target_topic, mode, why)
         direct = mode == "direct"
-        if not direct:
+        if not direct and points:  # per output partition, not per source partition
             points = existing_output(spark, plan, bootstrap)
         if direct:
             register_key_hash(spark, source_partition_count(plan))
@@ -443,14 +448,41 @@ def run(spark: Any, plan: BackfillPlan, bootstrap: str, *, kafka_options: dict[s
     return result
 
 
+#: The Java client's security settings that librdkafka (kafkaops.admin) spells the same way.
+_SHARED_OPTIONS = ("kafka.security.protocol", "kafka.sasl.mechanism", "kafka.sasl.username", "kafka.sasl.password")
+
+
+def _admin_config(bootstrap: str, options: dict[str, str]) -> dict[str, str]:
+    return {"bootstrap.servers": bootstrap,
+            **{k.removeprefix("kafka."): v for k, v in options.items() if k in _SHARED_OPTIONS}}
+
+
+def _output_is_empty(plan: BackfillPlan, bootstrap: str, options: dict[str, str]) -> bool:
+    """True when the target and dead-letter topics hold no record (their watermarks say so: a
+    metadata request, not a Spark job). With client options kafkaops cannot pass to librdkafka,
+    False: the caller reads the topics with Spark instead."""
+    from kafkaops import admin
+    from kafkaops.errors import UnknownTopic
+
+    if set(options) - set(_SHARED_OPTIONS) - set(PRODUCER_OPTIONS):
+        return False
+    with admin.connect(_admin_config(bootstrap, options)) as conn:
+        for attempt in range(20):  # a topic created a moment ago may not be in the metadata yet
+            try:
+                snap = admin.snapshot(conn, topics=[plan.target_topic, plan.dead_letter_topic], sizes=False,
+                                      groups=False)
+                break
+            except UnknownTopic:
+                if attempt == 19:
+                    raise
+                time.sleep(0.5)
+    return all((p.end_offset or 0) == (p.start_offset or 0) for p in snap.partitions)
+
+
 def _truncate_output(plan: BackfillPlan, bootstrap: str, options: dict[str, str]) -> None:
     from kafkaops import admin
 
-    # the Java client's security settings that librdkafka spells the same way
-    shared = ("kafka.security.protocol", "kafka.sasl.mechanism", "kafka.sasl.username", "kafka.sasl.password")
-    config = {"bootstrap.servers": bootstrap, **{k.removeprefix("kafka."): v for k, v in options.items()
-                                                 if k in shared}}
-    with admin.connect(config) as conn:
+    with admin.connect(_admin_config(bootstrap, options)) as conn:
         admin.truncate_topics(conn, [plan.target_topic, plan.dead_letter_topic])
 
 
