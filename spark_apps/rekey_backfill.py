@@ -467,15 +467,15 @@ def _output_is_empty(plan: BackfillPlan, bootstrap: str, options: dict[str, str]
     if set(options) - set(_SHARED_OPTIONS) - set(PRODUCER_OPTIONS):
         return False
     with admin.connect(_admin_config(bootstrap, options)) as conn:
-        for attempt in range(20):  # a topic created a moment ago may not be in the metadata yet
+        for attempt in range(100):  # a topic created a moment ago may not be in the metadata yet
             try:
                 snap = admin.snapshot(conn, topics=[plan.target_topic, plan.dead_letter_topic], sizes=False,
                                       groups=False)
                 break
             except UnknownTopic:
-                if attempt == 19:
+                if attempt == 99:
                     raise
-                time.sleep(0.5)
+                time.sleep(0.1)
     return all((p.end_offset or 0) == (p.start_offset or 0) for p in snap.partitions)
 
 
