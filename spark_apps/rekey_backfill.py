@@ -19,7 +19,8 @@ and writing through Spark's Kafka sink with a ``kafkaops.lineage`` header
   if some key spans source partitions, the direct output is deleted (DeleteRecords) and the
   merged copy runs.
 * **merged** (a value field or JSON path, or keys spanning source partitions): a Python
-  ``mapInArrow`` step computes the new key (the plan's key rule), the target partition
+  ``mapInArrow`` step (Arrow batches both ways; values pass through untouched) computes the new
+  key (the plan's key rule), the target partition
   (:func:`kafkaops.partitioner.partition_for`, bit-identical to Java), the per-key order timestamp
   (:class:`~kafkaops.backfill.OrderClock`) or the dead-letter reason -> ``repartition`` (hash) on
   the output topic and partition puts each output partition in exactly one Spark task (a range
@@ -50,8 +51,6 @@ with a ``kafkaops.dead_letter_reason`` header; they resume the same way.
 
 ``verify`` reads the snapshot, the target and the dead-letter topic back and runs
 :func:`kafkaops.backfill.check_integrity`; the report (JSON) feeds the ``backfill`` gate.
-The Python step is a ``mapInArrow``: records cross between the JVM and Python as Arrow batches,
-and the values pass through it untouched (they are parsed only when the key rule reads them).
 """
 from __future__ import annotations
 
