@@ -10,22 +10,23 @@ source (``startingOffsets``/``endingOffsets`` JSON of the :class:`~kafkaops.back
 and writing through Spark's Kafka sink with a ``kafkaops.lineage`` header
 (``source_topic/partition/offset``) on every record:
 
-* **direct** (a partition increase: the key rule is ``record_key`` and every key's records are in
-  one source partition). All on the JVM, one pass, no shuffle: each Spark task reads one source
-  partition in offset order and writes each record to ``kafka_key_hash(key) % N``, Kafka's own
-  ``Utils.murmur2`` (jvm/spark-udf). Offset order is per-key order, because a key's records all
-  come from that one task. The same pass counts records off their key's home partition under
-  the source's count; zero proves the precondition. Otherwise the keys are counted exactly and,
-  if some key spans source partitions, the direct output is deleted (DeleteRecords) and the
-  merged copy runs.
-* **merged** (a value field or JSON path, or keys spanning source partitions): a Python
-  ``mapInArrow`` step (Arrow batches both ways; values pass through untouched) computes the new
-  key (the plan's key rule), the target partition
-  (:func:`kafkaops.partitioner.partition_for`, bit-identical to Java), the per-key order timestamp
-  (:class:`~kafkaops.backfill.OrderClock`) or the dead-letter reason -> ``repartition`` (hash) on
-  the output topic and partition puts each output partition in exactly one Spark task (a range
-  repartition would run the Python step twice, once to sample its bounds), and
-  ``sortWithinPartitions`` orders it by ``(order timestamp, source partition, source offset)``.
+* **direct** (every new key's records are in one source partition: a partition increase by the
+  record key, or a value rule that refines the key, such as splitting a hot key). All on the JVM,
+  one pass, no shuffle: each Spark task reads one source partition in offset order and writes each
+  record to ``murmur2(new key) % N`` with Kafka's own ``Utils.murmur2`` (jvm/spark-udf). Offset
+  order is per-key order, because a key's records all come from that one task. The same pass
+  checks the precondition: by the record key it counts records off their key's home partition
+  under the source's count (zero proves it; otherwise the keys are counted exactly); by a value
+  rule each task reports the hashes of its keys. If some key spans source partitions, the direct
+  output is deleted (DeleteRecords) and the merged copy runs. A value rule whose first records
+  already show a key in two partitions (:func:`sample_spans`) goes merged at once.
+* **merged** (keys spanning source partitions): the JVM rekey step (:func:`rekey_frame`, the
+  ``io.kafkaops.spark.Rekey`` class: the new key by the plan's key rule, result-identical to
+  :func:`kafkaops.backfill.extract_key_or_reason`, the target partition, the per-key order
+  timestamp of :class:`~kafkaops.backfill.OrderClock` or the dead-letter reason) ->
+  ``repartition`` (hash) on the output topic and partition puts each output partition in exactly
+  one Spark task, and ``sortWithinPartitions`` orders it by ``(order timestamp, source partition,
+  source offset)``.
 
 Why the Spark sink and not confluent-kafka in ``foreachPartition``: the sink's Java producer
 writes the rows of one task in iterator order; with ``enable.idempotence=true`` and ``acks=all``
@@ -60,7 +61,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,9 +70,8 @@ if str(_REPO / "plugins") not in sys.path:  # spark-submit / python -m from the 
     sys.path.insert(0, str(_REPO / "plugins"))
 
 from kafkaops import backfill  # noqa: E402
-from kafkaops.backfill import (LINEAGE_HEADER, REASON_HEADER, BackfillPlan, OrderClock, OutputRecord,  # noqa: E402
-                               ResumePoint, SourceRecord)
-from kafkaops.partitioner import partition_for  # noqa: E402
+from kafkaops.backfill import (LINEAGE_HEADER, REASON_HEADER, BackfillPlan, OutputRecord, ResumePoint,  # noqa: E402
+                               SourceRecord)
 
 log = logging.getLogger("kafkaops.rekey_backfill")
 
@@ -137,73 +137,50 @@ def register_key_hash(spark: Any, source_partitions: int) -> Any:
     return away
 
 
-# -- the Python step -----------------------------------------------------------------------------------------
+# -- the rekey step (JVM) -------------------------------------------------------------------------------
 
-#: Arrow schema of what the Python step returns per source record.
-_STEP_FIELDS = (("out_partition", "int32"), ("order_ts", "int64"), ("src_partition", "int32"),
-                ("src_offset", "int64"), ("key", "binary"), ("value", "binary"), ("reason", "string"))
-_STEP_SCHEMA = ", ".join(f"{name} {'int' if kind == 'int32' else 'bigint' if kind == 'int64' else kind}"
-                         for name, kind in _STEP_FIELDS)
+def rekey_frame(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str] | None = None, *,
+                direct: bool = False, spread: Any = None) -> Any:
+    """The source snapshot through :func:`rekey_step`."""
+    from pyspark.sql import functions as F
 
-
-def rekey_columns(plan: BackfillPlan, clock: OrderClock, partitions: Sequence[int], offsets: Sequence[int],
-                  timestamps: Sequence[int], keys: Sequence[bytes | None], values: Sequence[bytes | None] | None,
-                  placed: dict[bytes, int] | None = None
-                  ) -> tuple[list[int], list[int], list[bytes | None], list[str | None]]:
-    """One batch of source records, in offset order per partition -> per record the output partition
-    (``partition_for(new key, N)``; 0 of the dead-letter topic when there is no key), the order
-    timestamp, the new key and the dead-letter reason (``None`` for a keyed record).
-
-    ``values`` may be ``None`` when the rule reads the record key only. ``placed`` memoizes
-    ``partition_for`` across batches (keys repeat; a few thousand distinct keys are typical)."""
-    rule = plan.rule
-    n = plan.target_partitions
-    placed = {} if placed is None else placed
-    tick = clock.tick
-    extract = backfill.extract_key_or_reason
-    out_partition: list[int] = []
-    order: list[int] = []
-    new_keys: list[bytes | None] = []
-    reasons: list[str | None] = []
-    for i, key in enumerate(keys):
-        if values is None:
-            new_key, reason = (key, None) if key is not None else (None, backfill.NO_KEY)
-        else:
-            new_key, reason = extract(key, values[i], rule)
-        order.append(tick(partitions[i], offsets[i], timestamps[i], new_key))
-        new_keys.append(new_key)
-        reasons.append(reason)
-        if new_key is None:
-            out_partition.append(0)
-            continue
-        target = placed.get(new_key)
-        if target is None:
-            if len(placed) >= 1 << 18:  # bounded memory for high-cardinality keys
-                placed.clear()
-            target = placed[new_key] = partition_for(new_key, n)
-        out_partition.append(target)
-    return out_partition, order, new_keys, reasons
+    src = _source(spark, plan, bootstrap, options or {}).select(
+        "partition", "offset", F.unix_millis("timestamp").alias("ts"), "key", "value")
+    return rekey_step(spark, src, plan, direct=direct, spread=spread)
 
 
-def rekey_batches(plan: BackfillPlan, batches: Iterable[Any]) -> Iterator[Any]:
-    """The ``mapInArrow`` step: Arrow batches of ``(partition, offset, ts, key, value)`` (one Spark
-    task reads one Kafka partition, in offset order) -> batches of ``_STEP_FIELDS``. Source
-    partition, offset and value pass through as the same Arrow arrays, never as Python objects."""
-    import pyarrow as pa
+def rekey_step(spark: Any, source: Any, plan: BackfillPlan, *, direct: bool = False, spread: Any = None) -> Any:
+    """Source rows ``partition, offset, ts, key, value`` (one Spark partition per source partition,
+    in offset order) through the JVM rekey step (jvm/spark-udf ``io.kafkaops.spark.Rekey``) ->
+    ``out_topic, out_partition, order_ts, src_partition, src_offset, key, value, reason``. The new
+    key follows the plan's key rule exactly as :func:`kafkaops.backfill.extract_key_or_reason`
+    does (``JsonKey``, tested for parity with it), placed by Kafka's own ``Utils.murmur2``; the
+    order timestamp is :class:`~kafkaops.backfill.OrderClock`'s (0 in a ``direct`` copy).
+    ``spread``: a collection accumulator (:func:`key_spread`) the step fills with each task's key
+    hashes (:func:`spanning_keys_of`)."""
+    from pyspark.sql import DataFrame
 
-    clock = OrderClock()
-    placed: dict[bytes, int] = {}
-    needs_value = plan.rule.needs_value
-    schema = pa.schema([pa.field(name, getattr(pa, kind)()) for name, kind in _STEP_FIELDS])
-    for batch in batches:
-        cols = {name: batch.column(name) for name in ("partition", "offset", "ts", "key", "value")}
-        out_partition, order, new_keys, reasons = rekey_columns(
-            plan, clock, cols["partition"].to_pylist(), cols["offset"].to_pylist(), cols["ts"].to_pylist(),
-            cols["key"].to_pylist(), cols["value"].to_pylist() if needs_value else None, placed)
-        yield pa.RecordBatch.from_arrays(
-            [pa.array(out_partition, pa.int32()), pa.array(order, pa.int64()), cols["partition"].cast(pa.int32()),
-             cols["offset"].cast(pa.int64()), pa.array(new_keys, pa.binary()), cols["value"],
-             pa.array(reasons, pa.string())], schema=schema)
+    jvm = spark.sparkContext._jvm
+    try:
+        step = jvm.io.kafkaops.spark.Rekey(list(plan.rule.steps), plan.key_rule, plan.target_topic,
+                                           plan.dead_letter_topic, plan.target_partitions, direct, spread)
+        encoder = jvm.org.apache.spark.sql.Encoders.row(jvm.io.kafkaops.spark.Rekey.OUTPUT)
+    except Exception as err:  # py4j errors: the jar is missing or stale
+        raise backfill.BackfillError(f"cannot load io.kafkaops.spark.Rekey from kafkaops-spark-udf.jar in {JARS_DIR} "
+                                     f"({str(err).splitlines()[0][:200]}): run 'make setup'") from err
+    return DataFrame(source._jdf.mapPartitions(step, encoder), spark)
+
+
+def key_spread(spark: Any) -> Any:
+    """A JVM accumulator for :func:`rekey_frame`'s ``spread``."""
+    return spark.sparkContext._jsc.sc().collectionAccumulator("kafkaops.key_spread")
+
+
+def spanning_keys_of(spark: Any, spread: Any) -> int | None:
+    """Keys the direct copy saw in more than one source partition; ``None`` when a task saw too many
+    distinct keys to track (count them with :func:`keys_in_several_partitions`)."""
+    spanning = int(spark.sparkContext._jvm.io.kafkaops.spark.KeySpread.spanning(spread.value()))
+    return None if spanning < 0 else spanning
 
 
 def _source(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str]) -> Any:
@@ -218,19 +195,8 @@ def _source(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, s
 
 
 def planned_frame(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str] | None = None) -> Any:
-    """The rows to write, before resume: one per source record of the snapshot, with ``out_topic``."""
-    from pyspark.sql import functions as F
-
-    src = _source(spark, plan, bootstrap, options or {}).select(
-        "partition", "offset", F.unix_millis("timestamp").alias("ts"), "key", "value")
-    plan_json = plan.to_json()
-
-    def step(batches: Iterable[Any]) -> Iterator[Any]:
-        return rekey_batches(BackfillPlan.from_json(plan_json), batches)
-
-    stepped = src.mapInArrow(step, _STEP_SCHEMA)
-    out_topic = F.when(F.col("reason").isNull(), F.lit(plan.target_topic)).otherwise(F.lit(plan.dead_letter_topic))
-    return stepped.select(out_topic.alias("out_topic"), *(name for name, _ in _STEP_FIELDS))
+    """The rows of the merged copy, before resume: one per source record of the snapshot."""
+    return rekey_frame(spark, plan, bootstrap, options)
 
 
 # -- resume ----------------------------------------------------------------------------------------------
@@ -331,16 +297,18 @@ def output_frame(planned: Any, plan: BackfillPlan) -> Any:
                        plan)
 
 
-def direct_frame(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str] | None = None) -> Any:
-    """The direct copy, all on the JVM: each source partition's records, in offset order, straight
-    to ``kafka_key_hash(key) % N``; key-less records to the dead-letter topic. Per-key order holds
-    only when no key has records in two source partitions (:func:`choose_mode`). Register the
-    function first (:func:`register_key_hash`)."""
+def direct_frame(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str] | None = None, *,
+                 spread: Any = None) -> Any:
+    """The direct copy, all on the JVM, no shuffle: each source partition's records, in offset order,
+    straight to ``murmur2(new key) % N``; key-less records to the dead-letter topic. Per-key order
+    holds only when no key has records in two source partitions (:func:`choose_mode`). By the
+    record key it is a SQL projection over ``kafka_key_hash`` (register it first:
+    :func:`register_key_hash`); by a value field or path it is the rekey step
+    (:func:`rekey_frame`, which fills ``spread``)."""
     from pyspark.sql import functions as F
 
     if plan.rule.needs_value:
-        raise backfill.BackfillError(f"key rule {plan.key_rule!r} reads the value: the direct copy only "
-                                     "moves records by their own key; use the merged copy")
+        return rekey_frame(spark, plan, bootstrap, options, direct=True, spread=spread)
     keyed = F.col("key").isNotNull()
     return _source(spark, plan, bootstrap, options or {}).select(
         F.when(keyed, F.lit(plan.target_topic)).otherwise(F.lit(plan.dead_letter_topic)).alias("out_topic"),
@@ -353,12 +321,36 @@ def direct_frame(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[s
 
 def keys_in_several_partitions(spark: Any, plan: BackfillPlan, bootstrap: str,
                                options: dict[str, str] | None = None) -> int:
-    """How many record keys of the snapshot have records in more than one source partition (an
-    earlier partition increase, or a producer with another partitioner)."""
+    """How many new keys of the snapshot have records in more than one source partition (by the
+    record key: an earlier partition increase, or a producer with another partitioner; by a value
+    field: whenever the field does not refine the record key)."""
     from pyspark.sql import functions as F
 
-    keys = _source(spark, plan, bootstrap, options or {}).where(F.col("key").isNotNull()).select("key", "partition")
+    if plan.rule.needs_value:
+        keys = rekey_frame(spark, plan, bootstrap, options, direct=True).where(F.col("reason").isNull()) \
+            .select("key", F.col("src_partition").alias("partition"))
+    else:
+        keys = _source(spark, plan, bootstrap, options or {}).where(F.col("key").isNotNull()).select("key", "partition")
     return keys.groupBy("key").agg(F.countDistinct("partition").alias("n")).where(F.col("n") > 1).count()
+
+
+#: Records per source partition that :func:`sample_spans` reads to guess a value rule's copy.
+SAMPLE_RECORDS = 2_000
+
+
+def sample_spans(plan: BackfillPlan, bootstrap: str, options: dict[str, str]) -> bool:
+    """True when the first :data:`SAMPLE_RECORDS` records of each source partition already show a new
+    key in two source partitions (so a direct copy by a value rule would be thrown away); False
+    says nothing for sure, the direct copy then checks every key as it goes."""
+    from kafkaops import records
+
+    head = {p: (s, min(e, s + SAMPLE_RECORDS)) for p, s, e in plan.source_offsets}
+    home: dict[bytes, int] = {}
+    for r in records.read_ranges(_admin_config(bootstrap, options), plan.source_topic, head):
+        key = backfill.extract_key(r.key, r.value, plan.rule)
+        if key is not None and home.setdefault(key, r.partition) != r.partition:
+            return True
+    return False
 
 
 def choose_mode(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str] | None = None
@@ -366,8 +358,6 @@ def choose_mode(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[st
     """``direct`` when each new key's records all come from one source partition (so offset
     order is per-key order and no shuffle is needed), else ``merged``; and why. The choice depends
     on the snapshot only, so a re-run makes the same one."""
-    if plan.rule.needs_value:
-        return "merged", f"key rule {plan.key_rule!r} reads the value; its keys may span source partitions"
     if len(plan.source_offsets) == 1:
         return "direct", "one source partition"
     spanning = keys_in_several_partitions(spark, plan, bootstrap, options)
@@ -385,52 +375,64 @@ def source_partition_count(plan: BackfillPlan) -> int:
     return max(p for p, _, _ in plan.source_offsets) + 1
 
 
-def write_direct(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str] | None = None) -> int:
-    """The direct copy of a fresh target, in one pass; returns the keyed records the pass found off
-    their key's home partition under the source's partition count. Zero means every key's records
-    are in one source partition."""
-    away = register_key_hash(spark, source_partition_count(plan))
-    write(_sink_frame(direct_frame(spark, plan, bootstrap, options), plan), bootstrap, options)
-    return int(away.value())
+def write_direct(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str] | None = None
+                 ) -> tuple[int, str]:
+    """The direct copy of a fresh target, in one pass; returns how many new keys have records in
+    more than one source partition (zero: the copy kept per-key order) and how that was found.
+
+    By the record key the pass counts records off their key's home partition under the source's
+    count (constant memory); only when there are some are the keys counted exactly. By a value
+    rule the pass collects each task's key hashes (:func:`spanning_keys_of`)."""
+    options = options or {}
+    if plan.rule.needs_value:
+        spread = key_spread(spark)
+        write(_sink_frame(direct_frame(spark, plan, bootstrap, options, spread=spread), plan), bootstrap, options)
+        spanning = spanning_keys_of(spark, spread)
+        if spanning is not None:
+            return spanning, "the copy's key hashes per source partition"
+    else:
+        away = register_key_hash(spark, source_partition_count(plan))
+        write(_sink_frame(direct_frame(spark, plan, bootstrap, options), plan), bootstrap, options)
+        strays = int(away.value())
+        if not strays:
+            return 0, "no record off its key's home partition"
+    return keys_in_several_partitions(spark, plan, bootstrap, options), "an exact count of keys per source partition"
 
 
 def run(spark: Any, plan: BackfillPlan, bootstrap: str, *, kafka_options: dict[str, str] | None = None
         ) -> dict[str, Any]:
     """Write what is missing of ``plan`` to its target and dead-letter topics; returns counts.
 
-    A fresh backfill by the record key copies directly in one pass and counts, in that pass, the
-    records off their key's home partition. None (the usual case: one producer partitioner, no
-    earlier increase) proves every key lives in one source partition, so the copy kept per-key
-    order. Otherwise the keys are counted exactly; if some key has records in two source
-    partitions, the direct copy is deleted from the target (DeleteRecords) and the merged copy
-    writes it again. A backfill with output already in the target (a re-run or a resume) decides
-    by the exact count first (:func:`choose_mode`)."""
+    A fresh backfill copies directly in one pass, unless the rule reads the value and a sample of
+    the source already shows a new key in two source partitions. The pass checks that every new
+    key's records come from one source partition (:func:`write_direct`); if one does not, the
+    direct copy cannot have kept its order: it is deleted from the target (DeleteRecords) and the
+    merged copy writes it again. A backfill with output already in the target (a re-run or a
+    resume) decides by the exact count first (:func:`choose_mode`)."""
     started = time.monotonic()
     options = kafka_options or {}
     points = [] if _output_is_empty(plan, bootstrap, options) else \
         existing_output(spark, plan, bootstrap, per_source=True)
     truncated = False
-    if not points and not plan.rule.needs_value:
-        mode, why = "direct", "every key's records are in their home source partition"
+    if not points and not (plan.rule.needs_value and sample_spans(plan, bootstrap, options)):
         log.info("backfill %s -> %s: direct copy of a fresh target", plan.source_topic, plan.target_topic)
-        strays = write_direct(spark, plan, bootstrap, options)
-        if strays:
-            spanning = keys_in_several_partitions(spark, plan, bootstrap, options)
-            why = f"{strays} record(s) off their home partition, but no key in two source partitions"
-            if spanning:
-                mode, why = "merged", f"{spanning} key(s) have records in more than one source partition"
-                log.warning("backfill %s -> %s: %s; the direct copy cannot keep their order: deleting it from "
-                            "the target and writing the merged copy", plan.source_topic, plan.target_topic, why)
-                _truncate_output(plan, bootstrap, options)
-                truncated = True
-                write(output_frame(planned_frame(spark, plan, bootstrap, options), plan), bootstrap, options)
+        spanning, how = write_direct(spark, plan, bootstrap, options)
+        mode, why = "direct", f"every key's records are in one source partition ({how})"
+        if spanning:
+            mode, why = "merged", f"{spanning} key(s) have records in more than one source partition ({how})"
+            log.warning("backfill %s -> %s: %s; the direct copy cannot keep their order: deleting it from "
+                        "the target and writing the merged copy", plan.source_topic, plan.target_topic, why)
+            _truncate_output(plan, bootstrap, options)
+            truncated = True
+            write(output_frame(planned_frame(spark, plan, bootstrap, options), plan), bootstrap, options)
     else:
-        mode, why = choose_mode(spark, plan, bootstrap, options)
+        mode, why = ("merged", "a sample of the source has a key in two source partitions") if not points else \
+            choose_mode(spark, plan, bootstrap, options)
         log.info("backfill %s -> %s: %s copy (%s)", plan.source_topic, plan.target_topic, mode, why)
         direct = mode == "direct"
         if not direct and points:  # per output partition, not per source partition
             points = existing_output(spark, plan, bootstrap)
-        if direct:
+        if direct and not plan.rule.needs_value:
             register_key_hash(spark, source_partition_count(plan))
         planned = (direct_frame if direct else planned_frame)(spark, plan, bootstrap, options)
         todo = skip_written(spark, planned, plan, points)

@@ -120,7 +120,10 @@ def _key_bytes(found: Any) -> tuple[bytes | None, str | None]:
     if found is None:
         return None, "the key field is null"
     if isinstance(found, str):
-        return found.encode("utf-8"), None
+        try:
+            return found.encode("utf-8"), None
+        except UnicodeEncodeError:  # json.loads keeps lone surrogates ("\ud800", or UTF-8-encoded ones)
+            return None, "the key field is not valid Unicode (it holds a lone surrogate)"
     if isinstance(found, bool) or isinstance(found, (int, float)):
         return json.dumps(found).encode("utf-8"), None
     return None, f"the key field is a JSON {type(found).__name__}, not a string or number"
@@ -138,6 +141,8 @@ def extract_key_or_reason(key_bytes: bytes | None, value_bytes: bytes | None, ru
         node: Any = json.loads(value_bytes)
     except (ValueError, UnicodeDecodeError) as err:
         return None, f"the value is not JSON: {err}"[:300]
+    except RecursionError:  # arrays/objects nested about 1000 deep (the JVM twin refuses deeper than 995)
+        return None, "the value is not JSON: nested too deeply"
     for step in rule.steps:
         if isinstance(step, int):
             if not isinstance(node, list) or step >= len(node):

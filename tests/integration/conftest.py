@@ -166,3 +166,14 @@ class Traffic:
         out_of_order = sorted(k for k, seqs in per_key.items() if seqs != list(range(len(seqs))))
         assert not out_of_order, f"keys {out_of_order[:5]} are out of seq order in their partition"
         self.redelivered = len(self.consumed) - len(stored)
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    """A local[2] SparkSession of the backfill (with the jars of .cache/jars/spark), one per module."""
+    from spark_apps import rekey_backfill
+
+    session = rekey_backfill.spark_session("local[2]", driver_memory="1g")
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

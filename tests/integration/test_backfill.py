@@ -2,9 +2,10 @@
 every invariant checked on the target read back with confluent-kafka; a re-run writes nothing; a
 run killed half-way (SIGKILL of its process group) and run again gives the exact result; records
 without the key field land in the dead-letter topic with the reason. Both copies are covered: the
-direct one (by the record key, every key in one source partition) and the merged one (by a value
-field; and by the record key when keys span source partitions, where the direct copy is deleted
-and done again merged). One SparkSession per module."""
+direct one (every new key in one source partition: by the record key, or by a value field equal to
+it) and the merged one (by a value field whose values span source partitions; and when a direct
+copy finds keys spanning source partitions, where it is deleted and done again merged). One
+SparkSession per module."""
 from __future__ import annotations
 
 import json
@@ -33,8 +34,10 @@ RECORDS = 20_000
 BAD = [b'{"id": -1, "note": "no key field"}', b"not json at all", b'{"id": -2, "key": null}']
 #: A record without a key but with a key field: a dead letter by the record key, a record by field:key.
 KEYLESS = b'{"id": -3, "key": "k-keyless"}'
-#: rule -> (copy, target records, dead letters)
-RULES = {"field:key": ("merged", RECORDS + 1, 3), "record_key": ("direct", RECORDS + 3, 1)}
+#: rule -> (copy, target records, dead letters). The value's ``key`` is the record key (each key in one
+#: source partition: the direct copy); ``seq`` counts per key from 0, so its values span partitions.
+RULES = {"field:key": ("direct", RECORDS + 1, 3), "field:seq": ("merged", RECORDS, 4),
+         "record_key": ("direct", RECORDS + 3, 1)}
 
 
 @pytest.fixture(scope="module")
@@ -51,16 +54,6 @@ def cluster() -> Iterator[provision.ClusterSpec]:
             producer.produce(SOURCE, key=None, value=KEYLESS, partition=1)
             assert producer.flush(30) == 0
         yield spec
-
-
-@pytest.fixture(scope="module")
-def spark():
-    from spark_apps import rekey_backfill
-
-    session = rekey_backfill.spark_session("local[2]", driver_memory="1g")
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
 
 
 def plan_for(spec: provision.ClusterSpec, target: str, rule: str = "field:key", source: str = SOURCE) -> BackfillPlan:
@@ -133,6 +126,8 @@ def test_rekey_3_to_6_partitions_keeps_every_invariant_and_a_rerun_writes_nothin
     if rule == "field:key":
         assert any("no field 'key'" in w for w in why) and any("not JSON" in w for w in why) \
             and any("null" in w for w in why), why
+    elif rule == "field:seq":
+        assert sum("no field 'seq'" in w for w in why) == 3 and any("not JSON" in w for w in why), why
     else:
         assert why == [backfill.NO_KEY]
 
@@ -203,6 +198,22 @@ def test_record_keys_off_their_home_partition(cluster, spark, spanning) -> None:
     again = rekey_backfill.run(spark, plan, cluster.bootstrap)
     assert (again["already_written"], again["mode"]) == (600, first["mode"])
     assert report.totals() == backfill.check_integrity(plan, *read_back(cluster, plan)).totals()
+
+
+def test_a_value_rule_whose_keys_span_partitions_past_the_sample_is_redone_merged(cluster, spark, monkeypatch
+                                                                                 ) -> None:
+    """With no sample, a value rule starts with the direct copy; its key hashes show keys in several
+    source partitions, so the direct output is deleted and the merged copy written instead."""
+    from spark_apps import rekey_backfill
+
+    monkeypatch.setattr(rekey_backfill, "SAMPLE_RECORDS", 0)
+    plan = plan_for(cluster, f"{SOURCE}.unsampled", "field:seq")
+    first = rekey_backfill.run(spark, plan, cluster.bootstrap)
+    assert (first["mode"], first["rewritten"]) == ("merged", True), first
+    assert "hashes" in first["mode_reason"]
+    report = backfill.check_integrity(plan, *read_back(cluster, plan))
+    assert report.ok, report.failures
+    assert (report.target_records, report.dead_letters) == (RECORDS, 4)
 
 
 def test_a_target_written_by_something_else_is_refused(cluster, spark) -> None:

@@ -44,6 +44,15 @@ def test_a_missing_key_says_why() -> None:
     assert extract_key_or_reason(None, b"{}", "record_key")[1] == "the record has no key"
 
 
+def test_a_key_no_producer_could_write_or_a_value_nested_too_deeply_is_a_dead_letter_not_a_crash() -> None:
+    # "\ud800" parses to a lone surrogate, which has no UTF-8 form
+    assert extract_key_or_reason(None, b'{"key": "\\ud800"}', "field:key") == \
+        (None, "the key field is not valid Unicode (it holds a lone surrogate)")
+    assert extract_key_or_reason(None, b'{"key": "\\ud83d\\ude00"}', "field:key") == ("\U0001F600".encode(), None)
+    deep = b'{"key": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    assert extract_key_or_reason(None, deep, "field:key") == (None, "the value is not JSON: nested too deeply")
+
+
 @pytest.mark.parametrize("rule", ["jsonpath:$..a", "jsonpath:$.a[*]", "jsonpath:a.b", "jsonpath:$", "field:",
                                   "key", "jsonpath:$.a[?(@.b)]"])
 def test_unsupported_rules_are_refused_naming_the_subset(rule: str) -> None:
