@@ -95,17 +95,26 @@ def timed(job: Callable[[], object]) -> tuple[float, int]:
     return seconds, rss.peak
 
 
+JOBS = ("copy", "shuffled_copy", "record_key", "field:key", "field:seq")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--record-bytes", type=int, default=350, help="200-500 in the issue")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--verify", action="store_true", help="check the integrity of each rekey's last round")
+    parser.add_argument("--verify", action="store_true",
+                        help="check the integrity of each rekey's last round (reads everything back to the driver: "
+                             "for a reduced --records only)")
     parser.add_argument("--no-results", action="store_true")
+    parser.add_argument("--only", metavar="JOB,...",
+                        help="time only these jobs (with --no-results; the table needs them all): " + ", ".join(JOBS))
     args = parser.parse_args(argv)
+    if args.only and not args.no_results:
+        parser.error("--only needs --no-results")
     base = Path(tempfile.mkdtemp(prefix="kafkaops-bench-backfill-"))
     spec = provision.local_cluster_spec(base, brokers=1, controllers=1)
-    jobs = ("copy", "shuffled_copy", "record_key", "field:key", "field:seq")
+    jobs = tuple(args.only.split(",")) if args.only else JOBS
     times: dict[str, list[float]] = {job: [] for job in jobs}
     peaks: dict[str, int] = dict.fromkeys(jobs, 0)
     modes: dict[str, str] = {}
@@ -146,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
                 times[job].append(seconds)
                 peaks[job] = max(peaks[job], peak)
         spark.stop()
+        if args.only:
+            return 0
         perf = producer_perf(spec.bootstrap, "perf", args.records, args.record_bytes)
     finally:
         try:

@@ -20,13 +20,16 @@ and writing through Spark's Kafka sink with a ``kafkaops.lineage`` header
   rule each task reports the hashes of its keys. If some key spans source partitions, the direct
   output is deleted (DeleteRecords) and the merged copy runs. A value rule whose first records
   already show a key in two partitions (:func:`sample_spans`) goes merged at once.
-* **merged** (keys spanning source partitions): the JVM rekey step (:func:`rekey_frame`, the
-  ``io.kafkaops.spark.Rekey`` class: the new key by the plan's key rule, result-identical to
-  :func:`kafkaops.backfill.extract_key_or_reason`, the target partition, the per-key order
-  timestamp of :class:`~kafkaops.backfill.OrderClock` or the dead-letter reason) ->
+* **merged** (keys spanning source partitions): the same projection (:func:`rekey_rows`) adds the
+  order timestamp of :class:`~kafkaops.backfill.OrderClock` (``kafkaops_order_ts``) ->
   ``repartition`` (hash) on the output topic and partition puts each output partition in exactly
-  one Spark task, and ``sortWithinPartitions`` orders it by ``(order timestamp, source partition,
-  source offset)``.
+  one Spark task, and ``sortWithinPartitions`` orders the task by ``(order timestamp, source
+  partition, source offset)``, so each output partition's records are in that order.
+
+The new key, by the record key or by a value field or JSON path (``kafkaops_new_key``: the
+jvm/spark-udf ``JsonKey``, result-identical to :func:`kafkaops.backfill.extract_key_or_reason`,
+tested for parity with it), and the target partition (Kafka's ``Utils.murmur2``) are computed on
+the JVM by Spark SQL functions (:func:`register_functions`): no Python worker touches a record.
 
 Why the Spark sink and not confluent-kafka in ``foreachPartition``: the sink's Java producer
 writes the rows of one task in iterator order; with ``enable.idempotence=true`` and ``acks=all``
@@ -122,57 +125,64 @@ def spark_session(master: str = "local[2]", app: str = "kafkaops-rekey-backfill"
     return spark
 
 
+#: Spark SQL function (jvm/spark-udf ``NewKey``) of a value rule: :func:`register_functions`.
+NEW_KEY = "kafkaops_new_key"
+#: Spark SQL function (jvm/spark-udf ``OrderClock``), the merged copy's order timestamp.
+ORDER_TS = "kafkaops_order_ts"
+
+
 def register_key_hash(spark: Any, source_partitions: int) -> Any:
-    """Register ``kafka_key_hash(key, source_partition)`` (jvm/spark-udf) for a source of
-    ``source_partitions``; returns the JVM accumulator that counts records off their key's home
-    partition while queries using it run."""
+    """Register ``kafka_key_hash(key, source_partition)`` (jvm/spark-udf ``KafkaKeyHash``) for a
+    source of ``source_partitions``; returns the JVM accumulator that counts records off their key's
+    home partition while queries using it run."""
     jvm = spark.sparkContext._jvm
     try:
         away = spark.sparkContext._jsc.sc().longAccumulator("kafkaops.records_off_home_partition")
         function = jvm.io.kafkaops.spark.KafkaKeyHash(away, source_partitions)
         spark._jsparkSession.udf().register(KAFKA_KEY_HASH, function, jvm.org.apache.spark.sql.types.DataTypes.IntegerType)
     except Exception as err:  # py4j errors: the jar is missing or stale
-        raise backfill.BackfillError(f"cannot register {KAFKA_KEY_HASH} from kafkaops-spark-udf.jar in {JARS_DIR} "
-                                     f"({str(err).splitlines()[0][:200]}): run 'make setup'") from err
+        raise _stale_jar(KAFKA_KEY_HASH, err) from err
     return away
 
 
 # -- the rekey step (JVM) -------------------------------------------------------------------------------
 
-def rekey_frame(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str] | None = None, *,
-                direct: bool = False, spread: Any = None) -> Any:
-    """The source snapshot through :func:`rekey_step`."""
-    from pyspark.sql import functions as F
-
-    src = _source(spark, plan, bootstrap, options or {}).select(
-        "partition", "offset", F.unix_millis("timestamp").alias("ts"), "key", "value")
-    return rekey_step(spark, src, plan, direct=direct, spread=spread)
+def _stale_jar(what: str, err: Exception) -> backfill.BackfillError:
+    return backfill.BackfillError(f"cannot load {what} from kafkaops-spark-udf.jar in {JARS_DIR} "
+                                  f"({str(err).splitlines()[0][:200]}): run 'make setup'")
 
 
-def rekey_step(spark: Any, source: Any, plan: BackfillPlan, *, direct: bool = False, spread: Any = None) -> Any:
-    """Source rows ``partition, offset, ts, key, value`` (one Spark partition per source partition,
-    in offset order) through the JVM rekey step (jvm/spark-udf ``io.kafkaops.spark.Rekey``) ->
-    ``out_topic, out_partition, order_ts, src_partition, src_offset, key, value, reason``. The new
-    key follows the plan's key rule exactly as :func:`kafkaops.backfill.extract_key_or_reason`
-    does (``JsonKey``, tested for parity with it), placed by Kafka's own ``Utils.murmur2``; the
-    order timestamp is :class:`~kafkaops.backfill.OrderClock`'s (0 in a ``direct`` copy).
-    ``spread``: a collection accumulator (:func:`key_spread`) the step fills with each task's key
-    hashes (:func:`spanning_keys_of`)."""
-    from pyspark.sql import DataFrame
+def register_functions(spark: Any, plan: BackfillPlan, spread: Any = None) -> Any:
+    """Register the JVM functions of ``plan``'s rows (:func:`rekey_rows`); a query uses the ones
+    registered when it was built. Returns ``kafka_key_hash``'s accumulator (:func:`register_key_hash`).
 
+    * ``kafkaops_new_key(value, source_partition)`` (a value rule; jvm/spark-udf ``NewKey``):
+      ``struct<key, reason, partition>``, the new key by the rule (``JsonKey``, result-identical to
+      :func:`kafkaops.backfill.extract_key_or_reason`, tested for parity) and its target partition
+      (Kafka's ``Utils.murmur2``), or the dead-letter reason. ``spread`` (:func:`key_spread`)
+      collects each task's key hashes while queries using it run.
+    * ``kafkaops_order_ts(new_key, source_partition, offset, ts)`` (``OrderClock``): the order
+      timestamp of :class:`kafkaops.backfill.OrderClock`; it keeps state per Spark task, so it is
+      registered non-deterministic (evaluated once per row, in row order).
+    """
     jvm = spark.sparkContext._jvm
+    registry = spark._jsparkSession.udf()
+    away = register_key_hash(spark, source_partition_count(plan))
     try:
-        step = jvm.io.kafkaops.spark.Rekey(list(plan.rule.steps), plan.key_rule, plan.target_topic,
-                                           plan.dead_letter_topic, plan.target_partitions, direct, spread)
-        encoder = jvm.org.apache.spark.sql.Encoders.row(jvm.io.kafkaops.spark.Rekey.OUTPUT)
+        if plan.rule.needs_value:
+            registry.register(NEW_KEY, jvm.io.kafkaops.spark.NewKey(list(plan.rule.steps), plan.key_rule,
+                                                                     plan.target_partitions, spread),
+                              jvm.io.kafkaops.spark.NewKey.RESULT)
+        clock = jvm.org.apache.spark.sql.functions.udf(jvm.io.kafkaops.spark.OrderClock(),
+                                                       jvm.org.apache.spark.sql.types.DataTypes.LongType)
+        registry.register(ORDER_TS, clock.asNondeterministic())
     except Exception as err:  # py4j errors: the jar is missing or stale
-        raise backfill.BackfillError(f"cannot load io.kafkaops.spark.Rekey from kafkaops-spark-udf.jar in {JARS_DIR} "
-                                     f"({str(err).splitlines()[0][:200]}): run 'make setup'") from err
-    return DataFrame(source._jdf.mapPartitions(step, encoder), spark)
+        raise _stale_jar(f"{NEW_KEY}/{ORDER_TS}", err) from err
+    return away
 
 
 def key_spread(spark: Any) -> Any:
-    """A JVM accumulator for :func:`rekey_frame`'s ``spread``."""
+    """A JVM accumulator for :func:`register_functions`' ``spread``."""
     return spark.sparkContext._jsc.sc().collectionAccumulator("kafkaops.key_spread")
 
 
@@ -194,9 +204,51 @@ def _source(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, s
             .load())
 
 
+def _snapshot(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str] | None) -> Any:
+    """The snapshot as ``partition, offset, ts, key, value`` (``ts`` in epoch milliseconds)."""
+    from pyspark.sql import functions as F
+
+    return _source(spark, plan, bootstrap, options or {}).select(
+        "partition", "offset", F.unix_millis("timestamp").alias("ts"), "key", "value")
+
+
 def planned_frame(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str] | None = None) -> Any:
-    """The rows of the merged copy, before resume: one per source record of the snapshot."""
-    return rekey_frame(spark, plan, bootstrap, options)
+    """The rows of the merged copy, before resume: :func:`rekey_rows` with order timestamps.
+    Register the functions first (:func:`register_functions`)."""
+    return rekey_rows(_snapshot(spark, plan, bootstrap, options), plan, ordered=True)
+
+
+def direct_frame(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str] | None = None) -> Any:
+    """The rows of the direct copy, before resume: :func:`rekey_rows` in offset order. Register the
+    functions first (:func:`register_functions`)."""
+    return rekey_rows(_snapshot(spark, plan, bootstrap, options), plan)
+
+
+def rekey_rows(source: Any, plan: BackfillPlan, *, ordered: bool = False) -> Any:
+    """Source rows ``partition, offset, ts, key, value`` (one Spark task per source partition, in
+    offset order) -> ``out_topic, out_partition, order_ts, src_partition, src_offset, key, value,
+    reason``: one projection on the JVM. The new key is the record key, or the value rule's
+    (``kafkaops_new_key``); keyed records go to ``murmur2(new key) % N`` of the target, the others to
+    partition 0 of the dead-letter topic with the reason. ``order_ts`` is the merged copy's order
+    timestamp (``kafkaops_order_ts``) when ``ordered``, else 0: the direct copy writes each source
+    partition in offset order, which is per-key order only when no key has records in two source
+    partitions (:func:`choose_mode`)."""
+    from pyspark.sql import functions as F
+
+    if plan.rule.needs_value:
+        # the struct in a column of its own: the projection below reads its fields, never calls it again
+        rows = source.select("*", F.call_function(NEW_KEY, F.col("value"), F.col("partition")).alias("new"))
+        key, reason, out = F.col("new.key"), F.col("new.reason"), F.col("new.partition")
+    else:
+        rows = source
+        key, reason = F.col("key"), F.when(F.col("key").isNull(), F.lit(backfill.NO_KEY))
+        out = F.call_function(KAFKA_KEY_HASH, F.col("key"), F.col("partition")) % plan.target_partitions
+    order = F.call_function(ORDER_TS, key, F.col("partition"), F.col("offset"), F.col("ts")) if ordered else F.lit(0)
+    return rows.select(
+        F.when(key.isNotNull(), F.lit(plan.target_topic)).otherwise(F.lit(plan.dead_letter_topic)).alias("out_topic"),
+        F.coalesce(out, F.lit(0)).alias("out_partition"), order.cast("long").alias("order_ts"),
+        F.col("partition").alias("src_partition"), F.col("offset").alias("src_offset"), key.alias("key"), "value",
+        reason.cast("string").alias("reason"))
 
 
 # -- resume ----------------------------------------------------------------------------------------------
@@ -290,33 +342,12 @@ def _sink_frame(frame: Any, plan: BackfillPlan) -> Any:
 
 
 def output_frame(planned: Any, plan: BackfillPlan) -> Any:
-    """The merged copy: one output partition per Spark partition, in per-key order."""
+    """The merged copy: each output partition in one Spark task, in per-key order. A task that
+    holds two output partitions (hash collisions) interleaves them, which changes no partition's
+    own sequence; sorting by the order timestamp first lets Spark sort on a long prefix."""
     outputs = plan.target_partitions + 1
     return _sink_frame(planned.repartition(outputs, "out_topic", "out_partition")
-                       .sortWithinPartitions("out_topic", "out_partition", "order_ts", "src_partition", "src_offset"),
-                       plan)
-
-
-def direct_frame(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str] | None = None, *,
-                 spread: Any = None) -> Any:
-    """The direct copy, all on the JVM, no shuffle: each source partition's records, in offset order,
-    straight to ``murmur2(new key) % N``; key-less records to the dead-letter topic. Per-key order
-    holds only when no key has records in two source partitions (:func:`choose_mode`). By the
-    record key it is a SQL projection over ``kafka_key_hash`` (register it first:
-    :func:`register_key_hash`); by a value field or path it is the rekey step
-    (:func:`rekey_frame`, which fills ``spread``)."""
-    from pyspark.sql import functions as F
-
-    if plan.rule.needs_value:
-        return rekey_frame(spark, plan, bootstrap, options, direct=True, spread=spread)
-    keyed = F.col("key").isNotNull()
-    return _source(spark, plan, bootstrap, options or {}).select(
-        F.when(keyed, F.lit(plan.target_topic)).otherwise(F.lit(plan.dead_letter_topic)).alias("out_topic"),
-        F.call_function(KAFKA_KEY_HASH, F.col("key"), F.col("partition")).alias("hash"),
-        F.lit(0).cast("long").alias("order_ts"),
-        F.col("partition").alias("src_partition"), F.col("offset").alias("src_offset"), "key", "value",
-        F.when(keyed, F.lit(None)).otherwise(F.lit(backfill.NO_KEY)).alias("reason"),
-    ).select("*", F.coalesce(F.col("hash") % plan.target_partitions, F.lit(0)).alias("out_partition"))
+                       .sortWithinPartitions("order_ts", "src_partition", "src_offset"), plan)
 
 
 def keys_in_several_partitions(spark: Any, plan: BackfillPlan, bootstrap: str,
@@ -326,12 +357,9 @@ def keys_in_several_partitions(spark: Any, plan: BackfillPlan, bootstrap: str,
     field: whenever the field does not refine the record key)."""
     from pyspark.sql import functions as F
 
-    if plan.rule.needs_value:
-        keys = rekey_frame(spark, plan, bootstrap, options, direct=True).where(F.col("reason").isNull()) \
-            .select("key", F.col("src_partition").alias("partition"))
-    else:
-        keys = _source(spark, plan, bootstrap, options or {}).where(F.col("key").isNotNull()).select("key", "partition")
-    return keys.groupBy("key").agg(F.countDistinct("partition").alias("n")).where(F.col("n") > 1).count()
+    register_functions(spark, plan)
+    keys = direct_frame(spark, plan, bootstrap, options).where(F.col("reason").isNull())
+    return keys.groupBy("key").agg(F.countDistinct("src_partition").alias("n")).where(F.col("n") > 1).count()
 
 
 #: Records per source partition that :func:`sample_spans` reads to guess a value rule's copy.
@@ -384,18 +412,15 @@ def write_direct(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[s
     count (constant memory); only when there are some are the keys counted exactly. By a value
     rule the pass collects each task's key hashes (:func:`spanning_keys_of`)."""
     options = options or {}
-    if plan.rule.needs_value:
-        spread = key_spread(spark)
-        write(_sink_frame(direct_frame(spark, plan, bootstrap, options, spread=spread), plan), bootstrap, options)
+    spread = key_spread(spark) if plan.rule.needs_value else None
+    away = register_functions(spark, plan, spread)
+    write(_sink_frame(direct_frame(spark, plan, bootstrap, options), plan), bootstrap, options)
+    if spread is not None:
         spanning = spanning_keys_of(spark, spread)
         if spanning is not None:
             return spanning, "the copy's key hashes per source partition"
-    else:
-        away = register_key_hash(spark, source_partition_count(plan))
-        write(_sink_frame(direct_frame(spark, plan, bootstrap, options), plan), bootstrap, options)
-        strays = int(away.value())
-        if not strays:
-            return 0, "no record off its key's home partition"
+    elif not int(away.value()):
+        return 0, "no record off its key's home partition"
     return keys_in_several_partitions(spark, plan, bootstrap, options), "an exact count of keys per source partition"
 
 
@@ -424,6 +449,7 @@ def run(spark: Any, plan: BackfillPlan, bootstrap: str, *, kafka_options: dict[s
                         "the target and writing the merged copy", plan.source_topic, plan.target_topic, why)
             _truncate_output(plan, bootstrap, options)
             truncated = True
+            register_functions(spark, plan)
             write(output_frame(planned_frame(spark, plan, bootstrap, options), plan), bootstrap, options)
     else:
         mode, why = ("merged", "a sample of the source has a key in two source partitions") if not points else \
@@ -432,8 +458,7 @@ def run(spark: Any, plan: BackfillPlan, bootstrap: str, *, kafka_options: dict[s
         direct = mode == "direct"
         if not direct and points:  # per output partition, not per source partition
             points = existing_output(spark, plan, bootstrap)
-        if direct and not plan.rule.needs_value:
-            register_key_hash(spark, source_partition_count(plan))
+        register_functions(spark, plan)
         planned = (direct_frame if direct else planned_frame)(spark, plan, bootstrap, options)
         todo = skip_written(spark, planned, plan, points)
         if points:

@@ -1,7 +1,8 @@
-"""The JVM rekey step of the backfill (io.kafkaops.spark.Rekey through spark_apps.rekey_backfill.rekey_step)
-against the Python reference of kafkaops.backfill, on rows made in Spark (no Kafka cluster): the new key
-and dead-letter reason (extract_key_or_reason), the output partition (partition_for), the order
-timestamp (OrderClock), the key spread of a direct copy, and offsets going backwards refused."""
+"""The rows of the backfill (spark_apps.rekey_backfill.rekey_rows over the jvm/spark-udf functions NewKey,
+KafkaKeyHash and OrderClock) against the Python reference of kafkaops.backfill, on rows made in Spark
+(no Kafka cluster): the new key and dead-letter reason (extract_key_or_reason), the output partition
+(partition_for), the order timestamp (OrderClock), the key spread of a direct copy, and offsets going
+backwards refused."""
 from __future__ import annotations
 
 import json
@@ -21,11 +22,12 @@ def plan(rule: str) -> BackfillPlan:
     return BackfillPlan("orders", ((0, 0, 100), (1, 0, 100)), "orders.v2", 12, rule)
 
 
-def step(spark, rows: list[tuple], rule: str, *, direct: bool = False, spread=None) -> list:
+def step(spark, rows: list[tuple], rule: str) -> list:
     from spark_apps import rekey_backfill
 
+    rekey_backfill.register_functions(spark, plan(rule))
     frame = spark.createDataFrame(rows, SCHEMA).coalesce(1)  # one task, rows in the order given
-    return rekey_backfill.rekey_step(spark, frame, plan(rule), direct=direct, spread=spread).collect()
+    return rekey_backfill.rekey_rows(frame, plan(rule), ordered=True).collect()
 
 
 NOT_JSON = "the value is not JSON: "
@@ -84,19 +86,22 @@ def test_the_jvm_step_gives_what_the_python_reference_gives(spark, rule) -> None
         assert got[8][5] == b"last" and got[6][5] == b"1e+16"
 
 
-def test_a_direct_step_orders_by_offset_and_reports_keys_in_two_source_partitions(spark) -> None:
+def test_the_direct_copy_by_a_value_rule_places_in_offset_order_and_reports_keys_in_two_source_partitions(
+        spark) -> None:
     from spark_apps import rekey_backfill
 
-    spread = rekey_backfill.key_spread(spark)
-    got = actual(step(spark, MIXED, "field:account", direct=True, spread=spread))
-    assert {r[2] for r in got} == {0}
-    assert [r[:2] + r[3:] for r in got] == [r[:2] + r[3:] for r in expected(MIXED, "field:account")]
-    assert rekey_backfill.spanning_keys_of(spark, spread) == 1  # a-1 is in source partitions 0 and 1
+    def direct(rows: list[tuple], slices: int) -> tuple[list[tuple], int | None]:
+        spread = rekey_backfill.key_spread(spark)
+        rekey_backfill.register_functions(spark, plan("field:account"), spread)
+        frame = spark.createDataFrame(rows, SCHEMA).repartition(slices, "partition").sortWithinPartitions("offset")
+        got = actual(rekey_backfill.rekey_rows(frame, plan("field:account")).collect())
+        return sorted(got, key=lambda r: (r[3], r[4])), rekey_backfill.spanning_keys_of(spark, spread)
 
-    one_partition = [r for r in MIXED if r[0] == 0]
-    spread = rekey_backfill.key_spread(spark)
-    step(spark, one_partition, "field:account", direct=True, spread=spread)
-    assert rekey_backfill.spanning_keys_of(spark, spread) == 0
+    got, spanning = direct(MIXED, 2)
+    assert {r[2] for r in got} == {0}  # no order timestamp: offset order is the order
+    assert [r[:2] + r[3:] for r in got] == [r[:2] + r[3:] for r in expected(MIXED, "field:account")]
+    assert spanning == 1  # a-1 is in source partitions 0 and 1
+    assert direct([r for r in MIXED if r[0] == 0], 1)[1] == 0
 
 
 def test_offsets_going_backwards_in_a_source_partition_are_refused(spark) -> None:

@@ -1,21 +1,32 @@
 package io.kafkaops.spark;
 
 import java.io.Serializable;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 
+import org.apache.kafka.common.utils.Utils;
+
 /**
  * Whether any new key of a direct copy has records in more than one source partition: each task of
- * {@link Rekey} adds a {@link Seen} (its source partition and the 64-bit hashes of its distinct keys) to
+ * {@link NewKey} adds a {@link Seen} (its source partition and the 64-bit hashes of its distinct keys) to
  * a Spark {@code CollectionAccumulator}; {@link #spanning} reads them on the driver. A hash collision
  * can only report a key as spanning that is not (the safe side: the caller then merges).
  */
 public final class KeySpread {
+    /** Distinct keys one task tracks before it gives up (memory bound). */
+    public static final int SPREAD_CAP = 1 << 21;
+
     private KeySpread() {
     }
 
-    /** One task's keys; {@code overflowed} when it saw more than {@link Rekey#SPREAD_CAP} distinct keys. */
+    /** 64 bits of a key: murmur2 and {@code Arrays.hashCode}, two independent 32-bit hashes. */
+    static long keyHash(byte[] key) {
+        return ((long) Utils.murmur2(key) << 32) | (Arrays.hashCode(key) & 0xffffffffL);
+    }
+
+    /** One task's keys; {@code overflowed} when it saw more than {@link #SPREAD_CAP} distinct keys. */
     public static final class Seen implements Serializable {
         private static final long serialVersionUID = 1L;
         final int partition;
