@@ -102,8 +102,8 @@ def spark_session(master: str = "local[2]", app: str = "kafkaops-rekey-backfill"
     """A small local SparkSession with the Kafka connector jars of ``.cache/jars/spark``."""
     from pyspark.sql import SparkSession
 
-    # Python workers run this interpreter (its venv has pyarrow), not whatever python3 is on PATH;
-    # PySpark reads the variable when the context starts.
+    # Python workers, if a job ever starts one, run this interpreter (its venv has the project),
+    # not whatever python3 is on PATH; PySpark reads the variable when the context starts.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     jars = sorted(str(p) for p in JARS_DIR.glob("*.jar"))
     if not jars:
