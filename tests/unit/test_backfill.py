@@ -45,12 +45,16 @@ def test_a_missing_key_says_why() -> None:
 
 
 def test_a_key_no_producer_could_write_or_a_value_nested_too_deeply_is_a_dead_letter_not_a_crash() -> None:
-    # "\ud800" parses to a lone surrogate, which has no UTF-8 form
-    assert extract_key_or_reason(None, b'{"key": "\\ud800"}', "field:key") == \
-        (None, "the key field is not valid Unicode (it holds a lone surrogate)")
+    lone = (None, "the key field is not valid Unicode (it holds a lone surrogate)")
+    # escaped and UTF-8-encoded lone surrogates (json.loads keeps them), a broken pair, and UTF-16 input
+    for doc in (b'{"key": "\\ud800"}', b'{"key": "\xed\xa0\x80"}', b'{"key": "\xed\xa0\xbd\xed\xb8\x80"}',
+                b'{"key": "\\ud83d\\u0041"}', '{"key": "\\udc00"}'.encode("utf-16")):
+        assert extract_key_or_reason(None, doc, "field:key") == lone, doc
     assert extract_key_or_reason(None, b'{"key": "\\ud83d\\ude00"}', "field:key") == ("\U0001F600".encode(), None)
-    deep = b'{"key": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
-    assert extract_key_or_reason(None, deep, "field:key") == (None, "the value is not JSON: nested too deeply")
+    for depth in (5_000, 100_000):
+        deep = b'{"key": "k", "x": ' + b"[" * depth + b"]" * depth + b"}"
+        assert extract_key_or_reason(None, deep, "field:key") == (None, "the value is not JSON: nested too deeply")
+
 
 
 @pytest.mark.parametrize("rule", ["jsonpath:$..a", "jsonpath:$.a[*]", "jsonpath:a.b", "jsonpath:$", "field:",

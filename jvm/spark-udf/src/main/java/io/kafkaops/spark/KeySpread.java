@@ -3,14 +3,18 @@ package io.kafkaops.spark;
 import java.io.Serializable;
 import java.util.Arrays;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 
 import org.apache.kafka.common.utils.Utils;
+import org.apache.spark.util.CollectionAccumulator;
 
 /**
  * Whether any new key of a direct copy has records in more than one source partition: each task of
- * {@link NewKey} adds a {@link Seen} (its source partition and the 64-bit hashes of its distinct keys) to
+ * {@link NewKey} gathers its keys in a {@link Collector}, which adds a {@link Seen} per source partition (the
+ * 64-bit hashes of its distinct keys) to
  * a Spark {@code CollectionAccumulator}; {@link #spanning} reads them on the driver. A hash collision
  * can only report a key as spanning that is not (the safe side: the caller then merges).
  */
@@ -22,7 +26,7 @@ public final class KeySpread {
     }
 
     /** 64 bits of a key: murmur2 and {@code Arrays.hashCode}, two independent 32-bit hashes. */
-    static long keyHash(byte[] key) {
+    private static long keyHash(byte[] key) {
         return ((long) Utils.murmur2(key) << 32) | (Arrays.hashCode(key) & 0xffffffffL);
     }
 
@@ -66,5 +70,37 @@ public final class KeySpread {
             }
         }
         return spanning;
+    }
+
+    /** One task's distinct key hashes per source partition, bounded by {@link #SPREAD_CAP}; reported once, when the task completes. */
+    static final class Collector {
+        private final Map<Integer, Set<Long>> seen = new HashMap<>();
+        private int tracked;
+        private boolean overflow;
+
+        void add(int partition, byte[] key) {
+            if (overflow) {
+                return;
+            }
+            if (seen.computeIfAbsent(partition, p -> new HashSet<>()).add(keyHash(key)) && ++tracked > SPREAD_CAP) {
+                overflow = true;
+                seen.clear();
+            }
+        }
+
+        void report(CollectionAccumulator<Object> spread) {
+            if (overflow) {
+                spread.add(Seen.overflowed());
+                return;
+            }
+            for (Map.Entry<Integer, Set<Long>> e : seen.entrySet()) {
+                long[] hashes = new long[e.getValue().size()];
+                int i = 0;
+                for (long h : e.getValue()) {
+                    hashes[i++] = h;
+                }
+                spread.add(new Seen(e.getKey(), hashes));
+            }
+        }
     }
 }

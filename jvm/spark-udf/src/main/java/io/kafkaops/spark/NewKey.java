@@ -1,9 +1,6 @@
 package io.kafkaops.spark;
 
-import java.util.HashSet;
 import java.util.List;
-import java.util.Map;
-import java.util.Set;
 
 import org.apache.kafka.common.utils.Utils;
 import org.apache.spark.sql.Row;
@@ -37,7 +34,7 @@ public final class NewKey implements UDF2<byte[], Integer, Row> {
     private final JsonKey rule;
     private final int partitions;
     private final CollectionAccumulator<Object> spread;
-    private final PerTask<TaskKeys> tasks = new PerTask<>();
+    private final PerTask<KeySpread.Collector> tasks = new PerTask<>();
 
     public NewKey(List<Object> steps, String ruleText, int partitions, CollectionAccumulator<Object> spread) {
         if (steps.isEmpty()) {
@@ -64,38 +61,6 @@ public final class NewKey implements UDF2<byte[], Integer, Row> {
     }
 
     private void track(byte[] key, int sourcePartition) {
-        tasks.get(TaskKeys::new, done -> done.report(spread)).add(sourcePartition, KeySpread.keyHash(key));
-    }
-
-    /** One task's distinct key hashes per source partition, bounded by {@link KeySpread#SPREAD_CAP}. */
-    private static final class TaskKeys {
-        private final Map<Integer, Set<Long>> seen = new java.util.HashMap<>();
-        private int tracked;
-        private boolean overflow;
-
-        void add(int partition, long hash) {
-            if (overflow) {
-                return;
-            }
-            if (seen.computeIfAbsent(partition, p -> new HashSet<>()).add(hash) && ++tracked > KeySpread.SPREAD_CAP) {
-                overflow = true;
-                seen.clear();
-            }
-        }
-
-        void report(CollectionAccumulator<Object> spread) {
-            if (overflow) {
-                spread.add(KeySpread.Seen.overflowed());
-                return;
-            }
-            for (Map.Entry<Integer, Set<Long>> e : seen.entrySet()) {
-                long[] hashes = new long[e.getValue().size()];
-                int i = 0;
-                for (long h : e.getValue()) {
-                    hashes[i++] = h;
-                }
-                spread.add(new KeySpread.Seen(e.getKey(), hashes));
-            }
-        }
+        tasks.get(KeySpread.Collector::new, done -> done.report(spread)).add(sourcePartition, key);
     }
 }
