@@ -173,9 +173,7 @@ def register_functions(spark: Any, plan: BackfillPlan, spread: Any = None) -> An
             registry.register(NEW_KEY, jvm.io.kafkaops.spark.NewKey(list(plan.rule.steps), plan.key_rule,
                                                                      plan.target_partitions, spread),
                               jvm.io.kafkaops.spark.NewKey.RESULT)
-        clock = jvm.org.apache.spark.sql.functions.udf(jvm.io.kafkaops.spark.OrderClock(),
-                                                       jvm.org.apache.spark.sql.types.DataTypes.LongType)
-        registry.register(ORDER_TS, clock.asNondeterministic())
+        registry.register(ORDER_TS, jvm.io.kafkaops.spark.OrderClock.function())
     except Exception as err:  # py4j errors: the jar is missing or stale
         raise _stale_jar(f"{NEW_KEY}/{ORDER_TS}", err) from err
     return away

@@ -5,6 +5,9 @@ import java.util.HashMap;
 import java.util.Map;
 
 import org.apache.spark.sql.api.java.UDF4;
+import org.apache.spark.sql.expressions.UserDefinedFunction;
+import org.apache.spark.sql.functions;
+import org.apache.spark.sql.types.DataTypes;
 
 /**
  * {@code kafkaops_order_ts(new_key BINARY, source_partition INT, offset BIGINT, ts BIGINT) -> BIGINT}:
@@ -21,6 +24,16 @@ public final class OrderClock implements UDF4<byte[], Integer, Long, Long, Long>
     private static final long serialVersionUID = 1L;
 
     private final PerTask<State> tasks = new PerTask<>();
+
+    /**
+     * A fresh clock as a non-deterministic {@code UserDefinedFunction}. Built here, where javac picks
+     * the typed Java overload {@code udf(UDF4, DataType)}: through py4j, {@code functions.udf} also
+     * matches the untyped Scala {@code udf(Object, DataType)}, which Spark refuses, and which one py4j
+     * picks changes from one JVM to the next.
+     */
+    public static UserDefinedFunction function() {
+        return functions.udf(new OrderClock(), DataTypes.LongType).asNondeterministic();
+    }
 
     private static final class State {
         final Map<Integer, Long> lastOffset = new HashMap<>();
