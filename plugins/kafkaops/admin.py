@@ -333,7 +333,6 @@ def create_topic(conn: KafkaConnection, name: str, partitions: int, replication_
                                       request_timeout=conn.timeout_s)[name]
     try:
         future.result(timeout=conn.timeout_s + 5)
-        return True
     except KafkaException as err:
         if "TOPIC_ALREADY_EXISTS" in str(err) or "already exists" in str(err):
             existing = conn.admin.list_topics(topic=name, timeout=conn.timeout_s).topics[name]
@@ -343,6 +342,33 @@ def create_topic(conn: KafkaConnection, name: str, partitions: int, replication_
             return False
         raise KafkaOpsError(f"cannot create topic {name} ({partitions} partitions, RF {replication_factor}) "
                             f"on {conn.bootstrap}: {err}") from err
+    _wait_for_leaders(conn, name, partitions, "created")
+    return True
+
+
+def _wait_for_leaders(conn: KafkaConnection, name: str, partitions: int, what: str) -> None:
+    """Return once the brokers' metadata shows ``name`` with ``partitions`` partitions, each with a
+    leader: the controller acknowledges a change before every broker has it, and the next call may
+    ask another broker."""
+    deadline = time.monotonic() + conn.timeout_s
+    seen = "no metadata"
+    while True:
+        try:
+            meta = conn.admin.list_topics(topic=name, timeout=conn.timeout_s).topics.get(name)
+        except KafkaException as err:
+            meta, seen = None, str(err)
+        if meta is not None and meta.error is None:
+            led = sum(1 for p in meta.partitions.values() if p.leader >= 0)
+            if len(meta.partitions) == partitions and led == partitions:
+                return
+            seen = f"{len(meta.partitions)} partition(s), {led} with a leader"
+        elif meta is not None:
+            seen = str(meta.error)
+        if time.monotonic() >= deadline:
+            raise KafkaOpsError(f"topic {name} was {what}, but after {conn.timeout_s:.0f} s the metadata of "
+                                f"{conn.bootstrap} shows {seen}, not {partitions} partition(s) each with a "
+                                "leader; check the brokers' health")
+        time.sleep(0.05)
 
 
 def delete_topics(conn: KafkaConnection, names: Iterable[str]) -> None:
@@ -570,6 +596,7 @@ def create_partitions(conn: KafkaConnection, topic: str, new_total: int,
         NewPartitions(topic, new_total)
     future = conn.admin.create_partitions([request], request_timeout=conn.timeout_s)[topic]
     _result(future, conn, f"growing {topic} from {current} to {new_total} partitions")
+    _wait_for_leaders(conn, topic, new_total, f"grown from {current} to {new_total} partitions")
     log.info("topic %s grown from %d to %d partitions", topic, current, new_total)
     return True
 
