@@ -22,8 +22,8 @@ and writing through Spark's Kafka sink with a ``kafkaops.lineage`` header
   already show a key in two partitions (:func:`sample_spans`) goes merged at once.
 * **merged** (keys spanning source partitions): the same projection (:func:`rekey_rows`) adds the
   order timestamp of :class:`~kafkaops.backfill.OrderClock` (``kafkaops_order_ts``) ->
-  ``repartition`` (hash) on the output topic and partition puts each output partition in exactly
-  one Spark task, and ``sortWithinPartitions`` orders the task by ``(order timestamp, source
+  ``repartitionById`` puts each output partition in a Spark task of its own, and
+  ``sortWithinPartitions`` orders the task by ``(order timestamp, source
   partition, source offset)``, so each output partition's records are in that order.
 
 The new key, by the record key or by a value field or JSON path (``kafkaops_new_key``: the
@@ -340,11 +340,15 @@ def _sink_frame(frame: Any, plan: BackfillPlan) -> Any:
 
 
 def output_frame(planned: Any, plan: BackfillPlan) -> Any:
-    """The merged copy: each output partition in one Spark task, in per-key order. A task that
-    holds two output partitions (hash collisions) interleaves them, which changes no partition's
-    own sequence; sorting by the order timestamp first lets Spark sort on a long prefix."""
-    outputs = plan.target_partitions + 1
-    return _sink_frame(planned.repartition(outputs, "out_topic", "out_partition")
+    """The merged copy: each output partition in a Spark task of its own (target partition ``p`` in
+    task ``p``, the dead letters in task ``N``: ``repartitionById``, no hash collisions to put two
+    partitions' work in one task), in per-key order; sorting by the order timestamp first lets
+    Spark sort on a long prefix."""
+    from pyspark.sql import functions as F
+
+    task = F.when(F.col("out_topic") == F.lit(plan.target_topic), F.col("out_partition")) \
+        .otherwise(F.lit(plan.target_partitions))
+    return _sink_frame(planned.repartitionById(plan.target_partitions + 1, task)
                        .sortWithinPartitions("order_ts", "src_partition", "src_offset"), plan)
 
 

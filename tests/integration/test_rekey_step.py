@@ -108,3 +108,29 @@ def test_offsets_going_backwards_in_a_source_partition_are_refused(spark) -> Non
     rows = [(0, 4, 1, b"a", b'{"k": 1}'), (0, 3, 2, b"b", b'{"k": 2}')]
     with pytest.raises(Exception, match="offset 3 came after 4"):
         step(spark, rows, "field:k")
+
+
+def test_the_merged_copy_gives_each_output_partition_a_task_of_its_own_in_order(spark) -> None:
+    """output_frame: target partition p in Spark task p, the dead letters in task N, each task in
+    (order timestamp, source partition, source offset) order, whatever the topic names hash to."""
+    from pyspark.sql import functions as F
+
+    from spark_apps import rekey_backfill
+
+    rows = [(p, o, 1000 - o % 7, f"r{o % 50}".encode(), json.dumps({"account": f"a-{o % 40}"}).encode())
+            for p in (0, 1) for o in range(100)] + [(1, 100, 5, b"x", b"not json")]
+    rekey_backfill.register_functions(spark, plan("field:account"))
+    planned = rekey_backfill.rekey_rows(spark.createDataFrame(rows, SCHEMA).repartition(2, "partition")
+                                        .sortWithinPartitions("offset"), plan("field:account"), ordered=True)
+    out = rekey_backfill.output_frame(planned, plan("field:account")).select(
+        "topic", "partition", F.spark_partition_id().alias("task"), "headers").collect()
+    want = {(r[3], r[4]): r[2] for r in expected(sorted(rows), "field:account")}  # (partition, offset) -> order
+    tasks: dict[int, list[tuple[int, int, int]]] = {}
+    for r in out:
+        lineage = bytes(r.headers[0]["value"]).decode().split("/")
+        source = (int(lineage[1]), int(lineage[2]))
+        assert r.task == (r.partition if r.topic == "orders.v2" else 12), r
+        tasks.setdefault(r.task, []).append((want[source], *source))
+    assert len(out) == len(rows) and len(tasks) >= 10  # 40 keys over 12 partitions
+    for task, order in tasks.items():
+        assert order == sorted(order), f"task {task} is not in (order_ts, partition, offset) order"
