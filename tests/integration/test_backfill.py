@@ -8,6 +8,7 @@ copy finds keys spanning source partitions, where it is deleted and done again m
 SparkSession per module."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -157,11 +158,15 @@ def test_a_run_killed_half_way_and_run_again_gives_the_exact_result(cluster, spa
         wait_for(lambda: written(cluster, plan) >= 2000 or proc.poll() is not None, timeout=240,
                  what="the backfill subprocess to write 2000 records", interval=0.2)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the job's own process group: its Python and its JVM
+        with contextlib.suppress(ProcessLookupError):  # the job's own process group: its Python and its JVM
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
     time.sleep(1.0)
     partial = written(cluster, plan)
-    assert 0 < partial < RECORDS + 4, f"the kill came at {partial} records; the test needs a partial write"
+    log.close()
+    tail = "\n".join((tmp_path / "spark.log").read_text(errors="replace").splitlines()[-15:])
+    assert 0 < partial < RECORDS + 4, \
+        f"the kill came at {partial} records; the test needs a partial write. The job's log ends:\n{tail}"
 
     resumed = rekey_backfill.run(spark, plan, cluster.bootstrap)
     assert (resumed["already_written"], resumed["mode"]) == (partial, RULES[rule][0])
