@@ -435,7 +435,9 @@ def run(spark: Any, plan: BackfillPlan, bootstrap: str, *, kafka_options: dict[s
     key's records come from one source partition (:func:`write_direct`); if one does not, the
     direct copy cannot have kept its order: it is deleted from the target (DeleteRecords) and the
     merged copy writes it again. A backfill with output already in the target (a re-run or a
-    resume) decides by the exact count first (:func:`choose_mode`)."""
+    resume) decides by the exact count first (:func:`choose_mode`); when that says merged and the
+    target holds part of this plan's direct copy instead (a crash before the pass found keys in
+    several source partitions), that part is deleted and the merged copy written."""
     started = time.monotonic()
     options = kafka_options or {}
     points = [] if _output_is_empty(plan, bootstrap, options) else \
@@ -458,11 +460,23 @@ def run(spark: Any, plan: BackfillPlan, bootstrap: str, *, kafka_options: dict[s
             choose_mode(spark, plan, bootstrap, options)
         log.info("backfill %s -> %s: %s copy (%s)", plan.source_topic, plan.target_topic, mode, why)
         direct = mode == "direct"
+        per_source = points
         if not direct and points:  # per output partition, not per source partition
             points = existing_output(spark, plan, bootstrap)
         register_functions(spark, plan)
         planned = (direct_frame if direct else planned_frame)(spark, plan, bootstrap, options)
-        todo = skip_written(spark, planned, plan, points)
+        try:
+            todo = skip_written(spark, planned, plan, points)
+        except backfill.BackfillError:
+            if direct or not _holds_direct_prefix(spark, plan, bootstrap, options, per_source):
+                raise
+            log.warning("backfill %s -> %s: the target holds part of this plan's direct copy (a run stopped "
+                        "before it found keys in several source partitions): deleting it and writing the merged "
+                        "copy", plan.source_topic, plan.target_topic)
+            _truncate_output(plan, bootstrap, options)
+            truncated, points = True, []
+            register_functions(spark, plan)
+            todo = planned_frame(spark, plan, bootstrap, options)
         if points:
             log.info("resuming: %d output stream(s) hold %d record(s) already", len(points),
                      sum(p.written for p in points))
@@ -474,6 +488,19 @@ def run(spark: Any, plan: BackfillPlan, bootstrap: str, *, kafka_options: dict[s
     log.info("backfill %s -> %s done in %.1f s, %s copy (%d record(s) were already there)", plan.source_topic,
              plan.target_topic, seconds, mode, result["already_written"])
     return result
+
+
+def _holds_direct_prefix(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str],
+                         points: Sequence[ResumePoint]) -> bool:
+    """True when ``points`` (per output and source partition) are exactly a prefix of ``plan``'s
+    direct copy: output that this backfill's own direct pass left behind, which the merged copy
+    may replace."""
+    register_functions(spark, plan)
+    try:
+        skip_written(spark, direct_frame(spark, plan, bootstrap, options), plan, points)
+    except backfill.BackfillError:
+        return False
+    return True
 
 
 #: The Java client's security settings that librdkafka (kafkaops.admin) spells the same way.

@@ -221,6 +221,28 @@ def test_a_value_rule_whose_keys_span_partitions_past_the_sample_is_redone_merge
     assert (report.target_records, report.dead_letters) == (RECORDS, 4)
 
 
+def test_a_partial_direct_copy_of_keys_spanning_partitions_is_replaced_by_the_merged_copy(cluster, spark) -> None:
+    """A run that stopped during its direct copy, before it found keys in several source partitions,
+    leaves part of the direct copy in the target. The re-run chooses the merged copy, recognises
+    that output as this plan's own direct prefix, deletes it and writes the merged copy."""
+    from pyspark.sql import functions as F
+
+    from spark_apps import rekey_backfill
+
+    plan = plan_for(cluster, f"{SOURCE}.stopped.direct", "field:seq")
+    rekey_backfill.register_functions(spark, plan)
+    partial = rekey_backfill.direct_frame(spark, plan, cluster.bootstrap).where(
+        (F.col("src_partition") == 0) & (F.col("src_offset") < 3000))  # source partition 0's first records
+    rekey_backfill.write(rekey_backfill._sink_frame(partial, plan), cluster.bootstrap)
+    left = written(cluster, plan)
+    assert 0 < left < RECORDS
+    result = rekey_backfill.run(spark, plan, cluster.bootstrap)
+    assert (result["mode"], result["rewritten"], result["already_written"]) == ("merged", True, 0), result
+    report = backfill.check_integrity(plan, *read_back(cluster, plan))
+    assert report.ok, report.failures
+    assert (report.target_records, report.dead_letters) == (RECORDS, 4)
+
+
 def test_a_target_written_by_something_else_is_refused(cluster, spark) -> None:
     from spark_apps import rekey_backfill
 
