@@ -3,7 +3,8 @@
     cluster up|down [--purge]     the local cluster, through the kafka_broker Ansible role
     snapshot                      print a live cluster as tables (or --json)
     datagen                       produce keyed JSON records (deterministic, skewed)
-    demo                          cluster up, skewed 'orders' topic, snapshot, cluster down
+    demo                          local cluster up, skewed 'orders' topic, kafka_scale_out (3 -> 4 brokers)
+                                  and kafka_reassign (drain broker 4) DAG runs, cluster down
     plan                          plan a reassignment from Kafka's JSON or a live cluster
     execute                       run a PLAN.json on a live cluster (dry run unless --execute)
     verify                        check a PLAN.json is done on a live cluster and nothing was lost
@@ -74,33 +75,9 @@ def cmd_datagen(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from kafkaops import admin, datagen, provision
-    from kafkaops.partitioner import partition_for
-    from kafkaops.render import render_snapshot
+    from kafkaops import demo
 
-    print("bringing up the local 3-broker KRaft cluster with the kafka_broker Ansible role ...", flush=True)
-    provision.cluster_up()
-    try:
-        with admin.connect(LOCAL_BOOTSTRAP) as conn:
-            created = admin.create_topic(conn, "orders", 3, 3)
-            if created:
-                spec = datagen.DatagenSpec(records=args.records, keys=500, skew="hot", hot_share=0.4,
-                                           record_bytes=300, seed=7)
-                result = datagen.produce(conn.config, "orders", spec)
-                hot_key, hot_count = result.per_key_top[0]
-                print(f"topic orders: {result.records} records, {result.records_per_second:,.0f} records/s; hot key "
-                      f"{hot_key} takes {hot_count / result.records:.0%} and lands in orders-"
-                      f"{partition_for(hot_key.encode(), 3)} (murmur2, as Kafka's Java client places it)")
-            else:
-                print("topic orders exists already; showing it as it is")
-            cluster = admin.snapshot(conn)
-        print()
-        print(render_snapshot(cluster))
-    finally:
-        if not args.keep_running:
-            print("\nstopping the cluster (make cluster-up keeps one running) ...", flush=True)
-            provision.cluster_down()
-    return 0
+    return demo.run_demo(records=args.records, keep_running=args.keep_running)
 
 
 def build_parser() -> argparse.ArgumentParser:
