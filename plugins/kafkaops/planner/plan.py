@@ -190,8 +190,10 @@ class ReassignmentPlan:
         return tuple(m.line() for m in self.moves)
 
     def summary(self) -> str:
+        # the bound counts replicas only; rack-awareness can leave a new broker a smaller even share
+        fewer = "; racks or goals allow fewer" if self.replica_moves < self.lower_bound else ""
         return (f"{self.kind}: {len(self.moves)} partitions change, {self.replica_moves} replica moves "
-                f"(lower bound {self.lower_bound}), {self.leader_changes} leader changes, "
+                f"(replica-count lower bound {self.lower_bound}{fewer}), {self.leader_changes} leader changes, "
                 f"{_human(self.bytes_to_move)} to copy")
 
     def table(self) -> tuple[str, ...]:

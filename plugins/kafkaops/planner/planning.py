@@ -58,7 +58,7 @@ def _build(kind: str, base: Cluster, topo: Topology, work: Placement, lower_boun
     plan = ReassignmentPlan(kind=kind, moves=tuple(moves), stats_before=before, stats_after=after_stats,
                             lower_bound=lower_bound, new_brokers=topo.new, drained=topo.drained,
                             excluded=tuple(sorted(excluded)), cluster=base)
-    log.info("%s plan: %d partitions change, %d replica moves (lower bound %d)", kind, len(moves),
+    log.info("%s plan: %d partitions change, %d replica moves (replica-count lower bound %d)", kind, len(moves),
              plan.replica_moves, lower_bound)
     return plan
 

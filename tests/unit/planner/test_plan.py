@@ -8,7 +8,7 @@ import pytest
 from kafkaops.model import Broker, Cluster, PartitionAssignment
 from kafkaops.planner import Move, PlanInputError, ReassignmentPlan, plan_scale_out
 
-from .clusters import six_brokers_three_racks, three_brokers_one_rack
+from .clusters import round_robin, six_brokers_three_racks, three_brokers_one_rack
 
 
 @pytest.fixture
@@ -81,3 +81,15 @@ def test_plan_without_cluster_has_no_after():
     bare = ReassignmentPlan.from_dict({**plan.to_dict(), "cluster": None})
     with pytest.raises(PlanInputError, match="carries no cluster"):
         bare.after
+
+
+def test_summary_says_when_racks_leave_fewer_moves_than_the_replica_count_bound():
+    """Three racks, RF 3, a fourth broker on rack a: every partition keeps one replica per rack, so
+    brokers 1 and 4 share rack a's 3 replicas (1 move) although the count alone asks for 2."""
+    cluster = round_robin(tuple(Broker(i, rack="abc"[i - 1]) for i in range(1, 4)), {"orders": 3}, 3)
+    racked = plan_scale_out(cluster, [Broker(4, rack="a")])
+    assert (racked.replica_moves, racked.lower_bound) == (1, 2)
+    assert "(replica-count lower bound 2; racks or goals allow fewer)" in racked.summary()
+    free = plan_scale_out(three_brokers_one_rack(), [Broker(4)])
+    assert free.replica_moves == free.lower_bound
+    assert f"(replica-count lower bound {free.lower_bound})," in free.summary()
