@@ -475,7 +475,8 @@ def run(spark: Any, plan: BackfillPlan, bootstrap: str, *, kafka_options: dict[s
                         "copy", plan.source_topic, plan.target_topic)
             _truncate_output(plan, bootstrap, options)
             truncated, points = True, []
-            todo = planned_frame(spark, plan, bootstrap, options)  # _holds_direct_prefix registered its functions
+            register_functions(spark, plan)
+            todo = planned_frame(spark, plan, bootstrap, options)
         if points:
             log.info("resuming: %d output stream(s) hold %d record(s) already", len(points),
                      sum(p.written for p in points))

@@ -88,7 +88,7 @@ def _print_record(title: str, record: dict[str, Any]) -> None:
         print(f"gate {gate['gate']}: {'passed' if gate['ok'] else 'FAILED'}")
     print(f"throttles set {len(record['throttles_set'])}, removed {len(record['throttles_removed'])}")
     for note in record["notes"][-4:]:
-        print(f"note: {note.get('text')}")
+        print(f"note: {note.get('text') if isinstance(note, dict) else note}")
 
 
 def run_demo(records: int = 100_000, keep_running: bool = False) -> int:
