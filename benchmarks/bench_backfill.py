@@ -39,9 +39,14 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "plugins"), str(Path(_
 
 from results import publish  # noqa: E402
 
-from kafkaops import admin, datagen, provision, records  # noqa: E402
-from kafkaops.backfill import BackfillPlan  # noqa: E402
-from kafkaops.paths import jar_dir  # noqa: E402
+
+from kafkaops.cli import datagen  # noqa: E402
+
+from kafkaops.platform import provision  # noqa: E402
+
+from kafkaops.platform import admin  # noqa: E402
+from kafkaops.rekey.backfill import BackfillPlan  # noqa: E402
+from kafkaops.platform.paths import jar_dir  # noqa: E402
 from spark_apps import rekey_backfill  # noqa: E402
 
 
@@ -128,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             admin.create_topic(conn, "perf", 3, 1)
         gen = datagen.produce(config, "src", datagen.DatagenSpec(records=args.records, keys=10_000,
                                                                  record_bytes=args.record_bytes))
-        ranges = tuple((p, s, e) for p, (s, e) in sorted(records.end_offsets(config, "src").items()))
+        ranges = tuple((p, s, e) for p, (s, e) in sorted(admin.end_offsets(config, "src").items()))
         spark = rekey_backfill.spark_session("local[2]", driver_memory="1g")
         spark.sparkContext.setLogLevel("ERROR")
         for rnd in range(args.rounds):

@@ -38,10 +38,12 @@ from confluent_kafka.admin import NewTopic  # noqa: E402
 from kafka_generate import JavaRandom, place_topic, replica_moves, topic_outcomes  # noqa: E402
 from results import publish  # noqa: E402
 
-from kafkaops import admin, provision  # noqa: E402
+from kafkaops.platform import admin  # noqa: E402
+
+from kafkaops.platform import provision  # noqa: E402
 from kafkaops.model import Broker, Cluster  # noqa: E402
-from kafkaops.paths import jar_dir  # noqa: E402
-from kafkaops.planner import lower_bound_moves, plan_scale_out  # noqa: E402
+from kafkaops.platform.paths import jar_dir  # noqa: E402
+from kafkaops.reassign.planner import lower_bound_moves, plan_scale_out  # noqa: E402
 
 TOOL = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
 PROPOSED = "Proposed partition reassignment configuration"

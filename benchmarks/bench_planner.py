@@ -22,7 +22,7 @@ from kafka_generate import JavaRandom, generate, place_topic, replica_moves  # n
 from results import publish  # noqa: E402
 
 from kafkaops.model import Broker, Cluster, PartitionAssignment  # noqa: E402
-from kafkaops.planner import lower_bound_moves, plan_scale_out  # noqa: E402
+from kafkaops.reassign.planner import lower_bound_moves, plan_scale_out  # noqa: E402
 
 SEED = 20240611
 

@@ -25,8 +25,10 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import NewTopic  # noqa: E402
 from results import publish  # noqa: E402
 
-from kafkaops import admin, provision  # noqa: E402
-from kafkaops.paths import jar_dir  # noqa: E402
+from kafkaops.platform import admin  # noqa: E402
+
+from kafkaops.platform import provision  # noqa: E402
+from kafkaops.platform.paths import jar_dir  # noqa: E402
 
 
 def timed(fn, repeat: int) -> float:

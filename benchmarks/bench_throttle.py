@@ -6,7 +6,7 @@ move run?
 Starts 2 brokers through the kafka_broker role, fills two single-replica partitions on broker 1
 with ``--mb`` MB each (datagen, 1000-byte records), then moves each to broker 2: the first
 unthrottled (a bare reassignment: the reference, loopback speed), the second with
-:class:`kafkaops.executor.Executor` at ``--throttle-mb`` MB/s. The copy is sampled through
+:class:`kafkaops.reassign.engine.Executor` at ``--throttle-mb`` MB/s. The copy is sampled through
 ``admin.replica_sizes`` (bytes of the adding replica over time); the observed rate is the slope
 of a least-squares fit between 10% and 90% copied, and the end-to-end rate counts from submit to
 done. Prints observed / throttle (target >= 0.9 when the throttle binds) and observed /
@@ -28,7 +28,13 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "plugins"), str(Path(_
 from confluent_kafka.admin import NewTopic  # noqa: E402
 from results import publish  # noqa: E402
 
-from kafkaops import admin, datagen, executor, provision  # noqa: E402
+from kafkaops.platform import admin  # noqa: E402
+
+from kafkaops.cli import datagen  # noqa: E402
+
+from kafkaops.reassign import engine  # noqa: E402
+
+from kafkaops.platform import provision  # noqa: E402
 
 MB = 1_000_000
 Sample = tuple[float, int]  # seconds since submit, bytes copied
@@ -76,10 +82,10 @@ def unthrottled(conn: admin.KafkaConnection, topic: str) -> tuple[list[Sample], 
     return sample_until(conn, topic, None, 0.02)
 
 
-def throttled(conn: admin.KafkaConnection, topic: str, rate: int) -> tuple[list[Sample], float, executor.ThrottleRecord]:
+def throttled(conn: admin.KafkaConnection, topic: str, rate: int) -> tuple[list[Sample], float, engine.ThrottleRecord]:
     finished = threading.Event()
     outcome: list[object] = []
-    run = executor.Executor(admin.connect(conn.config, timeout_s=30), {(topic, 0): (2,)}, throttle_bytes_per_s=rate,
+    run = engine.Executor(admin.connect(conn.config, timeout_s=30), {(topic, 0): (2,)}, throttle_bytes_per_s=rate,
                             dry_run=False, poll_interval_s=0.25)
 
     def target() -> None:

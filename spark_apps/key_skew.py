@@ -6,7 +6,7 @@
 
 Spark reads exactly ``[start, end)`` of each partition and aggregates records and bytes per key,
 per partition and per candidate key (a top-level JSON field of the value, ``get_json_object``); the
-driver turns those counts into the result with :func:`kafkaops.skew.summarize` (hottest keys,
+driver turns those counts into the result with :func:`kafkaops.capacity.skew.summarize` (hottest keys,
 load now and under each candidate partition count, placed by Kafka's Java partitioner).
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ _REPO = Path(__file__).resolve().parents[1]
 if str(_REPO / "plugins") not in sys.path:
     sys.path.insert(0, str(_REPO / "plugins"))
 
-from kafkaops import skew  # noqa: E402
+from kafkaops.capacity import skew  # noqa: E402
 from spark_apps.rekey_backfill import spark_session  # noqa: E402
 
 log = logging.getLogger("kafkaops.key_skew")

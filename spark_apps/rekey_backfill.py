@@ -6,7 +6,7 @@ record exactly once, also across re-runs and restarts after a crash.
     python -m spark_apps.rekey_backfill verify --plan plan.json --bootstrap host:9092 --report out.json
 
 Two copies, both reading exactly ``[start, end)`` of each source partition through Spark's Kafka
-source (``startingOffsets``/``endingOffsets`` JSON of the :class:`~kafkaops.backfill.BackfillPlan`)
+source (``startingOffsets``/``endingOffsets`` JSON of the :class:`~kafkaops.rekey.backfill.BackfillPlan`)
 and writing through Spark's Kafka sink with a ``kafkaops.lineage`` header
 (``source_topic/partition/offset``) on every record:
 
@@ -21,13 +21,13 @@ and writing through Spark's Kafka sink with a ``kafkaops.lineage`` header
   output is deleted (DeleteRecords) and the merged copy runs. A value rule whose first records
   already show a key in two partitions (:func:`sample_spans`) goes merged at once.
 * **merged** (keys spanning source partitions): the same projection (:func:`rekey_rows`) adds the
-  order timestamp of :class:`~kafkaops.backfill.OrderClock` (``kafkaops_order_ts``) ->
+  order timestamp of :class:`~kafkaops.rekey.backfill.OrderClock` (``kafkaops_order_ts``) ->
   ``repartitionById`` puts each output partition in a Spark task of its own, and
   ``sortWithinPartitions`` orders the task by ``(order timestamp, source
   partition, source offset)``, so each output partition's records are in that order.
 
 The new key, by the record key or by a value field or JSON path (``kafkaops_new_key``: the
-jvm/spark-udf ``JsonKey``, result-identical to :func:`kafkaops.backfill.extract_key_or_reason`,
+jvm/spark-udf ``JsonKey``, result-identical to :func:`kafkaops.rekey.backfill.extract_key_or_reason`,
 tested for parity with it), and the target partition (Kafka's ``Utils.murmur2``) are computed on
 the JVM by Spark SQL functions (:func:`register_functions`): no Python worker touches a record.
 
@@ -54,7 +54,7 @@ extractable key go to partition 0 of the dead-letter topic, in source (partition
 with a ``kafkaops.dead_letter_reason`` header; they resume the same way.
 
 ``verify`` reads the snapshot, the target and the dead-letter topic back and runs
-:func:`kafkaops.backfill.check_integrity`; the report (JSON) feeds the ``backfill`` gate.
+:func:`kafkaops.rekey.backfill.check_integrity`; the report (JSON) feeds the ``backfill`` gate.
 """
 from __future__ import annotations
 
@@ -72,8 +72,8 @@ _REPO = Path(__file__).resolve().parents[1]
 if str(_REPO / "plugins") not in sys.path:  # spark-submit / python -m from the repository
     sys.path.insert(0, str(_REPO / "plugins"))
 
-from kafkaops import backfill  # noqa: E402
-from kafkaops.backfill import (LINEAGE_HEADER, REASON_HEADER, BackfillPlan, OutputRecord, ResumePoint,  # noqa: E402
+from kafkaops.rekey import backfill  # noqa: E402
+from kafkaops.rekey.backfill import (LINEAGE_HEADER, REASON_HEADER, BackfillPlan, OutputRecord, ResumePoint,  # noqa: E402
                                SourceRecord)
 
 log = logging.getLogger("kafkaops.rekey_backfill")
@@ -158,11 +158,11 @@ def register_functions(spark: Any, plan: BackfillPlan, spread: Any = None) -> An
 
     * ``kafkaops_new_key(value, source_partition)`` (a value rule; jvm/spark-udf ``NewKey``):
       ``struct<key, reason, partition>``, the new key by the rule (``JsonKey``, result-identical to
-      :func:`kafkaops.backfill.extract_key_or_reason`, tested for parity) and its target partition
+      :func:`kafkaops.rekey.backfill.extract_key_or_reason`, tested for parity) and its target partition
       (Kafka's ``Utils.murmur2``), or the dead-letter reason. ``spread`` (:func:`key_spread`)
       collects each task's key hashes while queries using it run.
     * ``kafkaops_order_ts(new_key, source_partition, offset, ts)`` (``OrderClock``): the order
-      timestamp of :class:`kafkaops.backfill.OrderClock`; it keeps state per Spark task, so it is
+      timestamp of :class:`kafkaops.rekey.backfill.OrderClock`; it keeps state per Spark task, so it is
       registered non-deterministic (evaluated once per row, in row order).
     """
     jvm = spark.sparkContext._jvm
@@ -372,11 +372,11 @@ def sample_spans(plan: BackfillPlan, bootstrap: str, options: dict[str, str]) ->
     """True when the first :data:`SAMPLE_RECORDS` records of each source partition already show a new
     key in two source partitions (so a direct copy by a value rule would be thrown away); False
     says nothing for sure, the direct copy then checks every key as it goes."""
-    from kafkaops import records
+    from kafkaops.platform import admin
 
     head = {p: (s, min(e, s + SAMPLE_RECORDS)) for p, s, e in plan.source_offsets}
     home: dict[bytes, int] = {}
-    for r in records.read_ranges(_admin_config(bootstrap, options), plan.source_topic, head):
+    for r in admin.read_ranges(_admin_config(bootstrap, options), plan.source_topic, head):
         key = backfill.extract_key(r.key, r.value, plan.rule)
         if key is not None and home.setdefault(key, r.partition) != r.partition:
             return True
@@ -503,7 +503,7 @@ def _holds_direct_prefix(spark: Any, plan: BackfillPlan, bootstrap: str, options
     return True
 
 
-#: The Java client's security settings that librdkafka (kafkaops.admin) spells the same way.
+#: The Java client's security settings that librdkafka (kafkaops.platform.admin) spells the same way.
 _SHARED_OPTIONS = ("kafka.security.protocol", "kafka.sasl.mechanism", "kafka.sasl.username", "kafka.sasl.password")
 
 
@@ -516,7 +516,7 @@ def _output_is_empty(plan: BackfillPlan, bootstrap: str, options: dict[str, str]
     """True when the target and dead-letter topics hold no record (their watermarks say so: a
     metadata request, not a Spark job). With client options kafkaops cannot pass to librdkafka,
     False: the caller reads the topics with Spark instead."""
-    from kafkaops import admin
+    from kafkaops.platform import admin
     from kafkaops.errors import UnknownTopic
 
     if set(options) - set(_SHARED_OPTIONS) - set(PRODUCER_OPTIONS):
@@ -535,7 +535,7 @@ def _output_is_empty(plan: BackfillPlan, bootstrap: str, options: dict[str, str]
 
 
 def _truncate_output(plan: BackfillPlan, bootstrap: str, options: dict[str, str]) -> None:
-    from kafkaops import admin
+    from kafkaops.platform import admin
 
     with admin.connect(_admin_config(bootstrap, options)) as conn:
         admin.truncate_topics(conn, [plan.target_topic, plan.dead_letter_topic])

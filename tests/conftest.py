@@ -29,7 +29,9 @@ os.environ.update({
 })
 atexit.register(shutil.rmtree, _AIRFLOW_HOME, True)
 
-from kafkaops import admin, provision  # noqa: E402
+from kafkaops.platform import admin  # noqa: E402
+
+from kafkaops.platform import provision  # noqa: E402
 
 # Fast failure detection for tests that stop brokers: fenced after 3 s without heartbeats.
 TEST_BROKER_CONFIG = {

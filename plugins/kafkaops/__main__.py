@@ -1,5 +1,5 @@
 import sys
 
-from kafkaops.cli import main
+from kafkaops.cli.main import main
 
 sys.exit(main())

@@ -1,6 +1,6 @@
 """The cluster as a value: brokers, partition assignments, offsets, sizes, consumer lag.
 
-Frozen dataclasses, no I/O. ``kafkaops.admin.snapshot`` builds a :class:`Cluster` from a live
+Frozen dataclasses, no I/O. ``kafkaops.platform.admin.snapshot`` builds a :class:`Cluster` from a live
 cluster; the planner builds one from Kafka's reassignment JSON. Everything else reads these.
 """
 from __future__ import annotations

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kafkaops import capacity, capacity_run
+from kafkaops.capacity import review as capacity
+from kafkaops.capacity import steps as capacity_run
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "kafka_capacity_review"

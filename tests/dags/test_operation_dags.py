@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from kafkaops import admin, audit, datagen, executor, lock, provision
+from kafkaops.platform import admin
+from kafkaops.platform import state
+from kafkaops.cli import datagen
+from kafkaops.reassign import engine
+from kafkaops.platform import provision
 from tests.conftest import TEST_BROKER_CONFIG, wait_for
 from tests.dags.conftest import kafka_default_connection
 from tests.integration.conftest import Traffic, throttles_left
@@ -35,7 +39,7 @@ def cluster(airflow_db) -> Iterator[tuple[provision.ClusterSpec, Path]]:
 def run(dagbag, dag_id: str, **conf):
     dag = dagbag.dags[dag_id]
     dag_run = dag.test(run_conf=conf)
-    record = audit.AuditLog.for_run(dag_id, dag_run.run_id).summary()
+    record = state.AuditLog.for_run(dag_id, dag_run.run_id).summary()
     return dag_run, record
 
 
@@ -56,19 +60,19 @@ def test_a_rejected_approval_leaves_the_cluster_unchanged(dagbag, cluster) -> No
     assert assignment(spec) == before
     with admin.connect(spec.bootstrap) as conn:
         assert throttles_left(conn) == {}
-        assert lock.holder_of(admin.describe_cluster(conn)[0]) is None
+        assert state.lock_holder(admin.describe_cluster(conn)[0]) is None
 
 
 def test_a_run_is_refused_while_another_holds_the_cluster(dagbag, cluster) -> None:
     spec, spec_path = cluster
     with admin.connect(spec.bootstrap) as conn:
         cluster_id = admin.describe_cluster(conn)[0]
-    lock.acquire(cluster_id, "kafka_scale_out/manual__other-run")
+    state.acquire_lock(cluster_id, "kafka_scale_out/manual__other-run")
     try:
         dag_run, record = run(dagbag, "kafka_reassign", operation="rebalance", dry_run=True,
                               inventory=str(spec_path))
     finally:
-        lock.release(cluster_id, "kafka_scale_out/manual__other-run")
+        state.release_lock(cluster_id, "kafka_scale_out/manual__other-run")
     assert str(dag_run.state) == "failed"
     assert record["outcome"] == "refused"
     assert "run kafka_scale_out/manual__other-run holds it" in record["outcome_reason"]
@@ -83,15 +87,15 @@ def test_a_failing_preflight_gate_stops_the_run_before_anything_is_provisioned(d
         snap = admin.snapshot(conn, topics=["crawl"], groups=False)
         source = snap.partitions[0].replicas[0]
         moving = {("crawl", 0): (next(b for b in snap.broker_ids if b != source),)}
-        throttles = executor.plan_throttles(conn, executor.moves_for(snap, moving))
-        executor.set_throttles(conn, throttles, 1000)
+        throttles = engine.plan_throttles(conn, engine.moves_for(snap, moving))
+        engine.set_throttles(conn, throttles, 1000)
         admin.alter_partition_reassignments(conn, moving)
         try:
             nodes_before = len(provision.ClusterSpec.load(spec_path).nodes)
             dag_run, record = run(dagbag, "kafka_scale_out", dry_run=False, approval="auto_approve",
                                   inventory=str(spec_path), add_brokers=1)
         finally:
-            executor.cancel(conn, list(moving), throttles=throttles)
+            engine.cancel(conn, list(moving), throttles=throttles)
             admin.delete_topics(conn, ["crawl"])
         wait_for(lambda: not admin.list_partition_reassignments(conn), timeout=30, what="the cancel")
     assert str(dag_run.state) == "failed"
@@ -150,7 +154,7 @@ def test_a_broker_killed_mid_move_stalls_the_wait_and_the_retry_completes_the_ru
                     events["killed"] = sorted(f"{t}-{p}" for t, p in moving)
                 time.sleep(0.3)
         while time.monotonic() < deadline:  # restart once the wait has reported the stall
-            record = audit.AuditLog.for_run("kafka_scale_out", str(events.get("run_id", ""))).summary() \
+            record = state.AuditLog.for_run("kafka_scale_out", str(events.get("run_id", ""))).summary() \
                 if "run_id" in events else None
             failed = [s for s in (record or {}).get("steps", []) if s["name"] == "execute_batches"
                       and s.get("status") == "failed"]
@@ -164,11 +168,11 @@ def test_a_broker_killed_mid_move_stalls_the_wait_and_the_retry_completes_the_ru
                 return
             time.sleep(0.5)
 
-    runs = sorted(audit.list_records("kafka_scale_out"))
+    runs = sorted(state.list_records("kafka_scale_out"))
 
     def find_run_id() -> None:
         while "restarted" not in events and time.monotonic() < start + 240:
-            fresh = sorted(set(audit.list_records("kafka_scale_out")) - set(runs))
+            fresh = sorted(set(state.list_records("kafka_scale_out")) - set(runs))
             if fresh:
                 events["run_id"] = fresh[0].stem
                 return

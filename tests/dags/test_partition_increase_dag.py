@@ -7,7 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from kafkaops import admin, audit, datagen, lock, provision, records
+from kafkaops.platform import admin
+from kafkaops.platform import state
+from kafkaops.cli import datagen
+from kafkaops.platform import provision
 from tests.conftest import TEST_BROKER_CONFIG
 from tests.dags.conftest import kafka_default_connection
 
@@ -25,14 +28,14 @@ def cluster(airflow_db) -> Iterator[provision.ClusterSpec]:
         with admin.connect(spec.bootstrap) as conn:
             admin.create_topic(conn, TOPIC, 3, 1)
             datagen.produce(conn.config, TOPIC, datagen.DatagenSpec(records=RECORDS, keys=100, record_bytes=200))
-            ends = {p: e for p, (_, e) in records.end_offsets(conn.config, TOPIC).items()}
+            ends = {p: e for p, (_, e) in admin.end_offsets(conn.config, TOPIC).items()}
             admin.commit_group_offsets(conn, "billing", TOPIC, ends)  # a group that has caught up
         yield spec
 
 
 def run(dagbag, **conf):
     dag_run = dagbag.dags["kafka_partition_increase"].test(run_conf=conf)
-    return dag_run, audit.AuditLog.for_run("kafka_partition_increase", dag_run.run_id).summary()
+    return dag_run, state.AuditLog.for_run("kafka_partition_increase", dag_run.run_id).summary()
 
 
 def test_in_place_on_a_keyed_topic_is_refused_naming_the_moved_keys(dagbag, cluster) -> None:
@@ -43,7 +46,7 @@ def test_in_place_on_a_keyed_topic_is_refused_naming_the_moved_keys(dagbag, clus
     assert "distinct keys" in record["outcome_reason"] and "mode=migrate" in record["outcome_reason"]
     with admin.connect(cluster.bootstrap) as conn:
         assert len(admin.snapshot(conn, topics=[TOPIC], sizes=False, groups=False).partitions) == 3
-        assert lock.holder_of(admin.describe_cluster(conn)[0]) is None
+        assert state.lock_holder(admin.describe_cluster(conn)[0]) is None
 
 
 def test_migrate_rekeys_gates_and_translates_offsets(dagbag, cluster) -> None:
@@ -55,7 +58,7 @@ def test_migrate_rekeys_gates_and_translates_offsets(dagbag, cluster) -> None:
     cut = next(n for n in record["notes"] if "offset_translation" in n)["offset_translation"]
     assert set(cut) == {"billing"} and cut["billing"]["redelivered"] == 0
     config = {"bootstrap.servers": cluster.bootstrap}
-    ends = records.end_offsets(config, f"{TOPIC}.v2")
+    ends = admin.end_offsets(config, f"{TOPIC}.v2")
     assert sum(e for _, e in ends.values()) == RECORDS
     assert cut["billing"]["target"] == {str(p): e for p, (_, e) in ends.items()}
     with admin.connect(cluster.bootstrap) as conn:

@@ -14,7 +14,10 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from kafkaops import admin, datagen, executor, provision
+from kafkaops.platform import admin
+from kafkaops.cli import datagen
+from kafkaops.reassign import engine
+from kafkaops.platform import provision
 from tests.conftest import TEST_BROKER_CONFIG, RunningCluster
 
 
@@ -57,8 +60,8 @@ def own_conn(own_cluster: GrowableCluster) -> Iterator[admin.KafkaConnection]:
 def throttles_left(conn: admin.KafkaConnection) -> dict[str, dict[str, str]]:
     """Every replication throttle config set on any broker or topic of the cluster."""
     cluster = admin.snapshot(conn, include_internal=True, offsets=False, sizes=False, groups=False)
-    brokers = admin.describe_configs(conn, "broker", cluster.broker_ids, keys=executor.RATE_KEYS)
-    topics = admin.describe_configs(conn, "topic", cluster.topics, keys=executor.REPLICA_KEYS)
+    brokers = admin.describe_configs(conn, "broker", cluster.broker_ids, keys=engine.RATE_KEYS)
+    topics = admin.describe_configs(conn, "topic", cluster.topics, keys=engine.REPLICA_KEYS)
     return {**{f"broker {b}": c for b, c in brokers.items() if c}, **{f"topic {t}": c for t, c in topics.items() if c}}
 
 

@@ -14,7 +14,7 @@ from benchmarks.kafka_generate import (JavaRandom, Scripted, generate, hashmap_o
                                        java_string_hash, place_topic, replica_moves, topic_outcomes)
 from kafkaops.errors import SetupError
 from kafkaops.model import Broker, Cluster, PartitionAssignment
-from kafkaops.paths import jar_dir
+from kafkaops.platform.paths import jar_dir
 
 
 def brokers_on(racks: str) -> list[Broker]:

@@ -1,4 +1,4 @@
-"""The scheduled capacity review as tasks: kafkaops.capacity_run's steps.
+"""The scheduled capacity review as tasks: kafkaops.capacity.steps's steps.
 
     snapshot -> history_append -> key_skew (optional, Spark) -> review -> report
       -> scale_out_proposal -> propose_scale_out (TriggerDagRunOperator: a kafka_scale_out run with
@@ -18,7 +18,7 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import DAG, Param, get_current_context, task
 from airflow.sdk.exceptions import AirflowSkipException
 
-from kafkaops import capacity_run
+from kafkaops.capacity import steps
 from kafkaops.airflow.hooks import KafkaOpsHook
 from kafkaops.airflow.lifecycle import COMMON_PARAMS, operation_dag
 
@@ -66,10 +66,10 @@ def schedule_from_env() -> str | None:
     return None if value.lower() in ("", "none", "null") else value
 
 
-def _run() -> tuple[Any, capacity_run.CapacityParams, str, str]:
+def _run() -> tuple[Any, steps.CapacityParams, str, str]:
     context = get_current_context()
     dag_run = context["dag_run"]
-    return context, capacity_run.CapacityParams.from_params(dict(context["params"])), dag_run.dag_id, dag_run.run_id
+    return context, steps.CapacityParams.from_params(dict(context["params"])), dag_run.dag_id, dag_run.run_id
 
 
 def build_capacity_review_dag(dag_id: str, *, schedule: str | None = DEFAULT_SCHEDULE, description: str,
@@ -80,35 +80,35 @@ def build_capacity_review_dag(dag_id: str, *, schedule: str | None = DEFAULT_SCH
         @task
         def snapshot() -> dict[str, Any]:
             context, params, dag, run = _run()
-            record = capacity_run.record(dag, run)
+            record = steps.record(dag, run)
             user = getattr(context["dag_run"], "triggering_user_name", None) or "(scheduled)"
-            record.append("started", operation=capacity_run.KIND, dag_id=dag, run_id=run, triggered_by=str(user),
+            record.append("started", operation=steps.KIND, dag_id=dag, run_id=run, triggered_by=str(user),
                           params=dict(context["params"]))
             config = KafkaOpsHook(params.kafka_conn_id).get_config()
-            return capacity_run.take_snapshot(config, params, record)
+            return steps.take_snapshot(config, params, record)
 
         @task
         def history_append(cluster: dict[str, Any]) -> dict[str, Any]:
             _, _, _, run = _run()
-            return capacity_run.append_history(cluster, run)
+            return steps.append_history(cluster, run)
 
         @task
         def key_skew(cluster: dict[str, Any]) -> dict[str, Any] | None:
             _, params, _, run = _run()
             if not params.key_skew:
                 raise AirflowSkipException("key_skew is off: no Spark sample this run")
-            return capacity_run.run_key_skew(KafkaOpsHook(params.kafka_conn_id).get_config(), cluster, params, run)
+            return steps.run_key_skew(KafkaOpsHook(params.kafka_conn_id).get_config(), cluster, params, run)
 
         @task(trigger_rule="none_failed")
         def review(cluster: dict[str, Any], history: dict[str, Any], skew: Any = None) -> dict[str, Any]:
             _, params, _, _ = _run()
-            return capacity_run.make_review(cluster, params, skew if isinstance(skew, dict) else None)
+            return steps.make_review(cluster, params, skew if isinstance(skew, dict) else None)
 
         @task(trigger_rule="none_failed")
         def report(review_data: dict[str, Any], skew: Any = None) -> dict[str, str]:
             _, _, dag, run = _run()
-            record = capacity_run.record(dag, run)
-            paths = capacity_run.make_report(review_data, skew if isinstance(skew, dict) else None, run, record)
+            record = steps.record(dag, run)
+            paths = steps.make_report(review_data, skew if isinstance(skew, dict) else None, run, record)
             record.append("outcome", outcome="success")
             return paths
 
@@ -117,10 +117,10 @@ def build_capacity_review_dag(dag_id: str, *, schedule: str | None = DEFAULT_SCH
             _, params, dag, run = _run()
             if not params.propose_scale_out:
                 raise AirflowSkipException("propose_scale_out is off")
-            conf = capacity_run.scale_out_proposal(review_data, params)
+            conf = steps.scale_out_proposal(review_data, params)
             if conf is None:
                 raise AirflowSkipException("the review does not call for more brokers")
-            capacity_run.record(dag, run).append("note", text=f"proposed {scale_out_dag_id}: add "
+            steps.record(dag, run).append("note", text=f"proposed {scale_out_dag_id}: add "
                                                  f"{conf['add_brokers']} broker(s); waits for manual approval",
                                                  conf=conf)
             return conf

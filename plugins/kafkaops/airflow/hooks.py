@@ -12,7 +12,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from kafkaops import admin
+from kafkaops.platform import admin
 from kafkaops.errors import ConfigError
 
 

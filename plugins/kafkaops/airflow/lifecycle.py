@@ -1,4 +1,4 @@
-"""One DAG shape for every kafkaops operation: the lifecycle of ``kafkaops.operation`` as tasks.
+"""One DAG shape for every kafkaops operation: the lifecycle of ``kafkaops.reassign.steps`` as tasks.
 
     begin (setup) -> preflight gate -> [provision -> wait until registered] -> plan -> plan gate
       -> approval -> set throttles (setup) -> execute batches (deferred) -> verify
@@ -18,7 +18,8 @@ from typing import Any
 from airflow.sdk import DAG, Param, get_current_context, task
 from airflow.sdk.exceptions import AirflowSkipException
 
-from kafkaops import operation
+from kafkaops.platform import lifecycle
+from kafkaops.reassign import steps
 from kafkaops.airflow.operators import (KafkaOpsApprovalOperator, ReassignmentBatchesOperator,
                                         WaitForBrokersOperator, context_of, recorded)
 
@@ -45,7 +46,7 @@ COMMON_PARAMS: dict[str, Param] = {
     "inventory": Param("", type="string", title="Inventory",
                        description="A kafkaops cluster spec (.json, local clusters) or an Ansible inventory "
                                    "(.yml, real hosts) for the kafka_broker role."),
-    "approval": Param("manual", type="string", enum=list(operation.APPROVAL_MODES), title="Approval",
+    "approval": Param("manual", type="string", enum=list(lifecycle.APPROVAL_MODES), title="Approval",
                       description="manual: a person approves the plan in the UI. auto_approve / auto_reject: "
                                   "the param answers (rehearsals and tests); either way it is recorded."),
     "dry_run": Param(True, type="boolean", title="Dry run",
@@ -72,7 +73,7 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
         return kind or context["params"]["operation"]
 
     def run_step(name: str, step: Any, *args: Any) -> Any:
-        """Run ``step(ctx, *args)`` of kafkaops.operation as this task, recorded in the audit."""
+        """Run ``step(ctx, *args)`` of kafkaops.reassign.steps as this task, recorded in the audit."""
         context = get_current_context()
         ctx = context_of(context, kind_of(context))
         with recorded(ctx, name):
@@ -84,47 +85,47 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
         def begin() -> dict[str, Any]:
             context = get_current_context()
             ctx = context_of(context, kind_of(context))
-            return operation.begin(ctx, dict(context["params"]))
+            return lifecycle.begin(ctx, dict(context["params"]))
 
         @task
         def preflight_gate() -> dict[str, Any]:
-            return run_step("preflight_gate", operation.preflight)
+            return run_step("preflight_gate", lifecycle.preflight)
 
         @task
         def plan(before: dict[str, Any], registered: Any = None, provisioned: Any = None) -> dict[str, Any]:
             new = (provisioned or {}).get("new_brokers", []) if isinstance(provisioned, dict) else []
-            return run_step("plan", operation.make_plan, before, new)
+            return run_step("plan", steps.make_plan, before, new)
 
         @task
         def plan_gate(plan_data: dict[str, Any]) -> dict[str, Any]:
-            return run_step("plan_gate", operation.plan_gate, plan_data)
+            return run_step("plan_gate", steps.plan_gate, plan_data)
 
         @task
         def set_throttles(plan_data: dict[str, Any]) -> dict[str, Any]:
-            return run_step("set_throttles", operation.set_throttles, plan_data)
+            return run_step("set_throttles", steps.set_throttles, plan_data)
 
         @task
         def verify(plan_data: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
-            return run_step("verify", operation.verify_moves, plan_data, before)
+            return run_step("verify", steps.verify_moves, plan_data, before)
 
         @task
         def remove_throttles(record: Any, plan_data: dict[str, Any]) -> dict[str, Any]:
-            return run_step("remove_throttles", operation.remove_throttles,
+            return run_step("remove_throttles", steps.remove_throttles,
                             record if isinstance(record, dict) else None, plan_data)
 
         @task
         def elect_leaders(plan_data: dict[str, Any]) -> dict[str, Any]:
-            return run_step("elect_leaders", operation.elect_leaders, plan_data)
+            return run_step("elect_leaders", steps.elect_leaders, plan_data)
 
         @task
         def post_move_gate(plan_data: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
-            return run_step("post_move_gate", operation.post_move_gate, plan_data, before)
+            return run_step("post_move_gate", steps.post_move_gate, plan_data, before)
 
         @task
         def finish(started: dict[str, Any]) -> dict[str, Any]:
             context = get_current_context()
             ctx = context_of(context, kind_of(context))
-            return operation.finish(ctx, (started or {}).get("cluster_id"))
+            return lifecycle.finish(ctx, (started or {}).get("cluster_id"))
 
         started = begin()
         before = preflight_gate()
@@ -140,7 +141,7 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
                     raise AirflowSkipException("dry run: no broker is provisioned; the plan uses the brokers "
                                                "it would add")
                 with recorded(ctx, "provision"):
-                    return operation.provision_brokers(ctx)
+                    return steps.provision_brokers(ctx)
 
             provisioned = provision()
             before >> provisioned
@@ -174,7 +175,7 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
         if kind != "scale_out":
             @task
             def stop_drained() -> dict[str, Any]:
-                return run_step("stop_drained", operation.stop_drained)
+                return run_step("stop_drained", steps.stop_drained)
 
             last = stop_drained()
             post >> last

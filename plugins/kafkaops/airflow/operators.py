@@ -1,4 +1,4 @@
-"""Operators that wait (deferrable) or ask (human in the loop); the work is in kafkaops.operation."""
+"""Operators that wait (deferrable) or ask (human in the loop); the work is in kafkaops.reassign.steps."""
 from __future__ import annotations
 
 import datetime as dt
@@ -10,25 +10,26 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
-from kafkaops import operation
+from kafkaops.platform import lifecycle
+from kafkaops.reassign import steps
 from kafkaops.airflow.hooks import KafkaOpsHook
 from kafkaops.airflow.triggers import BrokersRegisteredTrigger, ReassignmentProgressTrigger
 from kafkaops.errors import KafkaOpsError
 
 
-def context_of(context: Any, kind: str) -> operation.OperationContext:
+def context_of(context: Any, kind: str) -> lifecycle.OperationContext:
     """The operation context of a running task: params validated, connection resolved."""
     params = dict(context["params"])
     dag_run = context["dag_run"]
     user = getattr(dag_run, "triggering_user_name", None) or f"({getattr(dag_run, 'run_type', 'unknown')})"
-    return operation.OperationContext(
+    return lifecycle.OperationContext(
         dag_id=dag_run.dag_id, run_id=dag_run.run_id,
         conn_config=KafkaOpsHook(params.get("kafka_conn_id") or "kafka_default").get_config(),
-        params=operation.OperationParams.from_params(kind, params), triggered_by=str(user))
+        params=steps.OperationParams.from_params(kind, params), triggered_by=str(user))
 
 
 @contextmanager
-def recorded(ctx: operation.OperationContext, name: str) -> Iterator[None]:
+def recorded(ctx: lifecycle.OperationContext, name: str) -> Iterator[None]:
     """Record a step's start and its end (success, skipped or failed with the error) in the audit."""
     ctx.step(name, "started")
     try:
@@ -93,15 +94,15 @@ class ReassignmentBatchesOperator(BaseOperator):
         if event is None:
             ctx.step(self.task_id, "started")
         try:
-            step = operation.next_batch(ctx, self.plan_data)
+            step = steps.next_batch(ctx, self.plan_data)
         except Exception as err:
             ctx.step(self.task_id, "failed", error=f"{type(err).__name__}: {err}"[:2000])
             raise
         if not step["wait_for"]:
             ctx.step(self.task_id, "success")
             return {"done": True}
-        spec = operation.wait_spec(self.plan_data, step["wait_for"], self.before)
-        self.defer(trigger=ReassignmentProgressTrigger(ctx.conn_config, spec, operation.now(),
+        spec = steps.wait_spec(self.plan_data, step["wait_for"], self.before)
+        self.defer(trigger=ReassignmentProgressTrigger(ctx.conn_config, spec, lifecycle.now(),
                                                        poll_interval_s=self.poll_interval_s,
                                                        stall_timeout_s=ctx.params.stall_timeout_s),
                    method_name="resume")
@@ -127,7 +128,7 @@ class KafkaOpsApprovalOperator(ApprovalOperator):
         super().__init__(ignore_downstream_trigger_rules=True, **kwargs)
         self.kind = kind
 
-    def operation_context(self, context: Any) -> operation.OperationContext:
+    def operation_context(self, context: Any) -> lifecycle.OperationContext:
         """The run's context; DAGs with params of their own override this."""
         return context_of(context, self.kind)
 
@@ -148,7 +149,7 @@ class KafkaOpsApprovalOperator(ApprovalOperator):
         ctx = self.operation_context(context)
         chosen = (event.get("chosen_options") or ["?"])[0]
         user = event.get("responded_by_user") or {}
-        operation.record_approval(ctx, approved=chosen == self.APPROVE, by=str(user.get("name") or user.get("id")),
+        lifecycle.record_approval(ctx, approved=chosen == self.APPROVE, by=str(user.get("name") or user.get("id")),
                                   mode=ctx.params.approval)
         ctx.step(self.task_id, "success", chosen=chosen)
         return super().execute_complete(context, event)

@@ -1,4 +1,4 @@
-"""The partition-increase DAG as tasks: kafkaops.partitions' steps on the shared lifecycle.
+"""The partition-increase DAG as tasks: kafkaops.rekey.steps' steps on the shared lifecycle.
 
     begin (setup) -> preflight gate -> plan (in_place: refuses a keyed topic unless accepted)
       -> approval -> execute (in_place: create_partitions; migrate: target topics + rekey backfill)
@@ -16,7 +16,8 @@ from typing import Any
 from airflow.sdk import DAG, Param, get_current_context, task
 from airflow.sdk.exceptions import AirflowSkipException
 
-from kafkaops import operation, partitions
+from kafkaops.platform import lifecycle
+from kafkaops.rekey import steps
 from kafkaops.airflow.hooks import KafkaOpsHook
 from kafkaops.airflow.lifecycle import COMMON_PARAMS, operation_dag
 from kafkaops.airflow.operators import KafkaOpsApprovalOperator, recorded
@@ -26,7 +27,7 @@ PARAMS: dict[str, Param] = {
     "topic": Param("", type="string", title="Topic", description="The topic whose partition count grows."),
     "new_partition_count": Param(6, type="integer", minimum=1, title="New partition count",
                                  description="The topic's total partition count afterwards (larger than now)."),
-    "mode": Param("migrate", type="string", enum=list(partitions.MODES), title="Mode",
+    "mode": Param("migrate", type="string", enum=list(steps.MODES), title="Mode",
                   description="in_place: add partitions to the topic (keys move: per-key order breaks). migrate: "
                               "rekey into a new topic with the new count, order kept, then cut consumers over."),
     "key_rule": Param("record_key", type="string", title="Key rule",
@@ -36,7 +37,7 @@ PARAMS: dict[str, Param] = {
                           description="migrate: the new topic; empty for <topic>.v2 or the next free version."),
     "accept_ordering_break": Param(False, type="boolean", title="Accept the ordering break",
                                    description="in_place on a keyed topic: go ahead although records of a key end "
-                                               "up in two partitions. Refused otherwise."),
+                                               "up in two steps. Refused otherwise."),
     "sample_records": Param(1000, type="integer", minimum=1, title="Sample size",
                             description="Records read (latest, spread over the partitions) to measure how many keys "
                                         "would change partition."),
@@ -49,11 +50,11 @@ PARAMS: dict[str, Param] = {
 }
 
 
-def context_of(context: Any) -> operation.OperationContext:
+def context_of(context: Any) -> lifecycle.OperationContext:
     params = dict(context["params"])
     dag_run = context["dag_run"]
     user = getattr(dag_run, "triggering_user_name", None) or f"({getattr(dag_run, 'run_type', 'unknown')})"
-    return partitions.context(dag_run.dag_id, dag_run.run_id,
+    return steps.context(dag_run.dag_id, dag_run.run_id,
                               KafkaOpsHook(params.get("kafka_conn_id") or "kafka_default").get_config(), params,
                               str(user))
 
@@ -61,7 +62,7 @@ def context_of(context: Any) -> operation.OperationContext:
 class PartitionApprovalOperator(KafkaOpsApprovalOperator):
     """:class:`KafkaOpsApprovalOperator` over the partition-increase params."""
 
-    def operation_context(self, context: Any) -> operation.OperationContext:
+    def operation_context(self, context: Any) -> lifecycle.OperationContext:
         return context_of(context)
 
 
@@ -71,59 +72,59 @@ def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[st
         @task
         def begin() -> dict[str, Any]:
             context = get_current_context()
-            return operation.begin(context_of(context), dict(context["params"]))
+            return lifecycle.begin(context_of(context), dict(context["params"]))
 
         @task
         def preflight_gate() -> dict[str, Any]:
             ctx = context_of(get_current_context())
             with recorded(ctx, "preflight_gate"):
-                return operation.preflight(ctx)
+                return lifecycle.preflight(ctx)
 
         @task
         def plan(before: dict[str, Any]) -> dict[str, Any]:
             ctx = context_of(get_current_context())
             with recorded(ctx, "plan"):
-                return partitions.make_plan(ctx, before)
+                return steps.make_plan(ctx, before)
 
         @task
         def execute(plan_data: dict[str, Any]) -> dict[str, Any]:
             ctx = context_of(get_current_context())
-            plan = partitions.plan_of(plan_data)
+            plan = steps.plan_of(plan_data)
             with recorded(ctx, "execute"):
                 if plan.mode == "in_place":
-                    return partitions.execute_in_place(ctx, plan)
-                partitions.create_target(ctx, plan)
-                return partitions.run_backfill(ctx, plan)
+                    return steps.execute_in_place(ctx, plan)
+                steps.create_target(ctx, plan)
+                return steps.run_backfill(ctx, plan)
 
         @task
         def verify(plan_data: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
             ctx = context_of(get_current_context())
-            plan = partitions.plan_of(plan_data)
+            plan = steps.plan_of(plan_data)
             with recorded(ctx, "verify"):
                 if plan.mode == "in_place":
-                    return partitions.verify_in_place(ctx, plan)
-                return partitions.backfill_gate(ctx, result)
+                    return steps.verify_in_place(ctx, plan)
+                return steps.backfill_gate(ctx, result)
 
         @task
         def cutover(plan_data: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
             ctx = context_of(get_current_context())
-            plan = partitions.plan_of(plan_data)
+            plan = steps.plan_of(plan_data)
             if plan.mode == "in_place":
                 raise AirflowSkipException("in_place: consumers keep their topic; nothing to cut over")
             with recorded(ctx, "cutover"):
-                return partitions.cutover(ctx, plan, before)
+                return steps.cutover(ctx, plan, before)
 
         @task
         def finish(started: dict[str, Any]) -> dict[str, Any]:
             ctx = context_of(get_current_context())
-            return partitions.finish(ctx, (started or {}).get("cluster_id"))
+            return steps.finish(ctx, (started or {}).get("cluster_id"))
 
         started = begin()
         before = preflight_gate()
         started >> before
         planned = plan(before)
         approval = PartitionApprovalOperator(
-            task_id="approval", kind=partitions.KIND, subject="Approve the kafkaops partition increase",
+            task_id="approval", kind=steps.KIND, subject="Approve the kafkaops partition increase",
             body="{{ ti.xcom_pull(task_ids='plan')['summary'] }}", response_timeout=dt.timedelta(hours=24))
         planned >> approval
         result = execute(planned)

@@ -30,7 +30,7 @@ class ReassignmentProgressTrigger(BaseTrigger):
                  "poll_interval_s": self.poll_interval_s, "stall_timeout_s": self.stall_timeout_s})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from kafkaops.operation import progress_of
+        from kafkaops.reassign.steps import progress_of
 
         last_mark: tuple[int, int] | None = None
         last_change = time.monotonic()
@@ -74,7 +74,7 @@ class BrokersRegisteredTrigger(BaseTrigger):
                  "poll_interval_s": self.poll_interval_s})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from kafkaops.operation import registered_brokers
+        from kafkaops.reassign.steps import registered_brokers
 
         deadline = time.monotonic() + self.timeout_s
         registered: list[int] = []

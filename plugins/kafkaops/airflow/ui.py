@@ -14,15 +14,15 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
-from kafkaops import audit
-from kafkaops.paths import state_dir
-from kafkaops.render import render_record_html
+from kafkaops.platform import state
+from kafkaops.platform.paths import state_dir
+from kafkaops.platform.render import render_record_html
 
 app = FastAPI(title="kafkaops operation records")
 
 
 def _record(dag_id: str, run_id: str) -> dict:
-    log = audit.AuditLog.for_run(dag_id, run_id)
+    log = state.AuditLog.for_run(dag_id, run_id)
     if not log.path.exists():
         raise HTTPException(status_code=404, detail=f"no kafkaops record for {dag_id} run {run_id}")
     return log.summary()
@@ -31,8 +31,8 @@ def _record(dag_id: str, run_id: str) -> dict:
 @app.get("/records", response_class=HTMLResponse)
 def list_records() -> str:
     items = []
-    for path in audit.list_records():
-        record = audit.AuditLog(path).summary()
+    for path in state.list_records():
+        record = state.AuditLog(path).summary()
         href = f"records/{html.escape(path.parent.name)}/{html.escape(path.stem)}"
         items.append(f"<li><a href='{href}'>{html.escape(str(record.get('dag_id')))} / "
                      f"{html.escape(str(record.get('run_id')))}</a>: {html.escape(str(record.get('outcome')))}</li>")

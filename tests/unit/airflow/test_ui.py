@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from kafkaops.audit import AuditLog
+from kafkaops.platform.state import AuditLog
 from tests.unit.clusters import three_brokers_one_topic
 
 

@@ -71,7 +71,7 @@ def vector_keys(seed: int = SEED) -> list[bytes]:
 
 def java_classpath() -> str:
     """kafka-clients plus slf4j-api (``Utils`` opens a logger) from the ``broker`` jar cache."""
-    from kafkaops.paths import jar_dir
+    from kafkaops.platform.paths import jar_dir
 
     folder = jar_dir("broker")
     return ":".join(str(next(folder.glob(pattern), folder / pattern))
@@ -105,7 +105,7 @@ def java_vectors(keys: list[bytes], counts: tuple[int, ...] = PARTITION_COUNTS) 
 
 def main() -> None:
     sys.path.insert(0, str(HERE.parents[2] / "plugins"))
-    from kafkaops.paths import jar_dir
+    from kafkaops.platform.paths import jar_dir
 
     vectors = java_vectors(vector_keys())
     jar = next(jar_dir("broker").glob("kafka-clients-*.jar")).name

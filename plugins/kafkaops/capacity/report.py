@@ -1,0 +1,191 @@
+"""The capacity review as one self-contained HTML page: findings, recommendations with their numbers,
+plots (PNG, base64-embedded) and the review's JSON; saved per run under the state dir.
+
+Plots: bytes / leaders / replicas per broker; throughput and lag per partition; the key-skew
+histogram; what-if curves (max/mean per candidate partition count, now and with the candidate key).
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kafkaops.capacity.review import Review
+from kafkaops.errors import KafkaOpsError
+from kafkaops.platform.paths import state_dir
+from kafkaops.platform.render import human_bytes
+
+
+class ReportError(KafkaOpsError):
+    """A capacity report that cannot be written."""
+
+
+@dataclass(frozen=True)
+class ReportPaths:
+    html: Path
+    json: Path
+
+    def to_dict(self) -> dict[str, str]:
+        return {"html": str(self.html), "json": str(self.json)}
+
+
+def _png(fig: Any) -> str:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=80)
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _figure(rows: int = 1, cols: int = 1, size: tuple[float, float] = (9, 3)) -> tuple[Any, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(rows, cols, figsize=size, squeeze=False)
+
+
+def plot_brokers(review: Review) -> str:
+    fig, axes = _figure(1, 3)
+    ids = [str(b.broker) for b in review.broker_load]
+    for ax, (title, values) in zip(axes[0], (("bytes (MiB)", [b.bytes / 2**20 for b in review.broker_load]),
+                                             ("leaders", [b.leaders for b in review.broker_load]),
+                                             ("replicas", [b.replicas for b in review.broker_load]))):
+        ax.bar(ids, values, color="#4c78a8")
+        ax.set_title(title)
+        ax.set_xlabel("broker")
+    return _png(fig)
+
+
+def _bars(ax: Any, labels: Sequence[str], values: Sequence[float], color: str, title: str, empty: str) -> None:
+    if labels:
+        ax.bar(labels, values, color=color)
+        ax.tick_params(axis="x", labelrotation=60, labelsize=7)
+    else:
+        ax.text(0.5, 0.5, empty, ha="center")
+    ax.set_title(title)
+
+
+def plot_partitions(review: Review) -> str:
+    fig, axes = _figure(2, 1, (9, 5))
+    _bars(axes[0][0], [f"{p.topic}-{p.partition}" for p in review.throughput],
+          [p.records_per_s for p in review.throughput], "#f58518", "throughput per partition (records/s)",
+          "no earlier review: throughput appears from the second review on")
+    _bars(axes[1][0], [f"{x.group}:{x.topic}-{x.partition}" for x in review.lag], [x.lag for x in review.lag],
+          "#e45756", "lag per partition (records)", "no consumer group commits offsets")
+    return _png(fig)
+
+
+def plot_key_histogram(skew: Mapping[str, Any]) -> str:
+    fig, axes = _figure(1, 2)
+    top = skew.get("top_keys") or []
+    ax = axes[0][0]
+    ax.barh([t["key"] for t in reversed(top)], [t["records"] for t in reversed(top)], color="#54a24b")
+    ax.set_title(f"hottest keys of {skew.get('topic')} (records)")
+    ax.tick_params(axis="y", labelsize=7)
+    ax = axes[0][1]
+    counts = skew.get("key_histogram") or [0]
+    ax.hist(counts, bins=min(40, max(1, len(set(counts)))), color="#54a24b", log=True)
+    ax.set_title("records per key (keys, log)")
+    ax.set_xlabel("records of a key")
+    return _png(fig)
+
+
+def plot_what_if(skew: Mapping[str, Any]) -> str:
+    fig, axes = _figure(1, 1, (7, 3))
+    ax = axes[0][0]
+    what_if = skew.get("what_if") or {}
+    ns = sorted(int(n) for n in what_if)
+    ax.plot(ns, [what_if[str(n)]["max_mean_ratio"] for n in ns], marker="o", label="current key")
+    cand = skew.get("candidate") or {}
+    if cand.get("what_if"):
+        cns = sorted(int(n) for n in cand["what_if"])
+        ax.plot(cns, [cand["what_if"][str(n)] for n in cns], marker="s", label=f"field {cand['field']}")
+    ax.axhline(2.0, color="grey", linestyle="--", label="hot partition rule (2)")
+    ax.set_xlabel("partition count")
+    ax.set_ylabel("max / mean records")
+    ax.set_title("what-if: partition load spread by partition count")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def plots(review: Review, skew: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """Every plot as base64 PNG, by name."""
+    out = {"brokers": plot_brokers(review), "partitions": plot_partitions(review)}
+    if skew and skew.get("records"):
+        out["key_skew"] = plot_key_histogram(skew)
+        out["what_if"] = plot_what_if(skew)
+    return out
+
+
+def _rows(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    esc = html.escape
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{esc('-' if c is None else str(c))}</td>" for c in r) + "</tr>"
+                   for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def render_review_html(review: Review, skew: Mapping[str, Any] | None = None) -> str:
+    """The review as a standalone page (plots embedded, JSON at the end)."""
+    esc = html.escape
+    images = plots(review, skew)
+    parts = [f"<h1>Capacity review of cluster {esc(str(review.cluster_id))}</h1>",
+             f"<p>taken at {review.taken_at:.0f} (epoch s); previous review "
+             f"{'-' if review.previous_taken_at is None else f'{review.previous_taken_at:.0f}'}; "
+             f"{review.history_points} review(s) in the history</p>",
+             "<h2>Findings</h2>",
+             _rows(["rule", "subject", "value", "threshold", "message"],
+                   [[f.rule, f.subject, f.value, f.threshold, f.message] for f in review.findings])
+             if review.findings else "<p>No rule fired.</p>",
+             "<h2>Recommendations</h2>",
+             _rows(["kind", "subject", "value", "rule", "numbers", "message"],
+                   [[r.kind, r.subject, r.value, r.rule, json.dumps(dict(r.inputs), sort_keys=True), r.message]
+                    for r in review.recommendations]) if review.recommendations else "<p>None.</p>"]
+    if review.empty_topics:
+        parts.append(f"<p>Empty topics (no records): {esc(', '.join(review.empty_topics))}</p>")
+    parts += ["<h2>Brokers</h2>",
+              _rows(["broker", "replicas", "leaders", "bytes", "disk use"],
+                    [[b.broker, b.replicas, b.leaders, human_bytes(b.bytes),
+                      None if b.disk_use is None else f"{b.disk_use:.1%}"] for b in review.broker_load]),
+              f"<img alt='per broker' src='data:image/png;base64,{images['brokers']}'/>",
+              "<h2>Partitions</h2>",
+              f"<img alt='per partition' src='data:image/png;base64,{images['partitions']}'/>"]
+    if "key_skew" in images and skew is not None:
+        parts += [f"<h2>Key skew of {esc(str(skew.get('topic')))}</h2>",
+                  f"<p>{skew['records']} records sampled, {skew['keys']} keys</p>",
+                  f"<img alt='key skew' src='data:image/png;base64,{images['key_skew']}'/>",
+                  f"<img alt='what-if' src='data:image/png;base64,{images['what_if']}'/>"]
+    data = {"review": review.to_dict(), "key_skew": skew}
+    parts += ["<h2>JSON</h2>",
+              f"<pre id='review-json'>{esc(json.dumps(data, indent=1, sort_keys=True, default=str))}</pre>"]
+    style = ("body{font-family:sans-serif;margin:1.5em} table{border-collapse:collapse;margin:.5em 0} "
+             "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px} pre{font-size:11px}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>kafkaops capacity review</title>"
+            f"<style>{style}</style></head><body>{''.join(parts)}</body></html>")
+
+
+def write_report(review: Review, skew: Mapping[str, Any] | None = None, *, run_id: str = "manual",
+                 root: Path | None = None) -> ReportPaths:
+    """Write ``report.html`` and ``review.json`` under ``state_dir()/capacity/reports/<cluster>/<run>/``."""
+    safe = [re.sub(r"[^A-Za-z0-9._-]+", "_", str(x))[:200] for x in (review.cluster_id or "unknown", run_id)]
+    folder = (root or state_dir() / "capacity" / "reports") / safe[0] / safe[1]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        page, data = folder / "report.html", folder / "review.json"
+        page.write_text(render_review_html(review, skew), encoding="utf-8")
+        data.write_text(json.dumps({"review": review.to_dict(), "key_skew": skew}, indent=1, sort_keys=True,
+                                   default=str), encoding="utf-8")
+    except OSError as err:
+        raise ReportError(f"cannot write the capacity report to {folder}: {err}; check that the state dir "
+                          "(KAFKAOPS_STATE_DIR) is writable") from err
+    return ReportPaths(page, data)

@@ -1,0 +1,546 @@
+"""Capacity review, pure: throughput from offset deltas, indicators with the rule that fired,
+recommendations that show their numbers. Stdlib and the model only; no Kafka, files or plots.
+
+    points (ReviewPoint.of(cluster), kept by kafkaops.capacity.history) -> throughput
+    Cluster + history + targets (+ key-skew result) -> review() -> Review (JSON round-trip)
+
+Rules (the operator's, each :class:`Finding` names the one that produced it):
+
+* ``disk_use``: a broker's log dirs are more than 70 % full ((total - usable) / total);
+* ``replicas_per_broker``: more than 4,000 partition replicas on one broker;
+* ``idle_consumers``: a group has more members than its topics have partitions;
+* ``lag_growing``: a group's lag rose from review to review (at least 2 history points, never falling);
+* ``partitions_not_multiple_of_brokers``: a topic's partition count is not a multiple of the broker count;
+* ``hot_partition``: max / mean of a topic's partitions >= 2, by records or by bytes.
+
+Recommendations:
+
+* partitions = max(ceil(target / per-consumer throughput), max consumers), rounded up to a multiple
+  of the broker count;
+* brokers = max(ceil(bytes / (disk per broker x 0.7)), ceil(throughput / per-broker throughput));
+* a key change when one key's share of a topic's records is >= the key-share threshold.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kafkaops.errors import KafkaOpsError
+from kafkaops.model import Cluster
+
+Key = tuple[str, int]
+
+RULES = ("disk_use", "replicas_per_broker", "idle_consumers", "lag_growing", "partitions_not_multiple_of_brokers",
+         "hot_partition")
+
+
+class CapacityError(KafkaOpsError):
+    """Input a capacity review cannot use (a target of 0, snapshots out of order, ...)."""
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The operator rule limits."""
+
+    max_disk_use: float = 0.70
+    max_replicas_per_broker: int = 4000
+    hot_partition_ratio: float = 2.0
+    key_share: float = 0.2
+    min_lag_points: int = 2
+
+
+# -- history points and throughput ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ReviewPoint:
+    """What one review keeps of a snapshot: end offsets and sizes per partition, lag per group."""
+
+    taken_at: float
+    offsets: Mapping[Key, int | None]
+    sizes: Mapping[Key, int | None] = field(default_factory=dict)
+    lags: Mapping[str, int] = field(default_factory=dict)
+    cluster_id: str | None = None
+    run_id: str | None = None
+
+    @classmethod
+    def of(cls, cluster: Cluster, run_id: str | None = None) -> ReviewPoint:
+        if cluster.taken_at is None:
+            raise CapacityError(f"snapshot of cluster {cluster.cluster_id} has no taken_at; take it with "
+                                "kafkaops.platform.admin.snapshot (which stamps the time) before a review")
+        return cls(taken_at=cluster.taken_at, offsets={p.key: p.end_offset for p in cluster.partitions},
+                   sizes={p.key: p.size_bytes for p in cluster.partitions},
+                   lags={g.group_id: g.total_lag for g in cluster.groups}, cluster_id=cluster.cluster_id,
+                   run_id=run_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"taken_at": self.taken_at, "cluster_id": self.cluster_id, "run_id": self.run_id,
+                "partitions": [[t, p, self.offsets.get((t, p)), self.sizes.get((t, p))]
+                               for t, p in sorted(set(self.offsets) | set(self.sizes))],
+                "lags": dict(sorted(self.lags.items()))}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReviewPoint:
+        try:
+            rows = data["partitions"]
+            return cls(taken_at=float(data["taken_at"]), offsets={(t, int(p)): o for t, p, o, _ in rows},
+                       sizes={(t, int(p)): s for t, p, _, s in rows},
+                       lags={str(k): int(v) for k, v in (data.get("lags") or {}).items()},
+                       cluster_id=data.get("cluster_id"), run_id=data.get("run_id"))
+        except (KeyError, TypeError, ValueError) as err:
+            raise CapacityError(f"cannot read a review point from {str(data)[:120]}: {err}; expected the shape "
+                                "of ReviewPoint.to_dict()") from err
+
+
+@dataclass(frozen=True)
+class PartitionThroughput:
+    """Records (and bytes, when both sizes are known) per second of one partition between two points."""
+
+    topic: str
+    partition: int
+    records: int
+    seconds: float
+    bytes: int | None = None
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds
+
+    @property
+    def bytes_per_s(self) -> float | None:
+        return None if self.bytes is None else self.bytes / self.seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "records_per_s": self.records_per_s, "bytes_per_s": self.bytes_per_s}
+
+
+@dataclass(frozen=True)
+class TopicThroughput:
+    topic: str
+    partitions: int
+    records_per_s: float
+    bytes_per_s: float | None
+
+    @property
+    def empty(self) -> bool:
+        return self.records_per_s == 0
+
+
+def _point(value: Cluster | ReviewPoint) -> ReviewPoint:
+    return value if isinstance(value, ReviewPoint) else ReviewPoint.of(value)
+
+
+def throughput(before: Cluster | ReviewPoint, after: Cluster | ReviewPoint) -> tuple[PartitionThroughput, ...]:
+    """Per-partition throughput from end-offset (and size) deltas. New partitions of a topic ``before``
+    knew count from offset 0; topics ``before`` did not hold are left out (no baseline); a delta below 0
+    (topic recreated, log truncated) counts as 0."""
+    b, a = _point(before), _point(after)
+    seconds = a.taken_at - b.taken_at
+    if seconds <= 0:
+        raise CapacityError(f"the later snapshot (taken_at {a.taken_at}) is not after the earlier one "
+                            f"({b.taken_at}): {seconds:.3f} s apart; pass (earlier, later)")
+    known = {t for t, _ in b.offsets}
+    out = []
+    for key, end in sorted(a.offsets.items()):
+        if end is None or key[0] not in known:
+            continue
+        start = b.offsets.get(key)
+        records = max(0, end - (start or 0))
+        size_a, size_b = a.sizes.get(key), b.sizes.get(key)
+        delta_bytes = None
+        if size_a is not None and (size_b is not None or key not in b.offsets):
+            delta_bytes = max(0, size_a - (size_b or 0))
+        out.append(PartitionThroughput(key[0], key[1], records, seconds, delta_bytes))
+    return tuple(out)
+
+
+def topic_throughput(parts: Iterable[PartitionThroughput]) -> tuple[TopicThroughput, ...]:
+    """Sum per topic; bytes/s only when every partition of the topic has a byte delta."""
+    by_topic: dict[str, list[PartitionThroughput]] = {}
+    for p in parts:
+        by_topic.setdefault(p.topic, []).append(p)
+    out = []
+    for topic, ps in sorted(by_topic.items()):
+        bps = None if any(p.bytes is None for p in ps) else sum(p.bytes_per_s or 0.0 for p in ps)
+        out.append(TopicThroughput(topic, len(ps), sum(p.records_per_s for p in ps), bps))
+    return tuple(out)
+
+
+# -- indicators -----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Finding:
+    """One indicator that fired: the rule, what it is about, the measured value and the limit."""
+
+    rule: str
+    subject: str
+    value: float
+    threshold: float
+    message: str
+
+
+def disk_findings(cluster: Cluster, max_use: float = 0.70) -> list[Finding]:
+    out = []
+    for b in cluster.brokers:
+        if not b.disk_total_bytes or b.disk_usable_bytes is None:
+            continue
+        use = (b.disk_total_bytes - b.disk_usable_bytes) / b.disk_total_bytes
+        if use > max_use:
+            out.append(Finding("disk_use", f"broker {b.id}", round(use, 4), max_use,
+                               f"broker {b.id}: log dirs {use:.1%} full (> {max_use:.0%}): "
+                               f"{b.disk_usable_bytes} of {b.disk_total_bytes} bytes free; add brokers or disk, "
+                               "or shorten retention"))
+    return out
+
+
+def replica_findings(cluster: Cluster, limit: int = 4000) -> list[Finding]:
+    return [Finding("replicas_per_broker", f"broker {b}", n, limit,
+                    f"broker {b} holds {n} partition replicas (> {limit}); add brokers or reduce partitions")
+            for b, n in sorted(cluster.replicas_per_broker().items()) if n > limit]
+
+
+def idle_consumer_findings(cluster: Cluster) -> list[Finding]:
+    """Groups with more members than the partitions of the topics they consume: the rest sit idle."""
+    counts: dict[str, int] = {}
+    for p in cluster.partitions:
+        counts[p.topic] = counts.get(p.topic, 0) + 1
+    out = []
+    for g in cluster.groups:
+        topics = sorted({x.topic for x in g.partitions})
+        if not topics or g.members <= 0:
+            continue
+        partitions = sum(counts.get(t, 0) for t in topics)
+        if g.members > partitions:
+            out.append(Finding("idle_consumers", f"group {g.group_id}", g.members, partitions,
+                               f"group {g.group_id}: {g.members} consumers for {partitions} partitions of "
+                               f"{', '.join(topics)}: {g.members - partitions} idle; add partitions or remove "
+                               "consumers"))
+    return out
+
+
+def lag_findings(history: Sequence[ReviewPoint], min_points: int = 2) -> list[Finding]:
+    """Groups whose lag never fell and rose overall across the last reviews (>= ``min_points``)."""
+    points = sorted(history, key=lambda p: p.taken_at)
+    groups = sorted({g for p in points for g in p.lags})
+    out = []
+    for g in groups:
+        series = [(p.taken_at, p.lags[g]) for p in points if g in p.lags]
+        if len(series) < max(2, min_points):
+            continue
+        lags = [lag for _, lag in series]
+        if all(b >= a for a, b in zip(lags, lags[1:])) and lags[-1] > lags[0]:
+            seconds = series[-1][0] - series[0][0]
+            rate = (lags[-1] - lags[0]) / seconds if seconds > 0 else float("inf")
+            out.append(Finding("lag_growing", f"group {g}", lags[-1] - lags[0], 0,
+                               f"group {g}: lag grew from {lags[0]} to {lags[-1]} over {len(lags)} reviews "
+                               f"({rate:.2f} records/s): consumers fall behind; add consumers (and partitions) "
+                               "or speed up processing"))
+    return out
+
+
+def multiple_findings(cluster: Cluster) -> list[Finding]:
+    brokers = len(cluster.online_broker_ids) or len(cluster.brokers)
+    out = []
+    for topic in cluster.topics:
+        n = len(cluster.partitions_of(topic))
+        if brokers and n % brokers:
+            up = math.ceil(n / brokers) * brokers
+            out.append(Finding("partitions_not_multiple_of_brokers", f"topic {topic}", n, brokers,
+                               f"topic {topic}: {n} partitions over {brokers} brokers leaves load uneven; "
+                               f"use a multiple of {brokers}, e.g. {up}"))
+    return out
+
+
+def hot_partition_findings(cluster: Cluster, parts: Sequence[PartitionThroughput] = (),
+                           ratio: float = 2.0) -> tuple[list[Finding], list[str]]:
+    """Hot partitions by records (the throughput window when it saw records, else records stored)
+    and by bytes stored. Returns the findings and the topics with no records at all (empty)."""
+    window: dict[str, dict[int, int]] = {}
+    for p in parts:
+        window.setdefault(p.topic, {})[p.partition] = p.records
+    findings, empty = [], []
+    for topic in cluster.topics:
+        ps = cluster.partitions_of(topic)
+        stored = {p.partition: p.records or 0 for p in ps}
+        recent = window.get(topic, {})
+        if not any(stored.values()) and not any(recent.values()):
+            empty.append(topic)
+            continue
+        measures = []
+        if any(recent.values()):
+            measures.append(("records/s window", {p.partition: recent.get(p.partition, 0) for p in ps}))
+        else:
+            measures.append(("records stored", stored))
+        if all(p.size_bytes is not None for p in ps) and any(p.size_bytes for p in ps):
+            measures.append(("bytes stored", {p.partition: p.size_bytes or 0 for p in ps}))
+        if len(ps) < 2:
+            continue
+        for basis, values in measures:
+            mean = sum(values.values()) / len(values)
+            hot, top = max(values.items(), key=lambda kv: (kv[1], -kv[0]))
+            if mean > 0 and top / mean >= ratio:
+                findings.append(Finding("hot_partition", f"{topic}-{hot}", round(top / mean, 4), ratio,
+                                        f"partition {topic}-{hot} carries {top / mean:.2f} x the mean by {basis} "
+                                        f"({top} vs mean {mean:.1f}); a dominant key? see the key-skew result, "
+                                        "change the key or split the hot key"))
+    return findings, empty
+
+
+# -- recommendations ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Recommendation:
+    """What to change, the rule (formula) and the numbers that went into it."""
+
+    kind: str
+    subject: str
+    value: float
+    rule: str
+    inputs: Mapping[str, Any]
+    message: str
+
+
+def round_up_to_multiple(n: int, step: int) -> int:
+    return max(step, math.ceil(n / step) * step)
+
+
+def _positive(name: str, value: float | None, fix: str) -> float:
+    if value is None or not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+        raise CapacityError(f"{name} is {value!r}; it must be a number above 0: {fix}")
+    return float(value)
+
+
+def recommend_partitions(topic: str, target_per_s: float, per_consumer_per_s: float, max_consumers: int,
+                         brokers: int, *, current: int | None = None, unit: str = "records/s") -> Recommendation:
+    """partitions = max(ceil(target / per consumer), max consumers), rounded up to a multiple of brokers."""
+    target = _positive(f"target throughput of {topic}", target_per_s,
+                       f"give the peak {unit} the topic must sustain, e.g. 2x today's")
+    per_consumer = _positive(f"per-consumer throughput of {topic}", per_consumer_per_s,
+                             f"give the {unit} one consumer handles, measured in a load test")
+    if brokers < 1:
+        raise CapacityError(f"broker count is {brokers}; a topic needs at least 1 broker")
+    if max_consumers < 0:
+        raise CapacityError(f"max consumers of {topic} is {max_consumers}; give 0 or more")
+    by_throughput = math.ceil(target / per_consumer)
+    needed = max(by_throughput, max_consumers)
+    value = round_up_to_multiple(needed, brokers)
+    change = "" if current is None else (f"; today {current}" + (" (enough)" if current >= value else ""))
+    return Recommendation(
+        "partitions", f"topic {topic}", value,
+        "max(ceil(target / per_consumer), max_consumers) rounded up to a multiple of brokers",
+        {"target_per_s": target, "per_consumer_per_s": per_consumer, "max_consumers": max_consumers,
+         "brokers": brokers, "by_throughput": by_throughput, "current": current, "unit": unit},
+        f"topic {topic}: {value} partitions = max(ceil({target:g} / {per_consumer:g}) = {by_throughput}, "
+        f"{max_consumers} consumers) rounded up to a multiple of {brokers} brokers{change}")
+
+
+def recommend_brokers(total_bytes: int, disk_per_broker_bytes: int, *, throughput_bytes_per_s: float = 0.0,
+                      per_broker_bytes_per_s: float | None = None, max_disk_use: float = 0.70,
+                      current: int | None = None) -> Recommendation:
+    """brokers = max(ceil(bytes / (disk per broker x 0.7)), ceil(throughput / per-broker capacity), 1).
+    ``total_bytes`` counts every replica (what the disks hold)."""
+    disk = _positive("disk per broker", disk_per_broker_bytes, "give each broker's log-dir capacity in bytes")
+    if total_bytes < 0:
+        raise CapacityError(f"total bytes is {total_bytes}; give the bytes all replicas hold (0 or more)")
+    if not 0 < max_disk_use <= 1:
+        raise CapacityError(f"max disk use is {max_disk_use}; give a share in (0, 1], e.g. 0.7")
+    by_disk = math.ceil(total_bytes / (disk * max_disk_use))
+    by_throughput = 0
+    if per_broker_bytes_per_s is not None:
+        capacity = _positive("per-broker throughput capacity", per_broker_bytes_per_s,
+                             "give the bytes/s one broker sustains (produce plus replication), from a load test")
+        by_throughput = math.ceil(throughput_bytes_per_s / capacity)
+    value = max(by_disk, by_throughput, 1)
+    add = None if current is None else max(0, value - current)
+    tail = "" if current is None else (f"; today {current}: add {add}" if add else f"; today {current} (enough)")
+    return Recommendation(
+        "brokers", "cluster", value,
+        "max(ceil(bytes / (disk_per_broker x max_disk_use)), ceil(throughput / per_broker_throughput))",
+        {"total_bytes": total_bytes, "disk_per_broker_bytes": disk, "max_disk_use": max_disk_use,
+         "by_disk": by_disk, "throughput_bytes_per_s": throughput_bytes_per_s,
+         "per_broker_bytes_per_s": per_broker_bytes_per_s, "by_throughput": by_throughput, "current": current,
+         "add": add},
+        f"{value} brokers = max(ceil({total_bytes} B / ({disk:.0f} B x {max_disk_use:g})) = {by_disk}, "
+        f"ceil({throughput_bytes_per_s:.1f} B/s / {per_broker_bytes_per_s or '-'} B/s) = {by_throughput}){tail}")
+
+
+def recommend_key_change(skew: Mapping[str, Any], share_threshold: float = 0.2) -> Recommendation | None:
+    """A key change when the hottest key of a key-skew result (``kafkaops.capacity.skew``) holds >= the threshold."""
+    top = skew.get("top_keys") or []
+    if not top or not skew.get("records"):
+        return None
+    hot = top[0]
+    if hot["share"] < share_threshold:
+        return None
+    topic, n = skew.get("topic"), skew.get("partitions")
+    inputs: dict[str, Any] = {"key": hot["key"], "share": hot["share"], "records": hot["records"],
+                              "sample_records": skew["records"], "threshold": share_threshold, "partitions": n}
+    hint = "e.g. a composite key (key + a sub-id) or split the hot key"
+    candidate = skew.get("candidate")
+    if candidate and candidate.get("records"):
+        inputs["candidate_field"] = candidate["field"]
+        inputs["candidate_top_share"] = candidate["top_share"]
+        inputs["candidate_max_mean"] = candidate["max_mean_ratio"]
+        hint = (f"field {candidate['field']!r} as key would give a top share of {candidate['top_share']:.1%} and "
+                f"max/mean {candidate['max_mean_ratio']:.2f} over {n} partitions")
+    return Recommendation(
+        "key_change", f"topic {topic}", hot["share"], "top key share >= key_share threshold", inputs,
+        f"topic {topic}: key {hot['key']!r} carries {hot['share']:.1%} of {skew['records']} sampled records "
+        f"(>= {share_threshold:.0%}); more partitions cannot spread one key: {hint}")
+
+
+# -- the review ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TopicTarget:
+    """Throughput a topic must sustain and what one consumer handles (same unit)."""
+
+    topic: str
+    target_per_s: float
+    per_consumer_per_s: float
+    max_consumers: int | None = None
+    unit: str = "records/s"
+
+
+@dataclass(frozen=True)
+class CapacityTargets:
+    topics: tuple[TopicTarget, ...] = ()
+    per_broker_bytes_per_s: float | None = None
+    disk_per_broker_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class BrokerLoad:
+    broker: int
+    replicas: int
+    leaders: int
+    bytes: int
+    disk_total_bytes: int | None = None
+    disk_usable_bytes: int | None = None
+
+    @property
+    def disk_use(self) -> float | None:
+        if not self.disk_total_bytes or self.disk_usable_bytes is None:
+            return None
+        return (self.disk_total_bytes - self.disk_usable_bytes) / self.disk_total_bytes
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    group: str
+    topic: str
+    partition: int
+    lag: int
+
+
+@dataclass(frozen=True)
+class Review:
+    """A capacity review: findings, recommendations, per-broker load, throughput and lag."""
+
+    cluster_id: str | None
+    taken_at: float
+    previous_taken_at: float | None
+    findings: tuple[Finding, ...]
+    recommendations: tuple[Recommendation, ...]
+    broker_load: tuple[BrokerLoad, ...]
+    throughput: tuple[PartitionThroughput, ...]
+    lag: tuple[PartitionLag, ...]
+    group_lag: Mapping[str, int] = field(default_factory=dict)
+    empty_topics: tuple[str, ...] = ()
+    history_points: int = 0
+
+    def rules_fired(self) -> set[str]:
+        return {f.rule for f in self.findings}
+
+    def recommendation(self, kind: str) -> Recommendation | None:
+        return next((r for r in self.recommendations if r.kind == kind), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["throughput"] = [p.to_dict() for p in self.throughput]
+        data["broker_load"] = [{**asdict(b), "disk_use": b.disk_use} for b in self.broker_load]
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, indent=1)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Review:
+        try:
+            return cls(
+                cluster_id=data.get("cluster_id"), taken_at=data["taken_at"],
+                previous_taken_at=data.get("previous_taken_at"),
+                findings=tuple(Finding(**f) for f in data.get("findings", ())),
+                recommendations=tuple(Recommendation(**r) for r in data.get("recommendations", ())),
+                broker_load=tuple(BrokerLoad(**{k: v for k, v in b.items() if k != "disk_use"})
+                                  for b in data.get("broker_load", ())),
+                throughput=tuple(PartitionThroughput(**{k: v for k, v in p.items()
+                                                        if k not in ("records_per_s", "bytes_per_s")})
+                                 for p in data.get("throughput", ())),
+                lag=tuple(PartitionLag(**x) for x in data.get("lag", ())),
+                group_lag=dict(data.get("group_lag") or {}), empty_topics=tuple(data.get("empty_topics", ())),
+                history_points=int(data.get("history_points", 0)))
+        except (KeyError, TypeError) as err:
+            raise CapacityError(f"cannot read a review from this dict: {err}; expected Review.to_dict()") from err
+
+    @classmethod
+    def from_json(cls, text: str) -> Review:
+        return cls.from_dict(json.loads(text))
+
+
+def broker_load(cluster: Cluster) -> tuple[BrokerLoad, ...]:
+    replicas, leaders, size = cluster.replicas_per_broker(), cluster.leaders_per_broker(), cluster.bytes_per_broker()
+    return tuple(BrokerLoad(b.id, replicas.get(b.id, 0), leaders.get(b.id, 0), size.get(b.id, 0),
+                            b.disk_total_bytes, b.disk_usable_bytes) for b in cluster.brokers)
+
+
+def max_consumers_of(cluster: Cluster, topic: str) -> int:
+    """The largest member count among the groups consuming ``topic`` (0 when none)."""
+    return max((g.members for g in cluster.groups if any(x.topic == topic for x in g.partitions)), default=0)
+
+
+def review(current: Cluster, history: Sequence[ReviewPoint] = (), *, targets: CapacityTargets = CapacityTargets(),
+           skews: Sequence[Mapping[str, Any]] = (), thresholds: Thresholds = Thresholds()) -> Review:
+    """Review ``current`` against the earlier ``history`` points (the current one is added when missing)."""
+    now = ReviewPoint.of(current)
+    points = sorted((p for p in history if p.taken_at != now.taken_at), key=lambda p: p.taken_at)
+    earlier = [p for p in points if p.taken_at < now.taken_at]
+    previous = earlier[-1] if earlier else None
+    parts = throughput(previous, now) if previous is not None else ()
+    findings: list[Finding] = []
+    findings += disk_findings(current, thresholds.max_disk_use)
+    findings += replica_findings(current, thresholds.max_replicas_per_broker)
+    findings += idle_consumer_findings(current)
+    findings += lag_findings([*earlier, now], thresholds.min_lag_points)
+    findings += multiple_findings(current)
+    hot, empty = hot_partition_findings(current, parts, thresholds.hot_partition_ratio)
+    findings += hot
+
+    brokers = len(current.online_broker_ids) or len(current.brokers)
+    recs: list[Recommendation] = []
+    for t in targets.topics:
+        consumers = t.max_consumers if t.max_consumers is not None else max_consumers_of(current, t.topic)
+        existing = len(current.partitions_of(t.topic)) if t.topic in current.topics else None
+        recs.append(recommend_partitions(t.topic, t.target_per_s, t.per_consumer_per_s, consumers, brokers,
+                                         current=existing, unit=t.unit))
+    disk = targets.disk_per_broker_bytes or min((b.disk_total_bytes for b in current.brokers if b.disk_total_bytes),
+                                                default=None)
+    if disk:
+        ingress = sum(p.bytes_per_s or 0.0 for p in parts)
+        recs.append(recommend_brokers(sum(current.bytes_per_broker().values()), disk,
+                                      throughput_bytes_per_s=ingress,
+                                      per_broker_bytes_per_s=targets.per_broker_bytes_per_s,
+                                      max_disk_use=thresholds.max_disk_use, current=brokers))
+    for skew in skews:
+        rec = recommend_key_change(skew, thresholds.key_share)
+        if rec is not None:
+            recs.append(rec)
+    lag = tuple(PartitionLag(g.group_id, x.topic, x.partition, x.lag or 0)
+                for g in current.groups for x in g.partitions)
+    return Review(cluster_id=current.cluster_id, taken_at=now.taken_at,
+                  previous_taken_at=previous.taken_at if previous else None, findings=tuple(findings),
+                  recommendations=tuple(recs), broker_load=broker_load(current), throughput=parts, lag=lag,
+                  group_lag={g.group_id: g.total_lag for g in current.groups}, empty_topics=tuple(empty),
+                  history_points=len(earlier) + 1)

@@ -1,0 +1,198 @@
+"""The steps of a scheduled capacity review as plain functions (the DAG wires them; no Airflow here).
+
+    snapshot -> history append -> [key skew (Spark subprocess)] -> review -> report
+      -> [proposed kafka_scale_out run: approval=manual, dry_run=false]
+
+Each step takes and returns JSON-safe values (they travel through XCom) and appends what it did to
+the run's audit record (``kafkaops.platform.state``), the report's location included.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kafkaops.platform import admin
+from kafkaops.platform import state
+from kafkaops.capacity import review as capacity
+from kafkaops.capacity import report as capacity_report
+from kafkaops.capacity import skew
+from kafkaops.errors import ConfigError, KafkaOpsError
+from kafkaops.model import Cluster
+from kafkaops.platform.paths import REPO_ROOT, state_dir
+from kafkaops.capacity.history import ReviewHistory
+
+log = logging.getLogger(__name__)
+
+KIND = "capacity_review"
+
+
+@dataclass(frozen=True)
+class CapacityParams:
+    """The review's params (the DAG's form); validated before anything runs."""
+
+    topics: tuple[str, ...] = ()
+    target_records_per_s: float | None = None
+    per_consumer_records_per_s: float | None = None
+    max_consumers: int | None = None
+    per_broker_mb_per_s: float | None = None
+    disk_per_broker_gb: float | None = None
+    key_skew: bool = False
+    skew_topic: str = ""
+    sample_records: int = 10_000
+    candidate_key_field: str = ""
+    candidate_partitions: tuple[int, ...] = skew.DEFAULT_CANDIDATES
+    propose_scale_out: bool = False
+    scale_out_inventory: str = ""
+    kafka_conn_id: str = "kafka_default"
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> CapacityParams:
+        def num(name: str) -> float | None:
+            value = params.get(name)
+            return None if value in (None, "") else float(value)
+        try:
+            result = cls(
+                topics=tuple(params.get("topics") or ()), target_records_per_s=num("target_records_per_s"),
+                per_consumer_records_per_s=num("per_consumer_records_per_s"),
+                max_consumers=None if params.get("max_consumers") in (None, "") else int(params["max_consumers"]),
+                per_broker_mb_per_s=num("per_broker_mb_per_s"), disk_per_broker_gb=num("disk_per_broker_gb"),
+                key_skew=bool(params.get("key_skew", False)), skew_topic=str(params.get("skew_topic") or ""),
+                sample_records=int(params.get("sample_records") or 10_000),
+                candidate_key_field=str(params.get("candidate_key_field") or ""),
+                candidate_partitions=tuple(int(n) for n in params.get("candidate_partitions")
+                                           or skew.DEFAULT_CANDIDATES),
+                propose_scale_out=bool(params.get("propose_scale_out", False)),
+                scale_out_inventory=str(params.get("scale_out_inventory") or ""),
+                kafka_conn_id=str(params.get("kafka_conn_id") or "kafka_default"))
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"bad capacity review parameters: {err}; see the DAG's params form") from err
+        result.validate()
+        return result
+
+    def validate(self) -> None:
+        problems = []
+        if (self.target_records_per_s is None) != (self.per_consumer_records_per_s is None):
+            problems.append("give target_records_per_s and per_consumer_records_per_s together (or neither)")
+        if self.target_records_per_s is not None and self.target_records_per_s <= 0:
+            problems.append(f"target_records_per_s is {self.target_records_per_s:g}; give the peak records/s the "
+                            "topics must sustain (above 0), e.g. 2x today's")
+        if self.per_consumer_records_per_s is not None and self.per_consumer_records_per_s <= 0:
+            problems.append(f"per_consumer_records_per_s is {self.per_consumer_records_per_s:g}; give the records/s "
+                            "one consumer handles (above 0)")
+        for name in ("per_broker_mb_per_s", "disk_per_broker_gb"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                problems.append(f"{name} is {value:g}; give a number above 0 or leave it empty")
+        if self.sample_records < 1:
+            problems.append(f"sample_records is {self.sample_records}; give 1 or more")
+        if self.key_skew and not (self.skew_topic or len(self.topics) == 1):
+            problems.append("key_skew needs skew_topic (or exactly one entry in topics)")
+        if problems:
+            raise ConfigError("refusing the capacity review: " + "; ".join(problems))
+
+    @property
+    def skew_target(self) -> str:
+        return self.skew_topic or (self.topics[0] if self.topics else "")
+
+    def targets(self, cluster: Cluster) -> capacity.CapacityTargets:
+        topics: tuple[capacity.TopicTarget, ...] = ()
+        if self.target_records_per_s is not None and self.per_consumer_records_per_s is not None:
+            names = self.topics or tuple(t for t in cluster.topics if not t.startswith("__"))
+            topics = tuple(capacity.TopicTarget(t, self.target_records_per_s, self.per_consumer_records_per_s,
+                                                self.max_consumers) for t in names)
+        return capacity.CapacityTargets(
+            topics=topics,
+            per_broker_bytes_per_s=None if self.per_broker_mb_per_s is None else self.per_broker_mb_per_s * 1e6,
+            disk_per_broker_bytes=None if self.disk_per_broker_gb is None else int(self.disk_per_broker_gb * 1e9))
+
+
+def record(dag_id: str, run_id: str) -> state.AuditLog:
+    return state.AuditLog.for_run(dag_id, run_id)
+
+
+def take_snapshot(conn_config: Mapping[str, str], params: CapacityParams, log_: state.AuditLog | None = None
+                  ) -> dict[str, Any]:
+    """A snapshot of the cluster (offsets, sizes, groups) as a dict. Raises before anything is stored."""
+    with admin.connect(conn_config) as conn:
+        cluster = admin.snapshot(conn, topics=params.topics or None)
+    if log_ is not None:
+        log_.append("snapshot", stage="before", cluster=cluster.to_dict())
+    return cluster.to_dict()
+
+
+def append_history(cluster_data: Mapping[str, Any], run_id: str, root: Path | None = None) -> dict[str, Any]:
+    cluster = Cluster.from_dict(cluster_data)
+    history = ReviewHistory(cluster.cluster_id or "unknown", root)
+    history.append(capacity.ReviewPoint.of(cluster, run_id=run_id))
+    return {"path": str(history.path), "points": len(history.points())}
+
+
+def run_key_skew(conn_config: Mapping[str, str], cluster_data: Mapping[str, Any], params: CapacityParams,
+                 run_id: str, *, timeout_s: float = 1800.0, master: str = "local[1]") -> dict[str, Any]:
+    """Run ``spark_apps/key_skew.py`` in a local Spark subprocess over a bounded sample of the topic."""
+    cluster = Cluster.from_dict(cluster_data)
+    topic = params.skew_target
+    start, end = skew.sample_offsets(cluster, topic, params.sample_records)
+    work = state_dir() / "capacity" / "skew" / run_id.replace(":", "_").replace("+", "_")
+    work.mkdir(parents=True, exist_ok=True)
+    output, log_file = work / f"{topic}.json", work / f"{topic}.log"
+    output.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "spark_apps.key_skew", "--bootstrap", conn_config["bootstrap.servers"],
+           "--topic", topic, "--partitions", str(len(cluster.partitions_of(topic))),
+           "--start", json.dumps(start), "--end", json.dumps(end), "--output", str(output), "--master", master,
+           "--candidates", ",".join(map(str, params.candidate_partitions))]
+    if params.candidate_key_field:
+        cmd += ["--candidate-field", params.candidate_key_field]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "plugins"), str(REPO_ROOT),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    with log_file.open("w") as out:
+        try:
+            done = subprocess.run(cmd, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                  timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired as err:
+            raise KafkaOpsError(f"key skew of {topic} did not finish within {timeout_s:.0f} s (log {log_file}); "
+                                "lower sample_records") from err
+    if done.returncode != 0 or not output.exists():
+        tail = log_file.read_text(errors="replace")[-1500:]
+        raise KafkaOpsError(f"key skew of {topic} failed (exit {done.returncode}); log {log_file} ends: {tail}")
+    return json.loads(output.read_text())
+
+
+def make_review(cluster_data: Mapping[str, Any], params: CapacityParams, skew_result: Mapping[str, Any] | None,
+                root: Path | None = None) -> dict[str, Any]:
+    """The review of the snapshot against the stored history (which already holds this point)."""
+    cluster = Cluster.from_dict(cluster_data)
+    history = ReviewHistory(cluster.cluster_id or "unknown", root).points()
+    result = capacity.review(cluster, history, targets=params.targets(cluster),
+                             skews=[skew_result] if skew_result else ())
+    return result.to_dict()
+
+
+def make_report(review_data: Mapping[str, Any], skew_result: Mapping[str, Any] | None, run_id: str,
+                log_: state.AuditLog | None = None) -> dict[str, str]:
+    review = capacity.Review.from_dict(review_data)
+    paths = capacity_report.write_report(review, skew_result, run_id=run_id)
+    if log_ is not None:
+        url = "/kafkaops/capacity/" + paths.html.relative_to(state_dir() / "capacity" / "reports").as_posix()
+        log_.append("note", text=f"capacity report: {paths.html}", url=url, report=paths.to_dict(),
+                    findings=[f.message for f in review.findings],
+                    recommendations=[r.message for r in review.recommendations])
+    return paths.to_dict()
+
+
+def scale_out_proposal(review_data: Mapping[str, Any], params: CapacityParams) -> dict[str, Any] | None:
+    """The conf of a proposed ``kafka_scale_out`` run (a person approves it there), or None when the
+    review does not call for more brokers."""
+    rec = capacity.Review.from_dict(review_data).recommendation("brokers")
+    add = int((rec.inputs.get("add") or 0)) if rec else 0
+    if add <= 0:
+        return None
+    return {"kafka_conn_id": params.kafka_conn_id, "add_brokers": add, "inventory": params.scale_out_inventory,
+            "topics": list(params.topics), "approval": "manual", "dry_run": False}

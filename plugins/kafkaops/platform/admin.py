@@ -1,0 +1,715 @@
+"""The only module that talks to Kafka: its admin APIs, and bounded reads of records.
+
+confluent-kafka does the work; kafka-python's KafkaAdminClient is used only for what
+confluent-kafka lacks (describe_log_dirs, partition reassignments).
+:func:`snapshot` turns a live cluster into an immutable :class:`kafkaops.model.Cluster`; the
+reassignment, leader-election and incremental-config calls serve :mod:`kafkaops.reassign.engine`.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import ConsumerGroupTopicPartitions, ElectionType, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource,
+                                   NewTopic, OffsetSpec, ResourceType)
+
+from kafkaops.errors import ConfigError, KafkaOpsError, KafkaUnreachable, UnknownTopic
+from kafkaops.model import Broker, Cluster, ConsumerGroup, GroupPartitionLag, PartitionAssignment
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 10.0
+
+# librdkafka setting -> kafka-python KafkaAdminClient argument, for the few calls made through it.
+_KAFKA_PYTHON_KEYS = {
+    "bootstrap.servers": "bootstrap_servers",
+    "client.id": "client_id",
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.mechanisms": "sasl_mechanism",
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+    "ssl.key.password": "ssl_password",
+}
+
+
+class _QuietLibrdkafkaLog:
+    """Routes librdkafka's own log lines (connection retries and the like) to DEBUG; the
+    errors that matter reach the caller as exceptions with a message of kafkaops'."""
+
+    _log = logging.getLogger("kafkaops.librdkafka")
+
+    def log(self, level: int, fmt: str, *args: object) -> None:
+        self._log.debug(fmt, *args)
+
+
+def client_config(config: Mapping[str, str]) -> dict[str, Any]:
+    """A confluent-kafka client config: the connection's, with librdkafka's logging routed to DEBUG."""
+    return {"logger": _QuietLibrdkafkaLog(), **config}
+
+
+def connection_config(source: Mapping[str, Any] | str) -> dict[str, str]:
+    """A librdkafka config from a plain dict or a bootstrap string. SASL/SSL keys pass through unchanged."""
+    config = {"bootstrap.servers": source} if isinstance(source, str) else dict(source)
+    if not config.get("bootstrap.servers"):
+        raise ConfigError("the Kafka connection has no bootstrap.servers; set it in the dict or in the "
+                          "Airflow connection's extras, e.g. {\"bootstrap.servers\": \"host:9092\"}")
+    return {k: str(v) if not isinstance(v, str) else v for k, v in config.items()}
+
+
+@dataclass
+class KafkaConnection:
+    """Admin clients for one cluster. Create with :func:`connect`; close with :meth:`close`."""
+
+    config: dict[str, str]
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    admin: AdminClient = field(init=False)
+    _legacy: Any = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.admin = AdminClient(client_config({"socket.connection.setup.timeout.ms": int(self.timeout_s * 1000),
+                                                **self.config}))
+
+    @property
+    def bootstrap(self) -> str:
+        return self.config["bootstrap.servers"]
+
+    def legacy_admin(self) -> Any:
+        """kafka-python's KafkaAdminClient, built on first use from the same config."""
+        if self._legacy is None:
+            from kafka.admin import KafkaAdminClient
+
+            kwargs = {_KAFKA_PYTHON_KEYS[k]: v for k, v in self.config.items() if k in _KAFKA_PYTHON_KEYS}
+            kwargs["bootstrap_servers"] = kwargs["bootstrap_servers"].split(",")
+            try:
+                self._legacy = KafkaAdminClient(request_timeout_ms=int(self.timeout_s * 1000), **kwargs)
+            except Exception as err:
+                raise KafkaUnreachable(f"kafka-python could not connect to {self.bootstrap}: {err}") from err
+        return self._legacy
+
+    def close(self) -> None:
+        if self._legacy is not None:
+            self._legacy.close()
+            self._legacy = None
+
+    def __enter__(self) -> KafkaConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(source: Mapping[str, Any] | str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> KafkaConnection:
+    return KafkaConnection(connection_config(source), timeout_s=timeout_s)
+
+
+def _result(future: Any, conn: KafkaConnection, what: str) -> Any:
+    try:
+        return future.result(timeout=conn.timeout_s + 5)
+    except KafkaException as err:
+        text = str(err)
+        if any(s in text for s in ("_TRANSPORT", "TIMED_OUT", "Timed out", "_ALL_BROKERS_DOWN", "Connection refused")):
+            raise KafkaUnreachable(f"cannot reach Kafka at {conn.bootstrap} within {conn.timeout_s:.0f} s while "
+                                   f"asking for {what}: {err}; check bootstrap.servers and that the brokers "
+                                   "are up") from err
+        raise KafkaOpsError(f"Kafka refused {what} at {conn.bootstrap}: {err}") from err
+    except TimeoutError as err:
+        raise KafkaUnreachable(f"no answer from Kafka at {conn.bootstrap} within {conn.timeout_s:.0f} s while "
+                               f"asking for {what}; check bootstrap.servers and that the brokers are up") from err
+
+
+def describe_cluster(conn: KafkaConnection) -> tuple[str, int | None, list[Broker]]:
+    """Cluster id, controller id and the registered (unfenced) brokers."""
+    desc = _result(conn.admin.describe_cluster(request_timeout=conn.timeout_s), conn, "the cluster description")
+    brokers = [Broker(id=n.id, host=n.host, port=n.port, rack=n.rack or None) for n in desc.nodes]
+    return desc.cluster_id, (desc.controller.id if desc.controller else None), brokers
+
+
+def snapshot(conn: KafkaConnection, *, topics: Iterable[str] | None = None, include_internal: bool = False,
+             offsets: bool = True, sizes: bool = True, groups: bool = True) -> Cluster:
+    """An immutable picture of the live cluster. Unknown ``topics`` raise :class:`UnknownTopic`."""
+    started = time.monotonic()
+    cluster_id, controller_id, brokers = describe_cluster(conn)
+    try:
+        metadata = conn.admin.list_topics(timeout=conn.timeout_s)
+    except KafkaException as err:
+        raise KafkaUnreachable(f"cannot read topic metadata from {conn.bootstrap}: {err}") from err
+    wanted = None if topics is None else list(dict.fromkeys(topics))
+    if wanted is not None:
+        missing = [t for t in wanted if t not in metadata.topics]
+        if missing:
+            existing = sorted(t for t in metadata.topics if not t.startswith("__"))
+            raise UnknownTopic(f"topic(s) {', '.join(missing)} do not exist on {conn.bootstrap}; existing topics: "
+                               f"{', '.join(existing[:20]) or '(none)'}; check the name or create the topic first")
+    names = wanted if wanted is not None else sorted(
+        t for t in metadata.topics if include_internal or not t.startswith("__"))
+
+    partitions = []
+    for name in names:
+        tmeta = metadata.topics[name]
+        if tmeta.error is not None:
+            raise KafkaOpsError(f"metadata of topic {name} has an error: {tmeta.error}")
+        for pid, pmeta in sorted(tmeta.partitions.items()):
+            partitions.append(PartitionAssignment(
+                topic=name, partition=pid, replicas=tuple(pmeta.replicas),
+                leader=pmeta.leader if pmeta.leader >= 0 else None, isr=tuple(pmeta.isrs)))
+
+    registered = {b.id for b in brokers}
+    offline_ids = sorted({r for p in partitions for r in p.replicas} - registered)
+    all_brokers = brokers + [Broker(id=i, online=False) for i in offline_ids]
+
+    wanted_dirs: dict[str, list[int]] = {}
+    for p in partitions:
+        wanted_dirs.setdefault(p.topic, []).append(p.partition)
+    # Log-dir sizes (kafka-python, decoded in Python) overlap with the offset look-ups (librdkafka).
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        sizes_job = pool.submit(_log_dir_sizes, conn, wanted_dirs, sorted(registered)) if sizes else None
+        start_offsets, end_offsets = (_list_offsets(conn, partitions) if offsets and partitions else ({}, {}))
+        size_of, disks = sizes_job.result() if sizes_job is not None else ({}, {})
+    all_brokers = [_with_disk(b, disks.get(b.id)) for b in all_brokers]
+    partitions = [PartitionAssignment(topic=p.topic, partition=p.partition, replicas=p.replicas, leader=p.leader,
+                                      isr=p.isr, start_offset=start_offsets.get(p.key),
+                                      end_offset=end_offsets.get(p.key), size_bytes=size_of.get(p.key))
+                  for p in partitions]
+    group_list = _consumer_groups(conn, end_offsets) if groups else []
+    cluster = Cluster(brokers=tuple(all_brokers), partitions=tuple(partitions), cluster_id=cluster_id,
+                      controller_id=controller_id, groups=tuple(group_list), taken_at=time.time())
+    log.info("snapshot of %s: %d brokers (%d offline), %d topics, %d partitions, %d groups in %.2f s",
+             cluster_id, len(all_brokers), len(offline_ids), len(names), len(partitions), len(group_list),
+             time.monotonic() - started)
+    return cluster
+
+
+def _with_disk(broker: Broker, disk: tuple[int, int] | None) -> Broker:
+    if disk is None:
+        return broker
+    return Broker(id=broker.id, host=broker.host, port=broker.port, rack=broker.rack, online=broker.online,
+                  disk_total_bytes=disk[0], disk_usable_bytes=disk[1])
+
+
+def _list_offsets(conn: KafkaConnection, partitions: list[PartitionAssignment], *, attempts: int = 4
+                  ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+    """Earliest and latest offsets of every partition that has a leader. Partitions whose leader
+    moved under the client (new topics, elections, reassignments) are asked again."""
+    led = [TopicPartition(p.topic, p.partition) for p in partitions if not p.offline]
+    found: list[dict[tuple[str, int], int]] = []
+    for spec in (OffsetSpec.earliest(), OffsetSpec.latest()):
+        result: dict[tuple[str, int], int] = {}
+        pending, errors = led, {}
+        for attempt in range(attempts):
+            if attempt:
+                time.sleep(0.5 * attempt)
+            futures = conn.admin.list_offsets({tp: spec for tp in pending}, request_timeout=conn.timeout_s)
+            errors = {}
+            for tp, future in futures.items():
+                try:
+                    result[(tp.topic, tp.partition)] = future.result(timeout=conn.timeout_s + 5).offset
+                except (KafkaException, TimeoutError) as err:
+                    errors[tp] = err
+            pending = list(errors)
+            if not pending:
+                break
+        if errors:
+            first_tp, first_err = next(iter(errors.items()))
+            log.warning("no offsets for %d partitions after %d attempts (first: %s-%d: %s)", len(errors), attempts,
+                        first_tp.topic, first_tp.partition, first_err)
+        found.append(result)
+    return found[0], found[1]
+
+
+def _log_dir_sizes(conn: KafkaConnection, topics: dict[str, list[int]], brokers: list[int]
+                   ) -> tuple[dict[tuple[str, int], int], dict[int, tuple[int, int]]]:
+    """Largest replica size per partition, and (total, usable) disk bytes per broker."""
+    per_replica, disks = _describe_log_dirs(conn, topics, brokers)
+    sizes: dict[tuple[str, int], int] = {}
+    for (topic, partition, _broker), size in per_replica.items():
+        sizes[(topic, partition)] = max(sizes.get((topic, partition), 0), size)
+    return sizes, disks
+
+
+def replica_sizes(conn: KafkaConnection, partitions: Iterable[tuple[str, int]], brokers: Iterable[int]
+                  ) -> dict[tuple[str, int, int], int]:
+    """Bytes on disk of each replica ``(topic, partition, broker)`` of ``partitions`` on ``brokers``,
+    counting a replica that is being copied (a reassignment's adding replica) as far as it got."""
+    topics: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        topics.setdefault(topic, []).append(partition)
+    wanted = sorted(set(brokers))
+    if not topics or not wanted:
+        return {}
+    return _describe_log_dirs(conn, topics, wanted)[0]
+
+
+def _describe_log_dirs(conn: KafkaConnection, topics: dict[str, list[int]], brokers: list[int]
+                       ) -> tuple[dict[tuple[str, int, int], int], dict[int, tuple[int, int]]]:
+    """Replica sizes ``(topic, partition, broker) -> bytes`` and (total, usable) disk bytes per broker."""
+    answers = _legacy_call(conn, "describe_log_dirs", lambda admin_client: admin_client.describe_log_dirs(
+        topic_partitions=topics, brokers=brokers))
+    sizes: dict[tuple[str, int, int], int] = {}
+    disks: dict[int, tuple[int, int]] = {}
+    for answer in answers:
+        total = usable = 0
+        for log_dir in answer["log_dirs"]:
+            if log_dir.get("error_code", 0) != 0:
+                continue
+            total += max(log_dir.get("total_bytes", 0), 0)
+            usable += max(log_dir.get("usable_bytes", 0), 0)
+            for topic in log_dir.get("topics", []):
+                for part in topic["partitions"]:
+                    if part.get("is_future_key"):
+                        continue
+                    key = (topic["name"], part["partition_index"], answer["broker"])
+                    sizes[key] = max(sizes.get(key, 0), part["partition_size"])
+        disks[answer["broker"]] = (total, usable)
+    return sizes, disks
+
+
+def _legacy_call(conn: KafkaConnection, what: str, call: Any, attempts: int = 3) -> Any:
+    """``call(KafkaAdminClient)``, its failures turned into kafkaops errors naming ``what``. A client
+    that does not know a broker yet (one just added) is rebuilt with fresh metadata and tried again."""
+    from kafka.errors import KafkaConnectionError, KafkaTimeoutError, UnknownBrokerIdError
+
+    for attempt in range(1, attempts + 1):
+        client = conn.legacy_admin()
+        try:
+            return call(client)
+        except KafkaOpsError:
+            raise
+        except UnknownBrokerIdError as err:
+            if attempt == attempts:
+                raise KafkaOpsError(f"{what} on {conn.bootstrap}: broker {err} is not in the client's metadata "
+                                    f"after {attempts} attempts; check that it is registered") from err
+            log.info("%s: broker %s unknown to the client yet, retrying with fresh metadata", what, err)
+            conn.close()
+            time.sleep(attempt)
+        except (KafkaConnectionError, KafkaTimeoutError) as err:
+            raise KafkaUnreachable(f"no answer from Kafka at {conn.bootstrap} to {what} within "
+                                   f"{conn.timeout_s:.0f} s: {err}; check that the brokers are up") from err
+        except Exception as err:
+            raise KafkaOpsError(f"{what} failed on {conn.bootstrap}: {type(err).__name__}: {err}") from err
+    raise AssertionError("unreachable")
+
+
+def _consumer_groups(conn: KafkaConnection, end_offsets: Mapping[tuple[str, int], int]) -> list[ConsumerGroup]:
+    listing = _result(conn.admin.list_consumer_groups(request_timeout=conn.timeout_s), conn, "consumer groups")
+    ids = sorted(g.group_id for g in listing.valid)
+    if not ids:
+        return []
+    described = conn.admin.describe_consumer_groups(ids, request_timeout=conn.timeout_s)
+    groups = []
+    for gid in ids:
+        try:
+            desc = described[gid].result(timeout=conn.timeout_s + 5)
+            state, members = str(desc.state.name if hasattr(desc.state, "name") else desc.state), len(desc.members)
+        except KafkaException as err:
+            log.warning("cannot describe group %s: %s", gid, err)
+            state, members = "UNKNOWN", 0
+        offsets_future = conn.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(gid)],
+                                                                request_timeout=conn.timeout_s)[gid]
+        lags = []
+        try:
+            for tp in offsets_future.result(timeout=conn.timeout_s + 5).topic_partitions:
+                committed = tp.offset if tp.offset is not None and tp.offset >= 0 else None
+                lags.append(GroupPartitionLag(tp.topic, tp.partition, committed,
+                                              end_offsets.get((tp.topic, tp.partition))))
+        except KafkaException as err:
+            log.warning("cannot read offsets of group %s: %s", gid, err)
+        groups.append(ConsumerGroup(gid, state, members, tuple(sorted(lags, key=lambda x: (x.topic, x.partition)))))
+    return groups
+
+
+def create_topic(conn: KafkaConnection, name: str, partitions: int, replication_factor: int,
+                 config: Mapping[str, str] | None = None) -> bool:
+    """Create a topic; False when it exists already with the same partition count."""
+    future = conn.admin.create_topics([NewTopic(name, partitions, replication_factor, config=dict(config or {}))],
+                                      request_timeout=conn.timeout_s)[name]
+    try:
+        future.result(timeout=conn.timeout_s + 5)
+    except KafkaException as err:
+        if "TOPIC_ALREADY_EXISTS" in str(err) or "already exists" in str(err):
+            existing = conn.admin.list_topics(topic=name, timeout=conn.timeout_s).topics[name]
+            if len(existing.partitions) != partitions:
+                raise KafkaOpsError(f"topic {name} exists with {len(existing.partitions)} partitions, not "
+                                    f"{partitions}; use another name or delete it first") from err
+            return False
+        raise KafkaOpsError(f"cannot create topic {name} ({partitions} partitions, RF {replication_factor}) "
+                            f"on {conn.bootstrap}: {err}") from err
+    _wait_for_leaders(conn, name, partitions, "created")
+    return True
+
+
+def _wait_for_leaders(conn: KafkaConnection, name: str, partitions: int, what: str) -> None:
+    """Return once the brokers' metadata shows ``name`` with ``partitions`` partitions, each with a
+    leader: the controller acknowledges a change before every broker has it, and the next call may
+    ask another broker."""
+    deadline = time.monotonic() + conn.timeout_s
+    seen = "no metadata"
+    while True:
+        try:
+            meta = conn.admin.list_topics(topic=name, timeout=conn.timeout_s).topics.get(name)
+        except KafkaException as err:
+            meta, seen = None, str(err)
+        if meta is not None and meta.error is None:
+            led = sum(1 for p in meta.partitions.values() if p.leader >= 0)
+            if len(meta.partitions) == partitions and led == partitions:
+                return
+            seen = f"{len(meta.partitions)} partition(s), {led} with a leader"
+        elif meta is not None:
+            seen = str(meta.error)
+        if time.monotonic() >= deadline:
+            raise KafkaOpsError(f"topic {name} was {what}, but after {conn.timeout_s:.0f} s the metadata of "
+                                f"{conn.bootstrap} shows {seen}, not {partitions} partition(s) each with a "
+                                "leader; check the brokers' health")
+        time.sleep(0.05)
+
+
+def delete_topics(conn: KafkaConnection, names: Iterable[str]) -> None:
+    futures = conn.admin.delete_topics(list(names), request_timeout=conn.timeout_s)
+    for name, future in futures.items():
+        try:
+            future.result(timeout=conn.timeout_s + 5)
+        except KafkaException as err:
+            if "UNKNOWN_TOPIC" not in str(err):
+                raise KafkaOpsError(f"cannot delete topic {name}: {err}") from err
+
+
+def truncate_topics(conn: KafkaConnection, names: Iterable[str]) -> dict[tuple[str, int], int]:
+    """Delete every record now in ``names`` (DeleteRecords up to each partition's end offset),
+    keeping the topics and their configs; returns the offsets each partition now starts at."""
+    names = list(names)
+    snap = snapshot(conn, topics=names, sizes=False, groups=False)
+    ends = [TopicPartition(p.topic, p.partition, p.end_offset or 0) for p in snap.partitions if p.end_offset]
+    if ends:
+        futures = conn.admin.delete_records(ends, request_timeout=conn.timeout_s)
+        for tp, future in futures.items():
+            try:
+                future.result(timeout=conn.timeout_s + 5)
+            except KafkaException as err:
+                raise KafkaOpsError(f"cannot delete the records of {tp.topic}-{tp.partition} before offset "
+                                    f"{tp.offset}: {err}; a compacted topic refuses DeleteRecords: delete the "
+                                    "topic and create it again") from err
+    return {(p.topic, p.partition): p.end_offset or 0 for p in snap.partitions}
+
+
+# -- partition reassignments (kafka-python) -------------------------------------------------------
+
+@dataclass(frozen=True)
+class Reassignment:
+    """A reassignment in flight. ``replicas`` is the union Kafka keeps while it copies: the
+    target first, then the replicas being removed."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
+
+    @property
+    def target(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+    @property
+    def original(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.adding)
+
+
+def list_partition_reassignments(conn: KafkaConnection, partitions: Iterable[tuple[str, int]] | None = None
+                                 ) -> dict[tuple[str, int], Reassignment]:
+    """The reassignments in flight, of ``partitions`` or of the whole cluster."""
+    from kafka.structs import TopicPartition as KafkaTopicPartition
+
+    wanted = None if partitions is None else [KafkaTopicPartition(t, p) for t, p in partitions]
+    if wanted == []:
+        return {}
+    listing = _legacy_call(conn, "list_partition_reassignments",
+                           lambda client: client.list_partition_reassignments(wanted))
+    found = {}
+    for tp, state in listing.items():
+        found[(tp.topic, tp.partition)] = Reassignment(
+            tp.topic, tp.partition, tuple(state["replicas"]), tuple(state["adding_replicas"]),
+            tuple(state["removing_replicas"]))
+    return dict(sorted(found.items()))
+
+
+def alter_partition_reassignments(conn: KafkaConnection,
+                                  reassignments: Mapping[tuple[str, int], Iterable[int] | None]) -> None:
+    """Submit new replica lists; ``None`` cancels the partition's reassignment in flight. A cancel
+    that finds nothing in flight (it finished meanwhile) is not an error."""
+    from kafka.errors import NoReassignmentInProgressError
+    from kafka.structs import TopicPartition as KafkaTopicPartition
+
+    if not reassignments:
+        return
+    request = {KafkaTopicPartition(t, p): (None if r is None else [int(b) for b in r])
+               for (t, p), r in reassignments.items()}
+    results = _legacy_call(conn, "alter_partition_reassignments",
+                           lambda client: client.alter_partition_reassignments(request))
+    failed = []
+    for tp, error in sorted(results.items()):
+        if error is None:
+            continue
+        if error is NoReassignmentInProgressError and request[tp] is None:
+            log.info("cancel of %s-%d: no reassignment in flight", tp.topic, tp.partition)
+            continue
+        failed.append(f"{tp.topic}-{tp.partition} -> {request[tp]}: {error.__name__}")
+    missing = sorted(f"{tp.topic}-{tp.partition}" for tp in request if tp not in results)
+    if failed or missing:
+        raise KafkaOpsError(f"Kafka refused {len(failed) + len(missing)} of {len(request)} reassignment(s) at "
+                            f"{conn.bootstrap}: {'; '.join(failed + [m + ': no answer' for m in missing])[:2000]}; "
+                            "check the topics and broker ids, then resubmit")
+
+
+def elect_preferred_leaders(conn: KafkaConnection, partitions: Iterable[tuple[str, int]] | None = None
+                            ) -> tuple[tuple[str, int], ...]:
+    """Move leadership to each partition's first replica (all partitions when ``partitions`` is
+    None). Returns the partitions whose leader changed; ones already led by it are skipped."""
+    wanted = None if partitions is None else [TopicPartition(t, p) for t, p in partitions]
+    if wanted == []:
+        return ()
+    # confluent-kafka 2.16 rejects every keyword argument of elect_leaders, hence none here.
+    results = _result(conn.admin.elect_leaders(ElectionType.PREFERRED, wanted), conn, "a preferred leader election")
+    elected, failed = [], []
+    for tp, error in sorted(results.items(), key=lambda item: (item[0].topic, item[0].partition)):
+        if error is None:
+            elected.append((tp.topic, tp.partition))
+        elif error.code() != KafkaError.ELECTION_NOT_NEEDED:
+            failed.append(f"{tp.topic}-{tp.partition}: {error.str()}")
+    if failed:
+        raise KafkaOpsError(f"preferred leader election failed for {len(failed)} partition(s) at {conn.bootstrap}: "
+                            f"{'; '.join(failed[:20])}; the first replica must be alive and in the ISR, "
+                            "retry once it has caught up")
+    log.info("preferred leader election: %d partition(s) changed leader", len(elected))
+    return tuple(elected)
+
+
+# -- dynamic configs of brokers and topics (confluent-kafka) ---------------------------------------
+
+_RESOURCE_TYPES = {"broker": ResourceType.BROKER, "topic": ResourceType.TOPIC}
+_DYNAMIC_SOURCES = {ConfigSource.DYNAMIC_TOPIC_CONFIG.value, ConfigSource.DYNAMIC_BROKER_CONFIG.value}
+_OPS = {"SET": AlterConfigOpType.SET, "DELETE": AlterConfigOpType.DELETE,
+        "APPEND": AlterConfigOpType.APPEND, "SUBTRACT": AlterConfigOpType.SUBTRACT}
+
+
+@dataclass(frozen=True)
+class ConfigOp:
+    """One incremental config change: ``op`` is SET, DELETE, APPEND or SUBTRACT (the last two on
+    list-valued configs, with comma-separated items)."""
+
+    key: str
+    op: str
+    value: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.op not in _OPS:
+            raise ConfigError(f"config operation {self.op!r} on {self.key} is unknown; use one of {', '.join(_OPS)}")
+
+
+def _resource_type(resource: str) -> ResourceType:
+    try:
+        return _RESOURCE_TYPES[resource]
+    except KeyError as err:
+        raise ConfigError(f"config resource {resource!r} is unknown; use 'broker' or 'topic'") from err
+
+
+def _is_dynamic(entry: ConfigEntry) -> bool:
+    return int(getattr(entry.source, "value", entry.source)) in _DYNAMIC_SOURCES
+
+
+def describe_configs(conn: KafkaConnection, resource: str, names: Iterable[str | int], *,
+                     keys: Iterable[str] | None = None) -> dict[str, dict[str, str]]:
+    """The dynamic (per-broker or per-topic) config values of each broker id or topic name,
+    optionally only ``keys``. Values from defaults and static files are left out."""
+    rtype = _resource_type(resource)
+    wanted_keys = None if keys is None else set(keys)
+    found: dict[str, dict[str, str]] = {}
+    for name in dict.fromkeys(str(n) for n in names):
+        entries = _result(conn.admin.describe_configs([ConfigResource(rtype, name)], request_timeout=conn.timeout_s)
+                          [ConfigResource(rtype, name)], conn, f"the configs of {resource} {name}")
+        found[name] = {k: e.value for k, e in sorted(entries.items())
+                       if _is_dynamic(e) and (wanted_keys is None or k in wanted_keys)}
+    return found
+
+
+def incremental_alter_configs(conn: KafkaConnection, resource: str,
+                              changes: Mapping[str | int, Iterable[ConfigOp]]) -> None:
+    """Apply ``changes`` (broker id or topic name -> operations); other config values stay as they are."""
+    rtype = _resource_type(resource)
+    resources = []
+    for name, ops in changes.items():
+        entries = [ConfigEntry(op.key, op.value, incremental_operation=_OPS[op.op]) for op in ops]
+        if entries:
+            resources.append(ConfigResource(rtype, str(name), incremental_configs=entries))
+    if not resources:
+        return
+    # librdkafka takes one broker resource per call (each goes to its own broker); topics go together.
+    calls = [[r] for r in resources] if rtype == ResourceType.BROKER else [resources]
+    futures = {res: future for call in calls
+               for res, future in conn.admin.incremental_alter_configs(call, request_timeout=conn.timeout_s).items()}
+    failed = []
+    for res, future in futures.items():
+        try:
+            _result(future, conn, f"a config change of {resource} {res.name}")
+        except KafkaUnreachable:
+            raise
+        except KafkaOpsError as err:
+            failed.append(str(err))
+    if failed:
+        raise KafkaOpsError(f"{len(failed)} of {len(resources)} config change(s) failed: {'; '.join(failed)}")
+    log.info("configs changed on %d %s(s)", len(resources), resource)
+
+
+# -- partition increase and consumer-group offsets (confluent-kafka) ------------------------------------------
+
+def create_partitions(conn: KafkaConnection, topic: str, new_total: int,
+                      assignment: Iterable[Iterable[int]] | None = None) -> bool:
+    """Grow ``topic`` to ``new_total`` partitions, the new ones on ``assignment`` (one replica list
+    per new partition, preferred leader first). Resume-safe: False when the topic already has
+    ``new_total`` partitions; a topic with more is refused (Kafka never shrinks a topic)."""
+    from confluent_kafka.admin import NewPartitions
+
+    metadata = conn.admin.list_topics(topic=topic, timeout=conn.timeout_s).topics.get(topic)
+    if metadata is None or metadata.error is not None:
+        raise UnknownTopic(f"topic {topic} does not exist on {conn.bootstrap}; check the name")
+    current = len(metadata.partitions)
+    if current == new_total:
+        return False
+    if current > new_total:
+        raise KafkaOpsError(f"topic {topic} has {current} partitions, more than the {new_total} asked for; Kafka "
+                            "cannot remove partitions: migrate to a new topic instead")
+    replicas = [[int(b) for b in r] for r in assignment] if assignment is not None else None
+    if replicas is not None and len(replicas) != new_total - current:
+        raise ConfigError(f"growing {topic} from {current} to {new_total} partitions needs {new_total - current} "
+                          f"replica lists, got {len(replicas)}")
+    request = NewPartitions(topic, new_total, replica_assignment=replicas) if replicas else \
+        NewPartitions(topic, new_total)
+    future = conn.admin.create_partitions([request], request_timeout=conn.timeout_s)[topic]
+    _result(future, conn, f"growing {topic} from {current} to {new_total} partitions")
+    _wait_for_leaders(conn, topic, new_total, f"grown from {current} to {new_total} partitions")
+    log.info("topic %s grown from %d to %d partitions", topic, current, new_total)
+    return True
+
+
+def commit_group_offsets(conn: KafkaConnection, group_id: str, topic: str, offsets: Mapping[int, int], *,
+                         attempts: int = 10) -> None:
+    """Set ``group_id``'s committed offsets on ``topic`` (partition -> next offset to read). The group
+    must have no active members (Kafka refuses otherwise). A coordinator that is still loading or
+    moving (a fresh cluster creates ``__consumer_offsets`` on first use) is asked again."""
+    retriable = ("NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE")
+    request = ConsumerGroupTopicPartitions(group_id, [TopicPartition(topic, int(p), int(o))
+                                                      for p, o in sorted(offsets.items())])
+    failed: list[str] = []
+    for attempt in range(attempts):
+        if attempt:
+            time.sleep(min(0.5 * attempt, 3.0))
+        future = conn.admin.alter_consumer_group_offsets([request], request_timeout=conn.timeout_s)[group_id]
+        try:
+            result = _result(future, conn, f"committing offsets of group {group_id} on {topic}")
+        except KafkaOpsError as err:
+            if any(code in str(err) for code in retriable) and attempt + 1 < attempts:
+                continue
+            raise
+        failed = [f"{tp.topic}-{tp.partition}: {tp.error}" for tp in result.topic_partitions if tp.error]
+        if not failed:
+            return
+        if not all(any(code in f for code in retriable) for f in failed):
+            break
+    raise KafkaOpsError(f"Kafka refused offsets of group {group_id}: {'; '.join(failed)}; stop the group's "
+                        "consumers (an active group cannot be changed) and retry")
+
+
+# -- bounded reads of records ---------------------------------------------------------------------------
+# A sample of a topic (how many keys a partition increase would move), lineage headers of a backfill
+# target (the cut-over's offset translation), and whole ranges read back. Each read has an end: the
+# offsets it was given, or the end offsets of a snapshot. It assigns partitions (no consumer group,
+# nothing committed) and stops when every partition reached its end.
+
+
+@dataclass(frozen=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+    def header(self, name: str) -> bytes | None:
+        for k, v in self.headers:
+            if k == name:
+                return v
+        return None
+
+
+def read_ranges(config: Mapping[str, str], topic: str, ranges: Mapping[int, tuple[int, int]], *,
+                timeout_s: float = 120.0) -> Iterator[Record]:
+    """Records of ``topic`` in ``[start, end)`` per partition (``ranges``), in offset order per partition."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    from kafkaops.platform.admin import client_config
+
+    wanted = {int(p): (int(s), int(e)) for p, (s, e) in ranges.items() if e > s}
+    if not wanted:
+        return
+    consumer = Consumer(client_config({**config, "group.id": f"kafkaops-read-{time.monotonic_ns()}",
+                                       "enable.auto.commit": False, "enable.partition.eof": True,
+                                       "auto.offset.reset": "earliest", "fetch.max.bytes": 16 * 1024 * 1024}))
+    try:
+        consumer.assign([TopicPartition(topic, p, s) for p, (s, _) in sorted(wanted.items())])
+        pending = set(wanted)
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            if time.monotonic() > deadline:
+                raise KafkaUnreachable(f"reading {topic} partitions {sorted(pending)} did not reach the end offsets "
+                                       f"{ {p: wanted[p][1] for p in sorted(pending)} } within {timeout_s:.0f} s; "
+                                       "check the brokers, or that the records were not deleted meanwhile")
+            for msg in consumer.consume(10_000, 1.0):
+                p = msg.partition()
+                if msg.error() is not None:
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        if p in pending and msg.offset() >= wanted[p][1]:
+                            pending.discard(p)
+                        continue
+                    raise KafkaOpsError(f"reading {topic}-{p}: {msg.error()}")
+                if p not in pending:
+                    continue
+                if msg.offset() >= wanted[p][1]:
+                    pending.discard(p)
+                    continue
+                yield Record(topic, p, msg.offset(), msg.timestamp()[1], msg.key(), msg.value(),
+                             tuple(msg.headers() or ()))
+                if msg.offset() + 1 >= wanted[p][1]:
+                    pending.discard(p)
+    finally:
+        consumer.close()
+
+
+def end_offsets(config: Mapping[str, str], topic: str) -> dict[int, tuple[int, int]]:
+    """Start and end offsets of each partition of ``topic`` (a fresh snapshot of one topic)."""
+    with connect(config) as conn:
+        snap = snapshot(conn, topics=[topic], sizes=False, groups=False)
+    return {p.partition: (p.start_offset or 0, p.end_offset or 0) for p in snap.partitions}
+
+
+def read_topic(config: Mapping[str, str], topic: str, **kwargs: Any) -> list[Record]:
+    """Every record of ``topic`` up to its end offsets now."""
+    return list(read_ranges(config, topic, end_offsets(config, topic), **kwargs))
+
+
+def sample(config: Mapping[str, str], topic: str, ranges: Mapping[int, tuple[int, int]], per_partition: int
+           ) -> list[Record]:
+    """Up to ``per_partition`` of the latest records of each partition in ``ranges``."""
+    tail = {p: (max(s, e - per_partition), e) for p, (s, e) in ranges.items()}
+    return list(read_ranges(config, topic, tail))

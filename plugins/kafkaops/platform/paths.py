@@ -1,0 +1,31 @@
+"""Where the repository keeps its playbooks and its git-ignored caches."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kafkaops.errors import SetupError
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+PLAYBOOKS = REPO_ROOT / "playbooks"
+EXPECTATIONS = REPO_ROOT / "expectations"
+CACHE = Path(os.environ.get("KAFKAOPS_CACHE", REPO_ROOT / ".cache"))
+JARS = CACHE / "jars"
+
+
+def jar_dir(name: str) -> Path:
+    """One classpath folder of the jar cache: ``broker``, ``tools`` or ``spark``."""
+    path = JARS / name
+    if not any(path.glob("*.jar")):
+        raise SetupError(f"no jars in {path}: run 'make setup' (Maven copies them from jvm/pom.xml)")
+    return path
+
+
+def state_dir() -> Path:
+    """Durable state (audit records, cluster locks, review history): $KAFKAOPS_STATE_DIR, else
+    $AIRFLOW_HOME/kafkaops, else .cache/state in the repository. Read at call time."""
+    if os.environ.get("KAFKAOPS_STATE_DIR"):
+        return Path(os.environ["KAFKAOPS_STATE_DIR"])
+    if os.environ.get("AIRFLOW_HOME"):
+        return Path(os.environ["AIRFLOW_HOME"]) / "kafkaops"
+    return CACHE / "state"

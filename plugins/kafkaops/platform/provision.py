@@ -1,0 +1,323 @@
+"""Provision Kafka nodes with the project's Ansible role, through ansible-runner.
+
+The local cluster of ``make cluster-up``, the tests' clusters and broker addition in the
+scale-out DAG all go through :func:`run_playbook`, so they share one code path.
+"""
+from __future__ import annotations
+
+import atexit
+import base64
+import json
+import shutil
+import logging
+import os
+import socket
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from kafkaops.errors import ProvisionError
+from kafkaops.platform.paths import CACHE, PLAYBOOKS, jar_dir
+
+log = logging.getLogger(__name__)
+
+LOCAL_INVENTORY = PLAYBOOKS / "inventory" / "local.yml"
+LOCAL_BASE_DIR = CACHE / "cluster"
+
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id: a random UUID in URL-safe base64 without padding (22 characters)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports on 127.0.0.1 that nothing listens on right now."""
+    sockets, ports = [], []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+            ports.append(sock.getsockname()[1])
+    finally:
+        for sock in sockets:
+            sock.close()
+    return ports
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One KRaft node of a cluster as the inventory describes it."""
+
+    node_id: int
+    port: int
+    controller_port: int
+    rack: str = ""
+    roles: tuple[str, ...] = ("broker", "controller")
+    host: str = "127.0.0.1"
+
+    @property
+    def hostname(self) -> str:
+        return f"kafka-{self.node_id}"
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.roles
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A cluster the role can bring up on this machine: its id, where it lives, its nodes."""
+
+    cluster_id: str
+    base_dir: Path
+    nodes: tuple[NodeSpec, ...]
+    heap: str = "512m"
+    extra_config: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"{n.host}:{n.port}" for n in self.nodes if "broker" in n.roles)
+
+    def node(self, node_id: int) -> NodeSpec:
+        for node in self.nodes:
+            if node.node_id == node_id:
+                return node
+        raise ProvisionError(f"cluster {self.cluster_id} has no node {node_id}; nodes are "
+                             f"{[n.node_id for n in self.nodes]}")
+
+    def with_node(self, node: NodeSpec) -> ClusterSpec:
+        """The same cluster with one more (broker-only) node, for broker addition."""
+        if any(n.node_id == node.node_id for n in self.nodes):
+            raise ProvisionError(f"cannot add node {node.node_id} to cluster {self.cluster_id}: "
+                                 f"the id is taken; pick an id not in {[n.node_id for n in self.nodes]}")
+        return replace(self, nodes=self.nodes + (node,))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cluster_id": self.cluster_id, "base_dir": str(self.base_dir), "heap": self.heap,
+                "extra_config": dict(self.extra_config),
+                "nodes": [{"node_id": n.node_id, "port": n.port, "controller_port": n.controller_port, "rack": n.rack,
+                           "roles": list(n.roles), "host": n.host} for n in self.nodes]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ClusterSpec:
+        try:
+            return cls(cluster_id=data["cluster_id"], base_dir=Path(data["base_dir"]), heap=data.get("heap", "512m"),
+                       extra_config=dict(data.get("extra_config", {})),
+                       nodes=tuple(NodeSpec(node_id=int(n["node_id"]), port=int(n["port"]),
+                                            controller_port=int(n["controller_port"]), rack=n.get("rack", ""),
+                                            roles=tuple(n.get("roles", ("broker",))), host=n.get("host", "127.0.0.1"))
+                                   for n in data["nodes"]))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ProvisionError(f"cannot read a cluster spec: {err!r}; expected the shape of ClusterSpec.to_dict()") \
+                from err
+
+    def save(self, path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2))
+        return path
+
+    @classmethod
+    def load(cls, path: Path) -> ClusterSpec:
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text()))
+        except (OSError, json.JSONDecodeError) as err:
+            raise ProvisionError(f"cannot read cluster spec {path}: {err}; it is written by ClusterSpec.save") from err
+
+    def with_new_brokers(self, count: int = 0, *, node_ids: Sequence[int] = (), racks: Sequence[str] = ()
+                         ) -> tuple[ClusterSpec, tuple[NodeSpec, ...]]:
+        """This cluster plus broker-only nodes on free loopback ports: ``node_ids`` if given, else
+        ``count`` ids after the highest; racks cycle through ``racks`` or the cluster's racks."""
+        ids = list(node_ids) or [max(n.node_id for n in self.nodes) + 1 + i for i in range(count)]
+        if not ids:
+            raise ProvisionError("no broker to add: give a count of at least 1 or explicit node ids")
+        rack_cycle = list(racks) or sorted({n.rack for n in self.nodes}) or [""]
+        ports = free_ports(2 * len(ids))
+        spec, added = self, []
+        for i, node_id in enumerate(ids):
+            node = NodeSpec(node_id=node_id, port=ports[2 * i], controller_port=ports[2 * i + 1],
+                            rack=rack_cycle[(len(self.nodes) + i) % len(rack_cycle)], roles=("broker",))
+            spec = spec.with_node(node)
+            added.append(node)
+        return spec, tuple(added)
+
+    def inventory(self) -> dict[str, Any]:
+        """The Ansible inventory of this cluster (controllers in their own group)."""
+        def host_vars(n: NodeSpec) -> dict[str, Any]:
+            return {"kafka_broker_node_id": n.node_id, "kafka_broker_port": n.port,
+                    "kafka_broker_controller_port": n.controller_port, "kafka_broker_rack": n.rack,
+                    "kafka_broker_process_roles": list(n.roles), "kafka_broker_host": n.host}
+        controllers = {n.hostname: host_vars(n) for n in self.nodes if n.is_controller}
+        others = {n.hostname: host_vars(n) for n in self.nodes if not n.is_controller}
+        return {"all": {
+            "vars": {"ansible_connection": "local", "kafka_broker_provisioner": "process",
+                     "kafka_broker_cluster_id": self.cluster_id,
+                     "kafka_broker_base_dir": str(self.base_dir),
+                     "kafka_broker_heap": self.heap,
+                     "kafka_broker_default_replication_factor": min(3, len(self.nodes)),
+                     "kafka_broker_offsets_topic_partitions": 6,
+                     "kafka_broker_extra_config": dict(self.extra_config)},
+            "children": {"kafka_cluster": {
+                "hosts": others,
+                "children": {"kafka_controllers": {"hosts": controllers}}}}}}
+
+
+def local_cluster_spec(base_dir: Path, brokers: int = 3, racks: Sequence[str] = ("rack-a", "rack-b", "rack-c"),
+                       controllers: int = 3, extra_config: Mapping[str, Any] | None = None) -> ClusterSpec:
+    """A fresh cluster on free loopback ports; the first ``controllers`` nodes are combined nodes."""
+    if controllers not in (1, 3) or controllers > brokers:
+        raise ProvisionError(f"a local cluster of {brokers} nodes cannot have a quorum of {controllers} "
+                             "controllers; use 1 or 3, at most the node count")
+    ports = free_ports(2 * brokers)
+    nodes = tuple(
+        NodeSpec(node_id=i + 1, port=ports[2 * i], controller_port=ports[2 * i + 1], rack=racks[i % len(racks)],
+                 roles=("broker", "controller") if i < controllers else ("broker",))
+        for i in range(brokers))
+    return ClusterSpec(cluster_id=new_cluster_id(), base_dir=Path(base_dir), nodes=nodes,
+                       extra_config=dict(extra_config or {}))
+
+
+@dataclass(frozen=True)
+class ProvisionResult:
+    """What one playbook run did: per-host changed counts and the failures, if any."""
+
+    ok: bool
+    changed: Mapping[str, int]
+    failures: tuple[str, ...]
+    status: str
+
+
+def run_playbook(playbook: str, inventory: Mapping[str, Any] | str | Path, *,
+                 extravars: Mapping[str, Any] | None = None, limit: str | None = None,
+                 check: bool = False) -> ProvisionResult:
+    """Run ``playbooks/<playbook>`` with ansible-runner; raise ProvisionError naming the failed task."""
+    env = {
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "ANSIBLE_ROLES_PATH": str(PLAYBOOKS / "roles"),
+        "ANSIBLE_HOST_KEY_CHECKING": "False",
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_LOCALHOST_WARNING": "False",
+        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
+        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+    }
+    variables = {"kafka_broker_classpath_dir": str(jar_dir("broker")),
+                 "kafka_broker_check_python": sys.executable, **(extravars or {})}
+    import ansible_runner  # heavy import, only where a playbook really runs
+
+    inv: Any = str(inventory) if isinstance(inventory, Path) else inventory
+    with tempfile.TemporaryDirectory(prefix="kafkaops-ansible-") as private_dir:
+        log.info("ansible: running %s (limit %s)", playbook, limit or "all")
+        runner = ansible_runner.run(
+            private_data_dir=private_dir, project_dir=str(PLAYBOOKS), playbook=str(PLAYBOOKS / playbook),
+            inventory=inv, extravars=variables, envvars=env, limit=limit, quiet=True,
+            cmdline="--check" if check else None, timeout=900)
+        failures = []
+        for event in runner.events:
+            if event.get("event") in ("runner_on_failed", "runner_on_unreachable") and \
+                    not event.get("event_data", {}).get("ignore_errors"):
+                data = event["event_data"]
+                result = data.get("res", {})
+                msg = _failure_message(result)
+                failures.append(f"task '{data.get('task')}' failed on {data.get('host')}: {msg}")
+        stats = runner.stats or {}
+        changed = dict(stats.get("changed", {}))
+        ok = runner.status == "successful" and not failures
+        if not ok:
+            detail = "; ".join(failures) or f"ansible-runner ended with status {runner.status} rc {runner.rc}: " \
+                                               f"{runner.stdout.read()[-2000:]}"
+            raise ProvisionError(f"playbook {playbook} failed: {detail}")
+        log.info("ansible: %s done, changed %s", playbook, changed)
+        return ProvisionResult(ok=ok, changed=changed, failures=tuple(failures), status=runner.status)
+
+
+def _failure_message(result: Mapping[str, Any]) -> str:
+    """The reason a task failed; for a loop, the reasons of the items that failed."""
+    items = [r for r in result.get("results", []) if isinstance(r, Mapping) and r.get("failed")]
+    if items:
+        return "; ".join(_failure_message(r) for r in items)
+    return str(result.get("msg") or result.get("stderr") or result.get("stdout") or result)[:1000].strip()
+
+
+def cluster_up(spec: ClusterSpec | None = None, *, limit: Iterable[str] | None = None) -> ProvisionResult:
+    """Converge the cluster (the local one of ``make cluster-up`` when ``spec`` is None)."""
+    inventory, extravars = _inventory(spec)
+    return run_playbook("cluster_up.yml", inventory, extravars=extravars,
+                        limit=",".join(limit) if limit else None)
+
+
+def cluster_down(spec: ClusterSpec | None = None, *, purge: bool = False,
+                 limit: Iterable[str] | None = None) -> ProvisionResult:
+    """Stop the cluster; with ``purge`` also remove what the role created for each node."""
+    inventory, extravars = _inventory(spec)
+    extravars["kafka_broker_down_state"] = "absent" if purge else "stopped"
+    return run_playbook("cluster_down.yml", inventory, extravars=extravars,
+                        limit=",".join(limit) if limit else None)
+
+
+def _inventory(spec: ClusterSpec | None) -> tuple[Mapping[str, Any] | Path, dict[str, Any]]:
+    if spec is None:
+        return LOCAL_INVENTORY, {"kafka_broker_base_dir": str(LOCAL_BASE_DIR)}
+    return spec.inventory(), {}
+
+
+@contextmanager
+def temporary_cluster(prefix: str = "kafkaops-", **spec_args: Any) -> Iterator[ClusterSpec]:
+    """A throw-away local cluster (``local_cluster_spec`` arguments) in a new temp dir, up for the
+    ``with`` block and gone afterwards: stopped through the role, any straggler killed (also at
+    interpreter exit), the folder removed. Tests and benchmarks start their clusters with it."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(kill_strays, base)
+    spec = local_cluster_spec(base, **spec_args)
+    try:
+        cluster_up(spec)
+        yield spec
+    finally:
+        try:
+            cluster_down(spec, purge=True)
+        except ProvisionError as err:
+            log.warning("cluster_down of %s failed (%s); killing its processes", base, err)
+        finally:
+            kill_strays(base)  # also nodes added to the cluster after it started
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def node_pid(spec: ClusterSpec, node_id: int) -> int | None:
+    """The pid the role recorded for a node of a process-provisioned cluster, if it runs."""
+    pid_file = spec.base_dir / f"node-{node_id}" / "kafka.pid"
+    try:
+        pid = int(pid_file.read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
+def kill_strays(base_dir: Path) -> list[int]:
+    """SIGKILL every java process whose command line names ``base_dir``: the last resort of a
+    test teardown, so no broker outlives its cluster's folder. Returns the pids killed."""
+    import signal
+
+    killed = []
+    marker = str(base_dir)
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "kafka.Kafka" in cmdline and marker in cmdline:
+            try:
+                os.kill(int(proc.name), signal.SIGKILL)
+                killed.append(int(proc.name))
+            except OSError:
+                pass
+    if killed:
+        log.warning("killed %d stray broker process(es) under %s: %s", len(killed), base_dir, killed)
+    return killed

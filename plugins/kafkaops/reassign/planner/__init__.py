@@ -1,0 +1,17 @@
+"""A pure, deterministic Kafka reassignment planner: scale-out, rebalance and drain plans.
+
+No I/O and no clients: a :class:`~kafkaops.model.Cluster` in, a :class:`ReassignmentPlan` out.
+:mod:`kafkaops.cli.planfile` reads Kafka's reassignment JSON, :mod:`kafkaops.cli.plan` is the
+``kafkaops plan`` command.
+"""
+from __future__ import annotations
+
+from kafkaops.reassign.planner.errors import PlanInfeasible, PlanInputError
+from kafkaops.reassign.planner.goals import Goals
+from kafkaops.reassign.planner.plan import LoadStats, Move, ReassignmentPlan
+from kafkaops.reassign.planner.planning import lower_bound_moves, plan_drain, plan_rebalance, plan_scale_out
+
+__all__ = [
+    "Goals", "LoadStats", "Move", "PlanInfeasible", "PlanInputError", "ReassignmentPlan",
+    "lower_bound_moves", "plan_drain", "plan_rebalance", "plan_scale_out",
+]

@@ -1,0 +1,373 @@
+"""The reassignment operations' steps (scale-out, rebalance, drain) on the shared lifecycle.
+
+    begin -> preflight gate -> provision? -> plan -> plan gate -> approval -> set throttles
+      -> submit batches / wait -> verify -> remove throttles (always) -> elect leaders
+      -> post-move gate -> finish (always: outcome in the audit record, lock released)
+
+begin, the preflight gate, approval and finish are :mod:`kafkaops.platform.lifecycle`'s; the rest is here.
+
+Each step takes an :class:`OperationContext` and JSON-safe values and returns JSON-safe values,
+so Airflow passes them through XCom unchanged; each appends what it did to the run's audit
+record. Airflow-specific wiring lives in :mod:`kafkaops.airflow`; nothing here imports Airflow.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from kafkaops.platform import admin
+from kafkaops.platform import state
+from kafkaops.reassign import engine
+from kafkaops.platform import lifecycle
+from kafkaops.platform.lifecycle import APPROVAL_MODES, OperationContext
+from kafkaops.reassign import frames
+from kafkaops.platform import provision
+from kafkaops.reassign import verify
+from kafkaops.errors import ConfigError, KafkaOpsError
+from kafkaops.model import Broker, Cluster
+from kafkaops.platform.paths import state_dir
+from kafkaops.reassign.planner import plan_drain, plan_rebalance, plan_scale_out
+from kafkaops.reassign.planner.plan import ReassignmentPlan
+
+log = logging.getLogger(__name__)
+
+KINDS = ("scale_out", "rebalance", "drain")
+Key = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class OperationParams:
+    """What the operator asked for; validated before anything changes."""
+
+    kind: str
+    topics: tuple[str, ...] = ()
+    throttle_mb_per_s: float = 10.0
+    max_moves_per_broker: int = 5
+    max_moves_total: int = 20
+    max_bytes_to_move: int | None = None
+    add_brokers: int = 0
+    new_broker_ids: tuple[int, ...] = ()
+    new_broker_racks: tuple[str, ...] = ()
+    drain_brokers: tuple[int, ...] = ()
+    exclude_brokers: tuple[int, ...] = ()
+    inventory: str = ""
+    stop_drained: bool = False
+    approval: str = "manual"
+    dry_run: bool = True
+    stall_timeout_s: float = 120.0
+
+    @classmethod
+    def from_params(cls, kind: str, params: Mapping[str, Any]) -> OperationParams:
+        def ints(name: str) -> tuple[int, ...]:
+            return tuple(int(x) for x in params.get(name) or ())
+        try:
+            result = cls(
+                kind=kind, topics=tuple(params.get("topics") or ()),
+                throttle_mb_per_s=float(params.get("throttle_mb_per_s", 10.0)),
+                max_moves_per_broker=int(params.get("max_moves_per_broker", 5)),
+                max_moves_total=int(params.get("max_moves_total", 20)),
+                max_bytes_to_move=(int(params["max_bytes_to_move"]) if params.get("max_bytes_to_move") else None),
+                add_brokers=int(params.get("add_brokers") or 0), new_broker_ids=ints("new_broker_ids"),
+                new_broker_racks=tuple(params.get("new_broker_racks") or ()), drain_brokers=ints("drain_brokers"),
+                exclude_brokers=ints("exclude_brokers"), inventory=str(params.get("inventory") or ""),
+                stop_drained=bool(params.get("stop_drained", False)),
+                approval=str(params.get("approval", "manual")), dry_run=bool(params.get("dry_run", True)),
+                stall_timeout_s=float(params.get("stall_timeout_s", 120.0)))
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"bad {kind} parameters: {err}; see the DAG's params form for each field's type") \
+                from err
+        result.validate()
+        return result
+
+    def validate(self) -> None:
+        problems = []
+        if self.kind not in KINDS:
+            problems.append(f"kind {self.kind!r} is unknown; use one of {', '.join(KINDS)}")
+        if self.throttle_mb_per_s <= 0:
+            problems.append(f"throttle_mb_per_s is {self.throttle_mb_per_s}; give a positive rate, e.g. 10")
+        if self.max_moves_per_broker < 1 or self.max_moves_total < 1:
+            problems.append(f"max_moves_per_broker {self.max_moves_per_broker} / max_moves_total "
+                            f"{self.max_moves_total}: give 1 or more")
+        if self.approval not in APPROVAL_MODES:
+            problems.append(f"approval {self.approval!r} is unknown; use one of {', '.join(APPROVAL_MODES)}")
+        if self.kind == "scale_out" and not (self.add_brokers or self.new_broker_ids):
+            problems.append("a scale-out needs add_brokers > 0 or new_broker_ids")
+        if self.kind == "scale_out" and self.new_broker_ids and len(set(self.new_broker_ids)) != len(
+                self.new_broker_ids):
+            problems.append(f"new_broker_ids {list(self.new_broker_ids)} repeat an id")
+        if self.kind == "drain" and not self.drain_brokers:
+            problems.append("a drain needs drain_brokers, the ids of the brokers to empty")
+        if self.stall_timeout_s <= 0:
+            problems.append(f"stall_timeout_s is {self.stall_timeout_s}; give a positive number of seconds")
+        if problems:
+            raise ConfigError(f"refusing the {self.kind} run, nothing was changed: " + "; ".join(problems))
+
+    @property
+    def throttle_bytes_per_s(self) -> int:
+        return int(self.throttle_mb_per_s * 1_000_000)
+
+
+# -- provisioning ---------------------------------------------------------------------------------------
+
+def provision_brokers(ctx: OperationContext) -> dict[str, Any]:
+    """Start the new brokers with the kafka_broker role. ``inventory`` is either a kafkaops
+    cluster spec (JSON, local clusters: new nodes get free loopback ports) or an Ansible
+    inventory (YAML, real hosts: the new hosts must be in it; they are the play's limit)."""
+    p = ctx.params
+    if not p.inventory:
+        raise ConfigError("a scale-out needs the inventory param: a kafkaops cluster spec (.json) or an Ansible "
+                          "inventory (.yml) that names the new hosts")
+    path = Path(p.inventory)
+    if path.suffix == ".json":
+        spec = provision.ClusterSpec.load(path)
+        grown, added = spec.with_new_brokers(p.add_brokers, node_ids=p.new_broker_ids, racks=p.new_broker_racks)
+        ctx.audit.append("note", text=f"provisioning brokers {[n.node_id for n in added]} on "
+                                      f"{[f'{n.host}:{n.port}' for n in added]}")
+        provision.cluster_up(grown, limit=[n.hostname for n in added])
+        grown.save(path)  # the cluster now has these nodes: the spec says so for the next run
+        new = [{"id": n.node_id, "rack": n.rack or None, "host": n.host, "port": n.port} for n in added]
+    else:
+        if not p.new_broker_ids:
+            raise ConfigError("with an Ansible inventory, name the new brokers in new_broker_ids; their hosts "
+                              "(kafka-<id>) must be in the inventory")
+        provision.run_playbook("cluster_up.yml", path, limit=",".join(f"kafka-{i}" for i in p.new_broker_ids))
+        new = [{"id": i, "rack": (p.new_broker_racks[k] if k < len(p.new_broker_racks) else None)}
+               for k, i in enumerate(p.new_broker_ids)]
+    ctx.audit.append("note", text=f"brokers {[b['id'] for b in new]} provisioned")
+    return {"new_brokers": new}
+
+
+def registered_brokers(conn_config: Mapping[str, str]) -> list[int]:
+    """The broker ids the controller has registered (for the wait-until-registered trigger)."""
+    with admin.connect(conn_config, timeout_s=10.0) as conn:
+        return sorted(b.id for b in admin.describe_cluster(conn)[2])
+
+
+# -- planning ---------------------------------------------------------------------------------------------
+
+def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Sequence[Mapping[str, Any]] = ()
+              ) -> dict[str, Any]:
+    """Plan on the snapshot (plus, for a scale-out, the new brokers), record it, return it."""
+    p = ctx.params
+    cluster = Cluster.from_dict(before)
+    topics = p.topics or None
+    if topics:  # balance the chosen topics among themselves, as Kafka's own tool does
+        for topic in topics:
+            cluster.partitions_of(topic)  # an unknown topic is refused here, naming it
+        cluster = replace(cluster, partitions=tuple(x for x in cluster.partitions if x.topic in topics), _index=None)
+    if p.kind == "scale_out":
+        if not new_brokers:  # a dry run plans onto the brokers it would add
+            start = max(cluster.broker_ids) + 1
+            ids = p.new_broker_ids or tuple(range(start, start + p.add_brokers))
+            racks = p.new_broker_racks or cluster.racks or ("",)
+            new_brokers = [{"id": i, "rack": racks[k % len(racks)] or None} for k, i in enumerate(ids)]
+        plan = plan_scale_out(cluster, [Broker(id=b["id"], rack=b.get("rack")) for b in new_brokers], topics=topics,
+                              exclude=p.exclude_brokers)
+    elif p.kind == "drain":
+        plan = plan_drain(cluster, p.drain_brokers, exclude=p.exclude_brokers)
+    else:
+        plan = plan_rebalance(cluster, exclude=p.exclude_brokers, topics=topics)
+    eta = plan.bytes_to_move / p.throttle_bytes_per_s if p.throttle_bytes_per_s else None
+    data = {"plan": plan.to_dict(), "kafka_json": plan.to_kafka_json(), "diff": list(plan.diff()),
+            "table": list(plan.table()), "summary": plan.summary(), "moves": len(plan.moves),
+            "replica_moves": plan.replica_moves, "bytes_to_move": plan.bytes_to_move, "eta_s": eta}
+    ctx.audit.append("plan", **data)
+    log.info("plan: %s", plan.summary())
+    return data
+
+
+def plan_gate(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str, Any]:
+    plan = ReassignmentPlan.from_dict(plan_data["plan"])
+    return lifecycle.gate(ctx, "plan", frames.plan_frame(plan, plan.cluster, ctx.params.max_bytes_to_move))
+
+
+def approval_text(plan_data: Mapping[str, Any], params: OperationParams) -> str:
+    """What the operator reads before approving: moves, bytes, ETA, distribution before and after."""
+    eta = plan_data.get("eta_s")
+    lines = [f"**{params.kind}**: {plan_data['summary']}",
+             f"throttle {params.throttle_mb_per_s:g} MB/s, ETA about {eta:.0f} s" if eta is not None else "",
+             "", "```", *plan_data.get("table", []), "```", "", "moves:", "```",
+             *plan_data.get("diff", [])[:50]]
+    if len(plan_data.get("diff", [])) > 50:
+        lines.append(f"... and {len(plan_data['diff']) - 50} more")
+    lines.append("```")
+    return "\n".join(lines)
+
+
+# -- execution ---------------------------------------------------------------------------------------------
+
+def desired_of(plan_data: Mapping[str, Any]) -> dict[Key, tuple[int, ...]]:
+    return {(p["topic"], int(p["partition"])): tuple(p["replicas"]) for p in plan_data["kafka_json"]["partitions"]}
+
+
+def set_throttles(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str, Any]:
+    """Throttle every move of the plan (a setup task); the record lets the teardown undo exactly this."""
+    desired = desired_of(plan_data)
+    if not desired:
+        return engine.ThrottleRecord().to_dict()
+    with ctx.connect() as conn:
+        cluster_id = admin.describe_cluster(conn)[0]
+        before = admin.snapshot(conn, topics=sorted({t for t, _ in desired}), groups=False)
+        moves = engine.moves_for(before, desired)
+        record = engine.plan_throttles(conn, [m for m in moves if m.adding or m.removing])
+        stale = state.throttle_ledger(cluster_id)
+        if stale:  # rates a killed broker kept from an earlier run are ours: delete them afterwards
+            record = replace(record, rates=tuple((b, k, None if k in stale.get(str(b), ()) else prior)
+                                                 for b, k, prior in record.rates))
+        ctx.audit.append("throttle_set", brokers=list(record.brokers), topics=list(record.topics),
+                         rate=ctx.params.throttle_bytes_per_s, record=record.to_dict())
+        engine.set_throttles(conn, record, ctx.params.throttle_bytes_per_s)
+    return record.to_dict()
+
+
+def remove_throttles(ctx: OperationContext, record: Mapping[str, Any] | None, plan_data: Mapping[str, Any] | None
+                     ) -> dict[str, Any]:
+    """Undo the throttles (teardown): exactly the record's, or, without one, every throttle on
+    the plan's brokers and topics. A broker that is down keeps its rate until it is back: it is
+    named in the error and in the throttle ledger, and the next run on the cluster removes it."""
+    with ctx.connect() as conn:
+        cluster_id = admin.describe_cluster(conn)[0]
+        if record:
+            rec = engine.ThrottleRecord.from_dict(record)
+        else:
+            plan = ReassignmentPlan.from_dict(plan_data["plan"]) if plan_data else None
+            brokers = sorted({b for m in plan.moves for b in (*m.before, *m.after)}) if plan else []
+            desired = desired_of(plan_data) if plan_data else {}
+            rec = engine.ThrottleRecord(
+                rates=tuple((b, k, None) for b in brokers for k in engine.RATE_KEYS),
+                replicas=tuple((t, k, ()) for t in sorted({t for t, _ in desired}) for k in engine.REPLICA_KEYS))
+        ledger = state.throttle_ledger(cluster_id)
+        online = {b.id for b in admin.describe_cluster(conn)[2]}
+        left: dict[str, list[str]] = {}
+        errors = []
+        parts = [engine.ThrottleRecord(rates=tuple(r for r in rec.rates if r[0] == b)) for b in rec.brokers]
+        parts.append(engine.ThrottleRecord(replicas=rec.replicas))
+        for part in parts:
+            try:
+                if part.replicas and not any(items for _, _, items in part.replicas):
+                    engine.clear_throttles(conn, [], part.topics)
+                else:
+                    engine.remove_throttles(conn, part)
+                for b in part.brokers:
+                    ledger.pop(str(b), None)
+            except KafkaOpsError as err:
+                errors.append(str(err))
+                for b, key, _ in part.rates:
+                    left.setdefault(str(b), []).append(key)
+        for b in [b for b in list(ledger) if int(b) in online and b not in left]:  # stale rates of earlier runs
+            engine.clear_throttles(conn, [int(b)], [])
+            ledger.pop(b)
+        ledger.update(left)
+        state.save_throttle_ledger(cluster_id, ledger)
+    removed = [b for b in rec.brokers if str(b) not in left]
+    ctx.audit.append("throttle_removed", brokers=removed, topics=list(rec.topics), left=left)
+    if left:
+        raise engine.ReassignmentError(
+            f"throttle rates stay on broker(s) {sorted(int(b) for b in left)} that did not answer "
+            f"({'; '.join(errors)[:500]}); they are in the throttle ledger and the next kafkaops run on "
+            f"cluster {cluster_id} removes them once the broker is back")
+    return {"brokers": removed, "topics": list(rec.topics)}
+
+
+def next_batch(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str, Any]:
+    """Resume-safe batching: observe the cluster, and submit the next batch unless moves are
+    already in flight (those are waited for, never resubmitted). Returns what to wait for."""
+    desired = desired_of(plan_data)
+    p = ctx.params
+    with ctx.connect() as conn:
+        in_flight = admin.list_partition_reassignments(conn, list(desired))
+        if in_flight:  # e.g. a retry after a broker died mid-move: wait for these, whatever their state
+            keys = [list(k) for k in sorted(in_flight)]
+            ctx.audit.append("note", text=f"{len(keys)} move(s) already in flight: waiting, not resubmitting")
+            return {"wait_for": keys, "submitted": [], "remaining_batches": None}
+        report = engine.Executor(conn, desired, throttle_bytes_per_s=p.throttle_bytes_per_s,
+                                   max_moves_per_broker=p.max_moves_per_broker, max_moves_total=p.max_moves_total,
+                                   dry_run=True).plan()
+        if report.resumed:
+            keys = [list(m.key) for m in report.resumed]
+            ctx.audit.append("note", text=f"{len(keys)} move(s) already in flight: waiting, not resubmitting")
+            return {"wait_for": keys, "submitted": [], "remaining_batches": len(report.batches)}
+        if not report.batches:
+            return {"wait_for": [], "submitted": [], "remaining_batches": 0}
+        batch = report.batches[0]
+        admin.alter_partition_reassignments(conn, {m.key: m.after for m in batch.moves})
+    keys = [list(k) for k in batch.keys]
+    ctx.audit.append("batch", index=len(ctx.audit.summary()["batches"]) + 1, partitions=len(keys),
+                     bytes=batch.bytes, keys=keys, status="submitted",
+                     remaining=len(report.batches) - 1)
+    log.info("batch submitted: %d partitions moving, %d batch(es) after it", len(keys), len(report.batches) - 1)
+    return {"wait_for": keys, "submitted": keys, "remaining_batches": len(report.batches) - 1}
+
+
+def wait_spec(plan_data: Mapping[str, Any], keys: Iterable[Sequence[Any]], before: Mapping[str, Any]
+              ) -> dict[str, Any]:
+    """The small, JSON-safe part of the plan and snapshot a progress trigger needs for ``keys``."""
+    wanted = {(k[0], int(k[1])) for k in keys}
+    return {"partitions": [e for e in plan_data["kafka_json"]["partitions"]
+                           if (e["topic"], int(e["partition"])) in wanted],
+            "before": {"brokers": before["brokers"],
+                       "partitions": [p for p in before["partitions"] if (p["topic"], p["partition"]) in wanted]}}
+
+
+def progress_of(conn_config: Mapping[str, str], spec: Mapping[str, Any], started_at: float) -> dict[str, Any]:
+    """Progress of the partitions of a :func:`wait_spec` (for the polling trigger), JSON-safe."""
+    desired = {(e["topic"], int(e["partition"])): tuple(e["replicas"]) for e in spec["partitions"]}
+    with admin.connect(conn_config, timeout_s=10.0) as conn:
+        prog = engine.progress(conn, desired, Cluster.from_dict(spec["before"]), started_at=started_at)
+        in_flight = admin.list_partition_reassignments(conn, list(desired)) if not prog.done else {}
+    percent = 100.0 * prog.bytes_done / prog.bytes_total if prog.bytes_total else (100.0 if prog.done else 0.0)
+    return {"done": prog.done, "text": str(prog), "partitions_done": prog.partitions_done,
+            "partitions_total": prog.partitions_total, "bytes_done": prog.bytes_done, "bytes_total": prog.bytes_total,
+            "percent": round(percent, 1), "eta_s": prog.eta_s, "in_flight": [f"{t}-{p}" for t, p in sorted(in_flight)]}
+
+
+def verify_moves(ctx: OperationContext, plan_data: Mapping[str, Any], before: Mapping[str, Any]) -> dict[str, Any]:
+    with ctx.connect() as conn:
+        result = verify.verify_live(conn, desired_of(plan_data), Cluster.from_dict(before))
+    ctx.audit.append("note", text=str(result))
+    if not result.ok:
+        raise engine.ReassignmentError(str(result))
+    return {"ok": True}
+
+
+def elect_leaders(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str, Any]:
+    keys = sorted(desired_of(plan_data))
+    with ctx.connect() as conn:
+        if keys:
+            admin.elect_preferred_leaders(conn, keys)
+    ctx.audit.append("note", text=f"preferred leaders elected on {len(keys)} partition(s)")
+    return {"partitions": len(keys)}
+
+
+def post_move_gate(ctx: OperationContext, plan_data: Mapping[str, Any], before: Mapping[str, Any]
+                   ) -> dict[str, Any]:
+    """The cluster after: snapshot it, record it, and gate it against the plan and ``before``."""
+    with ctx.connect() as conn:
+        after = admin.snapshot(conn, include_internal=True)
+        in_flight = admin.list_partition_reassignments(conn)
+    ctx.audit.append("snapshot", stage="after", cluster=after.to_dict())
+    return lifecycle.gate(ctx, "post_move", frames.post_move_frame(Cluster.from_dict(before), after, desired_of(plan_data),
+                                                        in_flight=in_flight))
+
+
+def stop_drained(ctx: OperationContext) -> dict[str, Any]:
+    """After a drain, stop the drained brokers through the role (a cluster spec inventory only)."""
+    p = ctx.params
+    if not p.stop_drained or not p.drain_brokers:
+        return {"stopped": []}
+    path = Path(p.inventory)
+    if path.suffix == ".json":
+        spec = provision.ClusterSpec.load(path)
+        hosts = [spec.node(b).hostname for b in p.drain_brokers]
+        provision.cluster_down(spec, limit=hosts)
+    elif p.inventory:
+        provision.run_playbook("cluster_down.yml", path, limit=",".join(f"kafka-{b}" for b in p.drain_brokers))
+    else:
+        raise ConfigError("stop_drained needs the inventory param to reach the drained brokers")
+    ctx.audit.append("note", text=f"drained brokers {list(p.drain_brokers)} stopped")
+    return {"stopped": list(p.drain_brokers)}

@@ -1,0 +1,412 @@
+"""Partition increase: grow a topic in place, or migrate it to a new topic with the new count.
+
+    begin -> preflight gate -> plan -> approval -> execute -> verify -> cut-over -> finish
+
+* ``in_place``: ``create_partitions`` with the new partitions placed by :func:`place_new_partitions`
+  (balanced replica and leader counts, rack-aware). For a keyed topic, murmur2(key) % N changes,
+  so per-key order breaks; it is refused unless ``accept_ordering_break``, and the refusal says
+  how many keys of a bounded sample would change partition.
+* ``migrate``: create the target (``<topic>.v2`` or the next free version) with the new count and
+  the source's topic configs, plus a one-partition dead-letter topic; run the rekey backfill
+  (:mod:`spark_apps.rekey_backfill`, local Spark in a subprocess); gate its integrity report with
+  ``expectations/backfill.json``; cut over: record, per consumer group of the source, its
+  committed offsets translated to target offsets through the lineage headers (and with
+  ``cutover_group_suffix`` commit them for ``<group><suffix>``).
+
+The plan is a value (:class:`PartitionPlan`, JSON); the step functions take the shared
+:class:`kafkaops.reassign.steps.OperationContext` (with :class:`PartitionParams`) and return JSON-safe
+values, appending to the run's audit record. Nothing here imports Airflow.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafkaops.platform import admin
+from kafkaops.rekey import backfill
+from kafkaops.platform import state
+from kafkaops.platform import lifecycle
+from kafkaops.rekey.backfill import BackfillPlan
+from kafkaops.errors import ConfigError, KafkaOpsError
+from kafkaops.model import Cluster
+from kafkaops.rekey.partitioner import partition_for
+from kafkaops.platform.paths import REPO_ROOT, state_dir
+
+log = logging.getLogger(__name__)
+
+KIND = "partition_increase"
+MODES = ("in_place", "migrate")
+
+
+class OrderingBreakRefused(KafkaOpsError):
+    """An in-place increase of a keyed topic without ``accept_ordering_break``."""
+
+
+@dataclass(frozen=True)
+class PartitionParams:
+    """What the operator asked for; validated before anything changes."""
+
+    topic: str
+    new_partition_count: int
+    mode: str = "migrate"
+    key_rule: str = "record_key"
+    target_topic: str = ""
+    accept_ordering_break: bool = False
+    sample_records: int = 1000
+    cutover_group_suffix: str = ""
+    approval: str = "manual"
+    dry_run: bool = True
+    kind: str = KIND
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> PartitionParams:
+        try:
+            result = cls(topic=str(params.get("topic") or ""),
+                         new_partition_count=int(params.get("new_partition_count") or 0),
+                         mode=str(params.get("mode", "migrate")), key_rule=str(params.get("key_rule") or "record_key"),
+                         target_topic=str(params.get("target_topic") or ""),
+                         accept_ordering_break=bool(params.get("accept_ordering_break", False)),
+                         sample_records=int(params.get("sample_records", 1000)),
+                         cutover_group_suffix=str(params.get("cutover_group_suffix") or ""),
+                         approval=str(params.get("approval", "manual")), dry_run=bool(params.get("dry_run", True)))
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"bad partition-increase parameters: {err}; see the DAG's params form") from err
+        result.validate()
+        return result
+
+    def validate(self) -> None:
+        problems = []
+        if not self.topic:
+            problems.append("topic is empty; name the topic to grow")
+        if self.new_partition_count < 1:
+            problems.append(f"new_partition_count is {self.new_partition_count}; give the new total count")
+        if self.mode not in MODES:
+            problems.append(f"mode {self.mode!r} is unknown; use one of {', '.join(MODES)}")
+        if self.approval not in lifecycle.APPROVAL_MODES:
+            problems.append(f"approval {self.approval!r} is unknown; use one of {', '.join(lifecycle.APPROVAL_MODES)}")
+        if self.sample_records < 1:
+            problems.append(f"sample_records is {self.sample_records}; give at least 1")
+        if self.target_topic and self.target_topic == self.topic:
+            problems.append(f"target_topic {self.target_topic!r} is the source topic; name a new topic")
+        try:
+            backfill.KeyRule(self.key_rule)
+        except backfill.BackfillError as err:
+            problems.append(str(err))
+        if problems:
+            raise ConfigError("refusing the partition increase, nothing was changed: " + "; ".join(problems))
+
+
+# -- pure planning ------------------------------------------------------------------------------------------
+
+def place_new_partitions(cluster: Cluster, topic: str, new_total: int) -> tuple[tuple[int, ...], ...]:
+    """Replica lists of the partitions ``topic`` gains growing to ``new_total``: each on distinct
+    brokers, spread over as many racks as possible, on the brokers with the fewest replicas (the
+    whole cluster's, then the topic's), led by the chosen broker with the fewest preferred leaders."""
+    existing = cluster.partitions_of(topic)
+    if new_total <= len(existing):
+        raise ConfigError(f"topic {topic} has {len(existing)} partitions; new_partition_count {new_total} must be "
+                          "larger (Kafka cannot remove partitions)")
+    rf = max(p.replication_factor for p in existing)
+    online = [b for b in cluster.brokers if b.online]
+    if rf > len(online):
+        raise ConfigError(f"topic {topic} has replication factor {rf} but only {len(online)} broker(s) are online; "
+                          "bring brokers back before adding partitions")
+    total = Counter({b.id: 0 for b in online}) + Counter(cluster.replicas_per_broker())
+    in_topic = Counter(r for p in existing for r in p.replicas)
+    leaders = Counter(p.replicas[0] for p in existing)
+    rack = {b.id: b.rack for b in online}
+    out = []
+    for _ in range(new_total - len(existing)):
+        chosen: list[int] = []
+        for _slot in range(rf):
+            used = {rack[b] for b in chosen}
+            best = min((b.id for b in online if b.id not in chosen),
+                       key=lambda b: (rack[b] is not None and rack[b] in used, in_topic[b], total[b], b))
+            chosen.append(best)
+        leader = min(chosen, key=lambda b: (leaders[b], chosen.index(b)))
+        chosen.remove(leader)
+        replicas = (leader, *chosen)
+        for b in replicas:
+            total[b] += 1
+            in_topic[b] += 1
+        leaders[leader] += 1
+        out.append(replicas)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class KeyChange:
+    """How a partition count change moves the keys of a sample of records."""
+
+    sampled_records: int
+    keyed_records: int
+    distinct_keys: int
+    moved_keys: int
+    moved_records: int
+    old_partitions: int
+    new_partitions: int
+
+    @property
+    def keyed(self) -> bool:
+        return self.keyed_records > 0
+
+    def summary(self) -> str:
+        if not self.keyed:
+            return f"no key in {self.sampled_records} sampled record(s): the topic is not keyed"
+        share = 100.0 * self.moved_records / self.keyed_records
+        return (f"{self.moved_keys} of {self.distinct_keys} distinct keys ({self.moved_records} of "
+                f"{self.keyed_records} keyed records, {share:.1f}%) in a sample of {self.sampled_records} would "
+                f"change partition going from {self.old_partitions} to {self.new_partitions} partitions")
+
+
+def key_change(keys: Iterable[bytes | None], old: int, new: int) -> KeyChange:
+    """Measure on sampled record keys (``None`` for an unkeyed record) how many keys change partition."""
+    sampled = keyed = moved_records = 0
+    moved: dict[bytes, bool] = {}
+    for key in keys:
+        sampled += 1
+        if key is None:
+            continue
+        keyed += 1
+        if key not in moved:
+            moved[key] = partition_for(key, old) != partition_for(key, new)
+        moved_records += moved[key]
+    return KeyChange(sampled, keyed, len(moved), sum(moved.values()), moved_records, old, new)
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """An in-place growth (``assignment`` of the new partitions) or a migration (``backfill``)."""
+
+    mode: str
+    topic: str
+    current_partitions: int
+    new_partitions: int
+    replication_factor: int
+    assignment: tuple[tuple[int, ...], ...] = ()
+    key_change: Mapping[str, Any] = field(default_factory=dict)
+    backfill: Mapping[str, Any] | None = None
+    target_configs: Mapping[str, str] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        if self.mode == "in_place":
+            return (f"grow {self.topic} in place from {self.current_partitions} to {self.new_partitions} partitions; "
+                    f"new partitions on {[list(r) for r in self.assignment]}")
+        plan = BackfillPlan.from_dict(self.backfill or {})
+        return (f"migrate {self.topic} ({self.current_partitions} partitions, {plan.records} records in the "
+                f"snapshot) to {plan.target_topic} with {self.new_partitions} partitions keyed by {plan.key_rule}; "
+                f"dead letters to {plan.dead_letter_topic}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "topic": self.topic, "current_partitions": self.current_partitions,
+                "new_partitions": self.new_partitions, "replication_factor": self.replication_factor,
+                "assignment": [list(r) for r in self.assignment], "key_change": dict(self.key_change),
+                "backfill": dict(self.backfill) if self.backfill else None,
+                "target_configs": dict(self.target_configs)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PartitionPlan:
+        return cls(mode=data["mode"], topic=data["topic"], current_partitions=data["current_partitions"],
+                   new_partitions=data["new_partitions"], replication_factor=data["replication_factor"],
+                   assignment=tuple(tuple(r) for r in data.get("assignment", ())),
+                   key_change=data.get("key_change") or {}, backfill=data.get("backfill"),
+                   target_configs=data.get("target_configs") or {})
+
+
+def integrity_frames(report: backfill.IntegrityReport) -> dict[str, Any]:
+    """The frames of the backfill gate: ``partitions`` (one row per output partition) and ``totals``."""
+    import pandas as pd
+
+    partitions = pd.DataFrame(report.rows(), columns=["name", "topic", "partition", "records", "keys", "misplaced",
+                                                      "split_keys", "order_breaks", "duplicate_lineages",
+                                                      "unknown_lineages"])
+    totals = pd.DataFrame([report.totals()])
+    return {"partitions": partitions.reset_index(drop=True), "totals": totals}
+
+
+# -- steps (I/O) ----------------------------------------------------------------------------------------------
+
+def context(dag_id: str, run_id: str, conn_config: Mapping[str, str], params: Mapping[str, Any],
+            triggered_by: str = "unknown") -> lifecycle.OperationContext:
+    """The shared operation context, carrying :class:`PartitionParams`."""
+    return lifecycle.OperationContext(dag_id=dag_id, run_id=run_id, conn_config=conn_config,
+                                      params=PartitionParams.from_params(params),  # type: ignore[arg-type]
+                                      triggered_by=triggered_by)
+
+
+def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dict[str, Any]:
+    """Plan on the snapshot; an in-place growth of a keyed topic is refused here unless accepted."""
+    p: PartitionParams = ctx.params  # type: ignore[assignment]
+    cluster = Cluster.from_dict(before)
+    parts = cluster.partitions_of(p.topic)
+    current = len(parts)
+    if p.new_partition_count <= current:
+        raise ConfigError(f"topic {p.topic} has {current} partitions; new_partition_count {p.new_partition_count} "
+                          "must be larger")
+    ranges = {x.partition: (x.start_offset or 0, x.end_offset or 0) for x in parts}
+    rf = max(x.replication_factor for x in parts)
+    per_partition = max(1, -(-p.sample_records // current))
+    sampled = admin.sample(ctx.conn_config, p.topic, ranges, per_partition)
+    if p.mode == "in_place":
+        change = key_change((r.key for r in sampled), current, p.new_partition_count)
+        if change.keyed and not p.accept_ordering_break:
+            text = (f"refusing to grow keyed topic {p.topic} in place: {change.summary()}, so their records would "
+                    "sit in two partitions and per-key order breaks for consumers. Use mode=migrate (rekey "
+                    "into a new topic), or set accept_ordering_break=true if consumers do not rely on key order")
+            ctx.audit.append("note", text=text, refused=True, key_change=change.__dict__)
+            raise OrderingBreakRefused(text)
+        plan = PartitionPlan("in_place", p.topic, current, p.new_partition_count, rf,
+                             assignment=place_new_partitions(cluster, p.topic, p.new_partition_count),
+                             key_change={**change.__dict__, "summary": change.summary()})
+    else:
+        with ctx.connect() as conn:
+            topics = conn.admin.list_topics(timeout=conn.timeout_s).topics
+            configs = admin.describe_configs(conn, "topic", [p.topic])[p.topic]
+        target = p.target_topic or backfill.next_target_topic(p.topic, topics)
+        bf = BackfillPlan(p.topic, tuple((k, s, e) for k, (s, e) in sorted(ranges.items())), target,
+                          p.new_partition_count, p.key_rule)
+        dead = sum(1 for r in sampled if backfill.extract_key(r.key, r.value, bf.rule) is None)
+        plan = PartitionPlan("migrate", p.topic, current, p.new_partition_count, rf, backfill=bf.to_dict(),
+                             key_change={"sampled_records": len(sampled), "dead_letters_in_sample": dead},
+                             target_configs=configs)
+    data = {"plan": plan.to_dict(), "summary": plan.summary()}
+    ctx.audit.append("plan", **data)
+    log.info("plan: %s", plan.summary())
+    return data
+
+
+def execute_in_place(ctx: lifecycle.OperationContext, plan: PartitionPlan) -> dict[str, Any]:
+    with ctx.connect() as conn:
+        grown = admin.create_partitions(conn, plan.topic, plan.new_partitions, plan.assignment)
+    ctx.audit.append("note", text=f"{plan.topic}: {'grown' if grown else 'already had'} {plan.new_partitions} "
+                                  "partitions")
+    return {"grown": grown}
+
+
+def create_target(ctx: lifecycle.OperationContext, plan: PartitionPlan) -> dict[str, Any]:
+    """The target topic (new count, the source's configs and RF) and its one-partition dead-letter topic."""
+    bf = BackfillPlan.from_dict(plan.backfill or {})
+    with ctx.connect() as conn:
+        created = admin.create_topic(conn, bf.target_topic, bf.target_partitions, plan.replication_factor,
+                                     plan.target_configs)
+        dlq = admin.create_topic(conn, bf.dead_letter_topic, 1, plan.replication_factor)
+    ctx.audit.append("note", text=f"target {bf.target_topic} ({bf.target_partitions} partitions) "
+                                  f"{'created' if created else 'exists'}; dead-letter {bf.dead_letter_topic} "
+                                  f"{'created' if dlq else 'exists'}")
+    return {"target_created": created, "dead_letter_created": dlq}
+
+
+def run_backfill(ctx: lifecycle.OperationContext, plan: PartitionPlan, *, timeout_s: float = 3600.0
+                 ) -> dict[str, Any]:
+    """Run :mod:`spark_apps.rekey_backfill` (run + verify) in a local Spark subprocess; resume-safe."""
+    bf = BackfillPlan.from_dict(plan.backfill or {})
+    work = state_dir() / "backfill" / ctx.dag_id / ctx.run_id.replace(":", "_").replace("+", "_")
+    work.mkdir(parents=True, exist_ok=True)
+    plan_file, report_file, log_file = work / "plan.json", work / "report.json", work / "spark.log"
+    plan_file.write_text(bf.to_json())
+    report_file.unlink(missing_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "plugins"), str(REPO_ROOT),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "spark_apps.rekey_backfill", "run", "--verify", "--plan", str(plan_file),
+           "--bootstrap", ctx.conn_config["bootstrap.servers"], "--report", str(report_file)]
+    ctx.audit.append("note", text=f"backfill started: {' '.join(cmd)} (log {log_file})")
+    with log_file.open("w") as out:
+        try:
+            done = subprocess.run(cmd, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                  timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired as err:
+            raise KafkaOpsError(f"backfill {bf.source_topic} -> {bf.target_topic} did not finish within "
+                                f"{timeout_s:.0f} s (log {log_file}); run it again: it resumes where it stopped") \
+                from err
+    if not report_file.exists():
+        tail = log_file.read_text(errors="replace")[-1500:]
+        raise KafkaOpsError(f"backfill {bf.source_topic} -> {bf.target_topic} failed (exit {done.returncode}); "
+                            f"it resumes safely when run again. Log {log_file} ends: {tail}")
+    result = json.loads(report_file.read_text())
+    ctx.audit.append("note", text=f"backfill wrote {bf.target_topic}", run=result.get("run"))
+    return result
+
+
+def backfill_gate(ctx: lifecycle.OperationContext, result: Mapping[str, Any]) -> dict[str, Any]:
+    """Gate the integrity report with ``expectations/backfill.json``, then require it outright too."""
+    report = backfill.IntegrityReport.from_dict(result["integrity"])
+    gate = lifecycle.gate(ctx, "backfill", integrity_frames(report))
+    report.require()
+    return {"gate": gate, "totals": report.totals()}
+
+
+def verify_in_place(ctx: lifecycle.OperationContext, plan: PartitionPlan) -> dict[str, Any]:
+    with ctx.connect() as conn:
+        snap = admin.snapshot(conn, topics=[plan.topic], sizes=False, groups=False)
+    parts = snap.partitions_of(plan.topic)
+    problems = []
+    if len(parts) != plan.new_partitions:
+        problems.append(f"{plan.topic} has {len(parts)} partitions, the plan {plan.new_partitions}")
+    for i, replicas in enumerate(plan.assignment):
+        n = plan.current_partitions + i
+        if n < len(parts) and parts[n].replicas != tuple(replicas):
+            problems.append(f"{plan.topic}-{n} replicas {list(parts[n].replicas)}, plan {list(replicas)}")
+    if problems:
+        raise KafkaOpsError("in-place growth not as planned: " + "; ".join(problems) + "; check the topic and run "
+                            "again (create_partitions is skipped once the count is reached)")
+    ctx.audit.append("note", text=f"{plan.topic} has {len(parts)} partitions as planned")
+    return {"partitions": len(parts)}
+
+
+def cutover(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mapping[str, Any]) -> dict[str, Any]:
+    """Per consumer group of the source: committed source offsets -> target offsets (via lineage);
+    recorded in the audit, and committed for ``<group><suffix>`` when the suffix param is set."""
+    p: PartitionParams = ctx.params  # type: ignore[assignment]
+    bf = BackfillPlan.from_dict(plan.backfill or {})
+    with ctx.connect() as conn:
+        snap = admin.snapshot(conn, topics=[bf.source_topic, bf.target_topic], sizes=False)
+    committed: dict[str, dict[int, int]] = {}
+    for g in snap.groups:
+        offsets = {x.partition: x.committed for x in g.partitions if x.topic == bf.source_topic and x.committed}
+        if offsets:
+            committed[g.group_id] = offsets
+    ranges = {x.partition: (x.start_offset or 0, x.end_offset or 0) for x in snap.partitions_of(bf.target_topic)}
+    lineage: dict[int, list[tuple[int, str]]] = {k: [] for k in ranges}
+    if committed:
+        for r in admin.read_ranges(ctx.conn_config, bf.target_topic, ranges):
+            value = r.header(backfill.LINEAGE_HEADER)
+            lineage[r.partition].append((r.offset, value.decode() if value else f"?/{-1}/-1"))
+    translated = {}
+    for group, offsets in sorted(committed.items()):
+        table = backfill.translate_offsets(bf.source_topic, offsets, lineage)
+        translated[group] = {"source": {str(k): v for k, v in sorted(offsets.items())},
+                             "target": {str(k): v["offset"] for k, v in table.items()},
+                             "redelivered": sum(v["redelivered"] for v in table.values())}
+        if p.cutover_group_suffix:
+            new_group = f"{group}{p.cutover_group_suffix}"
+            with ctx.connect() as conn:
+                admin.commit_group_offsets(conn, new_group, bf.target_topic,
+                                           {k: v["offset"] for k, v in table.items()})
+            translated[group]["committed_for"] = new_group
+    ctx.audit.append("note", text=f"cut-over of {len(translated)} consumer group(s) from {bf.source_topic} to "
+                                  f"{bf.target_topic}", offset_translation=translated)
+    return {"target_topic": bf.target_topic, "groups": translated}
+
+
+def finish(ctx: lifecycle.OperationContext, cluster_id: str | None) -> dict[str, Any]:
+    """:func:`kafkaops.reassign.steps.finish`, with outcome ``refused`` for an ordering-break refusal."""
+    record = ctx.audit.summary()
+    refusal = next((n for n in record["notes"] if n.get("refused")), None)
+    if refusal is None:
+        return lifecycle.finish(ctx, cluster_id)
+    ctx.audit.append("outcome", outcome="refused", reason=refusal["text"])
+    released = state.release_lock(cluster_id, ctx.holder) if cluster_id else False
+    log.info("operation %s refused (%s); lock released: %s", ctx.holder, refusal["text"], released)
+    return {"outcome": "refused", "reason": refusal["text"], "record": str(ctx.audit.path)}
+
+
+def plan_of(plan_data: Mapping[str, Any]) -> PartitionPlan:
+    return PartitionPlan.from_dict(plan_data["plan"])
+

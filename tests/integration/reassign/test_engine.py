@@ -1,0 +1,259 @@
+"""The executor on a real cluster of its own: scale-out onto a broker added through the role,
+drain, cancel and kill mid-way, each verified, with no throttle left and no record lost."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from kafkaops.platform import admin
+from kafkaops.cli import datagen
+from kafkaops.reassign import engine
+from kafkaops.reassign import verify
+from kafkaops.reassign.engine import Key, ReassignmentCancelled, ReassignmentError
+from kafkaops.model import Cluster
+from tests.conftest import wait_for
+from tests.integration.conftest import GrowableCluster, Traffic, throttles_left, wait_for_no_throttles
+
+pytestmark = pytest.mark.integration
+
+PLUGINS = Path(__file__).resolve().parents[3] / "plugins"
+
+
+def whole(conn: admin.KafkaConnection, **kwargs: bool) -> Cluster:
+    return admin.snapshot(conn, include_internal=True, groups=False, **kwargs)
+
+
+def ensure_broker_4(cluster: GrowableCluster, conn: admin.KafkaConnection) -> None:
+    if not cluster.has_node(4):
+        cluster.add_broker(4, rack="rack-b")
+    wait_for(lambda: any(b.id == 4 for b in admin.describe_cluster(conn)[2]), timeout=60, what="broker 4 to register")
+
+
+def fill(conn: admin.KafkaConnection, topic: str, partitions: int, rf: int, records: int, record_bytes: int) -> Cluster:
+    admin.create_topic(conn, topic, partitions, rf)
+    datagen.produce(conn.config, topic, datagen.DatagenSpec(records=records, keys=200, skew="uniform",
+                                                            record_bytes=record_bytes, seed=5))
+    return admin.snapshot(conn, topics=[topic], groups=False)
+
+
+def replace_second(snap: Cluster, topic: str, partitions: int) -> dict[Key, tuple[int, ...]]:
+    """Each partition keeps its leader and swaps its second replica for a broker it lacks."""
+    desired = {}
+    for p in snap.partitions_of(topic)[:partitions]:
+        spare = min(b for b in snap.online_broker_ids if b not in p.replicas)
+        desired[p.key] = (p.replicas[0], spare) + p.replicas[2:]
+    return desired
+
+
+def assert_verified(conn: admin.KafkaConnection, desired: Mapping[Key, tuple[int, ...]], before: Cluster) -> None:
+    result = wait_for(lambda: (r := verify.verify_live(conn, desired, before)).ok and r, timeout=30,
+                      what="the reassignment to verify")
+    assert isinstance(result, verify.VerificationResult) and result.failures == ()
+
+
+def test_scale_out_onto_a_broker_added_by_the_role_under_load_loses_nothing(
+        own_cluster: GrowableCluster, own_conn: admin.KafkaConnection) -> None:
+    topic = f"scale-out-{time.monotonic_ns() % 10**6}"
+    fill(own_conn, topic, partitions=6, rf=2, records=3000, record_bytes=400)  # on brokers 1-3
+    result = own_cluster.add_broker(4, rack="rack-b")
+    assert set(result.changed) == {"kafka-4"}  # the three running nodes were not touched
+    ensure_broker_4(own_cluster, own_conn)
+
+    with Traffic(own_cluster.config, topic, 6) as traffic:
+        before = whole(own_conn)
+        # three partitions onto broker 4, as their preferred leader
+        desired = {p.key: (4, p.replicas[0]) for p in before.partitions_of(topic)[:3]}
+
+        dry = engine.execute(own_conn, desired, throttle_bytes_per_s=1_000_000, max_moves_per_broker=2)
+        assert dry.dry_run and dry.submitted == () and [len(b.moves) for b in dry.batches] == [2, 1]
+        assert admin.list_partition_reassignments(own_conn) == {}
+        assert all(whole(own_conn, offsets=False, sizes=False).partition(*k).replicas == before.partition(*k).replicas
+                   for k in desired)
+
+        report = engine.execute(own_conn, desired, throttle_bytes_per_s=1_000_000, max_moves_per_broker=2,
+                                  dry_run=False, poll_interval_s=0.5)
+        assert sorted(report.submitted) == sorted(desired) and len(report.batches) == 2
+        assert report.progress is not None and report.progress.done
+        assert report.progress.bytes_total >= sum(before.partition(*k).size_bytes or 0 for k in desired) > 0
+        assert set(report.throttles.brokers) == {4} | {b for k in desired for b in before.partition(*k).replicas}
+        assert report.throttles.topics == (topic,)
+        assert_verified(own_conn, desired, before)
+        wait_for_no_throttles(own_conn)
+
+        admin.elect_preferred_leaders(own_conn, [p.key for p in before.partitions_of(topic)])
+        wait_for(lambda: all(p.leader == p.replicas[0] for p in
+                             admin.snapshot(own_conn, topics=[topic], offsets=False, sizes=False,
+                                            groups=False).partitions),
+                 timeout=30, what=f"every partition of {topic} to be led by its first replica")
+        time.sleep(2)  # keep producing across the leader changes
+    traffic.check(at_least=500)
+
+
+def test_a_broker_is_drained_to_zero_replicas_in_capped_batches(
+        own_cluster: GrowableCluster, own_conn: admin.KafkaConnection) -> None:
+    ensure_broker_4(own_cluster, own_conn)
+    topic = f"drain-{time.monotonic_ns() % 10**6}"
+    fill(own_conn, topic, partitions=4, rf=2, records=1000, record_bytes=300)
+    victim = 3
+    before = whole(own_conn)
+    load = {b: n for b, n in before.replicas_per_broker().items() if b != victim}
+    desired = {}
+    for p in before.partitions:
+        if victim in p.replicas:
+            spare = min((b for b in load if b not in p.replicas), key=lambda b: (load[b], b))
+            load[spare] += 1
+            desired[p.key] = tuple(spare if r == victim else r for r in p.replicas)
+    assert len(desired) >= 4
+
+    report = engine.execute(own_conn, desired, throttle_bytes_per_s=10_000_000, max_moves_per_broker=2,
+                              dry_run=False, poll_interval_s=0.5)
+    assert len(report.batches) == -(-len(desired) // 2)  # the victim is in every move: 2 per batch
+    assert all(max(b.moves_per_broker().values()) <= 2 for b in report.batches)
+    assert_verified(own_conn, desired, before)
+    assert whole(own_conn, offsets=False, sizes=False).replicas_per_broker()[victim] == 0
+    wait_for_no_throttles(own_conn)
+
+
+def _slow_move(own_conn: admin.KafkaConnection, name: str) -> tuple[str, Cluster, dict[Key, tuple[int, ...]]]:
+    topic = f"{name}-{time.monotonic_ns() % 10**6}"
+    snap = fill(own_conn, topic, partitions=2, rf=2, records=8000, record_bytes=500)  # ~2 MB a partition
+    return topic, snap, replace_second(snap, topic, 2)
+
+
+@pytest.mark.parametrize("how", ["engine.cancel", "standalone cancel()"])
+def test_cancel_mid_way_leaves_a_healthy_cluster_without_throttles(
+        own_cluster: GrowableCluster, own_conn: admin.KafkaConnection, how: str) -> None:
+    topic, before, desired = _slow_move(own_conn, "cancel")
+    run = engine.Executor(own_cluster.connect(), desired, throttle_bytes_per_s=50_000, dry_run=False,
+                            poll_interval_s=0.5)
+    outcome: list[BaseException | engine.ExecutionReport] = []
+
+    def target() -> None:
+        try:
+            outcome.append(run.execute())
+        except BaseException as err:  # noqa: BLE001 - handed to the test thread
+            outcome.append(err)
+        finally:
+            run.conn.close()
+
+    with Traffic(own_cluster.config, topic, 2) as traffic:
+        thread = threading.Thread(target=target, daemon=True)
+        started = time.time()
+        thread.start()
+        wait_for(lambda: set(admin.list_partition_reassignments(own_conn)) == set(desired), timeout=30,
+                 what="both moves to be in flight")
+        adding = {k: v[1] for k, v in desired.items()}
+        wait_for(lambda: all(f"{p}:{b}" in throttles_left(own_conn).get(f"topic {topic}", {}).get(
+            engine.FOLLOWER_REPLICAS, "") for (_, p), b in adding.items()), timeout=20,
+                 what="the adding replicas to be follower-throttled")
+        assert throttles_left(own_conn)[f"broker {adding[(topic, 0)]}"] == {
+            engine.LEADER_RATE: "50000", engine.FOLLOWER_RATE: "50000"}
+        mid = engine.progress(own_conn, desired, before, started_at=started)
+        assert mid.partitions_in_flight == 2 and mid.bytes_done < mid.bytes_total and not mid.done
+
+        if how == "engine.cancel":
+            run.cancel()
+        else:  # as a teardown task in another process would: no record, only the partitions
+            assert engine.cancel(own_conn, desired) == tuple(sorted(desired))
+        thread.join(60)
+        assert not thread.is_alive()
+        assert len(outcome) == 1 and isinstance(outcome[0], ReassignmentError)
+        if how == "engine.cancel":
+            assert isinstance(outcome[0], ReassignmentCancelled) and "reverted 2 move(s)" in str(outcome[0])
+
+        wait_for(lambda: admin.list_partition_reassignments(own_conn) == {}, timeout=30, what="nothing in flight")
+        wait_for(lambda: not whole(own_conn, offsets=False, sizes=False).under_replicated, timeout=60,
+                 what="no under-replicated partition")
+        after = admin.snapshot(own_conn, topics=[topic], offsets=False, sizes=False, groups=False)
+        assert {k: after.partition(*k).replicas for k in desired} == {k: before.partition(*k).replicas for k in desired}
+        wait_for_no_throttles(own_conn)
+    traffic.check(at_least=100)
+
+
+def test_a_stalled_batch_names_its_partitions_and_the_replicas_missing_from_the_isr(
+        own_conn: admin.KafkaConnection) -> None:
+    topic, before, desired = _slow_move(own_conn, "stall")
+    with pytest.raises(engine.ReassignmentStalled) as caught:
+        engine.execute(own_conn, desired, throttle_bytes_per_s=50_000, dry_run=False, batch_timeout_s=2,
+                         poll_interval_s=0.5)
+    message = str(caught.value)
+    for (t, p), replicas in desired.items():
+        assert f"{t}-{p} (adding [{replicas[1]}], not in ISR: [{replicas[1]}])" in message
+    assert "did not finish within 2 s" in message and "cancel(conn, partitions)" in message
+    # the throttles are gone (so the moves, still in flight, may finish any moment); cancel cleans up
+    wait_for_no_throttles(own_conn)
+    engine.cancel(own_conn, desired)
+    wait_for(lambda: admin.list_partition_reassignments(own_conn) == {}, timeout=30, what="nothing in flight")
+    wait_for(lambda: not whole(own_conn, offsets=False, sizes=False).under_replicated, timeout=60,
+             what="no under-replicated partition after the cancel")
+    after = admin.snapshot(own_conn, topics=[topic], offsets=False, sizes=False, groups=False)
+    assert all(after.partition(*k).replicas in (before.partition(*k).replicas, v) for k, v in desired.items())
+
+
+RUN_EXECUTOR = """
+import json, logging, sys
+from kafkaops.platform import admin
+from kafkaops.reassign import engine
+logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+desired = {(t, p): tuple(r) for t, p, r in json.loads(sys.argv[2])}
+with admin.connect(sys.argv[1], timeout_s=15) as conn:
+    report = engine.execute(conn, desired, throttle_bytes_per_s=int(sys.argv[3]), dry_run=False, poll_interval_s=0.5)
+print(json.dumps(report.to_dict()))
+"""
+
+
+def test_a_killed_run_is_resumed_without_resubmitting(
+        own_cluster: GrowableCluster, own_conn: admin.KafkaConnection, tmp_path: Path) -> None:
+    topic, before, desired = _slow_move(own_conn, "resume")
+    args = json.dumps([[t, p, list(r)] for (t, p), r in desired.items()])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")]))}
+    with Traffic(own_cluster.config, topic, 2) as traffic, open(tmp_path / "run.log", "w") as out:
+        proc = subprocess.Popen([sys.executable, "-c", RUN_EXECUTOR, own_cluster.bootstrap, args, "50000"],
+                                stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            wait_for(lambda: set(admin.list_partition_reassignments(own_conn)) == set(desired), timeout=60,
+                     what=f"the subprocess's moves to be in flight (log: {tmp_path / 'run.log'})")
+            wait_for(lambda: f"topic {topic}" in throttles_left(own_conn), timeout=20, what="its throttles")
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(30)
+        assert proc.returncode == -signal.SIGKILL
+        # killed: the moves and their throttles are still there
+        assert set(admin.list_partition_reassignments(own_conn)) == set(desired)
+        assert f"topic {topic}" in throttles_left(own_conn)
+
+        report = engine.execute(own_conn, desired, throttle_bytes_per_s=20_000_000, dry_run=False,
+                                  poll_interval_s=0.5)
+        assert report.submitted == () and report.batches == ()
+        assert {m.key for m in report.resumed} == set(desired)
+        assert all(m.before == before.partition(*m.key).replicas for m in report.resumed)
+        assert_verified(own_conn, desired, before)
+        wait_for_no_throttles(own_conn)
+        again = engine.execute(own_conn, desired, throttle_bytes_per_s=20_000_000, dry_run=False)
+        assert again.already_done == tuple(sorted(desired)) and again.submitted == () and again.resumed == ()
+    traffic.check(at_least=100)
+
+
+def test_bad_input_is_refused_before_any_change(own_conn: admin.KafkaConnection) -> None:
+    topic = f"refuse-{time.monotonic_ns() % 10**6}"
+    admin.create_topic(own_conn, topic, 2, 2)
+    cases = {
+        ((topic, 7), (1, 2)): f"partition {topic}-7 does not exist; {topic} has partitions 0..1",
+        ((topic, 0), (1, 99)): f"{topic}-0: replicas \\[1, 99\\] name broker\\(s\\) \\[99\\] that are not registered",
+        ((topic, 0), (2, 2)): "name broker\\(s\\) \\[2\\] more than once",
+        (("no-such-topic", 0), (1, 2)): "no-such-topic",
+    }
+    for (key, replicas), message in cases.items():
+        with pytest.raises(engine.InvalidReassignment, match=message):
+            engine.execute(own_conn, {key: replicas}, throttle_bytes_per_s=1_000, dry_run=False)
+    assert admin.list_partition_reassignments(own_conn) == {}
+    assert throttles_left(own_conn) == {}

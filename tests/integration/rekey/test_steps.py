@@ -1,0 +1,136 @@
+"""The rows of the backfill (spark_apps.rekey_backfill.rekey_rows over the jvm/spark-udf functions NewKey,
+KafkaKeyHash and OrderClock) against the Python reference of kafkaops.rekey.backfill, on rows made in Spark
+(no Kafka cluster): the new key and dead-letter reason (extract_key_or_reason), the output partition
+(partition_for), the order timestamp (OrderClock), the key spread of a direct copy, and offsets going
+backwards refused."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kafkaops.rekey import backfill
+from kafkaops.rekey.backfill import BackfillPlan, OrderClock
+from kafkaops.rekey.partitioner import partition_for
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = "partition int, offset bigint, ts bigint, key binary, value binary"
+
+
+def plan(rule: str) -> BackfillPlan:
+    return BackfillPlan("orders", ((0, 0, 100), (1, 0, 100)), "orders.v2", 12, rule)
+
+
+def step(spark, rows: list[tuple], rule: str) -> list:
+    from spark_apps import rekey_backfill
+
+    rekey_backfill.register_functions(spark, plan(rule))
+    frame = spark.createDataFrame(rows, SCHEMA).coalesce(1)  # one task, rows in the order given
+    return rekey_backfill.rekey_rows(frame, plan(rule), ordered=True).collect()
+
+
+NOT_JSON = "the value is not JSON: "
+
+
+def comparable(reason: str | None) -> str | None:
+    """A reason with the parser's own words cut off (Jackson and CPython word a syntax error apart)."""
+    return NOT_JSON if reason is not None and reason.startswith(NOT_JSON) else reason
+
+
+def expected(rows: list[tuple], rule: str) -> list[tuple]:
+    p = plan(rule)
+    clock = OrderClock()
+    out = []
+    for partition, offset, ts, key, value in rows:
+        new_key, reason = backfill.extract_key_or_reason(key, value, p.rule)
+        order = clock.tick(partition, offset, ts, new_key)
+        topic, target = (p.target_topic, partition_for(new_key, 12)) if new_key is not None else (p.dead_letter_topic, 0)
+        out.append((topic, target, order, partition, offset, new_key, value, comparable(reason)))
+    return out
+
+
+def actual(rows: list) -> list[tuple]:
+    return [(r.out_topic, r.out_partition, r.order_ts, r.src_partition, r.src_offset,
+             None if r.key is None else bytes(r.key), None if r.value is None else bytes(r.value), comparable(r.reason))
+            for r in rows]
+
+
+MIXED = [
+    (0, 0, 100, b"r1", json.dumps({"account": "a-1", "n": 1}).encode()),
+    (0, 1, 90, b"r2", json.dumps({"account": "a-1", "n": 2}).encode()),  # clock went back: order stays 100
+    (0, 2, 95, None, b"not json"),
+    (0, 3, 96, b"r3", json.dumps({"other": 1}).encode()),
+    (0, 4, 97, b"r4", None),
+    (0, 5, 98, b"r5", json.dumps({"account": 7}).encode()),
+    (0, 6, 99, b"r6", json.dumps({"account": 1e16}).encode()),
+    (0, 7, 120, b"r7", json.dumps({"account": "\u00e9t\u00e9 \U0001F600"}).encode()),
+    (0, 8, 101, b"r8", b'{"account": "first", "account": "last"}'),
+    (0, 9, 102, b"r9", b'{"account": null}'),
+    (1, 0, 80, b"r1", json.dumps({"account": "a-1"}).encode()),
+    (1, 1, 130, b"r2", json.dumps({"account": ["x"]}).encode()),
+    (1, 2, 70, b"r3", json.dumps({"account": "a-1"}).encode()),
+]
+
+
+@pytest.mark.parametrize("rule", ["field:account", "jsonpath:$.account", "record_key"])
+def test_the_jvm_step_gives_what_the_python_reference_gives(spark, rule) -> None:
+    got = actual(step(spark, MIXED, rule))
+    assert got == expected(MIXED, rule)
+    reasons = [r[-1] for r in got]
+    if rule == "record_key":
+        assert reasons.count(backfill.NO_KEY) == 1
+    else:  # every kind of dead letter is present, and the keyed records are placed
+        assert {r.split(":")[0] if r else None for r in reasons} >= {
+            None, "the value is not JSON", "the record has no value (a tombstone)", "the key field is null"}
+        assert got[8][5] == b"last" and got[6][5] == b"1e+16"
+
+
+def test_the_direct_copy_by_a_value_rule_places_in_offset_order_and_reports_keys_in_two_source_partitions(
+        spark) -> None:
+    from spark_apps import rekey_backfill
+
+    def direct(rows: list[tuple], slices: int) -> tuple[list[tuple], int | None]:
+        spread = rekey_backfill.key_spread(spark)
+        rekey_backfill.register_functions(spark, plan("field:account"), spread)
+        frame = spark.createDataFrame(rows, SCHEMA).repartition(slices, "partition").sortWithinPartitions("offset")
+        got = actual(rekey_backfill.rekey_rows(frame, plan("field:account")).collect())
+        return sorted(got, key=lambda r: (r[3], r[4])), rekey_backfill.spanning_keys_of(spark, spread)
+
+    got, spanning = direct(MIXED, 2)
+    assert {r[2] for r in got} == {0}  # no order timestamp: offset order is the order
+    assert [r[:2] + r[3:] for r in got] == [r[:2] + r[3:] for r in expected(MIXED, "field:account")]
+    assert spanning == 1  # a-1 is in source partitions 0 and 1
+    assert direct([r for r in MIXED if r[0] == 0], 1)[1] == 0
+
+
+def test_offsets_going_backwards_in_a_source_partition_are_refused(spark) -> None:
+    rows = [(0, 4, 1, b"a", b'{"k": 1}'), (0, 3, 2, b"b", b'{"k": 2}')]
+    with pytest.raises(Exception, match="offset 3 came after 4"):
+        step(spark, rows, "field:k")
+
+
+def test_the_merged_copy_gives_each_output_partition_a_task_of_its_own_in_order(spark) -> None:
+    """output_frame: target partition p in Spark task p, the dead letters in task N, each task in
+    (order timestamp, source partition, source offset) order, whatever the topic names hash to."""
+    from pyspark.sql import functions as F
+
+    from spark_apps import rekey_backfill
+
+    rows = [(p, o, 1000 - o % 7, f"r{o % 50}".encode(), json.dumps({"account": f"a-{o % 40}"}).encode())
+            for p in (0, 1) for o in range(100)] + [(1, 100, 5, b"x", b"not json")]
+    rekey_backfill.register_functions(spark, plan("field:account"))
+    planned = rekey_backfill.rekey_rows(spark.createDataFrame(rows, SCHEMA).repartition(2, "partition")
+                                        .sortWithinPartitions("offset"), plan("field:account"), ordered=True)
+    out = rekey_backfill.output_frame(planned, plan("field:account")).select(
+        "topic", "partition", F.spark_partition_id().alias("task"), "headers").collect()
+    want = {(r[3], r[4]): r[2] for r in expected(sorted(rows), "field:account")}  # (partition, offset) -> order
+    tasks: dict[int, list[tuple[int, int, int]]] = {}
+    for r in out:
+        lineage = bytes(r.headers[0]["value"]).decode().split("/")
+        source = (int(lineage[1]), int(lineage[2]))
+        assert r.task == (r.partition if r.topic == "orders.v2" else 12), r
+        tasks.setdefault(r.task, []).append((want[source], *source))
+    assert len(out) == len(rows) and len(tasks) >= 10  # 40 keys over 12 partitions
+    for task, order in tasks.items():
+        assert order == sorted(order), f"task {task} is not in (order_ts, partition, offset) order"

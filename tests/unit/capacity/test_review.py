@@ -1,0 +1,197 @@
+"""Capacity review formulas against values computed here, rules firing and not, bad input."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kafkaops.capacity import review as capacity
+from kafkaops.capacity.review import (CapacityError, CapacityTargets, ReviewPoint, Thresholds, TopicTarget,
+                               recommend_brokers, recommend_key_change, recommend_partitions, review, throughput)
+from kafkaops.errors import KafkaOpsError
+from kafkaops.model import Broker, Cluster, ConsumerGroup, GroupPartitionLag, PartitionAssignment
+
+GB = 1_000_000_000
+
+
+def cluster(*, t: float, offsets: dict[int, int], sizes: dict[int, int] | None = None, brokers: int = 3,
+            disk: tuple[int, int] | None = (100 * GB, 50 * GB), groups=(), topic: str = "orders",
+            extra: tuple[PartitionAssignment, ...] = ()) -> Cluster:
+    ids = list(range(1, brokers + 1))
+    parts = tuple(PartitionAssignment(topic, p, tuple(ids[(p + i) % brokers] for i in range(min(2, brokers))),
+                                      leader=ids[p % brokers], isr=(), start_offset=0, end_offset=o,
+                                      size_bytes=(sizes or {}).get(p))
+                  for p, o in offsets.items())
+    return Cluster(brokers=tuple(Broker(i, disk_total_bytes=disk[0] if disk else None,
+                                        disk_usable_bytes=disk[1] if disk else None) for i in ids),
+                   partitions=parts + extra, cluster_id="c1", groups=tuple(groups), taken_at=t)
+
+
+def group(gid: str, members: int, lags: dict[int, tuple[int, int]], topic: str = "orders") -> ConsumerGroup:
+    return ConsumerGroup(gid, "STABLE", members,
+                         tuple(GroupPartitionLag(topic, p, c, e) for p, (c, e) in lags.items()))
+
+
+# -- throughput ----------------------------------------------------------------------------------------------
+
+def test_throughput_is_the_offset_and_size_delta_over_the_time_between_snapshots() -> None:
+    a = cluster(t=100.0, offsets={0: 100, 1: 50, 2: 0}, sizes={0: 1000, 1: 500, 2: 0})
+    b = cluster(t=110.0, offsets={0: 300, 1: 70, 2: 0}, sizes={0: 3000, 1: 700, 2: 0})
+    parts = {(p.topic, p.partition): p for p in throughput(a, b)}
+    assert parts[("orders", 0)].records_per_s == pytest.approx((300 - 100) / 10)
+    assert parts[("orders", 1)].records_per_s == pytest.approx((70 - 50) / 10)
+    assert parts[("orders", 0)].bytes_per_s == pytest.approx((3000 - 1000) / 10)
+    assert parts[("orders", 2)].records_per_s == 0
+    [topic] = capacity.topic_throughput(parts.values())
+    assert topic.records_per_s == pytest.approx(22.0) and topic.bytes_per_s == pytest.approx(220.0)
+
+
+def test_throughput_works_from_stored_points_and_without_sizes() -> None:
+    a = ReviewPoint.from_dict(ReviewPoint.of(cluster(t=0.0, offsets={0: 10})).to_dict())
+    b = cluster(t=4.0, offsets={0: 30})
+    [p] = throughput(a, b)
+    assert p.records_per_s == 5.0 and p.bytes is None and p.bytes_per_s is None
+
+
+def test_new_partitions_count_from_zero_and_unknown_topics_are_left_out() -> None:
+    a = cluster(t=0.0, offsets={0: 10})
+    b = cluster(t=2.0, offsets={0: 10, 1: 8},
+                extra=(PartitionAssignment("new", 0, (1,), 1, (), 0, 100),))
+    assert [(p.topic, p.partition, p.records_per_s) for p in throughput(a, b)] == [("orders", 0, 0.0),
+                                                                                 ("orders", 1, 4.0)]
+
+
+def test_throughput_refuses_snapshots_out_of_order() -> None:
+    a, b = cluster(t=10.0, offsets={0: 1}), cluster(t=5.0, offsets={0: 2})
+    with pytest.raises(CapacityError, match="not after"):
+        throughput(a, b)
+
+
+# -- indicators ----------------------------------------------------------------------------------------------
+
+def test_disk_use_fires_above_70_percent_only() -> None:
+    busy = cluster(t=1.0, offsets={0: 1, 1: 1, 2: 1}, disk=(100 * GB, 29 * GB))  # 71 % used
+    calm = cluster(t=1.0, offsets={0: 1, 1: 1, 2: 1}, disk=(100 * GB, 30 * GB))  # 70 % used: not above
+    fired = capacity.disk_findings(busy)
+    assert [f.subject for f in fired] == ["broker 1", "broker 2", "broker 3"]
+    assert fired[0].value == pytest.approx(0.71) and fired[0].threshold == 0.7 and fired[0].rule == "disk_use"
+    assert capacity.disk_findings(calm) == []
+
+
+def test_replicas_per_broker_fires_above_the_limit() -> None:
+    c = cluster(t=1.0, offsets={p: 0 for p in range(6)})  # RF 2 over 3 brokers: 4 replicas each
+    assert capacity.replica_findings(c, limit=4) == []
+    fired = capacity.replica_findings(c, limit=3)
+    assert {f.subject for f in fired} == {"broker 1", "broker 2", "broker 3"} and fired[0].value == 4
+
+
+def test_idle_consumers_fire_when_members_exceed_partitions() -> None:
+    c = cluster(t=1.0, offsets={0: 5, 1: 5, 2: 5},
+                groups=[group("many", 5, {0: (1, 5)}), group("fits", 3, {0: (1, 5)})])
+    [f] = capacity.idle_consumer_findings(c)
+    assert (f.rule, f.subject, f.value, f.threshold) == ("idle_consumers", "group many", 5, 3)
+
+
+def test_lag_growing_needs_two_points_and_no_fall() -> None:
+    def pt(t: float, lag: int) -> ReviewPoint:
+        return ReviewPoint(taken_at=t, offsets={}, lags={"g": lag})
+    assert capacity.lag_findings([pt(1, 100)]) == []
+    [f] = capacity.lag_findings([pt(1, 100), pt(2, 150), pt(3, 400)])
+    assert f.value == 300 and f.subject == "group g"
+    assert capacity.lag_findings([pt(1, 100), pt(2, 50), pt(3, 400)]) == []  # fell in between
+    assert capacity.lag_findings([pt(1, 100), pt(2, 100)]) == []  # flat
+    assert capacity.lag_findings([pt(1, 100), pt(2, 200)], min_points=3) == []
+
+
+def test_partition_count_not_a_multiple_of_brokers() -> None:
+    [f] = capacity.multiple_findings(cluster(t=1.0, offsets={0: 1, 1: 1, 2: 1, 3: 1}))
+    assert (f.value, f.threshold) == (4, 3) and "6" in f.message
+    assert capacity.multiple_findings(cluster(t=1.0, offsets={p: 1 for p in range(6)})) == []
+
+
+def test_hot_partition_by_records_and_bytes_and_empty_topics() -> None:
+    extra = (PartitionAssignment("idle", 0, (1,), 1, (), 0, 0, 0), PartitionAssignment("idle", 1, (2,), 2, (), 0, 0, 0))
+    c = cluster(t=1.0, offsets={0: 400, 1: 100, 2: 100}, sizes={0: 4000, 1: 1000, 2: 1000}, extra=extra)
+    found, empty = capacity.hot_partition_findings(c)
+    mean = (400 + 100 + 100) / 3
+    assert [(f.subject, f.value) for f in found] == [("orders-0", pytest.approx(400 / mean))] * 2
+    assert empty == ["idle"]
+    calm = cluster(t=1.0, offsets={0: 150, 1: 100, 2: 100})
+    assert capacity.hot_partition_findings(calm)[0] == []
+
+
+def test_hot_partition_uses_the_throughput_window_when_it_saw_records() -> None:
+    a = cluster(t=0.0, offsets={0: 1000, 1: 1000, 2: 1000})
+    b = cluster(t=10.0, offsets={0: 1300, 1: 1010, 2: 1010})  # stored: even; the window: partition 0 hot
+    found, _ = capacity.hot_partition_findings(b, throughput(a, b))
+    assert found[0].subject == "orders-0" and "window" in found[0].message
+    assert found[0].value == pytest.approx(300 / ((300 + 10 + 10) / 3), rel=1e-3)
+
+
+# -- recommendations -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("target, per_consumer, consumers, brokers", [
+    (10_000, 1_500, 0, 3), (10_000, 1_500, 9, 3), (1_000, 1_000, 0, 4), (50, 7, 13, 5), (1, 1000, 0, 1)])
+def test_partitions_formula(target, per_consumer, consumers, brokers) -> None:
+    needed = max(-(-target // per_consumer), consumers)
+    expected = max(brokers, ((needed + brokers - 1) // brokers) * brokers)
+    rec = recommend_partitions("t", target, per_consumer, consumers, brokers)
+    assert rec.value == expected and rec.value % brokers == 0
+    assert rec.inputs["by_throughput"] == math.ceil(target / per_consumer)
+    assert str(expected) in rec.message and "multiple" in rec.rule
+
+
+@pytest.mark.parametrize("bad", [0, -5, 0.0])
+def test_a_target_throughput_of_zero_or_less_is_refused(bad) -> None:
+    with pytest.raises(CapacityError, match=rf"target throughput of orders is {bad!r}.*above 0") as err:
+        recommend_partitions("orders", bad, 100, 0, 3)
+    assert isinstance(err.value, KafkaOpsError)
+    with pytest.raises(CapacityError, match="per-consumer"):
+        recommend_partitions("orders", 100, bad, 0, 3)
+
+
+def test_brokers_formula_from_disk_and_throughput() -> None:
+    total, disk = 1_000 * GB, 500 * GB
+    by_disk = math.ceil(total / (disk * 0.7))  # 1000 / 350 -> 3
+    rec = recommend_brokers(total, disk, current=3)
+    assert rec.value == by_disk == 3 and rec.inputs["add"] == 0
+    rec = recommend_brokers(total, disk, throughput_bytes_per_s=450e6, per_broker_bytes_per_s=100e6, current=3)
+    assert rec.value == max(by_disk, math.ceil(450e6 / 100e6)) == 5 and rec.inputs["add"] == 2
+    assert recommend_brokers(0, disk).value == 1
+    with pytest.raises(CapacityError, match="per-broker throughput"):
+        recommend_brokers(total, disk, per_broker_bytes_per_s=0)
+
+
+def test_key_change_only_when_one_key_dominates() -> None:
+    skew = {"topic": "orders", "partitions": 3, "records": 1000,
+            "top_keys": [{"key": "account-000000", "records": 400, "bytes": 1, "share": 0.4}],
+            "candidate": {"field": "id", "records": 1000, "top_share": 0.001, "max_mean_ratio": 1.02}}
+    rec = recommend_key_change(skew, 0.3)
+    assert rec is not None and rec.value == 0.4 and rec.inputs["key"] == "account-000000"
+    assert "'id'" in rec.message
+    assert recommend_key_change(skew, 0.5) is None
+    assert recommend_key_change({"topic": "e", "records": 0, "top_keys": []}) is None
+
+
+# -- the review ---------------------------------------------------------------------------------------------
+
+def test_review_round_trips_through_json_and_names_what_fired() -> None:
+    a = cluster(t=0.0, offsets={0: 0, 1: 0, 2: 0, 3: 0}, sizes={0: 0, 1: 0, 2: 0, 3: 0},
+                groups=[group("slow", 2, {0: (0, 0)})])
+    b = cluster(t=10.0, offsets={0: 900, 1: 100, 2: 100, 3: 100}, sizes={0: 9000, 1: 1000, 2: 1000, 3: 1000},
+                groups=[group("slow", 2, {0: (10, 900)})])
+    history = [ReviewPoint.of(a)]
+    targets = CapacityTargets(topics=(TopicTarget("orders", 1000, 150),), per_broker_bytes_per_s=500)
+    r = review(b, history, targets=targets)
+    assert {"hot_partition", "lag_growing", "partitions_not_multiple_of_brokers"} <= r.rules_fired()
+    assert r.recommendation("partitions").value == 9  # ceil(1000/150)=7 -> 9 (multiple of 3)
+    brokers = r.recommendation("brokers")
+    assert brokers.inputs["by_throughput"] == math.ceil((12_000 / 10) / 500)
+    assert r.throughput and r.previous_taken_at == 0.0 and r.history_points == 2
+    assert capacity.Review.from_json(r.to_json()) == r
+
+
+def test_review_without_history_has_no_throughput_and_reports_empty_topics() -> None:
+    r = review(cluster(t=5.0, offsets={0: 0, 1: 0, 2: 0}), thresholds=Thresholds())
+    assert r.throughput == () and r.empty_topics == ("orders",) and r.previous_taken_at is None
+    assert "hot_partition" not in r.rules_fired()

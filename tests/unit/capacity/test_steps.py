@@ -1,0 +1,43 @@
+"""The capacity review's params: bad numbers are refused with the number and a fix."""
+from __future__ import annotations
+
+import pytest
+
+from kafkaops.capacity import steps as capacity_run
+from kafkaops.errors import ConfigError, KafkaOpsError
+from tests.unit.capacity.test_review import cluster
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"target_records_per_s": 0, "per_consumer_records_per_s": 10}, "target_records_per_s is 0"),
+    ({"target_records_per_s": -3, "per_consumer_records_per_s": 10}, "target_records_per_s is -3"),
+    ({"target_records_per_s": 10}, "together"),
+    ({"per_broker_mb_per_s": 0}, "per_broker_mb_per_s is 0"),
+    ({"key_skew": True}, "skew_topic"),
+    ({"target_records_per_s": "fast", "per_consumer_records_per_s": 1}, "bad capacity review parameters"),
+])
+def test_bad_params_are_refused(params, match) -> None:
+    with pytest.raises(ConfigError, match=match) as err:
+        capacity_run.CapacityParams.from_params(params)
+    assert isinstance(err.value, KafkaOpsError)
+
+
+def test_targets_cover_the_reviewed_topics_and_units() -> None:
+    p = capacity_run.CapacityParams.from_params({"target_records_per_s": 100, "per_consumer_records_per_s": 10,
+                                                 "per_broker_mb_per_s": 2, "disk_per_broker_gb": 1.5})
+    t = p.targets(cluster(t=1.0, offsets={0: 1}))
+    assert [x.topic for x in t.topics] == ["orders"] and t.per_broker_bytes_per_s == 2e6
+    assert t.disk_per_broker_bytes == 1_500_000_000
+
+
+def test_history_review_and_report_from_dicts(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("KAFKAOPS_STATE_DIR", str(tmp_path))
+    p = capacity_run.CapacityParams()
+    a = cluster(t=1.0, offsets={0: 0, 1: 0, 2: 0}, sizes={0: 0, 1: 0, 2: 0})
+    b = cluster(t=2.0, offsets={0: 50, 1: 5, 2: 5}, sizes={0: 500, 1: 50, 2: 50})
+    assert capacity_run.append_history(a.to_dict(), "r1")["points"] == 1
+    assert capacity_run.append_history(b.to_dict(), "r2")["points"] == 2
+    review = capacity_run.make_review(b.to_dict(), p, None)
+    assert review["previous_taken_at"] == 1.0 and any(f["rule"] == "hot_partition" for f in review["findings"])
+    paths = capacity_run.make_report(review, None, "r2")
+    assert paths["html"].startswith(str(tmp_path / "capacity" / "reports"))

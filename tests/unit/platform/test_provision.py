@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kafkaops.platform import provision
+from kafkaops.errors import ProvisionError
+
+
+def test_local_cluster_spec_uses_distinct_free_ports_and_racks(tmp_path: Path) -> None:
+    spec = provision.local_cluster_spec(tmp_path, brokers=4, controllers=3)
+    ports = [p for n in spec.nodes for p in (n.port, n.controller_port)]
+    assert len(set(ports)) == 8
+    assert [n.rack for n in spec.nodes] == ["rack-a", "rack-b", "rack-c", "rack-a"]
+    assert [n.is_controller for n in spec.nodes] == [True, True, True, False]
+    assert len(spec.cluster_id) == 22
+
+
+def test_inventory_puts_controllers_in_their_group(tmp_path: Path) -> None:
+    spec = provision.local_cluster_spec(tmp_path, brokers=2, controllers=1)
+    cluster = spec.inventory()["all"]["children"]["kafka_cluster"]
+    assert list(cluster["children"]["kafka_controllers"]["hosts"]) == ["kafka-1"]
+    assert list(cluster["hosts"]) == ["kafka-2"]
+    assert cluster["hosts"]["kafka-2"]["kafka_broker_process_roles"] == ["broker"]
+    assert spec.inventory()["all"]["vars"]["kafka_broker_default_replication_factor"] == 2
+
+
+def test_adding_a_node_with_a_taken_id_is_refused(tmp_path: Path) -> None:
+    spec = provision.local_cluster_spec(tmp_path, brokers=3)
+    with pytest.raises(ProvisionError, match=r"node 2 .* the id is taken"):
+        spec.with_node(provision.NodeSpec(node_id=2, port=1, controller_port=2))
+    bigger = spec.with_node(provision.NodeSpec(node_id=4, port=1, controller_port=2, roles=("broker",)))
+    assert [n.node_id for n in bigger.nodes] == [1, 2, 3, 4] and len(spec.nodes) == 3
+
+
+@pytest.mark.parametrize("brokers, controllers", [(3, 2), (2, 3)])
+def test_quorum_must_be_one_or_three(tmp_path: Path, brokers: int, controllers: int) -> None:
+    with pytest.raises(ProvisionError, match="use 1 or 3"):
+        provision.local_cluster_spec(tmp_path, brokers=brokers, controllers=controllers)
+
+
+def test_spec_round_trips_and_grows_by_new_brokers(tmp_path: Path) -> None:
+    spec = provision.local_cluster_spec(tmp_path, brokers=3)
+    again = provision.ClusterSpec.load(spec.save(tmp_path / "spec.json"))
+    assert again == spec
+    bigger, added = spec.with_new_brokers(2)
+    assert [n.node_id for n in added] == [4, 5]
+    assert [n.rack for n in added] == ["rack-a", "rack-b"]
+    assert all(n.roles == ("broker",) for n in added)
+    assert bigger.nodes[:3] == spec.nodes
+    with pytest.raises(ProvisionError, match="no broker to add"):
+        spec.with_new_brokers(0)

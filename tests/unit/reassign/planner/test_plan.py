@@ -1,0 +1,95 @@
+"""The plan as a value: Kafka JSON, diff, statistics, round trip, the cluster after."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kafkaops.model import Broker, Cluster, PartitionAssignment
+from kafkaops.reassign.planner import Move, PlanInputError, ReassignmentPlan, plan_scale_out
+
+from .clusters import round_robin, six_brokers_three_racks, three_brokers_one_rack
+
+
+@pytest.fixture
+def plan() -> ReassignmentPlan:
+    return plan_scale_out(six_brokers_three_racks(sizes=True), [Broker(7, rack="a"), Broker(8, rack="b")])
+
+
+def test_move_line_and_added():
+    move = Move("orders", 3, (1, 2, 3), (1, 4, 3))
+    assert move.line() == "orders-3: [1,2,3] -> [1,4,3]"
+    assert move.added == (4,) and move.removed == (2,) and not move.leader_changed
+
+
+def test_kafka_json_lists_changed_partitions_only(plan):
+    data = plan.to_kafka_json()
+    assert data["version"] == 1
+    assert [(p["topic"], p["partition"]) for p in data["partitions"]] == [(m.topic, m.partition) for m in plan.moves]
+    assert all(set(p) == {"topic", "partition", "replicas"} for p in data["partitions"])
+    with_dirs = plan.to_kafka_json(log_dirs=True)["partitions"][0]
+    assert with_dirs["log_dirs"] == ["any"] * len(with_dirs["replicas"])
+    assert [p["replicas"] for p in plan.rollback_kafka_json()["partitions"]] == [list(m.before) for m in plan.moves]
+
+
+def test_diff_lines(plan):
+    assert plan.diff() == tuple(f"{m.name}: [{','.join(map(str, m.before))}] -> [{','.join(map(str, m.after))}]"
+                                for m in plan.moves)
+
+
+def test_reorder_only_partitions_are_moves():
+    parts = tuple(PartitionAssignment("t", p, (1, 2)) for p in range(4))
+    plan = plan_scale_out(Cluster((Broker(1), Broker(2)), parts), [3])
+    reorders = [m for m in plan.moves if not m.added]
+    assert reorders and all(sorted(m.before) == sorted(m.after) for m in reorders)
+
+
+def test_stats(plan):
+    before, after = plan.stats_before, plan.stats_after
+    assert sum(before.replicas.values()) == sum(after.replicas.values()) == 54
+    assert sum(after.leaders.values()) == 18
+    assert sum(before.bytes.values()) == sum(after.bytes.values())
+    assert after.replicas[7] == after.replicas[8] == 6
+    assert set(after.topic_spread) == {"orders", "payments"}
+    assert plan.table()[0].split() == ["broker", "replicas", "leaders", "bytes"]
+    assert "7 (new)" in "\n".join(plan.table())
+
+
+def test_json_round_trip(plan):
+    data = json.loads(json.dumps(plan.to_dict()))
+    again = ReassignmentPlan.from_dict(data)
+    assert again == plan
+    assert again.after == plan.after
+
+
+def test_from_dict_rejects_garbage():
+    with pytest.raises(PlanInputError, match="cannot read a reassignment plan"):
+        ReassignmentPlan.from_dict({"kind": "drain"})
+
+
+def test_after_applies_the_moves(plan):
+    after = plan.after
+    for m in plan.moves:
+        p = after.partition(m.topic, m.partition)
+        assert p.replicas == m.after and p.leader == m.after[0]
+    assert after.replicas_per_broker() == plan.stats_after.replicas
+    assert 7 in after.broker_ids
+
+
+def test_plan_without_cluster_has_no_after():
+    plan = plan_scale_out(three_brokers_one_rack(), [4])
+    bare = ReassignmentPlan.from_dict({**plan.to_dict(), "cluster": None})
+    with pytest.raises(PlanInputError, match="carries no cluster"):
+        bare.after
+
+
+def test_summary_says_when_racks_leave_fewer_moves_than_the_replica_count_bound():
+    """Three racks, RF 3, a fourth broker on rack a: every partition keeps one replica per rack, so
+    brokers 1 and 4 share rack a's 3 replicas (1 move) although the count alone asks for 2."""
+    cluster = round_robin(tuple(Broker(i, rack="abc"[i - 1]) for i in range(1, 4)), {"orders": 3}, 3)
+    racked = plan_scale_out(cluster, [Broker(4, rack="a")])
+    assert (racked.replica_moves, racked.lower_bound) == (1, 2)
+    assert "(replica-count lower bound 2; racks or goals allow fewer)" in racked.summary()
+    free = plan_scale_out(three_brokers_one_rack(), [Broker(4)])
+    assert free.replica_moves == free.lower_bound
+    assert f"(replica-count lower bound {free.lower_bound})," in free.summary()

@@ -1,0 +1,266 @@
+"""kafkaops.rekey.backfill and the pure parts of kafkaops.rekey.steps: key rules, lineage, the plan as a
+value, per-key order, integrity checks that pass on a correct copy and name each kind of damage."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kafkaops.rekey import backfill
+from kafkaops.rekey import steps as partitions
+from kafkaops.rekey.backfill import (BackfillError, BackfillPlan, KeyRule, OrderClock, OutputRecord, SourceRecord,
+                               check_integrity, extract_key, extract_key_or_reason, format_lineage, parse_lineage)
+from kafkaops.model import Broker, Cluster, PartitionAssignment
+from kafkaops.rekey.partitioner import partition_for
+
+PLAN = BackfillPlan("orders", ((0, 0, 100), (1, 0, 100), (2, 0, 100)), "orders.v2", 6, "field:key")
+
+
+# -- key rules -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("rule, key, value, expected", [
+    ("record_key", b"k1", b"{}", b"k1"),
+    ("record_key", None, b"{}", None),
+    ("field:key", None, b'{"key": "acct-1"}', b"acct-1"),
+    ("field:key", None, b'{"key": 42}', b"42"),
+    ("field:key", None, b'{"key": null}', None),
+    ("field:key", None, b'{"other": 1}', None),
+    ("field:key", None, b"not json", None),
+    ("field:key", None, None, None),
+    ("jsonpath:$.customer.id", None, b'{"customer": {"id": "c7"}}', b"c7"),
+    ("jsonpath:$.items[1].sku", None, b'{"items": [{"sku": "a"}, {"sku": "b"}]}', b"b"),
+    ("jsonpath:$['odd name'].x", None, b'{"odd name": {"x": true}}', b"true"),
+    ("jsonpath:$.items[5].sku", None, b'{"items": []}', None),
+    ("jsonpath:$.customer", None, b'{"customer": {"id": 1}}', None),
+])
+def test_key_rules(rule: str, key: bytes | None, value: bytes | None, expected: bytes | None) -> None:
+    assert extract_key(key, value, rule) == expected
+
+
+def test_a_missing_key_says_why() -> None:
+    assert extract_key_or_reason(None, b'{"a": 1}', "field:key") == (None, "no field 'key' on the path of field:key")
+    assert "not JSON" in extract_key_or_reason(None, b"{", "field:key")[1]
+    assert extract_key_or_reason(None, b"{}", "record_key")[1] == "the record has no key"
+
+
+def test_a_key_no_producer_could_write_or_a_value_nested_too_deeply_is_a_dead_letter_not_a_crash() -> None:
+    lone = (None, "the key field is not valid Unicode (it holds a lone surrogate)")
+    # escaped and UTF-8-encoded lone surrogates (json.loads keeps them), a broken pair, and UTF-16 input
+    for doc in (b'{"key": "\\ud800"}', b'{"key": "\xed\xa0\x80"}', b'{"key": "\xed\xa0\xbd\xed\xb8\x80"}',
+                b'{"key": "\\ud83d\\u0041"}', '{"key": "\\udc00"}'.encode("utf-16")):
+        assert extract_key_or_reason(None, doc, "field:key") == lone, doc
+    assert extract_key_or_reason(None, b'{"key": "\\ud83d\\ude00"}', "field:key") == ("\U0001F600".encode(), None)
+    for depth in (5_000, 100_000):
+        deep = b'{"key": "k", "x": ' + b"[" * depth + b"]" * depth + b"}"
+        assert extract_key_or_reason(None, deep, "field:key") == (None, "the value is not JSON: nested too deeply")
+
+
+
+@pytest.mark.parametrize("rule", ["jsonpath:$..a", "jsonpath:$.a[*]", "jsonpath:a.b", "jsonpath:$", "field:",
+                                  "key", "jsonpath:$.a[?(@.b)]"])
+def test_unsupported_rules_are_refused_naming_the_subset(rule: str) -> None:
+    with pytest.raises(BackfillError, match="key rule"):
+        KeyRule(rule)
+
+
+@given(st.dictionaries(st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True),
+                       st.one_of(st.text(max_size=10), st.integers()), min_size=1))
+@settings(max_examples=100)
+def test_field_and_jsonpath_rules_agree(body: dict) -> None:
+    value = json.dumps(body).encode()
+    for name in body:
+        assert extract_key(None, value, f"field:{name}") == extract_key(None, value, f"jsonpath:$.{name}")
+        assert extract_key(None, value, f"jsonpath:$['{name}']") == extract_key(None, value, f"field:{name}")
+
+
+# -- lineage and plan ------------------------------------------------------------------------------------------
+@given(st.from_regex(r"[A-Za-z0-9._-]{1,40}", fullmatch=True), st.integers(0, 10_000), st.integers(0, 2**62))
+def test_lineage_round_trips(topic: str, partition: int, offset: int) -> None:
+    assert parse_lineage(format_lineage(topic, partition, offset).encode()) == (topic, partition, offset)
+
+
+def test_the_plan_is_a_json_value_with_spark_offsets() -> None:
+    assert BackfillPlan.from_json(PLAN.to_json()) == PLAN
+    assert PLAN.dead_letter_topic == "orders.v2.dlq" and PLAN.records == 300
+    assert json.loads(PLAN.offsets_json("end")) == {"orders": {"0": 100, "1": 100, "2": 100}}
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"target_topic": "orders"}, "must all differ"),
+    ({"target_partitions": 0}, "at least 1"),
+    ({"source_offsets": ((0, 5, 2),)}, "0 <= start <= end"),
+    ({"source_offsets": ((0, 0, 1), (0, 0, 2))}, "more than once"),
+    ({"key_rule": "jsonpath:$..x"}, "key rule"),
+])
+def test_bad_plans_are_refused(changes: dict, words: str) -> None:
+    with pytest.raises(BackfillError, match=words):
+        replace(PLAN, **changes)
+
+
+def test_next_target_topic_skips_taken_versions() -> None:
+    assert backfill.next_target_topic("orders", []) == "orders.v2"
+    assert backfill.next_target_topic("orders", ["orders.v2", "orders.v3"]) == "orders.v4"
+    assert backfill.next_target_topic("orders.v2", []) == "orders.v3"
+
+
+# -- order -----------------------------------------------------------------------------------------------------
+def test_the_order_clock_is_a_running_maximum_per_key_and_partition() -> None:
+    clock = OrderClock()
+    assert [clock.tick(0, o, ts, b"k") for o, ts in [(0, 10), (1, 5), (2, 20)]] == [10, 10, 20]
+    assert clock.tick(1, 0, 7, b"k") == 7  # another partition has its own clock
+    with pytest.raises(BackfillError, match="offset order"):
+        clock.tick(0, 1, 30, b"k")
+
+
+# -- integrity ---------------------------------------------------------------------------------------------
+def source_records(n: int = 300) -> list[SourceRecord]:
+    out = []
+    for i in range(n):
+        p, off = i % 3, i // 3
+        key = None if i % 50 == 7 else f"acct-{i % 13}"
+        body = {"id": i} if key is None else {"id": i, "key": key}
+        out.append(SourceRecord(p, off, 1000 + i, None, json.dumps(body).encode()))
+    return out
+
+
+def copy(source: list[SourceRecord], plan: BackfillPlan = PLAN) -> tuple[list[OutputRecord], list[OutputRecord]]:
+    """A correct backfill, computed the slow obvious way."""
+    expected, key_of, dead = backfill.expected_order(plan, source)
+    by_lineage = {format_lineage(plan.source_topic, r.partition, r.offset): r for r in source}
+    target, next_offset = [], [0] * plan.target_partitions
+    for key, lineages in sorted(expected.items()):
+        p = partition_for(key, plan.target_partitions)
+        for lin in lineages:
+            target.append(OutputRecord(plan.target_topic, p, next_offset[p], key, by_lineage[lin].value, lin))
+            next_offset[p] += 1
+    dlq = [OutputRecord(plan.dead_letter_topic, 0, i, None, by_lineage[lin].value, lin)
+           for i, lin in enumerate(sorted(dead, key=parse_lineage))]
+    return target, dlq
+
+
+def test_a_correct_copy_passes_every_check() -> None:
+    source = source_records()
+    target, dlq = copy(source)
+    report = check_integrity(PLAN, source, target, dlq)
+    assert report.ok, report.failures
+    assert (report.source_records, report.target_records, report.dead_letters) == (300, 294, 6)
+    assert report.require() is report
+    assert backfill.IntegrityReport.from_dict(json.loads(json.dumps(report.to_dict()))) == report
+
+
+def damaged(kind: str) -> tuple[list[OutputRecord], list[OutputRecord]]:
+    target, dlq = copy(source_records())
+    if kind == "duplicate":
+        target.append(replace(target[0], offset=10_000))
+    elif kind == "lost":
+        target.pop(5)
+    elif kind == "misplaced":
+        r = target[0]
+        target[0] = replace(r, partition=(r.partition + 1) % 6, offset=20_000)
+    elif kind == "reordered":
+        i = next(i for i in range(len(target) - 1) if target[i].key == target[i + 1].key)
+        a, b = target[i], target[i + 1]
+        target[i], target[i + 1] = replace(b, offset=a.offset), replace(a, offset=b.offset)
+    elif kind == "changed value":
+        target[3] = replace(target[3], value=b'{"id": -1}')
+    elif kind == "dead letter lost":
+        dlq.pop()
+    return target, dlq
+
+
+@pytest.mark.parametrize("kind, words", [
+    ("duplicate", "written more than once"),
+    ("lost", "in neither the target nor the dead-letter topic"),
+    ("misplaced", "off their key's partition"),
+    ("reordered", "out of per-key source order"),
+    ("changed value", "value checksum differs"),
+    ("dead letter lost", "300 records in the snapshot but target"),
+])
+def test_each_damage_is_named(kind: str, words: str) -> None:
+    target, dlq = damaged(kind)
+    report = check_integrity(PLAN, source_records(), target, dlq)
+    assert not report.ok
+    assert any(words in f for f in report.failures), report.failures
+    with pytest.raises(backfill.BackfillIntegrityError, match="Delete the target"):
+        report.require()
+
+
+def test_the_integrity_frames_fit_the_backfill_suite() -> None:
+    from kafkaops.platform import gates
+
+    source = source_records()
+    good = partitions.integrity_frames(check_integrity(PLAN, source, *copy(source)))
+    assert gates.run("backfill", good).ok
+    bad = gates.run("backfill", partitions.integrity_frames(check_integrity(PLAN, source, *damaged("duplicate"))))
+    assert not bad.ok and any("duplicated record" in f for f in bad.failures), bad.failures
+
+
+def test_keys_spanning_source_partitions_merge_by_timestamp() -> None:
+    plan = replace(PLAN, key_rule="record_key")
+    # key k moved from partition 0 to partition 1 at ts 100 (an earlier partition increase)
+    source = [SourceRecord(0, 0, 10, b"k", b"a"), SourceRecord(0, 1, 50, b"k", b"b"),
+              SourceRecord(1, 0, 100, b"k", b"c"), SourceRecord(1, 1, 90, b"k", b"d")]
+    expected, _, _ = backfill.expected_order(plan, source)
+    assert expected[b"k"] == ["orders/0/0", "orders/0/1", "orders/1/0", "orders/1/1"]
+
+
+def test_a_resume_point_must_be_a_prefix() -> None:
+    point = backfill.ResumePoint("orders.v2", 3, written=10, last_lineage="orders/1/40")
+    backfill.check_prefix(point, 10)
+    with pytest.raises(BackfillError, match="orders.v2-3 holds 10 record.*plan puts 9"):
+        backfill.check_prefix(point, 9)
+
+
+def test_offset_translation_resumes_at_the_first_unconsumed_record() -> None:
+    target = {0: [(0, "s/0/0"), (1, "s/1/0"), (2, "s/0/1"), (3, "s/1/1")], 1: [(0, "s/0/2")]}
+    assert backfill.translate_offsets("s", {0: 2, 1: 1}, target) == {
+        0: {"offset": 3, "redelivered": 0}, 1: {"offset": 0, "redelivered": 0}}
+    assert backfill.translate_offsets("s", {0: 2}, target)[0] == {"offset": 1, "redelivered": 1}
+    assert backfill.translate_offsets("s", {0: 3, 1: 2}, target)[0] == {"offset": 4, "redelivered": 0}
+
+
+# -- in-place placement and key change --------------------------------------------------------------------
+def cluster(brokers: int = 6, racks: int = 3, partitions_: int = 3, rf: int = 3) -> Cluster:
+    bs = tuple(Broker(i, rack=f"r{i % racks}") for i in range(1, brokers + 1))
+    parts = tuple(PartitionAssignment("t", p, tuple(((p + k) % brokers) + 1 for k in range(rf)))
+                  for p in range(partitions_))
+    return Cluster(bs, parts)
+
+
+@pytest.mark.parametrize("brokers, racks, rf, grow_to", [(6, 3, 3, 12), (3, 3, 3, 9), (4, 2, 2, 10), (5, 1, 2, 13)])
+def test_new_partitions_are_balanced_and_rack_aware(brokers: int, racks: int, rf: int, grow_to: int) -> None:
+    c = cluster(brokers, racks, 3, rf)
+    placed = partitions.place_new_partitions(c, "t", grow_to)
+    assert len(placed) == grow_to - 3
+    rack = {b.id: b.rack for b in c.brokers}
+    for replicas in placed:
+        assert len(set(replicas)) == rf
+        assert len({rack[b] for b in replicas}) == min(rf, racks)
+    counts = {b: 0 for b in c.broker_ids}
+    leaders = dict(counts)
+    for replicas in (*(p.replicas for p in c.partitions), *placed):
+        leaders[replicas[0]] += 1
+        for b in replicas:
+            counts[b] += 1
+    assert max(counts.values()) - min(counts.values()) <= 1, counts
+    assert max(leaders.values()) - min(leaders.values()) <= 1, leaders
+
+
+def test_key_change_counts_moved_keys_and_records() -> None:
+    keys = [f"k{i}".encode() for i in range(200)] * 2 + [None] * 10
+    change = partitions.key_change(keys, 3, 6)
+    moved = sum(partition_for(f"k{i}".encode(), 3) != partition_for(f"k{i}".encode(), 6) for i in range(200))
+    assert (change.distinct_keys, change.moved_keys, change.moved_records, change.keyed_records) == \
+        (200, moved, 2 * moved, 400)
+    assert f"{moved} of 200 distinct keys" in change.summary()
+    assert not partitions.key_change([None, None], 3, 6).keyed
+
+
+def test_partition_params_refuse_bad_input() -> None:
+    with pytest.raises(Exception, match="mode 'sideways' is unknown.*key rule"):
+        partitions.PartitionParams.from_params({"topic": "t", "new_partition_count": 6, "mode": "sideways",
+                                                "key_rule": "nope"})
+    p = partitions.PartitionParams.from_params({"topic": "t", "new_partition_count": 6})
+    assert p.dry_run is True and p.mode == "migrate" and p.kind == "partition_increase"
