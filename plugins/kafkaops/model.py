@@ -12,6 +12,9 @@ from typing import Any
 
 from kafkaops.errors import KafkaOpsError, UnknownTopic
 
+#: A partition: ``(topic, partition)``.
+Key = tuple[str, int]
+
 
 class ModelError(KafkaOpsError):
     """Input that cannot describe a Kafka cluster."""

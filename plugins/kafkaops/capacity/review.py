@@ -29,9 +29,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kafkaops.errors import KafkaOpsError
-from kafkaops.model import Cluster
+from kafkaops.model import Cluster, Key
 
-Key = tuple[str, int]
 
 RULES = ("disk_use", "replicas_per_broker", "idle_consumers", "lag_growing", "partitions_not_multiple_of_brokers",
          "hot_partition")

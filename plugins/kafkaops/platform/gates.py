@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from kafkaops.errors import KafkaOpsError
-from kafkaops.model import Cluster
+from kafkaops.model import Cluster, Key
 from kafkaops.platform.paths import EXPECTATIONS
 
 if TYPE_CHECKING:
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")  # before anything imports great_expectations
 
-Key = tuple[str, int]
 DEFAULT_FRAME = "data"
 SHOWN_ROWS = 3
 _SITE = "kafkaops"

@@ -23,11 +23,10 @@ from typing import Any
 
 from kafkaops.platform import admin
 from kafkaops.errors import KafkaOpsError, UnknownTopic
-from kafkaops.model import Cluster
+from kafkaops.model import Cluster, Key
 
 log = logging.getLogger(__name__)
 
-Key = tuple[str, int]
 
 LEADER_RATE = "leader.replication.throttled.rate"
 FOLLOWER_RATE = "follower.replication.throttled.rate"

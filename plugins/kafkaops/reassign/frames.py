@@ -11,8 +11,8 @@ from typing import Any
 
 import pandas as pd
 
-from kafkaops.model import Cluster
-from kafkaops.platform.gates import GateError, Key, id_list, partition_keys, typed_frame
+from kafkaops.model import Cluster, Key
+from kafkaops.platform.gates import GateError, id_list, partition_keys, typed_frame
 from kafkaops.reassign.planner.goals import Goals
 from kafkaops.reassign.planner.plan import ReassignmentPlan
 from kafkaops.reassign.planner.topology import replica_targets, resolve_topology

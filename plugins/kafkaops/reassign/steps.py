@@ -29,7 +29,7 @@ from kafkaops.reassign import frames
 from kafkaops.platform import provision
 from kafkaops.reassign import verify
 from kafkaops.errors import ConfigError, KafkaOpsError
-from kafkaops.model import Broker, Cluster
+from kafkaops.model import Broker, Cluster, Key
 from kafkaops.platform.paths import state_dir
 from kafkaops.reassign.planner import plan_drain, plan_rebalance, plan_scale_out
 from kafkaops.reassign.planner.plan import ReassignmentPlan
@@ -37,7 +37,6 @@ from kafkaops.reassign.planner.plan import ReassignmentPlan
 log = logging.getLogger(__name__)
 
 KINDS = ("scale_out", "rebalance", "drain")
-Key = tuple[str, int]
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 
 from kafkaops.platform import admin
 from kafkaops.errors import KafkaOpsError
-from kafkaops.model import Cluster
+from kafkaops.model import Cluster, Key
 
-Key = tuple[str, int]
 
 
 @dataclass(frozen=True)

@@ -22,14 +22,13 @@ from kafkaops.platform import admin
 from kafkaops.cli import datagen
 from kafkaops.cli.main import build_parser, main
 from kafkaops.errors import UnknownTopic
-from kafkaops.model import Cluster
+from kafkaops.model import Cluster, Key
 from tests.conftest import RunningCluster, wait_for
 from tests.integration.conftest import throttles_left, wait_for_no_throttles
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[3]
-Key = tuple[str, int]
 
 
 def cli(*argv: str) -> tuple[int, str, str]:
