@@ -8,11 +8,11 @@ JARS_DIR := $(CURDIR)/.cache/jars
 JARS_STAMP := $(JARS_DIR)/.stamp
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-unit test-integration cluster-up cluster-down airflow bench clean help
+.PHONY: setup demo test lint-imports test-unit test-integration cluster-up cluster-down airflow bench clean help
 
 help:
 	@echo "make demo          set up, start the local 3-broker cluster, run the main job, stop it"
-	@echo "make test          set up and run every test (unit + real-cluster integration)"
+	@echo "make test          set up, check the layer contracts (lint-imports) and run every test (Java, unit, real-cluster integration)"
 	@echo "make setup         .venv/ with pinned packages, and the Kafka/Spark jars from Maven Central"
 	@echo "make cluster-up    start the local cluster (127.0.0.1:19092,19094,19096) and leave it running"
 	@echo "make cluster-down  stop it"
@@ -40,8 +40,12 @@ $(JARS_STAMP): jvm/pom.xml jvm/broker/pom.xml jvm/tools/pom.xml jvm/spark/pom.xm
 demo: setup
 	$(PY) -m kafkaops demo
 
-test: setup
+test: setup lint-imports
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The layer contracts of pyproject.toml's [tool.importlinter] (docs/architecture.md).
+lint-imports: setup
+	PYTHONPATH=plugins:. $(VENV)/bin/lint-imports --no-logo --no-cache
 
 test-unit: setup
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kafkaops.errors import KafkaOpsError
-from kafkaops.rekey.partitioner import partition_for
+from kafkaops.platform.partitioner import partition_for
 
 DEFAULT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 HISTOGRAM_KEYS = 2000  # records of the busiest keys kept for the histogram

@@ -22,7 +22,7 @@ from kafkaops.platform import admin
 from kafkaops.cli import datagen
 from kafkaops.platform import provision
 from kafkaops.errors import KafkaOpsError
-from kafkaops.rekey.partitioner import partition_for
+from kafkaops.platform.partitioner import partition_for
 from kafkaops.platform.paths import CACHE, REPO_ROOT
 from kafkaops.platform.render import render_snapshot
 

@@ -3,7 +3,7 @@
 Raising a topic's partition count changes ``murmur2(key) % partitions``, so a key's old records sit
 in another partition than its new ones and per-key order breaks. The repair copies a bounded
 snapshot of the source into a target topic, each record on the partition Kafka's Java producer
-would give its key (:func:`kafkaops.rekey.partitioner.partition_for`), in per-key source order, each
+would give its key (:func:`kafkaops.platform.partitioner.partition_for`), in per-key source order, each
 record exactly once, also when the copy is run again or restarted after a crash.
 
 Pure (stdlib and the pure kafkaops layer only): :class:`BackfillPlan` (frozen, JSON round-trip),
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafkaops.errors import ConfigError, KafkaOpsError
-from kafkaops.rekey.partitioner import partition_for
+from kafkaops.platform.partitioner import partition_for
 
 __all__ = [
     "LINEAGE_HEADER", "REASON_HEADER", "BackfillError", "BackfillIntegrityError", "BackfillPlan",

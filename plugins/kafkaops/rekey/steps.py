@@ -36,7 +36,7 @@ from kafkaops.platform import lifecycle
 from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.errors import ConfigError, KafkaOpsError
 from kafkaops.model import Cluster
-from kafkaops.rekey.partitioner import partition_for
+from kafkaops.platform.partitioner import partition_for
 from kafkaops.platform.paths import REPO_ROOT, state_dir
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from kafkaops.capacity import steps as capacity_run
 from kafkaops.cli import datagen
 from kafkaops.capacity import skew
 from kafkaops.model import Cluster
-from kafkaops.rekey.partitioner import partition_for
+from kafkaops.platform.partitioner import partition_for
 from kafkaops.capacity.history import ReviewHistory
 
 from tests.dags.conftest import airflow_db, dagbag  # noqa: F401  (fixtures of the DAG run)

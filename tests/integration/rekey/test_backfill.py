@@ -27,7 +27,7 @@ from kafkaops.rekey import backfill
 from kafkaops.cli import datagen
 from kafkaops.platform import provision
 from kafkaops.rekey.backfill import BackfillPlan, OutputRecord, SourceRecord
-from kafkaops.rekey.partitioner import partition_for
+from kafkaops.platform.partitioner import partition_for
 from tests.conftest import TEST_BROKER_CONFIG, wait_for
 
 pytestmark = pytest.mark.integration
@@ -91,7 +91,7 @@ def written(spec: provision.ClusterSpec, plan: BackfillPlan) -> int:
 
 def test_kafka_key_hash_on_the_jvm_is_partition_for(spark) -> None:
     """The direct copy's Spark SQL function (Kafka's own Utils.murmur2) against the Java-generated
-    vectors that kafkaops.rekey.partitioner is checked with."""
+    vectors that kafkaops.platform.partitioner is checked with."""
     from spark_apps import rekey_backfill
     from tests.unit.data.gen_murmur2_vectors import VECTORS
 

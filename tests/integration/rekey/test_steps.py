@@ -11,7 +11,7 @@ import pytest
 
 from kafkaops.rekey import backfill
 from kafkaops.rekey.backfill import BackfillPlan, OrderClock
-from kafkaops.rekey.partitioner import partition_for
+from kafkaops.platform.partitioner import partition_for
 
 pytestmark = pytest.mark.integration
 

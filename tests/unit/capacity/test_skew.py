@@ -8,7 +8,7 @@ import pytest
 
 from kafkaops.cli import datagen
 from kafkaops.capacity import skew
-from kafkaops.rekey.partitioner import partition_for
+from kafkaops.platform.partitioner import partition_for
 
 
 def sample(records: int = 2000, share: float = 0.4) -> list[tuple[bytes, bytes]]:

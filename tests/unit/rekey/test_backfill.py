@@ -14,7 +14,7 @@ from kafkaops.rekey import steps as partitions
 from kafkaops.rekey.backfill import (BackfillError, BackfillPlan, KeyRule, OrderClock, OutputRecord, SourceRecord,
                                check_integrity, extract_key, extract_key_or_reason, format_lineage, parse_lineage)
 from kafkaops.model import Broker, Cluster, PartitionAssignment
-from kafkaops.rekey.partitioner import partition_for
+from kafkaops.platform.partitioner import partition_for
 
 PLAN = BackfillPlan("orders", ((0, 0, 100), (1, 0, 100), (2, 0, 100)), "orders.v2", 6, "field:key")
 

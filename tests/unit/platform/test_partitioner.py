@@ -1,4 +1,4 @@
-"""kafkaops.rekey.partitioner against Kafka's own Java code (committed vectors and, with java, live) and
+"""kafkaops.platform.partitioner against Kafka's own Java code (committed vectors and, with java, live) and
 against librdkafka's ``murmur2_random`` as bundled with confluent-kafka."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kafkaops.errors import KafkaOpsError, SetupError
-from kafkaops.rekey.partitioner import (
+from kafkaops.platform.partitioner import (
     PartitionerError,
     PartitionerTypeError,
     murmur2,
