@@ -56,8 +56,11 @@ def bench_speed(racks: int) -> tuple[float, dict]:
     start = time.perf_counter()
     plan = plan_scale_out(cluster, added)
     seconds = time.perf_counter() - start
+    start = time.perf_counter()  # the reference, same cluster, same run: Kafka's --generate (Python port)
+    generate(cluster, list(cluster.brokers) + added, JavaRandom(SEED))
+    reference_s = time.perf_counter() - start
     after = plan.stats_after
-    facts = {"racks": racks, "partitions": len(cluster.partitions), "moves": plan.replica_moves,
+    facts = {"racks": racks, "reference_s": reference_s, "partitions": len(cluster.partitions), "moves": plan.replica_moves,
              "lower_bound": plan.lower_bound, "replica_spread": after.replica_spread,
              "leader_spread": after.leader_spread, "topic_spread": after.max_topic_spread,
              "byte_spread_pct": 100 * after.byte_spread / max(1, max(after.bytes.values()))}
@@ -102,7 +105,8 @@ def ratio(moves: int, lb: int) -> float:
 
 def report(speed: list[tuple[float, dict]], rows: list[dict]) -> list[str]:
     lines = [f"speed: {f['partitions']} partitions RF 3, 100 brokers + 10 on {f['racks']} rack(s): {seconds:.2f} s "
-             f"(target <= 5 s); {f['moves']} moves, lower bound {f['lower_bound']}; spreads after: replicas "
+             f"(target <= 5 s; Kafka's --generate on the same cluster, this run: {f['reference_s']:.2f} s, "
+             f"ratio {seconds / f['reference_s']:.2f}); {f['moves']} moves, lower bound {f['lower_bound']}; spreads after: replicas "
              f"{f['replica_spread']}, leaders {f['leader_spread']}, per topic {f['topic_spread']}, bytes "
              f"{f['byte_spread_pct']:.1f}% of the largest broker" for seconds, f in speed]
     lines += ["", "| case | replicas | lower bound | kafkaops moves | kafkaops / LB | kafka --generate moves | "
