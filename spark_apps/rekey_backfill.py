@@ -517,20 +517,15 @@ def _output_is_empty(plan: BackfillPlan, bootstrap: str, options: dict[str, str]
     metadata request, not a Spark job). With client options kafkaops cannot pass to librdkafka,
     False: the caller reads the topics with Spark instead."""
     from kafkaops.platform import admin
-    from kafkaops.errors import UnknownTopic
 
     if set(options) - set(_SHARED_OPTIONS) - set(PRODUCER_OPTIONS):
         return False
+    topics = [plan.target_topic, plan.dead_letter_topic]
     with admin.connect(_admin_config(bootstrap, options)) as conn:
-        for attempt in range(100):  # a topic created a moment ago may not be in the metadata yet
-            try:
-                snap = admin.snapshot(conn, topics=[plan.target_topic, plan.dead_letter_topic], sizes=False,
-                                      groups=False)
-                break
-            except UnknownTopic:
-                if attempt == 99:
-                    raise
-                time.sleep(0.1)
+        # a topic created a moment ago may not be in the metadata yet: UnknownTopic is asked again
+        snap = admin.retrying(f"the metadata of {' and '.join(topics)}", attempts=None, deadline_s=10.0,
+                              first_wait_s=0.1, max_wait_s=1.0)(
+            admin.snapshot, conn, topics=topics, sizes=False, groups=False)
     return all((p.end_offset or 0) == (p.start_offset or 0) for p in snap.partitions)
 
 

@@ -3,7 +3,15 @@ from __future__ import annotations
 
 
 class KafkaOpsError(Exception):
-    """Base of every error kafkaops raises on purpose."""
+    """Base of every error kafkaops raises on purpose.
+
+    ``code`` names the Kafka error behind it, when there is one (a librdkafka code name such as
+    ``NOT_COORDINATOR``, or a kafka-python error class); ``retriable`` says whether asking again
+    may succeed. :func:`kafkaops.platform.admin.retrying` asks again only when it is true.
+    """
+
+    code: str | None = None
+    retriable: bool = False
 
 
 class ConfigError(KafkaOpsError):
@@ -15,7 +23,14 @@ class KafkaUnreachable(KafkaOpsError):
 
 
 class UnknownTopic(KafkaOpsError):
-    """A topic that the cluster does not hold."""
+    """A topic that the cluster does not hold. Retriable, as in Kafka: a topic created a moment ago
+    reaches every broker's metadata a little later."""
+
+    retriable = True
+
+
+class TopicExists(KafkaOpsError):
+    """A topic that the cluster holds already (asked to create it)."""
 
 
 class ProvisionError(KafkaOpsError):

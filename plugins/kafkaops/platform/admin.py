@@ -4,21 +4,24 @@ confluent-kafka does the work; kafka-python's KafkaAdminClient is used only for 
 confluent-kafka lacks (describe_log_dirs, partition reassignments).
 :func:`snapshot` turns a live cluster into an immutable :class:`kafkaops.model.Cluster`; the
 reassignment, leader-election and incremental-config calls serve :mod:`kafkaops.reassign.engine`.
+Every error of either client becomes a typed kafkaops error in :func:`classify`, and every call
+that is asked again goes through the one policy of :func:`retrying`.
 """
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
+import tenacity
 from confluent_kafka import ConsumerGroupTopicPartitions, ElectionType, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource,
                                    NewTopic, OffsetSpec, ResourceType)
 
-from kafkaops.errors import ConfigError, KafkaOpsError, KafkaUnreachable, UnknownTopic
+from kafkaops.errors import ConfigError, KafkaOpsError, KafkaUnreachable, TopicExists, UnknownTopic
 from kafkaops.model import Broker, Cluster, ConsumerGroup, GroupPartitionLag, PartitionAssignment
 
 log = logging.getLogger(__name__)
@@ -111,19 +114,135 @@ def connect(source: Mapping[str, Any] | str, *, timeout_s: float = DEFAULT_TIMEO
     return KafkaConnection(connection_config(source), timeout_s=timeout_s)
 
 
+# -- errors: one classification, one retry policy ------------------------------------------------
+
+_E = KafkaError
+#: librdkafka codes for "no broker answered": no connection, or none within the request's timeout.
+_UNREACHABLE = frozenset({_E._TRANSPORT, _E._ALL_BROKERS_DOWN, _E._RESOLVE, _E._TIMED_OUT, _E._TIMED_OUT_QUEUE,
+                          _E._MSG_TIMED_OUT, _E.REQUEST_TIMED_OUT})
+_UNKNOWN_TOPIC = frozenset({_E.UNKNOWN_TOPIC_OR_PART, _E._UNKNOWN_TOPIC, _E._UNKNOWN_PARTITION, _E.UNKNOWN_TOPIC_ID})
+#: States the cluster reports as passing: a leader, coordinator or controller moving, metadata
+#: catching up. librdkafka marks few admin errors retriable itself, hence the list.
+_TRANSIENT = frozenset({_E.NOT_COORDINATOR, _E.COORDINATOR_LOAD_IN_PROGRESS, _E.COORDINATOR_NOT_AVAILABLE,
+                        _E._WAIT_COORD, _E.LEADER_NOT_AVAILABLE, _E.NOT_LEADER_FOR_PARTITION, _E.NOT_CONTROLLER,
+                        _E.FENCED_LEADER_EPOCH, _E.UNKNOWN_LEADER_EPOCH, _E.OFFSET_NOT_AVAILABLE,
+                        _E.NETWORK_EXCEPTION, _E.NOT_ENOUGH_REPLICAS, _E.THROTTLING_QUOTA_EXCEEDED})
+
+
+def _typed(kind: type[KafkaOpsError], message: str, *, code: str | None = None,
+           retriable: bool | None = None) -> KafkaOpsError:
+    error = kind(message)
+    error.code = code
+    if retriable is not None:
+        error.retriable = retriable
+    return error
+
+
+def classify(err: BaseException | KafkaError, what: str, conn: KafkaConnection) -> KafkaOpsError:
+    """The typed kafkaops error for a Kafka client's error while asking for ``what``: by the
+    :class:`KafkaError` code of a confluent-kafka error, by the class of a kafka-python one, never by
+    message text. :class:`KafkaUnreachable` when no broker answered (not retriable: the request
+    already waited its timeout), :class:`UnknownTopic` for an unknown topic or partition,
+    :class:`TopicExists`, else :class:`KafkaOpsError`, retriable when the cluster reports a passing
+    state. The message names the code; raise the result ``from err``."""
+    if isinstance(err, KafkaOpsError):
+        return err
+    if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError):
+        err = err.args[0]
+    where, within = conn.bootstrap, f"{conn.timeout_s:.0f} s"
+    if isinstance(err, KafkaError):
+        code, name = err.code(), err.name()
+        detail = f"{name} ({err.str()})"
+        if code in _UNREACHABLE:
+            return _typed(KafkaUnreachable, f"cannot reach Kafka at {where} within {within} while asking for {what}: "
+                                            f"{detail}; check bootstrap.servers and that the brokers are up",
+                          code=name, retriable=False)
+        if code in _UNKNOWN_TOPIC:
+            return _typed(UnknownTopic, f"Kafka at {where} does not know the topic or partition of {what}: {detail}; "
+                                        "check the name, or create the topic first", code=name)
+        if code == KafkaError.TOPIC_ALREADY_EXISTS:
+            return _typed(TopicExists, f"Kafka at {where} refused {what}: {detail}", code=name)
+        return _typed(KafkaOpsError, f"Kafka refused {what} at {where}: {detail}", code=name,
+                      retriable=bool(err.retriable()) or code in _TRANSIENT)
+    if isinstance(err, TimeoutError):
+        return _typed(KafkaUnreachable, f"no answer from Kafka at {where} within {within} while asking for {what}; "
+                                        "check bootstrap.servers and that the brokers are up", retriable=False)
+    from kafka import errors as kerrors
+
+    if not isinstance(err, kerrors.KafkaError):
+        return _typed(KafkaOpsError, f"{what} failed on {where}: {type(err).__name__}: {err}")
+    name, said = type(err).__name__, ", ".join(str(a) for a in err.args)
+    detail = name + (f" (error code {err.errno})" if getattr(err, "errno", None) is not None else "") + (
+        f": {said}" if said else "")
+    if isinstance(err, (kerrors.KafkaConnectionError, kerrors.KafkaTimeoutError, kerrors.RequestTimedOutError)):
+        return _typed(KafkaUnreachable, f"no answer from Kafka at {where} to {what} within {within}: {detail}; "
+                                        "check that the brokers are up", code=name, retriable=False)
+    if isinstance(err, kerrors.UnknownTopicOrPartitionError):
+        return _typed(UnknownTopic, f"Kafka at {where} does not know the topic or partition of {what}: {detail}; "
+                                    "check the name, or create the topic first", code=name)
+    if isinstance(err, kerrors.TopicAlreadyExistsError):
+        return _typed(TopicExists, f"Kafka at {where} refused {what}: {detail}", code=name)
+    if isinstance(err, kerrors.UnknownBrokerIdError):  # the client's metadata lags behind a broker just added
+        return _typed(KafkaOpsError, f"{what} on {where}: broker {said} is not in the client's metadata; check that "
+                                     "it is registered", code=name, retriable=True)
+    return _typed(KafkaOpsError, f"Kafka refused {what} at {where}: {detail}", code=name,
+                  retriable=bool(err.retriable))
+
+
+_T = TypeVar("_T")
+
+
+def _is_retriable(err: BaseException) -> bool:
+    return isinstance(err, KafkaOpsError) and err.retriable
+
+
+def _log_retry(what: str) -> Callable[[tenacity.RetryCallState], None]:
+    def before_sleep(state: tenacity.RetryCallState) -> None:
+        log.info("%s: attempt %d failed (%s); asking again in %.2f s", what, state.attempt_number,
+                 state.outcome.exception() if state.outcome else None, state.upcoming_sleep)
+    return before_sleep
+
+
+def _give_up(state: tenacity.RetryCallState) -> NoReturn:
+    """Re-raise the last typed error, its message telling how often and how long it was asked."""
+    err = state.outcome.exception() if state.outcome else None
+    assert isinstance(err, KafkaOpsError)
+    err.args = (f"{err}; gave up after {state.attempt_number} attempt(s) in {state.seconds_since_start:.1f} s",
+                *err.args[1:])
+    raise err
+
+
+def retrying(what: str, *, attempts: int | None = 5, deadline_s: float | None = None, first_wait_s: float = 0.5,
+             max_wait_s: float = 3.0) -> tenacity.Retrying:
+    """THE retry policy of kafkaops: ask again only after a :class:`KafkaOpsError` that is
+    ``retriable`` (see :func:`classify`), waiting ``first_wait_s`` doubling per attempt up to
+    ``max_wait_s``, plus up to ``first_wait_s`` of jitter; stop after ``attempts`` or once
+    ``deadline_s`` has passed, whichever comes first, and re-raise the last error with the
+    attempts in its message. Other errors pass through at once. ``retrying(...)(fn, *args)``."""
+    stops = ([tenacity.stop_after_attempt(attempts)] if attempts is not None else []) + (
+        [tenacity.stop_after_delay(deadline_s)] if deadline_s is not None else [])
+    if not stops:
+        raise ConfigError(f"the retry policy of {what} needs attempts or deadline_s")
+    stop = stops[0] if len(stops) == 1 else stops[0] | stops[1]
+    return tenacity.Retrying(
+        retry=tenacity.retry_if_exception(_is_retriable), stop=stop,
+        wait=tenacity.wait_exponential_jitter(multiplier=first_wait_s, max=max_wait_s, jitter=first_wait_s),
+        before_sleep=_log_retry(what), retry_error_callback=_give_up)
+
+
 def _result(future: Any, conn: KafkaConnection, what: str) -> Any:
     try:
         return future.result(timeout=conn.timeout_s + 5)
+    except (KafkaException, TimeoutError) as err:
+        raise classify(err, what, conn) from err
+
+
+def _topic_metadata(conn: KafkaConnection, name: str) -> Any | None:
+    """The brokers' metadata of topic ``name``; None when it lacks the topic."""
+    try:
+        return conn.admin.list_topics(topic=name, timeout=conn.timeout_s).topics.get(name)
     except KafkaException as err:
-        text = str(err)
-        if any(s in text for s in ("_TRANSPORT", "TIMED_OUT", "Timed out", "_ALL_BROKERS_DOWN", "Connection refused")):
-            raise KafkaUnreachable(f"cannot reach Kafka at {conn.bootstrap} within {conn.timeout_s:.0f} s while "
-                                   f"asking for {what}: {err}; check bootstrap.servers and that the brokers "
-                                   "are up") from err
-        raise KafkaOpsError(f"Kafka refused {what} at {conn.bootstrap}: {err}") from err
-    except TimeoutError as err:
-        raise KafkaUnreachable(f"no answer from Kafka at {conn.bootstrap} within {conn.timeout_s:.0f} s while "
-                               f"asking for {what}; check bootstrap.servers and that the brokers are up") from err
+        raise classify(err, f"the metadata of topic {name}", conn) from err
 
 
 def describe_cluster(conn: KafkaConnection) -> tuple[str, int | None, list[Broker]]:
@@ -141,7 +260,7 @@ def snapshot(conn: KafkaConnection, *, topics: Iterable[str] | None = None, incl
     try:
         metadata = conn.admin.list_topics(timeout=conn.timeout_s)
     except KafkaException as err:
-        raise KafkaUnreachable(f"cannot read topic metadata from {conn.bootstrap}: {err}") from err
+        raise classify(err, "the topic metadata", conn) from err
     wanted = None if topics is None else list(dict.fromkeys(topics))
     if wanted is not None:
         missing = [t for t in wanted if t not in metadata.topics]
@@ -156,7 +275,7 @@ def snapshot(conn: KafkaConnection, *, topics: Iterable[str] | None = None, incl
     for name in names:
         tmeta = metadata.topics[name]
         if tmeta.error is not None:
-            raise KafkaOpsError(f"metadata of topic {name} has an error: {tmeta.error}")
+            raise classify(tmeta.error, f"the metadata of topic {name}", conn)
         for pid, pmeta in sorted(tmeta.partitions.items()):
             partitions.append(PartitionAssignment(
                 topic=name, partition=pid, replicas=tuple(pmeta.replicas),
@@ -200,29 +319,42 @@ def _list_offsets(conn: KafkaConnection, partitions: list[PartitionAssignment], 
     """Earliest and latest offsets of every partition that has a leader. Partitions whose leader
     moved under the client (new topics, elections, reassignments) are asked again."""
     led = [TopicPartition(p.topic, p.partition) for p in partitions if not p.offline]
-    found: list[dict[tuple[str, int], int]] = []
-    for spec in (OffsetSpec.earliest(), OffsetSpec.latest()):
-        result: dict[tuple[str, int], int] = {}
-        pending, errors = led, {}
-        for attempt in range(attempts):
-            if attempt:
-                time.sleep(0.5 * attempt)
-            futures = conn.admin.list_offsets({tp: spec for tp in pending}, request_timeout=conn.timeout_s)
-            errors = {}
-            for tp, future in futures.items():
-                try:
-                    result[(tp.topic, tp.partition)] = future.result(timeout=conn.timeout_s + 5).offset
-                except (KafkaException, TimeoutError) as err:
-                    errors[tp] = err
-            pending = list(errors)
-            if not pending:
-                break
-        if errors:
-            first_tp, first_err = next(iter(errors.items()))
-            log.warning("no offsets for %d partitions after %d attempts (first: %s-%d: %s)", len(errors), attempts,
-                        first_tp.topic, first_tp.partition, first_err)
-        found.append(result)
-    return found[0], found[1]
+    return (_offsets_at(conn, led, OffsetSpec.earliest(), "earliest", attempts),
+            _offsets_at(conn, led, OffsetSpec.latest(), "latest", attempts))
+
+
+def _offsets_at(conn: KafkaConnection, led: list[TopicPartition], spec: OffsetSpec, label: str, attempts: int
+                ) -> dict[tuple[str, int], int]:
+    """The ``label`` offset of each of ``led``; partitions without one are left out, with a warning."""
+    found: dict[tuple[str, int], int] = {}
+    failed: dict[TopicPartition, KafkaOpsError] = {}
+    pending = list(led)
+
+    def ask() -> None:
+        nonlocal pending
+        futures = conn.admin.list_offsets({tp: spec for tp in pending}, request_timeout=conn.timeout_s)
+        for tp, future in futures.items():
+            try:
+                found[(tp.topic, tp.partition)] = _result(
+                    future, conn, f"the {label} offset of {tp.topic}-{tp.partition}").offset
+                failed.pop(tp, None)
+            except KafkaOpsError as err:
+                failed[tp] = err
+        pending = [tp for tp, err in failed.items() if err.retriable]
+        if pending:
+            raise _typed(KafkaOpsError, f"no {label} offsets yet for {len(pending)} partition(s) at {conn.bootstrap}, "
+                                        f"first {pending[0].topic}-{pending[0].partition}: {failed[pending[0]]}",
+                         retriable=True)
+
+    try:
+        retrying(f"the {label} offsets", attempts=attempts, first_wait_s=0.5, max_wait_s=2.0)(ask)
+    except KafkaOpsError:
+        pass  # the partitions in ``failed`` are named below
+    if failed:
+        first_tp, first_err = next(iter(failed.items()))
+        log.warning("no %s offsets for %d of %d partitions (first: %s-%d: %s)", label, len(failed), len(led),
+                    first_tp.topic, first_tp.partition, first_err)
+    return found
 
 
 def _log_dir_sizes(conn: KafkaConnection, topics: dict[str, list[int]], brokers: list[int]
@@ -251,7 +383,7 @@ def replica_sizes(conn: KafkaConnection, partitions: Iterable[tuple[str, int]], 
 def _describe_log_dirs(conn: KafkaConnection, topics: dict[str, list[int]], brokers: list[int]
                        ) -> tuple[dict[tuple[str, int, int], int], dict[int, tuple[int, int]]]:
     """Replica sizes ``(topic, partition, broker) -> bytes`` and (total, usable) disk bytes per broker."""
-    answers = _legacy_call(conn, "describe_log_dirs", lambda admin_client: admin_client.describe_log_dirs(
+    answers = _legacy_call(conn, f"the log dirs of brokers {brokers}", lambda client: client.describe_log_dirs(
         topic_partitions=topics, brokers=brokers))
     sizes: dict[tuple[str, int, int], int] = {}
     disks: dict[int, tuple[int, int]] = {}
@@ -272,30 +404,23 @@ def _describe_log_dirs(conn: KafkaConnection, topics: dict[str, list[int]], brok
     return sizes, disks
 
 
-def _legacy_call(conn: KafkaConnection, what: str, call: Any, attempts: int = 3) -> Any:
+def _legacy_call(conn: KafkaConnection, what: str, call: Callable[[Any], _T], attempts: int = 3) -> _T:
     """``call(KafkaAdminClient)``, its failures turned into kafkaops errors naming ``what``. A client
-    that does not know a broker yet (one just added) is rebuilt with fresh metadata and tried again."""
-    from kafka.errors import KafkaConnectionError, KafkaTimeoutError, UnknownBrokerIdError
-
-    for attempt in range(1, attempts + 1):
+    that failed with a retriable error (such as a broker just added that it does not know yet) is
+    rebuilt with fresh metadata and tried again."""
+    def once() -> _T:
         client = conn.legacy_admin()
         try:
             return call(client)
         except KafkaOpsError:
             raise
-        except UnknownBrokerIdError as err:
-            if attempt == attempts:
-                raise KafkaOpsError(f"{what} on {conn.bootstrap}: broker {err} is not in the client's metadata "
-                                    f"after {attempts} attempts; check that it is registered") from err
-            log.info("%s: broker %s unknown to the client yet, retrying with fresh metadata", what, err)
-            conn.close()
-            time.sleep(attempt)
-        except (KafkaConnectionError, KafkaTimeoutError) as err:
-            raise KafkaUnreachable(f"no answer from Kafka at {conn.bootstrap} to {what} within "
-                                   f"{conn.timeout_s:.0f} s: {err}; check that the brokers are up") from err
         except Exception as err:
-            raise KafkaOpsError(f"{what} failed on {conn.bootstrap}: {type(err).__name__}: {err}") from err
-    raise AssertionError("unreachable")
+            typed = classify(err, what, conn)
+            if typed.retriable:
+                conn.close()
+            raise typed from err
+
+    return retrying(what, attempts=attempts, first_wait_s=1.0, max_wait_s=2.0)(once)
 
 
 def _consumer_groups(conn: KafkaConnection, end_offsets: Mapping[tuple[str, int], int]) -> list[ConsumerGroup]:
@@ -332,16 +457,14 @@ def create_topic(conn: KafkaConnection, name: str, partitions: int, replication_
     future = conn.admin.create_topics([NewTopic(name, partitions, replication_factor, config=dict(config or {}))],
                                       request_timeout=conn.timeout_s)[name]
     try:
-        future.result(timeout=conn.timeout_s + 5)
-    except KafkaException as err:
-        if "TOPIC_ALREADY_EXISTS" in str(err) or "already exists" in str(err):
-            existing = conn.admin.list_topics(topic=name, timeout=conn.timeout_s).topics[name]
-            if len(existing.partitions) != partitions:
-                raise KafkaOpsError(f"topic {name} exists with {len(existing.partitions)} partitions, not "
-                                    f"{partitions}; use another name or delete it first") from err
-            return False
-        raise KafkaOpsError(f"cannot create topic {name} ({partitions} partitions, RF {replication_factor}) "
-                            f"on {conn.bootstrap}: {err}") from err
+        _result(future, conn, f"the creation of topic {name} ({partitions} partitions, RF {replication_factor})")
+    except TopicExists as err:
+        existing = _topic_metadata(conn, name)
+        have = "no metadata" if existing is None else f"{len(existing.partitions)} partitions"
+        if existing is None or len(existing.partitions) != partitions:
+            raise KafkaOpsError(f"topic {name} exists with {have}, not {partitions} partitions; use another name "
+                                "or delete it first") from err
+        return False
     _wait_for_leaders(conn, name, partitions, "created")
     return True
 
@@ -350,35 +473,36 @@ def _wait_for_leaders(conn: KafkaConnection, name: str, partitions: int, what: s
     """Return once the brokers' metadata shows ``name`` with ``partitions`` partitions, each with a
     leader: the controller acknowledges a change before every broker has it, and the next call may
     ask another broker."""
-    deadline = time.monotonic() + conn.timeout_s
-    seen = "no metadata"
-    while True:
-        try:
-            meta = conn.admin.list_topics(topic=name, timeout=conn.timeout_s).topics.get(name)
-        except KafkaException as err:
-            meta, seen = None, str(err)
-        if meta is not None and meta.error is None:
-            led = sum(1 for p in meta.partitions.values() if p.leader >= 0)
-            if len(meta.partitions) == partitions and led == partitions:
+    def led() -> None:
+        meta = _topic_metadata(conn, name)
+        if meta is None:
+            seen = "no metadata of it"
+        elif meta.error is not None:
+            err = classify(meta.error, f"the metadata of topic {name}", conn)
+            if not err.retriable:
+                raise err
+            seen = f"the error {err.code}"
+        else:
+            with_leader = sum(1 for p in meta.partitions.values() if p.leader >= 0)
+            if len(meta.partitions) == partitions and with_leader == partitions:
                 return
-            seen = f"{len(meta.partitions)} partition(s), {led} with a leader"
-        elif meta is not None:
-            seen = str(meta.error)
-        if time.monotonic() >= deadline:
-            raise KafkaOpsError(f"topic {name} was {what}, but after {conn.timeout_s:.0f} s the metadata of "
-                                f"{conn.bootstrap} shows {seen}, not {partitions} partition(s) each with a "
-                                "leader; check the brokers' health")
-        time.sleep(0.05)
+            seen = f"{len(meta.partitions)} partition(s), {with_leader} with a leader"
+        raise _typed(KafkaOpsError, f"topic {name} was {what}, but the metadata of {conn.bootstrap} shows {seen}, "
+                                    f"not {partitions} partition(s) each with a leader; check the brokers' health",
+                     retriable=True)
+
+    retrying(f"the leaders of topic {name}", attempts=None, deadline_s=conn.timeout_s, first_wait_s=0.05,
+             max_wait_s=0.5)(led)
 
 
 def delete_topics(conn: KafkaConnection, names: Iterable[str]) -> None:
+    """Delete ``names``; ones that do not exist are skipped."""
     futures = conn.admin.delete_topics(list(names), request_timeout=conn.timeout_s)
     for name, future in futures.items():
         try:
-            future.result(timeout=conn.timeout_s + 5)
-        except KafkaException as err:
-            if "UNKNOWN_TOPIC" not in str(err):
-                raise KafkaOpsError(f"cannot delete topic {name}: {err}") from err
+            _result(future, conn, f"the deletion of topic {name}")
+        except UnknownTopic:
+            log.info("topic %s does not exist, nothing to delete", name)
 
 
 def truncate_topics(conn: KafkaConnection, names: Iterable[str]) -> dict[tuple[str, int], int]:
@@ -433,7 +557,7 @@ def list_partition_reassignments(conn: KafkaConnection, partitions: Iterable[tup
     wanted = None if partitions is None else [KafkaTopicPartition(t, p) for t, p in partitions]
     if wanted == []:
         return {}
-    listing = _legacy_call(conn, "list_partition_reassignments",
+    listing = _legacy_call(conn, "the reassignments in flight",
                            lambda client: client.list_partition_reassignments(wanted))
     found = {}
     for tp, state in listing.items():
@@ -454,7 +578,7 @@ def alter_partition_reassignments(conn: KafkaConnection,
         return
     request = {KafkaTopicPartition(t, p): (None if r is None else [int(b) for b in r])
                for (t, p), r in reassignments.items()}
-    results = _legacy_call(conn, "alter_partition_reassignments",
+    results = _legacy_call(conn, f"{len(request)} reassignment(s)",
                            lambda client: client.alter_partition_reassignments(request))
     failed = []
     for tp, error in sorted(results.items()):
@@ -579,7 +703,7 @@ def create_partitions(conn: KafkaConnection, topic: str, new_total: int,
     ``new_total`` partitions; a topic with more is refused (Kafka never shrinks a topic)."""
     from confluent_kafka.admin import NewPartitions
 
-    metadata = conn.admin.list_topics(topic=topic, timeout=conn.timeout_s).topics.get(topic)
+    metadata = _topic_metadata(conn, topic)
     if metadata is None or metadata.error is not None:
         raise UnknownTopic(f"topic {topic} does not exist on {conn.bootstrap}; check the name")
     current = len(metadata.partitions)
@@ -606,27 +730,22 @@ def commit_group_offsets(conn: KafkaConnection, group_id: str, topic: str, offse
     """Set ``group_id``'s committed offsets on ``topic`` (partition -> next offset to read). The group
     must have no active members (Kafka refuses otherwise). A coordinator that is still loading or
     moving (a fresh cluster creates ``__consumer_offsets`` on first use) is asked again."""
-    retriable = ("NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE")
     request = ConsumerGroupTopicPartitions(group_id, [TopicPartition(topic, int(p), int(o))
                                                       for p, o in sorted(offsets.items())])
-    failed: list[str] = []
-    for attempt in range(attempts):
-        if attempt:
-            time.sleep(min(0.5 * attempt, 3.0))
+    what = f"the committed offsets of group {group_id} on {topic}"
+
+    def commit() -> None:
         future = conn.admin.alter_consumer_group_offsets([request], request_timeout=conn.timeout_s)[group_id]
-        try:
-            result = _result(future, conn, f"committing offsets of group {group_id} on {topic}")
-        except KafkaOpsError as err:
-            if any(code in str(err) for code in retriable) and attempt + 1 < attempts:
-                continue
-            raise
-        failed = [f"{tp.topic}-{tp.partition}: {tp.error}" for tp in result.topic_partitions if tp.error]
-        if not failed:
-            return
-        if not all(any(code in f for code in retriable) for f in failed):
-            break
-    raise KafkaOpsError(f"Kafka refused offsets of group {group_id}: {'; '.join(failed)}; stop the group's "
-                        "consumers (an active group cannot be changed) and retry")
+        result = _result(future, conn, what)
+        failed = [(tp, classify(tp.error, what, conn)) for tp in result.topic_partitions if tp.error]
+        if failed:
+            raise _typed(KafkaOpsError, f"Kafka refused offsets of group {group_id} on {len(failed)} of "
+                                        f"{len(offsets)} partition(s): "
+                                        f"{'; '.join(f'{tp.topic}-{tp.partition}: {err.code}' for tp, err in failed)}; "
+                                        "stop the group's consumers (an active group cannot be changed) and retry",
+                         retriable=all(err.retriable for _, err in failed))
+
+    retrying(what, attempts=attempts, first_wait_s=0.5, max_wait_s=3.0)(commit)
 
 
 # -- bounded reads of records ---------------------------------------------------------------------------

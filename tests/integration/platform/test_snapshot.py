@@ -77,6 +77,16 @@ def test_unknown_topic_is_named(kafka_conn) -> None:
         admin.snapshot(kafka_conn, topics=["no-such-topic"])
 
 
+def test_a_missing_topic_is_typed_by_its_error_code_in_every_admin_call(kafka_conn, topic_name: str) -> None:
+    # kafkaops.reassign.engine.remove_throttles relies on describe_configs of a deleted topic raising UnknownTopic
+    with pytest.raises(UnknownTopic, match="UNKNOWN_TOPIC_OR_PART") as info:
+        admin.describe_configs(kafka_conn, "topic", [topic_name])
+    assert info.value.code == "UNKNOWN_TOPIC_OR_PART"
+    admin.delete_topics(kafka_conn, [topic_name])  # nothing to delete is not an error
+    with pytest.raises(UnknownTopic, match=topic_name):
+        admin.create_partitions(kafka_conn, topic_name, 4)
+
+
 def test_unreachable_bootstrap_fails_fast_with_a_clear_error() -> None:
     port = provision.free_ports(1)[0]
     started = time.monotonic()

@@ -1,0 +1,142 @@
+"""Kafka errors become typed kafkaops errors by code and class (never by message text), and the one
+retry policy asks again only after retriable ones. Pure: no broker, no network."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from kafka import errors as kerrors
+
+from kafkaops.errors import KafkaOpsError, KafkaUnreachable, TopicExists, UnknownTopic
+from kafkaops.platform import admin
+
+CONN = SimpleNamespace(bootstrap="k1:9092", timeout_s=7.0)  # what classify reads of a KafkaConnection
+
+
+def confluent(code: int, reason: str | None = None) -> KafkaException:
+    return KafkaException(KafkaError(code) if reason is None else KafkaError(code, reason))
+
+
+@pytest.mark.parametrize("code", [KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
+                                  KafkaError.REQUEST_TIMED_OUT, KafkaError._RESOLVE])
+def test_no_answer_is_unreachable_and_not_asked_again(code: int) -> None:
+    err = admin.classify(confluent(code), "the cluster description", CONN)
+    name = KafkaError(code).name()
+    assert type(err) is KafkaUnreachable and err.code == name and not err.retriable
+    assert f"cannot reach Kafka at k1:9092 within 7 s while asking for the cluster description: {name}" in str(err)
+    assert "check bootstrap.servers" in str(err)
+
+
+def test_the_code_decides_not_the_message() -> None:
+    # a misleading reason text changes nothing; a transport error with a harmless text is still one
+    assert type(admin.classify(confluent(KafkaError.INVALID_CONFIG, "Timed out, Connection refused, "
+                                         "UNKNOWN_TOPIC already exists"), "x", CONN)) is KafkaOpsError
+    assert type(admin.classify(confluent(KafkaError._TRANSPORT, "something odd"), "x", CONN)) is KafkaUnreachable
+
+
+@pytest.mark.parametrize("code", [KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC])
+def test_an_unknown_topic_is_typed_and_names_the_code(code: int) -> None:
+    err = admin.classify(confluent(code), "the configs of topic orders", CONN)
+    assert isinstance(err, UnknownTopic) and err.retriable  # metadata may lag behind a creation, as in Kafka
+    assert KafkaError(code).name() in str(err) and "topic orders" in str(err)
+
+
+def test_an_existing_topic_is_typed() -> None:
+    err = admin.classify(confluent(KafkaError.TOPIC_ALREADY_EXISTS), "the creation of topic t", CONN)
+    assert type(err) is TopicExists and "TOPIC_ALREADY_EXISTS" in str(err) and not err.retriable
+
+
+def test_other_codes_are_refusals_retriable_when_the_cluster_state_passes() -> None:
+    moving = admin.classify(confluent(KafkaError.NOT_COORDINATOR), "the offsets of group g", CONN)
+    assert type(moving) is KafkaOpsError and moving.retriable and moving.code == "NOT_COORDINATOR"
+    assert str(moving).startswith("Kafka refused the offsets of group g at k1:9092: NOT_COORDINATOR")
+    refused = admin.classify(confluent(KafkaError.POLICY_VIOLATION), "a config change", CONN)
+    assert type(refused) is KafkaOpsError and not refused.retriable and "POLICY_VIOLATION" in str(refused)
+    # librdkafka's own retriable flag counts too
+    flagged = admin.classify(KafkaException(KafkaError(KafkaError.POLICY_VIOLATION, retriable=True)), "x", CONN)
+    assert flagged.retriable
+
+
+def test_a_bare_kafka_error_and_a_future_timeout_are_classified() -> None:
+    assert isinstance(admin.classify(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART), "x", CONN), UnknownTopic)
+    err = admin.classify(TimeoutError(), "the consumer groups", CONN)
+    assert type(err) is KafkaUnreachable and "no answer from Kafka at k1:9092 within 7 s" in str(err)
+
+
+def test_kafka_python_errors_are_classified_by_class() -> None:
+    assert type(admin.classify(kerrors.KafkaConnectionError("boom"), "x", CONN)) is KafkaUnreachable
+    assert type(admin.classify(kerrors.KafkaTimeoutError(), "x", CONN)) is KafkaUnreachable
+    unknown = admin.classify(kerrors.UnknownTopicOrPartitionError(), "x", CONN)
+    assert isinstance(unknown, UnknownTopic) and "UnknownTopicOrPartitionError (error code 3)" in str(unknown)
+    broker = admin.classify(kerrors.UnknownBrokerIdError(4), "the log dirs", CONN)
+    assert broker.retriable and "broker 4 is not in the client's metadata" in str(broker)
+    leader = admin.classify(kerrors.LeaderNotAvailableError(), "x", CONN)
+    assert type(leader) is KafkaOpsError and leader.retriable and leader.code == "LeaderNotAvailableError"
+    gone = admin.classify(kerrors.NoReassignmentInProgressError(), "x", CONN)
+    assert not gone.retriable
+    other = admin.classify(ValueError("bad answer"), "the log dirs", CONN)
+    assert type(other) is KafkaOpsError and "ValueError: bad answer" in str(other) and not other.retriable
+
+
+def failing(error: KafkaOpsError, succeed_on: int | None = None):
+    calls = []
+
+    def call() -> str:
+        calls.append(1)
+        if succeed_on is not None and len(calls) >= succeed_on:
+            return "ok"
+        raise error
+    return call, calls
+
+
+def test_a_retriable_error_is_asked_again_until_the_attempts_run_out() -> None:
+    error = admin.classify(confluent(KafkaError.COORDINATOR_LOAD_IN_PROGRESS), "the offsets of group g", CONN)
+    call, calls = failing(error)
+    with pytest.raises(KafkaOpsError, match=r"COORDINATOR_LOAD_IN_PROGRESS.*gave up after 4 attempt\(s\)") as info:
+        admin.retrying("the offsets of group g", attempts=4, first_wait_s=0, max_wait_s=0)(call)
+    assert len(calls) == 4 and info.value is error
+
+
+def test_a_retriable_error_that_clears_returns_the_answer() -> None:
+    call, calls = failing(admin.classify(confluent(KafkaError.LEADER_NOT_AVAILABLE), "x", CONN), succeed_on=3)
+    assert admin.retrying("x", attempts=5, first_wait_s=0, max_wait_s=0)(call) == "ok" and len(calls) == 3
+
+
+@pytest.mark.parametrize("code", [KafkaError._TRANSPORT, KafkaError.POLICY_VIOLATION, KafkaError.TOPIC_ALREADY_EXISTS])
+def test_a_non_retriable_error_is_raised_at_once(code: int) -> None:
+    error = admin.classify(confluent(code), "x", CONN)
+    call, calls = failing(error)
+    with pytest.raises(KafkaOpsError) as info:
+        admin.retrying("x", attempts=5, first_wait_s=0, max_wait_s=0)(call)
+    assert len(calls) == 1 and info.value is error and "gave up" not in str(error)
+
+
+def test_other_exceptions_pass_through_untouched() -> None:
+    calls = []
+
+    def call() -> None:
+        calls.append(1)
+        raise RuntimeError("a bug")
+    with pytest.raises(RuntimeError, match="a bug"):
+        admin.retrying("x", attempts=5, first_wait_s=0, max_wait_s=0)(call)
+    assert len(calls) == 1
+
+
+def test_a_deadline_stops_a_metadata_wait() -> None:
+    call, calls = failing(UnknownTopic("topic t does not exist"))
+    with pytest.raises(UnknownTopic, match=r"gave up after \d+ attempt\(s\) in 0\.\d s"):
+        admin.retrying("the metadata of t", attempts=None, deadline_s=0.2, first_wait_s=0.01, max_wait_s=0.02)(call)
+    assert len(calls) >= 2
+
+
+def test_the_waits_grow_with_jitter_up_to_the_cap() -> None:
+    policy = admin.retrying("x", attempts=10, first_wait_s=0.5, max_wait_s=3.0)
+    waits = [policy.wait(SimpleNamespace(attempt_number=n)) for n in range(1, 8)]
+    assert 0.5 <= waits[0] <= 1.0 and 1.0 <= waits[1] <= 1.5 and 2.0 <= waits[2] <= 2.5
+    assert all(w == 3.0 for w in waits[3:])
+
+
+def test_a_policy_needs_a_stop() -> None:
+    with pytest.raises(KafkaOpsError, match="needs attempts or deadline_s"):
+        admin.retrying("x", attempts=None)
