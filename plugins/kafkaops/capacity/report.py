@@ -10,7 +10,6 @@ import base64
 import html
 import io
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 from kafkaops.capacity.review import Review
 from kafkaops.errors import KafkaOpsError
-from kafkaops.platform.paths import state_dir
+from kafkaops.platform.paths import safe_name, state_dir
 from kafkaops.platform.render import human_bytes
 
 
@@ -177,8 +176,8 @@ def render_review_html(review: Review, skew: Mapping[str, Any] | None = None) ->
 def write_report(review: Review, skew: Mapping[str, Any] | None = None, *, run_id: str = "manual",
                  root: Path | None = None) -> ReportPaths:
     """Write ``report.html`` and ``review.json`` under ``state_dir()/capacity/reports/<cluster>/<run>/``."""
-    safe = [re.sub(r"[^A-Za-z0-9._-]+", "_", str(x))[:200] for x in (review.cluster_id or "unknown", run_id)]
-    folder = (root or state_dir() / "capacity" / "reports") / safe[0] / safe[1]
+    reports = root or state_dir() / "capacity" / "reports"
+    folder = reports / safe_name(review.cluster_id or "unknown") / safe_name(run_id)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         page, data = folder / "report.html", folder / "review.json"

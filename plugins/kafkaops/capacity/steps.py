@@ -25,7 +25,7 @@ from kafkaops.capacity import report as capacity_report
 from kafkaops.capacity import skew
 from kafkaops.errors import ConfigError, KafkaOpsError
 from kafkaops.model import Cluster
-from kafkaops.platform.paths import REPO_ROOT, state_dir
+from kafkaops.platform.paths import REPO_ROOT, safe_name, state_dir
 from kafkaops.capacity.history import ReviewHistory
 
 log = logging.getLogger(__name__)
@@ -140,7 +140,7 @@ def run_key_skew(conn_config: Mapping[str, str], cluster_data: Mapping[str, Any]
     cluster = Cluster.from_dict(cluster_data)
     topic = params.skew_target
     start, end = skew.sample_offsets(cluster, topic, params.sample_records)
-    work = state_dir() / "capacity" / "skew" / run_id.replace(":", "_").replace("+", "_")
+    work = state_dir() / "capacity" / "skew" / safe_name(run_id)
     work.mkdir(parents=True, exist_ok=True)
     output, log_file = work / f"{topic}.json", work / f"{topic}.log"
     output.unlink(missing_ok=True)

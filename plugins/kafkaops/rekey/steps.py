@@ -37,7 +37,7 @@ from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.errors import ConfigError, KafkaOpsError
 from kafkaops.model import Cluster
 from kafkaops.rekey.partitioner import partition_for
-from kafkaops.platform.paths import REPO_ROOT, state_dir
+from kafkaops.platform.paths import REPO_ROOT, safe_name, state_dir
 
 log = logging.getLogger(__name__)
 
@@ -307,7 +307,7 @@ def run_backfill(ctx: lifecycle.OperationContext, plan: PartitionPlan, *, timeou
                  ) -> dict[str, Any]:
     """Run :mod:`spark_apps.rekey_backfill` (run + verify) in a local Spark subprocess; resume-safe."""
     bf = BackfillPlan.from_dict(plan.backfill or {})
-    work = state_dir() / "backfill" / ctx.dag_id / ctx.run_id.replace(":", "_").replace("+", "_")
+    work = state_dir() / "backfill" / safe_name(ctx.dag_id) / safe_name(ctx.run_id)
     work.mkdir(parents=True, exist_ok=True)
     plan_file, report_file, log_file = work / "plan.json", work / "report.json", work / "spark.log"
     plan_file.write_text(bf.to_json())
