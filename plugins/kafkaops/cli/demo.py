@@ -10,6 +10,7 @@ it, so the next demo starts from the same three brokers. Both runs' operation re
 """
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -137,3 +138,14 @@ def run_demo(records: int = 100_000, keep_running: bool = False) -> int:
         if not keep_running:
             print("\nstopping the cluster (make cluster-up keeps one running) ...", flush=True)
             provision.cluster_down()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``kafkaops demo``."""
+    parser.add_argument("--records", type=int, default=100_000, metavar="N",
+                        help="records of the skewed 'orders' topic (default 100000)")
+    parser.add_argument("--keep-running", action="store_true", help="leave the local cluster up afterwards")
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_demo(records=args.records, keep_running=args.keep_running)
