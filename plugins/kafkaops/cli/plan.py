@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TextIO
 
-from kafkaops.cli.exits import EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_OK, fail
+from kafkaops.cli.exits import EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_OK, fail  # noqa: F401 (the codes, for callers)
 from kafkaops.cli.options import add_timeout
 from kafkaops.errors import KafkaOpsError
 from kafkaops.model import Broker, Cluster
@@ -28,8 +28,6 @@ from kafkaops.reassign.planner.goals import Goals
 from kafkaops.cli.planfile import load_cluster, parse_brokers, parse_racks, read_sizes, write_plan
 from kafkaops.reassign.planner.plan import ReassignmentPlan
 from kafkaops.reassign.planner.planning import plan_drain, plan_rebalance, plan_scale_out
-
-__all__ = ["EXIT_BAD_INPUT", "EXIT_INFEASIBLE", "EXIT_OK", "add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -31,11 +31,9 @@ from kafkaops.errors import KafkaOpsError, UnknownTopic
 from kafkaops.reassign.engine import ExecutionReport, InvalidReassignment, Key
 from kafkaops.model import Cluster, ModelError
 from kafkaops.reassign.planner.errors import PlanInputError
-from kafkaops.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, fail, one_line
+from kafkaops.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, fail, one_line  # noqa: F401
 from kafkaops.cli.options import add_timeout
 from kafkaops.cli.planfile import read_assignment
-
-__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK"]  # the codes, for callers
 
 MB = 1_000_000
 
