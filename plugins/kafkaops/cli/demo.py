@@ -57,7 +57,6 @@ def _airflow_env(bootstrap: str) -> None:
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "GX_ANALYTICS_ENABLED": "false",
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}),
     })
     Path(os.environ["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
