@@ -203,7 +203,35 @@ def test_a_broker_killed_mid_move_stalls_the_wait_and_the_retry_completes_the_ru
     assert snap.replicas_per_broker()[5] > 0 and not snap.under_replicated
 
 
-def test_draining_a_broker_empties_it_and_stops_it_through_the_role(dagbag, cluster) -> None:
+@pytest.fixture(scope="module")
+def broker_5(cluster) -> int:
+    """Broker 5 running and holding replicas of TOPIC: the one the stall test added when it ran (restarted
+    if it is down), else added here on rack-b with two partitions moved onto it."""
+    spec, spec_path = cluster
+    grown = provision.ClusterSpec.load(spec_path)
+    if 5 not in [n.node_id for n in grown.nodes]:
+        grown, added = grown.with_new_brokers(node_ids=[5], racks=["rack-b"])
+        provision.cluster_up(grown, limit=[n.hostname for n in added])
+        grown.save(spec_path)
+    elif provision.node_pid(grown, 5) is None:
+        provision.cluster_up(grown)
+    with admin.connect(spec.bootstrap) as conn:
+        wait_for(lambda: 5 in [b.id for b in admin.describe_cluster(conn)[2]], timeout=60,
+                 what="broker 5 to register")
+        snap = admin.snapshot(conn, topics=[TOPIC], sizes=False, groups=False)
+        if not snap.replicas_per_broker().get(5):
+            rack_b = [p for p in snap.partitions if 2 in p.replicas and p.leader != 2][:2]
+            admin.alter_partition_reassignments(conn, {p.key: tuple(5 if b == 2 else b for b in p.replicas)
+                                                       for p in rack_b})
+            wait_for(lambda: not admin.list_partition_reassignments(conn), timeout=120,
+                     what="two partitions to move onto broker 5")
+        wait_for(lambda: not admin.snapshot(conn, topics=[TOPIC], sizes=False, groups=False).under_replicated,
+                 timeout=60, what=f"{TOPIC} fully replicated with broker 5")
+        assert admin.snapshot(conn, topics=[TOPIC], sizes=False, groups=False).replicas_per_broker().get(5)
+    return 5
+
+
+def test_draining_a_broker_empties_it_and_stops_it_through_the_role(dagbag, cluster, broker_5) -> None:
     spec, spec_path = cluster
     grown = provision.ClusterSpec.load(spec_path)
     assert provision.node_pid(grown, 5) is not None

@@ -8,15 +8,13 @@
 """
 from __future__ import annotations
 
-import html
-
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from kafkaops.platform import state
 from kafkaops.platform.paths import state_dir
-from kafkaops.platform.render import render_record_html
+from kafkaops.airflow.pages import render_record, render_record_list
 
 app = FastAPI(title="kafkaops operation records")
 
@@ -30,13 +28,8 @@ def _record(dag_id: str, run_id: str) -> dict:
 
 @app.get("/records", response_class=HTMLResponse)
 def list_records() -> str:
-    items = []
-    for path in state.list_records():
-        record = state.AuditLog(path).summary()
-        href = f"records/{html.escape(path.parent.name)}/{html.escape(path.stem)}"
-        items.append(f"<li><a href='{href}'>{html.escape(str(record.get('dag_id')))} / "
-                     f"{html.escape(str(record.get('run_id')))}</a>: {html.escape(str(record.get('outcome')))}</li>")
-    return "<html><body><h1>kafkaops operation records</h1><ul>" + "".join(items) + "</ul></body></html>"
+    return render_record_list((f"records/{path.parent.name}/{path.stem}", state.AuditLog(path).summary())
+                              for path in state.list_records())
 
 
 @app.get("/records/{dag_id}/{run_id}.json")
@@ -46,7 +39,7 @@ def record_json(dag_id: str, run_id: str) -> JSONResponse:
 
 @app.get("/records/{dag_id}/{run_id}", response_class=HTMLResponse)
 def record_page(dag_id: str, run_id: str) -> str:
-    return render_record_html(_record(dag_id, run_id), docs_base="/kafkaops/docs")
+    return render_record(_record(dag_id, run_id), docs_base="/kafkaops/docs")
 
 
 def _mount_docs() -> None:

@@ -10,18 +10,16 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from pathlib import Path
 
 from kafkaops.capacity.review import CapacityError, ReviewPoint
-from kafkaops.platform.paths import state_dir
+from kafkaops.platform.paths import safe_name, state_dir
 
 log = logging.getLogger(__name__)
 
 
 def history_path(cluster_id: str, root: Path | None = None) -> Path:
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", cluster_id or "unknown")[:200]
-    return (root or state_dir() / "capacity") / f"{safe}.jsonl"
+    return (root or state_dir() / "capacity") / f"{safe_name(cluster_id or 'unknown')}.jsonl"
 
 
 class ReviewHistory:

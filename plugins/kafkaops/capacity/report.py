@@ -1,5 +1,6 @@
 """The capacity review as one self-contained HTML page: findings, recommendations with their numbers,
-plots (PNG, base64-embedded) and the review's JSON; saved per run under the state dir.
+plots (PNG, base64-embedded) and the review's JSON; saved per run under the state dir. The page is
+``templates/report.html.j2`` (Jinja2, autoescaped) over the shared ``base.html.j2``.
 
 Plots: bytes / leaders / replicas per broker; throughput and lag per partition; the key-skew
 histogram; what-if curves (max/mean per candidate partition count, now and with the candidate key).
@@ -7,10 +8,8 @@ histogram; what-if curves (max/mean per candidate partition count, now and with 
 from __future__ import annotations
 
 import base64
-import html
 import io
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +17,11 @@ from typing import Any
 
 from kafkaops.capacity.review import Review
 from kafkaops.errors import KafkaOpsError
-from kafkaops.platform.paths import state_dir
-from kafkaops.platform.render import human_bytes
+from kafkaops.platform.paths import safe_name, state_dir
+from kafkaops.platform.render import html_templates, human_bytes
+
+
+_templates = html_templates("kafkaops.capacity")
 
 
 class ReportError(KafkaOpsError):
@@ -127,58 +129,54 @@ def plots(review: Review, skew: Mapping[str, Any] | None = None) -> dict[str, st
     return out
 
 
-def _rows(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    esc = html.escape
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{esc('-' if c is None else str(c))}</td>" for c in r) + "</tr>"
-                   for r in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+def _number(value: Any) -> str:
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:.4g}"
+    return str(int(value)) if isinstance(value, float) else str(value)
+
+
+def _input(name: str, value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "-" if value is None else str(value)
+    if name.endswith("_bytes_per_s"):
+        return f"{human_bytes(int(value))}/s"
+    if name.endswith("_bytes"):
+        return human_bytes(int(value))
+    return _number(value)
+
+
+def _numbers(inputs: Mapping[str, Any]) -> str:
+    """A recommendation's inputs as ``name=value`` with units: ``disk_per_broker_bytes=93.1 GiB``."""
+    return ", ".join(f"{name}={_input(name, value)}" for name, value in sorted(inputs.items()))
 
 
 def render_review_html(review: Review, skew: Mapping[str, Any] | None = None) -> str:
     """The review as a standalone page (plots embedded, JSON at the end)."""
-    esc = html.escape
-    images = plots(review, skew)
-    parts = [f"<h1>Capacity review of cluster {esc(str(review.cluster_id))}</h1>",
-             f"<p>taken at {review.taken_at:.0f} (epoch s); previous review "
-             f"{'-' if review.previous_taken_at is None else f'{review.previous_taken_at:.0f}'}; "
-             f"{review.history_points} review(s) in the history</p>",
-             "<h2>Findings</h2>",
-             _rows(["rule", "subject", "value", "threshold", "message"],
-                   [[f.rule, f.subject, f.value, f.threshold, f.message] for f in review.findings])
-             if review.findings else "<p>No rule fired.</p>",
-             "<h2>Recommendations</h2>",
-             _rows(["kind", "subject", "value", "rule", "numbers", "message"],
-                   [[r.kind, r.subject, r.value, r.rule, json.dumps(dict(r.inputs), sort_keys=True), r.message]
-                    for r in review.recommendations]) if review.recommendations else "<p>None.</p>"]
-    if review.empty_topics:
-        parts.append(f"<p>Empty topics (no records): {esc(', '.join(review.empty_topics))}</p>")
-    parts += ["<h2>Brokers</h2>",
-              _rows(["broker", "replicas", "leaders", "bytes", "disk use"],
-                    [[b.broker, b.replicas, b.leaders, human_bytes(b.bytes),
-                      None if b.disk_use is None else f"{b.disk_use:.1%}"] for b in review.broker_load]),
-              f"<img alt='per broker' src='data:image/png;base64,{images['brokers']}'/>",
-              "<h2>Partitions</h2>",
-              f"<img alt='per partition' src='data:image/png;base64,{images['partitions']}'/>"]
-    if "key_skew" in images and skew is not None:
-        parts += [f"<h2>Key skew of {esc(str(skew.get('topic')))}</h2>",
-                  f"<p>{skew['records']} records sampled, {skew['keys']} keys</p>",
-                  f"<img alt='key skew' src='data:image/png;base64,{images['key_skew']}'/>",
-                  f"<img alt='what-if' src='data:image/png;base64,{images['what_if']}'/>"]
-    data = {"review": review.to_dict(), "key_skew": skew}
-    parts += ["<h2>JSON</h2>",
-              f"<pre id='review-json'>{esc(json.dumps(data, indent=1, sort_keys=True, default=str))}</pre>"]
-    style = ("body{font-family:sans-serif;margin:1.5em} table{border-collapse:collapse;margin:.5em 0} "
-             "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px} pre{font-size:11px}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>kafkaops capacity review</title>"
-            f"<style>{style}</style></head><body>{''.join(parts)}</body></html>")
+    return _templates.get_template("report.html.j2").render(
+        review=review, skew=skew, images=plots(review, skew),
+        findings=(["rule", "subject", "value", "threshold", "message"],
+                  [[f.rule, f.subject, _number(f.value), _number(f.threshold), f.message] for f in review.findings]),
+        recommendations=(["kind", "subject", "value", "rule", "numbers", "message"],
+                         [[r.kind, r.subject, _number(r.value), r.rule, _numbers(r.inputs), r.message]
+                          for r in review.recommendations]),
+        brokers=(["broker", "replicas", "leaders", "bytes", "disk use"],
+                 [[b.broker, b.replicas, b.leaders, human_bytes(b.bytes),
+                   None if b.disk_use is None else f"{b.disk_use:.1%}"] for b in review.broker_load]),
+        throughput=(["partition", "records", "seconds", "records/s", "bytes/s"],
+                    [[f"{p.topic}-{p.partition}", p.records, f"{p.seconds:.0f}", f"{p.records_per_s:.1f}",
+                      None if p.bytes_per_s is None else f"{human_bytes(int(p.bytes_per_s))}/s"]
+                     for p in review.throughput]),
+        lag=(["group", "partition", "lag (records)"],
+             [[x.group, f"{x.topic}-{x.partition}", x.lag] for x in review.lag]
+             + [[group, "all partitions", lag] for group, lag in sorted(review.group_lag.items())]),
+        data_json=json.dumps({"review": review.to_dict(), "key_skew": skew}, indent=1, sort_keys=True, default=str))
 
 
 def write_report(review: Review, skew: Mapping[str, Any] | None = None, *, run_id: str = "manual",
                  root: Path | None = None) -> ReportPaths:
     """Write ``report.html`` and ``review.json`` under ``state_dir()/capacity/reports/<cluster>/<run>/``."""
-    safe = [re.sub(r"[^A-Za-z0-9._-]+", "_", str(x))[:200] for x in (review.cluster_id or "unknown", run_id)]
-    folder = (root or state_dir() / "capacity" / "reports") / safe[0] / safe[1]
+    reports = root or state_dir() / "capacity" / "reports"
+    folder = reports / safe_name(review.cluster_id or "unknown") / safe_name(run_id)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         page, data = folder / "report.html", folder / "review.json"

@@ -10,22 +10,20 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kafkaops.platform import admin
+from kafkaops.platform import spark
 from kafkaops.platform import state
 from kafkaops.capacity import review as capacity
 from kafkaops.capacity import report as capacity_report
 from kafkaops.capacity import skew
-from kafkaops.errors import ConfigError, KafkaOpsError
+from kafkaops.errors import ConfigError
 from kafkaops.model import Cluster
-from kafkaops.platform.paths import REPO_ROOT, state_dir
+from kafkaops.platform.paths import safe_name, state_dir
 from kafkaops.capacity.history import ReviewHistory
 
 log = logging.getLogger(__name__)
@@ -140,29 +138,16 @@ def run_key_skew(conn_config: Mapping[str, str], cluster_data: Mapping[str, Any]
     cluster = Cluster.from_dict(cluster_data)
     topic = params.skew_target
     start, end = skew.sample_offsets(cluster, topic, params.sample_records)
-    work = state_dir() / "capacity" / "skew" / run_id.replace(":", "_").replace("+", "_")
-    work.mkdir(parents=True, exist_ok=True)
+    work = state_dir() / "capacity" / "skew" / safe_name(run_id)
     output, log_file = work / f"{topic}.json", work / f"{topic}.log"
-    output.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "spark_apps.key_skew", "--bootstrap", conn_config["bootstrap.servers"],
-           "--topic", topic, "--partitions", str(len(cluster.partitions_of(topic))),
-           "--start", json.dumps(start), "--end", json.dumps(end), "--output", str(output), "--master", master,
-           "--candidates", ",".join(map(str, params.candidate_partitions))]
+    args = ["--bootstrap", conn_config["bootstrap.servers"], "--topic", topic,
+            "--partitions", str(len(cluster.partitions_of(topic))), "--start", json.dumps(start),
+            "--end", json.dumps(end), "--output", str(output), "--master", master,
+            "--candidates", ",".join(map(str, params.candidate_partitions))]
     if params.candidate_key_field:
-        cmd += ["--candidate-field", params.candidate_key_field]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "plugins"), str(REPO_ROOT),
-                                                        os.environ.get("PYTHONPATH", "")])}
-    with log_file.open("w") as out:
-        try:
-            done = subprocess.run(cmd, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                  timeout=timeout_s, check=False)
-        except subprocess.TimeoutExpired as err:
-            raise KafkaOpsError(f"key skew of {topic} did not finish within {timeout_s:.0f} s (log {log_file}); "
-                                "lower sample_records") from err
-    if done.returncode != 0 or not output.exists():
-        tail = log_file.read_text(errors="replace")[-1500:]
-        raise KafkaOpsError(f"key skew of {topic} failed (exit {done.returncode}); log {log_file} ends: {tail}")
-    return json.loads(output.read_text())
+        args += ["--candidate-field", params.candidate_key_field]
+    return spark.run_spark_app("key_skew", args, output=output, log_file=log_file, timeout_s=timeout_s,
+                               what=f"key skew of {topic}", on_timeout="lower sample_records")
 
 
 def make_review(cluster_data: Mapping[str, Any], params: CapacityParams, skew_result: Mapping[str, Any] | None,

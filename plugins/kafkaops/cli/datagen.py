@@ -2,10 +2,12 @@
 
 :func:`generate_records` is pure (the same spec gives the same records, byte for byte);
 :func:`produce` writes them with acks=all, idempotence and the Java-compatible murmur2
-partitioner, so a key lands where Kafka's Java client would put it.
+partitioner, so a key lands where Kafka's Java client would put it. ``kafkaops datagen`` is
+:func:`add_arguments` and :func:`run`.
 """
 from __future__ import annotations
 
+import argparse
 import bisect
 import json
 import logging
@@ -16,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafkaops.cli.options import add_local_connection
 from kafkaops.errors import ConfigError, KafkaOpsError
 
 log = logging.getLogger(__name__)
@@ -153,3 +156,40 @@ def produce(connection: Mapping[str, str], topic: str, spec: DatagenSpec) -> Dat
     log.info("datagen: %d records, %d bytes to %s in %.2f s", spec.records, total_bytes, topic, seconds)
     return DatagenResult(topic=topic, records=spec.records, bytes=total_bytes, seconds=seconds,
                          per_partition=dict(sorted(per_partition.items())), per_key_top=tuple(keys.most_common(5)))
+
+
+# -- the command ------------------------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``kafkaops datagen``."""
+    add_local_connection(parser)
+    parser.add_argument("--topic", required=True, help="the topic to write to")
+    parser.add_argument("--records", type=int, default=10_000, metavar="N", help="records to write (default 10000)")
+    parser.add_argument("--partitions", type=int, metavar="N",
+                        help="create the topic with this many partitions first (kept if it exists)")
+    parser.add_argument("--replication-factor", type=int, default=3, metavar="N",
+                        help="with --partitions: replicas of each partition (default 3)")
+    parser.add_argument("--keys", type=int, default=1000, metavar="N", help="distinct keys (default 1000)")
+    parser.add_argument("--skew", default="zipf", choices=SKEWS,
+                        help="uniform; zipf: the k-th key weighs 1/k^s; hot: key 0 takes --hot-share (default zipf)")
+    parser.add_argument("--zipf-s", type=float, default=1.1, metavar="S", help="with --skew zipf: s (default 1.1)")
+    parser.add_argument("--hot-share", type=float, default=0.4, metavar="SHARE",
+                        help="with --skew hot: the hot key's share of the records, 0..1 (default 0.4)")
+    parser.add_argument("--record-bytes", type=int, default=256, metavar="BYTES",
+                        help="size of each JSON value (default 256)")
+    parser.add_argument("--seed", type=int, default=42, help="the same seed writes the same records (default 42)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Create the topic (with --partitions), write the records, print where they went."""
+    from kafkaops.platform import admin
+
+    spec = DatagenSpec(records=args.records, keys=args.keys, skew=args.skew, zipf_s=args.zipf_s,
+                       hot_share=args.hot_share, record_bytes=args.record_bytes, seed=args.seed)
+    with admin.connect(args.bootstrap_server, timeout_s=args.timeout) as conn:
+        if args.partitions:
+            admin.create_topic(conn, args.topic, args.partitions, args.replication_factor)
+        result = produce(conn.config, args.topic, spec)
+    print(f"produced {result.records} records ({result.bytes} bytes) to {result.topic} in {result.seconds:.2f} s; "
+          f"per partition {dict(result.per_partition)}; hottest keys {list(result.per_key_top)}")
+    return 0

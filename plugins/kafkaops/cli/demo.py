@@ -10,6 +10,7 @@ it, so the next demo starts from the same three brokers. Both runs' operation re
 """
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -56,7 +57,6 @@ def _airflow_env(bootstrap: str) -> None:
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "GX_ANALYTICS_ENABLED": "false",
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}),
     })
     Path(os.environ["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
@@ -137,3 +137,14 @@ def run_demo(records: int = 100_000, keep_running: bool = False) -> int:
         if not keep_running:
             print("\nstopping the cluster (make cluster-up keeps one running) ...", flush=True)
             provision.cluster_down()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``kafkaops demo``."""
+    parser.add_argument("--records", type=int, default=100_000, metavar="N",
+                        help="records of the skewed 'orders' topic (default 100000)")
+    parser.add_argument("--keep-running", action="store_true", help="leave the local cluster up afterwards")
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_demo(records=args.records, keep_running=args.keep_running)

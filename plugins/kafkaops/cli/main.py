@@ -1,143 +1,98 @@
-"""``python -m kafkaops``: the command line over the library.
+"""``python -m kafkaops``: plan, run, verify and cancel partition reassignments of a live Kafka
+cluster, and run the local cluster, test data and the demo.
 
-    cluster up|down [--purge]     the local cluster, through the kafka_broker Ansible role
-    snapshot                      print a live cluster as tables (or --json)
-    datagen                       produce keyed JSON records (deterministic, skewed)
-    demo                          local cluster up, skewed 'orders' topic, kafka_scale_out (3 -> 4 brokers)
-                                  and kafka_reassign (drain broker 4) DAG runs, cluster down
-    plan                          plan a reassignment from Kafka's JSON or a live cluster
-    execute                       run a PLAN.json on a live cluster (dry run unless --execute)
-    verify                        check a PLAN.json is done on a live cluster and nothing was lost
-    cancel                        revert a PLAN.json's moves in flight and clear the throttles
+Each command is a module of :mod:`kafkaops.cli` with ``add_arguments(parser)`` and
+``run(args) -> exit code``; :func:`build_parser` gives each its subparser.
+
+exit codes:
+    0    ok: done, verified, or a dry run that changed nothing
+    1    failed: the command ran and did not get there (verification found failures, a move or a
+         DAG run failed, Kafka did not answer, an Ansible run failed); the message says what is left
+    2    bad input: options or files that cannot work, argparse's usage errors included; nothing changed
+    3    infeasible: plan found no assignment that keeps the rules (racks, replication factor)
+    130  interrupted (Ctrl-C); execute first reverts the moves in flight and removes its throttles
+
+The codes are the constants of :mod:`kafkaops.cli.exits`; an error is one line on stderr,
+``kafkaops <command>: error|failed|infeasible|interrupted: <message>``.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from kafkaops.cli import cluster, datagen, demo, exits, plan, reassign, snapshot
 from kafkaops.errors import KafkaOpsError
 
-log = logging.getLogger("kafkaops")
+DESCRIPTION = """Scale Apache Kafka without losing data or key order: plan a partition reassignment, run it
+throttled and batched, verify it, or cancel it; and run the local cluster, test data and the demo."""
+EXIT_CODES = "exit codes:\n" + __doc__.split("exit codes:\n", 1)[1].split("\n\n", 1)[0]
+EPILOG = f"""{EXIT_CODES}
 
-LOCAL_BOOTSTRAP = "127.0.0.1:19092,127.0.0.1:19094,127.0.0.1:19096"
+a reassignment, step by step:
+  python -m kafkaops snapshot --bootstrap-server HOST:PORT --json > BEFORE.json
+  python -m kafkaops plan --bootstrap-server HOST:PORT --brokers 1,2,3,4 --output PLAN.json
+  python -m kafkaops execute --bootstrap-server HOST:PORT --plan PLAN.json --throttle-mb 10   (dry run)
+  python -m kafkaops execute --bootstrap-server HOST:PORT --plan PLAN.json --throttle-mb 10 --execute
+  python -m kafkaops verify --bootstrap-server HOST:PORT --plan PLAN.json --before BEFORE.json
 
+'python -m kafkaops COMMAND --help' shows a command's options."""
 
-def _add_connection(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap-server", default=LOCAL_BOOTSTRAP,
-                        help="host:port[,host:port...] (default: the local cluster)")
-    parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for Kafka (default 10)")
-
-
-def _datagen_spec(args: argparse.Namespace):  # noqa: ANN202
-    from kafkaops.cli.datagen import DatagenSpec
-
-    return DatagenSpec(records=args.records, keys=args.keys, skew=args.skew, zipf_s=args.zipf_s,
-                       hot_share=args.hot_share, record_bytes=args.record_bytes, seed=args.seed)
-
-
-def cmd_cluster(args: argparse.Namespace) -> int:
-    from kafkaops.platform import provision
-
-    if args.action == "up":
-        result = provision.cluster_up()
-        print(f"cluster up: {LOCAL_BOOTSTRAP} (changed tasks per node: {dict(result.changed) or 'none'})")
-    else:
-        result = provision.cluster_down(purge=args.purge)
-        print(f"cluster down{' and purged' if args.purge else ''} (changed tasks per node: "
-              f"{dict(result.changed) or 'none'})")
-    return 0
+Run = Callable[[argparse.Namespace], int]
 
 
-def cmd_snapshot(args: argparse.Namespace) -> int:
-    from kafkaops.platform import admin
-    from kafkaops.platform.render import render_snapshot
-
-    with admin.connect(args.bootstrap_server, timeout_s=args.timeout) as conn:
-        cluster = admin.snapshot(conn, topics=args.topic or None)
-    print(json.dumps(cluster.to_dict(), indent=2) if args.json else render_snapshot(cluster))
-    return 0
-
-
-def cmd_datagen(args: argparse.Namespace) -> int:
-    from kafkaops.platform import admin
-    from kafkaops.cli import datagen
-
-    spec = _datagen_spec(args)
-    with admin.connect(args.bootstrap_server, timeout_s=args.timeout) as conn:
-        if args.partitions:
-            admin.create_topic(conn, args.topic, args.partitions, args.replication_factor)
-        result = datagen.produce(conn.config, args.topic, spec)
-    print(f"produced {result.records} records ({result.bytes} bytes) to {result.topic} in {result.seconds:.2f} s; "
-          f"per partition {dict(result.per_partition)}; hottest keys {list(result.per_key_top)}")
-    return 0
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from kafkaops.cli import demo
-
-    return demo.run_demo(records=args.records, keep_running=args.keep_running)
+def _command(sub: Any, name: str, add_arguments: Callable[[argparse.ArgumentParser], None],
+             run: Run, summary: str, description: str) -> None:
+    parser = sub.add_parser(name, help=summary, description=description,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    parser.set_defaults(func=run)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m kafkaops", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m kafkaops", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-v", "--verbose", action="store_true")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("cluster", help="bring the local cluster up or down")
-    p.add_argument("action", choices=["up", "down"])
-    p.add_argument("--purge", action="store_true", help="with down: remove the nodes' data, config and logs")
-    p.set_defaults(func=cmd_cluster)
-
-    p = sub.add_parser("snapshot", help="print a live cluster")
-    _add_connection(p)
-    p.add_argument("--topic", action="append", help="only this topic (repeatable)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_snapshot)
-
-    for name, func in (("datagen", cmd_datagen), ("demo", cmd_demo)):
-        p = sub.add_parser(name, help="produce keyed JSON records" if name == "datagen" else "the make demo job")
-        p.add_argument("--records", type=int, default=100_000 if name == "demo" else 10_000)
-        if name == "demo":
-            p.add_argument("--keep-running", action="store_true", help="leave the cluster up afterwards")
-            p.set_defaults(func=func)
-            continue
-        _add_connection(p)
-        p.add_argument("--topic", required=True)
-        p.add_argument("--partitions", type=int, help="create the topic with this many partitions first")
-        p.add_argument("--replication-factor", type=int, default=3)
-        p.add_argument("--keys", type=int, default=1000)
-        p.add_argument("--skew", default="zipf", choices=["uniform", "zipf", "hot"])
-        p.add_argument("--zipf-s", type=float, default=1.1)
-        p.add_argument("--hot-share", type=float, default=0.4)
-        p.add_argument("--record-bytes", type=int, default=256)
-        p.add_argument("--seed", type=int, default=42)
-        p.set_defaults(func=func)
-
-    try:
-        from kafkaops.cli import plan as plan_cli
-    except ImportError:  # the planner is optional while it is being built
-        plan_cli = None
-    if plan_cli is not None:
-        p = sub.add_parser("plan", help="plan a reassignment (Kafka's JSON or a live cluster)")
-        plan_cli.add_arguments(p)
-        p.set_defaults(func=plan_cli.run)
-
-    from kafkaops.cli import reassign as reassign_cli
-
-    for name, add, run, text in (
-            ("execute", reassign_cli.add_execute_arguments, reassign_cli.run_execute,
-             "run a PLAN.json, throttled and batched (dry run unless --execute)"),
-            ("verify", reassign_cli.add_verify_arguments, reassign_cli.run_verify,
-             "check that a PLAN.json is done and nothing was lost"),
-            ("cancel", reassign_cli.add_cancel_arguments, reassign_cli.run_cancel,
-             "revert a PLAN.json's moves in flight and clear the throttles")):
-        p = sub.add_parser(name, help=text, description=text)
-        add(p)
-        p.set_defaults(func=run)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what kafkaops does (debug) on stderr")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
+    _command(sub, "plan", plan.add_arguments, plan.run,
+             "plan a reassignment from Kafka's JSON or a live cluster; writes PLAN.json",
+             "Plan a scale-out (brokers in --brokers that hold nothing are new), a drain (--drain) or a "
+             "rebalance,\nbalanced and rack-aware, and write it as Kafka's reassignment JSON. Prints the moves "
+             "and the load\nper broker before and after. Changes nothing on the cluster.\n\n"
+             "  python -m kafkaops plan --current CURRENT.json --brokers 1,2,3,4 --output PLAN.json\n"
+             "  python -m kafkaops plan --bootstrap-server HOST:PORT --drain 3 --output PLAN.json")
+    _command(sub, "execute", reassign.add_execute_arguments, reassign.run_execute,
+             "run a PLAN.json, throttled and batched (a dry run unless --execute)",
+             "Run PLAN.json on the cluster in batches under a replication throttle, printing progress. Without\n"
+             "--execute it prints the batches and changes nothing. Ctrl-C reverts the moves in flight and "
+             "removes\nthe throttles; moves already finished stay, and running it again resumes.")
+    _command(sub, "verify", reassign.add_verify_arguments, reassign.run_verify,
+             "check that a PLAN.json is done and nothing was lost",
+             "Check that every partition of PLAN.json has the planned replicas, a full ISR and no move in "
+             "flight,\nthat nothing is under-replicated and (with --before) that no end offset went back. "
+             "Exit 0 when all\nholds, 1 with the failures listed.")
+    _command(sub, "cancel", reassign.add_cancel_arguments, reassign.run_cancel,
+             "revert a PLAN.json's moves in flight and clear its throttles",
+             "Revert the moves of PLAN.json that are still in flight (finished moves stay) and clear the\n"
+             "replication throttles on its brokers and topics that no other reassignment uses.")
+    _command(sub, "snapshot", snapshot.add_arguments, snapshot.run,
+             "print a live cluster as tables (or JSON)",
+             "Print brokers with their load, partitions with leaders, ISR and sizes, the hottest partitions and\n"
+             "the consumer groups' lag; or, with --json, the snapshot that verify --before reads.")
+    _command(sub, "datagen", datagen.add_arguments, datagen.run,
+             "write keyed JSON test records (deterministic, optionally skewed)",
+             "Write keyed JSON records to a topic with acks=all, idempotence and the Java client's murmur2\n"
+             "placement. The same --seed writes the same records.")
+    _command(sub, "cluster", cluster.add_arguments, cluster.run,
+             "bring the local 3-broker cluster up or down (Ansible)",
+             "Start or stop the local three-node KRaft cluster (playbooks/inventory/local.yml, ports 19092/94/96)"
+             "\nwith the kafka_broker Ansible role.")
+    _command(sub, "demo", demo.add_arguments, demo.run,
+             "the demo: local cluster, skewed topic, scale-out and drain DAG runs",
+             "Bring the local cluster up, write a skewed 'orders' topic, run kafka_scale_out (3 -> 4 brokers) "
+             "and\nkafka_reassign (drain broker 4) with Airflow's dag.test(), print both operation records, and "
+             "bring\nthe cluster down (unless --keep-running). Exit 1 when a DAG run failed.")
     return parser
 
 
@@ -147,6 +102,5 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args) or 0)
-    except KafkaOpsError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except (KafkaOpsError, KeyboardInterrupt) as error:
+        return exits.fail(args.command, error)

@@ -8,7 +8,8 @@ Brokers in ``--brokers`` that hold no replica are new: that is a scale-out. With
 is a drain; otherwise a rebalance. Live, brokers, racks and sizes come from ``admin.snapshot``;
 ``--brokers`` may then add ids not registered yet (new brokers) and ``--topic`` restricts the plan
 to those topics, balanced among themselves. Wire it up with :func:`add_arguments` and :func:`run`;
-``run`` returns the exit code and prints one line on stderr for bad input.
+``run`` returns the exit code (:mod:`kafkaops.cli.exits`: 2 bad input, 3 infeasible) and prints one
+line on stderr when it fails.
 """
 from __future__ import annotations
 
@@ -18,17 +19,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TextIO
 
+from kafkaops.cli.exits import EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_OK, fail  # noqa: F401 (the codes, for callers)
+from kafkaops.cli.options import add_timeout
 from kafkaops.errors import KafkaOpsError
 from kafkaops.model import Broker, Cluster
-from kafkaops.reassign.planner.errors import PlanInfeasible, PlanInputError
+from kafkaops.reassign.planner.errors import PlanInputError
 from kafkaops.reassign.planner.goals import Goals
 from kafkaops.cli.planfile import load_cluster, parse_brokers, parse_racks, read_sizes, write_plan
 from kafkaops.reassign.planner.plan import ReassignmentPlan
 from kafkaops.reassign.planner.planning import plan_drain, plan_rebalance, plan_scale_out
-
-EXIT_OK = 0
-EXIT_BAD_INPUT = 2
-EXIT_INFEASIBLE = 3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,8 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help='current assignment, {"version":1,"partitions":[{"topic","partition","replicas"}]}')
     source.add_argument("--bootstrap-server", metavar="HOST:PORT",
                         help="read the current assignment, brokers, racks and sizes from this live cluster")
-    parser.add_argument("--timeout", type=float, default=10.0, help="with --bootstrap-server: seconds to wait "
-                        "for Kafka (default 10)")
+    add_timeout(parser)
     parser.add_argument("--brokers", metavar="IDS",
                         help="every broker id, comma separated; ids holding no replica are new brokers "
                              "(required with --current; live, default: the registered brokers)")
@@ -127,12 +125,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     try:
         plan = make_plan(source_cluster(args), args)
         write_plan(plan, args.output)
-    except PlanInfeasible as error:
-        print(f"kafkaops plan: infeasible: {error}", file=err)
-        return EXIT_INFEASIBLE
     except KafkaOpsError as error:
-        print(f"kafkaops plan: error: {error}", file=err)
-        return EXIT_BAD_INPUT
+        return fail("plan", error, err)
     for line in plan.diff():
         print(line, file=out)
     print(file=out)
@@ -141,13 +135,3 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     print(plan.summary(), file=out)
     print(f"wrote {len(plan.moves)} partitions to {args.output}", file=out)
     return EXIT_OK
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="kafkaops plan", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

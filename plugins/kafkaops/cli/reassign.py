@@ -10,8 +10,8 @@
 in flight and removes the throttles (finished moves stay; run it again to resume). ``verify`` exits 0
 only when :func:`kafkaops.reassign.verify.verify_live` finds the plan done and nothing lost. ``cancel`` reverts
 the plan's moves in flight and clears the replication throttles on its brokers and topics.
-Bad input prints one line on stderr and changes nothing. Exit codes: 0 ok, 1 not verified or the run
-failed, 2 bad input, 130 interrupted.
+Bad input prints one line on stderr and changes nothing. Exit codes (:mod:`kafkaops.cli.exits`): 0 ok,
+1 not verified or the run failed, 2 bad input, 130 interrupted.
 """
 from __future__ import annotations
 
@@ -27,19 +27,15 @@ from typing import TextIO
 from kafkaops.platform import admin
 from kafkaops.reassign import engine
 from kafkaops.reassign import verify
-from kafkaops.errors import ConfigError, KafkaOpsError, UnknownTopic
+from kafkaops.errors import KafkaOpsError, UnknownTopic
 from kafkaops.reassign.engine import ExecutionReport, InvalidReassignment, Key
 from kafkaops.model import Cluster, ModelError
 from kafkaops.reassign.planner.errors import PlanInputError
+from kafkaops.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, fail, one_line  # noqa: F401
+from kafkaops.cli.options import add_timeout
 from kafkaops.cli.planfile import read_assignment
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130
-
 MB = 1_000_000
-BAD_INPUT = (InvalidReassignment, PlanInputError, ModelError, ConfigError, UnknownTopic)
 
 
 # -- arguments --------------------------------------------------------------------------------------
@@ -49,7 +45,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
                         help="host:port[,host:port...] of the live cluster")
     parser.add_argument("--plan", required=True, metavar="PLAN.json",
                         help='the reassignment, {"version":1,"partitions":[{"topic","partition","replicas"}]}')
-    parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for Kafka (default 10)")
+    add_timeout(parser)
 
 
 def add_execute_arguments(parser: argparse.ArgumentParser) -> None:
@@ -165,19 +161,8 @@ class _Runner:
     def __call__(self, body: Callable[[], int]) -> int:
         try:
             return body()
-        except BAD_INPUT as error:
-            print(f"kafkaops {self.name}: error: {_one_line(error)}", file=self.err)
-            return EXIT_BAD_INPUT
-        except KafkaOpsError as error:
-            print(f"kafkaops {self.name}: failed: {_one_line(error)}", file=self.err)
-            return EXIT_FAILED
-        except KeyboardInterrupt:  # outside supervise(): before anything was submitted
-            print(f"kafkaops {self.name}: interrupted", file=self.err)
-            return EXIT_INTERRUPTED
-
-
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split())
+        except (KafkaOpsError, KeyboardInterrupt) as error:  # Ctrl-C here: before anything was submitted
+            return fail(self.name, error, self.err)
 
 
 def _observed(conn: admin.KafkaConnection, desired: Mapping[Key, Sequence[int]]) -> Cluster:
@@ -257,7 +242,7 @@ def supervise(run: engine.Executor, progress: Callable[[], str], say: Callable[[
                 "check with kafkaops cancel")
             return EXIT_INTERRUPTED
         result = outcome[0]
-        say(f"cancelled: {_one_line(result) if isinstance(result, BaseException) else 'the run had finished'}")
+        say(f"cancelled: {one_line(result) if isinstance(result, BaseException) else 'the run had finished'}")
         return EXIT_INTERRUPTED
     result = outcome[0]
     if isinstance(result, BaseException):
@@ -270,7 +255,7 @@ def _progress_text(progress: Callable[[], str]) -> str:
     try:
         return progress()
     except KafkaOpsError as error:  # a progress line is not worth failing the run
-        return f"(progress unavailable: {_one_line(error)})"
+        return f"(progress unavailable: {one_line(error)})"
 
 
 def run_verify(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:

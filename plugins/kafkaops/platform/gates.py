@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -34,7 +33,6 @@ if TYPE_CHECKING:
     from great_expectations.data_context import AbstractDataContext
 
 log = logging.getLogger(__name__)
-os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")  # before anything imports great_expectations
 
 DEFAULT_FRAME = "data"
 SHOWN_ROWS = 3
@@ -166,9 +164,14 @@ def _by_frame(suite: Mapping[str, Any], given: pd.DataFrame | Mapping[str, pd.Da
 def _gx() -> Any:
     """great_expectations, imported on first use (a few seconds: it imports pyspark when present).
 
-    GX imports ``pyspark.sql.connect``, which takes a ``__main__`` without a file (``python -c``,
-    some notebook kernels) for a doctest run and, without pyarrow, calls ``sys.exit(0)``: the
-    process would end silently, successfully. ``sys.ps1`` during the import skips that check.
+    GX imports ``pyspark.sql.connect``, whose ``check_dependencies`` takes a ``__main__`` without a
+    file (``python -c``, some notebook kernels) for a doctest run and calls ``sys.exit(0)`` unless
+    every Spark Connect client dependency is installed. Pinning pyarrow is not enough: the pinned
+    pyspark==4.2.0 without its ``connect`` extra lacks grpcio-status and zstandard, so the process
+    would end silently, successfully, in the middle of a gate. ``sys.ps1`` during the import skips
+    that check; ``tests/unit/platform/test_gates.py`` runs a gate under ``python -c`` to prove it.
+    Analytics are off through GX's own switch, ``analytics_enabled=False`` in :func:`_context`
+    (GX 1.24 sends nothing and reads no environment variable for it).
     """
     if "great_expectations" not in sys.modules:
         main = sys.modules.get("__main__")

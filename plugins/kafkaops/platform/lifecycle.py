@@ -18,7 +18,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from kafkaops.errors import KafkaOpsError
 from kafkaops.platform import admin, gates, state
-from kafkaops.platform.paths import state_dir
+from kafkaops.platform.paths import safe_name, state_dir
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class OperationContext(Generic[P]):
 
     @property
     def docs_dir(self) -> Path:
-        return state_dir() / "docs" / self.dag_id / self.run_id.replace(":", "_").replace("+", "_")
+        return state_dir() / "docs" / safe_name(self.dag_id) / safe_name(self.run_id)
 
     def connect(self) -> admin.KafkaConnection:
         return admin.connect(self.conn_config, timeout_s=15.0)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from kafkaops.errors import SetupError
@@ -19,6 +20,13 @@ def jar_dir(name: str) -> Path:
     if not any(path.glob("*.jar")):
         raise SetupError(f"no jars in {path}: run 'make setup' (Maven copies them from jvm/pom.xml)")
     return path
+
+
+def safe_name(name: object, *, limit: int = 200) -> str:
+    """``name`` (a run id, DAG id, cluster id) as one file or folder name: each run of characters
+    other than letters, digits, ``.``, ``_`` and ``-`` becomes one ``_``, cut at ``limit``
+    characters. ``manual__2026-11-22T10:00:00+00:00`` -> ``manual__2026-11-22T10_00_00_00_00``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(name))[:limit]
 
 
 def state_dir() -> Path:

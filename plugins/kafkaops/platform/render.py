@@ -1,9 +1,25 @@
-"""Readable text tables of a cluster snapshot. Pure: a Cluster in, a string out."""
+"""What an operator reads: a cluster snapshot as text tables, the units and times every page and
+table uses (human bytes, UTC times, durations), and the Jinja2 environment of the HTML pages.
+
+The pages' templates live with their package (``kafkaops/<package>/templates/``) and extend
+``base.html.j2`` of ``kafkaops/platform/templates/``, which holds the style and the table macro.
+Autoescape is on: every value a template prints is HTML-escaped unless marked safe.
+"""
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime as dt
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from kafkaops.model import Cluster
+
+if TYPE_CHECKING:
+    import jinja2
+
+BROKER_COLUMNS = ("broker", "host:port", "rack", "state", "replicas", "leaders", "bytes")
+PARTITION_COLUMNS = ("partition", "leader", "replicas", "isr", "records", "size")
+GROUP_COLUMNS = ("group", "state", "members", "lag")
 
 
 def human_bytes(n: int | None) -> str:
@@ -17,6 +33,40 @@ def human_bytes(n: int | None) -> str:
     return f"{n} B"
 
 
+def utc_time(ts: float | None) -> str:
+    """Epoch seconds as ``2026-11-23 09:40:12 UTC``; ``-`` when unknown."""
+    if ts is None:
+        return "-"
+    return dt.datetime.fromtimestamp(float(ts), dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def duration(seconds: float | None) -> str:
+    """``0.42 s``, ``12.3 s``, ``4 min 05 s``, ``2 h 03 min``; ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    s = float(seconds)
+    if s < 10:
+        return f"{s:.2f} s"
+    if s < 60:
+        return f"{s:.1f} s"
+    if s < 3600:
+        return f"{int(s // 60)} min {int(s % 60):02d} s"
+    return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
+
+
+def plain(value: Any) -> str:
+    """A parameter value in words: lists comma separated, None ``-``, mappings as compact JSON."""
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(plain(v) for v in value) if value else "(none)"
+    if isinstance(value, Mapping):
+        return json.dumps(value, sort_keys=True, default=str)
+    return str(value)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
@@ -26,24 +76,37 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
-def render_snapshot(cluster: Cluster, *, hottest: int = 5) -> str:
-    """Brokers with their load, partitions with leaders and sizes, and the hottest partitions."""
+def cluster_headline(cluster: Cluster) -> str:
+    return (f"cluster {cluster.cluster_id}  controller {cluster.controller_id}  "
+            f"{len(cluster.brokers)} brokers ({len(cluster.offline_broker_ids)} offline)  "
+            f"{len(cluster.topics)} topics  {len(cluster.partitions)} partitions  "
+            f"{len(cluster.under_replicated)} under-replicated  {len(cluster.offline_partitions)} offline")
+
+
+def broker_rows(cluster: Cluster) -> list[list[object]]:
+    """One row per broker, in :data:`BROKER_COLUMNS` order."""
     replicas = cluster.replicas_per_broker()
     leaders = cluster.leaders_per_broker()
     size = cluster.bytes_per_broker()
-    out = [f"cluster {cluster.cluster_id}  controller {cluster.controller_id}  "
-           f"{len(cluster.brokers)} brokers ({len(cluster.offline_broker_ids)} offline)  "
-           f"{len(cluster.topics)} topics  {len(cluster.partitions)} partitions  "
-           f"{len(cluster.under_replicated)} under-replicated  {len(cluster.offline_partitions)} offline",
-           "",
-           table(["broker", "host:port", "rack", "state", "replicas", "leaders", "bytes"],
-                 [[b.id, f"{b.host}:{b.port}" if b.host else None, b.rack, "online" if b.online else "OFFLINE",
-                   replicas.get(b.id, 0), leaders.get(b.id, 0), human_bytes(size.get(b.id, 0))]
-                  for b in cluster.brokers]),
-           ""]
-    out.append(table(["partition", "leader", "replicas", "isr", "records", "size"],
-                     [[p.name, p.leader, ",".join(map(str, p.replicas)), ",".join(map(str, p.isr)),
-                       p.records, human_bytes(p.size_bytes)] for p in cluster.partitions]))
+    return [[b.id, f"{b.host}:{b.port}" if b.host else None, b.rack, "online" if b.online else "OFFLINE",
+             replicas.get(b.id, 0), leaders.get(b.id, 0), human_bytes(size.get(b.id, 0))] for b in cluster.brokers]
+
+
+def partition_rows(cluster: Cluster) -> list[list[object]]:
+    """One row per partition, in :data:`PARTITION_COLUMNS` order."""
+    return [[p.name, p.leader, ",".join(map(str, p.replicas)), ",".join(map(str, p.isr)), p.records,
+             human_bytes(p.size_bytes)] for p in cluster.partitions]
+
+
+def group_rows(cluster: Cluster) -> list[list[object]]:
+    """One row per consumer group, in :data:`GROUP_COLUMNS` order."""
+    return [[g.group_id, g.state, g.members, g.total_lag] for g in cluster.groups]
+
+
+def render_snapshot(cluster: Cluster, *, hottest: int = 5) -> str:
+    """Brokers with their load, partitions with leaders and sizes, and the hottest partitions."""
+    out = [cluster_headline(cluster), "", table(BROKER_COLUMNS, broker_rows(cluster)), "",
+           table(PARTITION_COLUMNS, partition_rows(cluster))]
     sized = [p for p in cluster.partitions if p.records]
     if sized:
         mean = sum(p.records or 0 for p in sized) / len(sized)
@@ -52,61 +115,18 @@ def render_snapshot(cluster: Cluster, *, hottest: int = 5) -> str:
                 table(["partition", "records", "x mean", "size"],
                       [[p.name, p.records, f"{(p.records or 0) / mean:.2f}", human_bytes(p.size_bytes)] for p in top])]
     if cluster.groups:
-        out += ["", table(["group", "state", "members", "lag"],
-                          [[g.group_id, g.state, g.members, g.total_lag] for g in cluster.groups])]
+        out += ["", table(GROUP_COLUMNS, group_rows(cluster))]
     return "\n".join(out)
 
 
-def render_record_html(record: dict, *, docs_base: str = "") -> str:
-    """An operation record (``audit.summarize``) as one self-contained HTML page."""
-    import html
-    import json as _json
+def html_templates(package: str) -> jinja2.Environment:
+    """The Jinja2 environment of ``package``'s pages: its ``templates/`` folder, then the shared
+    ``base.html.j2``; autoescape on; the filters ``bytes``, ``utc``, ``duration`` and ``plain``."""
+    import jinja2
 
-    def esc(value: object) -> str:
-        return html.escape("" if value is None else str(value))
-
-    def rows(items: list, columns: list[str]) -> str:
-        head = "".join(f"<th>{esc(c)}</th>" for c in columns)
-        body = "".join("<tr>" + "".join(f"<td>{esc(item.get(c))}</td>" for c in columns) + "</tr>" for item in items)
-        return f"<table><tr>{head}</tr>{body}</table>" if items else "<p>none</p>"
-
-    gates = []
-    for g in record.get("gates", []):
-        link = f' (<a href="{esc(docs_base)}/{esc(g["docs_path"])}">Data Docs</a>)' if g.get("docs_path") else ""
-        status = "passed" if g.get("ok") else "FAILED"
-        failures = "".join(f"<li>{esc(f)}</li>" for f in g.get("failures", []))
-        gates.append(f"<li><b>{esc(g.get('gate'))}</b>: {status}{link}<ul>{failures}</ul></li>")
-    plan = record.get("plan") or {}
-    diff = "\n".join(plan.get("diff", []))
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>kafkaops operation record</title>",
-        "<style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}pre{background:#f6f6f6;padding:8px}</style>",
-        "</head><body>",
-        f"<h1>{esc(record.get('operation'))}: {esc(record.get('outcome'))}</h1>",
-        f"<p>DAG <code>{esc(record.get('dag_id'))}</code>, run <code>{esc(record.get('run_id'))}</code>, "
-        f"triggered by <b>{esc(record.get('triggered_by'))}</b></p>",
-    ]
-    if record.get("outcome_reason"):
-        parts.append(f"<p>reason: {esc(record['outcome_reason'])}</p>")
-    parts += [
-        "<h2>Parameters</h2>", f"<pre>{esc(_json.dumps(record.get('params', {}), indent=2))}</pre>",
-        "<h2>Approval</h2>", f"<pre>{esc(_json.dumps(record.get('approval'), indent=2))}</pre>",
-        "<h2>Steps</h2>", rows(record.get("steps", []), ["name", "status", "seconds"]),
-        "<h2>Gates</h2>", f"<ul>{''.join(gates)}</ul>" if gates else "<p>none</p>",
-        "<h2>Plan</h2>", f"<p>{esc(plan.get('summary'))}</p><pre>{esc(diff)}</pre>",
-        "<h2>Batches</h2>", rows(record.get("batches", []), ["index", "partitions", "seconds", "status"]),
-        "<h2>Notes</h2>", "<ul>" + "".join(
-            f"<li>{esc(n.get('text'))}" + (f' (<a href="{esc(n["url"])}">open</a>)' if n.get("url") else "") + "</li>"
-            for n in record.get("notes", [])) + "</ul>",
-        "<h2>Throttles</h2>", "<h3>set</h3>", rows(record.get("throttles_set", []), ["brokers", "topics", "rate"]),
-        "<h3>removed</h3>", rows(record.get("throttles_removed", []), ["brokers", "topics"]),
-    ]
-    for stage in ("before", "after"):
-        cluster = record.get(stage)
-        if cluster:
-            from kafkaops.model import Cluster
-
-            parts += [f"<h2>Cluster {stage}</h2>", f"<pre>{esc(render_snapshot(Cluster.from_dict(cluster)))}</pre>"]
-    parts.append("</body></html>")
-    return "\n".join(parts)
+    env = jinja2.Environment(
+        loader=jinja2.ChoiceLoader([jinja2.PackageLoader(package, "templates"),
+                                    jinja2.PackageLoader("kafkaops.platform", "templates")]),
+        autoescape=True, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(bytes=human_bytes, utc=utc_time, duration=duration, plain=plain)
+    return env

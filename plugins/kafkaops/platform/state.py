@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kafkaops.errors import KafkaOpsError
-from kafkaops.platform.paths import state_dir
+from kafkaops.platform.paths import safe_name, state_dir
 
 EVENT_KINDS = frozenset({"started", "snapshot", "plan", "step", "batch", "throttle_set", "throttle_removed",
                          "gate", "approval", "note", "outcome"})
@@ -36,10 +35,6 @@ class AuditEvent:
     data: Mapping[str, Any]
 
 
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)[:200]
-
-
 class AuditLog:
     """The record of one operation run, e.g. ``AuditLog.for_run("kafka_scale_out", run_id)``."""
 
@@ -48,7 +43,7 @@ class AuditLog:
 
     @classmethod
     def for_run(cls, dag_id: str, run_id: str, root: Path | None = None) -> AuditLog:
-        return cls((root or state_dir() / "audit") / _safe(dag_id) / f"{_safe(run_id)}.jsonl")
+        return cls((root or state_dir() / "audit") / safe_name(dag_id) / f"{safe_name(run_id)}.jsonl")
 
     def append(self, kind: str, **data: Any) -> AuditEvent:
         if kind not in EVENT_KINDS:
@@ -137,7 +132,7 @@ def summarize(events: Iterable[AuditEvent]) -> dict[str, Any]:
 
 def list_records(dag_id: str | None = None, root: Path | None = None) -> list[Path]:
     base = root or state_dir() / "audit"
-    pattern = f"{_safe(dag_id)}/*.jsonl" if dag_id else "*/*.jsonl"
+    pattern = f"{safe_name(dag_id)}/*.jsonl" if dag_id else "*/*.jsonl"
     return sorted(base.glob(pattern), key=lambda p: p.stat().st_mtime, reverse=True)
 
 
@@ -159,7 +154,7 @@ class LockHolder:
 
 
 def _lock_path(cluster: str, root: Path | None) -> Path:
-    return (root or state_dir() / "locks") / f"{re.sub(r'[^A-Za-z0-9._-]+', '_', cluster)}.lock"
+    return (root or state_dir() / "locks") / f"{safe_name(cluster)}.lock"
 
 
 def lock_holder(cluster: str, root: Path | None = None) -> LockHolder | None:
@@ -207,7 +202,7 @@ def release_lock(cluster: str, holder: str, root: Path | None = None) -> bool:
 # -- the throttle ledger ---------------------------------------------------------------------------------
 
 def _ledger_path(cluster_id: str) -> Path:
-    return state_dir() / "throttles" / f"{cluster_id}.json"
+    return state_dir() / "throttles" / f"{safe_name(cluster_id)}.json"
 
 
 def throttle_ledger(cluster_id: str) -> dict[str, list[str]]:

@@ -19,11 +19,7 @@ values, appending to the run's audit record. Nothing here imports Airflow.
 """
 from __future__ import annotations
 
-import json
 import logging
-import os
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -33,11 +29,12 @@ from kafkaops.platform import admin
 from kafkaops.rekey import backfill
 from kafkaops.platform import state
 from kafkaops.platform import lifecycle
+from kafkaops.platform import spark
 from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.errors import ConfigError, KafkaOpsError
 from kafkaops.model import Cluster
 from kafkaops.platform.partitioner import partition_for
-from kafkaops.platform.paths import REPO_ROOT, state_dir
+from kafkaops.platform.paths import safe_name, state_dir
 
 log = logging.getLogger(__name__)
 
@@ -307,29 +304,19 @@ def run_backfill(ctx: lifecycle.OperationContext, plan: PartitionPlan, *, timeou
                  ) -> dict[str, Any]:
     """Run :mod:`spark_apps.rekey_backfill` (run + verify) in a local Spark subprocess; resume-safe."""
     bf = BackfillPlan.from_dict(plan.backfill or {})
-    work = state_dir() / "backfill" / ctx.dag_id / ctx.run_id.replace(":", "_").replace("+", "_")
+    work = state_dir() / "backfill" / safe_name(ctx.dag_id) / safe_name(ctx.run_id)
     work.mkdir(parents=True, exist_ok=True)
     plan_file, report_file, log_file = work / "plan.json", work / "report.json", work / "spark.log"
     plan_file.write_text(bf.to_json())
-    report_file.unlink(missing_ok=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "plugins"), str(REPO_ROOT),
-                                                        os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, "-m", "spark_apps.rekey_backfill", "run", "--verify", "--plan", str(plan_file),
-           "--bootstrap", ctx.conn_config["bootstrap.servers"], "--report", str(report_file)]
-    ctx.audit.append("note", text=f"backfill started: {' '.join(cmd)} (log {log_file})")
-    with log_file.open("w") as out:
-        try:
-            done = subprocess.run(cmd, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                  timeout=timeout_s, check=False)
-        except subprocess.TimeoutExpired as err:
-            raise KafkaOpsError(f"backfill {bf.source_topic} -> {bf.target_topic} did not finish within "
-                                f"{timeout_s:.0f} s (log {log_file}); run it again: it resumes where it stopped") \
-                from err
-    if not report_file.exists():
-        tail = log_file.read_text(errors="replace")[-1500:]
-        raise KafkaOpsError(f"backfill {bf.source_topic} -> {bf.target_topic} failed (exit {done.returncode}); "
-                            f"it resumes safely when run again. Log {log_file} ends: {tail}")
-    result = json.loads(report_file.read_text())
+    args = ["run", "--verify", "--plan", str(plan_file), "--bootstrap", ctx.conn_config["bootstrap.servers"],
+            "--report", str(report_file)]
+    ctx.audit.append("note", text=f"backfill started: {' '.join(spark.spark_command('rekey_backfill', args))} "
+                                  f"(log {log_file})")
+    # exit 3 is a finished run whose integrity check failed: the report says so and the backfill gate fails on it
+    result = spark.run_spark_app(
+        "rekey_backfill", args, output=report_file, log_file=log_file, timeout_s=timeout_s, ok_exit_codes=None,
+        what=f"backfill {bf.source_topic} -> {bf.target_topic}",
+        on_timeout="run it again: it resumes where it stopped", on_failure="it resumes safely when run again")
     ctx.audit.append("note", text=f"backfill wrote {bf.target_topic}", run=result.get("run"))
     return result
 

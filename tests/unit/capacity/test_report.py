@@ -52,3 +52,21 @@ def test_html_without_skew_or_history() -> None:
     review = capacity.review(cluster(t=1.0, offsets={0: 0}))
     page = render_review_html(review)
     assert page.count("data:image/png;base64,") == 2 and "Empty topics" in page
+
+
+def test_names_from_the_cluster_are_escaped_and_times_are_utc() -> None:
+    import dataclasses
+
+    review = dataclasses.replace(a_review(), cluster_id="<script>alert(1)</script>",
+                                 empty_topics=("<img src=x onerror=alert(1)>",))
+    page = render_review_html(review)
+    assert "<script>" not in page and "<img src=x" not in page
+    assert "Capacity review of cluster &lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "taken 1970-01-01 00:00:10 UTC; previous review 1970-01-01 00:00:00 UTC" in page
+
+
+def test_the_page_shows_tables_with_units() -> None:
+    page = render_review_html(a_review(), a_skew())
+    assert "disk_per_broker_bytes=93.1 GiB" in page and "throughput_bytes_per_s=1.1 KiB/s" in page
+    assert "<td>orders-0</td><td class=\"num\">900</td><td>10</td><td>90.0</td><td>900 B/s</td>" in page
+    assert "<tr><th>keys</th><td>20</td></tr>" in page

@@ -278,3 +278,21 @@ def test_offline_partition_row_has_no_leader_value() -> None:
     cluster = with_partition(three_brokers_one_topic(), "orders", 0, leader=-1)
     row = gates.preflight_frames(cluster)["partitions"].iloc[0]
     assert row["offline"] and row["leader"] is pd.NA
+
+
+def test_a_gate_runs_to_the_end_under_python_c() -> None:
+    """``python -c`` has a ``__main__`` without a file: pyspark.sql.connect, imported by GX, takes
+    that for a doctest run and exits 0 unless every Spark Connect dependency is installed. The gate
+    must run and its caller go on."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("from kafkaops.platform import gates\n"
+              "from tests.unit.clusters import three_brokers_one_down\n"
+              "result = gates.run('preflight', gates.preflight_frames(three_brokers_one_down()))\n"
+              "print('gate ran:', result.ok)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "plugins"), str(REPO_ROOT)])}
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and "gate ran: False" in done.stdout, done.stderr[-2000:]

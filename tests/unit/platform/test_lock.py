@@ -21,7 +21,8 @@ def test_release_frees_only_the_holders_lock(tmp_path: Path) -> None:
     assert state.lock_holder("prod", root=tmp_path).holder == "a"
     assert state.release_lock("prod", "a", root=tmp_path) is True
     assert state.lock_holder("prod", root=tmp_path) is None
-    state.acquire_lock("prod", "b", root=tmp_path)
+    assert state.acquire_lock("prod", "b", root=tmp_path).holder == "b"
+    assert state.lock_holder("prod", root=tmp_path).holder == "b"
 
 
 def test_clusters_lock_independently(tmp_path: Path) -> None:

@@ -22,3 +22,13 @@ def test_human_bytes() -> None:
     assert human_bytes(512) == "512 B"
     assert human_bytes(1536) == "1.5 KiB"
     assert human_bytes(None) == "-"
+
+
+def test_utc_time_duration_and_plain() -> None:
+    from kafkaops.platform.render import duration, plain, utc_time
+
+    assert utc_time(1_795_426_812.0) == "2026-11-23 09:40:12 UTC" and utc_time(None) == "-"
+    assert [duration(s) for s in (0.421, 12.34, 245, 7380, None)] == ["0.42 s", "12.3 s", "4 min 05 s",
+                                                                       "2 h 03 min", "-"]
+    assert [plain(v) for v in (["a", 1], [], None, "", True, {"b": 1})] == ["a, 1", "(none)", "-", "-", "yes",
+                                                                            '{"b": 1}']

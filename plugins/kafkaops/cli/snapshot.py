@@ -1,0 +1,25 @@
+"""``kafkaops snapshot``: a live cluster as tables (brokers, partitions, hottest partitions, groups),
+or as the JSON that ``verify --before`` reads."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from kafkaops.cli.options import add_local_connection
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_local_connection(parser)
+    parser.add_argument("--topic", action="append", metavar="TOPIC", help="only this topic (repeatable)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the snapshot as JSON (save it for verify --before BEFORE.json)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from kafkaops.platform import admin
+    from kafkaops.platform.render import render_snapshot
+
+    with admin.connect(args.bootstrap_server, timeout_s=args.timeout) as conn:
+        cluster = admin.snapshot(conn, topics=args.topic or None)
+    print(json.dumps(cluster.to_dict(), indent=2) if args.json else render_snapshot(cluster))
+    return 0
