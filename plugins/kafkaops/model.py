@@ -1,4 +1,5 @@
-"""The cluster as a value: brokers, partition assignments, offsets, sizes, consumer lag.
+"""The cluster as a value: brokers, partition assignments, offsets, sizes, consumer lag, and the
+moves that change it (:class:`Move` planned, :class:`Reassignment` in flight).
 
 Frozen dataclasses, no I/O. ``kafkaops.platform.admin.snapshot`` builds a :class:`Cluster` from a live
 cluster; the planner builds one from Kafka's reassignment JSON. Everything else reads these.
@@ -81,6 +82,92 @@ class PartitionAssignment:
         if self.start_offset is None or self.end_offset is None:
             return None
         return self.end_offset - self.start_offset
+
+
+def _brokers(replicas: Iterable[int]) -> str:
+    return "[" + ",".join(str(b) for b in replicas) + "]"
+
+
+@dataclass(frozen=True)
+class Move:
+    """One partition's change of replicas, ``before`` to ``after`` (preferred leader first): what
+    a plan proposes and what a reassignment runs. A pure reorder is a move that copies nothing.
+    ``size_bytes`` is the partition's size before the move, None when unknown."""
+
+    topic: str
+    partition: int
+    before: tuple[int, ...]
+    after: tuple[int, ...]
+    size_bytes: int | None = None
+
+    @property
+    def key(self) -> Key:
+        return (self.topic, self.partition)
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def adding(self) -> tuple[int, ...]:
+        """Brokers that receive a copy of the partition."""
+        return tuple(b for b in self.after if b not in self.before)
+
+    @property
+    def removing(self) -> tuple[int, ...]:
+        """Brokers that drop their copy."""
+        return tuple(b for b in self.before if b not in self.after)
+
+    @property
+    def brokers(self) -> frozenset[int]:
+        """The brokers that gain or lose a replica."""
+        return frozenset(self.adding + self.removing)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes to copy: the partition's size (0 when unknown) for each replica added."""
+        return (self.size_bytes or 0) * len(self.adding)
+
+    @property
+    def leader_changed(self) -> bool:
+        return self.before[0] != self.after[0]
+
+    def line(self) -> str:
+        """E.g. ``orders-3: [1,2,3] -> [1,4,3]``."""
+        return f"{self.name}: {_brokers(self.before)} -> {_brokers(self.after)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition, "before": list(self.before),
+                "after": list(self.after), "size_bytes": self.size_bytes}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Move:
+        return cls(data["topic"], int(data["partition"]), tuple(data["before"]), tuple(data["after"]),
+                   data.get("size_bytes"))
+
+
+@dataclass(frozen=True)
+class Reassignment:
+    """A reassignment in flight, as Kafka lists it. ``replicas`` is the union Kafka keeps while it
+    copies: the target first, then the replicas being removed."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+    @property
+    def key(self) -> Key:
+        return (self.topic, self.partition)
+
+    @property
+    def target(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+    @property
+    def original(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.adding)
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,11 @@
     kafkaops cancel  --bootstrap-server X --plan PLAN.json
 
 ``execute`` is a dry run unless ``--execute``: it prints the batches it would submit. With
-``--execute`` it runs :class:`kafkaops.reassign.engine.Executor`, printing progress; Ctrl-C reverts the moves
-in flight and removes the throttles (finished moves stay; run it again to resume). ``verify`` exits 0
-only when :func:`kafkaops.reassign.verify.verify_live` finds the plan done and nothing lost. ``cancel`` reverts
+``--execute`` it runs :class:`kafkaops.reassign.engine.Executor` (the engine's steps in a blocking loop),
+printing progress; Ctrl-C reverts the moves in flight and removes the throttles (finished moves stay;
+run it again to resume). A throttle rate that cannot be removed (its broker is down) stays in the
+throttle ledger, for the next run to delete. ``verify`` exits 0 only when
+:func:`kafkaops.reassign.verify.verify_live` finds the plan done and nothing lost. ``cancel`` reverts
 the plan's moves in flight and clears the replication throttles on its brokers and topics.
 Bad input prints one line on stderr and changes nothing. Exit codes (:mod:`kafkaops.cli.exits`): 0 ok,
 1 not verified or the run failed, 2 bad input, 130 interrupted.
@@ -27,9 +29,9 @@ from typing import TextIO
 from kafkaops.platform import admin
 from kafkaops.reassign import engine
 from kafkaops.reassign import verify
-from kafkaops.errors import KafkaOpsError, UnknownTopic
-from kafkaops.reassign.engine import ExecutionReport, InvalidReassignment, Key
-from kafkaops.model import Cluster, ModelError
+from kafkaops.errors import ConfigError, KafkaOpsError, UnknownTopic
+from kafkaops.reassign.engine import ExecutionReport, InvalidReassignment
+from kafkaops.model import Cluster, Key, ModelError
 from kafkaops.reassign.planner.errors import PlanInputError
 from kafkaops.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, fail, one_line  # noqa: F401
 from kafkaops.cli.options import add_timeout
@@ -141,10 +143,8 @@ def batch_lines(report: ExecutionReport, *, executing: bool = False) -> list[str
 def plan_brokers_and_topics(desired: Mapping[Key, Sequence[int]], cluster: Cluster
                             ) -> tuple[set[int], set[str]]:
     """Brokers that hold or get a replica of a planned partition, and the planned topics."""
-    brokers = {b for replicas in desired.values() for b in replicas}
-    for key in desired:
-        brokers.update(cluster.partition(*key).replicas)
-    return brokers, {t for t, _ in desired}
+    brokers, topics = engine.throttle_scope(engine.moves_for(cluster, desired))
+    return set(brokers), set(topics)
 
 
 # -- commands -----------------------------------------------------------------------------------------
@@ -200,9 +200,10 @@ def run_execute(args: argparse.Namespace, out: TextIO | None = None, err: TextIO
             if not args.execute:
                 runner.say("dry run: nothing changed; add --execute to move")
                 return EXIT_OK
+            moves = engine.moves_for(report.before, desired)
             with admin.connect(args.bootstrap_server, timeout_s=args.timeout) as monitor:
-                return supervise(run, lambda: str(engine.progress(monitor, desired, report.before)),
-                                 runner.say, interval_s=args.poll_interval, conn=monitor)
+                return supervise(run, lambda: str(engine.progress(monitor, moves)), runner.say,
+                                 interval_s=args.poll_interval, conn=monitor)
 
     return runner(body)
 
@@ -299,7 +300,7 @@ def run_cancel(args: argparse.Namespace, out: TextIO | None = None, err: TextIO 
             busy = {b for r in others.values() for b in r.replicas}
             clear_brokers = sorted(brokers - busy)
             clear_topics = sorted(topics - {t for t, _ in others})
-            engine.clear_throttles(conn, clear_brokers, clear_topics)
+            engine.remove_throttles(conn, None, brokers=clear_brokers, topics=clear_topics)
         runner.say(f"reverted {len(reverted)} move(s) in flight"
                    + (f": {', '.join(f'{t}-{p}' for t, p in reverted)}" if reverted else "")
                    + "; moves already finished stay")

@@ -22,7 +22,7 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
                                    NewTopic, OffsetSpec, ResourceType)
 
 from kafkaops.errors import ConfigError, KafkaOpsError, KafkaUnreachable, TopicExists, UnknownTopic
-from kafkaops.model import Broker, Cluster, ConsumerGroup, GroupPartitionLag, PartitionAssignment
+from kafkaops.model import Broker, Cluster, ConsumerGroup, GroupPartitionLag, PartitionAssignment, Reassignment
 
 log = logging.getLogger(__name__)
 
@@ -525,30 +525,6 @@ def truncate_topics(conn: KafkaConnection, names: Iterable[str]) -> dict[tuple[s
 
 # -- partition reassignments (kafka-python) -------------------------------------------------------
 
-@dataclass(frozen=True)
-class Reassignment:
-    """A reassignment in flight. ``replicas`` is the union Kafka keeps while it copies: the
-    target first, then the replicas being removed."""
-
-    topic: str
-    partition: int
-    replicas: tuple[int, ...]
-    adding: tuple[int, ...]
-    removing: tuple[int, ...]
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.topic, self.partition)
-
-    @property
-    def target(self) -> tuple[int, ...]:
-        return tuple(r for r in self.replicas if r not in self.removing)
-
-    @property
-    def original(self) -> tuple[int, ...]:
-        return tuple(r for r in self.replicas if r not in self.adding)
-
-
 def list_partition_reassignments(conn: KafkaConnection, partitions: Iterable[tuple[str, int]] | None = None
                                  ) -> dict[tuple[str, int], Reassignment]:
     """The reassignments in flight, of ``partitions`` or of the whole cluster."""
@@ -654,13 +630,22 @@ def _is_dynamic(entry: ConfigEntry) -> bool:
 def describe_configs(conn: KafkaConnection, resource: str, names: Iterable[str | int], *,
                      keys: Iterable[str] | None = None) -> dict[str, dict[str, str]]:
     """The dynamic (per-broker or per-topic) config values of each broker id or topic name,
-    optionally only ``keys``. Values from defaults and static files are left out."""
+    optionally only ``keys``. Values from defaults and static files are left out. A topic the
+    cluster lacks raises :class:`UnknownTopic`."""
     rtype = _resource_type(resource)
     wanted_keys = None if keys is None else set(keys)
     found: dict[str, dict[str, str]] = {}
     for name in dict.fromkeys(str(n) for n in names):
-        entries = _result(conn.admin.describe_configs([ConfigResource(rtype, name)], request_timeout=conn.timeout_s)
-                          [ConfigResource(rtype, name)], conn, f"the configs of {resource} {name}")
+        try:
+            entries = _result(conn.admin.describe_configs([ConfigResource(rtype, name)],
+                                                          request_timeout=conn.timeout_s)[ConfigResource(rtype, name)],
+                              conn, f"the configs of {resource} {name}")
+        except KafkaOpsError as err:
+            cause = err.__cause__
+            if isinstance(cause, KafkaException) and cause.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise UnknownTopic(f"topic {name} does not exist on {conn.bootstrap}; its configs are gone with "
+                                   "it") from cause
+            raise
         found[name] = {k: e.value for k, e in sorted(entries.items())
                        if _is_dynamic(e) and (wanted_keys is None or k in wanted_keys)}
     return found

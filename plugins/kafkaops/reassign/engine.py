@@ -1,15 +1,32 @@
-"""Run a partition reassignment safely: validated, batched, throttled, resumable, cancellable.
+"""One reassignment engine: the small steps of a safe partition reassignment, and a blocking loop over them.
+
+    observe              the desired replicas against the cluster: done, in flight (resumed), pending;
+                         refuses bad input and moves in flight elsewhere before anything changes
+    next_batch           (pure) the batch to submit next; none while a move is in flight
+    submit               hand a batch to Kafka
+    progress             how far moves got: partitions done, bytes copied, rate, ETA
+    plan_throttles       the throttles moves need, in a :class:`ThrottleRecord` (values to restore)
+    set_throttles        set them
+    plan_throttle_removal  (pure) undoing a record, given the throttle ledger and the brokers online
+    remove_throttles     undo it as planned, each broker apart, the ledger saved whatever fails
+    cancel               revert moves in flight and remove their throttles
+
+Two callers run the same steps: :class:`Executor` (``kafkaops execute``, :func:`execute`) loops
+over them, blocking and cancellable, and :mod:`kafkaops.reassign.steps` runs them as Airflow tasks
+(set throttles, the batches operator with its progress trigger, remove throttles).
 
 The input is the desired replica lists, ``{(topic, partition): (broker, ...)}`` (from a planner's
-plan: ``{(m.topic, m.partition): m.after for m in plan.moves}``). Nothing changes unless
-``dry_run=False``. Every run compares the desired lists with what it observes (current replicas
-and the reassignments in flight), so a run killed half-way is resumed by running it again: moves
-already done or in flight are waited for, never resubmitted, and no local state is needed.
+plan: ``{m.key: m.after for m in plan.moves}``). Nothing changes unless ``dry_run=False``. Every
+round observes the cluster (current replicas and the reassignments in flight), so a run killed
+half-way is resumed by running it again: moves already done or in flight are waited for, never
+resubmitted, and no local state is needed.
 
-Throttles are set before each batch the way Kafka's ``kafka-reassign-partitions`` sets them (the
-rates on every broker of the moving partitions, the existing replicas as leader-throttled and the
-adding replicas as follower-throttled), recorded in a :class:`ThrottleRecord`, and removed at the
-end, on error and on cancel. Only :mod:`kafkaops.platform.admin` talks to Kafka.
+Throttles are set the way Kafka's ``kafka-reassign-partitions`` sets them (the rates on every
+broker of the moving partitions, the existing replicas as leader-throttled and the adding replicas
+as follower-throttled), recorded, and removed at the end, on error and on cancel. A rate that
+cannot be removed (its broker is down) goes into the throttle ledger of
+:mod:`kafkaops.platform.state`; the next run on the cluster deletes it. Only
+:mod:`kafkaops.platform.admin` talks to Kafka.
 """
 from __future__ import annotations
 
@@ -21,9 +38,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kafkaops.platform import admin
 from kafkaops.errors import KafkaOpsError, UnknownTopic
-from kafkaops.model import Cluster, Key
+from kafkaops.model import Cluster, Key, Move, Reassignment
+from kafkaops.platform import admin, state
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +51,9 @@ LEADER_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
 RATE_KEYS = (LEADER_RATE, FOLLOWER_RATE)
 REPLICA_KEYS = (LEADER_REPLICAS, FOLLOWER_REPLICAS)
+
+#: The throttle ledger: broker id (a string, as JSON keeps it) -> rate keys kafkaops set there and could not remove.
+Ledger = Mapping[str, Iterable[str]]
 
 
 class ReassignmentError(KafkaOpsError):
@@ -56,6 +76,14 @@ class ReassignmentCancelled(ReassignmentError):
     """The run was cancelled; the moves in flight were reverted."""
 
 
+class ThrottlesLeft(ReassignmentError):
+    """A teardown left throttles behind; ``removal`` says what was undone and what stays."""
+
+    def __init__(self, message: str, removal: ThrottleRemoval) -> None:
+        super().__init__(message)
+        self.removal = removal
+
+
 def _name(key: Key) -> str:
     return f"{key[0]}-{key[1]}"
 
@@ -63,52 +91,28 @@ def _name(key: Key) -> str:
 # -- values ------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class PartitionMove:
-    """One partition's change of replicas; ``size_bytes`` is its size before the move."""
+class Observation:
+    """The desired replicas as the cluster shows them: partitions already as desired (``done``),
+    moves in flight to the desired replicas (``resumed``: waited for, never resubmitted) and moves
+    still to submit (``pending``), on the cluster ``before`` (sizes included)."""
 
-    topic: str
-    partition: int
-    before: tuple[int, ...]
-    after: tuple[int, ...]
-    size_bytes: int = 0
-
-    @property
-    def key(self) -> Key:
-        return (self.topic, self.partition)
-
-    @property
-    def name(self) -> str:
-        return _name(self.key)
-
-    @property
-    def adding(self) -> tuple[int, ...]:
-        return tuple(b for b in self.after if b not in self.before)
-
-    @property
-    def removing(self) -> tuple[int, ...]:
-        return tuple(b for b in self.before if b not in self.after)
-
-    @property
-    def brokers(self) -> frozenset[int]:
-        """The brokers that gain or lose a replica."""
-        return frozenset(self.adding + self.removing)
-
-    @property
-    def bytes(self) -> int:
-        """Bytes to copy: the partition's size for each replica added."""
-        return self.size_bytes * len(self.adding)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"topic": self.topic, "partition": self.partition, "before": list(self.before),
-                "after": list(self.after), "size_bytes": self.size_bytes}
+    before: Cluster
+    done: tuple[Key, ...]
+    resumed: tuple[Move, ...]
+    pending: tuple[Move, ...]
 
 
 @dataclass(frozen=True)
 class Batch:
-    """Moves submitted together; ``index`` counts from 1."""
+    """Moves submitted together: batch ``index`` (from 1) of ``of``."""
 
     index: int
-    moves: tuple[PartitionMove, ...]
+    moves: tuple[Move, ...]
+    of: int
+
+    @property
+    def label(self) -> str:
+        return f"batch {self.index}/{self.of}"
 
     @property
     def keys(self) -> tuple[Key, ...]:
@@ -158,6 +162,10 @@ class Progress:
                 + (f", ETA {eta:.0f} s" if eta is not None else ""))
 
 
+def _ledger_rates(ledger: Ledger) -> set[tuple[int, str]]:
+    return {(int(b), str(k)) for b, keys in ledger.items() for k in keys}
+
+
 @dataclass(frozen=True)
 class ThrottleRecord:
     """The throttles a run set, so exactly those can be removed, also by another process
@@ -189,6 +197,12 @@ class ThrottleRecord:
         return ThrottleRecord(rates=tuple((b, k, p) for (b, k), p in sorted(rates.items())),
                               replicas=tuple((t, k, tuple(e)) for (t, k), e in sorted(entries.items())))
 
+    def inheriting(self, ledger: Ledger) -> ThrottleRecord:
+        """This record with the rates the throttle ``ledger`` names to be deleted, not restored:
+        the value found there is an earlier kafkaops run's throttle, not someone else's setting."""
+        stale = _ledger_rates(ledger)
+        return replace(self, rates=tuple((b, k, None if (b, k) in stale else prior) for b, k, prior in self.rates))
+
     def to_dict(self) -> dict[str, Any]:
         return {"rates": [list(r) for r in self.rates], "replicas": [[t, k, list(e)] for t, k, e in self.replicas]}
 
@@ -203,12 +217,69 @@ class ThrottleRecord:
 
 
 @dataclass(frozen=True)
+class ThrottleRemoval:
+    """Undoing a run's throttles: broker rates to ``restore`` to their value before the run or to
+    ``delete``; the run's rates to ``keep`` (their broker is offline or did not answer) and earlier
+    runs' ledger rates ``carried`` on offline brokers, both left for the next run to delete;
+    ``replicas`` entries to take out of topics and ``clear_topics`` whose throttled-replica lists go
+    whole. :func:`plan_throttle_removal` decides it; :func:`remove_throttles` returns it as carried
+    out, a broker that failed moved from restore/delete to keep and named in ``failures``."""
+
+    restore: tuple[tuple[int, str, str], ...] = ()
+    delete: tuple[tuple[int, str], ...] = ()
+    keep: tuple[tuple[int, str], ...] = ()
+    carried: tuple[tuple[int, str], ...] = ()
+    replicas: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    clear_topics: tuple[str, ...] = ()
+    failures: tuple[str, ...] = ()
+
+    @property
+    def brokers(self) -> tuple[int, ...]:
+        """The brokers whose rates change."""
+        return tuple(sorted({b for b, _, _ in self.restore} | {b for b, _ in self.delete}))
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        return tuple(sorted({t for t, _, _ in self.replicas} | set(self.clear_topics)))
+
+    @property
+    def left(self) -> dict[str, list[str]]:
+        """The run's rates that stay, by broker."""
+        return _by_broker(self.keep)
+
+    @property
+    def ledger(self) -> dict[str, list[str]]:
+        """The throttle ledger after: every rate that stays, the run's and earlier runs'."""
+        return _by_broker(set(self.keep) | set(self.carried))
+
+    def broker_ops(self, broker: int) -> list[admin.ConfigOp]:
+        return ([admin.ConfigOp(k, "SET", v) for b, k, v in self.restore if b == broker]
+                + [admin.ConfigOp(k, "DELETE") for b, k in self.delete if b == broker])
+
+    def failed(self, brokers: Iterable[int], error: str) -> ThrottleRemoval:
+        """This removal with the changes of ``brokers`` not made: their rates stay (kept)."""
+        gone = set(brokers)
+        stay = {(b, k) for b, k, _ in self.restore if b in gone} | {(b, k) for b, k in self.delete if b in gone}
+        return replace(self, restore=tuple(r for r in self.restore if r[0] not in gone),
+                       delete=tuple(d for d in self.delete if d[0] not in gone),
+                       keep=tuple(sorted(set(self.keep) | stay)), failures=self.failures + (error,))
+
+
+def _by_broker(rates: Iterable[tuple[int, str]]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for broker, key in sorted(set(rates)):
+        found.setdefault(str(broker), []).append(key)
+    return found
+
+
+@dataclass(frozen=True)
 class ExecutionReport:
-    """What a run found and did. A dry run has the batches it would submit and ``submitted`` empty."""
+    """What a run found and did. A dry run has the batches it would submit and ``submitted`` empty;
+    a run has the batches it submitted."""
 
     dry_run: bool
     already_done: tuple[Key, ...]
-    resumed: tuple[PartitionMove, ...]
+    resumed: tuple[Move, ...]
     batches: tuple[Batch, ...]
     submitted: tuple[Key, ...] = ()
     throttles: ThrottleRecord = ThrottleRecord()
@@ -217,7 +288,7 @@ class ExecutionReport:
     before: Cluster | None = field(default=None, repr=False, compare=False)
 
     @property
-    def moves(self) -> tuple[PartitionMove, ...]:
+    def moves(self) -> tuple[Move, ...]:
         return self.resumed + tuple(m for b in self.batches for m in b.moves)
 
     def summary(self) -> str:
@@ -277,9 +348,8 @@ def problems(cluster: Cluster, desired: Mapping[Key, Sequence[int]]) -> tuple[li
     return found, first
 
 
-def classify(cluster: Cluster, in_flight: Mapping[Key, admin.Reassignment],
-             desired: Mapping[Key, Sequence[int]]
-             ) -> tuple[tuple[Key, ...], tuple[PartitionMove, ...], tuple[PartitionMove, ...], list[str]]:
+def classify(cluster: Cluster, in_flight: Mapping[Key, Reassignment], desired: Mapping[Key, Sequence[int]]
+             ) -> tuple[tuple[Key, ...], tuple[Move, ...], tuple[Move, ...], list[str]]:
     """Split ``desired`` by what is observed: already done, in flight to the desired replicas
     (resumed), still to submit (pending), and in flight elsewhere (conflicts, as messages)."""
     done, resumed, pending, conflicts = [], [], [], []
@@ -289,7 +359,7 @@ def classify(cluster: Cluster, in_flight: Mapping[Key, admin.Reassignment],
         moving = in_flight.get(key)
         if moving is not None:
             if moving.target == tuple(after):
-                resumed.append(PartitionMove(key[0], key[1], moving.original, tuple(after), size))
+                resumed.append(Move(key[0], key[1], moving.original, tuple(after), size))
             else:
                 conflicts.append(f"{_name(key)}: a reassignment to {list(moving.target)} is in flight, not the "
                                  f"plan's {list(after)}; wait for it to finish or cancel it with "
@@ -297,15 +367,14 @@ def classify(cluster: Cluster, in_flight: Mapping[Key, admin.Reassignment],
         elif current.replicas == tuple(after):
             done.append(key)
         else:
-            pending.append(PartitionMove(key[0], key[1], current.replicas, tuple(after), size))
+            pending.append(Move(key[0], key[1], current.replicas, tuple(after), size))
     return tuple(done), tuple(resumed), tuple(pending), conflicts
 
 
-def plan_batches(moves: Iterable[PartitionMove], *, max_moves_per_broker: int, max_moves_total: int
-                 ) -> tuple[Batch, ...]:
+def plan_batches(moves: Iterable[Move], *, max_moves_per_broker: int, max_moves_total: int) -> tuple[Batch, ...]:
     """First-fit, largest moves first: each batch has at most ``max_moves_total`` moves and at most
     ``max_moves_per_broker`` moves that add or remove a replica on any one broker."""
-    batches: list[list[PartitionMove]] = []
+    batches: list[list[Move]] = []
     loads: list[Counter[int]] = []
     for move in sorted(moves, key=lambda m: (-m.bytes, m.key)):
         for batch, load in zip(batches, loads):
@@ -317,10 +386,23 @@ def plan_batches(moves: Iterable[PartitionMove], *, max_moves_per_broker: int, m
             loads.append(load)
         batch.append(move)
         load.update(move.brokers)
-    return tuple(Batch(i, tuple(sorted(b, key=lambda m: m.key))) for i, b in enumerate(batches, start=1))
+    return tuple(Batch(i, tuple(sorted(b, key=lambda m: m.key)), len(batches))
+                 for i, b in enumerate(batches, start=1))
 
 
-def measure(moves: Iterable[PartitionMove], cluster: Cluster, in_flight: Mapping[Key, admin.Reassignment],
+def next_batch(seen: Observation, *, max_moves_per_broker: int, max_moves_total: int, submitted: int = 0
+               ) -> Batch | None:
+    """The batch to submit after the ``submitted`` ones before it: None while a move of the plan is
+    in flight (it is waited for, never resubmitted) and when nothing is pending; else the first of
+    :func:`plan_batches` over the pending moves, numbered on from ``submitted``, ``of`` counting it
+    and the batches still to come."""
+    if seen.resumed or not seen.pending:
+        return None
+    batches = plan_batches(seen.pending, max_moves_per_broker=max_moves_per_broker, max_moves_total=max_moves_total)
+    return replace(batches[0], index=submitted + 1, of=submitted + len(batches))
+
+
+def measure(moves: Iterable[Move], cluster: Cluster, in_flight: Mapping[Key, Reassignment],
             replica_sizes: Mapping[tuple[str, int, int], int], elapsed_s: float | None = None) -> Progress:
     """Progress of ``moves`` on an observed cluster; ``replica_sizes`` are the adding replicas' bytes so far."""
     done = moving = bytes_done = bytes_total = total = 0
@@ -329,14 +411,24 @@ def measure(moves: Iterable[PartitionMove], cluster: Cluster, in_flight: Mapping
         bytes_total += m.bytes
         if m.key in in_flight:
             moving += 1
-            bytes_done += sum(min(replica_sizes.get((m.topic, m.partition, b), 0), m.size_bytes) for b in m.adding)
+            bytes_done += sum(min(replica_sizes.get((m.topic, m.partition, b), 0), m.size_bytes or 0)
+                              for b in m.adding)
         elif cluster.partition(*m.key).replicas == m.after:
             done += 1
             bytes_done += m.bytes
     return Progress(done, total, moving, bytes_done, bytes_total, elapsed_s)
 
 
-def throttle_entries(moves: Iterable[PartitionMove]) -> tuple[tuple[int, ...], dict[tuple[str, str], list[str]]]:
+def moves_for(before: Cluster, desired: Mapping[Key, Iterable[int]]) -> tuple[Move, ...]:
+    """Every desired partition as a move from its replicas in ``before`` (no-op moves included)."""
+    result = []
+    for key, after in normalize(desired).items():
+        p = before.partition(*key)
+        result.append(Move(key[0], key[1], p.replicas, after, p.size_bytes or 0))
+    return tuple(result)
+
+
+def throttle_entries(moves: Iterable[Move]) -> tuple[tuple[int, ...], dict[tuple[str, str], list[str]]]:
     """Brokers to rate-limit and ``(topic, config key) -> partition:broker`` entries, as Kafka's
     reassignment tool computes them: existing replicas lead-throttled, adding ones follower-throttled.
     Moves that only reorder replicas copy nothing and are left out."""
@@ -351,25 +443,123 @@ def throttle_entries(moves: Iterable[PartitionMove]) -> tuple[tuple[int, ...], d
     return tuple(sorted(brokers)), {k: list(v) for k, v in sorted(entries.items())}
 
 
+def throttle_scope(moves: Iterable[Move]) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Every broker that holds or gets a replica of ``moves``, and their topics: what a teardown
+    clears when no :class:`ThrottleRecord` of the run survived."""
+    moves = list(moves)
+    return (tuple(sorted({b for m in moves for b in (*m.before, *m.after)})),
+            tuple(sorted({m.topic for m in moves})))
+
+
+def plan_throttle_removal(record: ThrottleRecord | None, ledger: Ledger, online: Iterable[int], *,
+                          brokers: Iterable[int] = (), topics: Iterable[str] = ()) -> ThrottleRemoval:
+    """Undoing ``record`` given the throttle ``ledger`` and the brokers ``online``. Without a record
+    (none survived the run), every rate on ``brokers`` is deleted and the throttled-replica lists of
+    ``topics`` are cleared whole; with one, its entries are taken out of its topics.
+
+    Every rate of the record and of the ledger lands in exactly one place. On an offline broker:
+    kept (the record's) or carried (only the ledger's), and the ledger after names it. On an
+    online broker: restored when it had a value before the run that the ledger does not name, else
+    deleted: a value the ledger names was an earlier kafkaops run's throttle, not someone else's
+    setting, and so is a ledger rate the record does not name. The ledger after holds offline
+    brokers' rates only."""
+    clear: tuple[str, ...] = ()
+    if record is None:
+        record = ThrottleRecord(rates=tuple((b, k, None) for b in sorted(set(brokers)) for k in RATE_KEYS))
+        clear = tuple(sorted(set(topics)))
+    up = set(online)
+    stale = _ledger_rates(ledger)
+    restore, delete, keep, carried = [], [], [], []
+    for broker, key, prior in record.rates:
+        if broker not in up:
+            keep.append((broker, key))
+        elif prior is None or (broker, key) in stale:
+            delete.append((broker, key))
+        else:
+            restore.append((broker, key, prior))
+    for broker, key in sorted(stale - {(b, k) for b, k, _ in record.rates}):
+        (delete if broker in up else carried).append((broker, key))
+    return ThrottleRemoval(restore=tuple(restore), delete=tuple(sorted(delete)), keep=tuple(sorted(keep)),
+                           carried=tuple(carried), replicas=record.replicas, clear_topics=clear)
+
+
 def _items(value: str | None) -> list[str]:
     return [x.strip() for x in (value or "").split(",") if x.strip()]
 
 
-# -- throttles -------------------------------------------------------------------------------------------
+# -- steps that talk to Kafka -------------------------------------------------------------------------------
 
-def plan_throttles(conn: admin.KafkaConnection, moves: Iterable[PartitionMove], *,
-                   inherit: bool = False) -> ThrottleRecord:
+def _refusal(partitions: int, submitted: int) -> str:
+    if not submitted:
+        return f"refusing the reassignment of {partitions} partition(s), nothing was changed"
+    return (f"stopping the reassignment of {partitions} partition(s) after {submitted} batch(es) (their moves "
+            "stay; run again to resume once this is mended)")
+
+
+def observe(conn: admin.KafkaConnection, desired: Mapping[Key, Iterable[int]], *, submitted: int = 0
+            ) -> Observation:
+    """Snapshot the desired partitions' topics and the reassignments in flight, and split the
+    desired replicas by what is there (:func:`classify`). Refuses partitions or brokers the cluster
+    lacks and moves of a desired partition in flight elsewhere, changing nothing; ``submitted``
+    (the batches this run submitted before) words the refusal."""
+    desired = normalize(desired)
+    refusal = _refusal(len(desired), submitted)
+    try:
+        before = admin.snapshot(conn, topics=sorted({t for t, _ in desired}), offsets=True, sizes=True, groups=False)
+    except UnknownTopic as err:
+        raise InvalidReassignment(f"{refusal}: {err}") from err
+    found, first = problems(before, desired)
+    if found:
+        more = f"; and {len(found) - 20} more" if len(found) > 20 else ""
+        raise InvalidReassignment(f"{refusal}: {'; '.join(found[:20])}{more}") from first
+    in_flight = admin.list_partition_reassignments(conn)
+    done, resumed, pending, conflicts = classify(before, in_flight, desired)
+    if conflicts:
+        raise ReassignmentConflict(f"{refusal}: {'; '.join(conflicts[:20])}")
+    others = sorted(set(in_flight) - set(desired))
+    if others:
+        log.warning("%d other reassignment(s) in flight share the brokers, e.g. %s", len(others),
+                    ", ".join(_name(k) for k in others[:5]))
+    return Observation(before, done, resumed, pending)
+
+
+def submit(conn: admin.KafkaConnection, batch: Batch) -> None:
+    """Hand ``batch``'s moves to Kafka, which then copies on its own."""
+    admin.alter_partition_reassignments(conn, {m.key: m.after for m in batch.moves})
+    log.info("batch %d/%d: %d partitions moving, %d bytes to copy", batch.index, batch.of, len(batch.moves),
+             batch.bytes)
+
+
+def progress(conn: admin.KafkaConnection, moves: Sequence[Move], *, elapsed_s: float | None = None) -> Progress:
+    """How far ``moves`` got (:func:`measure` on the live cluster), without blocking on them: for
+    a polling trigger as for a progress line. ``elapsed_s`` since the run started gives the rate."""
+    keys = [m.key for m in moves]
+    if not keys:
+        return Progress(0, 0, 0, 0, 0, elapsed_s)
+    in_flight = admin.list_partition_reassignments(conn, keys)
+    cluster = admin.snapshot(conn, topics=sorted({t for t, _ in keys}), offsets=False, sizes=False, groups=False)
+    moving = [m for m in moves if m.key in in_flight and m.adding]
+    # a dead adding broker cannot say how far it got: count it as no progress, not as an error
+    online = set(cluster.online_broker_ids)
+    sizes = admin.replica_sizes(conn, [m.key for m in moving], {b for m in moving for b in m.adding} & online)
+    return measure(moves, cluster, in_flight, sizes, elapsed_s)
+
+
+def plan_throttles(conn: admin.KafkaConnection, moves: Iterable[Move], *, inherit: bool = False,
+                   ledger: Ledger | None = None) -> ThrottleRecord:
     """The record of the throttles ``moves`` need, with the rate values to restore read from the
-    brokers. With ``inherit`` (resuming a killed run) rates found set are the killed run's: deleted
-    afterwards, not restored. Entries of a topic throttled with ``*`` are left alone."""
+    brokers. With ``inherit`` (resuming a killed run) every rate found set is the killed run's, and
+    with the throttle ``ledger`` the rates it names are earlier runs': deleted afterwards, not
+    restored. Entries of a topic throttled with ``*`` are left alone."""
     brokers, entries = throttle_entries(moves)
     if not brokers:
         return ThrottleRecord()
     rates = admin.describe_configs(conn, "broker", brokers, keys=RATE_KEYS)
     topics = admin.describe_configs(conn, "topic", sorted({t for t, _ in entries}), keys=REPLICA_KEYS)
-    return ThrottleRecord(
+    record = ThrottleRecord(
         rates=tuple((b, k, None if inherit else rates[str(b)].get(k)) for b in brokers for k in RATE_KEYS),
         replicas=tuple((t, k, tuple(e)) for (t, k), e in entries.items() if topics[t].get(k) != "*"))
+    return record.inheriting(ledger or {})
 
 
 def set_throttles(conn: admin.KafkaConnection, record: ThrottleRecord, throttle_bytes_per_s: int) -> None:
@@ -386,48 +576,81 @@ def set_throttles(conn: admin.KafkaConnection, record: ThrottleRecord, throttle_
     log.info("throttle %s B/s set on %d broker(s) and %d topic(s)", rate, len(broker_ops), len(topic_ops))
 
 
-def remove_throttles(conn: admin.KafkaConnection, record: ThrottleRecord) -> None:
-    """Undo exactly what ``record`` set: restore or delete the rates, take out the entries (and
-    delete a topic's list once nothing else is in it). For teardown tasks in any process."""
-    if record.empty:
-        return
+def remove_throttles(conn: admin.KafkaConnection, record: ThrottleRecord | None, *, brokers: Iterable[int] = (),
+                     topics: Iterable[str] = (), cluster_id: str | None = None) -> ThrottleRemoval:
+    """Undo ``record`` (or, without one, every throttle on ``brokers`` and ``topics``) as
+    :func:`plan_throttle_removal` decides on the cluster's throttle ledger and its brokers online
+    now: each broker's rates apart, then the topics', so one failure leaves the rest undone. The
+    ledger (of ``cluster_id``, else the cluster's own id) is saved whatever fails: a rate that stays
+    is in it, for the next run to delete. Returns what was done; raises :class:`ThrottlesLeft`
+    when a rate or topic entry stays. For teardown tasks in any process."""
+    brokers, topics = tuple(brokers), tuple(topics)
+    ledger: Ledger = state.throttle_ledger(cluster_id) if cluster_id else {}
+    removal: ThrottleRemoval | None = None
+    undone: set[int] = set()
+    try:
+        found_id, _, registered = admin.describe_cluster(conn)
+        if cluster_id is None:
+            cluster_id = found_id
+            ledger = state.throttle_ledger(cluster_id)
+        removal = plan_throttle_removal(record, ledger, {b.id for b in registered}, brokers=brokers, topics=topics)
+        undone = set(removal.brokers)
+        for broker in removal.brokers:
+            try:
+                admin.incremental_alter_configs(conn, "broker", {broker: removal.broker_ops(broker)})
+            except KafkaOpsError as err:
+                removal = removal.failed([broker], f"broker {broker}: {err}")
+            undone.discard(broker)
+        removal = _remove_topic_throttles(conn, removal)
+    finally:
+        if removal is None:  # nothing was asked of the cluster: every rate stays
+            removal = plan_throttle_removal(record, ledger, (), brokers=brokers, topics=topics)
+        if undone:  # interrupted half-way: the brokers not reached yet keep their rates
+            removal = removal.failed(undone, f"broker(s) {sorted(undone)}: not reached")
+        if cluster_id is not None:
+            state.save_throttle_ledger(cluster_id, removal.ledger)
+    if removal.keep or removal.failures:
+        raise ThrottlesLeft(_left_message(removal, cluster_id), removal)
+    log.info("throttles removed from %d broker(s) and %d topic(s)", len(removal.brokers), len(removal.topics))
+    return removal
+
+
+def _remove_topic_throttles(conn: admin.KafkaConnection, removal: ThrottleRemoval) -> ThrottleRemoval:
+    """Take the removal's entries out of its topics (a list with nothing else left is deleted) and
+    delete the lists of its ``clear_topics``; a topic deleted meanwhile took its throttles along."""
+    ops: dict[str | int, list[admin.ConfigOp]] = {
+        t: [admin.ConfigOp(k, "DELETE") for k in REPLICA_KEYS] for t in removal.clear_topics}
     failures: list[str] = []
-    broker_ops: dict[str | int, list[admin.ConfigOp]] = {}
-    for broker, key, prior in record.rates:
-        broker_ops.setdefault(broker, []).append(
-            admin.ConfigOp(key, "DELETE") if prior is None else admin.ConfigOp(key, "SET", prior))
-    topic_ops: dict[str | int, list[admin.ConfigOp]] = {}
-    for topic in record.topics:
+    for topic in sorted({t for t, _, _ in removal.replicas} - set(removal.clear_topics)):
         try:
             current = admin.describe_configs(conn, "topic", [topic], keys=REPLICA_KEYS)[topic]
-        except KafkaOpsError as err:
-            if "UNKNOWN_TOPIC" not in str(err):
-                failures.append(f"topic {topic}: {err}")
+        except UnknownTopic:
             continue
-        for t, key, items in record.replicas:
+        except KafkaOpsError as err:
+            failures.append(f"topic {topic}: {err}")
+            continue
+        for t, key, items in removal.replicas:
             if t == topic:
                 remaining = [x for x in _items(current.get(key)) if x not in items]
-                topic_ops.setdefault(topic, []).append(
+                ops.setdefault(topic, []).append(
                     admin.ConfigOp(key, "SUBTRACT", ",".join(items)) if remaining else admin.ConfigOp(key, "DELETE"))
-    for resource, ops in (("broker", broker_ops), ("topic", topic_ops)):
-        try:
-            admin.incremental_alter_configs(conn, resource, ops)
-        except KafkaOpsError as err:
-            failures.append(str(err))
-    if failures:
-        raise ReassignmentError(f"could not remove every throttle set on brokers {list(record.brokers)} and topics "
-                                f"{list(record.topics)}: {'; '.join(failures)}; retry with remove_throttles(conn, "
-                                "record) or clear them all with clear_throttles(conn, brokers, topics)")
-    log.info("throttles removed from %d broker(s) and %d topic(s)", len(broker_ops), len(topic_ops))
+    try:
+        admin.incremental_alter_configs(conn, "topic", ops)
+    except KafkaOpsError as err:
+        failures.append(str(err))
+    return replace(removal, failures=removal.failures + tuple(failures)) if failures else removal
 
 
-def clear_throttles(conn: admin.KafkaConnection, brokers: Iterable[int], topics: Iterable[str]) -> None:
-    """Delete every replication throttle on ``brokers`` and ``topics``, whoever set it (as Kafka's
-    tool does after a reassignment): the teardown when no :class:`ThrottleRecord` survived."""
-    admin.incremental_alter_configs(conn, "broker", {b: [admin.ConfigOp(k, "DELETE") for k in RATE_KEYS]
-                                                     for b in sorted(set(brokers))})
-    admin.incremental_alter_configs(conn, "topic", {t: [admin.ConfigOp(k, "DELETE") for k in REPLICA_KEYS]
-                                                    for t in sorted(set(topics))})
+def _left_message(removal: ThrottleRemoval, cluster_id: str | None) -> str:
+    parts = []
+    if removal.keep:
+        parts.append(f"throttle rates stay on broker(s) {sorted(int(b) for b in removal.left)}, offline or not "
+                     f"answering; the throttle ledger of cluster {cluster_id or '(unknown)'} names them and the "
+                     "next kafkaops run on that cluster deletes them once the broker is back")
+    if removal.failures:
+        parts.append(f"what failed: {'; '.join(removal.failures)[:1000]}")
+    return (f"could not remove every throttle (topics {list(removal.topics)}): {'; '.join(parts)}; to retry now, "
+            "run kafkaops.reassign.engine.remove_throttles(conn, record) once the brokers answer")
 
 
 def cancel(conn: admin.KafkaConnection, partitions: Iterable[Key], *,
@@ -437,8 +660,8 @@ def cancel(conn: admin.KafkaConnection, partitions: Iterable[Key], *,
     in_flight = admin.list_partition_reassignments(conn, list(partitions))
     record = throttles
     if record is None:
-        record = plan_throttles(conn, [PartitionMove(r.topic, r.partition, r.original, r.target)
-                                       for r in in_flight.values()], inherit=True)
+        record = plan_throttles(conn, [Move(r.topic, r.partition, r.original, r.target) for r in in_flight.values()],
+                                inherit=True)
     try:
         admin.alter_partition_reassignments(conn, dict.fromkeys(in_flight))
     finally:
@@ -447,10 +670,12 @@ def cancel(conn: admin.KafkaConnection, partitions: Iterable[Key], *,
     return tuple(in_flight)
 
 
-# -- the run --------------------------------------------------------------------------------------------
+# -- the blocking loop ------------------------------------------------------------------------------------
 
 class Executor:
-    """Runs ``desired`` on a cluster in throttled batches; see the module docstring.
+    """Runs ``desired`` on a cluster, blocking: a loop over the engine's steps (see the module
+    docstring). Each round observes, waits for moves in flight or submits the next batch (throttled
+    first), and waits for it; throttles are removed at the end, on error and on cancel.
 
     ``max_moves_per_broker`` caps the moves of a batch that add or remove a replica on one broker,
     ``max_moves_total`` the moves of a batch. ``batch_timeout_s`` (default: 3x the batch's bytes at
@@ -484,8 +709,10 @@ class Executor:
         self.on_throttles = on_throttles
         self.throttles = ThrottleRecord()
         self._cancelled = threading.Event()
-        self._moves: tuple[PartitionMove, ...] = ()
+        self._moves: tuple[Move, ...] = ()
         self._started = time.monotonic()
+        self._cluster_id: str | None = None
+        self._ledger: Ledger = {}
 
     def cancel(self) -> None:
         """Ask a running :meth:`execute` (in another thread) to revert its moves in flight and stop."""
@@ -493,75 +720,72 @@ class Executor:
 
     def plan(self) -> ExecutionReport:
         """Observe the cluster, refuse bad input, and return the batches a run would submit (a dry run)."""
-        topics = sorted({t for t, _ in self.desired})
-        try:
-            before = admin.snapshot(self.conn, topics=topics, offsets=True, sizes=True, groups=False)
-        except UnknownTopic as err:
-            raise InvalidReassignment(f"refusing the reassignment of {len(self.desired)} partition(s), nothing was "
-                                      f"changed: {err}") from err
-        found, first = problems(before, self.desired)
-        if found:
-            more = f"; and {len(found) - 20} more" if len(found) > 20 else ""
-            raise InvalidReassignment(f"refusing the reassignment of {len(self.desired)} partition(s), nothing was "
-                                      f"changed: {'; '.join(found[:20])}{more}") from first
-        in_flight = admin.list_partition_reassignments(self.conn)
-        done, resumed, pending, conflicts = classify(before, in_flight, self.desired)
-        if conflicts:
-            raise ReassignmentConflict(f"refusing the reassignment, nothing was changed: {'; '.join(conflicts[:20])}")
-        others = sorted(set(in_flight) - set(self.desired))
-        if others:
-            log.warning("%d other reassignment(s) in flight share the brokers, e.g. %s", len(others),
-                        ", ".join(_name(k) for k in others[:5]))
-        batches = plan_batches(pending, max_moves_per_broker=self.max_moves_per_broker,
+        return self._report(observe(self.conn, self.desired))
+
+    def _report(self, seen: Observation) -> ExecutionReport:
+        batches = plan_batches(seen.pending, max_moves_per_broker=self.max_moves_per_broker,
                                max_moves_total=self.max_moves_total)
-        report = ExecutionReport(dry_run=True, already_done=done, resumed=resumed, batches=batches, before=before)
-        self._moves = report.moves + tuple(PartitionMove(t, p, self.desired[(t, p)], self.desired[(t, p)])
-                                           for t, p in done)  # already done: counted, nothing to copy
+        report = ExecutionReport(dry_run=True, already_done=seen.done, resumed=seen.resumed, batches=batches,
+                                 before=seen.before)
+        self._moves = report.moves + tuple(Move(t, p, self.desired[(t, p)], self.desired[(t, p)])
+                                           for t, p in seen.done)  # already done: counted, nothing to copy
         log.info("reassignment of %d partition(s): %s", len(self.desired), report.summary())
         for batch in batches:
-            log.info("batch %d/%d: %d partitions, %d bytes, moves per broker %s", batch.index, len(batches),
+            log.info("batch %d/%d: %d partitions, %d bytes, moves per broker %s", batch.index, batch.of,
                      len(batch.moves), batch.bytes, batch.moves_per_broker())
         return report
 
     def execute(self) -> ExecutionReport:
-        """Plan, then (unless a dry run) wait for moves found in flight and run the batches, each
-        throttled and waited for. Throttles set are removed on success, error and cancel."""
+        """Plan, then (unless a dry run) run rounds until every desired partition is as desired:
+        observe; wait for the moves in flight, or throttle, submit and wait for the next batch.
+        Throttles set are removed on success, error and cancel."""
         self._started = time.monotonic()
         self.throttles = ThrottleRecord()
-        report = self.plan()
+        seen = observe(self.conn, self.desired)
+        report = self._report(seen)
         if self.dry_run:
             log.info("dry run: nothing changed")
             return report
-        submitted: list[Key] = []
+        self._cluster_id = seen.before.cluster_id
+        self._ledger = state.throttle_ledger(self._cluster_id) if self._cluster_id else {}
+        submitted: list[Batch] = []
         try:
-            if report.resumed:
-                log.info("resuming: %d partition(s) already moving, waiting without resubmitting", len(report.resumed))
-                self._throttle(report.resumed, inherit=True)
-                self._wait(report.resumed, "moves in flight at start")
-            for batch in report.batches:
-                if self._cancelled.is_set():
-                    raise ReassignmentCancelled(f"cancelled before batch {batch.index}/{len(report.batches)}; "
-                                                f"{len(submitted)} partition(s) were moved; run again to resume")
-                self._throttle(batch.moves)
-                log.info("batch %d/%d: %d partitions moving", batch.index, len(report.batches), len(batch.moves))
-                admin.alter_partition_reassignments(self.conn, {m.key: m.after for m in batch.moves})
-                submitted.extend(batch.keys)
-                self._wait(batch.moves, f"batch {batch.index}/{len(report.batches)}")
+            while True:
+                if seen.resumed:
+                    log.info("resuming: %d partition(s) already moving, waiting without resubmitting",
+                             len(seen.resumed))
+                    self._throttle(seen.resumed, inherit=True)
+                    self._wait(seen.resumed, "moves in flight")
+                else:
+                    batch = next_batch(seen, max_moves_per_broker=self.max_moves_per_broker,
+                                       max_moves_total=self.max_moves_total, submitted=len(submitted))
+                    if batch is None:
+                        break
+                    if self._cancelled.is_set():
+                        raise ReassignmentCancelled(
+                            f"cancelled before {batch.label}; {sum(len(b.moves) for b in submitted)} partition(s) "
+                            "were moved; run again to resume")
+                    self._throttle(batch.moves)
+                    submit(self.conn, batch)
+                    submitted.append(batch)
+                    self._wait(batch.moves, batch.label)
+                seen = observe(self.conn, self.desired, submitted=len(submitted))
         except BaseException:
             self._release(quiet=True)
             raise
         self._release(quiet=False)
         final = self.progress()
         log.info("reassignment done: %s", final)
-        return replace(report, dry_run=False, submitted=tuple(submitted), throttles=self.throttles,
+        return replace(report, dry_run=False, batches=tuple(submitted),
+                       submitted=tuple(k for b in submitted for k in b.keys), throttles=self.throttles,
                        progress=final, seconds=time.monotonic() - self._started)
 
     def progress(self) -> Progress:
         """Progress of this run's moves (after :meth:`plan`), without blocking on them."""
-        return _observe_progress(self.conn, self._moves, time.monotonic() - self._started)
+        return progress(self.conn, self._moves, elapsed_s=time.monotonic() - self._started)
 
-    def _throttle(self, moves: Sequence[PartitionMove], *, inherit: bool = False) -> None:
-        record = plan_throttles(self.conn, moves, inherit=inherit)
+    def _throttle(self, moves: Sequence[Move], *, inherit: bool = False) -> None:
+        record = plan_throttles(self.conn, moves, inherit=inherit, ledger=self._ledger)
         self.throttles = self.throttles.merged(record)
         if self.on_throttles is not None:
             self.on_throttles(self.throttles)
@@ -569,13 +793,13 @@ class Executor:
 
     def _release(self, *, quiet: bool) -> None:
         try:
-            remove_throttles(self.conn, self.throttles)
+            remove_throttles(self.conn, self.throttles, cluster_id=self._cluster_id)
         except KafkaOpsError as err:
             if not quiet:
                 raise
             log.error("while failing, could not remove throttles: %s", err)
 
-    def _wait(self, moves: Sequence[PartitionMove], label: str) -> None:
+    def _wait(self, moves: Sequence[Move], label: str) -> None:
         keys = [m.key for m in moves]
         timeout = self.batch_timeout_s or 60.0 + 3.0 * sum(m.bytes for m in moves) / self.throttle_bytes_per_s
         deadline = time.monotonic() + timeout
@@ -600,7 +824,7 @@ class Executor:
                                     "resubmit")
         log.info("%s: %d partitions done", label, len(keys))
 
-    def _off_plan(self, moves: Sequence[PartitionMove], settle_s: float = 5.0) -> list[str]:
+    def _off_plan(self, moves: Sequence[Move], settle_s: float = 5.0) -> list[str]:
         """Moves whose replicas differ from the plan, given ``settle_s`` for metadata to catch up."""
         deadline = time.monotonic() + settle_s
         while True:
@@ -612,7 +836,7 @@ class Executor:
                 return wrong
             time.sleep(0.5)
 
-    def _stalled(self, in_flight: Mapping[Key, admin.Reassignment], label: str, timeout: float) -> ReassignmentStalled:
+    def _stalled(self, in_flight: Mapping[Key, Reassignment], label: str, timeout: float) -> ReassignmentStalled:
         cluster = admin.snapshot(self.conn, topics=sorted({t for t, _ in in_flight}), offsets=False, sizes=False,
                                  groups=False)
         details = []
@@ -625,37 +849,6 @@ class Executor:
             f"{'; '.join(details[:20])}; the moves stay in flight, no longer throttled. Check those brokers' logs "
             "and disks, then run again (with a higher throttle_bytes_per_s or batch_timeout_s) to keep waiting, or "
             "revert them with kafkaops.reassign.engine.cancel(conn, partitions)")
-
-
-def _observe_progress(conn: admin.KafkaConnection, moves: Sequence[PartitionMove],
-                      elapsed_s: float | None) -> Progress:
-    keys = [m.key for m in moves]
-    if not keys:
-        return Progress(0, 0, 0, 0, 0, elapsed_s)
-    in_flight = admin.list_partition_reassignments(conn, keys)
-    cluster = admin.snapshot(conn, topics=sorted({t for t, _ in keys}), offsets=False, sizes=False, groups=False)
-    moving = [m for m in moves if m.key in in_flight and m.adding]
-    # a dead adding broker cannot say how far it got: count it as no progress, not as an error
-    online = set(cluster.online_broker_ids)
-    sizes = admin.replica_sizes(conn, [m.key for m in moving], {b for m in moving for b in m.adding} & online)
-    return measure(moves, cluster, in_flight, sizes, elapsed_s)
-
-
-def moves_for(before: Cluster, desired: Mapping[Key, Iterable[int]]) -> tuple[PartitionMove, ...]:
-    """Every desired partition as a move from its replicas in ``before`` (no-op moves included)."""
-    result = []
-    for key, after in normalize(desired).items():
-        p = before.partition(*key)
-        result.append(PartitionMove(key[0], key[1], p.replicas, after, p.size_bytes or 0))
-    return tuple(result)
-
-
-def progress(conn: admin.KafkaConnection, desired: Mapping[Key, Iterable[int]], before: Cluster, *,
-             started_at: float | None = None) -> Progress:
-    """Progress of ``desired`` since ``before`` (the snapshot taken before the run; sizes from it),
-    without blocking: for a polling Airflow trigger. ``started_at`` is the run's start, ``time.time()``."""
-    elapsed = None if started_at is None else max(time.time() - started_at, 0.0)
-    return _observe_progress(conn, moves_for(before, desired), elapsed)
 
 
 def execute(conn: admin.KafkaConnection, desired: Mapping[Key, Iterable[int]], *, throttle_bytes_per_s: int,

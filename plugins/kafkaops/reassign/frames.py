@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from kafkaops.errors import KafkaOpsError
 from kafkaops.model import Cluster, Key
 from kafkaops.platform.gates import GateError, id_list, partition_keys, typed_frame
 from kafkaops.reassign.planner.goals import Goals
@@ -48,7 +49,7 @@ def _check_moves(plan: ReassignmentPlan, base: Cluster) -> None:
     brokers = set(base.broker_ids)
     for m in plan.moves:
         try:
-            base.partition(m.topic, m.partition)
+            base.partition(*m.key)
         except KafkaOpsError as err:
             raise GateError(f"plan moves {m.name}, which the cluster lacks: {err}; plan again from a fresh "
                             "snapshot") from err
@@ -67,9 +68,9 @@ def plan_frame(plan: ReassignmentPlan, cluster: Cluster, max_bytes: int | None =
     base = _plan_base(plan, cluster)
     rack = {b.id: b.rack for b in base.brokers}
     racks = len({b.rack for b in cluster.brokers}) or 1
-    after = {(m.topic, m.partition): m for m in plan.moves}
+    after = {m.key: m for m in plan.moves}
     _check_moves(plan, base)
-    copies = {key: len(m.added) * (base.partition(*key).size_bytes or 0) for key, m in after.items()}
+    copies = {key: len(m.adding) * (base.partition(*key).size_bytes or 0) for key, m in after.items()}
     copied, so_far = 0, {}
     for key in after:  # running total in the order the executor submits the moves
         copied += copies[key]
@@ -117,7 +118,7 @@ def post_move_frame(before: Cluster, after: Cluster, desired: Mapping[Key, Itera
     (a plan, or replicas by key), replicas missing from the ISR (planned partitions), health,
     end offsets before and after, and whether a reassignment is still ``in_flight``."""
     if isinstance(desired, ReassignmentPlan):
-        desired = {(m.topic, m.partition): m.after for m in desired.moves}
+        desired = {m.key: m.after for m in desired.moves}
     planned = {k: tuple(v) for k, v in desired.items()}
     old = {p.key: p for p in before.partitions}
     now = {p.key: p for p in after.partitions}

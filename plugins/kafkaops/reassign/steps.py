@@ -28,7 +28,7 @@ from kafkaops.platform.lifecycle import APPROVAL_MODES, OperationContext
 from kafkaops.reassign import frames
 from kafkaops.platform import provision
 from kafkaops.reassign import verify
-from kafkaops.errors import ConfigError, KafkaOpsError
+from kafkaops.errors import ConfigError
 from kafkaops.model import Broker, Cluster, Key
 from kafkaops.platform.paths import state_dir
 from kafkaops.reassign.planner import plan_drain, plan_rebalance, plan_scale_out
@@ -205,19 +205,16 @@ def desired_of(plan_data: Mapping[str, Any]) -> dict[Key, tuple[int, ...]]:
 
 
 def set_throttles(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str, Any]:
-    """Throttle every move of the plan (a setup task); the record lets the teardown undo exactly this."""
+    """Throttle every move of the plan (a setup task) with :func:`engine.plan_throttles` and
+    :func:`engine.set_throttles`; the record lets the teardown undo exactly this."""
     desired = desired_of(plan_data)
     if not desired:
         return engine.ThrottleRecord().to_dict()
     with ctx.connect() as conn:
         cluster_id = admin.describe_cluster(conn)[0]
         before = admin.snapshot(conn, topics=sorted({t for t, _ in desired}), groups=False)
-        moves = engine.moves_for(before, desired)
-        record = engine.plan_throttles(conn, [m for m in moves if m.adding or m.removing])
-        stale = state.throttle_ledger(cluster_id)
-        if stale:  # rates a killed broker kept from an earlier run are ours: delete them afterwards
-            record = replace(record, rates=tuple((b, k, None if k in stale.get(str(b), ()) else prior)
-                                                 for b, k, prior in record.rates))
+        record = engine.plan_throttles(conn, engine.moves_for(before, desired),
+                                       ledger=state.throttle_ledger(cluster_id))
         ctx.audit.append("throttle_set", brokers=list(record.brokers), topics=list(record.topics),
                          rate=ctx.params.throttle_bytes_per_s, record=record.to_dict())
         engine.set_throttles(conn, record, ctx.params.throttle_bytes_per_s)
@@ -226,81 +223,54 @@ def set_throttles(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[s
 
 def remove_throttles(ctx: OperationContext, record: Mapping[str, Any] | None, plan_data: Mapping[str, Any] | None
                      ) -> dict[str, Any]:
-    """Undo the throttles (teardown): exactly the record's, or, without one, every throttle on
-    the plan's brokers and topics. A broker that is down keeps its rate until it is back: it is
-    named in the error and in the throttle ledger, and the next run on the cluster removes it."""
-    with ctx.connect() as conn:
-        cluster_id = admin.describe_cluster(conn)[0]
-        if record:
-            rec = engine.ThrottleRecord.from_dict(record)
-        else:
-            plan = ReassignmentPlan.from_dict(plan_data["plan"]) if plan_data else None
-            brokers = sorted({b for m in plan.moves for b in (*m.before, *m.after)}) if plan else []
-            desired = desired_of(plan_data) if plan_data else {}
-            rec = engine.ThrottleRecord(
-                rates=tuple((b, k, None) for b in brokers for k in engine.RATE_KEYS),
-                replicas=tuple((t, k, ()) for t in sorted({t for t, _ in desired}) for k in engine.REPLICA_KEYS))
-        ledger = state.throttle_ledger(cluster_id)
-        online = {b.id for b in admin.describe_cluster(conn)[2]}
-        left: dict[str, list[str]] = {}
-        errors = []
-        parts = [engine.ThrottleRecord(rates=tuple(r for r in rec.rates if r[0] == b)) for b in rec.brokers]
-        parts.append(engine.ThrottleRecord(replicas=rec.replicas))
-        for part in parts:
-            try:
-                if part.replicas and not any(items for _, _, items in part.replicas):
-                    engine.clear_throttles(conn, [], part.topics)
-                else:
-                    engine.remove_throttles(conn, part)
-                for b in part.brokers:
-                    ledger.pop(str(b), None)
-            except KafkaOpsError as err:
-                errors.append(str(err))
-                for b, key, _ in part.rates:
-                    left.setdefault(str(b), []).append(key)
-        for b in [b for b in list(ledger) if int(b) in online and b not in left]:  # stale rates of earlier runs
-            engine.clear_throttles(conn, [int(b)], [])
-            ledger.pop(b)
-        ledger.update(left)
-        state.save_throttle_ledger(cluster_id, ledger)
-    removed = [b for b in rec.brokers if str(b) not in left]
-    ctx.audit.append("throttle_removed", brokers=removed, topics=list(rec.topics), left=left)
-    if left:
-        raise engine.ReassignmentError(
-            f"throttle rates stay on broker(s) {sorted(int(b) for b in left)} that did not answer "
-            f"({'; '.join(errors)[:500]}); they are in the throttle ledger and the next kafkaops run on "
-            f"cluster {cluster_id} removes them once the broker is back")
-    return {"brokers": removed, "topics": list(rec.topics)}
+    """Undo the throttles (teardown) with :func:`engine.remove_throttles`: exactly the record's,
+    or, without one, every throttle on the plan's brokers and topics. A broker that is down keeps
+    its rate until it is back: it is named in the error and in the throttle ledger, and the next
+    run on the cluster removes it."""
+    rec = engine.ThrottleRecord.from_dict(record) if record else None
+    plan = ReassignmentPlan.from_dict(plan_data["plan"]) if plan_data and rec is None else None
+    brokers, topics = engine.throttle_scope(plan.moves) if plan else ((), ())
+    removal = None
+    try:
+        with ctx.connect() as conn:
+            removal = engine.remove_throttles(conn, rec, brokers=brokers, topics=topics)
+    except engine.ThrottlesLeft as err:
+        removal = err.removal
+        raise
+    finally:
+        if removal is not None:
+            ctx.audit.append("throttle_removed", brokers=list(removal.brokers), topics=list(removal.topics),
+                             left=removal.left)
+    return {"brokers": list(removal.brokers), "topics": list(removal.topics)}
 
 
 def next_batch(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str, Any]:
-    """Resume-safe batching: observe the cluster, and submit the next batch unless moves are
-    already in flight (those are waited for, never resubmitted). Returns what to wait for."""
+    """Resume-safe batching over the engine: wait for the plan's moves in flight, else observe and
+    submit :func:`engine.next_batch`. Returns what to wait for."""
     desired = desired_of(plan_data)
     p = ctx.params
+    batch = None
     with ctx.connect() as conn:
-        in_flight = admin.list_partition_reassignments(conn, list(desired))
-        if in_flight:  # e.g. a retry after a broker died mid-move: wait for these, whatever their state
-            keys = [list(k) for k in sorted(in_flight)]
-            ctx.audit.append("note", text=f"{len(keys)} move(s) already in flight: waiting, not resubmitting")
-            return {"wait_for": keys, "submitted": [], "remaining_batches": None}
-        report = engine.Executor(conn, desired, throttle_bytes_per_s=p.throttle_bytes_per_s,
-                                   max_moves_per_broker=p.max_moves_per_broker, max_moves_total=p.max_moves_total,
-                                   dry_run=True).plan()
-        if report.resumed:
-            keys = [list(m.key) for m in report.resumed]
-            ctx.audit.append("note", text=f"{len(keys)} move(s) already in flight: waiting, not resubmitting")
-            return {"wait_for": keys, "submitted": [], "remaining_batches": len(report.batches)}
-        if not report.batches:
-            return {"wait_for": [], "submitted": [], "remaining_batches": 0}
-        batch = report.batches[0]
-        admin.alter_partition_reassignments(conn, {m.key: m.after for m in batch.moves})
+        # a move in flight is waited for whatever its target: e.g. on a retry after a broker died
+        # mid-move, which observing would refuse as a broker that is not registered
+        waiting = sorted(admin.list_partition_reassignments(conn, list(desired)))
+        if not waiting:
+            submitted = len(ctx.audit.summary()["batches"])
+            seen = engine.observe(conn, desired, submitted=submitted)
+            waiting = sorted(m.key for m in seen.resumed)
+            batch = None if waiting else engine.next_batch(seen, max_moves_per_broker=p.max_moves_per_broker,
+                                                           max_moves_total=p.max_moves_total, submitted=submitted)
+            if batch is not None:
+                engine.submit(conn, batch)
+    if waiting:
+        ctx.audit.append("note", text=f"{len(waiting)} move(s) already in flight: waiting, not resubmitting")
+        return {"wait_for": [list(k) for k in waiting], "submitted": [], "remaining_batches": None}
+    if batch is None:
+        return {"wait_for": [], "submitted": [], "remaining_batches": 0}
     keys = [list(k) for k in batch.keys]
-    ctx.audit.append("batch", index=len(ctx.audit.summary()["batches"]) + 1, partitions=len(keys),
-                     bytes=batch.bytes, keys=keys, status="submitted",
-                     remaining=len(report.batches) - 1)
-    log.info("batch submitted: %d partitions moving, %d batch(es) after it", len(keys), len(report.batches) - 1)
-    return {"wait_for": keys, "submitted": keys, "remaining_batches": len(report.batches) - 1}
+    ctx.audit.append("batch", index=batch.index, partitions=len(keys), bytes=batch.bytes, keys=keys,
+                     status="submitted", remaining=batch.of - batch.index)
+    return {"wait_for": keys, "submitted": keys, "remaining_batches": batch.of - batch.index}
 
 
 def wait_spec(plan_data: Mapping[str, Any], keys: Iterable[Sequence[Any]], before: Mapping[str, Any]
@@ -316,8 +286,9 @@ def wait_spec(plan_data: Mapping[str, Any], keys: Iterable[Sequence[Any]], befor
 def progress_of(conn_config: Mapping[str, str], spec: Mapping[str, Any], started_at: float) -> dict[str, Any]:
     """Progress of the partitions of a :func:`wait_spec` (for the polling trigger), JSON-safe."""
     desired = {(e["topic"], int(e["partition"])): tuple(e["replicas"]) for e in spec["partitions"]}
+    moves = engine.moves_for(Cluster.from_dict(spec["before"]), desired)
     with admin.connect(conn_config, timeout_s=10.0) as conn:
-        prog = engine.progress(conn, desired, Cluster.from_dict(spec["before"]), started_at=started_at)
+        prog = engine.progress(conn, moves, elapsed_s=max(time.time() - started_at, 0.0))
         in_flight = admin.list_partition_reassignments(conn, list(desired)) if not prog.done else {}
     percent = 100.0 * prog.bytes_done / prog.bytes_total if prog.bytes_total else (100.0 if prog.done else 0.0)
     return {"done": prog.done, "text": str(prog), "partitions_done": prog.partitions_done,

@@ -157,7 +157,7 @@ def test_cancel_mid_way_leaves_a_healthy_cluster_without_throttles(
                  what="the adding replicas to be follower-throttled")
         assert throttles_left(own_conn)[f"broker {adding[(topic, 0)]}"] == {
             engine.LEADER_RATE: "50000", engine.FOLLOWER_RATE: "50000"}
-        mid = engine.progress(own_conn, desired, before, started_at=started)
+        mid = engine.progress(own_conn, engine.moves_for(before, desired), elapsed_s=time.time() - started)
         assert mid.partitions_in_flight == 2 and mid.bytes_done < mid.bytes_total and not mid.done
 
         if how == "engine.cancel":

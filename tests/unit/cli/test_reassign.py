@@ -13,8 +13,8 @@ import pytest
 
 from kafkaops.cli import reassign as reassign_cli
 from kafkaops.cli.main import build_parser, main
-from kafkaops.reassign.engine import Batch, ExecutionReport, InvalidReassignment, PartitionMove, ReassignmentCancelled
-from kafkaops.model import Broker, Cluster, PartitionAssignment
+from kafkaops.reassign.engine import Batch, ExecutionReport, InvalidReassignment, ReassignmentCancelled
+from kafkaops.model import Broker, Cluster, Move, PartitionAssignment
 from kafkaops.cli.plan import live_cluster, restrict
 from kafkaops.reassign.planner.errors import PlanInputError
 
@@ -143,8 +143,8 @@ def test_plan_brokers_and_topics_cover_old_and_new_replicas() -> None:
 
 
 def test_batch_lines_show_each_batch_and_move() -> None:
-    move = PartitionMove("orders", 0, (1, 2), (1, 3), size_bytes=2_000_000)
-    report = ExecutionReport(dry_run=True, already_done=(("orders", 1),), resumed=(), batches=(Batch(1, (move,)),))
+    move = Move("orders", 0, (1, 2), (1, 3), size_bytes=2_000_000)
+    report = ExecutionReport(dry_run=True, already_done=(("orders", 1),), resumed=(), batches=(Batch(1, (move,), of=1),))
     lines = reassign_cli.batch_lines(report)
     assert lines[0].startswith("1 partition(s) already as planned, 0 in flight") and "would submit 1" in lines[0]
     assert lines[1] == "batch 1/1: 1 partition(s), 2.0 MB, moves per broker {2: 1, 3: 1}"

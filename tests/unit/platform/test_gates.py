@@ -105,7 +105,7 @@ def test_preflight_names_an_offline_partition() -> None:
 
 @dataclass(frozen=True)
 class InFlight:
-    """Stands in for kafkaops.platform.admin.Reassignment: anything with a ``key``."""
+    """Stands in for kafkaops.model.Reassignment: anything with a ``key``."""
 
     key: tuple[str, int]
 

@@ -1,26 +1,36 @@
-"""The pure steps of kafkaops.reassign.engine: refusals, classification, batching, throttles, progress."""
+"""kafkaops.reassign.engine: the pure steps (refusals, classification, batching, throttles, their removal,
+progress), and the throttle teardown and the execute loop on an in-memory cluster."""
 from __future__ import annotations
 
 import pytest
 
-from kafkaops.platform.admin import Reassignment
 from kafkaops.errors import KafkaOpsError
+from kafkaops.model import Broker, Cluster, Move, PartitionAssignment, Reassignment
+from kafkaops.platform import admin, state
 from kafkaops.reassign.engine import (
+    FOLLOWER_RATE,
     FOLLOWER_REPLICAS,
+    LEADER_RATE,
     LEADER_REPLICAS,
     Executor,
     InvalidReassignment,
-    PartitionMove,
+    Observation,
     Progress,
     ThrottleRecord,
+    ThrottlesLeft,
     classify,
+    execute,
     measure,
+    next_batch,
     normalize,
     plan_batches,
+    plan_throttle_removal,
     problems,
+    remove_throttles,
     throttle_entries,
+    throttle_scope,
 )
-from kafkaops.model import Broker, Cluster, PartitionAssignment
+from tests.unit.reassign.fake_kafka import FakeKafka
 
 CLUSTER = Cluster(brokers=tuple(Broker(i) for i in (1, 2, 3, 4)) + (Broker(9, online=False),),
                   partitions=(PartitionAssignment("orders", 0, (1, 2, 3), size_bytes=1000),
@@ -66,23 +76,23 @@ def test_classify_splits_done_in_flight_pending_and_conflicting() -> None:
     desired = {("orders", 0): (1, 2, 3), ("orders", 1): (4, 3, 1), ("orders", 2): (1, 3, 4)}
     done, resumed, pending, conflicts = classify(CLUSTER, in_flight, desired)
     assert done == (("orders", 0),)
-    assert resumed == (PartitionMove("orders", 1, (3, 1, 2), (4, 3, 1), 2000),)
+    assert resumed == (Move("orders", 1, (3, 1, 2), (4, 3, 1), 2000),)
     assert pending == ()
     assert conflicts == ["orders-2: a reassignment to [3, 1, 4] is in flight, not the plan's [1, 3, 4]; wait for it "
                          "to finish or cancel it with kafkaops.reassign.engine.cancel(conn, [('orders', 2)])"]
     _, _, pending, _ = classify(CLUSTER, {}, {("orders", 2): (4, 1, 2)})
-    assert pending == (PartitionMove("orders", 2, (3, 1, 2), (4, 1, 2), 3000),)
+    assert pending == (Move("orders", 2, (3, 1, 2), (4, 1, 2), 3000),)
 
 
 def test_a_move_knows_what_it_adds_removes_and_copies() -> None:
-    move = PartitionMove("orders", 0, (1, 2, 3), (4, 2, 5), 100)
+    move = Move("orders", 0, (1, 2, 3), (4, 2, 5), 100)
     assert (move.adding, move.removing, move.brokers, move.bytes) == ((4, 5), (1, 3), frozenset({1, 3, 4, 5}), 200)
-    reorder = PartitionMove("orders", 0, (1, 2, 3), (3, 2, 1), 100)
+    reorder = Move("orders", 0, (1, 2, 3), (3, 2, 1), 100)
     assert (reorder.brokers, reorder.bytes) == (frozenset(), 0)
 
 
 def test_batches_respect_the_per_broker_and_total_caps() -> None:
-    moves = [PartitionMove("t", i, (1, 2), (1, 3 + i % 3), size_bytes=i) for i in range(12)]
+    moves = [Move("t", i, (1, 2), (1, 3 + i % 3), size_bytes=i) for i in range(12)]
     batches = plan_batches(moves, max_moves_per_broker=2, max_moves_total=5)
     assert sorted(k for b in batches for k in b.keys) == [("t", i) for i in range(12)]
     for b in batches:
@@ -95,9 +105,9 @@ def test_batches_respect_the_per_broker_and_total_caps() -> None:
 
 
 def test_throttles_follow_kafkas_tool_existing_replicas_lead_adding_ones_follow() -> None:
-    brokers, entries = throttle_entries([PartitionMove("orders", 0, (1, 2, 3), (1, 4, 3)),
-                                         PartitionMove("orders", 2, (3, 1, 2), (4, 1, 5)),
-                                         PartitionMove("orders", 1, (2, 3, 1), (3, 2, 1))])  # reorder: no copy
+    brokers, entries = throttle_entries([Move("orders", 0, (1, 2, 3), (1, 4, 3)),
+                                         Move("orders", 2, (3, 1, 2), (4, 1, 5)),
+                                         Move("orders", 1, (2, 3, 1), (3, 2, 1))])  # reorder: no copy
     assert brokers == (1, 2, 3, 4, 5)
     assert entries == {("orders", FOLLOWER_REPLICAS): ["0:4", "2:4", "2:5"],
                        ("orders", LEADER_REPLICAS): ["0:1", "0:2", "0:3", "2:3", "2:1", "2:2"]}
@@ -121,9 +131,9 @@ def test_a_throttle_record_merges_keeping_the_older_value_to_restore_and_travels
 
 
 def test_progress_counts_done_and_in_flight_bytes() -> None:
-    moves = [PartitionMove("orders", 0, (1, 2, 3), (1, 2, 3), 1000),      # no-op, done
-             PartitionMove("orders", 1, (2, 3, 1), (4, 3, 1), 2000),      # in flight, half copied
-             PartitionMove("orders", 2, (3, 1, 2), (4, 5, 2), 3000)]      # pending, 2 replicas to add
+    moves = [Move("orders", 0, (1, 2, 3), (1, 2, 3), 1000),      # no-op, done
+             Move("orders", 1, (2, 3, 1), (4, 3, 1), 2000),      # in flight, half copied
+             Move("orders", 2, (3, 1, 2), (4, 5, 2), 3000)]      # pending, 2 replicas to add
     in_flight = {("orders", 1): Reassignment("orders", 1, (4, 3, 1, 2), (4,), (2,))}
     p = measure(moves, CLUSTER, in_flight, {("orders", 1, 4): 1000}, elapsed_s=10.0)
     assert (p.partitions_done, p.partitions_total, p.partitions_in_flight) == (1, 3, 1)
@@ -131,3 +141,179 @@ def test_progress_counts_done_and_in_flight_bytes() -> None:
     assert p.rate_bytes_per_s == 100.0 and p.eta_s == 70.0 and not p.done
     assert str(p) == "1/3 partitions done, 1 moving, 0.0/0.0 MB, 0.00 MB/s, ETA 70 s"
     assert Progress(3, 3, 0, 10, 10).eta_s == 0.0 and Progress(0, 3, 0, 0, 10).eta_s is None
+
+
+# -- the next batch ------------------------------------------------------------------------------------
+
+def observed(resumed: tuple[Move, ...] = (), pending: tuple[Move, ...] = ()) -> Observation:
+    return Observation(CLUSTER, (), resumed, pending)
+
+
+def test_the_next_batch_waits_for_moves_in_flight_and_numbers_on_from_those_submitted() -> None:
+    pending = tuple(Move("t", i, (1, 2), (1, 3), size_bytes=10 * i) for i in range(5))
+    first = next_batch(observed(pending=pending), max_moves_per_broker=2, max_moves_total=10)
+    assert first is not None and (first.index, first.of, first.label) == (1, 3, "batch 1/3")
+    assert first.keys == (("t", 3), ("t", 4))  # largest first
+    later = next_batch(observed(pending=pending[:3]), max_moves_per_broker=2, max_moves_total=10, submitted=1)
+    assert later is not None and (later.label, later.keys) == ("batch 2/3", (("t", 1), ("t", 2)))
+    assert next_batch(observed(resumed=pending[:1], pending=pending[1:]), max_moves_per_broker=2,
+                      max_moves_total=10) is None  # in flight: wait, never resubmit
+    assert next_batch(observed(), max_moves_per_broker=2, max_moves_total=10) is None
+
+
+def test_the_throttle_scope_is_every_broker_holding_or_getting_a_replica() -> None:
+    assert throttle_scope([Move("a", 0, (1, 2), (3, 2)), Move("b", 1, (4,), (4,))]) == ((1, 2, 3, 4), ("a", "b"))
+
+
+# -- the throttle removal (pure) -------------------------------------------------------------------------
+
+LR, FR = LEADER_RATE, FOLLOWER_RATE
+
+
+def test_a_broker_that_is_down_keeps_its_rate_in_the_ledger() -> None:
+    record = ThrottleRecord(rates=((1, LR, None), (4, LR, None), (4, FR, "500")))
+    removal = plan_throttle_removal(record, {}, online={1, 2, 3})
+    assert removal.delete == ((1, LR),) and removal.restore == ()
+    assert removal.keep == ((4, FR), (4, LR))
+    assert removal.left == removal.ledger == {"4": [FR, LR]}
+
+
+def test_a_stale_ledger_rate_on_an_online_broker_is_deleted_not_restored() -> None:
+    # broker 2 was down when an earlier run ended: the "777" read before this run was that run's throttle
+    record = ThrottleRecord(rates=((2, LR, "777"), (2, FR, None)))
+    removal = plan_throttle_removal(record, {"2": [LR], "5": [FR, LR]}, online={1, 2, 5})
+    assert removal.restore == ()
+    assert removal.delete == ((2, FR), (2, LR), (5, FR), (5, LR))  # broker 5: an earlier run's only
+    assert removal.keep == removal.carried == () and removal.ledger == {}
+
+
+def test_a_rate_that_existed_before_the_run_is_restored() -> None:
+    record = ThrottleRecord(rates=((1, LR, "777"), (1, FR, None)),
+                            replicas=(("orders", LEADER_REPLICAS, ("0:1",)),))
+    removal = plan_throttle_removal(record, {}, online={1})
+    assert removal.restore == ((1, LR, "777"),) and removal.delete == ((1, FR),)
+    assert removal.replicas == record.replicas and removal.clear_topics == ()
+    assert [(op.key, op.op, op.value) for op in removal.broker_ops(1)] == [(LR, "SET", "777"), (FR, "DELETE", None)]
+
+
+def test_without_a_record_every_throttle_on_the_plan_brokers_and_topics_goes() -> None:
+    removal = plan_throttle_removal(None, {"9": [LR]}, online={1, 2}, brokers=[2, 1, 3], topics=["orders", "logs"])
+    assert removal.delete == ((1, FR), (1, LR), (2, FR), (2, LR))
+    assert removal.keep == ((3, FR), (3, LR))  # broker 3 is down
+    assert removal.carried == ((9, LR),)  # an earlier run's, still down: stays in the ledger
+    assert removal.clear_topics == ("logs", "orders") and removal.topics == ("logs", "orders")
+    assert removal.ledger == {"3": [FR, LR], "9": [LR]} and removal.left == {"3": [FR, LR]}
+
+
+def test_every_rate_of_the_record_and_the_ledger_lands_in_exactly_one_place() -> None:
+    record = ThrottleRecord(rates=tuple((b, k, p) for b in (1, 2, 3, 4) for k, p in ((LR, "7"), (FR, None))))
+    ledger = {"2": [LR], "4": [FR], "6": [LR], "7": [FR]}
+    removal = plan_throttle_removal(record, ledger, online={1, 2, 3, 6})
+    places = ([(b, k) for b, k, _ in removal.restore] + list(removal.delete) + list(removal.keep)
+              + list(removal.carried))
+    assert sorted(places) == sorted({(b, k) for b, k, _ in record.rates} | {(2, LR), (4, FR), (6, LR), (7, FR)})
+    assert len(places) == len(set(places))
+    assert removal.restore == ((1, LR, "7"), (3, LR, "7"))
+
+
+def test_a_failed_broker_keeps_its_changes() -> None:
+    removal = plan_throttle_removal(ThrottleRecord(rates=((1, LR, "7"), (2, LR, None))), {}, online={1, 2})
+    failed = removal.failed([1], "broker 1: no answer")
+    assert failed.restore == () and failed.delete == ((2, LR),) and failed.keep == ((1, LR),)
+    assert failed.failures == ("broker 1: no answer",) and failed.ledger == {"1": [LR]}
+
+
+def test_a_record_inheriting_the_ledger_deletes_what_it_names() -> None:
+    record = ThrottleRecord(rates=((1, LR, "7"), (2, LR, "9")))
+    assert record.inheriting({"2": [LR]}).rates == ((1, LR, "7"), (2, LR, None))
+
+
+# -- the steps and the loop on an in-memory cluster -------------------------------------------------------
+
+@pytest.fixture
+def kafka(monkeypatch: pytest.MonkeyPatch, tmp_path) -> FakeKafka:
+    monkeypatch.setenv("KAFKAOPS_STATE_DIR", str(tmp_path))
+    return FakeKafka(replicas={("orders", p): (1, 2) for p in range(4)}, online={1, 2, 3},
+                     sizes={("orders", p): 1000 * (p + 1) for p in range(4)}).install(monkeypatch)
+
+
+def test_remove_throttles_saves_the_ledger_when_a_broker_fails(kafka: FakeKafka) -> None:
+    kafka.configs = {("broker", "1"): {LR: "5", FR: "5"}, ("broker", "2"): {LR: "5"},
+                     ("topic", "orders"): {LEADER_REPLICAS: "0:1,0:2,9:9"}}
+    kafka.refusing = {2}
+    record = ThrottleRecord(rates=((1, LR, "777"), (1, FR, None), (2, LR, None)),
+                            replicas=(("orders", LEADER_REPLICAS, ("0:1", "0:2")),))
+    with pytest.raises(ThrottlesLeft, match=r"rates stay on broker\(s\) \[2\].*ledger of cluster fake-cluster") \
+            as caught:
+        remove_throttles(kafka.conn(), record)
+    assert caught.value.removal.keep == ((2, LR),) and "broker 2" in caught.value.removal.failures[0]
+    assert kafka.configs[("broker", "1")] == {LR: "777"}  # restored, the other deleted
+    assert kafka.configs[("topic", "orders")] == {LEADER_REPLICAS: "9:9"}  # someone else's entry stays
+    assert state.throttle_ledger("fake-cluster") == {"2": [LR]}
+
+    kafka.refusing = set()  # broker 2 answers again: the next teardown deletes its rate, the ledger empties
+    remove_throttles(kafka.conn(), ThrottleRecord())
+    assert kafka.configs[("broker", "2")] == {} and state.throttle_ledger("fake-cluster") == {}
+
+
+def test_remove_throttles_keeps_every_rate_in_the_ledger_when_the_cluster_does_not_answer(kafka: FakeKafka) -> None:
+    kafka.unreachable = True
+    with pytest.raises(KafkaOpsError, match="no answer"):
+        remove_throttles(kafka.conn(), ThrottleRecord(rates=((1, LR, "7"),)), cluster_id="fake-cluster")
+    assert state.throttle_ledger("fake-cluster") == {"1": [LR]}
+
+
+def test_remove_throttles_keeps_the_unreached_brokers_when_interrupted(kafka: FakeKafka, monkeypatch) -> None:
+    calls = []
+
+    def interrupted(conn, resource, changes):
+        calls.append(changes)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(admin, "incremental_alter_configs", interrupted)
+    record = ThrottleRecord(rates=tuple((b, LR, None) for b in (1, 2, 3)))
+    with pytest.raises(KeyboardInterrupt):
+        remove_throttles(kafka.conn(), record)
+    assert state.throttle_ledger("fake-cluster") == {"2": [LR], "3": [LR]}
+
+
+def test_remove_throttles_skips_a_topic_deleted_meanwhile(kafka: FakeKafka) -> None:
+    kafka.configs = {("broker", "1"): {LR: "5"}}
+    removal = remove_throttles(kafka.conn(), ThrottleRecord(rates=((1, LR, None),),
+                                                            replicas=(("gone", LEADER_REPLICAS, ("0:1",)),)))
+    assert removal.failures == () and kafka.throttles() == {}
+
+
+def test_the_execute_loop_runs_batch_by_batch_and_keeps_the_ledger(kafka: FakeKafka) -> None:
+    kafka.configs = {("broker", "1"): {LR: "777"}, ("broker", "3"): {FR: "50"}}
+    state.save_throttle_ledger("fake-cluster", {"3": [FR]})  # an earlier run left it: not someone else's
+    desired = {("orders", p): (1, 3) for p in range(4)}
+    seen: list[dict] = []
+    run = Executor(kafka.conn(), desired, throttle_bytes_per_s=100, max_moves_per_broker=2, dry_run=False,
+                   poll_interval_s=0, on_throttles=lambda _: seen.append(kafka.throttles()))
+    report = run.execute()
+    assert [list(s) for s in kafka.submitted] == [[("orders", 2), ("orders", 3)], [("orders", 0), ("orders", 1)]]
+    assert [b.label for b in report.batches] == ["batch 1/2", "batch 2/2"]
+    assert report.submitted == (("orders", 2), ("orders", 3), ("orders", 0), ("orders", 1))
+    assert report.progress is not None and report.progress.done
+    assert kafka.replicas == desired
+    assert len(seen) == 2 and seen[1][("broker", "3")] == {LR: "100", FR: "100"}  # throttled while moving
+    assert kafka.throttles() == {("broker", "1"): {LR: "777"}}  # restored; the stale rate on broker 3 deleted
+    assert state.throttle_ledger("fake-cluster") == {}
+
+
+def test_the_execute_loop_resumes_moves_in_flight_without_resubmitting(kafka: FakeKafka) -> None:
+    kafka.polls = 3
+    kafka.alter_partition_reassignments(None, {("orders", 0): (1, 3)})  # a killed run's move
+    kafka.submitted.clear()
+    report = execute(kafka.conn(), {("orders", 0): (1, 3), ("orders", 1): (1, 3)}, throttle_bytes_per_s=100,
+                     dry_run=False, poll_interval_s=0)
+    assert [m.key for m in report.resumed] == [("orders", 0)]
+    assert kafka.submitted == [{("orders", 1): (1, 3)}]
+    assert report.submitted == (("orders", 1),) and kafka.throttles() == {}
+
+
+def test_a_dry_run_changes_nothing(kafka: FakeKafka) -> None:
+    report = execute(kafka.conn(), {("orders", p): (2, 3) for p in range(4)}, throttle_bytes_per_s=100)
+    assert report.dry_run and len(report.batches) == 1 and report.submitted == ()
+    assert kafka.submitted == [] and kafka.config_calls == []

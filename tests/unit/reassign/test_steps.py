@@ -1,14 +1,16 @@
-"""Pure parts of the operation lifecycle: params, approval text, the progress trigger's spec."""
+"""The reassignment steps: params, approval text, the progress trigger's spec (pure), and batching and
+throttling over the engine on an in-memory cluster."""
 from __future__ import annotations
 
 import pytest
 
-from kafkaops.platform import lifecycle
-from kafkaops.reassign import steps
+from kafkaops.platform import lifecycle, state
+from kafkaops.reassign import engine, steps
 from kafkaops.errors import ConfigError
 from kafkaops.reassign.planner import plan_scale_out
 from kafkaops.model import Broker
 from tests.unit.clusters import three_brokers_one_topic
+from tests.unit.reassign.fake_kafka import FakeKafka
 
 
 def test_params_from_the_form_are_typed_and_defaults_are_safe() -> None:
@@ -53,3 +55,59 @@ def test_wait_spec_keeps_only_the_partitions_waited_for() -> None:
     assert [(e["topic"], e["partition"]) for e in spec["partitions"]] == [tuple(keys[0])]
     assert [(p["topic"], p["partition"]) for p in spec["before"]["partitions"]] == [tuple(keys[0])]
     assert len(spec["before"]["brokers"]) == 3
+
+
+# -- the execution steps on an in-memory cluster ----------------------------------------------------------
+
+@pytest.fixture
+def kafka(monkeypatch: pytest.MonkeyPatch, tmp_path) -> FakeKafka:
+    monkeypatch.setenv("KAFKAOPS_STATE_DIR", str(tmp_path))
+    return FakeKafka(replicas={("orders", p): (1, 2) for p in range(3)}, online={1, 2, 3},
+                     sizes={("orders", p): 100 * (p + 1) for p in range(3)}).install(monkeypatch)
+
+
+def context(**params: object) -> lifecycle.OperationContext:
+    return lifecycle.OperationContext(dag_id="kafka_reassign", run_id="test", conn_config={},
+                                      params=steps.OperationParams(kind="rebalance", **params))
+
+
+def kafka_plan(desired: dict) -> dict:
+    return {"kafka_json": {"version": 1, "partitions": [{"topic": t, "partition": p, "replicas": list(r)}
+                                                        for (t, p), r in desired.items()]}}
+
+
+def test_next_batch_submits_one_batch_at_a_time_and_waits_for_moves_in_flight(kafka: FakeKafka) -> None:
+    ctx = context(max_moves_per_broker=1)
+    data = kafka_plan({("orders", p): (1, 3) for p in range(3)})
+    first = steps.next_batch(ctx, data)
+    assert first == {"wait_for": [["orders", 2]], "submitted": [["orders", 2]], "remaining_batches": 2}
+    waiting = steps.next_batch(ctx, data)  # still copying: waited for, not resubmitted
+    assert waiting["wait_for"] == [["orders", 2]] and waiting["submitted"] == []
+    assert len(kafka.submitted) == 1
+    second = steps.next_batch(ctx, data)
+    assert second["submitted"] == [["orders", 1]] and second["remaining_batches"] == 1
+    assert [(b["index"], b["remaining"]) for b in ctx.audit.summary()["batches"]] == [(1, 2), (2, 1)]
+
+
+def test_throttles_are_set_from_the_ledger_and_removed_into_it(kafka: FakeKafka) -> None:
+    ctx = context()
+    kafka.configs = {("broker", "3"): {engine.LEADER_RATE: "50"}}
+    state.save_throttle_ledger("fake-cluster", {"3": [engine.LEADER_RATE]})
+    data = kafka_plan({("orders", 0): (1, 3)})
+    record = steps.set_throttles(ctx, data)
+    assert [3, engine.LEADER_RATE, None] in record["rates"]  # the earlier run's 50 is not restored
+    kafka.online.discard(2)
+    with pytest.raises(engine.ThrottlesLeft, match=r"broker\(s\) \[2\]"):
+        steps.remove_throttles(ctx, record, data)
+    removed = ctx.audit.summary()["throttles_removed"][0]
+    assert removed["left"] == {"2": [engine.FOLLOWER_RATE, engine.LEADER_RATE]} and removed["topics"] == ["orders"]
+    assert state.throttle_ledger("fake-cluster") == removed["left"]
+    assert ("broker", "3") not in kafka.throttles() and ("topic", "orders") not in kafka.throttles()
+
+
+def test_without_a_record_the_teardown_clears_the_plan_brokers_and_topics(kafka: FakeKafka) -> None:
+    data, _ = plan_data()  # a scale-out onto broker 4
+    kafka.online.add(4)
+    kafka.configs = {("broker", "1"): {engine.LEADER_RATE: "9"}, ("topic", "orders"): {engine.LEADER_REPLICAS: "*"}}
+    assert steps.remove_throttles(context(), None, data) == {"brokers": [1, 2, 3, 4], "topics": ["orders"]}
+    assert kafka.throttles() == {}

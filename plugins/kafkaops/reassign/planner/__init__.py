@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from kafkaops.reassign.planner.errors import PlanInfeasible, PlanInputError
 from kafkaops.reassign.planner.goals import Goals
-from kafkaops.reassign.planner.plan import LoadStats, Move, ReassignmentPlan
+from kafkaops.model import Move
+from kafkaops.reassign.planner.plan import LoadStats, ReassignmentPlan
 from kafkaops.reassign.planner.planning import lower_bound_moves, plan_drain, plan_rebalance, plan_scale_out
 
 __all__ = [

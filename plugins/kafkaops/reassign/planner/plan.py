@@ -1,4 +1,5 @@
-"""A reassignment plan as a value: the moves, the load before and after, Kafka's JSON, a diff."""
+"""A reassignment plan as a value: the moves (:class:`kafkaops.model.Move`), the load before and after,
+Kafka's JSON, a diff."""
 from __future__ import annotations
 
 from collections import Counter
@@ -7,52 +8,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from kafkaops.model import Cluster, ModelError
+from kafkaops.model import Cluster, ModelError, Move
 from kafkaops.reassign.planner.errors import PlanInputError
-
-
-def _brokers(replicas: Sequence[int]) -> str:
-    return "[" + ",".join(str(b) for b in replicas) + "]"
-
-
-@dataclass(frozen=True)
-class Move:
-    """One partition whose replica list changes (a pure reorder is a move that copies no data)."""
-
-    topic: str
-    partition: int
-    before: tuple[int, ...]
-    after: tuple[int, ...]
-    size_bytes: int | None = None
-
-    @property
-    def name(self) -> str:
-        return f"{self.topic}-{self.partition}"
-
-    @property
-    def added(self) -> tuple[int, ...]:
-        """Brokers that receive a copy of the partition."""
-        return tuple(b for b in self.after if b not in self.before)
-
-    @property
-    def removed(self) -> tuple[int, ...]:
-        return tuple(b for b in self.before if b not in self.after)
-
-    @property
-    def leader_changed(self) -> bool:
-        return self.before[0] != self.after[0]
-
-    def line(self) -> str:
-        return f"{self.name}: {_brokers(self.before)} -> {_brokers(self.after)}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"topic": self.topic, "partition": self.partition, "before": list(self.before),
-                "after": list(self.after), "size_bytes": self.size_bytes}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Move:
-        return cls(data["topic"], int(data["partition"]), tuple(data["before"]), tuple(data["after"]),
-                   data.get("size_bytes"))
 
 
 def _spread(values: Mapping[int, int], brokers: Iterable[int]) -> int:
@@ -152,7 +109,7 @@ class ReassignmentPlan:
     @property
     def replica_moves(self) -> int:
         """Replicas placed on a broker that did not hold them: the data the plan copies."""
-        return sum(len(m.added) for m in self.moves)
+        return sum(len(m.adding) for m in self.moves)
 
     @property
     def leader_changes(self) -> int:
@@ -160,7 +117,7 @@ class ReassignmentPlan:
 
     @property
     def bytes_to_move(self) -> int:
-        return sum(len(m.added) * (m.size_bytes or 0) for m in self.moves)
+        return sum(m.bytes for m in self.moves)
 
     @cached_property
     def after(self) -> Cluster:
@@ -168,7 +125,7 @@ class ReassignmentPlan:
         if self.cluster is None:
             raise PlanInputError("this plan carries no cluster (it was read without one); plan again from "
                                  "the cluster to get the cluster after it")
-        return self.cluster.with_assignments({(m.topic, m.partition): m.after for m in self.moves})
+        return self.cluster.with_assignments({m.key: m.after for m in self.moves})
 
     def to_kafka_json(self, *, log_dirs: bool = False) -> dict[str, Any]:
         """The ``kafka-reassign-partitions --execute`` input for the changed partitions."""

@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Sequence
 
-from kafkaops.model import Broker, Cluster
+from kafkaops.model import Broker, Cluster, Move
 from kafkaops.reassign.planner.errors import PlanInputError
 from kafkaops.reassign.planner.goals import Goals
 from kafkaops.reassign.planner.leadership import balance_leaders
 from kafkaops.reassign.planner.placement import Placement
-from kafkaops.reassign.planner.plan import LoadStats, Move, ReassignmentPlan
+from kafkaops.reassign.planner.plan import LoadStats, ReassignmentPlan
 from kafkaops.reassign.planner.refine import even_counts, even_topics
 from kafkaops.reassign.planner.topology import Topology, replica_targets, resolve_topology, scale_out_shares
 

@@ -16,10 +16,10 @@ def plan() -> ReassignmentPlan:
     return plan_scale_out(six_brokers_three_racks(sizes=True), [Broker(7, rack="a"), Broker(8, rack="b")])
 
 
-def test_move_line_and_added():
+def test_move_line_adding_and_removing():
     move = Move("orders", 3, (1, 2, 3), (1, 4, 3))
     assert move.line() == "orders-3: [1,2,3] -> [1,4,3]"
-    assert move.added == (4,) and move.removed == (2,) and not move.leader_changed
+    assert move.adding == (4,) and move.removing == (2,) and not move.leader_changed
 
 
 def test_kafka_json_lists_changed_partitions_only(plan):
@@ -40,7 +40,7 @@ def test_diff_lines(plan):
 def test_reorder_only_partitions_are_moves():
     parts = tuple(PartitionAssignment("t", p, (1, 2)) for p in range(4))
     plan = plan_scale_out(Cluster((Broker(1), Broker(2)), parts), [3])
-    reorders = [m for m in plan.moves if not m.added]
+    reorders = [m for m in plan.moves if not m.adding]
     assert reorders and all(sorted(m.before) == sorted(m.after) for m in reorders)
 
 

@@ -18,7 +18,7 @@ class TestScaleOut:
         cluster = six_brokers_three_racks()
         plan = plan_scale_out(cluster, NEW_RACKED)
         assert plan.replica_moves == plan.lower_bound == lower_bound_moves(cluster, NEW_RACKED) == 18
-        assert {b for m in plan.moves for b in m.added} <= {7, 8, 9}
+        assert {b for m in plan.moves for b in m.adding} <= {7, 8, 9}
         assert_hard_goals(cluster, plan)
 
     def test_balances_replicas_leaders_and_topics(self):
@@ -55,7 +55,7 @@ class TestScaleOut:
         blind = plan_scale_out(cluster, NEW_RACKED, Goals(bytes=False))
         assert plan.replica_moves == blind.replica_moves
         assert plan.stats_after.byte_spread <= blind.stats_after.byte_spread
-        assert plan.bytes_to_move == sum(len(m.added) * m.size_bytes for m in plan.moves)
+        assert plan.bytes_to_move == sum(len(m.adding) * m.size_bytes for m in plan.moves)
 
     def test_registered_empty_broker_counts_as_new(self):
         cluster = three_brokers_one_rack()
@@ -89,7 +89,7 @@ class TestRebalance:
 
     def test_excluded_broker_receives_nothing(self):
         plan = plan_rebalance(skewed_four_brokers(), exclude=[4])
-        assert all(4 not in m.added for m in plan.moves)
+        assert all(4 not in m.adding for m in plan.moves)
         assert plan.stats_after.replicas[4] == 0
         assert spread_of(plan.stats_after.replicas, [1, 2, 3]) <= 1
 
@@ -139,7 +139,7 @@ class TestDrain:
         cluster = six_brokers_three_racks()
         plan = plan_drain(cluster, [3])
         assert_hard_goals(cluster, plan)
-        assert {b for m in plan.moves for b in m.added} == {6}  # the only other rack-c broker
+        assert {b for m in plan.moves for b in m.adding} == {6}  # the only other rack-c broker
 
     def test_drain_onto_a_replacement_broker(self):
         cluster = six_brokers_three_racks()

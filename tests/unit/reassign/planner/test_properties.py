@@ -39,7 +39,7 @@ def test_scale_out_never_beyond_lower_bound_and_only_onto_new(cluster, k):
     added = new_for(cluster, k)
     plan = plan_scale_out(cluster, added)
     assert plan.replica_moves <= lower_bound_moves(cluster, added)
-    assert {b for m in plan.moves for b in m.added} <= {b.id for b in added}
+    assert {b for m in plan.moves for b in m.adding} <= {b.id for b in added}
 
 
 @FAST
