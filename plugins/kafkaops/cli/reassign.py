@@ -29,7 +29,7 @@ from typing import TextIO
 from kafkaops.platform import admin
 from kafkaops.reassign import engine
 from kafkaops.reassign import verify
-from kafkaops.errors import ConfigError, KafkaOpsError, UnknownTopic
+from kafkaops.errors import KafkaOpsError, UnknownTopic
 from kafkaops.reassign.engine import ExecutionReport, InvalidReassignment
 from kafkaops.model import Cluster, Key, ModelError
 from kafkaops.reassign.planner.errors import PlanInputError
