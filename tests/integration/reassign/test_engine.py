@@ -19,6 +19,7 @@ from kafkaops.cli import datagen
 from kafkaops.reassign import engine
 from kafkaops.reassign import verify
 from kafkaops.reassign.engine import Key, ReassignmentCancelled, ReassignmentError
+from kafkaops.errors import UnknownTopic
 from kafkaops.model import Cluster
 from tests.conftest import wait_for
 from tests.integration.conftest import GrowableCluster, Traffic, throttles_left, wait_for_no_throttles
@@ -257,3 +258,20 @@ def test_bad_input_is_refused_before_any_change(own_conn: admin.KafkaConnection)
             engine.execute(own_conn, {key: replicas}, throttle_bytes_per_s=1_000, dry_run=False)
     assert admin.list_partition_reassignments(own_conn) == {}
     assert throttles_left(own_conn) == {}
+
+
+def test_the_throttles_of_a_topic_deleted_meanwhile_are_removed_without_error(own_conn: admin.KafkaConnection) -> None:
+    topic = f"deleted-{time.monotonic_ns() % 10**6}"
+    snap = fill(own_conn, topic, partitions=1, rf=1, records=10, record_bytes=100)
+    source = snap.partitions[0].replicas[0]
+    moves = engine.moves_for(snap, {(topic, 0): (next(b for b in snap.online_broker_ids if b != source),)})
+    record = engine.plan_throttles(own_conn, moves)
+    engine.set_throttles(own_conn, record, 1_000_000)
+    admin.delete_topics(own_conn, [topic])
+    wait_for(lambda: topic not in admin.snapshot(own_conn, offsets=False, sizes=False, groups=False).topics,
+             timeout=30, what=f"{topic} to be deleted")
+    with pytest.raises(UnknownTopic):
+        admin.describe_configs(own_conn, "topic", [topic])
+    removal = engine.remove_throttles(own_conn, record)
+    assert removal.failures == () and removal.keep == ()
+    wait_for_no_throttles(own_conn)
