@@ -2,13 +2,15 @@ package io.kafkaops.spark;
 
 import java.io.IOException;
 import java.io.Serializable;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
 import java.util.List;
 
 import com.fasterxml.jackson.core.JsonFactory;
 import com.fasterxml.jackson.core.JsonParseException;
 import com.fasterxml.jackson.core.JsonParser;
-import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.core.JsonToken;
 import com.fasterxml.jackson.core.StreamReadConstraints;
 import com.fasterxml.jackson.core.exc.StreamConstraintsException;
@@ -36,18 +38,14 @@ public final class KeyRule implements Serializable {
     /** A number token with more digits than this (integer, fraction and exponent digits) makes {@link #NUMBER_TOO_LONG}. */
     public static final int MAX_NUMBER_LENGTH = 1000;
 
-    public static final String NO_VALUE = "NO_VALUE";
-    public static final String NOT_UTF8 = "NOT_UTF8";
-    public static final String NOT_JSON = "NOT_JSON";
-    public static final String TOO_DEEP = "TOO_DEEP";
-    public static final String NUMBER_TOO_LONG = "NUMBER_TOO_LONG";
-    public static final String FIELD_MISSING = "FIELD_MISSING";
-    public static final String NULL_VALUE = "NULL_VALUE";
-    public static final String NOT_A_SCALAR = "NOT_A_SCALAR";
-    public static final String LONE_SURROGATE = "LONE_SURROGATE";
+    /** The reason codes of docs/key-rules.md a value rule gives (NO_KEY is the record-key rule's, in Spark SQL). */
+    public static final String NO_VALUE = "NO_VALUE", NOT_UTF8 = "NOT_UTF8", NOT_JSON = "NOT_JSON", TOO_DEEP = "TOO_DEEP",
+            NUMBER_TOO_LONG = "NUMBER_TOO_LONG", FIELD_MISSING = "FIELD_MISSING", NULL_VALUE = "NULL_VALUE",
+            NOT_A_SCALAR = "NOT_A_SCALAR", LONE_SURROGATE = "LONE_SURROGATE";
 
     private static final JsonFactory STRICT = factory(MAX_DEPTH, MAX_NUMBER_LENGTH);
     private static final JsonFactory UNLIMITED = factory(Integer.MAX_VALUE, Integer.MAX_VALUE);
+    private static final VarHandle LONGS = MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
     private static final byte[] TRUE = {'t', 'r', 'u', 'e'};
     private static final byte[] FALSE = {'f', 'a', 'l', 's', 'e'};
 
@@ -66,7 +64,7 @@ public final class KeyRule implements Serializable {
 
         @Override
         public String toString() {
-            return key != null ? "key " + new String(key, StandardCharsets.UTF_8) : code + " (" + detail + ")";
+            return key != null ? "key " + new String(key, StandardCharsets.UTF_8) : code + ": " + detail;
         }
     }
 
@@ -75,9 +73,6 @@ public final class KeyRule implements Serializable {
     private final Object[] steps;
     private final SerializedString[] names;
     private final Result[] missing;
-    private final Result nullValue;
-    private final Result notScalar;
-    private final Result loneSurrogate;
 
     /**
      * The rule of {@code text} (quoted in details) with the steps Python's {@code KeyRule.steps} parsed
@@ -103,13 +98,6 @@ public final class KeyRule implements Serializable {
                         + "; a step is a field name (String) or an array index (Integer, 0 or more)");
             }
         }
-        this.nullValue = dead(NULL_VALUE, "the value at " + text + " is null");
-        this.notScalar = dead(NOT_A_SCALAR, "the value at " + text + " is an object or an array");
-        this.loneSurrogate = dead(LONE_SURROGATE, "the string at " + text + " holds a lone surrogate");
-    }
-
-    public String text() {
-        return text;
     }
 
     /** The key of a record whose value is {@code value} (null: a tombstone), or why it has none. */
@@ -120,15 +108,6 @@ public final class KeyRule implements Serializable {
         int bad = invalidUtf8(value);
         if (bad >= 0) {
             return dead(NOT_UTF8, "the value is not UTF-8: byte " + bad + " (0x" + Integer.toHexString(value[bad] & 0xFF) + ")");
-        }
-        // Jackson would skip a UTF-8 byte-order mark and read NUL-led bytes as UTF-16/32: neither is JSON here
-        if (value.length >= 3 && value[0] == (byte) 0xEF && value[1] == (byte) 0xBB && value[2] == (byte) 0xBF) {
-            return dead(NOT_JSON, "the value starts with a byte-order mark");
-        }
-        for (int i = 0; i < Math.min(4, value.length); i++) {
-            if (value[i] == 0) {
-                return dead(NOT_JSON, "the value holds a NUL byte at " + i);
-            }
         }
         try (JsonParser p = STRICT.createParser(value)) {
             Result found = walk(p);
@@ -143,10 +122,7 @@ public final class KeyRule implements Serializable {
 
     /** Follows the steps from the root; the parser is left somewhere inside the value. */
     private Result walk(JsonParser p) throws IOException {
-        JsonToken t = p.nextToken();
-        if (t == null) {
-            throw new JsonParseException(p, "no JSON value, only white space");
-        }
+        JsonToken t = first(p);
         for (int i = 0; i < steps.length; i++) {
             if (names[i] == null) {
                 if (t != JsonToken.START_ARRAY) {
@@ -176,7 +152,8 @@ public final class KeyRule implements Serializable {
         switch (t) {
             case VALUE_STRING:
                 String s = p.getText();
-                return hasLoneSurrogate(s) ? loneSurrogate : new Result(s.getBytes(StandardCharsets.UTF_8), null, null);
+                return hasLoneSurrogate(s) ? dead(LONE_SURROGATE, "the string at " + text + " holds a lone surrogate")
+                        : new Result(s.getBytes(StandardCharsets.UTF_8), null, null);
             case VALUE_NUMBER_INT:
             case VALUE_NUMBER_FLOAT:
                 return new Result(p.getText().getBytes(StandardCharsets.US_ASCII), null, null);  // the token as written
@@ -185,10 +162,18 @@ public final class KeyRule implements Serializable {
             case VALUE_FALSE:
                 return new Result(FALSE.clone(), null, null);
             case VALUE_NULL:
-                return nullValue;
+                return dead(NULL_VALUE, "the value at " + text + " is null");
             default:
-                return notScalar;
+                return dead(NOT_A_SCALAR, "the value at " + text + " is an object or an array");
         }
+    }
+
+    private static JsonToken first(JsonParser p) throws IOException {
+        JsonToken t = p.nextToken();
+        if (t == null) {
+            throw new JsonParseException(p, "no JSON value, only white space");
+        }
+        return t;
     }
 
     /** Reads to the end of the root value, then requires the end of the input. */
@@ -205,15 +190,9 @@ public final class KeyRule implements Serializable {
     private static Result classify(byte[] value) {
         boolean deep = false;
         try (JsonParser p = UNLIMITED.createParser(value)) {
-            do {
-                JsonToken t = p.nextToken();
-                if (t == null) {
-                    throw new JsonParseException(p, "no JSON value, only white space");
-                }
-                if (t.isStructStart()) {
-                    deep |= p.getParsingContext().getNestingDepth() > MAX_DEPTH;
-                }
-            } while (!p.getParsingContext().inRoot());
+            for (JsonToken t = first(p); !p.getParsingContext().inRoot(); t = p.nextToken()) {
+                deep |= t.isStructStart() && p.getParsingContext().getNestingDepth() > MAX_DEPTH;
+            }
             finish(p);
         } catch (IOException e) {
             return notJson(e);
@@ -223,9 +202,8 @@ public final class KeyRule implements Serializable {
     }
 
     private static Result notJson(IOException e) {
-        String why = e instanceof JsonProcessingException ? ((JsonProcessingException) e).getOriginalMessage() : e.toString();
-        why = why == null ? "" : why.lines().findFirst().orElse("");
-        return dead(NOT_JSON, "the value is not JSON: " + (why.length() > 200 ? why.substring(0, 200) : why));
+        String why = String.valueOf(e.getMessage()).lines().findFirst().orElse("");  // without Jackson's location
+        return dead(NOT_JSON, "the value is not JSON: " + why.substring(0, Math.min(200, why.length())));
     }
 
     private static Result dead(String code, String detail) {
@@ -248,6 +226,10 @@ public final class KeyRule implements Serializable {
     static int invalidUtf8(byte[] b) {
         int i = 0;
         while (i < b.length) {
+            if (i + 8 <= b.length && ((long) LONGS.get(b, i) & 0x8080808080808080L) == 0) {
+                i += 8;  // eight ASCII bytes
+                continue;
+            }
             int c = b[i];
             if (c >= 0) {
                 i++;
@@ -280,6 +262,7 @@ public final class KeyRule implements Serializable {
                         .maxNumberLength(numberLength).maxStringLength(Integer.MAX_VALUE)
                         .maxNameLength(Integer.MAX_VALUE).build())
                 .disable(JsonFactory.Feature.INTERN_FIELD_NAMES)
+                .disable(JsonFactory.Feature.CHARSET_DETECTION)  // UTF-8 only: no UTF-16/32 sniffing, no BOM skipping
                 .build();
     }
 }

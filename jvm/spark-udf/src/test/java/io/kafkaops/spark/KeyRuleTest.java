@@ -172,7 +172,8 @@ class KeyRuleTest {
         KeyRule.Result got = back.extract("{\"a\": [0, {\"b\": \"x\"}]}".getBytes(StandardCharsets.UTF_8));
         assertArrayEquals("x".getBytes(StandardCharsets.UTF_8), got.key);
         assertNull(got.code);
-        assertEquals("jsonpath:$.a[1].b", back.text());
+        assertEquals("FIELD_MISSING: no element [1] on the path of jsonpath:$.a[1].b",
+                back.extract("{\"a\": [0]}".getBytes(StandardCharsets.UTF_8)).toString());
     }
 
     @Test
