@@ -569,8 +569,8 @@ def read_back(spark: Any, plan: BackfillPlan, bootstrap: str
              .option("subscribe", f"{plan.target_topic},{plan.dead_letter_topic}")
              .option("startingOffsets", "earliest").option("endingOffsets", "latest")
              .option("includeHeaders", "true").load())
-    def header(name: str) -> Any:
-        return F.element_at(F.filter("headers", lambda h: h["key"] == F.lit(name)), 1)["value"]
+    def header(name: str) -> Any:  # null where the record lacks it (a keyed record has no code)
+        return F.try_element_at(F.filter("headers", lambda h: h["key"] == F.lit(name)), F.lit(1))["value"]
 
     out = [OutputRecord(r["topic"], r["partition"], r["offset"], _b(r["key"]), _b(r["value"]), _text(r["lineage"]),
                         _text(r["code"]))
