@@ -29,7 +29,7 @@ $(VENV_STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $@
 
-$(JARS_STAMP): jvm/pom.xml jvm/broker/pom.xml jvm/tools/pom.xml jvm/spark/pom.xml jvm/spark-udf/pom.xml $(wildcard jvm/spark-udf/src/main/java/io/kafkaops/spark/*.java)
+$(JARS_STAMP): jvm/pom.xml jvm/broker/pom.xml jvm/tools/pom.xml jvm/spark/pom.xml jvm/spark-udf/pom.xml $(wildcard jvm/spark-udf/src/main/java/io/kafkaops/spark/*.java) $(wildcard jvm/spark-udf/src/test/java/io/kafkaops/spark/*.java) jvm/spark-udf/src/test/resources/key_rules_vectors.json
 	@command -v java >/dev/null || { echo "error: java not found; install a JDK 17+ (e.g. apt-get install openjdk-17-jdk-headless)"; exit 1; }
 	@command -v mvn >/dev/null || { echo "error: mvn not found; install Maven 3.8+ (e.g. apt-get install maven)"; exit 1; }
 	@java -version 2>&1 | awk -F'"' '/version/ {split($$2, v, "."); if (v[1] < 17) {print "error: Kafka 4 needs Java 17+, found " $$2; exit 1}}'

@@ -5,9 +5,11 @@
         [--candidate-field account_id] [--candidates 3,6,12] --output skew.json
 
 Spark reads exactly ``[start, end)`` of each partition and aggregates records and bytes per key,
-per partition and per candidate key (a top-level JSON field of the value, ``get_json_object``); the
-driver turns those counts into the result with :func:`kafkaops.capacity.skew.summarize` (hottest keys,
-load now and under each candidate partition count, placed by Kafka's Java partitioner).
+per partition and per candidate key (a field of the value read by the key-rule contract of
+docs/key-rules.md with the backfill's own Spark SQL function ``kafkaops_new_key``, so a candidate is
+counted with exactly the key a rekey backfill by it would write); the driver turns those counts into
+the result with :func:`kafkaops.capacity.skew.summarize` (hottest keys, load now and under each
+candidate partition count, placed by Kafka's Java partitioner).
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ if str(_REPO / "plugins") not in sys.path:
     sys.path.insert(0, str(_REPO / "plugins"))
 
 from kafkaops.capacity import skew  # noqa: E402
-from spark_apps.rekey_backfill import spark_session  # noqa: E402
+from spark_apps.rekey_backfill import NEW_KEY, register_new_key, spark_session  # noqa: E402
 
 log = logging.getLogger("kafkaops.key_skew")
 
@@ -53,9 +55,9 @@ def counts(spark: Any, bootstrap: str, topic: str, start: dict[str, int], end: d
     now = {int(r["partition"]): int(r["count"]) for r in frame.groupBy("partition").count().collect()}
     cand: dict[bytes, tuple[int, int]] = {}
     if candidate_field:
-        path = "$." + candidate_field
-        cand = {r["ck"].encode(): (int(r["n"]), int(r["b"])) for r in
-                frame.select(F.get_json_object(F.col("value").cast("string"), path).alias("ck"), "nbytes")
+        register_new_key(spark, skew.candidate_rule(candidate_field), 1)
+        cand = {bytes(r["ck"]): (int(r["n"]), int(r["b"])) for r in
+                frame.select(F.call_function(NEW_KEY, F.col("value"), F.col("partition"))["key"].alias("ck"), "nbytes")
                 .where(F.col("ck").isNotNull()).groupBy("ck")
                 .agg(F.count("*").alias("n"), F.sum("nbytes").alias("b")).collect()}
     frame.unpersist()
@@ -70,7 +72,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--partitions", type=int, required=True, help="the topic's partition count")
     parser.add_argument("--start", required=True, help='JSON {"partition": offset} of the first sampled record')
     parser.add_argument("--end", required=True, help='JSON {"partition": offset} one past the last')
-    parser.add_argument("--candidate-field", default=None, help="top-level JSON field of the value to try as key")
+    parser.add_argument("--candidate-field", default=None, help="a field of the value to try as key: a top-level name, or a key rule "
+                        "('field:NAME', 'jsonpath:$.a.b', docs/key-rules.md)")
     parser.add_argument("--candidates", default=",".join(map(str, skew.DEFAULT_CANDIDATES)),
                         help="partition counts to try, comma separated")
     parser.add_argument("--output", required=True, help="write the JSON result here")

@@ -26,10 +26,14 @@ and writing through Spark's Kafka sink with a ``kafkaops.lineage`` header
   ``sortWithinPartitions`` orders the task by ``(order timestamp, source
   partition, source offset)``, so each output partition's records are in that order.
 
-The new key, by the record key or by a value field or JSON path (``kafkaops_new_key``: the
-jvm/spark-udf ``JsonKey``, result-identical to :func:`kafkaops.rekey.backfill.extract_key_or_reason`,
-tested for parity with it), and the target partition (Kafka's ``Utils.murmur2``) are computed on
-the JVM by Spark SQL functions (:func:`register_functions`): no Python worker touches a record.
+The new key, by the record key or by a value field or JSON path, follows the key-rule contract of
+docs/key-rules.md: UTF-8 RFC 8259 JSON only, a string key is its UTF-8 bytes, a number its token
+text as written, true/false themselves; anything else is a dead letter with a stable reason code.
+``kafkaops_new_key`` (jvm/spark-udf ``KeyRule``, on Jackson's streaming parser) computes it, and the
+target partition (Kafka's ``Utils.murmur2``), on the JVM as Spark SQL functions
+(:func:`register_functions`): no Python worker touches a record. :mod:`kafkaops.platform.keyrules` is
+the independent Python side of the same contract, which ``verify`` uses to check every key and
+reason code the copy wrote.
 
 Why the Spark sink and not confluent-kafka in ``foreachPartition``: the sink's Java producer
 writes the rows of one task in iterator order; with ``enable.idempotence=true`` and ``acks=all``
@@ -49,9 +53,10 @@ across task attempts and runs; kafkaops makes it exactly-once:
   after a crash writes exactly the missing suffix.
 
 This relies on the plan's sequence per output partition being deterministic: the snapshot is
-bounded and the sort key is total (source partition and offset are unique). Records without an
-extractable key go to partition 0 of the dead-letter topic, in source (partition, offset) order,
-with a ``kafkaops.dead_letter_reason`` header; they resume the same way.
+bounded and the sort key is total (source partition and offset are unique). Records without a key
+under the rule go to partition 0 of the dead-letter topic, in source (partition, offset) order, with
+the reason code in a ``kafkaops.dead_letter_code`` header (``FIELD_MISSING``, ``NOT_JSON``, ...) and a
+free-text ``kafkaops.dead_letter_reason``; they resume the same way.
 
 ``verify`` reads the snapshot, the target and the dead-letter topic back and runs
 :func:`kafkaops.rekey.backfill.check_integrity`; the report (JSON) feeds the ``backfill`` gate.
@@ -72,9 +77,9 @@ _REPO = Path(__file__).resolve().parents[1]
 if str(_REPO / "plugins") not in sys.path:  # spark-submit / python -m from the repository
     sys.path.insert(0, str(_REPO / "plugins"))
 
-from kafkaops.rekey import backfill  # noqa: E402
-from kafkaops.rekey.backfill import (LINEAGE_HEADER, REASON_HEADER, BackfillPlan, OutputRecord, ResumePoint,  # noqa: E402
-                               SourceRecord)
+from kafkaops.rekey import backfill, keyrules  # noqa: E402
+from kafkaops.rekey.backfill import (CODE_HEADER, LINEAGE_HEADER, REASON_HEADER, BackfillPlan,  # noqa: E402
+                                     OutputRecord, ResumePoint, SourceRecord)
 
 log = logging.getLogger("kafkaops.rekey_backfill")
 
@@ -156,27 +161,34 @@ def register_functions(spark: Any, plan: BackfillPlan, spread: Any = None) -> An
     """Register the JVM functions of ``plan``'s rows (:func:`rekey_rows`); a query uses the ones
     registered when it was built. Returns ``kafka_key_hash``'s accumulator (:func:`register_key_hash`).
 
-    * ``kafkaops_new_key(value, source_partition)`` (a value rule; jvm/spark-udf ``NewKey``):
-      ``struct<key, reason, partition>``, the new key by the rule (``JsonKey``, result-identical to
-      :func:`kafkaops.rekey.backfill.extract_key_or_reason`, tested for parity) and its target partition
-      (Kafka's ``Utils.murmur2``), or the dead-letter reason. ``spread`` (:func:`key_spread`)
-      collects each task's key hashes while queries using it run.
+    * ``kafkaops_new_key(value, source_partition)`` (a value rule; :func:`register_new_key`).
+      ``spread`` (:func:`key_spread`) collects each task's key hashes while queries using it run.
     * ``kafkaops_order_ts(new_key, source_partition, offset, ts)`` (``OrderClock``): the order
       timestamp of :class:`kafkaops.rekey.backfill.OrderClock`; it keeps state per Spark task, so it is
       registered non-deterministic (evaluated once per row, in row order).
     """
-    jvm = spark.sparkContext._jvm
-    registry = spark._jsparkSession.udf()
     away = register_key_hash(spark, source_partition_count(plan))
+    if plan.rule.needs_value:
+        register_new_key(spark, plan.rule, plan.target_partitions, spread)
     try:
-        if plan.rule.needs_value:
-            registry.register(NEW_KEY, jvm.io.kafkaops.spark.NewKey(list(plan.rule.steps), plan.key_rule,
-                                                                     plan.target_partitions, spread),
-                              jvm.io.kafkaops.spark.NewKey.RESULT)
-        registry.register(ORDER_TS, jvm.io.kafkaops.spark.OrderClock.function())
+        spark._jsparkSession.udf().register(ORDER_TS, spark.sparkContext._jvm.io.kafkaops.spark.OrderClock.function())
     except Exception as err:  # py4j errors: the jar is missing or stale
-        raise _stale_jar(f"{NEW_KEY}/{ORDER_TS}", err) from err
+        raise _stale_jar(ORDER_TS, err) from err
     return away
+
+
+def register_new_key(spark: Any, rule: keyrules.KeyRule, partitions: int, spread: Any = None) -> None:
+    """Register ``kafkaops_new_key(value, source_partition)`` (jvm/spark-udf ``NewKey``) for a value
+    ``rule``: ``struct<key, code, detail, partition>``, the new key by the key-rule contract
+    (docs/key-rules.md; ``KeyRule`` on Jackson) and its partition in a topic of ``partitions`` (Kafka's
+    ``Utils.murmur2``), or a null key, the reason code and a free-text detail. The backfill and the
+    key-skew job (spark_apps/key_skew.py) read value keys with it."""
+    jvm = spark.sparkContext._jvm
+    try:
+        function = jvm.io.kafkaops.spark.NewKey(list(rule.steps), rule.text, partitions, spread)
+        spark._jsparkSession.udf().register(NEW_KEY, function, jvm.io.kafkaops.spark.NewKey.RESULT)
+    except Exception as err:  # py4j errors: the jar is missing or stale
+        raise _stale_jar(NEW_KEY, err) from err
 
 
 def key_spread(spark: Any) -> Any:
@@ -225,9 +237,9 @@ def direct_frame(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[s
 def rekey_rows(source: Any, plan: BackfillPlan, *, ordered: bool = False) -> Any:
     """Source rows ``partition, offset, ts, key, value`` (one Spark task per source partition, in
     offset order) -> ``out_topic, out_partition, order_ts, src_partition, src_offset, key, value,
-    reason``: one projection on the JVM. The new key is the record key, or the value rule's
+    code, detail``: one projection on the JVM. The new key is the record key, or the value rule's
     (``kafkaops_new_key``); keyed records go to ``murmur2(new key) % N`` of the target, the others to
-    partition 0 of the dead-letter topic with the reason. ``order_ts`` is the merged copy's order
+    partition 0 of the dead-letter topic with the reason code and detail. ``order_ts`` is the merged copy's order
     timestamp (``kafkaops_order_ts``) when ``ordered``, else 0: the direct copy writes each source
     partition in offset order, which is per-key order only when no key has records in two source
     partitions (:func:`choose_mode`)."""
@@ -236,17 +248,19 @@ def rekey_rows(source: Any, plan: BackfillPlan, *, ordered: bool = False) -> Any
     if plan.rule.needs_value:
         # the struct in a column of its own: the projection below reads its fields, never calls it again
         rows = source.select("*", F.call_function(NEW_KEY, F.col("value"), F.col("partition")).alias("new"))
-        key, reason, out = F.col("new.key"), F.col("new.reason"), F.col("new.partition")
+        key, code, detail, out = F.col("new.key"), F.col("new.code"), F.col("new.detail"), F.col("new.partition")
     else:
         rows = source
-        key, reason = F.col("key"), F.when(F.col("key").isNull(), F.lit(backfill.NO_KEY))
+        key = F.col("key")
+        code = F.when(key.isNull(), F.lit(keyrules.NO_KEY))
+        detail = F.when(key.isNull(), F.lit("the record has no key"))
         out = F.call_function(KAFKA_KEY_HASH, F.col("key"), F.col("partition")) % plan.target_partitions
     order = F.call_function(ORDER_TS, key, F.col("partition"), F.col("offset"), F.col("ts")) if ordered else F.lit(0)
     return rows.select(
         F.when(key.isNotNull(), F.lit(plan.target_topic)).otherwise(F.lit(plan.dead_letter_topic)).alias("out_topic"),
         F.coalesce(out, F.lit(0)).alias("out_partition"), order.cast("long").alias("order_ts"),
         F.col("partition").alias("src_partition"), F.col("offset").alias("src_offset"), key.alias("key"), "value",
-        reason.cast("string").alias("reason"))
+        code.cast("string").alias("code"), detail.cast("string").alias("detail"))
 
 
 # -- resume ----------------------------------------------------------------------------------------------
@@ -326,15 +340,17 @@ def skip_written(spark: Any, planned: Any, plan: BackfillPlan, points: Sequence[
 
 def _sink_frame(frame: Any, plan: BackfillPlan) -> Any:
     """``topic, partition, key, value, headers`` for the Kafka sink: the lineage header on every
-    record, the dead-letter reason on dead letters."""
+    record, the reason code and detail on dead letters."""
     from pyspark.sql import functions as F
 
+    def header(name: str, value: Any) -> Any:
+        return F.struct(F.lit(name).alias("key"), value.cast("binary").alias("value"))
+
     lineage = F.concat(F.lit(f"{plan.source_topic}/"), F.col("src_partition").cast("string"), F.lit("/"),
-                       F.col("src_offset").cast("string")).cast("binary")
-    headers = F.when(F.col("reason").isNull(), F.array(F.struct(F.lit(LINEAGE_HEADER).alias("key"),
-                                                                lineage.alias("value")))) \
-        .otherwise(F.array(F.struct(F.lit(LINEAGE_HEADER).alias("key"), lineage.alias("value")),
-                           F.struct(F.lit(REASON_HEADER).alias("key"), F.col("reason").cast("binary").alias("value"))))
+                       F.col("src_offset").cast("string"))
+    headers = F.when(F.col("code").isNull(), F.array(header(LINEAGE_HEADER, lineage))) \
+        .otherwise(F.array(header(LINEAGE_HEADER, lineage), header(CODE_HEADER, F.col("code")),
+                           header(REASON_HEADER, F.col("detail"))))
     return frame.select(F.col("out_topic").alias("topic"), F.col("out_partition").alias("partition"), "key", "value",
                         headers.alias("headers"))
 
@@ -360,7 +376,7 @@ def keys_in_several_partitions(spark: Any, plan: BackfillPlan, bootstrap: str,
     from pyspark.sql import functions as F
 
     register_functions(spark, plan)
-    keys = direct_frame(spark, plan, bootstrap, options).where(F.col("reason").isNull())
+    keys = direct_frame(spark, plan, bootstrap, options).where(F.col("code").isNull())
     return keys.groupBy("key").agg(F.countDistinct("src_partition").alias("n")).where(F.col("n") > 1).count()
 
 
@@ -377,7 +393,7 @@ def sample_spans(plan: BackfillPlan, bootstrap: str, options: dict[str, str]) ->
     head = {p: (s, min(e, s + SAMPLE_RECORDS)) for p, s, e in plan.source_offsets}
     home: dict[bytes, int] = {}
     for r in admin.read_ranges(_admin_config(bootstrap, options), plan.source_topic, head):
-        key = backfill.extract_key(r.key, r.value, plan.rule)
+        key = keyrules.extract_key(r.key, r.value, plan.rule)
         if key is not None and home.setdefault(key, r.partition) != r.partition:
             return True
     return False
@@ -548,16 +564,23 @@ def read_back(spark: Any, plan: BackfillPlan, bootstrap: str
              .option("subscribe", f"{plan.target_topic},{plan.dead_letter_topic}")
              .option("startingOffsets", "earliest").option("endingOffsets", "latest")
              .option("includeHeaders", "true").load())
-    lineage = F.element_at(F.filter("headers", lambda h: h["key"] == F.lit(LINEAGE_HEADER)), 1)["value"]
-    out = [OutputRecord(r["topic"], r["partition"], r["offset"], _b(r["key"]), _b(r["value"]),
-                        None if r["lineage"] is None else bytes(r["lineage"]).decode())
-           for r in frame.select("topic", "partition", "offset", "key", "value", lineage.alias("lineage")).collect()]
+    def header(name: str) -> Any:  # null where the record lacks it (a keyed record has no code)
+        return F.try_element_at(F.filter("headers", lambda h: h["key"] == F.lit(name)), F.lit(1))["value"]
+
+    out = [OutputRecord(r["topic"], r["partition"], r["offset"], _b(r["key"]), _b(r["value"]), _text(r["lineage"]),
+                        _text(r["code"]))
+           for r in frame.select("topic", "partition", "offset", "key", "value", header(LINEAGE_HEADER).alias("lineage"),
+                                 header(CODE_HEADER).alias("code")).collect()]
     return (source, [r for r in out if r.topic == plan.target_topic],
             [r for r in out if r.topic == plan.dead_letter_topic])
 
 
 def _b(value: Any) -> bytes | None:
     return None if value is None else bytes(value)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else bytes(value).decode()
 
 
 def verify(spark: Any, plan: BackfillPlan, bootstrap: str) -> backfill.IntegrityReport:

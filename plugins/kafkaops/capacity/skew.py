@@ -1,6 +1,7 @@
 """Key skew of a topic sample, pure: records and bytes per key, the hottest keys, per-partition load
 now and under candidate partition counts (Kafka's Java placement, :func:`partition_for`), and what a
-candidate key field (a top-level JSON field of the value) would give.
+candidate key field of the value would give, read by the key-rule contract of docs/key-rules.md
+(:func:`candidate_rule`), as a rekey backfill by that field would key the records.
 
 :func:`analyze` reads ``(key, value[, partition])`` tuples; ``spark_apps/key_skew.py`` aggregates per
 key in Spark and calls :func:`summarize` with the same counts, so both give the same result.
@@ -8,11 +9,11 @@ A record's bytes are ``len(key) + len(value)``. Records without a key are counte
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kafkaops.errors import KafkaOpsError
+from kafkaops.platform import keyrules
 from kafkaops.platform.partitioner import partition_for
 
 DEFAULT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
@@ -23,19 +24,20 @@ class SkewError(KafkaOpsError):
     """A sample or option the key-skew analysis cannot use."""
 
 
-def field_key(value: bytes | None, name: str) -> bytes | None:
-    """The top-level JSON field ``name`` of a record value as key bytes (strings as UTF-8, other
-    values as their JSON text, as Spark's ``get_json_object`` gives them); None when absent."""
-    if value is None:
-        return None
+def candidate_rule(candidate: str) -> keyrules.KeyRule:
+    """The key rule of a candidate key field: a key rule as is (``field:NAME``, ``jsonpath:...``), or
+    a bare top-level name as ``field:NAME``."""
+    text = candidate if candidate.startswith(("field:", "jsonpath:")) else f"field:{candidate}"
     try:
-        body = json.loads(value)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(body, dict) or body.get(name) is None:
-        return None
-    found = body[name]
-    return found.encode() if isinstance(found, str) else json.dumps(found, separators=(",", ":")).encode()
+        return keyrules.rule_of(text)
+    except keyrules.KeyRuleError as err:
+        raise SkewError(f"candidate key field {candidate!r} is not a key rule: {err}") from err
+
+
+def field_key(value: bytes | None, name: str) -> bytes | None:
+    """The key a rekey backfill by candidate field ``name`` (:func:`candidate_rule`) gives a record
+    value (a string as UTF-8, a number as its token text, true/false); None for a dead letter."""
+    return keyrules.extract_key(None, value, candidate_rule(name))
 
 
 def _show(key: bytes) -> str:

@@ -7,9 +7,10 @@ would give its key (:func:`kafkaops.platform.partitioner.partition_for`), in per
 record exactly once, also when the copy is run again or restarted after a crash.
 
 Pure (stdlib and the pure kafkaops layer only): :class:`BackfillPlan` (frozen, JSON round-trip),
-:func:`extract_key` with the key rules, :func:`target_partition`, the lineage header
-(``source_topic/partition/offset``) that makes re-runs idempotent, the per-key order clock, and
-:func:`check_integrity` over collected rows.
+:func:`target_partition`, the lineage header (``source_topic/partition/offset``) that makes re-runs
+idempotent, the per-key order clock, and :func:`check_integrity` over collected rows. The new key of
+a record comes from its key rule (:mod:`kafkaops.platform.keyrules`, the contract of docs/key-rules.md);
+a record without one is a dead letter carrying the rule's reason code (:data:`CODE_HEADER`).
 
 **Per-key source order.** Records of one key in one source partition are in offset order. A key
 whose records come from several source partitions (an earlier partition increase moved it) is
@@ -24,30 +25,32 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafkaops.errors import ConfigError, KafkaOpsError
+from kafkaops.errors import KafkaOpsError
+from kafkaops.platform.keyrules import KeyRule, KeyRuleError, extract, rule_of
 from kafkaops.platform.partitioner import partition_for
 
 __all__ = [
-    "LINEAGE_HEADER", "REASON_HEADER", "BackfillError", "BackfillIntegrityError", "BackfillPlan",
-    "IntegrityReport", "KeyRule", "OrderClock", "OutputRecord", "SourceRecord", "check_integrity",
-    "extract_key", "extract_key_or_reason", "format_lineage", "parse_lineage", "target_partition",
-    "translate_offsets", "value_digest",
+    "CODE_HEADER", "LINEAGE_HEADER", "REASON_HEADER", "BackfillError", "BackfillIntegrityError", "BackfillPlan",
+    "IntegrityReport", "OrderClock", "OutputRecord", "SourceRecord", "check_integrity", "format_lineage",
+    "parse_lineage", "target_partition", "translate_offsets", "value_digest",
 ]
 
 LINEAGE_HEADER = "kafkaops.lineage"
-NO_KEY = "the record has no key"
+#: Dead letters carry the key rule's reason code (docs/key-rules.md, e.g. ``FIELD_MISSING``) in this header ...
+CODE_HEADER = "kafkaops.dead_letter_code"
+#: ... and a free-text detail in this one (not part of the contract: the JVM and Python word it apart).
 REASON_HEADER = "kafkaops.dead_letter_reason"
 _MASK64 = (1 << 64) - 1
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
 class BackfillError(KafkaOpsError):
-    """A backfill plan or key rule that cannot work, or a target that is not a prefix of the plan."""
+    """A backfill plan that cannot work, or a target that is not a prefix of the plan."""
 
 
 class BackfillIntegrityError(BackfillError):
@@ -58,107 +61,7 @@ class BackfillIntegrityError(BackfillError):
         self.report = report
 
 
-# -- key rules ---------------------------------------------------------------------------------------------
-
-_NAME = r"[A-Za-z_][A-Za-z0-9_-]*"
-_STEP = re.compile(rf"\.({_NAME})|\[(\d+)\]|\['((?:[^'\\]|\\.)*)'\]|\[\"((?:[^\"\\]|\\.)*)\"\]")
-
-
-@dataclass(frozen=True)
-class KeyRule:
-    """Where the new key comes from: ``record_key`` (the record's key bytes), ``field:<name>`` (a
-    top-level field of the JSON value) or ``jsonpath:$.a.b`` (a safe JSON-path subset: ``.name``,
-    ``['any name']``, ``["any name"]`` and ``[index]`` steps from ``$``; no wildcards, filters,
-    slices or recursive descent). A string field becomes its UTF-8 bytes (as Java's
-    StringSerializer would write it); a number or boolean its JSON text."""
-
-    text: str
-    steps: tuple[str | int, ...] = field(default=(), compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "steps", _parse_rule(self.text))
-
-    @property
-    def needs_value(self) -> bool:
-        return self.text != "record_key"
-
-
-def _parse_rule(text: str) -> tuple[str | int, ...]:
-    if text == "record_key":
-        return ()
-    if text.startswith("field:"):
-        name = text[len("field:"):]
-        if not name:
-            raise BackfillError("key rule 'field:' names no field; write e.g. 'field:account_id'")
-        return (name,)
-    if text.startswith("jsonpath:"):
-        path = text[len("jsonpath:"):].strip()
-        if not path.startswith("$"):
-            raise BackfillError(f"key rule {text!r}: a JSON path starts at '$', e.g. 'jsonpath:$.customer.id'")
-        steps: list[str | int] = []
-        pos = 1
-        while pos < len(path):
-            m = _STEP.match(path, pos)
-            if m is None:
-                raise BackfillError(
-                    f"key rule {text!r}: cannot read {path[pos:]!r} at character {pos}; kafkaops supports "
-                    "'.name', \"['name']\" and '[index]' steps only (no wildcards, filters or '..')")
-            name, index, single, double = m.groups()
-            if index is not None:
-                steps.append(int(index))
-            else:
-                raw = name if name is not None else (single if single is not None else double)
-                steps.append(re.sub(r"\\(.)", r"\1", raw))
-            pos = m.end()
-        if not steps:
-            raise BackfillError(f"key rule {text!r} selects the whole value; name a field, e.g. '$.id'")
-        return tuple(steps)
-    raise BackfillError(f"key rule {text!r} is unknown; use 'record_key', 'field:<name>' or 'jsonpath:$.a.b'")
-
-
-def _key_bytes(found: Any) -> tuple[bytes | None, str | None]:
-    if found is None:
-        return None, "the key field is null"
-    if isinstance(found, str):
-        try:
-            return found.encode("utf-8"), None
-        except UnicodeEncodeError:  # json.loads keeps lone surrogates ("\ud800", or UTF-8-encoded ones)
-            return None, "the key field is not valid Unicode (it holds a lone surrogate)"
-    if isinstance(found, bool) or isinstance(found, (int, float)):
-        return json.dumps(found).encode("utf-8"), None
-    return None, f"the key field is a JSON {type(found).__name__}, not a string or number"
-
-
-def extract_key_or_reason(key_bytes: bytes | None, value_bytes: bytes | None, rule: KeyRule | str
-                          ) -> tuple[bytes | None, str | None]:
-    """The new key, or ``None`` and why not (the dead-letter reason)."""
-    rule = rule if isinstance(rule, KeyRule) else KeyRule(rule)
-    if not rule.steps:
-        return (bytes(key_bytes), None) if key_bytes is not None else (None, NO_KEY)
-    if value_bytes is None:
-        return None, "the record has no value (a tombstone)"
-    try:
-        node: Any = json.loads(value_bytes)
-    except (ValueError, UnicodeDecodeError) as err:
-        return None, f"the value is not JSON: {err}"[:300]
-    except RecursionError:  # arrays/objects nested about 1000 deep (the JVM twin refuses deeper than 995)
-        return None, "the value is not JSON: nested too deeply"
-    for step in rule.steps:
-        if isinstance(step, int):
-            if not isinstance(node, list) or step >= len(node):
-                return None, f"no element [{step}] on the path of {rule.text}"
-            node = node[step]
-        else:
-            if not isinstance(node, dict) or step not in node:
-                return None, f"no field {step!r} on the path of {rule.text}"
-            node = node[step]
-    return _key_bytes(node)
-
-
-def extract_key(key_bytes: bytes | None, value_bytes: bytes | None, rule: KeyRule | str) -> bytes | None:
-    """The new key of a record under ``rule``; ``None`` when it has none (a dead letter)."""
-    return extract_key_or_reason(key_bytes, value_bytes, rule)[0]
-
+# -- placement -------------------------------------------------------------------------------------------
 
 def target_partition(key: bytes, partitions: int) -> int:
     """Where Kafka's Java default partitioner puts ``key`` in a topic of ``partitions``."""
@@ -188,7 +91,7 @@ def parse_lineage(value: bytes | str) -> tuple[str, int, int]:
 class BackfillPlan:
     """Copy ``source_offsets`` (partition -> [start, end), a bounded snapshot) of ``source_topic``
     into ``target_topic`` of ``target_partitions``, keyed by ``key_rule``; records without a key go
-    to partition 0 of ``dead_letter_topic`` with the reason in a header."""
+    to partition 0 of ``dead_letter_topic`` with the reason code and detail in headers."""
 
     source_topic: str
     source_offsets: tuple[tuple[int, int, int], ...]
@@ -221,13 +124,16 @@ class BackfillPlan:
             problems.append(f"source offset range(s) {', '.join(bad)} are not 0 <= start <= end")
         if not offsets:
             problems.append("source_offsets is empty; snapshot the source's start and end offsets")
+        try:
+            KeyRule(self.key_rule)
+        except KeyRuleError as err:
+            problems.append(str(err))
         if problems:
             raise BackfillError("bad backfill plan: " + "; ".join(problems))
-        KeyRule(self.key_rule)  # a bad rule is refused here, naming it
 
     @property
     def rule(self) -> KeyRule:
-        return KeyRule(self.key_rule)
+        return rule_of(self.key_rule)
 
     @property
     def records(self) -> int:
@@ -321,7 +227,8 @@ class SourceRecord:
 
 @dataclass(frozen=True)
 class OutputRecord:
-    """A record read back from the target or dead-letter topic (``lineage`` from its header)."""
+    """A record read back from the target or dead-letter topic (``lineage`` and, on a dead letter,
+    ``code`` from their headers)."""
 
     topic: str
     partition: int
@@ -329,6 +236,7 @@ class OutputRecord:
     key: bytes | None
     value: bytes | None
     lineage: str | None
+    code: str | None = None
 
 
 def value_digest(value: bytes | None) -> int:
@@ -375,6 +283,10 @@ class IntegrityReport:
     output_checksum: str
     partitions: tuple[PartitionIntegrity, ...]
     failures: tuple[str, ...]
+    #: dead letters per reason code the rule gives their source records
+    dead_letter_codes: Mapping[str, int] = field(default_factory=dict)
+    #: dead letters whose code header is not the code the rule gives
+    wrong_codes: int = 0
 
     @property
     def ok(self) -> bool:
@@ -411,25 +323,26 @@ class IntegrityReport:
         return {"source_topic": self.source_topic, "target_topic": self.target_topic,
                 "source_records": self.source_records, "target_records": self.target_records,
                 "dead_letters": self.dead_letters, "accounted": self.target_records + self.dead_letters,
-                "expected_dead_letters": self.expected_dead_letters,
+                "expected_dead_letters": self.expected_dead_letters, "wrong_codes": self.wrong_codes,
                 "source_checksum": self.source_checksum, "output_checksum": self.output_checksum}
 
 
 def expected_order(plan: BackfillPlan, source: Iterable[SourceRecord]
-                   ) -> tuple[dict[bytes, list[str]], dict[str, bytes | None], set[str]]:
-    """Per new key, the lineages in per-key source order; each lineage's new key; dead-letter lineages."""
+                   ) -> tuple[dict[bytes, list[str]], dict[str, bytes | None], dict[str, str]]:
+    """Per new key, the lineages in per-key source order; each lineage's new key; each dead-letter
+    lineage's reason code."""
     rule = plan.rule
     clock = OrderClock()
     keyed: dict[bytes, list[tuple[tuple[int, int, int], str]]] = defaultdict(list)
     key_of: dict[str, bytes | None] = {}
-    dead: set[str] = set()
+    dead: dict[str, str] = {}
     for r in sorted(source, key=lambda r: (r.partition, r.offset)):
-        new_key = extract_key(r.key, r.value, rule)
+        new_key, code, _ = extract(r.key, r.value, rule)
         lineage = format_lineage(plan.source_topic, r.partition, r.offset)
         key_of[lineage] = new_key
         ts = clock.tick(r.partition, r.offset, r.timestamp, new_key)
         if new_key is None:
-            dead.add(lineage)
+            dead[lineage] = code or ""
         else:
             keyed[new_key].append((order_key(ts, r.partition, r.offset), lineage))
     return {k: [lin for _, lin in sorted(v)] for k, v in keyed.items()}, key_of, dead
@@ -440,7 +353,9 @@ def check_integrity(plan: BackfillPlan, source: Iterable[SourceRecord], target: 
     """Every invariant of a finished backfill over rows read back (pure):
 
     * source records == target records + dead letters, and the dead letters are exactly the
-      records without a key under the rule;
+      records without a key under the rule, each carrying the reason code the rule gives it
+      (:mod:`kafkaops.platform.keyrules`: the Python side of the contract, so this cross-checks the
+      JVM side that wrote them);
     * every lineage of the snapshot appears once, no lineage repeats, none is unknown;
     * each target record's key is its source record's new key, on ``partition_for(key, N)``,
       and every key lives in exactly one target partition;
@@ -513,12 +428,18 @@ def check_integrity(plan: BackfillPlan, source: Iterable[SourceRecord], target: 
     if lost:
         failures.append(f"{len(lost)} source record(s) are in neither the target nor the dead-letter topic, "
                         f"e.g. {lost[:3]}")
-    wrong_dead = sorted({r.lineage for r in dead_letters if r.lineage} - expected_dead)
-    dead_in_target = sorted({r.lineage for r in target if r.lineage} & expected_dead)
+    wrong_dead = sorted({r.lineage for r in dead_letters if r.lineage} - expected_dead.keys())
+    dead_in_target = sorted({r.lineage for r in target if r.lineage} & expected_dead.keys())
     if wrong_dead or dead_in_target:
         failures.append(f"{len(wrong_dead)} record(s) with a key went to the dead-letter topic (e.g. "
                         f"{wrong_dead[:3]}) and {len(dead_in_target)} without one to the target (e.g. "
                         f"{dead_in_target[:3]})")
+    wrong_code = [r for r in dead_letters if r.lineage in expected_dead and r.code != expected_dead[r.lineage]]
+    if wrong_code:
+        r = wrong_code[0]
+        failures.append(f"{len(wrong_code)} dead letter(s) carry another {CODE_HEADER} than rule {plan.key_rule!r} "
+                        f"gives, e.g. {r.topic}-{r.partition}@{r.offset} ({r.lineage}) carries {r.code!r}, expected "
+                        f"{expected_dead[r.lineage]!r}")
     wrong_key = [r for r in target if r.lineage in key_of and key_of[r.lineage] != r.key]
     if wrong_key:
         r = wrong_key[0]
@@ -549,7 +470,9 @@ def check_integrity(plan: BackfillPlan, source: Iterable[SourceRecord], target: 
     return IntegrityReport(source_topic=plan.source_topic, target_topic=plan.target_topic, target_partitions=n,
                            source_records=len(source), target_records=len(target), dead_letters=len(dead_letters),
                            expected_dead_letters=len(expected_dead), source_checksum=src_sum,
-                           output_checksum=out_sum, partitions=tuple(rows), failures=tuple(failures))
+                           output_checksum=out_sum, partitions=tuple(rows), failures=tuple(failures),
+                           dead_letter_codes=dict(sorted(Counter(expected_dead.values()).items())),
+                           wrong_codes=len(wrong_code))
 
 
 # -- resume and cut-over -----------------------------------------------------------------------------------
@@ -610,11 +533,3 @@ def translate_offsets(source_topic: str, committed: Mapping[int, int],
                 redelivered += 1
         out[p] = {"offset": end if resume is None else resume, "redelivered": redelivered}
     return out
-
-
-def require_rule(text: str) -> KeyRule:
-    """``KeyRule(text)`` with a :class:`ConfigError` for a params form."""
-    try:
-        return KeyRule(text)
-    except BackfillError as err:
-        raise ConfigError(str(err)) from err

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafkaops.platform import admin
-from kafkaops.rekey import backfill
+from kafkaops.rekey import backfill, keyrules
 from kafkaops.platform import state
 from kafkaops.platform import lifecycle
 from kafkaops.platform import spark
@@ -93,8 +93,8 @@ class PartitionParams:
         if self.target_topic and self.target_topic == self.topic:
             problems.append(f"target_topic {self.target_topic!r} is the source topic; name a new topic")
         try:
-            backfill.KeyRule(self.key_rule)
-        except backfill.BackfillError as err:
+            keyrules.KeyRule(self.key_rule)
+        except keyrules.KeyRuleError as err:
             problems.append(str(err))
         if problems:
             raise ConfigError("refusing the partition increase, nothing was changed: " + "; ".join(problems))
@@ -269,7 +269,7 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
         target = p.target_topic or backfill.next_target_topic(p.topic, topics)
         bf = BackfillPlan(p.topic, tuple((k, s, e) for k, (s, e) in sorted(ranges.items())), target,
                           p.new_partition_count, p.key_rule)
-        dead = sum(1 for r in sampled if backfill.extract_key(r.key, r.value, bf.rule) is None)
+        dead = sum(1 for r in sampled if keyrules.extract_key(r.key, r.value, bf.rule) is None)
         plan = PartitionPlan("migrate", p.topic, current, p.new_partition_count, rf, backfill=bf.to_dict(),
                              key_change={"sampled_records": len(sampled), "dead_letters_in_sample": dead},
                              target_configs=configs)

@@ -1,7 +1,8 @@
 """The rekey backfill on a real cluster of its own (one broker): 3 -> 6 partitions with skewed keys,
 every invariant checked on the target read back with confluent-kafka; a re-run writes nothing; a
 run killed half-way (SIGKILL of its process group) and run again gives the exact result; records
-without the key field land in the dead-letter topic with the reason. Both copies are covered: the
+without the key field land in the dead-letter topic with the reason code of docs/key-rules.md. Both
+copies are covered: the
 direct one (every new key in one source partition: by the record key, or by a value field equal to
 it) and the merged one (by a value field whose values span source partitions; and when a direct
 copy finds keys spanning source partitions, where it is deleted and done again merged). One
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections import Counter
 import os
 import signal
 import subprocess
@@ -23,7 +25,7 @@ import pytest
 from confluent_kafka import Producer
 
 from kafkaops.platform import admin
-from kafkaops.rekey import backfill
+from kafkaops.rekey import backfill, keyrules
 from kafkaops.cli import datagen
 from kafkaops.platform import provision
 from kafkaops.rekey.backfill import BackfillPlan, OutputRecord, SourceRecord
@@ -77,7 +79,8 @@ def read_back(spec: provision.ClusterSpec, plan: BackfillPlan
 
     def out(topic: str) -> list[OutputRecord]:
         return [OutputRecord(r.topic, r.partition, r.offset, r.key, r.value,
-                             (r.header(backfill.LINEAGE_HEADER) or b"").decode() or None)
+                             (r.header(backfill.LINEAGE_HEADER) or b"").decode() or None,
+                             (r.header(backfill.CODE_HEADER) or b"").decode() or None)
                 for r in admin.read_topic(config, topic)]
 
     return source, out(plan.target_topic), out(plan.dead_letter_topic)
@@ -125,15 +128,13 @@ def test_rekey_3_to_6_partitions_keeps_every_invariant_and_a_rerun_writes_nothin
     assert len({r.partition for r in target}) == 6
     reasons = {r.lineage: r for r in dlq}
     assert len(reasons) == dead_letters
+    assert report.dead_letter_codes == {"field:key": {"FIELD_MISSING": 1, "NOT_JSON": 1, "NULL_VALUE": 1},
+                                        "field:seq": {"FIELD_MISSING": 3, "NOT_JSON": 1},
+                                        "record_key": {keyrules.NO_KEY: 1}}[rule]
     raw = admin.read_topic({"bootstrap.servers": cluster.bootstrap}, plan.dead_letter_topic)
-    why = sorted(r.header(backfill.REASON_HEADER).decode() for r in raw)
-    if rule == "field:key":
-        assert any("no field 'key'" in w for w in why) and any("not JSON" in w for w in why) \
-            and any("null" in w for w in why), why
-    elif rule == "field:seq":
-        assert sum("no field 'seq'" in w for w in why) == 3 and any("not JSON" in w for w in why), why
-    else:
-        assert why == [backfill.NO_KEY]
+    codes = Counter(r.header(backfill.CODE_HEADER).decode() for r in raw)
+    assert codes == report.dead_letter_codes and report.wrong_codes == 0  # as written by the JVM side
+    assert all(r.header(backfill.REASON_HEADER) for r in raw)  # and a free-text detail beside each code
 
     again = rekey_backfill.run(spark, plan, cluster.bootstrap)
     assert (again["already_written"], again["mode"]) == (RECORDS + 4, copy)

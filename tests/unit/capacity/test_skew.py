@@ -49,10 +49,16 @@ def test_empty_sample_and_null_keys_are_reported_not_errors() -> None:
     assert nulls["null_key_records"] == 1 and nulls["records"] == 2 and nulls["top_keys"][0]["share"] == 0.5
 
 
-def test_field_key_reads_strings_numbers_and_skips_bad_json() -> None:
+def test_field_key_reads_a_candidate_by_the_key_rules() -> None:
+    """The key a rekey backfill by the field would write (docs/key-rules.md), or None for a dead letter."""
     assert skew.field_key(json.dumps({"a": "x", "n": 7}).encode(), "a") == b"x"
-    assert skew.field_key(json.dumps({"n": 7}).encode(), "n") == b"7"
+    assert skew.field_key(b'{"n": 7.50}', "n") == b"7.50"  # the number's token as written
+    assert skew.field_key(b'{"n": {"id": 1}}', "n") is None and skew.field_key(b'{"n": null}', "n") is None
     assert skew.field_key(b"not json", "a") is None and skew.field_key(b"{}", "a") is None
+    assert skew.field_key(b'{"c": {"id": "c7"}}', "jsonpath:$.c.id") == b"c7"
+    assert skew.candidate_rule("account_id").text == "field:account_id"
+    with pytest.raises(skew.SkewError, match="candidate key field 'jsonpath:\$\.\.x' is not a key rule"):
+        skew.candidate_rule("jsonpath:$..x")
 
 
 def test_bad_partition_count_is_refused() -> None:

@@ -1,5 +1,6 @@
-"""kafkaops.rekey.backfill and the pure parts of kafkaops.rekey.steps: key rules, lineage, the plan as a
-value, per-key order, integrity checks that pass on a correct copy and name each kind of damage."""
+"""kafkaops.rekey.backfill and the pure parts of kafkaops.rekey.steps: lineage, the plan as a value,
+per-key order, integrity checks that pass on a correct copy and name each kind of damage (the key
+rules are tests/unit/rekey/test_keyrules.py's)."""
 from __future__ import annotations
 
 import json
@@ -11,68 +12,12 @@ from hypothesis import strategies as st
 
 from kafkaops.rekey import backfill
 from kafkaops.rekey import steps as partitions
-from kafkaops.rekey.backfill import (BackfillError, BackfillPlan, KeyRule, OrderClock, OutputRecord, SourceRecord,
-                               check_integrity, extract_key, extract_key_or_reason, format_lineage, parse_lineage)
+from kafkaops.rekey.backfill import (BackfillError, BackfillPlan, OrderClock, OutputRecord, SourceRecord,
+                                     check_integrity, format_lineage, parse_lineage)
 from kafkaops.model import Broker, Cluster, PartitionAssignment
 from kafkaops.platform.partitioner import partition_for
 
 PLAN = BackfillPlan("orders", ((0, 0, 100), (1, 0, 100), (2, 0, 100)), "orders.v2", 6, "field:key")
-
-
-# -- key rules -------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("rule, key, value, expected", [
-    ("record_key", b"k1", b"{}", b"k1"),
-    ("record_key", None, b"{}", None),
-    ("field:key", None, b'{"key": "acct-1"}', b"acct-1"),
-    ("field:key", None, b'{"key": 42}', b"42"),
-    ("field:key", None, b'{"key": null}', None),
-    ("field:key", None, b'{"other": 1}', None),
-    ("field:key", None, b"not json", None),
-    ("field:key", None, None, None),
-    ("jsonpath:$.customer.id", None, b'{"customer": {"id": "c7"}}', b"c7"),
-    ("jsonpath:$.items[1].sku", None, b'{"items": [{"sku": "a"}, {"sku": "b"}]}', b"b"),
-    ("jsonpath:$['odd name'].x", None, b'{"odd name": {"x": true}}', b"true"),
-    ("jsonpath:$.items[5].sku", None, b'{"items": []}', None),
-    ("jsonpath:$.customer", None, b'{"customer": {"id": 1}}', None),
-])
-def test_key_rules(rule: str, key: bytes | None, value: bytes | None, expected: bytes | None) -> None:
-    assert extract_key(key, value, rule) == expected
-
-
-def test_a_missing_key_says_why() -> None:
-    assert extract_key_or_reason(None, b'{"a": 1}', "field:key") == (None, "no field 'key' on the path of field:key")
-    assert "not JSON" in extract_key_or_reason(None, b"{", "field:key")[1]
-    assert extract_key_or_reason(None, b"{}", "record_key")[1] == "the record has no key"
-
-
-def test_a_key_no_producer_could_write_or_a_value_nested_too_deeply_is_a_dead_letter_not_a_crash() -> None:
-    lone = (None, "the key field is not valid Unicode (it holds a lone surrogate)")
-    # escaped and UTF-8-encoded lone surrogates (json.loads keeps them), a broken pair, and UTF-16 input
-    for doc in (b'{"key": "\\ud800"}', b'{"key": "\xed\xa0\x80"}', b'{"key": "\xed\xa0\xbd\xed\xb8\x80"}',
-                b'{"key": "\\ud83d\\u0041"}', '{"key": "\\udc00"}'.encode("utf-16")):
-        assert extract_key_or_reason(None, doc, "field:key") == lone, doc
-    assert extract_key_or_reason(None, b'{"key": "\\ud83d\\ude00"}', "field:key") == ("\U0001F600".encode(), None)
-    for depth in (5_000, 100_000):
-        deep = b'{"key": "k", "x": ' + b"[" * depth + b"]" * depth + b"}"
-        assert extract_key_or_reason(None, deep, "field:key") == (None, "the value is not JSON: nested too deeply")
-
-
-
-@pytest.mark.parametrize("rule", ["jsonpath:$..a", "jsonpath:$.a[*]", "jsonpath:a.b", "jsonpath:$", "field:",
-                                  "key", "jsonpath:$.a[?(@.b)]"])
-def test_unsupported_rules_are_refused_naming_the_subset(rule: str) -> None:
-    with pytest.raises(BackfillError, match="key rule"):
-        KeyRule(rule)
-
-
-@given(st.dictionaries(st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True),
-                       st.one_of(st.text(max_size=10), st.integers()), min_size=1))
-@settings(max_examples=100)
-def test_field_and_jsonpath_rules_agree(body: dict) -> None:
-    value = json.dumps(body).encode()
-    for name in body:
-        assert extract_key(None, value, f"field:{name}") == extract_key(None, value, f"jsonpath:$.{name}")
-        assert extract_key(None, value, f"jsonpath:$['{name}']") == extract_key(None, value, f"field:{name}")
 
 
 # -- lineage and plan ------------------------------------------------------------------------------------------
@@ -135,7 +80,7 @@ def copy(source: list[SourceRecord], plan: BackfillPlan = PLAN) -> tuple[list[Ou
         for lin in lineages:
             target.append(OutputRecord(plan.target_topic, p, next_offset[p], key, by_lineage[lin].value, lin))
             next_offset[p] += 1
-    dlq = [OutputRecord(plan.dead_letter_topic, 0, i, None, by_lineage[lin].value, lin)
+    dlq = [OutputRecord(plan.dead_letter_topic, 0, i, None, by_lineage[lin].value, lin, dead[lin])
            for i, lin in enumerate(sorted(dead, key=parse_lineage))]
     return target, dlq
 
@@ -146,6 +91,7 @@ def test_a_correct_copy_passes_every_check() -> None:
     report = check_integrity(PLAN, source, target, dlq)
     assert report.ok, report.failures
     assert (report.source_records, report.target_records, report.dead_letters) == (300, 294, 6)
+    assert report.dead_letter_codes == {"FIELD_MISSING": 6} and report.wrong_codes == 0
     assert report.require() is report
     assert backfill.IntegrityReport.from_dict(json.loads(json.dumps(report.to_dict()))) == report
 
@@ -167,6 +113,10 @@ def damaged(kind: str) -> tuple[list[OutputRecord], list[OutputRecord]]:
         target[3] = replace(target[3], value=b'{"id": -1}')
     elif kind == "dead letter lost":
         dlq.pop()
+    elif kind == "wrong code":
+        dlq[2] = replace(dlq[2], code="NOT_JSON")
+    elif kind == "no code":
+        dlq[0] = replace(dlq[0], code=None)
     return target, dlq
 
 
@@ -177,6 +127,8 @@ def damaged(kind: str) -> tuple[list[OutputRecord], list[OutputRecord]]:
     ("reordered", "out of per-key source order"),
     ("changed value", "value checksum differs"),
     ("dead letter lost", "300 records in the snapshot but target"),
+    ("wrong code", "1 dead letter(s) carry another kafkaops.dead_letter_code than rule 'field:key' gives"),
+    ("no code", "carries None, expected 'FIELD_MISSING'"),
 ])
 def test_each_damage_is_named(kind: str, words: str) -> None:
     target, dlq = damaged(kind)
@@ -195,6 +147,15 @@ def test_the_integrity_frames_fit_the_backfill_suite() -> None:
     assert gates.run("backfill", good).ok
     bad = gates.run("backfill", partitions.integrity_frames(check_integrity(PLAN, source, *damaged("duplicate"))))
     assert not bad.ok and any("duplicated record" in f for f in bad.failures), bad.failures
+    bad = gates.run("backfill", partitions.integrity_frames(check_integrity(PLAN, source, *damaged("wrong code"))))
+    assert not bad.ok and any("1 dead letter(s) carry another reason code" in f for f in bad.failures), bad.failures
+
+
+def test_a_report_written_before_reason_codes_still_reads() -> None:
+    source = source_records()
+    data = check_integrity(PLAN, source, *copy(source)).to_dict()
+    del data["dead_letter_codes"], data["wrong_codes"]
+    assert backfill.IntegrityReport.from_dict(data).wrong_codes == 0
 
 
 def test_keys_spanning_source_partitions_merge_by_timestamp() -> None:

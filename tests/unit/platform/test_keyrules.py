@@ -1,0 +1,142 @@
+"""kafkaops.platform.keyrules, the Python side of docs/key-rules.md: the shared vectors (the JVM side,
+jvm/spark-udf KeyRule, is held to the same file by KeyRuleTest), the rule syntax, and properties
+against json itself."""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kafkaops.errors import ConfigError
+from kafkaops.platform import keyrules
+from kafkaops.platform.keyrules import KeyResult, KeyRule, KeyRuleError, extract, extract_key
+from tests.unit.rekey.key_rule_vectors import Vector, load
+
+VECTORS = load()
+
+
+@pytest.mark.parametrize("v", VECTORS, ids=[f"{i}:{v.note[:60]}" for i, v in enumerate(VECTORS)])
+def test_each_vector_gives_its_key_or_code(v: Vector) -> None:
+    assert KeyRule(v.rule).steps == v.steps
+    got = extract(v.record_key, v.value, v.rule)
+    assert (got.key, got.code) == (v.key, v.code), got.detail
+    assert (got.key is None) == (got.detail is not None) == (got.code is not None)
+
+
+def test_the_vectors_cover_every_code_and_the_limits_they_assume() -> None:
+    data = json.loads(keyrules.VECTORS.read_text())
+    assert (data["max_depth"], data["max_number_length"]) == (keyrules.MAX_DEPTH, keyrules.MAX_NUMBER_LENGTH)
+    codes = Counter(v.code for v in VECTORS if v.code)
+    assert set(codes) == set(keyrules.CODES), codes
+    assert len(VECTORS) > 200
+
+
+@pytest.mark.parametrize("rule, steps", [
+    ("record_key", ()), ("field:account_id", ("account_id",)), ("field:odd name.x", ("odd name.x",)),
+    ("jsonpath:$.customer.id", ("customer", "id")), ("jsonpath:$.items[1].sku", ("items", 1, "sku")),
+    ("jsonpath:$['it\\'s'][0]", ("it's", 0)), ('jsonpath:$["say \\"hi\\""]', ('say "hi"',)),
+    ("jsonpath: $.a ", ("a",)), ("jsonpath:$['']", ("",)),
+])
+def test_rule_syntax(rule: str, steps: tuple) -> None:
+    assert KeyRule(rule).steps == steps
+    assert KeyRule(rule).needs_value == (rule != "record_key")
+
+
+@pytest.mark.parametrize("rule, words", [
+    ("jsonpath:$..a", "no wildcards"), ("jsonpath:$.a[*]", "no wildcards"), ("jsonpath:a.b", "starts at '\\$'"),
+    ("jsonpath:$", "whole value"), ("field:", "names no field"), ("key", "unknown"),
+    ("jsonpath:$.a[?(@.b)]", "no wildcards"), ("jsonpath:$[\u0663]", "no wildcards"),
+    (f"jsonpath:$[{2**31}]", "above 2147483647"), ("field:\ud800", "lone surrogate"),
+])
+def test_unsupported_rules_are_refused_naming_the_rule(rule: str, words: str) -> None:
+    with pytest.raises(KeyRuleError, match=words) as err:
+        KeyRule(rule)
+    assert isinstance(err.value, ConfigError) and "key rule" in str(err.value)
+
+
+@given(st.dictionaries(st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True),
+                       st.one_of(st.text(max_size=10), st.integers()), min_size=1))
+@settings(max_examples=100)
+def test_field_and_jsonpath_rules_agree(body: dict) -> None:
+    value = json.dumps(body).encode()
+    for name in body:
+        assert extract_key(None, value, f"field:{name}") == extract_key(None, value, f"jsonpath:$.{name}")
+        assert extract_key(None, value, f"jsonpath:$['{name}']") == extract_key(None, value, f"field:{name}")
+
+
+SCALARS = st.one_of(st.text(st.characters(codec="utf-8")), st.integers(), st.booleans(),
+                    st.floats(allow_nan=False, allow_infinity=False))
+
+
+@given(SCALARS, st.booleans(), st.integers(0, 3))
+@settings(max_examples=300)
+def test_a_scalar_written_by_json_dumps_reads_back_as_its_text(found: object, ascii_only: bool, spaces: int) -> None:
+    """Strings give their UTF-8 bytes, numbers and booleans the token json wrote, whatever the escaping."""
+    text = json.dumps({"pad": [1, {"x": None}], "key": found}, ensure_ascii=ascii_only, indent=spaces or None)
+    want = found.encode("utf-8") if isinstance(found, str) else json.dumps(found).encode()
+    assert extract(None, text.encode("utf-8"), "field:key") == KeyResult(want)
+
+
+def test_number_tokens_keep_their_spelling() -> None:
+    for token in ("1.50", "1e3", "1E+05", "-0", "0.1000", "12345678901234567890123"):
+        assert extract_key(None, b'{"key": ' + token.encode() + b"}", "field:key") == token.encode()
+    assert extract_key(None, b'{"key": 1.50}', "field:key") != extract_key(None, b'{"key": 1.5}', "field:key")
+
+
+def test_a_limit_does_not_hide_a_grammar_error_found_later() -> None:
+    deep = b"[" * 101 + b"]" * 101
+    assert extract(None, b'{"key": "k", "x": ' + deep + b"}", "field:key").code == "TOO_DEEP"
+    assert extract(None, b'{"key": "k", "x": ' + deep + b"}}", "field:key").code == "NOT_JSON"
+    long = b"9" * 1001
+    assert extract(None, b'{"key": "k", "n": ' + long + b"}", "field:key").code == "NUMBER_TOO_LONG"
+    assert extract(None, b'{"key": "k", "n": ' + long + b", }", "field:key").code == "NOT_JSON"
+
+
+def test_the_grammar_check_without_recursion_agrees_with_json() -> None:
+    """_grammar_error reads values json's recursive parser cannot; on shallow ones it must agree with json."""
+    docs = ['{"a": [1, 2.5e-3, "x\\n", true, false, null, {}], "b": {"c": []}}', "[]", " 1 ", '"s"', "[1,]", "[1 2]",
+            '{"a" 1}', '{"a": 1,}', "{,}", "nul", "tru", "01", "1.", "-", "[", "{", '{"a": "\\x"}', '["\t"]', "NaN",
+            "[Infinity]", "-Infinity", "1 2", "{}x", '{"a":1}}', "[1]]", "", " ", '{"\\ud800": 1}', '{"\\ud83d\\ude00": 1}',
+            '["\\ud800"]', "[-0.0e+0]", '{"a":{"b":{"c":[[[{"d":1}]]]}}}', '{"a":{"b":{"c":[[[{"d":1}]]}}}']
+    for doc in docs:
+        want = extract(None, doc.encode(), "jsonpath:$[0]").code == "NOT_JSON"
+        assert (keyrules._grammar_error(doc) is not None) == want, doc
+
+
+def test_a_value_too_deep_for_json_itself_is_read_without_recursion() -> None:
+    for depth in (5_000, 200_000):
+        deep = b"[" * depth + b"]" * depth
+        assert extract(None, b'{"key": "k", "x": ' + deep + b"}", "field:key").code == "TOO_DEEP"
+        assert extract(None, b'{"key": "k", "x": ' + deep + b"]}", "field:key").code == "NOT_JSON"
+
+
+def test_an_exhausted_python_stack_is_an_error_not_a_wrong_code() -> None:
+    shallow = b'{"key": "k", "x": ' + b"[" * 90 + b"]" * 90 + b"}"
+
+    def at_depth(n: int) -> KeyResult:
+        return at_depth(n - 1) if n else extract(None, shallow, "field:key")
+
+    frames, frame = 0, sys._getframe()
+    while frame is not None:
+        frames, frame = frames + 1, frame.f_back
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(frames + 150)  # room for at_depth(100), not for json's 91 levels on top
+    try:
+        with pytest.raises(RuntimeError, match="shallower stack"):
+            at_depth(100)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert extract(None, shallow, "field:key") == KeyResult(b"k")
+
+
+def test_details_name_the_rule_and_the_number() -> None:
+    assert extract(None, b'{"a": 1}', "jsonpath:$.a.b").detail == "no field 'b' on the path of jsonpath:$.a.b"
+    assert extract(None, b"[]", "jsonpath:$[3]").detail == "no element [3] on the path of jsonpath:$[3]"
+    assert re.search(r"byte 9 \(0xff\)", extract(None, b'{"key": "\xff"}', "field:key").detail)
+    assert extract(b"k", None, "record_key") == KeyResult(b"k")
+    assert extract(None, None, "record_key") == KeyResult(None, "NO_KEY", "the record has no key")
