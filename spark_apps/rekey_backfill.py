@@ -77,7 +77,8 @@ _REPO = Path(__file__).resolve().parents[1]
 if str(_REPO / "plugins") not in sys.path:  # spark-submit / python -m from the repository
     sys.path.insert(0, str(_REPO / "plugins"))
 
-from kafkaops.rekey import backfill, keyrules  # noqa: E402
+from kafkaops.platform import keyrules  # noqa: E402
+from kafkaops.rekey import backfill  # noqa: E402
 from kafkaops.rekey.backfill import (CODE_HEADER, LINEAGE_HEADER, REASON_HEADER, BackfillPlan,  # noqa: E402
                                      OutputRecord, ResumePoint, SourceRecord)
 

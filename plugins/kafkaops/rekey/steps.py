@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafkaops.platform import admin
-from kafkaops.rekey import backfill, keyrules
+from kafkaops.platform import keyrules
+from kafkaops.rekey import backfill
 from kafkaops.platform import state
 from kafkaops.platform import lifecycle
 from kafkaops.platform import spark

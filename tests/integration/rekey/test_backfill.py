@@ -25,7 +25,8 @@ import pytest
 from confluent_kafka import Producer
 
 from kafkaops.platform import admin
-from kafkaops.rekey import backfill, keyrules
+from kafkaops.platform import keyrules
+from kafkaops.rekey import backfill
 from kafkaops.cli import datagen
 from kafkaops.platform import provision
 from kafkaops.rekey.backfill import BackfillPlan, OutputRecord, SourceRecord

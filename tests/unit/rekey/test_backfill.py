@@ -1,6 +1,6 @@
 """kafkaops.rekey.backfill and the pure parts of kafkaops.rekey.steps: lineage, the plan as a value,
 per-key order, integrity checks that pass on a correct copy and name each kind of damage (the key
-rules are tests/unit/rekey/test_keyrules.py's)."""
+rules are tests/unit/platform/test_keyrules.py's)."""
 from __future__ import annotations
 
 import json
