@@ -635,17 +635,9 @@ def describe_configs(conn: KafkaConnection, resource: str, names: Iterable[str |
     rtype = _resource_type(resource)
     wanted_keys = None if keys is None else set(keys)
     found: dict[str, dict[str, str]] = {}
-    for name in dict.fromkeys(str(n) for n in names):
-        try:
-            entries = _result(conn.admin.describe_configs([ConfigResource(rtype, name)],
-                                                          request_timeout=conn.timeout_s)[ConfigResource(rtype, name)],
-                              conn, f"the configs of {resource} {name}")
-        except KafkaOpsError as err:
-            cause = err.__cause__
-            if isinstance(cause, KafkaException) and cause.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise UnknownTopic(f"topic {name} does not exist on {conn.bootstrap}; its configs are gone with "
-                                   "it") from cause
-            raise
+    for name in dict.fromkeys(str(n) for n in names):  # a missing topic: UnknownTopic, by its code (classify)
+        entries = _result(conn.admin.describe_configs([ConfigResource(rtype, name)], request_timeout=conn.timeout_s)
+                          [ConfigResource(rtype, name)], conn, f"the configs of {resource} {name}")
         found[name] = {k: e.value for k, e in sorted(entries.items())
                        if _is_dynamic(e) and (wanted_keys is None or k in wanted_keys)}
     return found
