@@ -199,9 +199,10 @@ _NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
 
 
 def _depth(text: str) -> int:
-    """The deepest nesting of arrays and objects of a valid JSON text."""
+    """The deepest nesting of arrays and objects of a valid JSON text; 0 when a count of its brackets
+    already shows it cannot exceed MAX_DEPTH (most values: no need to find strings)."""
     if text.count("[") + text.count("{") <= MAX_DEPTH:
-        return 0  # cannot be deeper than MAX_DEPTH: a cheap bound for most values
+        return 0
     deepest = depth = 0
     for c in _NOT_BRACKETS.sub("", _STRING.sub("", text)):
         depth += 1 if c in "[{" else -1
