@@ -241,7 +241,11 @@ def _failure_message(result: Mapping[str, Any]) -> str:
     items = [r for r in result.get("results", []) if isinstance(r, Mapping) and r.get("failed")]
     if items:
         return "; ".join(_failure_message(r) for r in items)
-    return str(result.get("msg") or result.get("stderr") or result.get("stdout") or result)[:1000].strip()
+    text = str(result.get("msg") or result.get("stderr") or result.get("stdout") or result)[:1000].strip()
+    if result.get("msg") and "rc" in result:  # a command: its exit code and the tail of what it printed
+        said = (str(result.get("stderr") or "").strip() or str(result.get("stdout") or "").strip())[-1500:]
+        text += f" (rc {result['rc']})" + (f": {said}" if said else "")
+    return text
 
 
 def cluster_up(spec: ClusterSpec | None = None, *, limit: Iterable[str] | None = None) -> ProvisionResult:

@@ -51,3 +51,13 @@ def test_spec_round_trips_and_grows_by_new_brokers(tmp_path: Path) -> None:
     assert bigger.nodes[:3] == spec.nodes
     with pytest.raises(ProvisionError, match="no broker to add"):
         spec.with_new_brokers(0)
+
+
+def test_a_failed_command_names_its_exit_code_and_what_it_printed() -> None:
+    from kafkaops.platform.provision import _failure_message
+
+    result = {"msg": "non-zero return code", "rc": 1, "stdout": "", "stderr": "Exception: disk full\n"}
+    assert _failure_message(result) == "non-zero return code (rc 1): Exception: disk full"
+    assert _failure_message({"msg": "port 9092 is taken"}) == "port 9092 is taken"
+    looped = {"results": [{"failed": True, "msg": "non-zero return code", "rc": 2, "stdout": "out"}, {"failed": False}]}
+    assert _failure_message(looped) == "non-zero return code (rc 2): out"
