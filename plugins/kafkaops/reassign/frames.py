@@ -5,7 +5,6 @@ is :func:`kafkaops.platform.gates.run`.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 

@@ -30,7 +30,6 @@ from kafkaops.platform import provision
 from kafkaops.reassign import verify
 from kafkaops.errors import ConfigError
 from kafkaops.model import Broker, Cluster, Key
-from kafkaops.platform.paths import state_dir
 from kafkaops.reassign.planner import plan_drain, plan_rebalance, plan_scale_out
 from kafkaops.reassign.planner.plan import ReassignmentPlan
 
