@@ -6,19 +6,24 @@ Each step takes the context and JSON-safe values and returns JSON-safe values, s
 them through XCom unchanged; each appends what it did to the run's audit record. The context is
 generic over the capability's params: anything with a ``kind`` and a ``dry_run``. Nothing here
 imports Airflow or a capability.
+
+Run state lives in the kafkaops store (:mod:`kafkaops.platform.store`), never on local disk: the
+record, the cluster lock (taken by ``begin``; every change to the cluster first calls
+:meth:`OperationContext.fence`), the Data Docs of the gates.
 """
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from kafkaops.errors import KafkaOpsError
-from kafkaops.platform import admin, gates, state
-from kafkaops.platform.paths import safe_name, state_dir
+from kafkaops.platform import admin, gates, state, store
+from kafkaops.platform.paths import safe_name
 
 log = logging.getLogger(__name__)
 
@@ -48,21 +53,39 @@ class OperationContext(Generic[P]):
     params: P
     triggered_by: str = "unknown"
     extra: Mapping[str, Any] = field(default_factory=dict)
+    task_id: str | None = None
+    try_number: int | None = None
+    run_ended: store.RunEnded | None = None
+    """Asks Airflow whether another run has ended (lock takeover); None outside Airflow."""
 
     @property
     def holder(self) -> str:
-        return f"{self.dag_id}/{self.run_id}"
+        return store.holder_of(self.dag_id, self.run_id)
+
+    @property
+    def store(self) -> store.Store:
+        return store.current()
 
     @property
     def audit(self) -> state.AuditLog:
-        return state.AuditLog.for_run(self.dag_id, self.run_id)
+        return state.AuditLog(self.dag_id, self.run_id, task_id=self.task_id, try_number=self.try_number)
 
     @property
-    def docs_dir(self) -> Path:
-        return state_dir() / "docs" / safe_name(self.dag_id) / safe_name(self.run_id)
+    def artifact_prefix(self) -> str:
+        return f"{safe_name(self.dag_id)}/{safe_name(self.run_id)}"
 
     def connect(self) -> admin.KafkaConnection:
         return admin.connect(self.conn_config, timeout_s=15.0)
+
+    def fence(self, action: str) -> int:
+        """Check, just before ``action`` changes the cluster, that this run still holds its lock
+        (raises :class:`kafkaops.platform.store.LockLost` otherwise); renews the lease."""
+        op = self.store.operation(self.dag_id, self.run_id) or {}
+        if not op.get("cluster_id"):
+            raise store.LockLost(f"run {self.holder} took no cluster lock, so it may not {action}; run the DAG "
+                                 "from its begin task")
+        return self.store.check_fence(op["cluster_id"], self.dag_id, self.run_id, op.get("lock_token"),
+                                      action=action)
 
     def step(self, name: str, status: str, **data: Any) -> None:
         self.audit.append("step", name=name, status=status, **data)
@@ -71,40 +94,60 @@ class OperationContext(Generic[P]):
 # -- begin and finish ------------------------------------------------------------------------------------
 
 def begin(ctx: OperationContext[Any], raw_params: Mapping[str, Any]) -> dict[str, Any]:
-    """Record the run, find the cluster and take its lock (refused, naming the holder, if busy)."""
+    """Record the run, find the cluster and take its lock (refused, naming the holder, if busy).
+
+    The store is reached first: an unreachable store fails here, before anything touches Kafka."""
+    ctx.store.start_operation(ctx.dag_id, ctx.run_id, kind=ctx.params.kind, triggered_by=ctx.triggered_by,
+                              params=raw_params)
     ctx.audit.append("started", operation=ctx.params.kind, dag_id=ctx.dag_id, run_id=ctx.run_id,
                      triggered_by=ctx.triggered_by, params=dict(raw_params))
     try:
         with ctx.connect() as conn:
             cluster_id, controller, brokers = admin.describe_cluster(conn)
-        state.acquire_lock(cluster_id, ctx.holder)
+        lease = ctx.store.acquire(cluster_id, ctx.dag_id, ctx.run_id, run_ended=ctx.run_ended)
     except KafkaOpsError as err:
-        ctx.audit.append("outcome", outcome="refused", reason=str(err))
+        conclude(ctx, "refused", str(err))
         raise
-    ctx.audit.append("note", text=f"lock on cluster {cluster_id} taken by {ctx.holder}")
-    return {"cluster_id": cluster_id, "controller": controller, "brokers": sorted(b.id for b in brokers)}
+    ctx.audit.append("note", text=f"lock on cluster {cluster_id} taken by {ctx.holder} (fencing token {lease.token})")
+    return {"cluster_id": cluster_id, "controller": controller, "brokers": sorted(b.id for b in brokers),
+            "lock_token": lease.token}
 
 
-def finish(ctx: OperationContext[Any], cluster_id: str | None) -> dict[str, Any]:
-    """Write the outcome (from the steps the record holds) and release the lock; always runs."""
-    record = ctx.audit.summary()
-    final: dict[str, dict[str, Any]] = {}
-    for s in record["steps"]:  # a step retried to success counts as its last attempt
-        final[s["name"]] = s
+def outcome_of(record: Mapping[str, Any], *, dry_run: bool, failed_tasks: Iterable[str] = ()) -> tuple[str, str]:
+    """The outcome of the current attempt (pure): from its steps' last tries and the tasks Airflow
+    marked failed (a task killed before it could record its failure counts too)."""
+    final = {s["name"]: s for s in record["steps"]}
     failed = [name for name, s in final.items() if s.get("status") == "failed"]
+    failed += [t for t in failed_tasks if t not in failed]
     if record.get("approval") and record["approval"].get("approved") is False:
-        outcome, reason = "rejected", f"rejected by {record['approval'].get('by')}; nothing changed"
-    elif failed:
-        errors = [final[name].get("error", "") for name in failed]
-        outcome, reason = "failed", f"failed steps: {', '.join(failed)}: {'; '.join(errors)[:2000]}"
-    elif ctx.params.dry_run:
-        outcome, reason = "dry_run", "dry run: planned and gated, nothing changed"
-    else:
-        outcome, reason = "success", ""
+        return "rejected", f"rejected by {record['approval'].get('by')}; nothing changed"
+    if failed:
+        errors = [final[name].get("error") or "failed in Airflow (no error recorded: the task died)"
+                  if name in final else "failed in Airflow before it recorded a step" for name in failed]
+        return "failed", f"failed steps: {', '.join(failed)}: {'; '.join(errors)[:2000]}"
+    if dry_run:
+        return "dry_run", "dry run: planned and gated, nothing changed"
+    return "success", ""
+
+
+def finish(ctx: OperationContext[Any], cluster_id: str | None, *, failed_tasks: Iterable[str] = ()
+           ) -> dict[str, Any]:
+    """Write the outcome of this attempt (its recorded steps and the tasks Airflow marked failed)
+    and release the lock; always runs."""
+    outcome, reason = outcome_of(ctx.audit.summary(), dry_run=ctx.params.dry_run, failed_tasks=failed_tasks)
+    return conclude(ctx, outcome, reason, cluster_id)
+
+
+def conclude(ctx: OperationContext[Any], outcome: str, reason: str, cluster_id: str | None = None
+             ) -> dict[str, Any]:
+    """Record ``outcome`` as the run's (event and operations row) and release its lock."""
     ctx.audit.append("outcome", outcome=outcome, reason=reason)
-    released = state.release_lock(cluster_id, ctx.holder) if cluster_id else False
+    ctx.store.update_operation(ctx.dag_id, ctx.run_id, state="finished", outcome=outcome, reason=reason or None,
+                               ended_at=time.time())
+    released = ctx.store.release(cluster_id, ctx.dag_id, ctx.run_id) if cluster_id else False
     log.info("operation %s: %s (%s); lock released: %s", ctx.holder, outcome, reason or "-", released)
-    return {"outcome": outcome, "reason": reason, "record": str(ctx.audit.path)}
+    return {"outcome": outcome, "reason": reason, "record": ctx.audit.ref}
+
 
 
 # -- gates -----------------------------------------------------------------------------------------------
@@ -112,10 +155,14 @@ def finish(ctx: OperationContext[Any], cluster_id: str | None) -> dict[str, Any]
 def gate(ctx: OperationContext[Any], name: str, frames: Any) -> dict[str, Any]:
     """Run the suite ``name`` over ``frames``, record the result with its Data Docs, and raise
     :class:`kafkaops.platform.gates.GateFailed` when an expectation failed."""
-    result = gates.run(name, frames, docs_dir=ctx.docs_dir)
-    docs = None
-    if result.docs_path:
-        docs = str(Path(result.docs_path).relative_to(state_dir() / "docs"))
+    with tempfile.TemporaryDirectory(prefix="kafkaops-docs-") as tmp:
+        result = gates.run(name, frames, docs_dir=tmp)
+        docs = None
+        if result.docs_path:  # Data Docs go to the store, where the api-server reads them
+            site = Path(tmp).resolve() / name
+            prefix = f"docs/{ctx.artifact_prefix}/{name}"
+            ctx.store.put_tree(prefix, site)
+            docs = f"{prefix}/{Path(result.docs_path).resolve().relative_to(site).as_posix()}"
     ctx.audit.append("gate", gate=name, ok=result.ok, failures=list(result.failures), docs_path=docs,
                      statistics=dict(result.statistics))
     log.info("%s", result)
@@ -135,7 +182,6 @@ def preflight(ctx: OperationContext[Any]) -> dict[str, Any]:
 
 def record_approval(ctx: OperationContext[Any], approved: bool, by: str, mode: str) -> None:
     ctx.audit.append("approval", approved=approved, by=by, mode=mode)
-
 
 
 def now() -> float:
