@@ -49,3 +49,17 @@ class KafkaOpsHook(BaseHook):
 
     def connect(self, timeout_s: float = admin.DEFAULT_TIMEOUT_S) -> admin.KafkaConnection:
         return admin.connect(self.get_config(), timeout_s=timeout_s)
+
+
+def kafkaops_store(conn_id: str = "kafkaops_store") -> Any:
+    """The kafkaops store named by the Airflow connection ``conn_id``; the default SQLite store
+    when that connection does not exist. (Placeholder: the full version comes with the UI work.)"""
+    from airflow.exceptions import AirflowNotFoundException
+
+    from kafkaops.platform import store
+
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return store.open_store()
+    return store.open_store(conn.get_uri(), source=f"Airflow connection '{conn_id}'")
