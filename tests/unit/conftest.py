@@ -1,20 +1,2 @@
-"""Unit-test fixtures: a fresh SQLite kafkaops store per test (the embedded default backend)."""
-from __future__ import annotations
-
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
-from kafkaops.platform import store
-
-
-@pytest.fixture
-def local_store(tmp_path: Path) -> Iterator[store.Store]:
-    """A fresh store in tmp_path, made this process' store for the test."""
-    st = store.open_store(f"sqlite:///{tmp_path / 'kafkaops.db'}")
-    store.use(st)
-    try:
-        yield st
-    finally:
-        store.use(None)
+"""Unit-test fixtures."""
+from tests.store_fixtures import local_store  # noqa: F401

@@ -161,5 +161,5 @@ def build_capacity_review_dag(dag_id: str, *, schedule: str | None = DEFAULT_SCH
             note="proposed by the capacity review {{ run_id }}: approve or reject it in its approval step")
         done = finish(started)
         [reported, proposal] >> done.as_teardown(setups=started)
-        done >> trigger
+        [proposal, done] >> trigger  # skipped with the proposal
     return dag

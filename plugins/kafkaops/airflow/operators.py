@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -26,7 +27,10 @@ def run_ended(dag_id: str, run_id: str) -> bool:
     """Whether a DAG run has ended, asked of Airflow through the Task SDK (never its database)."""
     from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
-    return str(RuntimeTaskInstance.get_dagrun_state(dag_id=dag_id, run_id=run_id)) in ("success", "failed")
+    found = RuntimeTaskInstance.get_dagrun_state(dag_id=dag_id, run_id=run_id)
+    state = getattr(found, "value", found)
+    logging.getLogger(__name__).info("Airflow says run %s/%s is %s", dag_id, run_id, state)
+    return state in ("success", "failed")
 
 
 def failed_tasks(context: Any) -> list[str]:
