@@ -508,7 +508,9 @@ class Store:
 
     def artifact_paths(self, prefix: str = "") -> list[str]:
         with self._tx() as conn:
-            return list(conn.execute(sa.select(artifacts.c.path).where(artifacts.c.path.startswith(prefix))
+            # autoescape: a '_' or '%' in the prefix is itself, not a LIKE wildcard
+            return list(conn.execute(sa.select(artifacts.c.path)
+                                     .where(artifacts.c.path.startswith(prefix, autoescape=True))
                                      .order_by(artifacts.c.path)).scalars())
 
 
