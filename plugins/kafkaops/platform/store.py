@@ -243,9 +243,7 @@ class Store:
     def revision(self) -> str | None:
         """The schema revision the database is at (None: no kafkaops schema yet)."""
         with self._tx() as conn:
-            if not sa.inspect(conn).has_table(VERSION_TABLE):
-                return None
-            return conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
+            return _revision(conn)
 
     def prepare(self, *, upgrade: bool = True) -> Store:
         """Reach the database and bring its schema to this kafkaops' head (``upgrade``) or refuse."""
@@ -259,17 +257,24 @@ class Store:
         current, head = self.revision(), migrations.head()
         if current == head:
             return self
-        if current is not None and current not in migrations.known():
-            raise StoreSchemaError(f"the kafkaops store {self.where} is at schema revision {current}, which this "
-                                   f"kafkaops does not know (its newest is {head}): upgrade kafkaops on this host")
+        self._refuse_unknown(current, head, migrations.known())
         if not upgrade:
             raise StoreSchemaError(f"the kafkaops store {self.where} is at schema revision {current or 'none'}, "
                                    f"this kafkaops needs {head}: run '{UPGRADE_COMMAND}' (it changes only kafkaops' "
                                    "own tables)")
-        log.info("%s: upgrading its schema from %s to %s", self.where, current or "empty", head)
         with self._tx() as conn:
-            migrations.upgrade(conn, "head")
+            _lock_schema(conn)  # processes starting together upgrade one after the other
+            current = _revision(conn)
+            if current != head:  # else another process upgraded it while this one waited
+                self._refuse_unknown(current, head, migrations.known())
+                log.info("%s: upgrading its schema from %s to %s", self.where, current or "empty", head)
+                migrations.upgrade(conn, "head")
         return self
+
+    def _refuse_unknown(self, current: str | None, head: str, known: set[str]) -> None:
+        if current is not None and current not in known:
+            raise StoreSchemaError(f"the kafkaops store {self.where} is at schema revision {current}, which this "
+                                   f"kafkaops does not know (its newest is {head}): upgrade kafkaops on this host")
 
     # -- operations and events ---------------------------------------------------------------------------
 
@@ -603,6 +608,25 @@ def _insert_ignore(store: Store, table: sa.Table, values: Mapping[str, Any], key
         return pg_insert(table).values(**values).on_conflict_do_nothing(index_elements=[key])
     from sqlalchemy.dialects.sqlite import insert as sqlite_insert
     return sqlite_insert(table).values(**values).on_conflict_do_nothing(index_elements=[key])
+
+
+def _revision(conn: Connection) -> str | None:
+    if not sa.inspect(conn).has_table(VERSION_TABLE):
+        return None
+    return conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
+
+
+_SCHEMA_LOCK = 0x6B61666B  # Postgres advisory lock key ("kafk") held while the schema is upgraded
+
+
+def _lock_schema(conn: Connection) -> None:
+    """Take the schema upgrade lock until ``conn``'s transaction ends; a concurrent upgrader waits."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK})
+    elif conn.dialect.name == "sqlite":
+        # the write lock now (pysqlite would begin only at the first INSERT); the DDL that follows is
+        # then in this transaction too, so a failed upgrade leaves no half-made schema behind
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def _lease(row: Mapping[str, Any]) -> Lease:
