@@ -206,8 +206,10 @@ def _hide(url: sa.URL) -> str:
 
 
 def _where(url: sa.URL, source: str) -> str:
-    place = url.database if url.get_backend_name() == "sqlite" else f"{url.host or 'localhost'}:{url.port or ''}"
-    return f"{source} ({url.get_backend_name()} at {place})"
+    backend = url.get_backend_name()
+    port = url.port or (5432 if backend == "postgresql" else "")
+    place = url.database if backend == "sqlite" else f"{url.host or 'localhost'}:{port}"
+    return f"{source} ({backend} at {place})"
 
 
 # -- the store --------------------------------------------------------------------------------------------
@@ -219,7 +221,11 @@ class Store:
         self.url = sa.make_url(url)
         self.source = source
         self.where = _where(self.url, source)
-        self.engine = _engine(self.url)
+        try:
+            self.engine = _engine(self.url)
+        except OSError as err:  # the folder of a SQLite file
+            raise StoreUnavailable(f"the kafkaops store {self.where} cannot be created: {err.strerror}: "
+                                   f"{err.filename}; point the store URL at a file in a writable folder") from err
 
     def __repr__(self) -> str:
         return f"Store({_hide(self.url)!r})"
