@@ -367,6 +367,9 @@ class Store:
             self._bind_token(dag_id, run_id, cluster_id, current.token)
             return current
         if current.holder == holder:
+            op = self.operation(dag_id, run_id)
+            if op is not None and (op["cluster_id"], op["lock_token"]) != (cluster_id, current.token):
+                self._bind_token(dag_id, run_id, cluster_id, current.token)  # the first try died before it
             return current
         ended = _ended(run_ended, current)
         expired = current.lease_until is not None and current.lease_until < now
@@ -435,8 +438,16 @@ class Store:
         if current is None or current.free:
             return None
         with self._tx() as conn:
-            conn.execute(locks.update().where(locks.c.cluster_id == cluster_id, locks.c.token == current.token)
-                         .values(holder=None, dag_id=None, run_id=None, lease_until=None, token=current.token + 1))
+            broken = conn.execute(locks.update().where(locks.c.cluster_id == cluster_id,
+                                                       locks.c.token == current.token)
+                                  .values(holder=None, dag_id=None, run_id=None, lease_until=None,
+                                          token=current.token + 1)).rowcount
+        if not broken:  # taken by another run since it was read: that run is not the one meant
+            latest = self.lease(cluster_id)
+            raise KafkaOpsError(f"the lock of cluster {cluster_id} changed while breaking it: {current.holder} "
+                                f"(token {current.token}) no longer holds it, "
+                                f"{latest.holder if latest and latest.holder else 'nobody'} does; nothing was "
+                                f"broken. Check 'kafkaops lock show {cluster_id}' before breaking it again")
         self._log_lock(cluster_id, "broken", None, previous=current.holder, token=current.token + 1, by=by,
                        reason=reason)
         if current.dag_id and current.run_id:
