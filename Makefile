@@ -8,12 +8,13 @@ JARS_DIR := $(CURDIR)/.cache/jars
 JARS_STAMP := $(JARS_DIR)/.stamp
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint-imports test-unit test-integration cluster-up cluster-down airflow bench clean help
+.PHONY: setup postgres demo test lint-imports test-unit test-integration cluster-up cluster-down airflow bench clean help
 
 help:
 	@echo "make demo          set up, start the local 3-broker cluster, run the main job, stop it"
 	@echo "make test          set up, check the layer contracts (lint-imports) and run every test (Java, unit, real-cluster integration)"
 	@echo "make setup         .venv/ with pinned packages, and the Kafka/Spark jars from Maven Central"
+	@echo "make postgres      the PostgreSQL server binaries the store tests start a throw-away server from (apt-get, as root)"
 	@echo "make cluster-up    start the local cluster (127.0.0.1:19092,19094,19096) and leave it running"
 	@echo "make cluster-down  stop it"
 	@echo "make airflow       airflow standalone on 127.0.0.1:8080 with the kafkaops DAGs and plugin (local cluster as kafka_default)"
@@ -37,10 +38,24 @@ $(JARS_STAMP): jvm/pom.xml jvm/broker/pom.xml jvm/tools/pom.xml jvm/spark/pom.xm
 	mvn -q -B -f jvm/pom.xml package -Djars.dir=$(JARS_DIR)
 	touch $@
 
+# The store tests start a throw-away PostgreSQL server (tests/postgres.py) from initdb/pg_ctl on PATH or
+# in /usr/lib/postgresql/*/bin. Installed without Debian's "main" cluster: nothing starts a server here.
+postgres:
+	@if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	    echo "error: initdb not found; the store tests need the PostgreSQL server: install it (e.g. sudo apt-get install postgresql), or run make test as root on Debian/Ubuntu"; exit 1; \
+	  fi; \
+	  mkdir -p /etc/postgresql-common/createcluster.d && \
+	  echo "create_main_cluster = off" > /etc/postgresql-common/createcluster.d/kafkaops-no-main-cluster.conf && \
+	  export DEBIAN_FRONTEND=noninteractive && \
+	  { apt-get install -y --no-install-recommends postgresql || \
+	    { apt-get update && apt-get install -y --no-install-recommends postgresql; }; }; \
+	fi
+
 demo: setup
 	$(PY) -m kafkaops demo
 
-test: setup lint-imports
+test: setup postgres lint-imports
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The layer contracts of pyproject.toml's [tool.importlinter] (docs/architecture.md).
@@ -50,7 +65,7 @@ lint-imports: setup
 test-unit: setup
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-test-integration: setup
+test-integration: setup postgres
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 cluster-up: setup

@@ -31,6 +31,8 @@ atexit.register(shutil.rmtree, _AIRFLOW_HOME, True)
 from kafkaops.platform import admin  # noqa: E402
 
 from kafkaops.platform import provision  # noqa: E402
+from kafkaops.platform import store as store_  # noqa: E402
+from tests import postgres  # noqa: E402
 
 # Fast failure detection for tests that stop brokers: fenced after 3 s without heartbeats.
 TEST_BROKER_CONFIG = {
@@ -85,3 +87,28 @@ def kafka_conn(kafka_cluster: RunningCluster) -> Iterator[admin.KafkaConnection]
 def topic_name(request: pytest.FixtureRequest) -> str:
     """A topic name unique to this test."""
     return f"{re.sub(r'[^a-zA-Z0-9._-]', '-', request.node.name)[:40]}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A throw-away PostgreSQL server for the session (``tests/postgres.py``): the URL of its empty
+    database ``kafkaops``."""
+    with postgres.temporary_postgres() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A new empty database for this test, once per store backend: a SQLite file in ``tmp_path``, or
+    a database of its own on the session's PostgreSQL server (dropped afterwards)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'kafkaops.db'}"
+        return
+    with postgres.scratch_database(request.getfixturevalue("postgres_url")) as url:
+        yield url
+
+
+@pytest.fixture
+def store(store_url: str) -> store_.Store:
+    """The kafkaops store on ``store_url``, at the current schema."""
+    return store_.open_store(store_url)

@@ -206,8 +206,10 @@ def _hide(url: sa.URL) -> str:
 
 
 def _where(url: sa.URL, source: str) -> str:
-    place = url.database if url.get_backend_name() == "sqlite" else f"{url.host or 'localhost'}:{url.port or ''}"
-    return f"{source} ({url.get_backend_name()} at {place})"
+    backend = url.get_backend_name()
+    port = url.port or (5432 if backend == "postgresql" else "")
+    place = url.database if backend == "sqlite" else f"{url.host or 'localhost'}:{port}"
+    return f"{source} ({backend} at {place})"
 
 
 # -- the store --------------------------------------------------------------------------------------------
@@ -219,7 +221,11 @@ class Store:
         self.url = sa.make_url(url)
         self.source = source
         self.where = _where(self.url, source)
-        self.engine = _engine(self.url)
+        try:
+            self.engine = _engine(self.url)
+        except OSError as err:  # the folder of a SQLite file
+            raise StoreUnavailable(f"the kafkaops store {self.where} cannot be created: {err.strerror}: "
+                                   f"{err.filename}; point the store URL at a file in a writable folder") from err
 
     def __repr__(self) -> str:
         return f"Store({_hide(self.url)!r})"
@@ -243,9 +249,7 @@ class Store:
     def revision(self) -> str | None:
         """The schema revision the database is at (None: no kafkaops schema yet)."""
         with self._tx() as conn:
-            if not sa.inspect(conn).has_table(VERSION_TABLE):
-                return None
-            return conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
+            return _revision(conn)
 
     def prepare(self, *, upgrade: bool = True) -> Store:
         """Reach the database and bring its schema to this kafkaops' head (``upgrade``) or refuse."""
@@ -259,17 +263,24 @@ class Store:
         current, head = self.revision(), migrations.head()
         if current == head:
             return self
-        if current is not None and current not in migrations.known():
-            raise StoreSchemaError(f"the kafkaops store {self.where} is at schema revision {current}, which this "
-                                   f"kafkaops does not know (its newest is {head}): upgrade kafkaops on this host")
+        self._refuse_unknown(current, head, migrations.known())
         if not upgrade:
             raise StoreSchemaError(f"the kafkaops store {self.where} is at schema revision {current or 'none'}, "
                                    f"this kafkaops needs {head}: run '{UPGRADE_COMMAND}' (it changes only kafkaops' "
                                    "own tables)")
-        log.info("%s: upgrading its schema from %s to %s", self.where, current or "empty", head)
         with self._tx() as conn:
-            migrations.upgrade(conn, "head")
+            _lock_schema(conn)  # processes starting together upgrade one after the other
+            current = _revision(conn)
+            if current != head:  # else another process upgraded it while this one waited
+                self._refuse_unknown(current, head, migrations.known())
+                log.info("%s: upgrading its schema from %s to %s", self.where, current or "empty", head)
+                migrations.upgrade(conn, "head")
         return self
+
+    def _refuse_unknown(self, current: str | None, head: str, known: set[str]) -> None:
+        if current is not None and current not in known:
+            raise StoreSchemaError(f"the kafkaops store {self.where} is at schema revision {current}, which this "
+                                   f"kafkaops does not know (its newest is {head}): upgrade kafkaops on this host")
 
     # -- operations and events ---------------------------------------------------------------------------
 
@@ -356,6 +367,9 @@ class Store:
             self._bind_token(dag_id, run_id, cluster_id, current.token)
             return current
         if current.holder == holder:
+            op = self.operation(dag_id, run_id)
+            if op is not None and (op["cluster_id"], op["lock_token"]) != (cluster_id, current.token):
+                self._bind_token(dag_id, run_id, cluster_id, current.token)  # the first try died before it
             return current
         ended = _ended(run_ended, current)
         expired = current.lease_until is not None and current.lease_until < now
@@ -424,8 +438,16 @@ class Store:
         if current is None or current.free:
             return None
         with self._tx() as conn:
-            conn.execute(locks.update().where(locks.c.cluster_id == cluster_id, locks.c.token == current.token)
-                         .values(holder=None, dag_id=None, run_id=None, lease_until=None, token=current.token + 1))
+            broken = conn.execute(locks.update().where(locks.c.cluster_id == cluster_id,
+                                                       locks.c.token == current.token)
+                                  .values(holder=None, dag_id=None, run_id=None, lease_until=None,
+                                          token=current.token + 1)).rowcount
+        if not broken:  # taken by another run since it was read: that run is not the one meant
+            latest = self.lease(cluster_id)
+            raise KafkaOpsError(f"the lock of cluster {cluster_id} changed while breaking it: {current.holder} "
+                                f"(token {current.token}) no longer holds it, "
+                                f"{latest.holder if latest and latest.holder else 'nobody'} does; nothing was "
+                                f"broken. Check 'kafkaops lock show {cluster_id}' before breaking it again")
         self._log_lock(cluster_id, "broken", None, previous=current.holder, token=current.token + 1, by=by,
                        reason=reason)
         if current.dag_id and current.run_id:
@@ -508,7 +530,9 @@ class Store:
 
     def artifact_paths(self, prefix: str = "") -> list[str]:
         with self._tx() as conn:
-            return list(conn.execute(sa.select(artifacts.c.path).where(artifacts.c.path.startswith(prefix))
+            # autoescape: a '_' or '%' in the prefix is itself, not a LIKE wildcard
+            return list(conn.execute(sa.select(artifacts.c.path)
+                                     .where(artifacts.c.path.startswith(prefix, autoescape=True))
                                      .order_by(artifacts.c.path)).scalars())
 
 
@@ -601,6 +625,25 @@ def _insert_ignore(store: Store, table: sa.Table, values: Mapping[str, Any], key
         return pg_insert(table).values(**values).on_conflict_do_nothing(index_elements=[key])
     from sqlalchemy.dialects.sqlite import insert as sqlite_insert
     return sqlite_insert(table).values(**values).on_conflict_do_nothing(index_elements=[key])
+
+
+def _revision(conn: Connection) -> str | None:
+    if not sa.inspect(conn).has_table(VERSION_TABLE):
+        return None
+    return conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
+
+
+_SCHEMA_LOCK = 0x6B61666B  # Postgres advisory lock key ("kafk") held while the schema is upgraded
+
+
+def _lock_schema(conn: Connection) -> None:
+    """Take the schema upgrade lock until ``conn``'s transaction ends; a concurrent upgrader waits."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK})
+    elif conn.dialect.name == "sqlite":
+        # the write lock now (pysqlite would begin only at the first INSERT); the DDL that follows is
+        # then in this transaction too, so a failed upgrade leaves no half-made schema behind
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def _lease(row: Mapping[str, Any]) -> Lease:
