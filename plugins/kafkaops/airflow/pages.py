@@ -36,19 +36,6 @@ def _cluster_view(data: Mapping[str, Any] | None) -> dict[str, Any] | None:
             "groups": (render.GROUP_COLUMNS, render.group_rows(cluster))}
 
 
-def _plan_facts(plan: Mapping[str, Any]) -> list[tuple[str, str]]:
-    facts = []
-    if "moves" in plan:
-        facts.append(("partitions that move", str(plan["moves"])))
-    if "replica_moves" in plan:
-        facts.append(("replicas that move", str(plan["replica_moves"])))
-    if "bytes_to_move" in plan:
-        facts.append(("bytes to copy", render.human_bytes(plan["bytes_to_move"])))
-    if plan.get("eta_s") is not None:
-        facts.append(("time at the throttle", render.duration(plan["eta_s"])))
-    return facts
-
-
 def record_href(dag_id: str, run_id: str) -> str:
     return f"{RECORDS}/{quote(dag_id, safe='')}/{quote(run_id, safe='')}"
 
@@ -72,7 +59,7 @@ def render_record(record: Mapping[str, Any]) -> str:
     plan = record.get("plan") or {}
     started, ended = record.get("started_at"), record.get("ended_at")
     return _templates.get_template("record.html.j2").render(
-        record=record, plan=plan, plan_facts=_plan_facts(plan),
+        record=record, plan=plan, plan_facts=render.plan_facts(plan),
         docs=[artifact_href(g["docs_path"]) if g.get("docs_path") else None for g in record.get("gates") or ()],
         notes=[(n, _note_href(n)) for n in record.get("notes") or ()],
         params=[(name, render.plain(value)) for name, value in sorted((record.get("params") or {}).items())],
