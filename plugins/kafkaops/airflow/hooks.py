@@ -93,7 +93,8 @@ def kafkaops_store(conn_id: str = STORE_CONN_ID) -> store.Store:
     try:
         conn = BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
-        url, source = sa.make_url(store.default_url()), f"the default kafkaops store (no Airflow connection '{conn_id}')"
+        url = sa.make_url(store.default_url())
+        source = f"the default kafkaops store (no Airflow connection '{conn_id}')"
     else:
         url, source = store_url_from_connection(conn), f"Airflow connection '{conn_id}'"
     if _same_database(url, conf.get("database", "sql_alchemy_conn", fallback="")):
@@ -110,7 +111,8 @@ def _same_database(url: sa.URL, other: str) -> bool:
     if url.get_backend_name() != theirs.get_backend_name():
         return False
     if url.get_backend_name() == "sqlite":
-        return bool(url.database and theirs.database) and Path(url.database).resolve() == Path(theirs.database).resolve()
+        return (bool(url.database and theirs.database)
+                and Path(url.database).resolve() == Path(theirs.database).resolve())
 
     def where(u: sa.URL) -> tuple[object, ...]:
         return (u.host or "localhost", u.port or _DEFAULT_PORTS.get(u.get_backend_name()), u.database)

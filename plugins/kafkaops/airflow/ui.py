@@ -23,7 +23,7 @@ from urllib.parse import quote
 from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -77,7 +77,8 @@ def _record(store: Store, dag_id: str, run_id: str) -> dict[str, Any]:
 
 
 @app.get("/records", response_class=HTMLResponse)
-def list_records(user: GetUserDep, store: StoreDep, dag_id: str | None = None, limit: int = 200) -> str:
+def list_records(user: GetUserDep, store: StoreDep, dag_id: str | None = None,
+                 limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> str:
     readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET")
     return render_record_list(state.list_records(dag_id, store=store, limit=limit, dag_ids=readable))
 

@@ -7,7 +7,7 @@ import getpass
 import socket
 import time
 
-from kafkaops.cli.options import add_store, open_store
+from kafkaops.cli.options import add_store, open_store, positive
 from kafkaops.platform import render
 from kafkaops.platform.store import Lease
 
@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           description="Who holds CLUSTER's lock (run, fencing token, since, lease until, in UTC) "
                                       "and the recent acquires, releases, takeovers and breaks.")
     show.add_argument("cluster", metavar="CLUSTER", help="the cluster id")
-    show.add_argument("--history", type=int, default=10, metavar="N", help="the last N lock events (default 10)")
+    show.add_argument("--history", type=positive, default=10, metavar="N", help="the last N lock events (default 10)")
     add_store(show)
     breaking = sub.add_parser("break", help="free the cluster whoever holds it (needs --reason)",
                               description="Free CLUSTER's lock whoever holds it; the fencing token goes up, so the old "
@@ -56,9 +56,10 @@ def run(args: argparse.Namespace) -> int:
     if broken is None:
         print(f"cluster {args.cluster} is not locked in the store {store.where}: nothing to break")
         return 0
-    print(f"broke the lock on cluster {args.cluster}: {broken.holder} held it since {render.utc_time(broken.acquired_at)} "
-          f"with token {broken.token} (lease until {render.utc_time(broken.lease_until)}); the cluster is free and "
-          f"token {broken.token + 1} fences that run off. Recorded by {by}: {args.reason}")
+    print(f"broke the lock on cluster {args.cluster}: {broken.holder} held it since "
+          f"{render.utc_time(broken.acquired_at)} with token {broken.token} (lease until "
+          f"{render.utc_time(broken.lease_until)}); the cluster is free and token {broken.token + 1} fences that run "
+          f"off. Recorded by {by}: {args.reason}")
     return 0
 
 
@@ -67,8 +68,8 @@ def describe(cluster: str, lease: Lease | None) -> str:
         return f"cluster {cluster}: never locked"
     if lease.free:
         return f"cluster {cluster}: free (last token {lease.token})"
-    text = (f"cluster {cluster}: held by {lease.holder}, token {lease.token}, since {render.utc_time(lease.acquired_at)}"
-            f", lease until {render.utc_time(lease.lease_until)}")
+    text = (f"cluster {cluster}: held by {lease.holder}, token {lease.token}, "
+            f"since {render.utc_time(lease.acquired_at)}, lease until {render.utc_time(lease.lease_until)}")
     if lease.lease_until is not None and lease.lease_until < time.time():
         text += " (the lease ran out: the next run to start takes the cluster over)"
     return text

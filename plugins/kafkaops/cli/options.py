@@ -27,6 +27,17 @@ def add_local_connection(parser: argparse.ArgumentParser) -> None:
     add_timeout(parser)
 
 
+def positive(text: str) -> int:
+    """An argparse type: a count of 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count; give 1 or more")
+    return value
+
+
 def _database_url(text: str) -> str:
     import sqlalchemy as sa
 
@@ -39,7 +50,8 @@ def _database_url(text: str) -> str:
         url.get_dialect()
     except sa.exc.NoSuchModuleError:
         raise argparse.ArgumentTypeError(f"names the database driver {url.drivername!r}, which SQLAlchemy does not "
-                                         "have here; use postgresql://... (the postgres provider) or sqlite:///...") from None
+                                         "have here; use postgresql://... (the postgres provider) or "
+                                         "sqlite:///...") from None
     return text
 
 

@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kafkaops.cli.options import add_store, open_store
+from kafkaops.cli.options import add_store, open_store, positive
 from kafkaops.errors import NotFound
 from kafkaops.platform import render, state
 
@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              description="The runs in the kafkaops store, newest first: DAG, run, kind, cluster, "
                                          "who triggered it, state, outcome, start and end (UTC), duration.")
     listing.add_argument("--dag", metavar="DAG", help="only this DAG's runs")
-    listing.add_argument("--limit", type=int, default=50, metavar="N", help="at most N runs (default 50)")
+    listing.add_argument("--limit", type=positive, default=50, metavar="N", help="at most N runs (default 50)")
     add_store(listing)
     show = sub.add_parser("show", help="one run's record as text (or JSON)",
                           description="One run's record: who triggered it with which params, the steps with status "
@@ -42,8 +42,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     record = state.read_record(args.dag, args.run, store=store)
     if record is None:
-        raise NotFound(f"no kafkaops record for run {args.run} of DAG {args.dag} in the store {store.where}; list the runs: "
-                       f"python -m kafkaops records list --dag {args.dag}")
+        raise NotFound(f"no kafkaops record for run {args.run} of DAG {args.dag} in the store {store.where}; list the "
+                       f"runs: python -m kafkaops records list --dag {args.dag}")
     print(json.dumps(record, indent=2, sort_keys=True, default=str) if args.json else render_record(record))
     return 0
 

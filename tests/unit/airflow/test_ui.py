@@ -178,6 +178,7 @@ def test_the_list_shows_the_readable_runs_newest_first(api: Api) -> None:
     assert listing.status_code == 200
     assert f'href="/kafkaops/records/{DAG}/manual__2026-11-22T10%3A00%3A00%2B00%3A00"' in listing.text
     assert "retired_dag" not in listing.text
+    assert api.get("/kafkaops/records?limit=0", api.token("vera")).status_code == 422
     # the quoted link leads to the record
     assert api.get(f"/kafkaops/records/{DAG}/manual__2026-11-22T10%3A00%3A00%2B00%3A00",
                    api.token("vera")).status_code == 200

@@ -164,6 +164,8 @@ def test_a_password_in_the_store_url_is_never_printed() -> None:
         assert "did not answer" in result.err, argv
 
 
-def test_a_store_url_that_cannot_work_is_bad_input() -> None:
+def test_options_that_cannot_work_are_bad_input() -> None:
     result = kafkaops("records", "list", "--store", "nope://x")
     assert result.code == exits.EXIT_BAD_INPUT and "argument --store: names the database driver 'nope'" in result.err
+    result = kafkaops("records", "list", "--limit", "0")
+    assert result.code == exits.EXIT_BAD_INPUT and "argument --limit: '0' is not a count" in result.err
