@@ -24,7 +24,6 @@ os.environ.update({
     "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
     "AIRFLOW__CORE__DAGS_FOLDER": str(_REPO / "dags"),
     "AIRFLOW__CORE__PLUGINS_FOLDER": str(_REPO / "plugins"),
-    "KAFKAOPS_STATE_DIR": str(_AIRFLOW_HOME / "kafkaops"),
     "GX_ANALYTICS_ENABLED": "false",
 })
 atexit.register(shutil.rmtree, _AIRFLOW_HOME, True)

@@ -16,8 +16,11 @@ def test_shape_schedule_and_params(dagbag) -> None:
     dag = dagbag.dags[DAG_ID]
     assert "kafkaops" in dag.tags and dag.max_active_runs == 1
     assert str(getattr(dag, "schedule", None) or dag.timetable.summary) in ("@daily", "0 0 * * *")
-    assert [t.task_id for t in sorted(dag.tasks, key=lambda t: len(t.upstream_task_ids))][:1] == ["snapshot"]
-    assert dag.get_task("propose_scale_out").upstream_task_ids == {"scale_out_proposal"}
+    assert [t.task_id for t in sorted(dag.tasks, key=lambda t: len(t.upstream_task_ids))][:1] == ["begin"]
+    assert dag.get_task("snapshot").upstream_task_ids == {"begin"}
+    assert dag.get_task("finish").is_teardown and dag.get_task("begin").is_setup
+    # the proposed scale-out starts after finish released the cluster lock
+    assert dag.get_task("propose_scale_out").upstream_task_ids == {"scale_out_proposal", "finish"}
     assert dag.get_task("review").upstream_task_ids == {"snapshot", "history_append", "key_skew"}
     assert dag.params["propose_scale_out"] is False and dag.params["key_skew"] is False
     assert all(dag.params.get_param(k).description for k in dag.params)

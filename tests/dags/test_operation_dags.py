@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kafkaops.platform import admin
-from kafkaops.platform import state
+from kafkaops.platform import state, store
 from kafkaops.cli import datagen
 from kafkaops.reassign import engine
 from kafkaops.platform import provision
@@ -60,22 +60,45 @@ def test_a_rejected_approval_leaves_the_cluster_unchanged(dagbag, cluster) -> No
     assert assignment(spec) == before
     with admin.connect(spec.bootstrap) as conn:
         assert throttles_left(conn) == {}
-        assert state.lock_holder(admin.describe_cluster(conn)[0]) is None
+        assert store.current().lease(admin.describe_cluster(conn)[0]).free
 
 
 def test_a_run_is_refused_while_another_holds_the_cluster(dagbag, cluster) -> None:
     spec, spec_path = cluster
     with admin.connect(spec.bootstrap) as conn:
         cluster_id = admin.describe_cluster(conn)[0]
-    state.acquire_lock(cluster_id, "kafka_scale_out/manual__other-run")
+    store.current().start_operation("kafka_scale_out", "manual__other-run", kind="scale_out", triggered_by="t",
+                                    params={})
+    store.current().acquire(cluster_id, "kafka_scale_out", "manual__other-run")
     try:
         dag_run, record = run(dagbag, "kafka_reassign", operation="rebalance", dry_run=True,
                               inventory=str(spec_path))
     finally:
-        state.release_lock(cluster_id, "kafka_scale_out/manual__other-run")
+        store.current().release(cluster_id, "kafka_scale_out", "manual__other-run")
     assert str(dag_run.state) == "failed"
     assert record["outcome"] == "refused"
     assert "run kafka_scale_out/manual__other-run holds it" in record["outcome_reason"]
+
+
+def test_the_lock_of_a_run_airflow_says_has_ended_is_taken_over_and_its_token_is_fenced(dagbag, cluster) -> None:
+    """A holder that died without releasing (its worker was killed): Airflow, asked through the
+    Task SDK, says its run has ended, so the next run takes the cluster over; the old token is refused."""
+    spec, spec_path = cluster
+    ended, _ = run(dagbag, "kafka_reassign", operation="rebalance", dry_run=True, inventory=str(spec_path))
+    assert str(ended.state) == "success"
+    st = store.current()
+    with admin.connect(spec.bootstrap) as conn:
+        cluster_id = admin.describe_cluster(conn)[0]
+    stale = st.acquire(cluster_id, "kafka_reassign", ended.run_id)  # as if its finish never ran
+    dag_run, record = run(dagbag, "kafka_reassign", operation="rebalance", dry_run=True, inventory=str(spec_path))
+    assert str(dag_run.state) == "success", record
+    assert any("taken over from kafka_reassign/" + ended.run_id in n["text"] and "its run has ended" in n["text"]
+               for n in record["notes"]), record["notes"]
+    old = state.AuditLog("kafka_reassign", ended.run_id).summary()
+    assert any(n.get("lock") == "lost" for n in old["notes"])
+    with pytest.raises(store.LockLost, match="no longer holds"):
+        st.check_fence(cluster_id, "kafka_reassign", ended.run_id, stale.token)
+    assert st.lease(cluster_id).free and st.lock_history(cluster_id)[1]["action"] == "taken_over"
 
 
 def test_a_failing_preflight_gate_stops_the_run_before_anything_is_provisioned(dagbag, cluster) -> None:
@@ -168,13 +191,13 @@ def test_a_broker_killed_mid_move_stalls_the_wait_and_the_retry_completes_the_ru
                 return
             time.sleep(0.5)
 
-    runs = sorted(state.list_records("kafka_scale_out"))
+    runs = {r["run_id"] for r in state.list_records("kafka_scale_out")}
 
     def find_run_id() -> None:
         while "restarted" not in events and time.monotonic() < start + 240:
-            fresh = sorted(set(state.list_records("kafka_scale_out")) - set(runs))
+            fresh = sorted({r["run_id"] for r in state.list_records("kafka_scale_out")} - runs)
             if fresh:
-                events["run_id"] = fresh[0].stem
+                events["run_id"] = fresh[0]
                 return
             time.sleep(0.2)
 

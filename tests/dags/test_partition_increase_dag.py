@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from kafkaops.platform import admin
-from kafkaops.platform import state
+from kafkaops.platform import state, store
 from kafkaops.cli import datagen
 from kafkaops.platform import provision
 from tests.conftest import TEST_BROKER_CONFIG
@@ -46,7 +46,7 @@ def test_in_place_on_a_keyed_topic_is_refused_naming_the_moved_keys(dagbag, clus
     assert "distinct keys" in record["outcome_reason"] and "mode=migrate" in record["outcome_reason"]
     with admin.connect(cluster.bootstrap) as conn:
         assert len(admin.snapshot(conn, topics=[TOPIC], sizes=False, groups=False).partitions) == 3
-        assert state.lock_holder(admin.describe_cluster(conn)[0]) is None
+        assert store.current().lease(admin.describe_cluster(conn)[0]).free
 
 
 def test_migrate_rekeys_gates_and_translates_offsets(dagbag, cluster) -> None:

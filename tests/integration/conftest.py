@@ -3,6 +3,8 @@ the shared session cluster keeps its shape), client traffic that proves nothing 
 look at the throttle configs left on a cluster."""
 from __future__ import annotations
 
+from tests.store_fixtures import local_store  # noqa: F401
+
 import json
 import threading
 import time

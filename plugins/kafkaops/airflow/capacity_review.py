@@ -1,8 +1,9 @@
 """The scheduled capacity review as tasks: kafkaops.capacity.steps's steps.
 
-    snapshot -> history_append -> key_skew (optional, Spark) -> review -> report
-      -> scale_out_proposal -> propose_scale_out (TriggerDagRunOperator: a kafka_scale_out run with
-         approval=manual, dry_run=false, which waits at its approval for a person)
+    begin (setup: the record, the cluster lock) -> snapshot -> history_append -> key_skew (optional,
+      Spark) -> review -> report -> scale_out_proposal -> finish (teardown: outcome, lock released)
+      -> propose_scale_out (TriggerDagRunOperator: a kafka_scale_out run with approval=manual,
+         dry_run=false, which waits at its approval for a person; after finish, so the lock is free)
 
 The schedule is the builder's ``schedule`` argument; ``dags/kafka_capacity_review.py`` takes it from
 the Airflow Variable ``kafkaops_capacity_review_schedule`` in its environment form
@@ -19,8 +20,10 @@ from airflow.sdk import DAG, Param, get_current_context, task
 from airflow.sdk.exceptions import AirflowSkipException
 
 from kafkaops.capacity import steps
+from kafkaops.platform import lifecycle
 from kafkaops.airflow.hooks import KafkaOpsHook
 from kafkaops.airflow.lifecycle import COMMON_PARAMS, operation_dag
+from kafkaops.airflow.operators import failed_tasks, run_fields
 
 SCHEDULE_VARIABLE = "kafkaops_capacity_review_schedule"
 DEFAULT_SCHEDULE = "@daily"
@@ -69,7 +72,21 @@ def schedule_from_env() -> str | None:
 def _run() -> tuple[Any, steps.CapacityParams, str, str]:
     context = get_current_context()
     dag_run = context["dag_run"]
+    run_fields(context)  # opens the kafkaops store of this deployment
     return context, steps.CapacityParams.from_params(dict(context["params"])), dag_run.dag_id, dag_run.run_id
+
+
+def _record(context: Any) -> Any:
+    ti = context["ti"]
+    return steps.record(context["dag_run"].dag_id, context["dag_run"].run_id, task_id=ti.task_id,
+                        try_number=ti.try_number)
+
+
+def _context() -> tuple[Any, lifecycle.OperationContext]:
+    context = get_current_context()
+    params = steps.CapacityParams.from_params(dict(context["params"]))
+    return context, lifecycle.OperationContext(conn_config=KafkaOpsHook(params.kafka_conn_id).get_config(),
+                                               params=params, **run_fields(context))  # type: ignore[arg-type]
 
 
 def build_capacity_review_dag(dag_id: str, *, schedule: str | None = DEFAULT_SCHEDULE, description: str,
@@ -78,14 +95,15 @@ def build_capacity_review_dag(dag_id: str, *, schedule: str | None = DEFAULT_SCH
                        schedule=schedule) as dag:
 
         @task
+        def begin() -> dict[str, Any]:
+            context, ctx = _context()
+            return lifecycle.begin(ctx, dict(context["params"]))
+
+        @task
         def snapshot() -> dict[str, Any]:
-            context, params, dag, run = _run()
-            record = steps.record(dag, run)
-            user = getattr(context["dag_run"], "triggering_user_name", None) or "(scheduled)"
-            record.append("started", operation=steps.KIND, dag_id=dag, run_id=run, triggered_by=str(user),
-                          params=dict(context["params"]))
+            context, params, _, _ = _run()
             config = KafkaOpsHook(params.kafka_conn_id).get_config()
-            return steps.take_snapshot(config, params, record)
+            return steps.take_snapshot(config, params, _record(context))
 
         @task
         def history_append(cluster: dict[str, Any]) -> dict[str, Any]:
@@ -106,26 +124,30 @@ def build_capacity_review_dag(dag_id: str, *, schedule: str | None = DEFAULT_SCH
 
         @task(trigger_rule="none_failed")
         def report(review_data: dict[str, Any], skew: Any = None) -> dict[str, str]:
-            _, _, dag, run = _run()
-            record = steps.record(dag, run)
-            paths = steps.make_report(review_data, skew if isinstance(skew, dict) else None, run, record)
-            record.append("outcome", outcome="success")
-            return paths
+            context, _, _, run = _run()
+            return steps.make_report(review_data, skew if isinstance(skew, dict) else None, run, _record(context))
 
         @task
         def scale_out_proposal(review_data: dict[str, Any]) -> dict[str, Any]:
-            _, params, dag, run = _run()
+            context, params, _, _ = _run()
             if not params.propose_scale_out:
                 raise AirflowSkipException("propose_scale_out is off")
             conf = steps.scale_out_proposal(review_data, params)
             if conf is None:
                 raise AirflowSkipException("the review does not call for more brokers")
-            steps.record(dag, run).append("note", text=f"proposed {scale_out_dag_id}: add "
+            _record(context).append("note", text=f"proposed {scale_out_dag_id}: add "
                                                  f"{conf['add_brokers']} broker(s); waits for manual approval",
                                                  conf=conf)
             return conf
 
+        @task
+        def finish(started: dict[str, Any]) -> dict[str, Any]:
+            context, ctx = _context()
+            return lifecycle.finish(ctx, (started or {}).get("cluster_id"), failed_tasks=failed_tasks(context))
+
+        started = begin()
         cluster = snapshot()
+        started >> cluster
         history = history_append(cluster)
         skew = key_skew(cluster)
         history >> skew
@@ -137,5 +159,7 @@ def build_capacity_review_dag(dag_id: str, *, schedule: str | None = DEFAULT_SCH
             task_id="propose_scale_out", trigger_dag_id=scale_out_dag_id,
             conf="{{ ti.xcom_pull(task_ids='scale_out_proposal') }}", wait_for_completion=False,
             note="proposed by the capacity review {{ run_id }}: approve or reject it in its approval step")
-        proposal >> trigger
+        done = finish(started)
+        [reported, proposal] >> done.as_teardown(setups=started)
+        [proposal, done] >> trigger  # skipped with the proposal
     return dag

@@ -21,7 +21,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from kafkaops.platform import lifecycle
 from kafkaops.reassign import steps
 from kafkaops.airflow.operators import (KafkaOpsApprovalOperator, ReassignmentBatchesOperator,
-                                        WaitForBrokersOperator, context_of, recorded)
+                                        WaitForBrokersOperator, context_of, failed_tasks, recorded)
 
 DEFAULT_ARGS = {"owner": "kafkaops", "retries": 0, "retry_delay": dt.timedelta(minutes=1)}
 
@@ -125,7 +125,7 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
         def finish(started: dict[str, Any]) -> dict[str, Any]:
             context = get_current_context()
             ctx = context_of(context, kind_of(context))
-            return lifecycle.finish(ctx, (started or {}).get("cluster_id"))
+            return lifecycle.finish(ctx, (started or {}).get("cluster_id"), failed_tasks=failed_tasks(context))
 
         started = begin()
         before = preflight_gate()

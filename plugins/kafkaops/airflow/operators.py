@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -10,22 +11,51 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
-from kafkaops.platform import lifecycle
+from kafkaops.platform import lifecycle, store
 from kafkaops.reassign import steps
-from kafkaops.airflow.hooks import KafkaOpsHook
+from kafkaops.airflow.hooks import KafkaOpsHook, kafkaops_store
 from kafkaops.airflow.triggers import BrokersRegisteredTrigger, ReassignmentProgressTrigger
 from kafkaops.errors import KafkaOpsError
 
 
-def context_of(context: Any, kind: str) -> lifecycle.OperationContext:
-    """The operation context of a running task: params validated, connection resolved."""
-    params = dict(context["params"])
+def use_store() -> store.Store:
+    """Open the kafkaops store of the ``kafkaops_store`` connection and make it this process' store."""
+    return store.use(kafkaops_store()) or store.current()
+
+
+def run_ended(dag_id: str, run_id: str) -> bool:
+    """Whether a DAG run has ended, asked of Airflow through the Task SDK (never its database)."""
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    found = RuntimeTaskInstance.get_dagrun_state(dag_id=dag_id, run_id=run_id)
+    state = getattr(found, "value", found)
+    logging.getLogger(__name__).info("Airflow says run %s/%s is %s", dag_id, run_id, state)
+    return state in ("success", "failed")
+
+
+def failed_tasks(context: Any) -> list[str]:
+    """The tasks of this run Airflow marks failed (asked through the Task SDK), whoever ran them."""
     dag_run = context["dag_run"]
+    states = context["ti"].get_task_states(dag_id=dag_run.dag_id, run_ids=[dag_run.run_id])
+    return sorted(t for t, s in (states.get(dag_run.run_id) or {}).items() if str(s) == "failed")
+
+
+def run_fields(context: Any) -> dict[str, Any]:
+    """The OperationContext fields every kafkaops task fills from Airflow's context."""
+    dag_run, ti = context["dag_run"], context.get("ti")
     user = getattr(dag_run, "triggering_user_name", None) or f"({getattr(dag_run, 'run_type', 'unknown')})"
+    use_store()
+    return {"dag_id": dag_run.dag_id, "run_id": dag_run.run_id, "triggered_by": str(user),
+            "task_id": getattr(ti, "task_id", None), "try_number": getattr(ti, "try_number", None),
+            "run_ended": run_ended}
+
+
+def context_of(context: Any, kind: str) -> lifecycle.OperationContext:
+    """The operation context of a running task: params validated, connection and store resolved."""
+    params = dict(context["params"])
     return lifecycle.OperationContext(
-        dag_id=dag_run.dag_id, run_id=dag_run.run_id,
         conn_config=KafkaOpsHook(params.get("kafka_conn_id") or "kafka_default").get_config(),
-        params=steps.OperationParams.from_params(kind, params), triggered_by=str(user))
+        params=steps.OperationParams.from_params(kind, params), **run_fields(context))
 
 
 @contextmanager

@@ -20,7 +20,7 @@ from kafkaops.platform import lifecycle
 from kafkaops.rekey import steps
 from kafkaops.airflow.hooks import KafkaOpsHook
 from kafkaops.airflow.lifecycle import COMMON_PARAMS, operation_dag
-from kafkaops.airflow.operators import KafkaOpsApprovalOperator, recorded
+from kafkaops.airflow.operators import KafkaOpsApprovalOperator, failed_tasks, recorded, run_fields
 
 PARAMS: dict[str, Param] = {
     "kafka_conn_id": COMMON_PARAMS["kafka_conn_id"],
@@ -52,11 +52,8 @@ PARAMS: dict[str, Param] = {
 
 def context_of(context: Any) -> lifecycle.OperationContext:
     params = dict(context["params"])
-    dag_run = context["dag_run"]
-    user = getattr(dag_run, "triggering_user_name", None) or f"({getattr(dag_run, 'run_type', 'unknown')})"
-    return steps.context(dag_run.dag_id, dag_run.run_id,
-                              KafkaOpsHook(params.get("kafka_conn_id") or "kafka_default").get_config(), params,
-                              str(user))
+    return steps.context(KafkaOpsHook(params.get("kafka_conn_id") or "kafka_default").get_config(), params,
+                         **run_fields(context))
 
 
 class PartitionApprovalOperator(KafkaOpsApprovalOperator):
@@ -116,8 +113,9 @@ def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[st
 
         @task
         def finish(started: dict[str, Any]) -> dict[str, Any]:
-            ctx = context_of(get_current_context())
-            return steps.finish(ctx, (started or {}).get("cluster_id"))
+            context = get_current_context()
+            return steps.finish(context_of(context), (started or {}).get("cluster_id"),
+                                failed_tasks=failed_tasks(context))
 
         started = begin()
         before = preflight_gate()

@@ -17,7 +17,8 @@ from typing import Any
 
 from kafkaops.capacity.review import Review
 from kafkaops.errors import KafkaOpsError
-from kafkaops.platform.paths import safe_name, state_dir
+from kafkaops.platform import store as store_
+from kafkaops.platform.paths import safe_name
 from kafkaops.platform.render import html_templates, human_bytes
 
 
@@ -30,11 +31,17 @@ class ReportError(KafkaOpsError):
 
 @dataclass(frozen=True)
 class ReportPaths:
-    html: Path
-    json: Path
+    """Artifact paths in the kafkaops store (served under ``/kafkaops/artifacts/``)."""
+
+    html: str
+    json: str
+
+    @property
+    def html_url(self) -> str:
+        return f"/kafkaops/artifacts/{self.html}"
 
     def to_dict(self) -> dict[str, str]:
-        return {"html": str(self.html), "json": str(self.json)}
+        return {"html": self.html, "json": self.json, "url": self.html_url}
 
 
 def _png(fig: Any) -> str:
@@ -173,17 +180,12 @@ def render_review_html(review: Review, skew: Mapping[str, Any] | None = None) ->
 
 
 def write_report(review: Review, skew: Mapping[str, Any] | None = None, *, run_id: str = "manual",
-                 root: Path | None = None) -> ReportPaths:
-    """Write ``report.html`` and ``review.json`` under ``state_dir()/capacity/reports/<cluster>/<run>/``."""
-    reports = root or state_dir() / "capacity" / "reports"
-    folder = reports / safe_name(review.cluster_id or "unknown") / safe_name(run_id)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        page, data = folder / "report.html", folder / "review.json"
-        page.write_text(render_review_html(review, skew), encoding="utf-8")
-        data.write_text(json.dumps({"review": review.to_dict(), "key_skew": skew}, indent=1, sort_keys=True,
-                                   default=str), encoding="utf-8")
-    except OSError as err:
-        raise ReportError(f"cannot write the capacity report to {folder}: {err}; check that the state dir "
-                          "(KAFKAOPS_STATE_DIR) is writable") from err
+                 store: store_.Store | None = None) -> ReportPaths:
+    """Store ``report.html`` (plots inline) and ``review.json`` as artifacts
+    ``capacity/<cluster>/<run>/...`` in the kafkaops store, where the api-server serves them."""
+    prefix = f"capacity/{safe_name(review.cluster_id or 'unknown')}/{safe_name(run_id)}"
+    target = store or store_.current()
+    page = target.put_artifact(f"{prefix}/report.html", render_review_html(review, skew).encode("utf-8"))
+    data = target.put_artifact(f"{prefix}/review.json", json.dumps(
+        {"review": review.to_dict(), "key_skew": skew}, indent=1, sort_keys=True, default=str).encode("utf-8"))
     return ReportPaths(page, data)

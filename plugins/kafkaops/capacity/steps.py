@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from kafkaops.capacity import report as capacity_report
 from kafkaops.capacity import skew
 from kafkaops.errors import ConfigError
 from kafkaops.model import Cluster
-from kafkaops.platform.paths import safe_name, state_dir
+from kafkaops.platform.paths import safe_name
 from kafkaops.capacity.history import ReviewHistory
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,15 @@ class CapacityParams:
             raise ConfigError("refusing the capacity review: " + "; ".join(problems))
 
     @property
+    def kind(self) -> str:
+        return KIND
+
+    @property
+    def dry_run(self) -> bool:
+        """A review reads only; it still holds the cluster lock, so its numbers are not taken mid-move."""
+        return False
+
+    @property
     def skew_target(self) -> str:
         return self.skew_topic or (self.topics[0] if self.topics else "")
 
@@ -111,8 +121,8 @@ class CapacityParams:
             disk_per_broker_bytes=None if self.disk_per_broker_gb is None else int(self.disk_per_broker_gb * 1e9))
 
 
-def record(dag_id: str, run_id: str) -> state.AuditLog:
-    return state.AuditLog.for_run(dag_id, run_id)
+def record(dag_id: str, run_id: str, **kwargs: Any) -> state.AuditLog:
+    return state.AuditLog(dag_id, run_id, **kwargs)
 
 
 def take_snapshot(conn_config: Mapping[str, str], params: CapacityParams, log_: state.AuditLog | None = None
@@ -125,11 +135,11 @@ def take_snapshot(conn_config: Mapping[str, str], params: CapacityParams, log_: 
     return cluster.to_dict()
 
 
-def append_history(cluster_data: Mapping[str, Any], run_id: str, root: Path | None = None) -> dict[str, Any]:
+def append_history(cluster_data: Mapping[str, Any], run_id: str) -> dict[str, Any]:
     cluster = Cluster.from_dict(cluster_data)
-    history = ReviewHistory(cluster.cluster_id or "unknown", root)
+    history = ReviewHistory(cluster.cluster_id or "unknown")
     history.append(capacity.ReviewPoint.of(cluster, run_id=run_id))
-    return {"path": str(history.path), "points": len(history.points())}
+    return {"cluster_id": history.cluster_id, "points": len(history.points())}
 
 
 def run_key_skew(conn_config: Mapping[str, str], cluster_data: Mapping[str, Any], params: CapacityParams,
@@ -138,23 +148,23 @@ def run_key_skew(conn_config: Mapping[str, str], cluster_data: Mapping[str, Any]
     cluster = Cluster.from_dict(cluster_data)
     topic = params.skew_target
     start, end = skew.sample_offsets(cluster, topic, params.sample_records)
-    work = state_dir() / "capacity" / "skew" / safe_name(run_id)
-    output, log_file = work / f"{topic}.json", work / f"{topic}.log"
-    args = ["--bootstrap", conn_config["bootstrap.servers"], "--topic", topic,
-            "--partitions", str(len(cluster.partitions_of(topic))), "--start", json.dumps(start),
-            "--end", json.dumps(end), "--output", str(output), "--master", master,
-            "--candidates", ",".join(map(str, params.candidate_partitions))]
-    if params.candidate_key_field:
-        args += ["--candidate-field", params.candidate_key_field]
-    return spark.run_spark_app("key_skew", args, output=output, log_file=log_file, timeout_s=timeout_s,
-                               what=f"key skew of {topic}", on_timeout="lower sample_records")
+    with tempfile.TemporaryDirectory(prefix="kafkaops-skew-") as tmp:  # the task's own scratch space
+        output, log_file = Path(tmp) / f"{safe_name(topic)}.json", Path(tmp) / f"{safe_name(topic)}.log"
+        args = ["--bootstrap", conn_config["bootstrap.servers"], "--topic", topic,
+                "--partitions", str(len(cluster.partitions_of(topic))), "--start", json.dumps(start),
+                "--end", json.dumps(end), "--output", str(output), "--master", master,
+                "--candidates", ",".join(map(str, params.candidate_partitions))]
+        if params.candidate_key_field:
+            args += ["--candidate-field", params.candidate_key_field]
+        return spark.run_spark_app("key_skew", args, output=output, log_file=log_file, timeout_s=timeout_s,
+                                   what=f"key skew of {topic}", on_timeout="lower sample_records")
 
 
-def make_review(cluster_data: Mapping[str, Any], params: CapacityParams, skew_result: Mapping[str, Any] | None,
-                root: Path | None = None) -> dict[str, Any]:
+def make_review(cluster_data: Mapping[str, Any], params: CapacityParams, skew_result: Mapping[str, Any] | None
+                ) -> dict[str, Any]:
     """The review of the snapshot against the stored history (which already holds this point)."""
     cluster = Cluster.from_dict(cluster_data)
-    history = ReviewHistory(cluster.cluster_id or "unknown", root).points()
+    history = ReviewHistory(cluster.cluster_id or "unknown").points()
     result = capacity.review(cluster, history, targets=params.targets(cluster),
                              skews=[skew_result] if skew_result else ())
     return result.to_dict()
@@ -165,8 +175,7 @@ def make_report(review_data: Mapping[str, Any], skew_result: Mapping[str, Any] |
     review = capacity.Review.from_dict(review_data)
     paths = capacity_report.write_report(review, skew_result, run_id=run_id)
     if log_ is not None:
-        url = "/kafkaops/capacity/" + paths.html.relative_to(state_dir() / "capacity" / "reports").as_posix()
-        log_.append("note", text=f"capacity report: {paths.html}", url=url, report=paths.to_dict(),
+        log_.append("note", text=f"capacity report: {paths.html_url}", url=paths.html_url, report=paths.to_dict(),
                     findings=[f.message for f in review.findings],
                     recommendations=[r.message for r in review.recommendations])
     return paths.to_dict()

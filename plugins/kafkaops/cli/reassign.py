@@ -22,11 +22,13 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from kafkaops.platform import admin
+from kafkaops.platform import admin, store
 from kafkaops.reassign import engine
 from kafkaops.reassign import verify
 from kafkaops.errors import KafkaOpsError, UnknownTopic
@@ -64,6 +66,8 @@ def add_execute_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--poll-interval", type=float, default=2.0, metavar="SECONDS",
                         help="seconds between progress lines (default 2)")
     parser.add_argument("--execute", action="store_true", help="really move; without it a dry run")
+    parser.add_argument("--store", metavar="URL", help="the kafkaops store whose cluster lock --execute takes "
+                        "(default: $KAFKAOPS_STORE_URL, else $AIRFLOW_HOME/kafkaops.db)")
 
 
 def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
@@ -179,6 +183,40 @@ def _observed(conn: admin.KafkaConnection, desired: Mapping[Key, Sequence[int]])
     return cluster
 
 
+@dataclass
+class CliLock:
+    """The cluster lock a CLI run holds; ``fence`` is what the executor checks before each change."""
+
+    st: store.Store
+    cluster_id: str
+    run_id: str
+    token: int
+    outcome: str = "failed"
+
+    def fence(self, action: str) -> int:
+        return self.st.check_fence(self.cluster_id, store.CLI_DAG_ID, self.run_id, self.token, action=action)
+
+
+@contextmanager
+def cluster_lock(args: argparse.Namespace, cluster_id: str, say: Callable[[str], None]) -> Iterator[CliLock]:
+    """Hold the cluster's lock in the kafkaops store as a CLI run (the DAGs take the same lock).
+    The run and its outcome go to the store's operations; the lock is released at the end."""
+    st = store.open_store(args.store, source="--store" if args.store else None)
+    run_id = store.cli_run_id()
+    st.start_operation(store.CLI_DAG_ID, run_id, kind="execute", triggered_by=run_id.split(":", 1)[0],
+                       params={"plan": str(args.plan), "throttle_mb": args.throttle_mb,
+                               "max_moves_per_broker": args.max_moves_per_broker,
+                               "max_moves_total": args.max_moves_total})
+    lease = st.acquire(cluster_id, store.CLI_DAG_ID, run_id)
+    say(f"lock on cluster {cluster_id} taken as {lease.holder} (token {lease.token})")
+    lock = CliLock(st, cluster_id, run_id, lease.token)
+    try:
+        yield lock
+    finally:
+        st.update_operation(store.CLI_DAG_ID, run_id, state="finished", outcome=lock.outcome, ended_at=time.time())
+        st.release(cluster_id, store.CLI_DAG_ID, run_id)
+
+
 def run_execute(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Dry run (default) or run the plan; print the batches and, when running, progress lines."""
     runner = _Runner("execute", out, err)
@@ -201,9 +239,13 @@ def run_execute(args: argparse.Namespace, out: TextIO | None = None, err: TextIO
                 runner.say("dry run: nothing changed; add --execute to move")
                 return EXIT_OK
             moves = engine.moves_for(report.before, desired)
-            with admin.connect(args.bootstrap_server, timeout_s=args.timeout) as monitor:
-                return supervise(run, lambda: str(engine.progress(monitor, moves)), runner.say,
-                                 interval_s=args.poll_interval, conn=monitor)
+            with cluster_lock(args, report.before.cluster_id or "unknown", runner.say) as lock:
+                run.fence = lock.fence
+                with admin.connect(args.bootstrap_server, timeout_s=args.timeout) as monitor:
+                    code = supervise(run, lambda: str(engine.progress(monitor, moves)), runner.say,
+                                     interval_s=args.poll_interval, conn=monitor)
+                lock.outcome = "success" if code == EXIT_OK else "failed"
+                return code
 
     return runner(body)
 

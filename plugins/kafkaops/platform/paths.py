@@ -27,13 +27,3 @@ def safe_name(name: object, *, limit: int = 200) -> str:
     other than letters, digits, ``.``, ``_`` and ``-`` becomes one ``_``, cut at ``limit``
     characters. ``manual__2026-11-22T10:00:00+00:00`` -> ``manual__2026-11-22T10_00_00_00_00``."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", str(name))[:limit]
-
-
-def state_dir() -> Path:
-    """Durable state (audit records, cluster locks, review history): $KAFKAOPS_STATE_DIR, else
-    $AIRFLOW_HOME/kafkaops, else .cache/state in the repository. Read at call time."""
-    if os.environ.get("KAFKAOPS_STATE_DIR"):
-        return Path(os.environ["KAFKAOPS_STATE_DIR"])
-    if os.environ.get("AIRFLOW_HOME"):
-        return Path(os.environ["AIRFLOW_HOME"]) / "kafkaops"
-    return CACHE / "state"

@@ -40,7 +40,7 @@ from typing import Any
 
 from kafkaops.errors import KafkaOpsError, UnknownTopic
 from kafkaops.model import Cluster, Key, Move, Reassignment
-from kafkaops.platform import admin, state
+from kafkaops.platform import admin, store
 
 log = logging.getLogger(__name__)
 
@@ -585,14 +585,14 @@ def remove_throttles(conn: admin.KafkaConnection, record: ThrottleRecord | None,
     is in it, for the next run to delete. Returns what was done; raises :class:`ThrottlesLeft`
     when a rate or topic entry stays. For teardown tasks in any process."""
     brokers, topics = tuple(brokers), tuple(topics)
-    ledger: Ledger = state.throttle_ledger(cluster_id) if cluster_id else {}
+    ledger: Ledger = store.current().throttle_ledger(cluster_id) if cluster_id else {}
     removal: ThrottleRemoval | None = None
     undone: set[int] = set()
     try:
         found_id, _, registered = admin.describe_cluster(conn)
         if cluster_id is None:
             cluster_id = found_id
-            ledger = state.throttle_ledger(cluster_id)
+            ledger = store.current().throttle_ledger(cluster_id)
         removal = plan_throttle_removal(record, ledger, {b.id for b in registered}, brokers=brokers, topics=topics)
         undone = set(removal.brokers)
         for broker in removal.brokers:
@@ -608,7 +608,7 @@ def remove_throttles(conn: admin.KafkaConnection, record: ThrottleRecord | None,
         if undone:  # interrupted half-way: the brokers not reached yet keep their rates
             removal = removal.failed(undone, f"broker(s) {sorted(undone)}: not reached")
         if cluster_id is not None:
-            state.save_throttle_ledger(cluster_id, removal.ledger)
+            store.current().save_throttle_ledger(cluster_id, removal.ledger)
     if removal.keep or removal.failures:
         raise ThrottlesLeft(_left_message(removal, cluster_id), removal)
     log.info("throttles removed from %d broker(s) and %d topic(s)", len(removal.brokers), len(removal.topics))
@@ -681,12 +681,15 @@ class Executor:
     ``max_moves_total`` the moves of a batch. ``batch_timeout_s`` (default: 3x the batch's bytes at
     the throttle, plus 60 s) bounds the wait for one batch. ``on_throttles`` gets the
     :class:`ThrottleRecord` before each change of throttles, e.g. to keep it for a teardown task.
+    ``fence`` is called before every change to the cluster (throttles, submissions); it raises when
+    the caller no longer holds the cluster's lock (:meth:`kafkaops.platform.store.Store.check_fence`).
     """
 
     def __init__(self, conn: admin.KafkaConnection, desired: Mapping[Key, Iterable[int]], *,
                  throttle_bytes_per_s: int, max_moves_per_broker: int = 5, max_moves_total: int = 20,
                  dry_run: bool = True, batch_timeout_s: float | None = None, poll_interval_s: float = 2.0,
-                 on_throttles: Callable[[ThrottleRecord], None] | None = None) -> None:
+                 on_throttles: Callable[[ThrottleRecord], None] | None = None,
+                 fence: Callable[[str], object] | None = None) -> None:
         bad = []
         if not throttle_bytes_per_s or throttle_bytes_per_s <= 0:
             bad.append(f"throttle_bytes_per_s is {throttle_bytes_per_s}; give a positive rate in bytes per "
@@ -707,6 +710,7 @@ class Executor:
         self.batch_timeout_s = batch_timeout_s
         self.poll_interval_s = poll_interval_s
         self.on_throttles = on_throttles
+        self.fence = fence or (lambda action: None)
         self.throttles = ThrottleRecord()
         self._cancelled = threading.Event()
         self._moves: tuple[Move, ...] = ()
@@ -747,7 +751,7 @@ class Executor:
             log.info("dry run: nothing changed")
             return report
         self._cluster_id = seen.before.cluster_id
-        self._ledger = state.throttle_ledger(self._cluster_id) if self._cluster_id else {}
+        self._ledger = store.current().throttle_ledger(self._cluster_id) if self._cluster_id else {}
         submitted: list[Batch] = []
         try:
             while True:
@@ -766,6 +770,7 @@ class Executor:
                             f"cancelled before {batch.label}; {sum(len(b.moves) for b in submitted)} partition(s) "
                             "were moved; run again to resume")
                     self._throttle(batch.moves)
+                    self.fence(f"submit batch {batch.index}/{batch.of}")
                     submit(self.conn, batch)
                     submitted.append(batch)
                     self._wait(batch.moves, batch.label)
@@ -789,6 +794,7 @@ class Executor:
         self.throttles = self.throttles.merged(record)
         if self.on_throttles is not None:
             self.on_throttles(self.throttles)
+        self.fence("set throttles")
         set_throttles(self.conn, record, self.throttle_bytes_per_s)
 
     def _release(self, *, quiet: bool) -> None:

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from kafkaops.platform import admin
-from kafkaops.platform import state
 from kafkaops.reassign import engine
 from kafkaops.platform import lifecycle
 from kafkaops.platform.lifecycle import APPROVAL_MODES, OperationContext
@@ -126,6 +125,7 @@ def provision_brokers(ctx: OperationContext) -> dict[str, Any]:
         grown, added = spec.with_new_brokers(p.add_brokers, node_ids=p.new_broker_ids, racks=p.new_broker_racks)
         ctx.audit.append("note", text=f"provisioning brokers {[n.node_id for n in added]} on "
                                       f"{[f'{n.host}:{n.port}' for n in added]}")
+        ctx.fence("provision brokers")
         provision.cluster_up(grown, limit=[n.hostname for n in added])
         grown.save(path)  # the cluster now has these nodes: the spec says so for the next run
         new = [{"id": n.node_id, "rack": n.rack or None, "host": n.host, "port": n.port} for n in added]
@@ -133,6 +133,7 @@ def provision_brokers(ctx: OperationContext) -> dict[str, Any]:
         if not p.new_broker_ids:
             raise ConfigError("with an Ansible inventory, name the new brokers in new_broker_ids; their hosts "
                               "(kafka-<id>) must be in the inventory")
+        ctx.fence("provision brokers")
         provision.run_playbook("cluster_up.yml", path, limit=",".join(f"kafka-{i}" for i in p.new_broker_ids))
         new = [{"id": i, "rack": (p.new_broker_racks[k] if k < len(p.new_broker_racks) else None)}
                for k, i in enumerate(p.new_broker_ids)]
@@ -213,7 +214,8 @@ def set_throttles(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[s
         cluster_id = admin.describe_cluster(conn)[0]
         before = admin.snapshot(conn, topics=sorted({t for t, _ in desired}), groups=False)
         record = engine.plan_throttles(conn, engine.moves_for(before, desired),
-                                       ledger=state.throttle_ledger(cluster_id))
+                                       ledger=ctx.store.throttle_ledger(cluster_id))
+        ctx.fence("set throttles")
         ctx.audit.append("throttle_set", brokers=list(record.brokers), topics=list(record.topics),
                          rate=ctx.params.throttle_bytes_per_s, record=record.to_dict())
         engine.set_throttles(conn, record, ctx.params.throttle_bytes_per_s)
@@ -230,6 +232,7 @@ def remove_throttles(ctx: OperationContext, record: Mapping[str, Any] | None, pl
     plan = ReassignmentPlan.from_dict(plan_data["plan"]) if plan_data and rec is None else None
     brokers, topics = engine.throttle_scope(plan.moves) if plan else ((), ())
     removal = None
+    ctx.fence("remove throttles")  # a run that lost the cluster must not undo the new holder's throttles
     try:
         with ctx.connect() as conn:
             removal = engine.remove_throttles(conn, rec, brokers=brokers, topics=topics)
@@ -260,6 +263,7 @@ def next_batch(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str,
             batch = None if waiting else engine.next_batch(seen, max_moves_per_broker=p.max_moves_per_broker,
                                                            max_moves_total=p.max_moves_total, submitted=submitted)
             if batch is not None:
+                ctx.fence(f"submit batch {batch.index}/{batch.of}")
                 engine.submit(conn, batch)
     if waiting:
         ctx.audit.append("note", text=f"{len(waiting)} move(s) already in flight: waiting, not resubmitting")
@@ -308,6 +312,7 @@ def elect_leaders(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[s
     keys = sorted(desired_of(plan_data))
     with ctx.connect() as conn:
         if keys:
+            ctx.fence("elect preferred leaders")
             admin.elect_preferred_leaders(conn, keys)
     ctx.audit.append("note", text=f"preferred leaders elected on {len(keys)} partition(s)")
     return {"partitions": len(keys)}
@@ -333,8 +338,10 @@ def stop_drained(ctx: OperationContext) -> dict[str, Any]:
     if path.suffix == ".json":
         spec = provision.ClusterSpec.load(path)
         hosts = [spec.node(b).hostname for b in p.drain_brokers]
+        ctx.fence("stop the drained brokers")
         provision.cluster_down(spec, limit=hosts)
     elif p.inventory:
+        ctx.fence("stop the drained brokers")
         provision.run_playbook("cluster_down.yml", path, limit=",".join(f"kafka-{b}" for b in p.drain_brokers))
     else:
         raise ConfigError("stop_drained needs the inventory param to reach the drained brokers")

@@ -20,22 +20,22 @@ values, appending to the run's audit record. Nothing here imports Airflow.
 from __future__ import annotations
 
 import logging
+import tempfile
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kafkaops.platform import admin
 from kafkaops.platform import keyrules
 from kafkaops.rekey import backfill
-from kafkaops.platform import state
 from kafkaops.platform import lifecycle
 from kafkaops.platform import spark
 from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.errors import ConfigError, KafkaOpsError
 from kafkaops.model import Cluster
 from kafkaops.platform.partitioner import partition_for
-from kafkaops.platform.paths import safe_name, state_dir
 
 log = logging.getLogger(__name__)
 
@@ -231,12 +231,12 @@ def integrity_frames(report: backfill.IntegrityReport) -> dict[str, Any]:
 
 # -- steps (I/O) ----------------------------------------------------------------------------------------------
 
-def context(dag_id: str, run_id: str, conn_config: Mapping[str, str], params: Mapping[str, Any],
-            triggered_by: str = "unknown") -> lifecycle.OperationContext:
-    """The shared operation context, carrying :class:`PartitionParams`."""
-    return lifecycle.OperationContext(dag_id=dag_id, run_id=run_id, conn_config=conn_config,
-                                      params=PartitionParams.from_params(params),  # type: ignore[arg-type]
-                                      triggered_by=triggered_by)
+def context(conn_config: Mapping[str, str], params: Mapping[str, Any], **fields: Any
+            ) -> lifecycle.OperationContext:
+    """The shared operation context, carrying :class:`PartitionParams` (``fields``: dag_id, run_id,
+    triggered_by, task_id, try_number, run_ended)."""
+    return lifecycle.OperationContext(conn_config=conn_config, params=PartitionParams.from_params(params),
+                                      **fields)  # type: ignore[arg-type]
 
 
 def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dict[str, Any]:
@@ -282,6 +282,7 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
 
 def execute_in_place(ctx: lifecycle.OperationContext, plan: PartitionPlan) -> dict[str, Any]:
     with ctx.connect() as conn:
+        ctx.fence(f"add partitions to {plan.topic}")
         grown = admin.create_partitions(conn, plan.topic, plan.new_partitions, plan.assignment)
     ctx.audit.append("note", text=f"{plan.topic}: {'grown' if grown else 'already had'} {plan.new_partitions} "
                                   "partitions")
@@ -292,6 +293,7 @@ def create_target(ctx: lifecycle.OperationContext, plan: PartitionPlan) -> dict[
     """The target topic (new count, the source's configs and RF) and its one-partition dead-letter topic."""
     bf = BackfillPlan.from_dict(plan.backfill or {})
     with ctx.connect() as conn:
+        ctx.fence(f"create the target topic {bf.target_topic}")
         created = admin.create_topic(conn, bf.target_topic, bf.target_partitions, plan.replication_factor,
                                      plan.target_configs)
         dlq = admin.create_topic(conn, bf.dead_letter_topic, 1, plan.replication_factor)
@@ -305,19 +307,25 @@ def run_backfill(ctx: lifecycle.OperationContext, plan: PartitionPlan, *, timeou
                  ) -> dict[str, Any]:
     """Run :mod:`spark_apps.rekey_backfill` (run + verify) in a local Spark subprocess; resume-safe."""
     bf = BackfillPlan.from_dict(plan.backfill or {})
-    work = state_dir() / "backfill" / safe_name(ctx.dag_id) / safe_name(ctx.run_id)
-    work.mkdir(parents=True, exist_ok=True)
-    plan_file, report_file, log_file = work / "plan.json", work / "report.json", work / "spark.log"
-    plan_file.write_text(bf.to_json())
-    args = ["run", "--verify", "--plan", str(plan_file), "--bootstrap", ctx.conn_config["bootstrap.servers"],
-            "--report", str(report_file)]
-    ctx.audit.append("note", text=f"backfill started: {' '.join(spark.spark_command('rekey_backfill', args))} "
-                                  f"(log {log_file})")
-    # exit 3 is a finished run whose integrity check failed: the report says so and the backfill gate fails on it
-    result = spark.run_spark_app(
-        "rekey_backfill", args, output=report_file, log_file=log_file, timeout_s=timeout_s, ok_exit_codes=None,
-        what=f"backfill {bf.source_topic} -> {bf.target_topic}",
-        on_timeout="run it again: it resumes where it stopped", on_failure="it resumes safely when run again")
+    log_artifact = f"backfill/{ctx.artifact_prefix}/spark-try{ctx.try_number or 1}.log"
+    with tempfile.TemporaryDirectory(prefix="kafkaops-backfill-") as tmp:  # the task's own scratch space
+        work = Path(tmp)
+        plan_file, report_file, log_file = work / "plan.json", work / "report.json", work / "spark.log"
+        plan_file.write_text(bf.to_json())
+        args = ["run", "--verify", "--plan", str(plan_file), "--bootstrap", ctx.conn_config["bootstrap.servers"],
+                "--report", str(report_file)]
+        ctx.fence(f"start the backfill into {bf.target_topic}")
+        ctx.audit.append("note", text=f"backfill started: {bf.source_topic} -> {bf.target_topic} (Spark log: "
+                                      f"artifact {log_artifact})", log_url=f"/kafkaops/artifacts/{log_artifact}")
+        try:
+            # exit 3 is a finished run whose integrity check failed: the report says so and the gate fails on it
+            result = spark.run_spark_app(
+                "rekey_backfill", args, output=report_file, log_file=log_file, timeout_s=timeout_s,
+                ok_exit_codes=None, what=f"backfill {bf.source_topic} -> {bf.target_topic}",
+                on_timeout="run it again: it resumes where it stopped", on_failure="it resumes safely when run again")
+        finally:
+            if log_file.exists():
+                ctx.store.put_artifact(log_artifact, log_file.read_bytes(), "text/plain; charset=utf-8")
     ctx.audit.append("note", text=f"backfill wrote {bf.target_topic}", run=result.get("run"))
     return result
 
@@ -375,6 +383,7 @@ def cutover(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mappin
         if p.cutover_group_suffix:
             new_group = f"{group}{p.cutover_group_suffix}"
             with ctx.connect() as conn:
+                ctx.fence(f"commit offsets for group {new_group}")
                 admin.commit_group_offsets(conn, new_group, bf.target_topic,
                                            {k: v["offset"] for k, v in table.items()})
             translated[group]["committed_for"] = new_group
@@ -383,16 +392,14 @@ def cutover(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mappin
     return {"target_topic": bf.target_topic, "groups": translated}
 
 
-def finish(ctx: lifecycle.OperationContext, cluster_id: str | None) -> dict[str, Any]:
-    """:func:`kafkaops.reassign.steps.finish`, with outcome ``refused`` for an ordering-break refusal."""
+def finish(ctx: lifecycle.OperationContext, cluster_id: str | None, *, failed_tasks: Iterable[str] = ()
+           ) -> dict[str, Any]:
+    """:func:`kafkaops.platform.lifecycle.finish`, with outcome ``refused`` for an ordering-break refusal."""
     record = ctx.audit.summary()
-    refusal = next((n for n in record["notes"] if n.get("refused")), None)
+    refusal = next((n for n in record["notes"] if n.get("refused") and n["ts"] >= (record["started_at"] or 0)), None)
     if refusal is None:
-        return lifecycle.finish(ctx, cluster_id)
-    ctx.audit.append("outcome", outcome="refused", reason=refusal["text"])
-    released = state.release_lock(cluster_id, ctx.holder) if cluster_id else False
-    log.info("operation %s refused (%s); lock released: %s", ctx.holder, refusal["text"], released)
-    return {"outcome": "refused", "reason": refusal["text"], "record": str(ctx.audit.path)}
+        return lifecycle.finish(ctx, cluster_id, failed_tasks=failed_tasks)
+    return lifecycle.conclude(ctx, "refused", refusal["text"], cluster_id)
 
 
 def plan_of(plan_data: Mapping[str, Any]) -> PartitionPlan:

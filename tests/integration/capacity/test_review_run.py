@@ -58,7 +58,7 @@ def read_sample(config: dict[str, str], start: dict[int, int], end: dict[int, in
     return out
 
 
-def test_review_names_the_hot_partition_hot_key_lagging_group_and_the_formulas(cluster, tmp_path) -> None:
+def test_review_names_the_hot_partition_hot_key_lagging_group_and_the_formulas(cluster, local_store) -> None:
     with admin.connect(cluster) as conn:
         admin.create_topic(conn, TOPIC, PARTITIONS, 2)
     spec = datagen.DatagenSpec(records=3000, keys=50, skew="hot", hot_share=0.7, record_bytes=200, seed=1)
@@ -69,12 +69,12 @@ def test_review_names_the_hot_partition_hot_key_lagging_group_and_the_formulas(c
         "per_broker_mb_per_s": 0.0001, "propose_scale_out": True, "scale_out_inventory": "spec.json"})
 
     first = capacity_run.take_snapshot(cluster, params)
-    capacity_run.append_history(first, "run-1", root=tmp_path)
+    capacity_run.append_history(first, "run-1")
     time.sleep(1.0)
     datagen.produce(cluster, TOPIC, datagen.DatagenSpec(records=1500, keys=50, skew="hot", hot_share=0.7,
                                                         record_bytes=200, seed=2))
     second = capacity_run.take_snapshot(cluster, params)
-    stored = capacity_run.append_history(second, "run-2", root=tmp_path)
+    stored = capacity_run.append_history(second, "run-2")
     assert stored["points"] == 2
 
     now = Cluster.from_dict(second)
@@ -82,7 +82,7 @@ def test_review_names_the_hot_partition_hot_key_lagging_group_and_the_formulas(c
     sample = read_sample(cluster, start, end)
     assert len(sample) == sum(end[p] - start[p] for p in start)
     skew_result = skew.analyze(TOPIC, sample, partitions=PARTITIONS, candidate_field="id")
-    review = capacity.Review.from_dict(capacity_run.make_review(second, params, skew_result, root=tmp_path))
+    review = capacity.Review.from_dict(capacity_run.make_review(second, params, skew_result))
 
     hot_partition = partition_for(HOT_KEY, PARTITIONS)
     hot = [f for f in review.findings if f.rule == "hot_partition"]
@@ -109,24 +109,24 @@ def test_review_names_the_hot_partition_hot_key_lagging_group_and_the_formulas(c
     assert conf["add_brokers"] == expected - 3 and conf["approval"] == "manual" and conf["dry_run"] is False
 
     paths = capacity_run.make_report(review.to_dict(), skew_result, "run-2")
-    page = Path(paths["html"]).read_text()
+    page = local_store.artifact(paths["html"]).body.decode()
     assert page.count("data:image/png;base64,") == 4 and f"group {GROUP}" in page
-    assert json.loads(Path(paths["json"]).read_text())["review"]["cluster_id"] == now.cluster_id
+    assert json.loads(local_store.artifact(paths["json"]).body)["review"]["cluster_id"] == now.cluster_id
 
 
-def test_an_unreachable_cluster_leaves_the_history_unchanged(tmp_path) -> None:
+def test_an_unreachable_cluster_leaves_the_history_unchanged(local_store) -> None:
     from kafkaops.platform import provision
     from kafkaops.errors import KafkaUnreachable
 
-    history = ReviewHistory("some-cluster", tmp_path)
+    history = ReviewHistory("some-cluster")
     history.append(capacity.ReviewPoint(1.0, {("t", 0): 1}, cluster_id="some-cluster"))
-    before = history.path.read_bytes()
+    before = history.points()
     port = provision.free_ports(1)[0]
     with pytest.raises(KafkaUnreachable):
         snap = capacity_run.take_snapshot({"bootstrap.servers": f"127.0.0.1:{port}"},
                                           capacity_run.CapacityParams(), None)
-        capacity_run.append_history(snap, "run-x", root=tmp_path)
-    assert history.path.read_bytes() == before
+        capacity_run.append_history(snap, "run-x")
+    assert history.points() == before
 
 
 @pytest.mark.slow
@@ -150,7 +150,7 @@ def test_the_spark_key_skew_job_matches_the_pure_helper(cluster) -> None:
 
 
 def test_the_dag_runs_a_review_and_proposes_a_scale_out_run(cluster, airflow_db, dagbag, monkeypatch) -> None:
-    from kafkaops.platform import state
+    from kafkaops.platform import state, store
 
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT",
                        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": cluster["bootstrap.servers"]}}))
@@ -163,7 +163,8 @@ def test_the_dag_runs_a_review_and_proposes_a_scale_out_run(cluster, airflow_db,
     record = state.AuditLog.for_run("kafka_capacity_review", run.run_id).summary()
     assert record["outcome"] == "success", record
     [note] = [n for n in record["notes"] if "report" in n]
-    assert Path(note["report"]["html"]).exists()
+    assert store.current().artifact(note["report"]["html"]).body.startswith(b"<!")
+    assert note["url"] == "/kafkaops/artifacts/" + note["report"]["html"]
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert states["key_skew"] == "skipped" and states["report"] == "success", states
     assert states["scale_out_proposal"] == "success" and states["propose_scale_out"] == "success", states

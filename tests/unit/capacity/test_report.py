@@ -36,15 +36,17 @@ def test_plots_are_non_empty_pngs() -> None:
         assert len(raw) > 5_000, (name, len(raw))
 
 
-def test_html_embeds_the_plots_findings_and_json(tmp_path) -> None:
+def test_html_embeds_the_plots_findings_and_json(local_store) -> None:
     review, sk = a_review(), a_skew()
     page = render_review_html(review, sk)
     embedded = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", page)
     assert len(embedded) == 4 and all(base64.b64decode(e)[:8] == PNG for e in embedded)
     assert "hot_partition" in page and "orders-0" in page and "partitions" in page
-    paths = write_report(review, sk, run_id="scheduled__2026-01-01T00:00:00+00:00", root=tmp_path)
-    assert paths.html.read_text() == page
-    data = json.loads(paths.json.read_text())
+    paths = write_report(review, sk, run_id="scheduled__2026-01-01T00:00:00+00:00")
+    assert paths.html.endswith("/scheduled__2026-01-01T00_00_00_00_00/report.html")
+    assert local_store.artifact(paths.html).body.decode() == page
+    assert local_store.artifact(paths.html).content_type.startswith("text/html")
+    data = json.loads(local_store.artifact(paths.json).body)
     assert capacity.Review.from_dict(data["review"]) == review and data["key_skew"]["topic"] == "orders"
 
 

@@ -30,8 +30,7 @@ def test_targets_cover_the_reviewed_topics_and_units() -> None:
     assert t.disk_per_broker_bytes == 1_500_000_000
 
 
-def test_history_review_and_report_from_dicts(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("KAFKAOPS_STATE_DIR", str(tmp_path))
+def test_history_review_and_report_from_dicts(local_store) -> None:
     p = capacity_run.CapacityParams()
     a = cluster(t=1.0, offsets={0: 0, 1: 0, 2: 0}, sizes={0: 0, 1: 0, 2: 0})
     b = cluster(t=2.0, offsets={0: 50, 1: 5, 2: 5}, sizes={0: 500, 1: 50, 2: 50})
@@ -40,4 +39,4 @@ def test_history_review_and_report_from_dicts(tmp_path, monkeypatch) -> None:
     review = capacity_run.make_review(b.to_dict(), p, None)
     assert review["previous_taken_at"] == 1.0 and any(f["rule"] == "hot_partition" for f in review["findings"])
     paths = capacity_run.make_report(review, None, "r2")
-    assert paths["html"].startswith(str(tmp_path / "capacity" / "reports"))
+    assert paths["html"].startswith("capacity/") and local_store.artifact(paths["html"]).body.startswith(b"<!")

@@ -1,15 +1,15 @@
+"""The operation record folded from its events in the store (SQLite here; both backends in
+tests/integration/platform/test_store.py)."""
 from __future__ import annotations
-
-import json
-from pathlib import Path
 
 import pytest
 
-from kafkaops.platform.state import AuditError, AuditLog, list_records
+from kafkaops.platform.state import AuditError, AuditEvent, AuditLog, list_records, summarize
 
 
-def test_record_folds_events_into_steps_gates_and_outcome(tmp_path: Path) -> None:
-    log = AuditLog.for_run("kafka_scale_out", "manual__2026-11-22T10:00", root=tmp_path)
+def test_record_folds_events_into_steps_gates_and_outcome(local_store) -> None:
+    local_store.start_operation("kafka_scale_out", "r1", kind="scale_out", triggered_by="alice", params={})
+    log = AuditLog("kafka_scale_out", "r1", task_id="plan", try_number=1)
     log.append("started", operation="scale_out", dag_id="kafka_scale_out", run_id="r1", triggered_by="alice",
                params={"brokers": 1})
     log.append("snapshot", stage="before", cluster={"cluster_id": "c1"})
@@ -21,35 +21,42 @@ def test_record_folds_events_into_steps_gates_and_outcome(tmp_path: Path) -> Non
     log.append("throttle_removed", brokers=[1, 4])
     log.append("outcome", outcome="success")
 
-    record = AuditLog(log.path).summary()
+    record = AuditLog("kafka_scale_out", "r1").summary()
     assert record["triggered_by"] == "alice" and record["params"] == {"brokers": 1}
     assert record["before"] == {"cluster_id": "c1"}
     assert record["plan"]["moves"] == 3
-    assert [(s["name"], s["status"], s["moves"]) for s in record["steps"]] == [("plan", "success", 3)]
+    assert [(s["name"], s["status"], s["moves"], s["try_number"]) for s in record["steps"]] == [
+        ("plan", "success", 3, 1)]
     assert record["steps"][0]["seconds"] >= 0
     assert record["gates"][0]["gate"] == "plan"
     assert record["throttles_set"][0]["brokers"] == record["throttles_removed"][0]["brokers"]
     assert record["outcome"] == "success"
-    assert list_records("kafka_scale_out", root=tmp_path) == [log.path]
+    assert [r["run_id"] for r in list_records("kafka_scale_out")] == ["r1"]
+    assert {e.task_id for e in log.events()} == {"plan"}
 
 
-def test_a_torn_last_line_keeps_the_rest_of_the_record(tmp_path: Path) -> None:
-    log = AuditLog.for_run("d", "r", root=tmp_path)
-    log.append("started", operation="x")
-    with log.path.open("a") as f:
-        f.write('{"ts": 1, "kind": "step", "da')
-    assert log.summary()["operation"] == "x"
-    assert log.summary()["outcome"] == "running"
+def test_a_rerun_shows_its_own_attempt_not_the_previous_outcome() -> None:
+    events = [AuditEvent(1, "started", {"operation": "x"}), AuditEvent(2, "step", {"name": "plan", "status": "failed",
+                                                                                   "error": "boom"}),
+              AuditEvent(3, "batch", {"index": 1}), AuditEvent(4, "outcome", {"outcome": "failed", "reason": "boom"}),
+              AuditEvent(5, "started", {"operation": "x"}), AuditEvent(6, "step", {"name": "plan",
+                                                                                    "status": "started"})]
+    record = summarize(events)
+    assert record["outcome"] == "running" and record["ended_at"] is None and "outcome_reason" not in record
+    assert record["attempt"] == 2 and [(s["name"], s["status"]) for s in record["steps"]] == [("plan", "running")]
+    assert record["batches"] == [{"ts": 3, "index": 1}]  # what the first attempt did to the cluster stays listed
 
 
-def test_damage_in_the_middle_is_an_error(tmp_path: Path) -> None:
-    log = AuditLog.for_run("d", "r", root=tmp_path)
-    log.path.parent.mkdir(parents=True)
-    log.path.write_text("garbage\n" + json.dumps({"ts": 1, "kind": "note", "data": {}}) + "\n")
-    with pytest.raises(AuditError, match=r"r.jsonl:1 is not JSON"):
-        log.events()
+def test_a_retried_step_is_one_row_counting_its_tries() -> None:
+    record = summarize([AuditEvent(1, "step", {"name": "execute", "status": "started"}, "execute", 1),
+                        AuditEvent(2, "step", {"name": "execute", "status": "failed", "error": "x"}, "execute", 1),
+                        AuditEvent(3, "step", {"name": "execute", "status": "started"}, "execute", 2),
+                        AuditEvent(4, "step", {"name": "execute", "status": "success"}, "execute", 2)])
+    assert [(s["name"], s["status"], s["tries"], s["try_number"]) for s in record["steps"]] == [
+        ("execute", "success", 2, 2)]
 
 
-def test_unknown_event_kind_is_refused(tmp_path: Path) -> None:
+def test_unknown_event_kind_is_refused(local_store) -> None:
     with pytest.raises(AuditError, match="kind 'oops' is unknown"):
-        AuditLog.for_run("d", "r", root=tmp_path).append("oops")
+        AuditLog("d", "r").append("oops")
+    assert AuditLog("d", "r").events() == []

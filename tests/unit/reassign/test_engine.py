@@ -6,7 +6,7 @@ import pytest
 
 from kafkaops.errors import KafkaOpsError
 from kafkaops.model import Broker, Cluster, Move, PartitionAssignment, Reassignment
-from kafkaops.platform import admin, state
+from kafkaops.platform import admin, store
 from kafkaops.reassign.engine import (
     FOLLOWER_RATE,
     FOLLOWER_REPLICAS,
@@ -231,8 +231,7 @@ def test_a_record_inheriting_the_ledger_deletes_what_it_names() -> None:
 # -- the steps and the loop on an in-memory cluster -------------------------------------------------------
 
 @pytest.fixture
-def kafka(monkeypatch: pytest.MonkeyPatch, tmp_path) -> FakeKafka:
-    monkeypatch.setenv("KAFKAOPS_STATE_DIR", str(tmp_path))
+def kafka(monkeypatch: pytest.MonkeyPatch, local_store) -> FakeKafka:
     return FakeKafka(replicas={("orders", p): (1, 2) for p in range(4)}, online={1, 2, 3},
                      sizes={("orders", p): 1000 * (p + 1) for p in range(4)}).install(monkeypatch)
 
@@ -249,18 +248,18 @@ def test_remove_throttles_saves_the_ledger_when_a_broker_fails(kafka: FakeKafka)
     assert caught.value.removal.keep == ((2, LR),) and "broker 2" in caught.value.removal.failures[0]
     assert kafka.configs[("broker", "1")] == {LR: "777"}  # restored, the other deleted
     assert kafka.configs[("topic", "orders")] == {LEADER_REPLICAS: "9:9"}  # someone else's entry stays
-    assert state.throttle_ledger("fake-cluster") == {"2": [LR]}
+    assert store.current().throttle_ledger("fake-cluster") == {"2": [LR]}
 
     kafka.refusing = set()  # broker 2 answers again: the next teardown deletes its rate, the ledger empties
     remove_throttles(kafka.conn(), ThrottleRecord())
-    assert kafka.configs[("broker", "2")] == {} and state.throttle_ledger("fake-cluster") == {}
+    assert kafka.configs[("broker", "2")] == {} and store.current().throttle_ledger("fake-cluster") == {}
 
 
 def test_remove_throttles_keeps_every_rate_in_the_ledger_when_the_cluster_does_not_answer(kafka: FakeKafka) -> None:
     kafka.unreachable = True
     with pytest.raises(KafkaOpsError, match="no answer"):
         remove_throttles(kafka.conn(), ThrottleRecord(rates=((1, LR, "7"),)), cluster_id="fake-cluster")
-    assert state.throttle_ledger("fake-cluster") == {"1": [LR]}
+    assert store.current().throttle_ledger("fake-cluster") == {"1": [LR]}
 
 
 def test_remove_throttles_keeps_the_unreached_brokers_when_interrupted(kafka: FakeKafka, monkeypatch) -> None:
@@ -274,7 +273,7 @@ def test_remove_throttles_keeps_the_unreached_brokers_when_interrupted(kafka: Fa
     record = ThrottleRecord(rates=tuple((b, LR, None) for b in (1, 2, 3)))
     with pytest.raises(KeyboardInterrupt):
         remove_throttles(kafka.conn(), record)
-    assert state.throttle_ledger("fake-cluster") == {"2": [LR], "3": [LR]}
+    assert store.current().throttle_ledger("fake-cluster") == {"2": [LR], "3": [LR]}
 
 
 def test_remove_throttles_skips_a_topic_deleted_meanwhile(kafka: FakeKafka) -> None:
@@ -286,7 +285,7 @@ def test_remove_throttles_skips_a_topic_deleted_meanwhile(kafka: FakeKafka) -> N
 
 def test_the_execute_loop_runs_batch_by_batch_and_keeps_the_ledger(kafka: FakeKafka) -> None:
     kafka.configs = {("broker", "1"): {LR: "777"}, ("broker", "3"): {FR: "50"}}
-    state.save_throttle_ledger("fake-cluster", {"3": [FR]})  # an earlier run left it: not someone else's
+    store.current().save_throttle_ledger("fake-cluster", {"3": [FR]})  # an earlier run left it: not someone else's
     desired = {("orders", p): (1, 3) for p in range(4)}
     seen: list[dict] = []
     run = Executor(kafka.conn(), desired, throttle_bytes_per_s=100, max_moves_per_broker=2, dry_run=False,
@@ -299,7 +298,7 @@ def test_the_execute_loop_runs_batch_by_batch_and_keeps_the_ledger(kafka: FakeKa
     assert kafka.replicas == desired
     assert len(seen) == 2 and seen[1][("broker", "3")] == {LR: "100", FR: "100"}  # throttled while moving
     assert kafka.throttles() == {("broker", "1"): {LR: "777"}}  # restored; the stale rate on broker 3 deleted
-    assert state.throttle_ledger("fake-cluster") == {}
+    assert store.current().throttle_ledger("fake-cluster") == {}
 
 
 def test_the_execute_loop_resumes_moves_in_flight_without_resubmitting(kafka: FakeKafka) -> None:

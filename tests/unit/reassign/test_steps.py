@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafkaops.platform import lifecycle, state
+from kafkaops.platform import lifecycle, store
 from kafkaops.reassign import engine, steps
 from kafkaops.errors import ConfigError
 from kafkaops.reassign.planner import plan_scale_out
@@ -60,8 +60,9 @@ def test_wait_spec_keeps_only_the_partitions_waited_for() -> None:
 # -- the execution steps on an in-memory cluster ----------------------------------------------------------
 
 @pytest.fixture
-def kafka(monkeypatch: pytest.MonkeyPatch, tmp_path) -> FakeKafka:
-    monkeypatch.setenv("KAFKAOPS_STATE_DIR", str(tmp_path))
+def kafka(monkeypatch: pytest.MonkeyPatch, local_store) -> FakeKafka:
+    local_store.start_operation("kafka_reassign", "test", kind="rebalance", triggered_by="t", params={})
+    local_store.acquire("fake-cluster", "kafka_reassign", "test")  # what begin does: the steps are fenced by it
     return FakeKafka(replicas={("orders", p): (1, 2) for p in range(3)}, online={1, 2, 3},
                      sizes={("orders", p): 100 * (p + 1) for p in range(3)}).install(monkeypatch)
 
@@ -92,7 +93,7 @@ def test_next_batch_submits_one_batch_at_a_time_and_waits_for_moves_in_flight(ka
 def test_throttles_are_set_from_the_ledger_and_removed_into_it(kafka: FakeKafka) -> None:
     ctx = context()
     kafka.configs = {("broker", "3"): {engine.LEADER_RATE: "50"}}
-    state.save_throttle_ledger("fake-cluster", {"3": [engine.LEADER_RATE]})
+    store.current().save_throttle_ledger("fake-cluster", {"3": [engine.LEADER_RATE]})
     data = kafka_plan({("orders", 0): (1, 3)})
     record = steps.set_throttles(ctx, data)
     assert [3, engine.LEADER_RATE, None] in record["rates"]  # the earlier run's 50 is not restored
@@ -101,7 +102,7 @@ def test_throttles_are_set_from_the_ledger_and_removed_into_it(kafka: FakeKafka)
         steps.remove_throttles(ctx, record, data)
     removed = ctx.audit.summary()["throttles_removed"][0]
     assert removed["left"] == {"2": [engine.FOLLOWER_RATE, engine.LEADER_RATE]} and removed["topics"] == ["orders"]
-    assert state.throttle_ledger("fake-cluster") == removed["left"]
+    assert store.current().throttle_ledger("fake-cluster") == removed["left"]
     assert ("broker", "3") not in kafka.throttles() and ("topic", "orders") not in kafka.throttles()
 
 
