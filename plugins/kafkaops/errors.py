@@ -39,3 +39,7 @@ class ProvisionError(KafkaOpsError):
 
 class SetupError(KafkaOpsError):
     """A missing local prerequisite: java, the jars, the virtualenv."""
+
+
+class NotFound(KafkaOpsError):
+    """Something asked for by name that the store does not hold: a run's record."""

@@ -1,19 +1,32 @@
-"""Airflow Connection -> kafkaops connection config.
+"""Airflow Connections -> what kafkaops connects to: a Kafka cluster and the kafkaops store.
 
-Follows the apache-kafka provider's convention: a connection of type ``kafka`` whose extras
+Kafka follows the apache-kafka provider's convention: a connection of type ``kafka`` whose extras
 hold the librdkafka config (``bootstrap.servers``, ``security.protocol``, ``sasl.*``,
 ``ssl.*`` ...). SASL and SSL keys pass through unchanged. When the extras lack
 ``bootstrap.servers``, the connection's host (and port) stand in for it.
+
+The store (:mod:`kafkaops.platform.store`) is the ``kafkaops_store`` connection: type ``postgres``
+(the postgres provider builds the URL; psycopg2 unless its extra ``sqlalchemy_scheme`` says
+otherwise), ``sqlite`` (the host, or the path of a ``sqlite:////abs/path`` URI, is the file), or any
+other type whose URI SQLAlchemy reads. Without that connection, the default store
+(``$KAFKAOPS_STORE_URL``, else ``$AIRFLOW_HOME/kafkaops.db``). Never Airflow's own database.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
+from airflow.configuration import conf
 from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
 
-from kafkaops.platform import admin
 from kafkaops.errors import ConfigError
+from kafkaops.platform import admin, store
+
+STORE_CONN_ID = "kafkaops_store"
+_DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306}
 
 
 def config_from_connection(conn: Any) -> dict[str, str]:
@@ -51,15 +64,57 @@ class KafkaOpsHook(BaseHook):
         return admin.connect(self.get_config(), timeout_s=timeout_s)
 
 
-def kafkaops_store(conn_id: str = "kafkaops_store") -> Any:
-    """The kafkaops store named by the Airflow connection ``conn_id``; the default SQLite store
-    when that connection does not exist. (Placeholder: the full version comes with the UI work.)"""
-    from airflow.exceptions import AirflowNotFoundException
+def store_url_from_connection(conn: Any) -> sa.URL:
+    """The SQLAlchemy URL of the store an Airflow Connection object names (pure: no lookups)."""
+    if conn.conn_type == "postgres":
+        from airflow.providers.postgres.hooks.postgres import PostgresHook
 
-    from kafkaops.platform import store
+        scheme = None if (conn.extra_dejson or {}).get("sqlalchemy_scheme") else "postgresql+psycopg2"
+        return PostgresHook(postgres_conn_id=conn.conn_id, connection=conn, sqlalchemy_scheme=scheme).sqlalchemy_url
+    if conn.conn_type == "sqlite":
+        path = conn.host or conn.schema
+        if not path:
+            raise store.StoreError(f"connection {conn.conn_id!r} (sqlite) names no database file: set its host to "
+                                   "the file's path, e.g. /var/lib/airflow/kafkaops.db")
+        return sa.URL.create("sqlite", database=path)
+    if not conn.conn_type:
+        raise store.StoreError(f"connection {conn.conn_id!r} has no type; give it type 'postgres' (production) or "
+                               "'sqlite' (one machine)")
+    try:
+        return sa.make_url(conn.get_uri())
+    except sa.exc.ArgumentError as err:
+        raise store.StoreError(f"connection {conn.conn_id!r} (type {conn.conn_type!r}) is not a database SQLAlchemy "
+                               f"reads ({err}); give it type 'postgres' or 'sqlite'") from err
 
+
+def kafkaops_store(conn_id: str = STORE_CONN_ID) -> store.Store:
+    """The store the Airflow connection ``conn_id`` names, opened (reachable, schema at head); the
+    default store when no such connection exists. Refuses Airflow's own metadata database."""
     try:
         conn = BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
-        return store.open_store()
-    return store.open_store(conn.get_uri(), source=f"Airflow connection '{conn_id}'")
+        url = sa.make_url(store.default_url())
+        source = f"the default kafkaops store (no Airflow connection '{conn_id}')"
+    else:
+        url, source = store_url_from_connection(conn), f"Airflow connection '{conn_id}'"
+    if _same_database(url, conf.get("database", "sql_alchemy_conn", fallback="")):
+        raise store.StoreError(f"{source} points at Airflow's own metadata database ({url.render_as_string()}); "
+                               f"the kafkaops store needs a database of its own: create one and point the "
+                               f"'{conn_id}' connection at it")
+    return store.open_store(url, source=source)
+
+
+def _same_database(url: sa.URL, other: str) -> bool:
+    if not other:
+        return False
+    theirs = sa.make_url(other)
+    if url.get_backend_name() != theirs.get_backend_name():
+        return False
+    if url.get_backend_name() == "sqlite":
+        return (bool(url.database and theirs.database)
+                and Path(url.database).resolve() == Path(theirs.database).resolve())
+
+    def where(u: sa.URL) -> tuple[object, ...]:
+        return (u.host or "localhost", u.port or _DEFAULT_PORTS.get(u.get_backend_name()), u.database)
+
+    return where(url) == where(theirs)

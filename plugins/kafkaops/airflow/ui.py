@@ -1,54 +1,143 @@
-"""The operation records in Airflow's UI: a FastAPI app mounted by the kafkaops plugin.
+"""The operation records in Airflow's UI: a FastAPI app the kafkaops plugin mounts at ``/kafkaops``.
 
-    /kafkaops/records                          every record, newest first
+    /kafkaops/records                          the runs the user may read, newest first
     /kafkaops/records/{dag_id}/{run_id}        one record as a page (a tab on the DAG run)
     /kafkaops/records/{dag_id}/{run_id}.json   the same record as JSON
-    /kafkaops/docs/...                         Data Docs pages the gates kept
-    /kafkaops/capacity/<cluster>/<run>/...     capacity review reports (HTML and JSON)
+    /kafkaops/artifacts/{path}                 a stored artifact with its content type: Data Docs
+                                               (``docs/<dag>/<run>/<suite>/...``) and capacity reports
+                                               (``capacity/<cluster>/<run>/...``, DAG kafka_capacity_review)
+
+Everything comes from the kafkaops store (:func:`kafkaops.airflow.hooks.kafkaops_store`, opened
+once per api-server process), nothing from local disk. Every route needs a user that Airflow's auth
+manager authenticated (the UI's ``_token`` cookie or a Bearer token) and allows to read the DAG's
+runs, through Airflow's own FastAPI dependencies; the list shows only the DAGs the user may read.
+Pages that cannot show what was asked say why, as HTML (401, 403, 404, 503); the ``.json`` route
+answers errors as JSON.
 """
 from __future__ import annotations
 
-from fastapi import FastAPI, HTTPException
-from fastapi.responses import HTMLResponse, JSONResponse
-from fastapi.staticfiles import StaticFiles
+import functools
+from typing import Annotated, Any
+from urllib.parse import quote
 
+from airflow.api_fastapi.app import get_auth_manager
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from kafkaops.airflow.hooks import kafkaops_store
+from kafkaops.airflow.pages import render_message, render_record, render_record_list
 from kafkaops.platform import state
-from kafkaops.platform.paths import state_dir
-from kafkaops.airflow.pages import render_record, render_record_list
+from kafkaops.platform.store import Store, StoreError
+
+CAPACITY_DAG_ID = "kafka_capacity_review"
 
 app = FastAPI(title="kafkaops operation records")
 
 
-def _record(dag_id: str, run_id: str) -> dict:
-    log = state.AuditLog.for_run(dag_id, run_id)
-    if not log.path.exists():
-        raise HTTPException(status_code=404, detail=f"no kafkaops record for {dag_id} run {run_id}")
-    return log.summary()
+@functools.cache
+def current_store() -> Store:
+    """The kafkaops store of this api-server (the ``kafkaops_store`` connection, read once; a
+    changed connection takes effect when the api-server restarts)."""
+    return kafkaops_store()
+
+
+StoreDep = Annotated[Store, Depends(current_store)]
+READ_RUN = Depends(requires_access_dag("GET", DagAccessEntity.RUN))
+
+
+def artifact_dag_id(path: str) -> str | None:
+    """The DAG whose runs made the artifact at ``path``: the segment after ``docs/``; capacity
+    reports belong to kafka_capacity_review; None for any other path."""
+    parts = path.split("/")
+    if len(parts) < 3 or any(p in ("", ".", "..") for p in parts):
+        return None
+    return parts[1] if parts[0] == "docs" else CAPACITY_DAG_ID if parts[0] == "capacity" else None
+
+
+def read_artifact_dag(path: str, request: Request, user: GetUserDep) -> None:
+    """Authorize reading the artifact at ``path`` as reading its DAG's runs."""
+    dag_id = artifact_dag_id(path)
+    if dag_id is None:
+        raise HTTPException(404, f"{path!r} is not a kafkaops artifact path (docs/<dag>/<run>/... or "
+                                 "capacity/<cluster>/<run>/...); open the artifact from its run's record")
+    requires_access_dag("GET", DagAccessEntity.RUN, param_dag_id=dag_id)(request, user)
+
+
+def _record(store: Store, dag_id: str, run_id: str) -> dict[str, Any]:
+    record = state.read_record(dag_id, run_id, store=store)
+    if record is None:
+        raise HTTPException(404, f"no kafkaops record for run {run_id} of DAG {dag_id} yet: the run has not "
+                                 "reached its first kafkaops step, or it is not a kafkaops operation. Its task logs "
+                                 "are on the run's page; every record is listed at /kafkaops/records")
+    return record
 
 
 @app.get("/records", response_class=HTMLResponse)
-def list_records() -> str:
-    return render_record_list((f"records/{path.parent.name}/{path.stem}", state.AuditLog(path).summary())
-                              for path in state.list_records())
+def list_records(user: GetUserDep, store: StoreDep, dag_id: str | None = None,
+                 limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> str:
+    readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET")
+    return render_record_list(state.list_records(dag_id, store=store, limit=limit, dag_ids=readable))
 
 
-@app.get("/records/{dag_id}/{run_id}.json")
-def record_json(dag_id: str, run_id: str) -> JSONResponse:
-    return JSONResponse(_record(dag_id, run_id))
+@app.get("/records/{dag_id}/{run_id}.json", dependencies=[READ_RUN])
+def record_json(dag_id: str, run_id: str, store: StoreDep) -> JSONResponse:
+    return JSONResponse(_record(store, dag_id, run_id))
 
 
-@app.get("/records/{dag_id}/{run_id}", response_class=HTMLResponse)
-def record_page(dag_id: str, run_id: str) -> str:
-    return render_record(_record(dag_id, run_id), docs_base="/kafkaops/docs")
+@app.get("/records/{dag_id}/{run_id}", response_class=HTMLResponse, dependencies=[READ_RUN])
+def record_page(dag_id: str, run_id: str, store: StoreDep) -> str:
+    return render_record(_record(store, dag_id, run_id))
 
 
-def _mount_docs() -> None:
-    docs = state_dir() / "docs"
-    reports = state_dir() / "capacity" / "reports"
-    for folder in (docs, reports):
-        folder.mkdir(parents=True, exist_ok=True)
-    app.mount("/docs", StaticFiles(directory=str(docs), html=True), name="docs")
-    app.mount("/capacity", StaticFiles(directory=str(reports), html=True), name="capacity")
+@app.get("/artifacts/{path:path}", dependencies=[Depends(read_artifact_dag)])
+def artifact(path: str, store: StoreDep) -> Response:
+    found = store.artifact(path)
+    if found is None:
+        raise HTTPException(404, f"the kafkaops store holds no artifact {path}; the run that makes it may not have "
+                                 "got there: see the run's record")
+    return Response(found.body, media_type=found.content_type, headers={"X-Content-Type-Options": "nosniff"})
 
 
-_mount_docs()
+# -- errors: HTML pages that say why (JSON for the .json route) --------------------------------------------
+
+_TITLES = {401: "Not logged in", 403: "Not allowed", 404: "Not found", 503: "kafkaops store unavailable"}
+
+
+def _wants_json(request: Request) -> bool:
+    return request.url.path.endswith(".json")
+
+
+def _explain(request: Request, status: int, detail: str) -> tuple[str, tuple[str, str] | None]:
+    params = request.path_params
+    dag_id = params.get("dag_id") or artifact_dag_id(params.get("path", ""))
+    if status == 401:
+        login = get_auth_manager().get_url_login(next_url=str(request.url))
+        return f"You are not logged in to Airflow ({detail}).", (login, "log in to Airflow")
+    if status == 403:
+        what = f"the runs of DAG {dag_id}" if dag_id else "this page"
+        return (f"Airflow does not let your user read {what} ({detail}); ask an Airflow admin for read access "
+                "to that DAG."), None
+    if status == 404 and params.get("dag_id") and params.get("run_id"):
+        return detail, (f"/dags/{quote(params['dag_id'])}/runs/{quote(params['run_id'])}", "the run in Airflow")
+    return detail, None
+
+
+@app.exception_handler(StarletteHTTPException)
+async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+    if _wants_json(request):
+        return await http_exception_handler(request, exc)
+    text, link = _explain(request, exc.status_code, str(exc.detail))
+    return HTMLResponse(render_message(_TITLES.get(exc.status_code, "Error"), text, link=link),
+                        status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+
+@app.exception_handler(StoreError)
+async def _store_error(request: Request, exc: StoreError) -> Response:
+    if _wants_json(request):
+        return JSONResponse({"detail": str(exc)}, status_code=503)
+    return HTMLResponse(render_message(_TITLES[503], str(exc)), status_code=503)
+

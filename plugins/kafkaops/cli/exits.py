@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from kafkaops.errors import ConfigError, UnknownTopic
+from kafkaops.errors import ConfigError, NotFound, UnknownTopic
 from kafkaops.model import ModelError
 from kafkaops.reassign.engine import InvalidReassignment
 from kafkaops.reassign.planner.errors import PlanInfeasible, PlanInputError
@@ -19,7 +19,7 @@ EXIT_BAD_INPUT = 2  # options or files that cannot work (argparse's usage errors
 EXIT_INFEASIBLE = 3  # plan: no assignment keeps the rules
 EXIT_INTERRUPTED = 130  # Ctrl-C
 
-BAD_INPUT = (InvalidReassignment, PlanInputError, ModelError, ConfigError, UnknownTopic)
+BAD_INPUT = (InvalidReassignment, PlanInputError, ModelError, ConfigError, UnknownTopic, NotFound)
 _WORDS = {EXIT_BAD_INPUT: "error", EXIT_INFEASIBLE: "infeasible", EXIT_INTERRUPTED: "interrupted"}
 
 

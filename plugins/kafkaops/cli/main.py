@@ -1,5 +1,6 @@
 """``python -m kafkaops``: plan, run, verify and cancel partition reassignments of a live Kafka
-cluster, and run the local cluster, test data and the demo.
+cluster; read the operation records and cluster locks in the kafkaops store; and run the local
+cluster, test data and the demo.
 
 Each command is a module of :mod:`kafkaops.cli` with ``add_arguments(parser)`` and
 ``run(args) -> exit code``; :func:`build_parser` gives each its subparser.
@@ -22,11 +23,12 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kafkaops.cli import cluster, datagen, demo, exits, plan, reassign, snapshot
+from kafkaops.cli import cluster, datagen, demo, exits, lock, plan, reassign, records, snapshot, store
 from kafkaops.errors import KafkaOpsError
 
 DESCRIPTION = """Scale Apache Kafka without losing data or key order: plan a partition reassignment, run it
-throttled and batched, verify it, or cancel it; and run the local cluster, test data and the demo."""
+throttled and batched, verify it, or cancel it; read the operation records and cluster locks in the
+kafkaops store; and run the local cluster, test data and the demo."""
 EXIT_CODES = "exit codes:\n" + __doc__.split("exit codes:\n", 1)[1].split("\n\n", 1)[0]
 EPILOG = f"""{EXIT_CODES}
 
@@ -80,6 +82,24 @@ def build_parser() -> argparse.ArgumentParser:
              "print a live cluster as tables (or JSON)",
              "Print brokers with their load, partitions with leaders, ISR and sizes, the hottest partitions and\n"
              "the consumer groups' lag; or, with --json, the snapshot that verify --before reads.")
+    _command(sub, "records", records.add_arguments, records.run,
+             "list the operation runs, or show one run's record (the kafkaops store)",
+             "The operation records in the kafkaops store (--store URL, else $KAFKAOPS_STORE_URL, else\n"
+             "$AIRFLOW_HOME/kafkaops.db), the same the Airflow plugin shows.\n\n"
+             "  python -m kafkaops records list --dag kafka_scale_out\n"
+             "  python -m kafkaops records show kafka_scale_out RUN_ID [--json]")
+    _command(sub, "lock", lock.add_arguments, lock.run,
+             "show who holds a cluster's lock, or break a dead holder's lock",
+             "The cluster locks in the kafkaops store: who holds one with which fencing token, and the lock\n"
+             "history; break frees a cluster whose holder is gone for good, recorded with who and why.\n\n"
+             "  python -m kafkaops lock show CLUSTER\n"
+             "  python -m kafkaops lock break CLUSTER --reason 'worker lost, run marked failed'")
+    _command(sub, "store", store.add_arguments, store.run,
+             "show the kafkaops store (password hidden) or upgrade its schema",
+             "The kafkaops store's URL (password hidden), backend and schema revision; upgrade brings the\n"
+             "schema to this kafkaops' revision.\n\n"
+             "  python -m kafkaops store show --store postgresql://ops@db:5432/kafkaops\n"
+             "  python -m kafkaops store upgrade --store postgresql://ops@db:5432/kafkaops")
     _command(sub, "datagen", datagen.add_arguments, datagen.run,
              "write keyed JSON test records (deterministic, optionally skewed)",
              "Write keyed JSON records to a topic with acks=all, idempotence and the Java client's murmur2\n"

@@ -67,6 +67,20 @@ def plain(value: Any) -> str:
     return str(value)
 
 
+def plan_facts(plan: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A recorded plan's size in words: partitions and replicas that move, bytes, time at the throttle."""
+    facts = []
+    if "moves" in plan:
+        facts.append(("partitions that move", str(plan["moves"])))
+    if "replica_moves" in plan:
+        facts.append(("replicas that move", str(plan["replica_moves"])))
+    if "bytes_to_move" in plan:
+        facts.append(("bytes to copy", human_bytes(plan["bytes_to_move"])))
+    if plan.get("eta_s") is not None:
+        facts.append(("time at the throttle", duration(plan["eta_s"])))
+    return facts
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]

@@ -143,3 +143,21 @@ def list_records(dag_id: str | None = None, *, store: store_.Store | None = None
                  dag_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """The operations rows, newest first (only ``dag_ids`` when given)."""
     return (store or store_.current()).list_operations(dag_id, limit=limit, dag_ids=dag_ids)
+
+
+def read_record(dag_id: str, run_id: str, *, store: store_.Store | None = None) -> dict[str, Any] | None:
+    """The record of one run as pages and the CLI show it: its events folded (:func:`summarize`)
+    with its operations row (``kind``, ``cluster_id``, ``state``); None when the store holds neither."""
+    log = AuditLog(dag_id, run_id, store=store)
+    row = log.store.operation(dag_id, run_id)
+    events = log.events()
+    if row is None and not events:
+        return None
+    record = summarize(events)
+    record.update(dag_id=dag_id, run_id=run_id, kind=None, cluster_id=None, state=None)
+    if row is not None:
+        record.update(kind=row["kind"], cluster_id=row["cluster_id"], state=row["state"])
+        record["operation"] = record["operation"] or row["kind"]
+        record["triggered_by"] = record["triggered_by"] or row["triggered_by"]
+        record["started_at"] = record["started_at"] or row["started_at"]
+    return record

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from airflow.sdk import Connection
 
-from kafkaops.airflow.hooks import KafkaOpsHook, config_from_connection
+from kafkaops.airflow.hooks import KafkaOpsHook, config_from_connection, kafkaops_store, store_url_from_connection
 from kafkaops.errors import ConfigError
+from kafkaops.platform.store import StoreError
 
 SASL = {"bootstrap.servers": "k1:9093,k2:9093", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
         "sasl.username": "ops", "sasl.password": "s3cret", "ssl.ca.location": "/etc/ca.pem"}
@@ -34,3 +36,62 @@ def test_unusable_connections_are_refused(conn: Connection, message: str) -> Non
 def test_hook_resolves_a_connection_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_PROD", json.dumps({"conn_type": "kafka", "extra": SASL}))
     assert KafkaOpsHook("kafka_prod").get_config() == SASL
+
+
+# -- the kafkaops store from the kafkaops_store connection ------------------------------------------------
+
+@pytest.mark.parametrize("conn, url", [
+    (Connection(conn_id="kafkaops_store", conn_type="postgres", host="db.internal", port=5433, login="ops",
+                password="s3cret", schema="kafkaops"), "postgresql+psycopg2://ops:s3cret@db.internal:5433/kafkaops"),
+    (Connection(conn_id="kafkaops_store", conn_type="postgres", host="db", schema="k",
+                extra=json.dumps({"sqlalchemy_scheme": "postgresql+psycopg"})), "postgresql+psycopg://db/k"),
+    (Connection(conn_id="kafkaops_store", conn_type="sqlite", host="/var/lib/airflow/kafkaops.db"),
+     "sqlite:////var/lib/airflow/kafkaops.db"),
+    (Connection.from_uri("sqlite:////var/lib/airflow/kafkaops.db", conn_id="kafkaops_store"),
+     "sqlite:////var/lib/airflow/kafkaops.db"),
+    (Connection(conn_id="kafkaops_store", conn_type="mysql", host="db", login="ops", schema="k"), "mysql://ops@db/k"),
+])
+def test_a_store_connection_becomes_its_sqlalchemy_url(conn: Connection, url: str) -> None:
+    assert store_url_from_connection(conn).render_as_string(hide_password=False) == url
+
+
+@pytest.mark.parametrize("conn, message", [
+    (Connection(conn_id="kafkaops_store", conn_type="sqlite"), "'kafkaops_store' \\(sqlite\\) names no database file"),
+    (Connection(conn_id="kafkaops_store"), "'kafkaops_store' has no type"),
+])
+def test_a_store_connection_that_names_no_database_is_refused(conn: Connection, message: str) -> None:
+    with pytest.raises(StoreError, match=message):
+        store_url_from_connection(conn)
+
+
+def test_the_store_connection_is_looked_up_and_opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKAOPS_STORE", json.dumps({"conn_type": "sqlite",
+                                                                  "host": str(tmp_path / "k.db")}))
+    opened = kafkaops_store()
+    assert opened.url.database == str(tmp_path / "k.db") and opened.source == "Airflow connection 'kafkaops_store'"
+    assert opened.revision() is not None  # reachable, schema at head
+
+
+def test_without_the_connection_the_default_store_opens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKAOPS_STORE_URL", f"sqlite:///{tmp_path / 'default.db'}")
+    opened = kafkaops_store("no_such_connection")
+    assert opened.url.database == str(tmp_path / "default.db") and opened.revision() is not None
+
+
+def test_airflows_own_database_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{tmp_path / 'airflow.db'}")
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKAOPS_STORE", json.dumps({"conn_type": "sqlite",
+                                                                  "host": str(tmp_path / "." / "airflow.db")}))
+    with pytest.raises(StoreError, match="Airflow connection 'kafkaops_store' points at Airflow's own metadata "
+                                         "database .* point the 'kafkaops_store' connection at it"):
+        kafkaops_store()
+    assert not (tmp_path / "airflow.db").exists()
+
+
+def test_airflows_own_postgres_is_refused_by_host_port_and_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "postgresql+psycopg2://airflow:pw@pg/airflow")
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKAOPS_STORE", json.dumps({"conn_type": "postgres", "host": "pg", "port": 5432,
+                                                                  "login": "other", "password": "x",
+                                                                  "schema": "airflow"}))
+    with pytest.raises(StoreError, match="Airflow's own metadata database \\(postgresql\\+psycopg2://other:\\*\\*\\*@"):
+        kafkaops_store()

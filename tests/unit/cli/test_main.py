@@ -11,7 +11,7 @@ from kafkaops.cli import exits, main as cli_main
 from kafkaops.cli.main import build_parser, main
 
 NOWHERE = "127.0.0.1:1"
-COMMANDS = ["plan", "execute", "verify", "cancel", "snapshot", "datagen", "cluster", "demo"]
+COMMANDS = ["plan", "execute", "verify", "cancel", "snapshot", "records", "lock", "store", "datagen", "cluster", "demo"]
 
 
 def invoke(*argv: str) -> tuple[int, str, str]:
