@@ -36,7 +36,7 @@ from kafkaops.reassign.engine import ExecutionReport, InvalidReassignment
 from kafkaops.model import Cluster, Key, ModelError
 from kafkaops.reassign.planner.errors import PlanInputError
 from kafkaops.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, fail, one_line  # noqa: F401
-from kafkaops.cli.options import add_timeout
+from kafkaops.cli.options import add_store, add_timeout, store_target
 from kafkaops.cli.planfile import read_assignment
 
 MB = 1_000_000
@@ -66,8 +66,7 @@ def add_execute_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--poll-interval", type=float, default=2.0, metavar="SECONDS",
                         help="seconds between progress lines (default 2)")
     parser.add_argument("--execute", action="store_true", help="really move; without it a dry run")
-    parser.add_argument("--store", metavar="URL", help="the kafkaops store whose cluster lock --execute takes "
-                        "(default: $KAFKAOPS_STORE_URL, else $AIRFLOW_HOME/kafkaops.db)")
+    add_store(parser)  # whose cluster lock --execute takes
 
 
 def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
@@ -201,7 +200,8 @@ class CliLock:
 def cluster_lock(args: argparse.Namespace, cluster_id: str, say: Callable[[str], None]) -> Iterator[CliLock]:
     """Hold the cluster's lock in the kafkaops store as a CLI run (the DAGs take the same lock).
     The run and its outcome go to the store's operations; the lock is released at the end."""
-    st = store.open_store(args.store, source="--store" if args.store else None)
+    url, source = store_target(args)
+    st = store.open_store(url, source=f"the kafkaops store ({source})")
     run_id = store.cli_run_id()
     st.start_operation(store.CLI_DAG_ID, run_id, kind="execute", triggered_by=run_id.split(":", 1)[0],
                        params={"plan": str(args.plan), "throttle_mb": args.throttle_mb,
