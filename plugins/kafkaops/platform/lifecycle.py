@@ -115,14 +115,15 @@ def begin(ctx: OperationContext[Any], raw_params: Mapping[str, Any]) -> dict[str
 
 def outcome_of(record: Mapping[str, Any], *, dry_run: bool, failed_tasks: Iterable[str] = ()) -> tuple[str, str]:
     """The outcome of the current attempt (pure): from its steps' last tries and the tasks Airflow
-    marked failed (a task killed before it could record its failure counts too)."""
+    marked failed (a task killed before it could record its failure counts too). A step still
+    "running" when the run finishes never recorded its end: its process died, so it counts as failed."""
     final = {s["name"]: s for s in record["steps"]}
-    failed = [name for name, s in final.items() if s.get("status") == "failed"]
+    failed = [name for name, s in final.items() if s.get("status") in ("failed", "running")]
     failed += [t for t in failed_tasks if t not in failed]
     if record.get("approval") and record["approval"].get("approved") is False:
         return "rejected", f"rejected by {record['approval'].get('by')}; nothing changed"
     if failed:
-        errors = [final[name].get("error") or "failed in Airflow (no error recorded: the task died)"
+        errors = [final[name].get("error") or f"{name} did not record its end (its task died)"
                   if name in final else "failed in Airflow before it recorded a step" for name in failed]
         return "failed", f"failed steps: {', '.join(failed)}: {'; '.join(errors)[:2000]}"
     if dry_run:

@@ -212,6 +212,11 @@ def run_playbook(playbook: str, inventory: Mapping[str, Any] | str | Path, *,
 
     inv: Any = str(inventory) if isinstance(inventory, Path) else inventory
     with tempfile.TemporaryDirectory(prefix="kafkaops-ansible-") as private_dir:
+        # Ansible's scratch space goes with the run, not into $HOME/.ansible of whichever worker ran it.
+        env["ANSIBLE_HOME"] = str(Path(private_dir) / "ansible-home")  # the role needs only ansible.builtin
+        env["ANSIBLE_LOCAL_TEMP"] = str(Path(private_dir) / "local-tmp")
+        if _connects_locally(inv):
+            env["ANSIBLE_REMOTE_TEMP"] = str(Path(private_dir) / "remote-tmp")
         log.info("ansible: running %s (limit %s)", playbook, limit or "all")
         runner = ansible_runner.run(
             private_data_dir=private_dir, project_dir=str(PLAYBOOKS), playbook=str(PLAYBOOKS / playbook),
@@ -234,6 +239,13 @@ def run_playbook(playbook: str, inventory: Mapping[str, Any] | str | Path, *,
             raise ProvisionError(f"playbook {playbook} failed: {detail}")
         log.info("ansible: %s done, changed %s", playbook, changed)
         return ProvisionResult(ok=ok, changed=changed, failures=tuple(failures), status=runner.status)
+
+
+def _connects_locally(inventory: Any) -> bool:
+    """Whether an inventory given as a mapping runs every host through Ansible's local connection."""
+    if not isinstance(inventory, Mapping):
+        return False
+    return (inventory.get("all", {}).get("vars", {}) or {}).get("ansible_connection") == "local"
 
 
 def _failure_message(result: Mapping[str, Any]) -> str:

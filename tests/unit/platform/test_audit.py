@@ -60,3 +60,24 @@ def test_unknown_event_kind_is_refused(local_store) -> None:
     with pytest.raises(AuditError, match="kind 'oops' is unknown"):
         AuditLog("d", "r").append("oops")
     assert AuditLog("d", "r").events() == []
+
+
+def record_events() -> list[AuditEvent]:
+    return [AuditEvent(1, "started", {"operation": "scale_out"}),
+            AuditEvent(2, "step", {"name": "plan", "status": "started"}),
+            AuditEvent(3, "step", {"name": "plan", "status": "success"}),
+            AuditEvent(4, "step", {"name": "execute_batches", "status": "started"})]  # then its worker died
+
+
+def test_the_outcome_counts_tasks_airflow_marks_failed_even_without_a_recorded_failure() -> None:
+    from kafkaops.platform.lifecycle import outcome_of
+
+    record = summarize(record_events())
+    outcome, reason = outcome_of(record, dry_run=False)
+    assert outcome == "failed" and "execute_batches did not record its end (its task died)" in reason
+    finished = summarize([*record_events(), AuditEvent(5, "step", {"name": "execute_batches", "status": "success"})])
+    assert outcome_of(finished, dry_run=False) == ("success", "")
+    outcome, reason = outcome_of(record, dry_run=True, failed_tasks=["remove_throttles"])
+    assert outcome == "failed" and "before it recorded a step" in reason
+    rejected = summarize([AuditEvent(1, "approval", {"approved": False, "by": "bob"})])
+    assert outcome_of(rejected, dry_run=False)[0] == "rejected"
