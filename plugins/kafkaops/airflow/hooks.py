@@ -105,9 +105,10 @@ def kafkaops_store(conn_id: str = STORE_CONN_ID) -> store.Store:
 
 
 def _same_database(url: sa.URL, other: str) -> bool:
-    if not other:
+    try:
+        theirs = sa.make_url(other)
+    except sa.exc.ArgumentError:  # none, or a task process's placeholder ("airflow-db-not-allowed:///")
         return False
-    theirs = sa.make_url(other)
     if url.get_backend_name() != theirs.get_backend_name():
         return False
     if url.get_backend_name() == "sqlite":

@@ -88,6 +88,14 @@ def test_airflows_own_database_is_refused(tmp_path: Path, monkeypatch: pytest.Mo
     assert not (tmp_path / "airflow.db").exists()
 
 
+def test_a_task_process_opens_the_store_although_airflow_hides_its_database(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # Airflow 3's task supervisor replaces its own database URL with this placeholder in every task process.
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "airflow-db-not-allowed:///")
+    monkeypatch.setenv("KAFKAOPS_STORE_URL", f"sqlite:///{tmp_path / 'k.db'}")
+    assert kafkaops_store("no_such_connection").revision() is not None
+
+
 def test_airflows_own_postgres_is_refused_by_host_port_and_database(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "postgresql+psycopg2://airflow:pw@pg/airflow")
     monkeypatch.setenv("AIRFLOW_CONN_KAFKAOPS_STORE", json.dumps({"conn_type": "postgres", "host": "pg", "port": 5432,
