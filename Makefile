@@ -8,13 +8,14 @@ JARS_DIR := $(CURDIR)/.cache/jars
 JARS_STAMP := $(JARS_DIR)/.stamp
 PYTEST_ARGS ?=
 
-.PHONY: setup postgres demo test lint-imports test-unit test-integration cluster-up cluster-down airflow bench clean help
+.PHONY: setup postgres browser demo test lint-imports test-unit test-integration cluster-up cluster-down airflow bench clean help
 
 help:
 	@echo "make demo          set up, start the local 3-broker cluster, run the main job, stop it"
 	@echo "make test          set up, check the layer contracts (lint-imports) and run every test (Java, unit, real-cluster integration)"
 	@echo "make setup         .venv/ with pinned packages, and the Kafka/Spark jars from Maven Central"
 	@echo "make postgres      the PostgreSQL server binaries the store tests start a throw-away server from (apt-get, as root)"
+	@echo "make browser       Debian's chromium and chromium-driver for the browser test (apt-get, as root)"
 	@echo "make cluster-up    start the local cluster (127.0.0.1:19092,19094,19096) and leave it running"
 	@echo "make cluster-down  stop it"
 	@echo "make airflow       airflow standalone on 127.0.0.1:8080 with the kafkaops DAGs and plugin (local cluster as kafka_default)"
@@ -52,10 +53,23 @@ postgres:
 	    { apt-get update && apt-get install -y --no-install-recommends postgresql; }; }; \
 	fi
 
+# The browser test (tests/deployment) drives Debian's chromium through its chromedriver with Selenium;
+# nothing downloads a browser. Without them (and not root on Debian) it says what to install and skips.
+browser:
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+	  if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	    echo "note: chromium or chromedriver not found; the browser test skips: install them (e.g. sudo apt-get install chromium chromium-driver)"; \
+	  else \
+	    export DEBIAN_FRONTEND=noninteractive && \
+	    { apt-get install -y --no-install-recommends chromium chromium-driver || \
+	      { apt-get update && apt-get install -y --no-install-recommends chromium chromium-driver; }; }; \
+	  fi; \
+	fi
+
 demo: setup
 	$(PY) -m kafkaops demo
 
-test: setup postgres lint-imports
+test: setup postgres browser lint-imports
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The layer contracts of pyproject.toml's [tool.importlinter] (docs/architecture.md).

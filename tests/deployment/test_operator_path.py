@@ -1,0 +1,201 @@
+"""The operator's path through the Airflow UI, in a real browser (issue 13's acceptance test).
+
+Against ``airflow standalone`` with the project's DAGs and plugin and a local cluster of its own
+(conftest.py), headless Chromium walks what an operator does:
+
+1. signs in;
+2. triggers kafka_scale_out from the Trigger form with its defaults plus only what an operator must
+   choose (not a dry run, the topic); approval stays manual;
+3. opens Browse > Required Actions, reads the plan (moves, bytes, throttle, ETA) and approves it;
+4. follows the run to success, never clearing a task;
+5. opens the run's Operation record tab and one gate's Data Docs from it;
+6. triggers kafka_reassign to drain the new broker and stop it, and approves that;
+7. triggers kafka_capacity_review and opens its report from the run's record.
+
+Every check is on what the browser shows; run states come from Airflow's REST API. The screenshots
+stay in the artifacts folder (listed at the end of the pytest run).
+"""
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from selenium.webdriver.common.by import By
+
+from kafkaops.platform import admin
+from tests.deployment.conftest import PASSWORD, TOPIC, USER, AirflowServer, SpecCluster
+from tests.deployment.ui import AirflowUI
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(1800)]
+
+# How long one run may take from its trigger to its end (or to its approval): generous for two busy
+# cores; the test's own duration is printed at its end.
+RUN_TIMEOUT_S = 600.0
+FINAL_STATES = {"success", "failed"}
+BYTES = re.compile(r"\d+(\.\d+)?\s?(B|KiB|MiB|GiB|kB|MB|GB)\b")
+RATE = re.compile(r"\d+(\.\d+)?\s?MB/s")
+
+
+def run_path(dag_id: str, run_id: str) -> str:
+    return f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}"
+
+
+def task_states(airflow: AirflowServer, dag_id: str, run_id: str) -> dict[str, tuple[str | None, int]]:
+    tis = airflow.api("GET", f"{run_path(dag_id, run_id)}/taskInstances", params={"limit": 100})["task_instances"]
+    return {t["task_id"]: (t["state"], t["try_number"]) for t in tis}
+
+
+def task_log_tail(airflow: AirflowServer, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
+    content = airflow.api("GET", f"{run_path(dag_id, run_id)}/taskInstances/{task_id}/logs/{max(try_number, 1)}",
+                          params={"full_content": True}).get("content") or []
+    lines = [e.get("event", "") + (f" {e['error_detail']}" if e.get("error_detail") else "")
+             for e in content if isinstance(e, dict)]
+    return "\n".join(lines[-25:])
+
+
+def wait_for_run(airflow: AirflowServer, dag_id: str, run_id: str, *, timeout: float = RUN_TIMEOUT_S
+                 ) -> dict[str, Any]:
+    """The run once it ended; fail with its task states and the failed tasks' logs if it did not succeed."""
+    deadline = time.monotonic() + timeout
+    run: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        run = airflow.api("GET", run_path(dag_id, run_id))
+        if run["state"] in FINAL_STATES:
+            break
+        time.sleep(3)
+    states = task_states(airflow, dag_id, run_id)
+    if run.get("state") != "success":
+        failed = [t for t, (s, _) in states.items() if s in ("failed", "upstream_failed")]
+        logs = "\n".join(f"--- {t} (try {states[t][1]}):\n{task_log_tail(airflow, dag_id, run_id, t, states[t][1])}"
+                         for t in failed if states[t][0] == "failed")
+        pytest.fail(f"{dag_id} run {run_id} is {run.get('state')!r} after {timeout:.0f} s (no task was cleared); "
+                    f"tasks: {states}\n{logs}")
+    return run
+
+
+def wait_for_approval(airflow: AirflowServer, dag_id: str, run_id: str) -> None:
+    """Until the run's approval task waits for a person; fail early if the run ends or a task fails."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        states = task_states(airflow, dag_id, run_id)
+        if states.get("approval", (None, 0))[0] == "awaiting_input":
+            return
+        failed = {t: s for t, s in states.items() if s[0] in ("failed", "upstream_failed", "skipped")
+                  and t != "provision"}
+        if failed:
+            wait_for_run(airflow, dag_id, run_id, timeout=120)  # fails with the logs
+            pytest.fail(f"{dag_id} run {run_id} did not reach its approval: {failed}")
+        time.sleep(3)
+    pytest.fail(f"{dag_id} run {run_id} not awaiting approval after {RUN_TIMEOUT_S:.0f} s: "
+                f"{task_states(airflow, dag_id, run_id)}")
+
+
+def assert_shows_plan(text: str, what: str) -> None:
+    """An approval worth deciding on: moves, bytes, the throttle and an ETA."""
+    problems = [name for name, ok in (
+        ("the moves", re.search(r"\bmoves?\b", text) and TOPIC in text),
+        ("bytes to copy", BYTES.search(text)),
+        ("the throttle", re.search(r"(?i)throttle", text) and RATE.search(text)),
+        ("an ETA", re.search(r"\bETA\b", text)),
+    ) if not ok]
+    assert not problems, f"the {what} approval does not show {', '.join(problems)}; it shows:\n{text}"
+
+
+def test_the_operators_path(airflow: AirflowServer, chrome: Any, deployment_cluster: SpecCluster,
+                            artifacts: Any) -> None:
+    began = time.monotonic()
+    ui = AirflowUI(chrome, airflow.url, artifacts)
+
+    # 1. sign in
+    ui.login(USER, PASSWORD)
+    ui.shot("home")
+
+    # 2. scale-out from the Trigger form: the defaults, not a dry run, the topic
+    with deployment_cluster.connect() as conn:
+        brokers_before = sorted(b.id for b in admin.describe_cluster(conn)[2])
+    run = ui.trigger("kafka_scale_out", switches={"dry_run": False}, arrays={"topics": [TOPIC]}, name="scale-out")
+    conf = airflow.api("GET", run_path("kafka_scale_out", run))["conf"]
+    assert conf.get("dry_run") is False and conf.get("topics") == [TOPIC] and conf.get("approval") == "manual", \
+        f"the form sent {conf}"
+
+    # 3. Required Actions: read the plan, approve
+    wait_for_approval(airflow, "kafka_scale_out", run)
+    text = ui.open_required_action("kafka_scale_out", run, timeout=120)
+    ui.shot("scale-out-approval")
+    assert_shows_plan(text, "scale-out")
+    ui.respond("Approve")
+    ui.shot("scale-out-approved")
+
+    # 4. to success with no Clear
+    wait_for_run(airflow, "kafka_scale_out", run)
+    ui.open(f"/dags/kafka_scale_out/runs/{quote(run, safe='')}")
+    ui.text_shown("Success")
+    ui.shot("scale-out-succeeded")
+    with deployment_cluster.connect() as conn:
+        brokers_after = sorted(b.id for b in admin.describe_cluster(conn)[2])
+    new = sorted(set(brokers_after) - set(brokers_before))
+    assert len(new) == 1, f"the scale-out should add one broker: before {brokers_before}, after {brokers_after}"
+
+    # 5. the Operation record, and one gate's Data Docs from it
+    ui.open_run_tab("kafka_scale_out", run, "Operation record")
+    ui.text_shown(run)
+    record = ui.visible_text()
+    ui.shot("scale-out-record")
+    for heading in ("Plan", "Approval", "Gates", "Batches", "Throttles"):
+        assert re.search(rf"(?m)^{heading}$", record), f"the record has no {heading!r} section:\n{record}"
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", record) and not re.search(r"\b1[78]\d{8}(\.\d+)?\b", record), \
+        f"the record's times should be UTC dates, not epoch seconds:\n{record}"
+    assert not re.search(r"\{[\"']|\['", record), f"the record shows raw JSON or Python reprs:\n{record}"
+    ui.click(ui.wait(lambda d: next(iter(d.find_elements(By.LINK_TEXT, "Data Docs")), None),
+                     "a Data Docs link in the record"))
+    ui.wait(lambda d: len(d.find_element(By.TAG_NAME, "body").text) > 200, "the Data Docs page's text")
+    docs = ui.visible_text()
+    ui.shot("scale-out-data-docs")
+    assert re.search(r"(?i)expectation", docs) and re.search(r"(?i)(succe|passed)", docs), \
+        f"the Data Docs page shows no validation result:\n{docs[:2000]}"
+    chrome.switch_to.default_content()
+
+    # 6. drain the new broker and stop it
+    drained = new[0]
+    drain = ui.trigger("kafka_reassign", switches={"dry_run": False, "stop_drained": True},
+                       arrays={"drain_brokers": [drained]}, choices={"operation": "drain"}, name="drain")
+    wait_for_approval(airflow, "kafka_reassign", drain)
+    text = ui.open_required_action("kafka_reassign", drain, timeout=120)
+    ui.shot("drain-approval")
+    assert_shows_plan(text, "drain")
+    assert re.search(rf"(?i)\bstop\w*\b[^.\n]*\b{drained}\b|\b{drained}\b[^.\n]*\bstop", text), \
+        f"the drain approval does not say that broker {drained} will be stopped:\n{text}"
+    ui.respond("Approve")
+    wait_for_run(airflow, "kafka_reassign", drain)
+    ui.open_run_tab("kafka_reassign", drain, "Operation record")
+    ui.text_shown(drain)
+    ui.shot("drain-record")
+    chrome.switch_to.default_content()
+    with deployment_cluster.connect() as conn:
+        left = sorted(b.id for b in admin.describe_cluster(conn)[2])
+    assert drained not in left, f"broker {drained} still registered after its drain and stop: {left}"
+
+    # 7. the capacity review and its report
+    review = ui.trigger("kafka_capacity_review", name="capacity-review")
+    wait_for_run(airflow, "kafka_capacity_review", review)
+    runs = airflow.api("GET", "/dags/kafka_capacity_review/dagRuns")["dag_runs"]
+    assert [r["dag_run_id"] for r in runs] == [review], \
+        f"triggering the review by hand started other runs too: {[(r['dag_run_id'], r['run_type']) for r in runs]}"
+    ui.open_run_tab("kafka_capacity_review", review, "Operation record")
+    ui.text_shown(review)
+    ui.shot("capacity-review-record")
+    ui.click(ui.wait(lambda d: next((a for a in d.find_elements(By.TAG_NAME, "a")
+                                     if re.search(r"(?i)capacity report", a.text)), None),
+                     "a link to the capacity report in the review's record"))
+    ui.text_shown("Recommendations")
+    report = ui.visible_text()
+    ui.shot("capacity-report")
+    assert "Findings" in report and re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d", report), \
+        f"the capacity report lacks findings or UTC times:\n{report[:3000]}"
+    chrome.switch_to.default_content()
+
+    took = time.monotonic() - began
+    print(f"\nthe operator's path took {took:.0f} s (after {airflow.started_in:.0f} s to start Airflow); screenshots in {artifacts}")
