@@ -27,6 +27,7 @@ import pytest
 
 from kafkaops.cli import datagen
 from kafkaops.platform import admin, provision
+from kafkaops.platform.paths import JARS
 from tests.conftest import TEST_BROKER_CONFIG, RunningCluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,19 +49,27 @@ def artifacts_root() -> Path:
 
 @dataclass(frozen=True)
 class SpecCluster(RunningCluster):
-    """A running local cluster and the kafkaops cluster spec file (the ``inventory`` of a scale-out)
-    that describes it; a scale-out grows the file."""
+    """A running local cluster and a kafkaops cache folder (``$KAFKAOPS_CACHE`` of the Airflow under
+    test) whose ``local-cluster.json`` is its spec, as ``make cluster-up`` leaves it: the DAGs'
+    inventory when their ``inventory`` param is empty. A scale-out grows the file."""
 
-    spec_file: Path = Path()
+    cache: Path = Path()
+
+    @property
+    def spec_file(self) -> Path:
+        return self.cache / "local-cluster.json"
 
 
 @pytest.fixture(scope="session")
-def deployment_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpecCluster]:
+def deployment_cluster() -> Iterator[SpecCluster]:
     """Three brokers on free loopback ports with ``orders`` (3 partitions, RF 3, about 2.5 MB of
     keyed records), so a fourth broker has replicas to receive."""
     with provision.temporary_cluster("kafkaops-browser-", brokers=3, extra_config=TEST_BROKER_CONFIG) as spec:
-        spec_file = spec.save(spec.base_dir / "cluster.json")
-        cluster = SpecCluster(spec, spec_file=spec_file)
+        cache = spec.base_dir / "kafkaops-cache"
+        cache.mkdir()
+        (cache / "jars").symlink_to(JARS, target_is_directory=True)  # the brokers' classpath, as in .cache/
+        cluster = SpecCluster(spec, cache=cache)
+        spec.save(cluster.spec_file)
         with cluster.connect() as conn:
             admin.create_topic(conn, TOPIC, 3, 3)
         datagen.produce(cluster.config, TOPIC, datagen.DatagenSpec(records=20_000, keys=200, skew="zipf",
@@ -82,8 +91,9 @@ class AirflowServer:
     _token: str | None = field(default=None, repr=False)
 
     def log_tail(self, lines: int = 80) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        try:  # the api-server's access lines say little about a failure
+            kept = [line for line in self.log.read_text(errors="replace").splitlines() if "[http.access]" not in line]
+            return "\n".join(kept[-lines:])
         except OSError as err:
             return f"(no Airflow log at {self.log}: {err})"
 
@@ -138,8 +148,8 @@ def _airflow_env(home: Path, port: int, cluster: SpecCluster) -> dict[str, str]:
         "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "180",
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka",
                                                   "extra": {"bootstrap.servers": cluster.bootstrap}}),
-        # The local cluster's spec: the default of the DAGs' inventory param resolves to it.
-        "KAFKAOPS_INVENTORY": str(cluster.spec_file),
+        # Its local-cluster.json is the cluster's spec: what the DAGs' empty inventory param resolves to.
+        "KAFKAOPS_CACHE": str(cluster.cache),
         "GX_ANALYTICS_ENABLED": "false",
     })
     return env

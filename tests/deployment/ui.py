@@ -137,11 +137,14 @@ class AirflowUI:
         return run_id
 
     def marked_fields(self) -> list[str]:
-        """The Trigger form's params that the form marks invalid or shows an error for."""
+        """The Trigger form's params that hold it back: marked invalid, or required and left empty."""
         marked = self.driver.execute_script("""
             const rows = [...document.querySelectorAll('[role=dialog] [data-scope=field][data-part=root]')];
-            return rows.filter(r => r.matches('[data-invalid]') || r.querySelector('[data-invalid],[aria-invalid=true]'))
-                       .map(r => (r.querySelector('label') || r).innerText.replace(/\\s+/g, ' ').trim());
+            const empty = r => [...r.querySelectorAll('input[required],textarea[required]')]
+                .some(i => !['checkbox', 'hidden', 'radio'].includes(i.type) && i.value === '');
+            return rows.filter(r => r.matches('[data-invalid]') || r.querySelector('[data-invalid],[aria-invalid=true]')
+                                    || empty(r))
+                       .map(r => (r.querySelector('label') || r).innerText.replace(/[\\s*]+/g, ' ').trim());
         """)
         return list(marked or [])
 
@@ -202,8 +205,8 @@ class AirflowUI:
 
     def open_required_action(self, dag_id: str, run_id: str, timeout: float) -> str:
         """Browse > Required Actions, the one of this run; its visible text once it shows a response."""
-        xpath = f"//a[contains(@href, '/dags/{dag_id}/runs/') and contains(@href, '/required_actions') " \
-                f"and ancestor::tr[.//a[normalize-space(.)={xpath_literal(run_id)}]]]"
+        xpath = f"//a[contains(@href, {xpath_literal(f'/dags/{dag_id}/runs/{run_id}/tasks/')}) " \
+                f"and contains(@href, '/required_actions')]"
 
         def listed(driver: WebDriver) -> WebElement | None:
             found = [a for a in driver.find_elements(By.XPATH, xpath) if a.is_displayed()]
