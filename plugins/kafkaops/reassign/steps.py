@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kafkaops.platform import admin
-from kafkaops.reassign import engine
+from kafkaops.reassign import approval, engine
 from kafkaops.platform import lifecycle
 from kafkaops.platform.lifecycle import APPROVAL_MODES, OperationContext
 from kafkaops.reassign import frames
@@ -171,12 +171,13 @@ def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Seq
         plan = plan_drain(cluster, p.drain_brokers, exclude=p.exclude_brokers)
     else:
         plan = plan_rebalance(cluster, exclude=p.exclude_brokers, topics=topics)
-    eta = plan.bytes_to_move / p.throttle_bytes_per_s if p.throttle_bytes_per_s else None
+    flows = approval.plan_traffic(plan, p)
     data = {"plan": plan.to_dict(), "kafka_json": plan.to_kafka_json(), "diff": list(plan.diff()),
             "table": list(plan.table()), "summary": plan.summary(), "moves": len(plan.moves),
-            "replica_moves": plan.replica_moves, "bytes_to_move": plan.bytes_to_move, "eta_s": eta}
+            "replica_moves": plan.replica_moves, "bytes_to_move": plan.bytes_to_move, "eta_s": flows.eta_s,
+            "approval": approval.approval_markdown(plan, p)}
     ctx.audit.append("plan", **data)
-    log.info("plan: %s", plan.summary())
+    log.info("plan: %s; ETA %s at %g MB/s", plan.summary(), approval.clock(flows.eta_s), p.throttle_mb_per_s)
     return data
 
 
@@ -186,16 +187,10 @@ def plan_gate(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str, 
 
 
 def approval_text(plan_data: Mapping[str, Any], params: OperationParams) -> str:
-    """What the operator reads before approving: moves, bytes, ETA, distribution before and after."""
-    eta = plan_data.get("eta_s")
-    lines = [f"**{params.kind}**: {plan_data['summary']}",
-             f"throttle {params.throttle_mb_per_s:g} MB/s, ETA about {eta:.0f} s" if eta is not None else "",
-             "", "```", *plan_data.get("table", []), "```", "", "moves:", "```",
-             *plan_data.get("diff", [])[:50]]
-    if len(plan_data.get("diff", [])) > 50:
-        lines.append(f"... and {len(plan_data['diff']) - 50} more")
-    lines.append("```")
-    return "\n".join(lines)
+    """What the operator reads before approving (Markdown): :func:`kafkaops.reassign.approval.approval_markdown`
+    of the plan task's value; :func:`make_plan` keeps it there as ``approval``."""
+    plan = ReassignmentPlan.from_dict(plan_data["plan"])
+    return approval.approval_markdown(plan, params)
 
 
 # -- execution ---------------------------------------------------------------------------------------------

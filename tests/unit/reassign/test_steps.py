@@ -41,13 +41,6 @@ def plan_data() -> dict:
             "table": list(plan.table()), "summary": plan.summary(), "eta_s": 12.0}, cluster
 
 
-def test_approval_text_shows_summary_eta_table_and_moves() -> None:
-    data, _ = plan_data()
-    text = steps.approval_text(data, steps.OperationParams(kind="scale_out", add_brokers=1))
-    assert data["summary"] in text and "ETA about 12 s" in text
-    assert all(line in text for line in data["diff"])
-
-
 def test_wait_spec_keeps_only_the_partitions_waited_for() -> None:
     data, cluster = plan_data()
     keys = [list(k) for k in steps.desired_of(data)][:1]
