@@ -10,14 +10,13 @@ the throttle as follower. A cluster slower than the throttle takes longer.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 from kafkaops.model import Key, Move
 from kafkaops.platform.render import human_bytes
-from kafkaops.reassign.engine import plan_batches
+from kafkaops.reassign.engine import clock, plan_batches
 from kafkaops.reassign.planner.plan import ReassignmentPlan
 
 #: Moves listed in full; the rest are counted.
@@ -49,14 +48,6 @@ class Traffic:
     bytes_out: Mapping[int, int]
     batches: int
     eta_s: float
-
-
-def clock(seconds: float | None) -> str:
-    """``00:01:10`` (hours grow past 99); ``-`` when unknown. Rounded up: a copy of 0.2 s is ``00:00:01``."""
-    if seconds is None:
-        return "-"
-    total = math.ceil(max(float(seconds), 0.0))
-    return f"{total // 3600:02d}:{total % 3600 // 60:02d}:{total % 60:02d}"
 
 
 def _sender(move: Move, leaders: Mapping[Key, int | None]) -> int:

@@ -177,7 +177,7 @@ def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Seq
             "replica_moves": plan.replica_moves, "bytes_to_move": plan.bytes_to_move, "eta_s": flows.eta_s,
             "approval": approval.approval_markdown(plan, p)}
     ctx.audit.append("plan", **data)
-    log.info("plan: %s; ETA %s at %g MB/s", plan.summary(), approval.clock(flows.eta_s), p.throttle_mb_per_s)
+    log.info("plan: %s; ETA %s at %g MB/s", plan.summary(), engine.clock(flows.eta_s), p.throttle_mb_per_s)
     return data
 
 
@@ -288,10 +288,10 @@ def progress_of(conn_config: Mapping[str, str], spec: Mapping[str, Any], started
     with admin.connect(conn_config, timeout_s=10.0) as conn:
         prog = engine.progress(conn, moves, elapsed_s=max(time.time() - started_at, 0.0))
         in_flight = admin.list_partition_reassignments(conn, list(desired)) if not prog.done else {}
-    percent = 100.0 * prog.bytes_done / prog.bytes_total if prog.bytes_total else (100.0 if prog.done else 0.0)
     return {"done": prog.done, "text": str(prog), "partitions_done": prog.partitions_done,
             "partitions_total": prog.partitions_total, "bytes_done": prog.bytes_done, "bytes_total": prog.bytes_total,
-            "percent": round(percent, 1), "eta_s": prog.eta_s, "in_flight": [f"{t}-{p}" for t, p in sorted(in_flight)]}
+            "percent": round(prog.percent, 1), "eta_s": prog.eta_s,
+            "in_flight": [f"{t}-{p}" for t, p in sorted(in_flight)]}
 
 
 def verify_moves(ctx: OperationContext, plan_data: Mapping[str, Any], before: Mapping[str, Any]) -> dict[str, Any]:

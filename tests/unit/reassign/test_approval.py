@@ -77,12 +77,6 @@ def test_eta_sums_batches_each_as_long_as_its_busiest_broker() -> None:
     assert led.bytes_out == {2: 2_000_000} and led.eta_s == 2.0
 
 
-@pytest.mark.parametrize("seconds, text", [(70, "00:01:10"), (0.2, "00:00:01"), (0, "00:00:00"),
-                                           (3600 * 100 + 5, "100:00:05"), (None, "-")])
-def test_clock(seconds: float | None, text: str) -> None:
-    assert approval.clock(seconds) == text
-
-
 def test_nothing_to_move_says_so() -> None:
     plan = plan_scale_out(three_brokers_one_topic(), [])  # no new broker: nothing moves
     text = approval.approval_markdown(plan, steps.OperationParams(kind="scale_out", add_brokers=1))
