@@ -151,6 +151,9 @@ def test_scale_out_3_to_4_brokers_under_traffic_loses_nothing(dagbag, cluster) -
     # partitions in rack-a, so brokers 1 and 4 share those 6 evenly, and only 3 replicas move
     assert snap.replicas_per_broker() == {1: 3, 2: 6, 3: 6, 4: 3}
     assert record["plan"]["replica_moves"] == 3
+    # what the approver read: the moves, the new broker, the ETA at the throttle
+    assert "3 replica moves (" in record["plan"]["approval"] and "Broker 4 is new" in record["plan"]["approval"]
+    assert "**Throttle** 20 MB/s per broker" in record["plan"]["approval"]
     assert all(p.leader == p.replicas[0] and set(p.isr) == set(p.replicas) for p in snap.partitions)
     assert sorted(snap.leaders_per_broker().values()) == [1, 1, 2, 2]
 
