@@ -147,7 +147,7 @@ def test_the_record_page_shows_the_record_and_links_its_stored_data_docs(api: Ap
                  "2026-11-23"[:4]):
         assert text in page.text, text
     docs = re.search(r'href="(/kafkaops/artifacts/docs/[^"]+)">Data Docs<', page.text).group(1)
-    report = re.search(r'href="(/kafkaops/artifacts/capacity/[^"]+)">open<', page.text).group(1)
+    report = re.search(r'href="(/kafkaops/artifacts/capacity/[^"]+)">capacity report of c1<', page.text).group(1)
     # the links work with the UI's session cookie, as in the DAG run's tab
     api.client.cookies.set("_token", token)
     try:
