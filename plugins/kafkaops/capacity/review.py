@@ -255,7 +255,7 @@ class DiskVerdict:
         fits = (f"Kafka's data ({_gib(self.kafka_bytes)}) needs {self.brokers_needed} broker(s) at {room} each "
                 f"below {self.max_use:.0%} disk use; today {self.current}")
         if self.room_per_broker_bytes is None:
-            fits = "no disk leaves Kafka room below the limit"
+            fits = f"Kafka's data ({_gib(self.kafka_bytes)}) has no room below the limit on any disk"
         if self.action == "free_disk":
             full = [d for d in self.over if self.full_of_other_data(d)]
             return (f"Free disk: {', '.join(d.subject for d in full)} {'is' if len(full) == 1 else 'are'} above "
@@ -508,10 +508,19 @@ def recommend_brokers(total_bytes: int, disk_per_broker_bytes: int, *, throughpu
         by_throughput = math.ceil(throughput_bytes_per_s / capacity)
     value = max(by_disk, by_throughput, 1)
     add = None if current is None else max(0, value - current)
-    tail = "" if current is None else (f"; today {current}: add {add}" if add else f"; today {current} (enough)")
-    if disk is not None and disk.action in ("free_disk", "rebalance"):
+    action = None if disk is None else disk.action
+    if current is None:
+        tail = ""
+    elif add:
+        tail = f"; today {current}: add {add}"
+    else:
+        tail = f"; today {current}: " + ("add none, more would not help" if action == "free_disk" else "enough")
+    if disk is not None and action in ("free_disk", "rebalance"):
         tail += f". {disk.text}"
-    room_text = "-" if room is None else f"{room:.0f} B"
+    by_disk_text = (f"ceil({_gib(total_bytes)} / {_gib(room)} room per broker) = {by_disk}" if room
+                    else "no disk has room for Kafka below the limit")
+    by_throughput_text = ("no per-broker throughput given" if per_broker_bytes_per_s is None else
+                          f"ceil({_gib(throughput_bytes_per_s)}/s / {_gib(per_broker_bytes_per_s)}/s) = {by_throughput}")
     return Recommendation(
         "brokers", "cluster", value,
         "max(ceil(bytes / room_per_broker), ceil(throughput / per_broker_throughput)); room_per_broker = "
@@ -520,8 +529,7 @@ def recommend_brokers(total_bytes: int, disk_per_broker_bytes: int, *, throughpu
          "room_per_broker_bytes": room, "by_disk": by_disk, "throughput_bytes_per_s": throughput_bytes_per_s,
          "per_broker_bytes_per_s": per_broker_bytes_per_s, "by_throughput": by_throughput, "current": current,
          "add": add, "disk_action": None if disk is None else disk.action},
-        f"{value} brokers = max(ceil({total_bytes} B / {room_text} room per broker) = {by_disk}, "
-        f"ceil({throughput_bytes_per_s:.1f} B/s / {per_broker_bytes_per_s or '-'} B/s) = {by_throughput}){tail}")
+        f"{value} broker(s): by disk {by_disk_text}; by throughput {by_throughput_text}{tail}")
 
 
 def recommend_key_change(skew: Mapping[str, Any], share_threshold: float = 0.2) -> Recommendation | None:

@@ -257,5 +257,5 @@ def test_one_full_disk_while_the_others_have_room_says_rebalance() -> None:
 def test_disks_with_room_make_no_finding_and_brokers_are_enough() -> None:
     r = review(sized(cluster(t=1.0, offsets={0: 1, 1: 1, 2: 1}), 1 * GB))
     assert r.disk.action == "ok" and "disk_use" not in r.rules_fired()
-    assert r.verdict.startswith("Brokers and disks are enough") and "(enough)" in r.recommendation("brokers").message
+    assert r.verdict.startswith("Brokers and disks are enough") and "today 3: enough" in r.recommendation("brokers").message
     assert review(cluster(t=1.0, offsets={0: 1}, disk=None)).disk is None  # no disk report, no verdict
