@@ -123,8 +123,8 @@ def provision_brokers(ctx: OperationContext) -> dict[str, Any]:
     if path.suffix == ".json":
         spec = provision.ClusterSpec.load(path)
         grown, added = spec.with_new_brokers(p.add_brokers, node_ids=p.new_broker_ids, racks=p.new_broker_racks)
-        ctx.audit.append("note", text=f"provisioning brokers {[n.node_id for n in added]} on "
-                                      f"{[f'{n.host}:{n.port}' for n in added]}")
+        ctx.audit.append("note", text=f"provisioning broker(s) {', '.join(str(n.node_id) for n in added)} on "
+                                      f"{', '.join(f'{n.host}:{n.port}' for n in added)}")
         ctx.fence("provision brokers")
         provision.cluster_up(grown, limit=[n.hostname for n in added])
         grown.save(path)  # the cluster now has these nodes: the spec says so for the next run
@@ -137,7 +137,7 @@ def provision_brokers(ctx: OperationContext) -> dict[str, Any]:
         provision.run_playbook("cluster_up.yml", path, limit=",".join(f"kafka-{i}" for i in p.new_broker_ids))
         new = [{"id": i, "rack": (p.new_broker_racks[k] if k < len(p.new_broker_racks) else None)}
                for k, i in enumerate(p.new_broker_ids)]
-    ctx.audit.append("note", text=f"brokers {[b['id'] for b in new]} provisioned")
+    ctx.audit.append("note", text=f"broker(s) {', '.join(str(b['id']) for b in new)} provisioned")
     return {"new_brokers": new}
 
 
@@ -361,6 +361,7 @@ def stop_drained(ctx: OperationContext) -> dict[str, Any]:
         provision.run_playbook("cluster_down.yml", path, limit=",".join(f"kafka-{b}" for b in p.drain_brokers))
     else:
         raise ConfigError("stop_drained needs the inventory param to reach the drained brokers")
-    ctx.audit.append("note", text=f"drained brokers {list(p.drain_brokers)} stopped")
-    record_after(ctx, f"stopping brokers {list(p.drain_brokers)}")
+    stopped = ", ".join(map(str, p.drain_brokers))
+    ctx.audit.append("note", text=f"drained broker(s) {stopped} stopped")
+    record_after(ctx, f"stopping broker(s) {stopped}")
     return {"stopped": list(p.drain_brokers)}
