@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 from kafkaops.model import Cluster, Move
 from kafkaops.platform import render
+from kafkaops.reassign.planner.errors import PlanInputError
 from kafkaops.reassign.planner.plan import ReassignmentPlan
 
 OUTCOME_CLASS = {"success": "ok", "dry_run": "ok", "running": "running"}
@@ -121,7 +122,10 @@ def _reassignment_plan(plan: Mapping[str, Any]) -> dict[str, Any] | None:
     data = plan.get("plan")
     if not isinstance(data, Mapping) or "stats_before" not in data:
         return None
-    rp = ReassignmentPlan.from_dict(data)
+    try:
+        rp = ReassignmentPlan.from_dict(data)
+    except PlanInputError:  # a plan recorded in another shape: the page shows its summary and moves as text
+        return None
     before, after = rp.stats_before, rp.stats_after
     load = []
     for b in sorted(set(before.replicas) | set(after.replicas)):

@@ -208,3 +208,11 @@ def test_the_list_links_each_run_and_shows_kind_cluster_outcome_and_times() -> N
 def test_every_page_is_self_contained(record: dict) -> None:
     page = render_record(record)
     assert "<script" not in page and "http://" not in page and "https://" not in page
+
+
+def test_a_plan_recorded_in_another_shape_falls_back_to_its_summary_and_moves_as_text() -> None:
+    record = a_record()
+    record["plan"] = {**record["plan"], "plan": {"stats_before": {}, "kind": "scale_out"}}
+    text = text_of(render_record(record))
+    assert record["plan"]["summary"] in text and "orders-1: [2,3,1] -> [2,3,4]" in text
+    assert "Load per broker" not in text
