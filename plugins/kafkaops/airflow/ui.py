@@ -134,7 +134,10 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> Response
     if _wants_json(request):
         return await http_exception_handler(request, exc)
     text, link = _explain(request, exc.status_code, str(exc.detail))
-    return HTMLResponse(render_message(_TITLES.get(exc.status_code, "Error"), text, link=link),
+    title = _TITLES.get(exc.status_code, "Error")
+    if exc.status_code == 404 and request.path_params.get("run_id"):
+        title = "No operation record yet"
+    return HTMLResponse(render_message(title, text, link=link),
                         status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
 

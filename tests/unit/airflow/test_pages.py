@@ -178,7 +178,10 @@ def test_a_capacity_review_links_its_report_first_with_its_findings_and_no_empty
     for absent in ("Approval", "Plan", "Throttles", "Batches", "Gates", "(open)"):
         assert absent not in text
     failed = text_of(render_record(capacity_record(report=False)))
-    assert "no report (yet): the review ended before it wrote one" in failed
+    assert "no report (yet): the review ended before it wrote one" in failed and "report failed 1" in failed
+    no_steps = capacity_record()
+    no_steps["steps"] = []  # the review's tasks record no steps of their own: no empty section
+    assert "Steps" not in text_of(render_record(no_steps))
 
 
 def test_a_note_with_a_stored_artifact_links_it() -> None:

@@ -191,6 +191,7 @@ def test_an_unknown_run_is_a_readable_404(api: Api) -> None:
     # as the DAG run's tab asks for it: Airflow's UI puts the URI-encoded run id into the iframe's href
     tab = api.get(f"/kafkaops/records/{DAG}/manual__2026-11-23T11%3A37%3A30.936718%2B00%3A00", token)
     assert tab.status_code == 404 and tab.headers["content-type"].startswith("text/html")
+    assert "<h1>No operation record yet</h1>" in tab.text and 'target="_top"' in tab.text
     assert '"detail"' not in tab.text and "no kafkaops record for run manual__2026-11-23T11:37:30.936718+00:00" \
         in tab.text
     page = api.get(f"/kafkaops/records/{DAG}/manual__nope", token)
