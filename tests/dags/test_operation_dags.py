@@ -272,6 +272,10 @@ def test_draining_a_broker_empties_it_and_stops_it_through_the_role(dagbag, clus
     assert snap.replicas_per_broker().get(5, 0) == 0
     assert not snap.under_replicated
     assert provision.node_pid(grown, 5) is None  # stopped by the role after the verified drain
+    # the record's "after" is the cluster after the stop, its batches ended, each step one row
+    assert 5 not in [b["id"] for b in record["after"]["brokers"] if b.get("online", True)], record["after"]
+    assert record["batches"] and all(b["status"] == "done" for b in record["batches"]), record["batches"]
+    assert len({s["name"] for s in record["steps"]}) == len(record["steps"])
 
 
 def test_an_unreachable_store_fails_the_run_at_begin_before_kafka_is_touched(dagbag, cluster, monkeypatch) -> None:

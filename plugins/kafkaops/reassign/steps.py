@@ -27,7 +27,7 @@ from kafkaops.platform.lifecycle import APPROVAL_MODES, OperationContext
 from kafkaops.reassign import frames
 from kafkaops.platform import provision
 from kafkaops.reassign import verify
-from kafkaops.errors import ConfigError
+from kafkaops.errors import ConfigError, KafkaOpsError
 from kafkaops.model import Broker, Cluster, Key
 from kafkaops.reassign.planner import plan_drain, plan_rebalance, plan_scale_out
 from kafkaops.reassign.planner.plan import ReassignmentPlan
@@ -123,8 +123,8 @@ def provision_brokers(ctx: OperationContext) -> dict[str, Any]:
     if path.suffix == ".json":
         spec = provision.ClusterSpec.load(path)
         grown, added = spec.with_new_brokers(p.add_brokers, node_ids=p.new_broker_ids, racks=p.new_broker_racks)
-        ctx.audit.append("note", text=f"provisioning brokers {[n.node_id for n in added]} on "
-                                      f"{[f'{n.host}:{n.port}' for n in added]}")
+        ctx.audit.append("note", text=f"provisioning broker(s) {', '.join(str(n.node_id) for n in added)} on "
+                                      f"{', '.join(f'{n.host}:{n.port}' for n in added)}")
         ctx.fence("provision brokers")
         provision.cluster_up(grown, limit=[n.hostname for n in added])
         grown.save(path)  # the cluster now has these nodes: the spec says so for the next run
@@ -137,7 +137,7 @@ def provision_brokers(ctx: OperationContext) -> dict[str, Any]:
         provision.run_playbook("cluster_up.yml", path, limit=",".join(f"kafka-{i}" for i in p.new_broker_ids))
         new = [{"id": i, "rack": (p.new_broker_racks[k] if k < len(p.new_broker_racks) else None)}
                for k, i in enumerate(p.new_broker_ids)]
-    ctx.audit.append("note", text=f"brokers {[b['id'] for b in new]} provisioned")
+    ctx.audit.append("note", text=f"broker(s) {', '.join(str(b['id']) for b in new)} provisioned")
     return {"new_brokers": new}
 
 
@@ -315,7 +315,8 @@ def elect_leaders(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[s
 
 def post_move_gate(ctx: OperationContext, plan_data: Mapping[str, Any], before: Mapping[str, Any]
                    ) -> dict[str, Any]:
-    """The cluster after: snapshot it, record it, and gate it against the plan and ``before``."""
+    """The cluster after the moves: snapshot it, record it, and gate it against the plan and ``before``.
+    A step that changes the cluster later (:func:`stop_drained`) records it again."""
     with ctx.connect() as conn:
         after = admin.snapshot(conn, include_internal=True)
         in_flight = admin.list_partition_reassignments(conn)
@@ -324,8 +325,23 @@ def post_move_gate(ctx: OperationContext, plan_data: Mapping[str, Any], before: 
                                                         in_flight=in_flight))
 
 
+def record_after(ctx: OperationContext, why: str) -> None:
+    """Snapshot the cluster again as the record's "after", since ``why`` changed it after the post-move gate's
+    snapshot. A cluster that cannot be read leaves that earlier snapshot in place, and the record says so."""
+    try:
+        with ctx.connect() as conn:
+            after = admin.snapshot(conn, include_internal=True)
+    except KafkaOpsError as err:
+        ctx.audit.append("note", text=f"the cluster after {why} could not be read ({err}); \"cluster after\" "
+                                      "shows it as the post-move gate saw it, before that")
+        log.warning("cluster after %s not recorded: %s", why, err)
+        return
+    ctx.audit.append("snapshot", stage="after", cluster=after.to_dict())
+
+
 def stop_drained(ctx: OperationContext) -> dict[str, Any]:
-    """After a drain, stop the drained brokers through the role (a cluster spec inventory only)."""
+    """After a drain, stop the drained brokers through the role (a cluster spec inventory only), then
+    record the cluster after that: the last step that changes it."""
     p = ctx.params
     if not p.stop_drained or not p.drain_brokers:
         return {"stopped": []}
@@ -340,5 +356,7 @@ def stop_drained(ctx: OperationContext) -> dict[str, Any]:
         provision.run_playbook("cluster_down.yml", path, limit=",".join(f"kafka-{b}" for b in p.drain_brokers))
     else:
         raise ConfigError("stop_drained needs the inventory param to reach the drained brokers")
-    ctx.audit.append("note", text=f"drained brokers {list(p.drain_brokers)} stopped")
+    stopped = ", ".join(map(str, p.drain_brokers))
+    ctx.audit.append("note", text=f"drained broker(s) {stopped} stopped")
+    record_after(ctx, f"stopping broker(s) {stopped}")
     return {"stopped": list(p.drain_brokers)}
