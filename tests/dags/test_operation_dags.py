@@ -151,6 +151,9 @@ def test_scale_out_3_to_4_brokers_under_traffic_loses_nothing(dagbag, cluster) -
     # partitions in rack-a, so brokers 1 and 4 share those 6 evenly, and only 3 replicas move
     assert snap.replicas_per_broker() == {1: 3, 2: 6, 3: 6, 4: 3}
     assert record["plan"]["replica_moves"] == 3
+    # what the approver read: the moves, the new broker, the ETA at the throttle
+    assert "3 replica moves (" in record["plan"]["approval"] and "Broker 4 is new" in record["plan"]["approval"]
+    assert "**Throttle** 20 MB/s per broker" in record["plan"]["approval"]
     assert all(p.leader == p.replicas[0] and set(p.isr) == set(p.replicas) for p in snap.partitions)
     assert sorted(snap.leaders_per_broker().values()) == [1, 1, 2, 2]
 
@@ -269,6 +272,10 @@ def test_draining_a_broker_empties_it_and_stops_it_through_the_role(dagbag, clus
     assert snap.replicas_per_broker().get(5, 0) == 0
     assert not snap.under_replicated
     assert provision.node_pid(grown, 5) is None  # stopped by the role after the verified drain
+    # the record's "after" is the cluster after the stop, its batches ended, each step one row
+    assert 5 not in [b["id"] for b in record["after"]["brokers"] if b.get("online", True)], record["after"]
+    assert record["batches"] and all(b["status"] == "done" for b in record["batches"]), record["batches"]
+    assert len({s["name"] for s in record["steps"]}) == len(record["steps"])
 
 
 def test_an_unreachable_store_fails_the_run_at_begin_before_kafka_is_touched(dagbag, cluster, monkeypatch) -> None:

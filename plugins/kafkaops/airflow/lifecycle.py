@@ -87,11 +87,11 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
             ctx = context_of(context, kind_of(context))
             return lifecycle.begin(ctx, dict(context["params"]))
 
-        @task
+        @task(show_return_value_in_logs=False)  # a whole snapshot; the step logs a summary line
         def preflight_gate() -> dict[str, Any]:
             return run_step("preflight_gate", lifecycle.preflight)
 
-        @task
+        @task(show_return_value_in_logs=False)  # the plan with its cluster; make_plan logs its summary
         def plan(before: dict[str, Any], registered: Any = None, provisioned: Any = None) -> dict[str, Any]:
             new = (provisioned or {}).get("new_brokers", []) if isinstance(provisioned, dict) else []
             return run_step("plan", steps.make_plan, before, new)
@@ -100,7 +100,7 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
         def plan_gate(plan_data: dict[str, Any]) -> dict[str, Any]:
             return run_step("plan_gate", steps.plan_gate, plan_data)
 
-        @task
+        @task(show_return_value_in_logs=False)
         def set_throttles(plan_data: dict[str, Any]) -> dict[str, Any]:
             return run_step("set_throttles", steps.set_throttles, plan_data)
 
@@ -154,7 +154,7 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
         gated = plan_gate(planned)
         approval = KafkaOpsApprovalOperator(
             task_id="approval", kind=kind or "rebalance", subject=f"Approve the kafkaops {kind or 'reassignment'} plan",
-            body="{{ ti.xcom_pull(task_ids='plan')['summary'] }}", response_timeout=dt.timedelta(hours=24))
+            body="{{ ti.xcom_pull(task_ids='plan')['approval'] }}", response_timeout=dt.timedelta(hours=24))
         gated >> approval
         throttles = set_throttles(planned)
         approval >> throttles

@@ -1,8 +1,12 @@
 """The HTML pages of the operation records (served by :mod:`kafkaops.airflow.ui`), from the Jinja2
 templates in ``kafkaops/airflow/templates/`` (autoescaped; tables with units and UTC times).
 
-    record.html.j2    one operation record (``state.read_record``): who, params, steps, gates with
-                      their Data Docs, plan, batches, throttles, notes, the cluster before and after
+    record.html.j2    one operation record (``state.read_record``): who, params, steps, notes, the
+                      cluster before and after; the frame of the kinds' templates (:data:`TEMPLATES`):
+    record_reassignment.html.j2        scale_out, rebalance, drain, decommission: approval, gates with
+                                       their Data Docs, the plan as tables, batches, throttles
+    record_partition_increase.html.j2  approval, gates, the partition plan in words
+    record_capacity_review.html.j2     the report, linked first, with its findings and recommendations
     records.html.j2   the operations rows, newest first
     message.html.j2   a page that says why there is nothing to show (no record, not logged in ...)
 
@@ -15,8 +19,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
-from kafkaops.model import Cluster
+from kafkaops.model import Cluster, Move
 from kafkaops.platform import render
+from kafkaops.reassign.planner.errors import PlanInputError
+from kafkaops.reassign.planner.plan import ReassignmentPlan
 
 OUTCOME_CLASS = {"success": "ok", "dry_run": "ok", "running": "running"}
 RECORDS = "/kafkaops/records"
@@ -54,15 +60,156 @@ def _note_href(note: Mapping[str, Any]) -> str | None:
     return url or None
 
 
+# one template per kind of operation; a kind not listed gets the generic record.html.j2
+REASSIGNMENT_TEMPLATE = "record_reassignment.html.j2"
+TEMPLATES = {"scale_out": REASSIGNMENT_TEMPLATE, "rebalance": REASSIGNMENT_TEMPLATE, "drain": REASSIGNMENT_TEMPLATE,
+             "decommission": REASSIGNMENT_TEMPLATE, "partition_increase": "record_partition_increase.html.j2",
+             "capacity_review": "record_capacity_review.html.j2"}
+MAX_MOVES_SHOWN = 200
+
+
+def template_of(record: Mapping[str, Any]) -> str:
+    """The template of a record's kind of operation."""
+    return TEMPLATES.get(str(record.get("operation") or record.get("kind")), "record.html.j2")
+
+
+def _value(value: Any) -> str:
+    """A parameter (or any recorded) value in words: lists joined, mappings as ``name: value`` pairs."""
+    if isinstance(value, Mapping):
+        return "; ".join(f"{k}: {_value(v)}" for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))) or "-"
+    if isinstance(value, (list, tuple)) and not value:
+        return "(empty)"
+    return render.plain(value)
+
+
+def _rate(rate: Any) -> str:
+    if rate is None:
+        return "-"
+    return f"{float(rate) / 1e6:.1f} MB/s ({render.human_bytes(int(rate))}/s)"
+
+
+def _left(left: Mapping[str, Any] | None) -> str:
+    """Throttle rates a removal left in place: ``broker 2: follower..., leader...``."""
+    if not left:
+        return "none"
+    return "; ".join(f"broker {b}: {', '.join(map(str, keys))}" for b, keys in sorted(left.items()))
+
+
+def _throttles(record: Mapping[str, Any]) -> dict[str, tuple[list[str], list[list[Any]]]]:
+    return {
+        "set": (["brokers", "topics", "rate", "at"],
+                [[render.plain(t.get("brokers")), render.plain(t.get("topics")), _rate(t.get("rate")),
+                  render.utc_time(t.get("ts"))] for t in record.get("throttles_set") or ()]),
+        "removed": (["brokers", "topics", "left in place (a broker was down)", "at"],
+                    [[render.plain(t.get("brokers")), render.plain(t.get("topics")), _left(t.get("left")),
+                      render.utc_time(t.get("ts"))] for t in record.get("throttles_removed") or ()])}
+
+
+def _batches(record: Mapping[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    return (["batch", "partitions", "bytes", "status", "batches after it", "submitted", "ended", "took"],
+            [[b.get("index"), b.get("partitions"), render.human_bytes(b.get("bytes")), b.get("status"),
+              b.get("remaining"), render.utc_time(b.get("ts")), render.utc_time(b.get("ended_at")),
+              None if b.get("ended_at") is None else render.duration(b["ended_at"] - b["ts"])]
+             for b in record.get("batches") or ()])
+
+
+def _arrow(before: Any, after: Any) -> str:
+    return str(before) if before == after else f"{before} \u2192 {after}"
+
+
+def _reassignment_plan(plan: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A recorded reassignment plan as tables: load per broker before and after, and the moves."""
+    data = plan.get("plan")
+    if not isinstance(data, Mapping) or "stats_before" not in data:
+        return None
+    try:
+        rp = ReassignmentPlan.from_dict(data)
+    except PlanInputError:  # a plan recorded in another shape: the page shows its summary and moves as text
+        return None
+    before, after = rp.stats_before, rp.stats_after
+    load = []
+    for b in sorted(set(before.replicas) | set(after.replicas)):
+        role = "new" if b in rp.new_brokers else "drained" if b in rp.drained else \
+            "excluded" if b in rp.excluded else ""
+        load.append([b, role, _arrow(before.replicas.get(b, 0), after.replicas.get(b, 0)),
+                     _arrow(before.leaders.get(b, 0), after.leaders.get(b, 0)),
+                     _arrow(render.human_bytes(before.bytes.get(b, 0)), render.human_bytes(after.bytes.get(b, 0)))])
+    load.append(["spread", "", _arrow(before.replica_spread, after.replica_spread),
+                 _arrow(before.leader_spread, after.leader_spread),
+                 _arrow(render.human_bytes(before.byte_spread), render.human_bytes(after.byte_spread))])
+    moves: list[Move] = list(rp.moves)
+    return {"load": (["broker", "role", "replicas", "leaders", "bytes"], load),
+            "moves": (["partition", "replicas before", "replicas after", "copies to", "drops from", "bytes to copy"],
+                      [[m.name, render.plain(list(m.before)), render.plain(list(m.after)),
+                        render.plain(list(m.adding)), render.plain(list(m.removing)), render.human_bytes(m.bytes)]
+                       for m in moves[:MAX_MOVES_SHOWN]]),
+            "more_moves": max(0, len(moves) - MAX_MOVES_SHOWN)}
+
+
+def _partition_plan(plan: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A recorded partition-increase plan in words."""
+    data = plan.get("plan")
+    if not isinstance(data, Mapping):
+        return []
+    facts = [("mode", "in place (new partitions on the topic)" if data.get("mode") == "in_place"
+              else "migrate (rekey into a new topic)"),
+             ("topic", str(data.get("topic"))),
+             ("partitions", _arrow(data.get("current_partitions"), data.get("new_partitions"))),
+             ("replication factor", str(data.get("replication_factor")))]
+    change = data.get("key_change") or {}
+    if change.get("summary"):
+        facts.append(("keys that change partition", str(change["summary"])))
+    if "sampled_records" in change:
+        facts.append(("records sampled", f"{change['sampled_records']} ({change.get('dead_letters_in_sample', 0)} "
+                                         "without a key under the rule: dead letters)"))
+    backfill = data.get("backfill") or {}
+    for name, label in (("target_topic", "new topic"), ("key_rule", "key rule"),
+                        ("dead_letter_topic", "dead-letter topic")):
+        if backfill.get(name):
+            facts.append((label, str(backfill[name])))
+    if data.get("assignment"):
+        facts.append(("new partitions on brokers", "; ".join(render.plain(r) for r in data["assignment"])))
+    return facts
+
+
+def _capacity_report(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The capacity review's report note: where the report is, its findings, recommendations and verdict."""
+    for note in reversed(record.get("notes") or ()):
+        if note.get("report") or (note.get("url") and "capacity" in str(note.get("url"))):
+            return {"href": _note_href(note), "findings": list(note.get("findings") or ()),
+                    "recommendations": list(note.get("recommendations") or ()), "verdict": note.get("verdict"),
+                    "ts": note.get("ts"), "note": note}
+    return None
+
+
+def _steps(record: Mapping[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    return (["step", "status", "tries", "started", "took", "error / earlier tries"],
+            [[s.get("name"), s.get("status"), s.get("tries", 1), render.utc_time(s.get("started_at")),
+              render.duration(s.get("seconds")),
+              "; ".join([*([s["error"]] if s.get("error") else []), *(s.get("earlier") or ())]) or ""]
+             for s in record.get("steps") or ()])
+
+
 def render_record(record: Mapping[str, Any]) -> str:
-    """An operation record (``state.read_record`` or ``state.summarize``) as one self-contained HTML page."""
+    """An operation record (``state.read_record`` or ``state.summarize``) as one self-contained HTML page,
+    from its kind's template (:data:`TEMPLATES`)."""
     plan = record.get("plan") or {}
     started, ended = record.get("started_at"), record.get("ended_at")
-    return _templates.get_template("record.html.j2").render(
-        record=record, plan=plan, plan_facts=render.plan_facts(plan),
+    report = _capacity_report(record) if template_of(record) == TEMPLATES["capacity_review"] else None
+    notes = [(n, _note_href(n)) for n in record.get("notes") or () if report is None or n is not report["note"]]
+    approval = record.get("approval")
+    return _templates.get_template(template_of(record)).render(
+        record=record, plan=plan, plan_facts=render.plan_facts(plan), reassignment=_reassignment_plan(plan),
+        partition_plan=_partition_plan(plan), report=report,
         docs=[artifact_href(g["docs_path"]) if g.get("docs_path") else None for g in record.get("gates") or ()],
-        notes=[(n, _note_href(n)) for n in record.get("notes") or ()],
-        params=[(name, render.plain(value)) for name, value in sorted((record.get("params") or {}).items())],
+        notes=notes, steps=_steps(record), batches=_batches(record), throttles=_throttles(record),
+        params=[(name, _value(value)) for name, value in sorted((record.get("params") or {}).items())],
+        approval=None if not approval else [
+            ("decision", "approved" if approval.get("approved") else "rejected"), ("by", approval.get("by")),
+            ("how", {"manual": "a person in Airflow's Required actions", "auto_approve": "the approval param "
+                     "(auto_approve)", "auto_reject": "the approval param (auto_reject)"}.get(
+                         str(approval.get("mode")), approval.get("mode"))),
+            ("at", render.utc_time(approval.get("ts")))],
         outcome_class=OUTCOME_CLASS.get(str(record.get("outcome")), "bad"),
         took=None if started is None or ended is None else ended - started,
         clusters=[(stage, _cluster_view(record.get(stage))) for stage in ("before", "after")])

@@ -11,29 +11,34 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 
 class ReassignmentProgressTrigger(BaseTrigger):
-    """Poll a reassignment until its partitions are done; log % done and ETA on every poll.
+    """Poll a reassignment until its partitions are done; log % done and ETA when they changed (at
+    most one line per poll), else every ``log_every_s``.
     Fires ``{"status": "done"}`` or, when nothing progressed for ``stall_timeout_s``,
     ``{"status": "stalled", "in_flight": [...], "text": ...}``."""
 
     def __init__(self, conn_config: Mapping[str, str], spec: Mapping[str, Any], started_at: float,
-                 poll_interval_s: float = 2.0, stall_timeout_s: float = 120.0) -> None:
+                 poll_interval_s: float = 2.0, stall_timeout_s: float = 120.0, log_every_s: float = 30.0) -> None:
         super().__init__()
         self.conn_config = dict(conn_config)
         self.spec = dict(spec)
         self.started_at = started_at
         self.poll_interval_s = poll_interval_s
         self.stall_timeout_s = stall_timeout_s
+        self.log_every_s = log_every_s
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("kafkaops.airflow.triggers.ReassignmentProgressTrigger",
                 {"conn_config": self.conn_config, "spec": self.spec, "started_at": self.started_at,
-                 "poll_interval_s": self.poll_interval_s, "stall_timeout_s": self.stall_timeout_s})
+                 "poll_interval_s": self.poll_interval_s, "stall_timeout_s": self.stall_timeout_s,
+                 "log_every_s": self.log_every_s})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        from kafkaops.reassign.engine import ProgressLog
         from kafkaops.reassign.steps import progress_of
 
         last_mark: tuple[int, int] | None = None
         last_change = time.monotonic()
+        lines = ProgressLog(every_s=self.log_every_s)
         while True:
             try:
                 status = await asyncio.to_thread(progress_of, self.conn_config, self.spec, self.started_at)
@@ -41,9 +46,8 @@ class ReassignmentProgressTrigger(BaseTrigger):
                 self.log.warning("progress poll failed: %s", err)
                 status = None
             if status is not None:
-                eta = status["eta_s"]
-                self.log.info("reassignment %.1f%% done: %s%s", status["percent"], status["text"],
-                              "" if eta is None else f" (ETA {eta:.0f} s)")
+                if not status["done"] and lines.due(status, time.monotonic()):  # done: the task logs it
+                    self.log.info("reassignment %s", status["text"])
                 if status["done"]:
                     yield TriggerEvent({"status": "done", **status})
                     return

@@ -11,8 +11,9 @@ Everything comes from the kafkaops store (:func:`kafkaops.airflow.hooks.kafkaops
 once per api-server process), nothing from local disk. Every route needs a user that Airflow's auth
 manager authenticated (the UI's ``_token`` cookie or a Bearer token) and allows to read the DAG's
 runs, through Airflow's own FastAPI dependencies; the list shows only the DAGs the user may read.
-Pages that cannot show what was asked say why, as HTML (401, 403, 404, 503); the ``.json`` route
-answers errors as JSON.
+Pages that cannot show what was asked say why, as HTML (401, 403, 404, 422, 503), never as FastAPI's
+``{"detail": ...}`` JSON, also inside the DAG run's "Operation record" tab (an iframe of the record
+route); only the ``.json`` route answers errors as JSON.
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.exception_handlers import http_exception_handler
+from fastapi.exception_handlers import http_exception_handler, request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -104,7 +106,8 @@ def artifact(path: str, store: StoreDep) -> Response:
 
 # -- errors: HTML pages that say why (JSON for the .json route) --------------------------------------------
 
-_TITLES = {401: "Not logged in", 403: "Not allowed", 404: "Not found", 503: "kafkaops store unavailable"}
+_TITLES = {401: "Not logged in", 403: "Not allowed", 404: "Not found", 422: "Bad request",
+           503: "kafkaops store unavailable"}
 
 
 def _wants_json(request: Request) -> bool:
@@ -131,8 +134,20 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> Response
     if _wants_json(request):
         return await http_exception_handler(request, exc)
     text, link = _explain(request, exc.status_code, str(exc.detail))
-    return HTMLResponse(render_message(_TITLES.get(exc.status_code, "Error"), text, link=link),
+    title = _TITLES.get(exc.status_code, "Error")
+    if exc.status_code == 404 and request.path_params.get("run_id"):
+        title = "No operation record yet"
+    return HTMLResponse(render_message(title, text, link=link),
                         status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+
+@app.exception_handler(RequestValidationError)
+async def _bad_request(request: Request, exc: RequestValidationError) -> Response:
+    if _wants_json(request):
+        return await request_validation_exception_handler(request, exc)
+    problems = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors())
+    return HTMLResponse(render_message(_TITLES[422], f"This address asks for something the page cannot show: "
+                                                     f"{problems}."), status_code=422)
 
 
 @app.exception_handler(StoreError)

@@ -1,6 +1,8 @@
-"""The capacity review as one self-contained HTML page: findings, recommendations with their numbers,
-plots (PNG, base64-embedded) and the review's JSON; saved per run under the state dir. The page is
-``templates/report.html.j2`` (Jinja2, autoescaped) over the shared ``base.html.j2``.
+"""The capacity review as one self-contained HTML page: the verdict, findings, recommendations with their
+numbers in units, tables per broker and partition, and plots (PNG, base64-embedded); stored per run in
+the kafkaops store next to ``review.json``, the same review as data, which the page links instead of
+printing it. The page is ``templates/report.html.j2`` (Jinja2, autoescaped) over the shared ``base.html.j2``;
+times are UTC, a plot with nothing to show says so.
 
 Plots: bytes / leaders / replicas per broker; throughput and lag per partition; the key-skew
 histogram; what-if curves (max/mean per candidate partition count, now and with the candidate key).
@@ -19,7 +21,7 @@ from kafkaops.capacity.review import Review
 from kafkaops.errors import KafkaOpsError
 from kafkaops.platform import store as store_
 from kafkaops.platform.paths import safe_name
-from kafkaops.platform.render import html_templates, human_bytes
+from kafkaops.platform.render import duration, html_templates, human_bytes
 
 
 _templates = html_templates("kafkaops.capacity")
@@ -66,7 +68,9 @@ def _figure(rows: int = 1, cols: int = 1, size: tuple[float, float] = (9, 3)) ->
 def plot_brokers(review: Review) -> str:
     fig, axes = _figure(1, 3)
     ids = [str(b.broker) for b in review.broker_load]
-    for ax, (title, values) in zip(axes[0], (("bytes (MiB)", [b.bytes / 2**20 for b in review.broker_load]),
+    top = max((b.bytes for b in review.broker_load), default=0)
+    unit, scale = next(((u, f) for u, f in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)) if top >= f), ("B", 1))
+    for ax, (title, values) in zip(axes[0], ((f"bytes ({unit})", [b.bytes / scale for b in review.broker_load]),
                                              ("leaders", [b.leaders for b in review.broker_load]),
                                              ("replicas", [b.replicas for b in review.broker_load]))):
         ax.bar(ids, values, color="#4c78a8")
@@ -75,22 +79,39 @@ def plot_brokers(review: Review) -> str:
     return _png(fig)
 
 
+NO_THROUGHPUT = "no data: throughput needs an earlier review of the same cluster (from the second review on)"
+IDLE_THROUGHPUT = "no data: no partition received records since the previous review"
+NO_LAG = "no data: no consumer group commits offsets"
+
+
 def _bars(ax: Any, labels: Sequence[str], values: Sequence[float], color: str, title: str, empty: str) -> None:
-    if labels:
+    """Bars, or ``empty`` written across the plot when there is nothing to draw (no labels, or all zero)."""
+    if labels and any(values):
         ax.bar(labels, values, color=color)
         ax.tick_params(axis="x", labelrotation=60, labelsize=7)
     else:
-        ax.text(0.5, 0.5, empty, ha="center")
+        ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes, color="#777", wrap=True)
+        ax.set_xticks([])
+        ax.set_yticks([])
     ax.set_title(title)
+
+
+def throughput_note(review: Review) -> str | None:
+    """Why the throughput plot is empty, or None when it has data."""
+    if not review.throughput:
+        return NO_THROUGHPUT
+    if not any(p.records for p in review.throughput):
+        return IDLE_THROUGHPUT
+    return None
 
 
 def plot_partitions(review: Review) -> str:
     fig, axes = _figure(2, 1, (9, 5))
     _bars(axes[0][0], [f"{p.topic}-{p.partition}" for p in review.throughput],
           [p.records_per_s for p in review.throughput], "#f58518", "throughput per partition (records/s)",
-          "no earlier review: throughput appears from the second review on")
+          throughput_note(review) or "")
     _bars(axes[1][0], [f"{x.group}:{x.topic}-{x.partition}" for x in review.lag], [x.lag for x in review.lag],
-          "#e45756", "lag per partition (records)", "no consumer group commits offsets")
+          "#e45756", "lag per partition (records)", NO_LAG if not review.lag else "no data: every group is caught up")
     return _png(fig)
 
 
@@ -142,6 +163,30 @@ def _number(value: Any) -> str:
     return str(int(value)) if isinstance(value, float) else str(value)
 
 
+_RULE_UNITS = {"disk_use": "percent", "replicas_per_broker": "replicas", "idle_consumers": "consumers",
+               "lag_growing": "records", "partitions_not_multiple_of_brokers": "partitions", "hot_partition": "x mean"}
+
+
+def _measure(rule: str, value: float) -> str:
+    """A finding's value or threshold in its rule's unit: ``70.4 %``, ``2.31 x mean``, ``12 consumers``."""
+    unit = _RULE_UNITS.get(rule)
+    if unit == "percent":
+        return f"{value:.1%}" if round(value, 3) != round(value, 2) else f"{value:.0%}"
+    if unit == "x mean":
+        return f"{value:.2f} x mean"
+    return f"{_number(value)} {unit}" if unit else _number(value)
+
+
+def _threshold(rule: str, value: float) -> str:
+    if rule == "partitions_not_multiple_of_brokers":
+        return f"a multiple of {_number(value)} brokers"
+    if rule == "idle_consumers":
+        return f"{_number(value)} partitions"
+    if rule == "lag_growing":
+        return "not growing"
+    return _measure(rule, value)
+
+
 def _input(name: str, value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "-" if value is None else str(value)
@@ -149,34 +194,54 @@ def _input(name: str, value: Any) -> str:
         return f"{human_bytes(int(value))}/s"
     if name.endswith("_bytes"):
         return human_bytes(int(value))
+    if name in ("max_disk_use", "share", "threshold", "candidate_top_share"):
+        return f"{value:.0%}" if name in ("max_disk_use", "threshold") else f"{value:.1%}"
     return _number(value)
 
 
-def _numbers(inputs: Mapping[str, Any]) -> str:
-    """A recommendation's inputs as ``name=value`` with units: ``disk_per_broker_bytes=93.1 GiB``."""
-    return ", ".join(f"{name}={_input(name, value)}" for name, value in sorted(inputs.items()))
+def _numbers(inputs: Mapping[str, Any]) -> list[str]:
+    """A recommendation's inputs as ``name: value`` with units: ``disk_per_broker_bytes: 93.1 GiB``."""
+    return [f"{name}: {_input(name, value)}" for name, value in sorted(inputs.items()) if value is not None]
 
 
-def render_review_html(review: Review, skew: Mapping[str, Any] | None = None) -> str:
-    """The review as a standalone page (plots embedded, JSON at the end)."""
+def _recommended(kind: str, value: float, inputs: Mapping[str, Any]) -> str:
+    """What a recommendation asks for, against today's number when it is known."""
+    today = "" if inputs.get("current") is None else f" (today {inputs['current']})"
+    if kind == "brokers":
+        return f"at least {_number(value)} broker(s){today}"
+    if kind == "partitions":
+        return f"{_number(value)} partitions{today}"
+    if kind == "key_change":
+        return f"a new key: the top key holds {value:.1%}"
+    return _number(value)
+
+
+def render_review_html(review: Review, skew: Mapping[str, Any] | None = None, *, data_href: str | None = "review.json"
+                       ) -> str:
+    """The review as a standalone page (plots embedded); ``data_href`` links the review as JSON."""
     return _templates.get_template("report.html.j2").render(
-        review=review, skew=skew, images=plots(review, skew),
-        findings=(["rule", "subject", "value", "threshold", "message"],
-                  [[f.rule, f.subject, _number(f.value), _number(f.threshold), f.message] for f in review.findings]),
-        recommendations=(["kind", "subject", "value", "rule", "numbers", "message"],
-                         [[r.kind, r.subject, _number(r.value), r.rule, _numbers(r.inputs), r.message]
-                          for r in review.recommendations]),
+        review=review, skew=skew, images=plots(review, skew), data_href=data_href,
+        throughput_note=throughput_note(review), lag_note=None if review.lag else NO_LAG,
+        findings=(["rule", "subject", "measured", "limit", "what it means"],
+                  [[f.rule, f.subject, _measure(f.rule, f.value), _threshold(f.rule, f.threshold), f.message]
+                   for f in review.findings]),
+        recommendations=[{"kind": r.kind, "subject": r.subject, "value": _recommended(r.kind, r.value, r.inputs),
+                          "rule": r.rule, "numbers": _numbers(r.inputs), "message": r.message}
+                         for r in review.recommendations],
         brokers=(["broker", "replicas", "leaders", "bytes", "disk use"],
                  [[b.broker, b.replicas, b.leaders, human_bytes(b.bytes),
                    None if b.disk_use is None else f"{b.disk_use:.1%}"] for b in review.broker_load]),
-        throughput=(["partition", "records", "seconds", "records/s", "bytes/s"],
-                    [[f"{p.topic}-{p.partition}", p.records, f"{p.seconds:.0f}", f"{p.records_per_s:.1f}",
+        disks=(["disk of", "size", "used", "use", "Kafka's data", "other data"],
+               [[d.subject, human_bytes(d.total_bytes), human_bytes(d.used_bytes), f"{d.use:.1%}",
+                 human_bytes(d.kafka_bytes), human_bytes(d.other_bytes)]
+                for d in (review.disk.disks if review.disk else ())]),
+        throughput=(["partition", "records", "over", "records/s", "bytes/s"],
+                    [[f"{p.topic}-{p.partition}", p.records, duration(p.seconds), f"{p.records_per_s:.1f}",
                       None if p.bytes_per_s is None else f"{human_bytes(int(p.bytes_per_s))}/s"]
                      for p in review.throughput]),
         lag=(["group", "partition", "lag (records)"],
              [[x.group, f"{x.topic}-{x.partition}", x.lag] for x in review.lag]
-             + [[group, "all partitions", lag] for group, lag in sorted(review.group_lag.items())]),
-        data_json=json.dumps({"review": review.to_dict(), "key_skew": skew}, indent=1, sort_keys=True, default=str))
+             + [[group, "all partitions", lag] for group, lag in sorted(review.group_lag.items())]))
 
 
 def write_report(review: Review, skew: Mapping[str, Any] | None = None, *, run_id: str = "manual",

@@ -17,7 +17,11 @@ Recommendations:
 
 * partitions = max(ceil(target / per-consumer throughput), max consumers), rounded up to a multiple
   of the broker count;
-* brokers = max(ceil(bytes / (disk per broker x 0.7)), ceil(throughput / per-broker throughput));
+* brokers = max(ceil(bytes / room per broker), ceil(throughput / per-broker throughput)), the room being
+  disk per broker x 0.7 less the other data on the disk;
+
+Findings and recommendations about disks derive from one :class:`DiskVerdict` (free disk, add brokers,
+rebalance, or enough), so a full disk holding mostly other data is never answered with "add brokers".
 * a key change when one key's share of a topic's records is >= the key-share threshold.
 """
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from kafkaops.errors import KafkaOpsError
@@ -167,6 +171,158 @@ def topic_throughput(parts: Iterable[PartitionThroughput]) -> tuple[TopicThrough
     return tuple(out)
 
 
+# -- the disk verdict ------------------------------------------------------------------------------------------
+
+def _gib(n: float) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+@dataclass(frozen=True)
+class Disk:
+    """One log-dir disk as its brokers report it. Brokers on one host reporting the same size share it
+    (a laptop cluster), so its Kafka data is theirs together; the rest of what is used is other data."""
+
+    brokers: tuple[int, ...]
+    total_bytes: int
+    used_bytes: int
+    kafka_bytes: int
+
+    @property
+    def use(self) -> float:
+        return self.used_bytes / self.total_bytes
+
+    @property
+    def other_bytes(self) -> int:
+        return max(0, self.used_bytes - self.kafka_bytes)
+
+    @property
+    def subject(self) -> str:
+        if len(self.brokers) == 1:
+            return f"broker {self.brokers[0]}"
+        return f"brokers {', '.join(map(str, self.brokers))} (one disk)"
+
+
+DISK_ACTIONS = ("ok", "add_brokers", "rebalance", "free_disk")
+
+
+@dataclass(frozen=True)
+class DiskVerdict:
+    """What the disks call for, from one set of numbers, so the ``disk_use`` findings and the brokers
+    recommendation say the same thing:
+
+    * ``free_disk``: a disk is above the limit with other data alone: more brokers would not lower it;
+    * ``add_brokers``: Kafka's data needs more brokers than there are, at ``room_per_broker_bytes`` each;
+    * ``rebalance``: a disk is above the limit though the brokers together have room;
+    * ``ok``: no disk above the limit and the brokers are enough.
+
+    ``room_per_broker_bytes`` is what one broker may hold below the limit: the operator's disk size x the
+    limit, else the tightest measured disk's (size x limit - other data) shared by its brokers."""
+
+    action: str
+    max_use: float
+    disks: tuple[Disk, ...]
+    kafka_bytes: int
+    room_per_broker_bytes: float | None
+    brokers_needed: int
+    current: int
+
+    @property
+    def over(self) -> tuple[Disk, ...]:
+        return tuple(d for d in self.disks if d.use > self.max_use)
+
+    def full_of_other_data(self, disk: Disk) -> bool:
+        return disk.other_bytes >= disk.total_bytes * self.max_use
+
+    def remedy(self, disk: Disk) -> str:
+        """What to do about ``disk`` (above the limit), as the verdict sees it."""
+        if self.full_of_other_data(disk):
+            return ("other data alone fills it past the limit: free that disk or give the log dirs a disk of their "
+                    "own; more brokers would not lower it")
+        if self.action == "add_brokers":
+            return f"Kafka's data needs {self.brokers_needed} brokers (today {self.current}): add brokers or disk"
+        return (f"the brokers together have room ({self.brokers_needed} suffice, today {self.current}): rebalance "
+                "(kafka_reassign operation=rebalance) or add disk")
+
+    @property
+    def text(self) -> str:
+        """The verdict in one sentence or two."""
+        room = "-" if self.room_per_broker_bytes is None else _gib(self.room_per_broker_bytes)
+        fits = (f"Kafka's data ({_gib(self.kafka_bytes)}) needs {self.brokers_needed} broker(s) at {room} each "
+                f"below {self.max_use:.0%} disk use; today {self.current}")
+        if self.room_per_broker_bytes is None:
+            fits = f"Kafka's data ({_gib(self.kafka_bytes)}) has no room below the limit on any disk"
+        if self.action == "free_disk":
+            full = [d for d in self.over if self.full_of_other_data(d)]
+            return (f"Free disk: {', '.join(d.subject for d in full)} {'is' if len(full) == 1 else 'are'} above "
+                    f"{self.max_use:.0%} with other data alone ({', '.join(_gib(d.other_bytes) for d in full)} not "
+                    f"Kafka's); more brokers would not help. {fits}"
+                    + (f": add {self.brokers_needed - self.current}." if self.brokers_needed > self.current else "."))
+        if self.action == "add_brokers":
+            return f"Add brokers: {fits}: add {self.brokers_needed - self.current}."
+        if self.action == "rebalance":
+            return (f"Rebalance: {', '.join(d.subject for d in self.over)} above {self.max_use:.0%} while {fits}, "
+                    "enough in total.")
+        return f"Brokers and disks are enough: {fits}."
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "text": self.text}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DiskVerdict:
+        return cls(action=data["action"], max_use=float(data["max_use"]),
+                   disks=tuple(Disk(tuple(d["brokers"]), d["total_bytes"], d["used_bytes"], d["kafka_bytes"])
+                               for d in data.get("disks", ())),
+                   kafka_bytes=int(data["kafka_bytes"]), room_per_broker_bytes=data.get("room_per_broker_bytes"),
+                   brokers_needed=int(data["brokers_needed"]), current=int(data["current"]))
+
+
+def disks_of(cluster: Cluster) -> tuple[Disk, ...]:
+    """The log-dir disks the brokers report (brokers without a disk report are left out)."""
+    size = cluster.bytes_per_broker()
+    groups: dict[tuple[Any, ...], list[Any]] = {}
+    for b in cluster.brokers:
+        if not b.disk_total_bytes or b.disk_usable_bytes is None:
+            continue
+        key = (b.host, b.disk_total_bytes) if b.host else ("broker", b.id)
+        groups.setdefault(key, []).append(b)
+    return tuple(Disk(tuple(b.id for b in bs), bs[0].disk_total_bytes,
+                      bs[0].disk_total_bytes - min(b.disk_usable_bytes for b in bs),
+                      sum(size.get(b.id, 0) for b in bs))
+                 for bs in sorted(groups.values(), key=lambda bs: bs[0].id))
+
+
+def disk_verdict(cluster: Cluster, max_use: float = 0.70, *, disk_per_broker_bytes: int | None = None,
+                 current: int | None = None) -> DiskVerdict:
+    """The :class:`DiskVerdict` of ``cluster`` (``current``: its broker count, default the online ones)."""
+    if not 0 < max_use <= 1:
+        raise CapacityError(f"max disk use is {max_use}; give a share in (0, 1], e.g. 0.7")
+    disks = disks_of(cluster)
+    kafka = sum(cluster.bytes_per_broker().values())
+    brokers = current if current is not None else (len(cluster.online_broker_ids) or len(cluster.brokers))
+    if disk_per_broker_bytes:
+        room: float | None = disk_per_broker_bytes * max_use
+    else:
+        rooms = [(d.total_bytes * max_use - d.other_bytes) / len(d.brokers) for d in disks
+                 if d.total_bytes * max_use > d.other_bytes]
+        room = min(rooms) if rooms else None
+    needed = max(1, math.ceil(kafka / room)) if room else 0
+    partial = DiskVerdict("ok", max_use, disks, kafka, room, needed, brokers)
+    if any(partial.full_of_other_data(d) for d in partial.over):
+        action = "free_disk"
+    elif needed > brokers:
+        action = "add_brokers"
+    elif partial.over:
+        action = "rebalance"
+    else:
+        action = "ok"
+    return replace(partial, action=action)
+
+
 # -- indicators -----------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -180,18 +336,14 @@ class Finding:
     message: str
 
 
-def disk_findings(cluster: Cluster, max_use: float = 0.70) -> list[Finding]:
-    out = []
-    for b in cluster.brokers:
-        if not b.disk_total_bytes or b.disk_usable_bytes is None:
-            continue
-        use = (b.disk_total_bytes - b.disk_usable_bytes) / b.disk_total_bytes
-        if use > max_use:
-            out.append(Finding("disk_use", f"broker {b.id}", round(use, 4), max_use,
-                               f"broker {b.id}: log dirs {use:.1%} full (> {max_use:.0%}): "
-                               f"{b.disk_usable_bytes} of {b.disk_total_bytes} bytes free; add brokers or disk, "
-                               "or shorten retention"))
-    return out
+def disk_findings(cluster: Cluster, max_use: float = 0.70, verdict: DiskVerdict | None = None) -> list[Finding]:
+    """One finding per disk above ``max_use``, saying what the disk verdict (:func:`disk_verdict`) calls for."""
+    verdict = verdict or disk_verdict(cluster, max_use)
+    return [Finding("disk_use", d.subject, round(d.use, 4), max_use,
+                    f"{d.subject}: log dirs {d.use:.1%} full (> {max_use:.0%}): {_gib(d.used_bytes)} used of "
+                    f"{_gib(d.total_bytes)}, Kafka's data {_gib(d.kafka_bytes)}, other data {_gib(d.other_bytes)}; "
+                    f"{verdict.remedy(d)}")
+            for d in verdict.over]
 
 
 def replica_findings(cluster: Cluster, limit: int = 4000) -> list[Finding]:
@@ -337,15 +489,18 @@ def recommend_partitions(topic: str, target_per_s: float, per_consumer_per_s: fl
 
 def recommend_brokers(total_bytes: int, disk_per_broker_bytes: int, *, throughput_bytes_per_s: float = 0.0,
                       per_broker_bytes_per_s: float | None = None, max_disk_use: float = 0.70,
-                      current: int | None = None) -> Recommendation:
-    """brokers = max(ceil(bytes / (disk per broker x 0.7)), ceil(throughput / per-broker capacity), 1).
-    ``total_bytes`` counts every replica (what the disks hold)."""
-    disk = _positive("disk per broker", disk_per_broker_bytes, "give each broker's log-dir capacity in bytes")
+                      current: int | None = None, disk: DiskVerdict | None = None) -> Recommendation:
+    """brokers = max(ceil(bytes / room per broker), ceil(throughput / per-broker capacity), 1).
+    ``total_bytes`` counts every replica (what the disks hold). The room per broker is
+    ``disk_per_broker_bytes x max_disk_use``, or, given the review's :class:`DiskVerdict`, the verdict's
+    (other data on the disks taken off), and the message then states the verdict."""
+    size = _positive("disk per broker", disk_per_broker_bytes, "give each broker's log-dir capacity in bytes")
     if total_bytes < 0:
         raise CapacityError(f"total bytes is {total_bytes}; give the bytes all replicas hold (0 or more)")
     if not 0 < max_disk_use <= 1:
         raise CapacityError(f"max disk use is {max_disk_use}; give a share in (0, 1], e.g. 0.7")
-    by_disk = math.ceil(total_bytes / (disk * max_disk_use))
+    room = size * max_disk_use if disk is None else disk.room_per_broker_bytes
+    by_disk = disk.brokers_needed if disk is not None else math.ceil(total_bytes / room)
     by_throughput = 0
     if per_broker_bytes_per_s is not None:
         capacity = _positive("per-broker throughput capacity", per_broker_bytes_per_s,
@@ -353,16 +508,28 @@ def recommend_brokers(total_bytes: int, disk_per_broker_bytes: int, *, throughpu
         by_throughput = math.ceil(throughput_bytes_per_s / capacity)
     value = max(by_disk, by_throughput, 1)
     add = None if current is None else max(0, value - current)
-    tail = "" if current is None else (f"; today {current}: add {add}" if add else f"; today {current} (enough)")
+    action = None if disk is None else disk.action
+    if current is None:
+        tail = ""
+    elif add:
+        tail = f"; today {current}: add {add}"
+    else:
+        tail = f"; today {current}: " + ("add none, more would not help" if action == "free_disk" else "enough")
+    if disk is not None and action in ("free_disk", "rebalance"):
+        tail += f". {disk.text}"
+    by_disk_text = (f"ceil({_gib(total_bytes)} / {_gib(room)} room per broker) = {by_disk}" if room
+                    else "no disk has room for Kafka below the limit")
+    by_throughput_text = ("no per-broker throughput given" if per_broker_bytes_per_s is None else
+                          f"ceil({_gib(throughput_bytes_per_s)}/s / {_gib(per_broker_bytes_per_s)}/s) = {by_throughput}")
     return Recommendation(
         "brokers", "cluster", value,
-        "max(ceil(bytes / (disk_per_broker x max_disk_use)), ceil(throughput / per_broker_throughput))",
-        {"total_bytes": total_bytes, "disk_per_broker_bytes": disk, "max_disk_use": max_disk_use,
-         "by_disk": by_disk, "throughput_bytes_per_s": throughput_bytes_per_s,
+        "max(ceil(bytes / room_per_broker), ceil(throughput / per_broker_throughput)); room_per_broker = "
+        "disk x max_disk_use - other data on the disk",
+        {"total_bytes": total_bytes, "disk_per_broker_bytes": size, "max_disk_use": max_disk_use,
+         "room_per_broker_bytes": room, "by_disk": by_disk, "throughput_bytes_per_s": throughput_bytes_per_s,
          "per_broker_bytes_per_s": per_broker_bytes_per_s, "by_throughput": by_throughput, "current": current,
-         "add": add},
-        f"{value} brokers = max(ceil({total_bytes} B / ({disk:.0f} B x {max_disk_use:g})) = {by_disk}, "
-        f"ceil({throughput_bytes_per_s:.1f} B/s / {per_broker_bytes_per_s or '-'} B/s) = {by_throughput}){tail}")
+         "add": add, "disk_action": None if disk is None else disk.action},
+        f"{value} broker(s): by disk {by_disk_text}; by throughput {by_throughput_text}{tail}")
 
 
 def recommend_key_change(skew: Mapping[str, Any], share_threshold: float = 0.2) -> Recommendation | None:
@@ -449,6 +616,12 @@ class Review:
     group_lag: Mapping[str, int] = field(default_factory=dict)
     empty_topics: tuple[str, ...] = ()
     history_points: int = 0
+    disk: DiskVerdict | None = None
+
+    @property
+    def verdict(self) -> str | None:
+        """What the disks and brokers call for in a sentence (findings and recommendations agree with it)."""
+        return None if self.disk is None else self.disk.text
 
     def rules_fired(self) -> set[str]:
         return {f.rule for f in self.findings}
@@ -460,6 +633,7 @@ class Review:
         data = asdict(self)
         data["throughput"] = [p.to_dict() for p in self.throughput]
         data["broker_load"] = [{**asdict(b), "disk_use": b.disk_use} for b in self.broker_load]
+        data["disk"] = None if self.disk is None else self.disk.to_dict()
         return data
 
     def to_json(self) -> str:
@@ -480,8 +654,9 @@ class Review:
                                  for p in data.get("throughput", ())),
                 lag=tuple(PartitionLag(**x) for x in data.get("lag", ())),
                 group_lag=dict(data.get("group_lag") or {}), empty_topics=tuple(data.get("empty_topics", ())),
-                history_points=int(data.get("history_points", 0)))
-        except (KeyError, TypeError) as err:
+                history_points=int(data.get("history_points", 0)),
+                disk=DiskVerdict.from_dict(data["disk"]) if data.get("disk") else None)
+        except (KeyError, TypeError, ValueError) as err:
             raise CapacityError(f"cannot read a review from this dict: {err}; expected Review.to_dict()") from err
 
     @classmethod
@@ -508,8 +683,11 @@ def review(current: Cluster, history: Sequence[ReviewPoint] = (), *, targets: Ca
     earlier = [p for p in points if p.taken_at < now.taken_at]
     previous = earlier[-1] if earlier else None
     parts = throughput(previous, now) if previous is not None else ()
+    brokers = len(current.online_broker_ids) or len(current.brokers)
+    verdict = disk_verdict(current, thresholds.max_disk_use, disk_per_broker_bytes=targets.disk_per_broker_bytes,
+                           current=brokers)
     findings: list[Finding] = []
-    findings += disk_findings(current, thresholds.max_disk_use)
+    findings += disk_findings(current, thresholds.max_disk_use, verdict)
     findings += replica_findings(current, thresholds.max_replicas_per_broker)
     findings += idle_consumer_findings(current)
     findings += lag_findings([*earlier, now], thresholds.min_lag_points)
@@ -517,7 +695,6 @@ def review(current: Cluster, history: Sequence[ReviewPoint] = (), *, targets: Ca
     hot, empty = hot_partition_findings(current, parts, thresholds.hot_partition_ratio)
     findings += hot
 
-    brokers = len(current.online_broker_ids) or len(current.brokers)
     recs: list[Recommendation] = []
     for t in targets.topics:
         consumers = t.max_consumers if t.max_consumers is not None else max_consumers_of(current, t.topic)
@@ -531,7 +708,7 @@ def review(current: Cluster, history: Sequence[ReviewPoint] = (), *, targets: Ca
         recs.append(recommend_brokers(sum(current.bytes_per_broker().values()), disk,
                                       throughput_bytes_per_s=ingress,
                                       per_broker_bytes_per_s=targets.per_broker_bytes_per_s,
-                                      max_disk_use=thresholds.max_disk_use, current=brokers))
+                                      max_disk_use=thresholds.max_disk_use, current=brokers, disk=verdict))
     for skew in skews:
         rec = recommend_key_change(skew, thresholds.key_share)
         if rec is not None:
@@ -542,4 +719,4 @@ def review(current: Cluster, history: Sequence[ReviewPoint] = (), *, targets: Ca
                   previous_taken_at=previous.taken_at if previous else None, findings=tuple(findings),
                   recommendations=tuple(recs), broker_load=broker_load(current), throughput=parts, lag=lag,
                   group_lag={g.group_id: g.total_lag for g in current.groups}, empty_topics=tuple(empty),
-                  history_points=len(earlier) + 1)
+                  history_points=len(earlier) + 1, disk=verdict if (verdict.disks or disk) else None)

@@ -54,6 +54,15 @@ class _QuietLibrdkafkaLog:
         self._log.debug(fmt, *args)
 
 
+def quiet_kafka_python() -> None:
+    """Raise kafka-python's loggers (``kafka``, ``kafka.conn``, ...) to WARNING, unless someone chose
+    their level: it logs every connect and close at INFO, about 120 lines per task. kafkaops' own
+    loggers (``kafkaops.*``, not below ``kafka``) keep theirs."""
+    quiet = logging.getLogger("kafka")
+    if quiet.level == logging.NOTSET:
+        quiet.setLevel(logging.WARNING)
+
+
 def client_config(config: Mapping[str, str]) -> dict[str, Any]:
     """A confluent-kafka client config: the connection's, with librdkafka's logging routed to DEBUG."""
     return {"logger": _QuietLibrdkafkaLog(), **config}
@@ -90,6 +99,7 @@ class KafkaConnection:
         if self._legacy is None:
             from kafka.admin import KafkaAdminClient
 
+            quiet_kafka_python()
             kwargs = {_KAFKA_PYTHON_KEYS[k]: v for k, v in self.config.items() if k in _KAFKA_PYTHON_KEYS}
             kwargs["bootstrap_servers"] = kwargs["bootstrap_servers"].split(",")
             try:

@@ -27,6 +27,7 @@ import pandas as pd
 
 from kafkaops.errors import KafkaOpsError
 from kafkaops.model import Cluster, Key
+from kafkaops.platform import datadocs
 from kafkaops.platform.paths import EXPECTATIONS
 
 if TYPE_CHECKING:
@@ -282,7 +283,9 @@ def run(suite_name: str, dataframe_or_frames: pd.DataFrame | Mapping[str, pd.Dat
         except Exception as err:  # GX raises its own zoo of exceptions for unusable inputs
             raise GateError(f"gate {suite_name}: GX could not validate frame {name!r} ({len(frame)} rows): "
                             f"{err}; check the frame's columns {list(frame.columns)} and params {params}") from err
-        details["frames"][name] = {"rows": len(frame), "success": bool(outcome.success)}
+        details["frames"][name] = {"rows": len(frame), "success": bool(outcome.success), "suite": gx_suite.name,
+                                   "evaluated": int(outcome.statistics["evaluated_expectations"]),
+                                   "successful": int(outcome.statistics["successful_expectations"])}
         for key in stats:
             stats[key] += int(outcome.statistics[key])
         order = {e.id: i for i, e in enumerate(gx_suite.expectations)}
@@ -306,7 +309,7 @@ def run(suite_name: str, dataframe_or_frames: pd.DataFrame | Mapping[str, pd.Dat
                   else 100.0}
     docs_path = None
     if site is not None:
-        docs_path, details["docs_pages"] = _build_docs(context, site)
+        docs_path, details["docs_pages"] = _build_docs(context, site, suite_name, details["frames"], failures)
     result = GateResult(suite_name, not failures, tuple(failures), statistics, docs_path, details)
     log.info("%s", result)
     return result
@@ -318,16 +321,29 @@ def _run_id(suite_name: str) -> Any:
     return RunIdentifier(run_name=suite_name, run_time=datetime.now(timezone.utc))
 
 
-def _build_docs(context: AbstractDataContext, site: Path) -> tuple[str, list[str]]:
-    """Render this context's suites and validation results into ``site``; the index page and
-    one page per validated frame."""
+def _build_docs(context: AbstractDataContext, site: Path, gate: str, frames: Mapping[str, Mapping[str, Any]],
+                failures: Iterable[str]) -> tuple[str, list[str]]:
+    """Render this context's suites and validation results into ``site``, made readable offline
+    (:func:`kafkaops.platform.datadocs.make_offline`); the index page and one page per validated frame."""
+    from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
+
+    def url_of(resource: Any) -> str:
+        return context.get_docs_sites_urls(resource_identifier=resource, site_name=_SITE)[0]["site_url"]
+
     try:
         context.build_data_docs(site_names=[_SITE])
-        pages = [url["site_url"] for key in context.validation_results_store.list_keys()
-                 for url in context.get_docs_sites_urls(resource_identifier=key, site_name=_SITE)]
+        by_suite = {key.expectation_suite_identifier.name: url_of(key)
+                    for key in context.validation_results_store.list_keys()}
+        results = [datadocs.ResultPage(
+            frame=frame, suite=info["suite"], success=bool(info["success"]), evaluated=int(info["evaluated"]),
+            successful=int(info["successful"]), rows=int(info["rows"]),
+            page=datadocs.relative(site, by_suite[info["suite"]]),
+            suite_page=datadocs.relative(site, url_of(ExpectationSuiteIdentifier(name=info["suite"]))))
+            for frame, info in frames.items()]
+        datadocs.make_offline(site, gate, results, failures)
     except Exception as err:  # GX's renderers and store backends raise assorted errors
         raise GateError(f"could not build Data Docs in {site}: {err}; check the folder is writable") from err
     index = site / "index.html"
     if not index.is_file():
         raise GateError(f"GX built no Data Docs index at {index}; check the folder is writable")
-    return str(index), [url.removeprefix("file://") for url in pages]
+    return str(index), [str(site / r.page) for r in results]

@@ -177,6 +177,9 @@ def preflight(ctx: OperationContext[Any]) -> dict[str, Any]:
         cluster = admin.snapshot(conn, include_internal=True)
         in_flight = admin.list_partition_reassignments(conn)
     ctx.audit.append("snapshot", stage="before", cluster=cluster.to_dict())
+    log.info("cluster before: %d broker(s), %d online; %d topic(s), %d partition(s); %d reassignment(s) in flight",
+             len(cluster.brokers), len(cluster.online_broker_ids), len(cluster.topics), len(cluster.partitions),
+             len(in_flight))
     gate(ctx, "preflight", gates.preflight_frames(cluster, in_flight))
     return cluster.to_dict()
 

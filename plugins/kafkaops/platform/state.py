@@ -6,6 +6,12 @@ none, and every Airflow component reads the same record. :func:`summarize` folds
 the record: who ran what with which params, the cluster before and after, the plan, steps with
 timings, batches, throttles set and removed, gate results, the outcome.
 
+A step is one row however often it ran: a retry (or a task resumed after deferral) that records
+"started" again replaces the row, ``tries`` counts the Airflow tries seen and ``earlier`` keeps how
+each earlier try ended. A batch is "submitted" until its end is known: "done" once a later batch is
+submitted or the step that submitted it succeeds, "failed" when that step fails (a retry that then
+completes it makes it "done"), "unfinished" when the run ended without either.
+
 A re-run of the same DAG run (its ``begin`` runs again) starts a new attempt: the record then shows
 that attempt's steps, approval and outcome; the earlier attempts' cluster changes (batches,
 throttles, notes) stay listed, since they happened.
@@ -83,6 +89,8 @@ def summarize(events: Iterable[AuditEvent]) -> dict[str, Any]:
                               "throttles_removed": [], "gates": [], "approval": None, "notes": [],
                               "outcome": "running", "started_at": None, "ended_at": None, "attempt": 0}
     open_steps: dict[str, dict[str, Any]] = {}
+    tries_seen: dict[str, list[int | None]] = {}  # per step, the Airflow try numbers that started it
+    unsettled: list[dict[str, Any]] = []  # batches whose end is not known yet
     for e in events:
         d = dict(e.data)
         if e.kind == "started":
@@ -92,14 +100,22 @@ def summarize(events: Iterable[AuditEvent]) -> dict[str, Any]:
                           attempt=record["attempt"] + 1)
             record.pop("outcome_reason", None)
             open_steps.clear()
+            tries_seen.clear()
         elif e.kind == "snapshot":
             record[d.get("stage", "before")] = d.get("cluster")
         elif e.kind == "plan":
             record["plan"] = d
         elif e.kind == "step":
-            _fold_step(record, open_steps, e, d)
-        elif e.kind in ("batch", "throttle_set", "throttle_removed", "gate"):
-            key = {"batch": "batches", "throttle_set": "throttles_set", "throttle_removed": "throttles_removed",
+            _fold_step(record, open_steps, tries_seen, e, d)
+            _settle_batches(unsettled, e, d)
+        elif e.kind == "batch":
+            _settle(unsettled, "done", e.ts)  # a batch is submitted only when the previous one has moved
+            batch = {"ts": e.ts, "status": "submitted", **d, "step": _owner(open_steps, e)}
+            record["batches"].append(batch)
+            if batch["status"] == "submitted":
+                unsettled.append(batch)
+        elif e.kind in ("throttle_set", "throttle_removed", "gate"):
+            key = {"throttle_set": "throttles_set", "throttle_removed": "throttles_removed",
                    "gate": "gates"}[e.kind]
             record[key].append({"ts": e.ts, **d})
         elif e.kind == "approval":
@@ -109,34 +125,77 @@ def summarize(events: Iterable[AuditEvent]) -> dict[str, Any]:
         elif e.kind == "outcome":
             record["outcome"] = d.get("outcome")
             record["ended_at"] = e.ts
+            if d.get("outcome") != "success":
+                _settle([b for b in unsettled if b["status"] == "submitted"], "unfinished", None)
             if d.get("reason"):
                 record["outcome_reason"] = d["reason"]
     return record
 
 
-def _fold_step(record: dict[str, Any], open_steps: dict[str, dict[str, Any]], e: AuditEvent,
-               d: dict[str, Any]) -> None:
-    """One row per step: a new try of a step replaces its earlier row (``tries`` counts them)."""
+def _settle(batches: list[dict[str, Any]], status: str, ts: float | None) -> None:
+    for batch in batches:
+        batch.update(status=status, ended_at=ts)
+    if status == "done":
+        batches.clear()
+
+
+def _owner(open_steps: Mapping[str, Any], e: AuditEvent) -> str:
+    """The step that submitted a batch: its task's step, else the last step still open."""
+    if e.task_id in open_steps:
+        return str(e.task_id)
+    return next(reversed(open_steps), None) or e.task_id or "execute_batches"
+
+
+def _settle_batches(unsettled: list[dict[str, Any]], e: AuditEvent, d: dict[str, Any]) -> None:
+    """The end of the step that submitted the unsettled batches is theirs too."""
+    status = d.get("status")
+    if status not in ("success", "failed"):
+        return
+    mine = [b for b in unsettled if b.get("step") == d["name"]]
+    if mine:
+        _settle(mine, "done" if status == "success" else "failed", e.ts)
+        if status == "success":
+            unsettled[:] = [b for b in unsettled if b not in mine]
+
+
+def _fold_step(record: dict[str, Any], open_steps: dict[str, dict[str, Any]],
+               tries_seen: dict[str, list[int | None]], e: AuditEvent, d: dict[str, Any]) -> None:
+    """One row per step: a new try of a step replaces its row, keeping how the earlier tries ended."""
     name = d["name"]
+    previous = next((s for s in record["steps"] if s["name"] == name), None)
     if d.get("status") == "started":
-        previous = next((s for s in record["steps"] if s["name"] == name), None)
+        if previous is not None and previous.get("status") == "running" and previous.get("try_number") == \
+                e.try_number and e.try_number is not None:
+            return  # the same try started again (a deferred task resumed): still one try, still running
+        seen = tries_seen.setdefault(name, [])
+        if e.try_number is None or e.try_number not in seen:
+            seen.append(e.try_number)
+        earlier = list((previous or {}).get("earlier", []))
+        if previous is not None:
+            earlier.append(_ended(previous))
         step = {"name": name, "started_at": e.ts, "status": "running", "try_number": e.try_number,
-                "tries": (previous or {}).get("tries", 0) + 1}
+                "tries": len(seen), "earlier": earlier}
         if previous is not None:
             record["steps"][record["steps"].index(previous)] = step
         else:
             record["steps"].append(step)
         open_steps[name] = step
         return
-    step = open_steps.pop(name, None)
+    step = open_steps.pop(name, None) or previous
     if step is None:
-        step = next((s for s in record["steps"] if s["name"] == name), None)
-        if step is None:
-            step = {"name": name, "started_at": None, "tries": 1, "try_number": e.try_number}
-            record["steps"].append(step)
+        tries_seen[name] = [e.try_number]
+        step = {"name": name, "started_at": None, "tries": 1, "earlier": [], "try_number": e.try_number}
+        record["steps"].append(step)
     step.update(status=d.get("status"), ended_at=e.ts,
                 seconds=None if step.get("started_at") is None else round(e.ts - step["started_at"], 3),
                 **{k: v for k, v in d.items() if k not in ("name", "status")})
+
+
+def _ended(step: Mapping[str, Any]) -> str:
+    """How a replaced try of a step ended, in words."""
+    label = f"try {step['try_number']}" if step.get("try_number") is not None else "an earlier try"
+    status = "did not record its end" if step.get("status") == "running" else str(step.get("status"))
+    return f"{label}: {status}" + (f": {step['error']}" if step.get("error") else "")
 
 
 def list_records(dag_id: str | None = None, *, store: store_.Store | None = None, limit: int = 200,

@@ -31,6 +31,7 @@ cannot be removed (its broker is down) goes into the throttle ledger of
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -41,6 +42,7 @@ from typing import Any
 from kafkaops.errors import KafkaOpsError, UnknownTopic
 from kafkaops.model import Cluster, Key, Move, Reassignment
 from kafkaops.platform import admin, store
+from kafkaops.platform.render import human_bytes
 
 log = logging.getLogger(__name__)
 
@@ -154,12 +156,50 @@ class Progress:
         rate = self.rate_bytes_per_s
         return (self.bytes_total - self.bytes_done) / rate if rate else None
 
+    @property
+    def percent(self) -> float:
+        """Bytes copied of those to copy; partitions done when nothing is to copy."""
+        if self.bytes_total:
+            return 100.0 * self.bytes_done / self.bytes_total
+        return 100.0 * self.partitions_done / self.partitions_total if self.partitions_total else 100.0
+
     def __str__(self) -> str:
+        """One progress line, e.g. ``42% (3.1 MiB of 7.4 MiB), 4/6 partitions done, 2 moving, 1.20 MB/s,
+        ETA 00:01:10`` (the rate in MB/s, as the throttle is given)."""
         rate, eta = self.rate_bytes_per_s, self.eta_s
-        return (f"{self.partitions_done}/{self.partitions_total} partitions done, {self.partitions_in_flight} "
-                f"moving, {self.bytes_done / 1e6:.1f}/{self.bytes_total / 1e6:.1f} MB"
+        return (f"{self.percent:.0f}% ({human_bytes(self.bytes_done)} of {human_bytes(self.bytes_total)}), "
+                f"{self.partitions_done}/{self.partitions_total} partitions done, {self.partitions_in_flight} moving"
                 + (f", {rate / 1e6:.2f} MB/s" if rate is not None else "")
-                + (f", ETA {eta:.0f} s" if eta is not None else ""))
+                + f", ETA {clock(eta) if eta is not None else 'unknown yet'}")
+
+
+def clock(seconds: float | None) -> str:
+    """``00:01:10`` (hours grow past 99); ``-`` when unknown. Rounded up: 0.2 s is ``00:00:01``."""
+    if seconds is None:
+        return "-"
+    total = math.ceil(max(float(seconds), 0.0))
+    return f"{total // 3600:02d}:{total % 3600 // 60:02d}:{total % 60:02d}"
+
+
+@dataclass
+class ProgressLog:
+    """When a progress line is worth logging: the first, any whose progress changed, and otherwise
+    one every ``every_s`` seconds, so a long wait shows it is alive without a line per poll."""
+
+    every_s: float = 30.0
+    _mark: tuple[int, int] | None = field(default=None, init=False)
+    _at: float | None = field(default=None, init=False)
+
+    def due(self, progress: Progress | Mapping[str, Any], now: float) -> bool:
+        """Whether to log ``progress`` (a :class:`Progress` or its dict, as the trigger gets it) at ``now``."""
+        if isinstance(progress, Progress):
+            mark = (progress.partitions_done, progress.bytes_done)
+        else:
+            mark = (int(progress["partitions_done"]), int(progress["bytes_done"]))
+        if mark != self._mark or self._at is None or now - self._at >= self.every_s:
+            self._mark, self._at = mark, now
+            return True
+        return False
 
 
 def _ledger_rates(ledger: Ledger) -> set[tuple[int, str]]:
@@ -809,6 +849,7 @@ class Executor:
         keys = [m.key for m in moves]
         timeout = self.batch_timeout_s or 60.0 + 3.0 * sum(m.bytes for m in moves) / self.throttle_bytes_per_s
         deadline = time.monotonic() + timeout
+        lines = ProgressLog()
         while True:
             in_flight = admin.list_partition_reassignments(self.conn, keys)
             if self._cancelled.is_set():
@@ -819,7 +860,9 @@ class Executor:
                     "the same desired replicas to resume")
             if not in_flight:
                 break
-            log.info("%s: %d of %d partitions still moving; %s", label, len(in_flight), len(keys), self.progress())
+            progress = self.progress()
+            if lines.due(progress, time.monotonic()):
+                log.info("%s: %s", label, progress)
             if time.monotonic() > deadline:
                 raise self._stalled(in_flight, label, timeout)
             self._cancelled.wait(self.poll_interval_s)

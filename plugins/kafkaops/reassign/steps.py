@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from kafkaops.platform import admin
-from kafkaops.reassign import engine
+from kafkaops.reassign import approval, engine
 from kafkaops.platform import lifecycle
 from kafkaops.platform.lifecycle import APPROVAL_MODES, OperationContext
 from kafkaops.reassign import frames
 from kafkaops.platform import provision
 from kafkaops.reassign import verify
-from kafkaops.errors import ConfigError
+from kafkaops.errors import ConfigError, KafkaOpsError
 from kafkaops.model import Broker, Cluster, Key
 from kafkaops.reassign.planner import plan_drain, plan_rebalance, plan_scale_out
 from kafkaops.reassign.planner.plan import ReassignmentPlan
@@ -123,8 +123,8 @@ def provision_brokers(ctx: OperationContext) -> dict[str, Any]:
     if path.suffix == ".json":
         spec = provision.ClusterSpec.load(path)
         grown, added = spec.with_new_brokers(p.add_brokers, node_ids=p.new_broker_ids, racks=p.new_broker_racks)
-        ctx.audit.append("note", text=f"provisioning brokers {[n.node_id for n in added]} on "
-                                      f"{[f'{n.host}:{n.port}' for n in added]}")
+        ctx.audit.append("note", text=f"provisioning broker(s) {', '.join(str(n.node_id) for n in added)} on "
+                                      f"{', '.join(f'{n.host}:{n.port}' for n in added)}")
         ctx.fence("provision brokers")
         provision.cluster_up(grown, limit=[n.hostname for n in added])
         grown.save(path)  # the cluster now has these nodes: the spec says so for the next run
@@ -137,7 +137,7 @@ def provision_brokers(ctx: OperationContext) -> dict[str, Any]:
         provision.run_playbook("cluster_up.yml", path, limit=",".join(f"kafka-{i}" for i in p.new_broker_ids))
         new = [{"id": i, "rack": (p.new_broker_racks[k] if k < len(p.new_broker_racks) else None)}
                for k, i in enumerate(p.new_broker_ids)]
-    ctx.audit.append("note", text=f"brokers {[b['id'] for b in new]} provisioned")
+    ctx.audit.append("note", text=f"broker(s) {', '.join(str(b['id']) for b in new)} provisioned")
     return {"new_brokers": new}
 
 
@@ -171,12 +171,13 @@ def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Seq
         plan = plan_drain(cluster, p.drain_brokers, exclude=p.exclude_brokers)
     else:
         plan = plan_rebalance(cluster, exclude=p.exclude_brokers, topics=topics)
-    eta = plan.bytes_to_move / p.throttle_bytes_per_s if p.throttle_bytes_per_s else None
+    flows = approval.plan_traffic(plan, p)
     data = {"plan": plan.to_dict(), "kafka_json": plan.to_kafka_json(), "diff": list(plan.diff()),
             "table": list(plan.table()), "summary": plan.summary(), "moves": len(plan.moves),
-            "replica_moves": plan.replica_moves, "bytes_to_move": plan.bytes_to_move, "eta_s": eta}
+            "replica_moves": plan.replica_moves, "bytes_to_move": plan.bytes_to_move, "eta_s": flows.eta_s,
+            "approval": approval.approval_markdown(plan, p)}
     ctx.audit.append("plan", **data)
-    log.info("plan: %s", plan.summary())
+    log.info("plan: %s; ETA %s at %g MB/s", plan.summary(), engine.clock(flows.eta_s), p.throttle_mb_per_s)
     return data
 
 
@@ -186,16 +187,10 @@ def plan_gate(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str, 
 
 
 def approval_text(plan_data: Mapping[str, Any], params: OperationParams) -> str:
-    """What the operator reads before approving: moves, bytes, ETA, distribution before and after."""
-    eta = plan_data.get("eta_s")
-    lines = [f"**{params.kind}**: {plan_data['summary']}",
-             f"throttle {params.throttle_mb_per_s:g} MB/s, ETA about {eta:.0f} s" if eta is not None else "",
-             "", "```", *plan_data.get("table", []), "```", "", "moves:", "```",
-             *plan_data.get("diff", [])[:50]]
-    if len(plan_data.get("diff", [])) > 50:
-        lines.append(f"... and {len(plan_data['diff']) - 50} more")
-    lines.append("```")
-    return "\n".join(lines)
+    """What the operator reads before approving (Markdown): :func:`kafkaops.reassign.approval.approval_markdown`
+    of the plan task's value; :func:`make_plan` keeps it there as ``approval``."""
+    plan = ReassignmentPlan.from_dict(plan_data["plan"])
+    return approval.approval_markdown(plan, params)
 
 
 # -- execution ---------------------------------------------------------------------------------------------
@@ -293,10 +288,10 @@ def progress_of(conn_config: Mapping[str, str], spec: Mapping[str, Any], started
     with admin.connect(conn_config, timeout_s=10.0) as conn:
         prog = engine.progress(conn, moves, elapsed_s=max(time.time() - started_at, 0.0))
         in_flight = admin.list_partition_reassignments(conn, list(desired)) if not prog.done else {}
-    percent = 100.0 * prog.bytes_done / prog.bytes_total if prog.bytes_total else (100.0 if prog.done else 0.0)
     return {"done": prog.done, "text": str(prog), "partitions_done": prog.partitions_done,
             "partitions_total": prog.partitions_total, "bytes_done": prog.bytes_done, "bytes_total": prog.bytes_total,
-            "percent": round(percent, 1), "eta_s": prog.eta_s, "in_flight": [f"{t}-{p}" for t, p in sorted(in_flight)]}
+            "percent": round(prog.percent, 1), "eta_s": prog.eta_s,
+            "in_flight": [f"{t}-{p}" for t, p in sorted(in_flight)]}
 
 
 def verify_moves(ctx: OperationContext, plan_data: Mapping[str, Any], before: Mapping[str, Any]) -> dict[str, Any]:
@@ -320,7 +315,8 @@ def elect_leaders(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[s
 
 def post_move_gate(ctx: OperationContext, plan_data: Mapping[str, Any], before: Mapping[str, Any]
                    ) -> dict[str, Any]:
-    """The cluster after: snapshot it, record it, and gate it against the plan and ``before``."""
+    """The cluster after the moves: snapshot it, record it, and gate it against the plan and ``before``.
+    A step that changes the cluster later (:func:`stop_drained`) records it again."""
     with ctx.connect() as conn:
         after = admin.snapshot(conn, include_internal=True)
         in_flight = admin.list_partition_reassignments(conn)
@@ -329,8 +325,23 @@ def post_move_gate(ctx: OperationContext, plan_data: Mapping[str, Any], before: 
                                                         in_flight=in_flight))
 
 
+def record_after(ctx: OperationContext, why: str) -> None:
+    """Snapshot the cluster again as the record's "after", since ``why`` changed it after the post-move gate's
+    snapshot. A cluster that cannot be read leaves that earlier snapshot in place, and the record says so."""
+    try:
+        with ctx.connect() as conn:
+            after = admin.snapshot(conn, include_internal=True)
+    except KafkaOpsError as err:
+        ctx.audit.append("note", text=f"the cluster after {why} could not be read ({err}); \"cluster after\" "
+                                      "shows it as the post-move gate saw it, before that")
+        log.warning("cluster after %s not recorded: %s", why, err)
+        return
+    ctx.audit.append("snapshot", stage="after", cluster=after.to_dict())
+
+
 def stop_drained(ctx: OperationContext) -> dict[str, Any]:
-    """After a drain, stop the drained brokers through the role (a cluster spec inventory only)."""
+    """After a drain, stop the drained brokers through the role (a cluster spec inventory only), then
+    record the cluster after that: the last step that changes it."""
     p = ctx.params
     if not p.stop_drained or not p.drain_brokers:
         return {"stopped": []}
@@ -345,5 +356,7 @@ def stop_drained(ctx: OperationContext) -> dict[str, Any]:
         provision.run_playbook("cluster_down.yml", path, limit=",".join(f"kafka-{b}" for b in p.drain_brokers))
     else:
         raise ConfigError("stop_drained needs the inventory param to reach the drained brokers")
-    ctx.audit.append("note", text=f"drained brokers {list(p.drain_brokers)} stopped")
+    stopped = ", ".join(map(str, p.drain_brokers))
+    ctx.audit.append("note", text=f"drained broker(s) {stopped} stopped")
+    record_after(ctx, f"stopping broker(s) {stopped}")
     return {"stopped": list(p.drain_brokers)}

@@ -165,6 +165,12 @@ def test_the_dag_runs_a_review_and_proposes_a_scale_out_run(cluster, airflow_db,
     [note] = [n for n in record["notes"] if "report" in n]
     assert store.current().artifact(note["report"]["html"]).body.startswith(b"<!")
     assert note["url"] == "/kafkaops/artifacts/" + note["report"]["html"]
+    # the run's record page links the report first and carries its verdict, which asks for brokers like the proposal
+    from kafkaops.airflow.pages import render_record
+
+    page = render_record(record)
+    assert f'<a class="button" href="{note["url"]}">Open the capacity report</a>' in page
+    assert note["verdict"] and "add " in note["verdict"] and note["verdict"].replace("'", "&#39;") in page
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert states["key_skew"] == "skipped" and states["report"] == "success", states
     assert states["scale_out_proposal"] == "success" and states["propose_scale_out"] == "success", states

@@ -1,39 +1,69 @@
-"""The operation-record pages from their Jinja2 templates: every value escaped, tables with units and UTC times."""
+"""The operation-record pages from their Jinja2 templates, one per kind of operation: every value escaped,
+tables with units and UTC times, no JSON or Python reprs, no section a kind does not have."""
 from __future__ import annotations
 
+import html
 import re
+from dataclasses import replace
 
-from kafkaops.airflow.pages import render_message, render_record, render_record_list
+import pytest
+
+from kafkaops.airflow.pages import TEMPLATES, render_message, render_record, render_record_list, template_of
+from kafkaops.model import Broker
 from kafkaops.platform.state import AuditEvent, summarize
+from kafkaops.reassign.planner import plan_scale_out
 from tests.unit.clusters import three_brokers_one_topic
 
 SCRIPT = "<script>alert('x')</script>"
 T0 = 1_795_426_812.0  # 2026-11-23 09:40:12 UTC
+DAG, RUN = "kafka_scale_out", "manual__1"
+
+
+def plan_data() -> dict:
+    """What reassign.steps.make_plan records: the plan of adding broker 4 to the fixture cluster."""
+    plan = plan_scale_out(three_brokers_one_topic(), [Broker(4, rack="a")])
+    return {"plan": plan.to_dict(), "kafka_json": plan.to_kafka_json(), "diff": list(plan.diff()),
+            "table": list(plan.table()), "summary": plan.summary(), "moves": len(plan.moves),
+            "replica_moves": plan.replica_moves, "bytes_to_move": 3 * 2**30, "eta_s": 250.0}
+
+
+def events_of(kinds: list[tuple[str, dict]], *, task: str = "execute_batches") -> list[AuditEvent]:
+    return [AuditEvent(T0 + i, kind, data, task, 1) for i, (kind, data) in enumerate(kinds)]
+
+
+def scale_out_events(**started: object) -> list[tuple[str, dict]]:
+    after = replace(three_brokers_one_topic(), brokers=(*three_brokers_one_topic().brokers,
+                                                        Broker(4, host="127.0.0.1", port=9095, rack="a")))
+    return [
+        ("started", {"operation": "scale_out", "dag_id": DAG, "run_id": RUN, "triggered_by": "alice",
+                     "params": {"topics": ["orders", "payments"], "add_brokers": 1, "dry_run": False,
+                                "max_bytes_to_move": None, "extra": {"a": 1}}, **started}),
+        ("snapshot", {"stage": "before", "cluster": three_brokers_one_topic().to_dict()}),
+        ("step", {"name": "plan", "status": "started"}),
+        ("plan", plan_data()),
+        ("step", {"name": "plan", "status": "success"}),
+        ("gate", {"gate": "plan", "ok": False, "failures": ["plan: broker 4 gets 9 replicas"],
+                  "docs_path": f"docs/{DAG}/{RUN}/plan/index.html"}),
+        ("approval", {"approved": True, "by": "bob", "mode": "manual"}),
+        ("throttle_set", {"brokers": [1, 4], "topics": ["orders"], "rate": 10_000_000}),
+        ("step", {"name": "execute_batches", "status": "started"}),
+        ("batch", {"index": 1, "partitions": 2, "bytes": 5 * 2**20, "status": "submitted", "remaining": 1}),
+        ("batch", {"index": 2, "partitions": 1, "bytes": 2**20, "status": "submitted", "remaining": 0}),
+        ("step", {"name": "execute_batches", "status": "success"}),
+        ("throttle_removed", {"brokers": [1, 4], "topics": ["orders"], "left": {"4": ["leader.replication."
+                                                                                     "throttled.rate"]}}),
+        ("snapshot", {"stage": "after", "cluster": after.to_dict()}),
+        ("outcome", {"outcome": "failed", "reason": "failed steps: remove_throttles"}),
+    ]
 
 
 def a_record(**started: object) -> dict:
-    events = [
-        ("started", {"operation": "scale_out", "dag_id": "kafka_scale_out", "run_id": "manual__1",
-                     "triggered_by": "alice", "params": {"topics": ["orders", "payments"], "add_brokers": 1,
-                                                         "dry_run": False}, **started}),
-        ("snapshot", {"stage": "before", "cluster": three_brokers_one_topic().to_dict()}),
-        ("step", {"name": "plan", "status": "started"}),
-        ("step", {"name": "plan", "status": "success"}),
-        ("plan", {"summary": "scale-out: 2 partitions change", "diff": ["orders-0: [1,2,3] -> [4,2,3]"],
-                  "table": ["broker  replicas"], "moves": 2, "replica_moves": 2, "bytes_to_move": 3 * 2**30,
-                  "eta_s": 250.0}),
-        ("gate", {"gate": "plan", "ok": False, "failures": ["plan: broker 4 gets 9 replicas"],
-                  "docs_path": "docs/kafka_scale_out/manual__1/plan/index.html"}),
-        ("throttle_set", {"brokers": [1, 4], "topics": ["orders"], "rate": 10_000_000}),
-        ("batch", {"index": 1, "partitions": 2, "bytes": 5 * 2**20, "status": "submitted", "remaining": 0}),
-        ("outcome", {"outcome": "failed", "reason": "failed steps: plan_gate"}),
-    ]
-    return summarize(AuditEvent(T0 + i, kind, data) for i, (kind, data) in enumerate(events))
+    return summarize(events_of(scale_out_events(**started)))
 
 
 def text_of(page: str) -> str:
     body = page.split("<body>", 1)[1]
-    return " ".join(re.sub(r"<[^>]+>", " ", body).split())
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", body)).split())
 
 
 def test_a_script_in_any_value_is_escaped() -> None:
@@ -48,35 +78,119 @@ def test_a_script_in_any_value_is_escaped() -> None:
     assert 'href="&#34;&gt;&lt;script&gt;' in render_record(record)
 
 
-def test_the_page_shows_the_plan_steps_and_gates_with_units_and_utc_times() -> None:
+def test_a_reassignment_page_shows_plan_approval_batches_and_throttles_as_tables() -> None:
     page = render_record(a_record())
     text = text_of(page)
     assert '<h1 class="bad">scale_out: failed</h1>' in page
-    assert "started 2026-11-23 09:40:12 UTC" in text and "(8.00 s)" in text
-    assert "scale-out: 2 partitions change" in text and "orders-0: [1,2,3] -&gt; [4,2,3]" in page
+    assert "started 2026-11-23 09:40:12 UTC" in text and "(14.0 s)" in text
+    assert plan_data()["summary"] in text
     assert "bytes to copy 3.0 GiB" in text and "time at the throttle 4 min 10 s" in text
-    assert "plan success 2026-11-23 09:40:14 UTC 1.00 s" in text
+    assert "broker role replicas leaders bytes 1 3 → 2 1 5.9 KiB → 3.9 KiB" in text  # load before -> after
+    assert "4 new 0 → 1 0 0 B → 2.0 KiB spread 3 → 2" in text
+    assert "orders-1 2, 3, 1 2, 3, 4 4 1 2.0 KiB" in text  # the move: before, after, copies to, drops from, bytes
+    assert "decision approved by bob how a person in Airflow's Required actions at 2026-11-23 09:40:18 UTC" in text
     assert "plan FAILED plan: broker 4 gets 9 replicas Data Docs 2026-11-23 09:40:17 UTC" in text
-    assert 'href="/kafkaops/artifacts/docs/kafka_scale_out/manual__1/plan/index.html"' in page
-    assert "topics orders, payments" in text and "dry_run no" in text
-    assert "10.0 MB/s (9.5 MiB/s)" in text and "5.0 MiB" in text
-    assert "Cluster before" in text and "127.0.0.1:9091" in text and "Cluster after" not in text
-    assert "{" not in text  # tables, not JSON
+    assert f'href="/kafkaops/artifacts/docs/{DAG}/{RUN}/plan/index.html"' in page
+    assert "1 2 5.0 MiB done 1 2026-11-23 09:40:21 UTC 2026-11-23 09:40:22 UTC 1.00 s" in text
+    assert "2 1 1.0 MiB done 0 2026-11-23 09:40:22 UTC 2026-11-23 09:40:23 UTC 1.00 s" in text
+    assert "1, 4 orders 10.0 MB/s (9.5 MiB/s)" in text
+    assert "broker 4: leader.replication.throttled.rate" in text
+    assert "execute_batches success 1 2026-11-23 09:40:20 UTC" in text
+    assert "topics orders, payments" in text and "dry_run no" in text and "extra a: 1" in text
+    assert "max_bytes_to_move -" in text
+    assert "Cluster before" in text and "Cluster after" in text and "127.0.0.1:9095" in text
+    assert "{" not in text and "[" not in text and "'" not in text.replace("Airflow's", "")  # no JSON, no reprs
+    assert "epoch" not in text and str(int(T0)) not in page
+
+
+def test_every_kind_has_its_template_and_an_unknown_kind_the_generic_one() -> None:
+    for kind in ("scale_out", "rebalance", "drain", "decommission"):
+        assert template_of({"operation": kind}) == "record_reassignment.html.j2"
+    assert template_of({"operation": None, "kind": "partition_increase"}) == TEMPLATES["partition_increase"]
+    assert template_of({"operation": "capacity_review"}) == "record_capacity_review.html.j2"
+    assert template_of({"operation": "something_new"}) == "record.html.j2"
+    text = text_of(render_record(summarize(events_of([("started", {"operation": "something_new"}),
+                                                      ("step", {"name": "x", "status": "started"})]))))
+    assert "something_new: running" in text and "x running" in text and "Batches" not in text
 
 
 def test_a_record_that_only_started_still_renders() -> None:
-    record = summarize([AuditEvent(T0, "started", {"operation": "drain", "dag_id": "d", "run_id": "r"})])
+    record = summarize([AuditEvent(T0, "started", {"operation": "drain", "dag_id": "d", "run_id": "r",
+                                                   "params": {"dry_run": True}})])
     text = text_of(render_record(record))
     assert "drain: running" in text and "not ended" in text and "no plan (yet)" in text
+    assert "not answered (yet): a dry run stops before the approval" in text
+    assert "Batches" not in text and "Throttles" not in text
 
 
-def test_a_capacity_report_note_links_the_stored_report() -> None:
+def test_a_partition_increase_shows_its_plan_in_words_without_reassignment_sections() -> None:
+    plan = {"summary": "grow orders in place from 3 to 6 partitions; new partitions on [[1, 2], [2, 3], [3, 1]]",
+            "plan": {"mode": "in_place", "topic": "orders", "current_partitions": 3, "new_partitions": 6,
+                     "replication_factor": 2, "assignment": [[1, 2], [2, 3], [3, 1]],
+                     "key_change": {"summary": "0 of 200 sampled keys change partition"}, "backfill": None,
+                     "target_configs": {}}}
+    record = summarize(events_of([
+        ("started", {"operation": "partition_increase", "params": {"topic": "orders", "new_partition_count": 6}}),
+        ("plan", plan), ("approval", {"approved": True, "by": "param approval=auto_approve", "mode": "auto_approve"}),
+        ("note", {"text": "orders: grown 6 partitions"}), ("outcome", {"outcome": "success"})]))
+    text = text_of(render_record(record))
+    assert "partition_increase: success" in text
+    assert "mode in place (new partitions on the topic) topic orders partitions 3 → 6 replication factor 2" in text
+    assert "keys that change partition 0 of 200 sampled keys change partition" in text
+    assert "new partitions on brokers 1, 2; 2, 3; 3, 1" in text
+    assert "how the approval param (auto_approve)" in text and "orders: grown 6 partitions" in text
+    for absent in ("Batches", "Throttles", "Moves", "Load per broker"):
+        assert absent not in text
+
+
+def capacity_record(report: bool = True) -> dict:
+    kinds: list[tuple[str, dict]] = [
+        ("started", {"operation": "capacity_review", "dag_id": "kafka_capacity_review", "run_id": "r1",
+                     "triggered_by": "alice", "params": {"topics": [], "key_skew": False}}),
+        ("snapshot", {"stage": "before", "cluster": three_brokers_one_topic().to_dict()}),
+        ("step", {"name": "report", "status": "started"})]
+    if report:
+        kinds.append(("note", {
+            "text": "capacity report: /kafkaops/artifacts/capacity/c1/r1/report.html",
+            "url": "/kafkaops/artifacts/capacity/c1/r1/report.html",
+            "report": {"html": "capacity/c1/r1/report.html", "json": "capacity/c1/r1/review.json",
+                       "url": "/kafkaops/artifacts/capacity/c1/r1/report.html"},
+            "verdict": "brokers are enough for Kafka's data; the disk is full of other data: free it",
+            "findings": ["broker 1: log dirs 70.1% full (> 70%)"],
+            "recommendations": ["3 brokers; today 3 (enough)"]}))
+        kinds += [("step", {"name": "report", "status": "success"}), ("outcome", {"outcome": "success"})]
+    else:
+        kinds += [("step", {"name": "report", "status": "failed", "error": "boom"}), ("outcome", {"outcome": "failed"})]
+    return summarize(events_of(kinds))
+
+
+def test_a_capacity_review_links_its_report_first_with_its_findings_and_no_empty_sections() -> None:
+    page = render_record(capacity_record())
+    text = text_of(page)
+    assert re.search(r'<a class="button" href="/kafkaops/artifacts/capacity/c1/r1/report.html">'
+                     r"Open the capacity report</a>", page)
+    assert text.index("Open the capacity report") < text.index("Steps") < text.index("Parameters")
+    assert "Verdict: brokers are enough for Kafka's data; the disk is full of other data: free it" in text
+    assert "Findings broker 1: log dirs 70.1% full (> 70%)" in text
+    assert "Recommendations 3 brokers; today 3 (enough)" in text
+    assert "DAG kafka_capacity_review , run r1" in text and "topics (empty)" in text
+    assert "Cluster as reviewed" in text and "capacity report:" not in text  # the note is the link, not a row
+    for absent in ("Approval", "Plan", "Throttles", "Batches", "Gates", "(open)"):
+        assert absent not in text
+    failed = text_of(render_record(capacity_record(report=False)))
+    assert "no report (yet): the review ended before it wrote one" in failed and "report failed 1" in failed
+    no_steps = capacity_record()
+    no_steps["steps"] = []  # the review's tasks record no steps of their own: no empty section
+    assert "Steps" not in text_of(render_record(no_steps))
+
+
+def test_a_note_with_a_stored_artifact_links_it() -> None:
     record = a_record()
     record["notes"] = [{"ts": T0, "text": "capacity report", "url": "/kafkaops/capacity/c1/r1/report.html"},
                        {"ts": T0, "text": "stored", "artifact": "capacity/c1/r2/report.html"}]
     page = render_record(record)
-    assert 'href="/kafkaops/artifacts/capacity/c1/r1/report.html"' in page
-    assert 'href="/kafkaops/artifacts/capacity/c1/r2/report.html"' in page
+    assert 'href="/kafkaops/artifacts/capacity/c1/r1/report.html">capacity report</a>' in page
+    assert 'href="/kafkaops/artifacts/capacity/c1/r2/report.html">stored</a>' in page
 
 
 def test_the_list_links_each_run_and_shows_kind_cluster_outcome_and_times() -> None:
@@ -91,3 +205,17 @@ def test_the_list_links_each_run_and_shows_kind_cluster_outcome_and_times() -> N
     assert "kafka_scale_out manual__2026-11-22T10:00:00+00:00 scale_out c1 success alice 2026-11-23 09:40:12 UTC " \
            "4 min 10 s" in text
     assert "kafka_reassign r2 drain - running - 2026-11-23 09:40:12 UTC -" in text
+
+
+@pytest.mark.parametrize("record", [a_record(), capacity_record()])
+def test_every_page_is_self_contained(record: dict) -> None:
+    page = render_record(record)
+    assert "<script" not in page and "http://" not in page and "https://" not in page
+
+
+def test_a_plan_recorded_in_another_shape_falls_back_to_its_summary_and_moves_as_text() -> None:
+    record = a_record()
+    record["plan"] = {**record["plan"], "plan": {"stats_before": {}, "kind": "scale_out"}}
+    text = text_of(render_record(record))
+    assert record["plan"]["summary"] in text and "orders-1: [2,3,1] -> [2,3,4]" in text
+    assert "Load per broker" not in text

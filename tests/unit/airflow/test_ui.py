@@ -147,7 +147,7 @@ def test_the_record_page_shows_the_record_and_links_its_stored_data_docs(api: Ap
                  "2026-11-23"[:4]):
         assert text in page.text, text
     docs = re.search(r'href="(/kafkaops/artifacts/docs/[^"]+)">Data Docs<', page.text).group(1)
-    report = re.search(r'href="(/kafkaops/artifacts/capacity/[^"]+)">open<', page.text).group(1)
+    report = re.search(r'href="(/kafkaops/artifacts/capacity/[^"]+)">capacity report of c1<', page.text).group(1)
     # the links work with the UI's session cookie, as in the DAG run's tab
     api.client.cookies.set("_token", token)
     try:
@@ -178,7 +178,9 @@ def test_the_list_shows_the_readable_runs_newest_first(api: Api) -> None:
     assert listing.status_code == 200
     assert f'href="/kafkaops/records/{DAG}/manual__2026-11-22T10%3A00%3A00%2B00%3A00"' in listing.text
     assert "retired_dag" not in listing.text
-    assert api.get("/kafkaops/records?limit=0", api.token("vera")).status_code == 422
+    bad = api.get("/kafkaops/records?limit=0", api.token("vera"))
+    assert bad.status_code == 422 and bad.headers["content-type"].startswith("text/html")
+    assert "Bad request" in bad.text and "query.limit: Input should be greater than or equal to 1" in bad.text
     # the quoted link leads to the record
     assert api.get(f"/kafkaops/records/{DAG}/manual__2026-11-22T10%3A00%3A00%2B00%3A00",
                    api.token("vera")).status_code == 200
@@ -186,6 +188,12 @@ def test_the_list_shows_the_readable_runs_newest_first(api: Api) -> None:
 
 def test_an_unknown_run_is_a_readable_404(api: Api) -> None:
     token = api.token("alice")
+    # as the DAG run's tab asks for it: Airflow's UI puts the URI-encoded run id into the iframe's href
+    tab = api.get(f"/kafkaops/records/{DAG}/manual__2026-11-23T11%3A37%3A30.936718%2B00%3A00", token)
+    assert tab.status_code == 404 and tab.headers["content-type"].startswith("text/html")
+    assert "<h1>No operation record yet</h1>" in tab.text and 'target="_top"' in tab.text
+    assert '"detail"' not in tab.text and "no kafkaops record for run manual__2026-11-23T11:37:30.936718+00:00" \
+        in tab.text
     page = api.get(f"/kafkaops/records/{DAG}/manual__nope", token)
     assert page.status_code == 404 and page.headers["content-type"].startswith("text/html")
     assert "no kafkaops record for run manual__nope of DAG kafka_scale_out yet" in page.text

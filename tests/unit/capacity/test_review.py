@@ -195,3 +195,67 @@ def test_review_without_history_has_no_throughput_and_reports_empty_topics() -> 
     r = review(cluster(t=5.0, offsets={0: 0, 1: 0, 2: 0}), thresholds=Thresholds())
     assert r.throughput == () and r.empty_topics == ("orders",) and r.previous_taken_at is None
     assert "hot_partition" not in r.rules_fired()
+
+
+# -- the disk verdict: findings and recommendations agree ---------------------------------------------------
+
+def on_one_host(c: Cluster) -> Cluster:
+    """The brokers as on a laptop: one host, so one shared disk."""
+    from dataclasses import replace
+
+    return replace(c, brokers=tuple(replace(b, host="127.0.0.1", port=9090 + b.id) for b in c.brokers))
+
+
+def sized(c: Cluster, bytes_per_partition: int) -> Cluster:
+    from dataclasses import replace
+
+    return replace(c, partitions=tuple(replace(p, size_bytes=bytes_per_partition) for p in c.partitions), _index=None)
+
+
+def test_a_shared_disk_full_of_other_data_says_free_it_in_the_finding_and_the_recommendation() -> None:
+    # the walked laptop: 270 GB disk, 190 GB used, Kafka holds a few MB of it
+    laptop = on_one_host(sized(cluster(t=1.0, offsets={0: 10, 1: 10, 2: 10}, disk=(270 * GB, 80 * GB)), 2_000_000))
+    r = review(laptop, targets=CapacityTargets())
+    assert r.disk is not None and r.disk.action == "free_disk"
+    [finding] = [f for f in r.findings if f.rule == "disk_use"]
+    assert finding.subject == "brokers 1, 2, 3 (one disk)" and finding.value == pytest.approx(190 / 270, abs=1e-4)
+    assert "other data alone fills it past the limit" in finding.message and "add brokers" not in finding.message
+    brokers = r.recommendation("brokers")
+    assert brokers.inputs["add"] == 0 and brokers.inputs["disk_action"] == "free_disk"
+    assert "Free disk: brokers 1, 2, 3 (one disk) is above 70%" in brokers.message
+    assert "more brokers would not help" in brokers.message and r.verdict in brokers.message
+    assert capacity.Review.from_json(r.to_json()) == r
+
+
+def test_kafka_data_filling_the_disks_says_add_brokers_in_both_with_the_same_count() -> None:
+    # 3 brokers on disks of 100 GB, 80 GB used each, all of it Kafka's: 6 partitions x RF 2 x 20 GB
+    full = sized(cluster(t=1.0, offsets={p: 1 for p in range(6)}, disk=(100 * GB, 20 * GB)), 20 * GB)
+    r = review(full)
+    assert r.disk.action == "add_brokers" and r.disk.brokers_needed == math.ceil(240 * GB / (70 * GB)) == 4
+    findings = [f for f in r.findings if f.rule == "disk_use"]
+    assert len(findings) == 3 and all("Kafka's data needs 4 brokers (today 3): add brokers" in f.message
+                                      for f in findings)
+    brokers = r.recommendation("brokers")
+    assert brokers.value == 4 and brokers.inputs["add"] == 1 and "today 3: add 1" in brokers.message
+    assert r.verdict.startswith("Add brokers:") and "add 1." in r.verdict
+
+
+def test_one_full_disk_while_the_others_have_room_says_rebalance() -> None:
+    from dataclasses import replace
+
+    c = cluster(t=1.0, offsets={0: 1, 1: 1, 2: 1}, sizes={0: 40 * GB, 1: 1 * GB, 2: 40 * GB})  # broker 1: 80 GB
+    used = c.bytes_per_broker()
+    c = replace(c, brokers=tuple(replace(b, disk_usable_bytes=100 * GB - used[b.id]) for b in c.brokers))
+    r = review(c)
+    assert r.disk.action == "rebalance" and r.disk.brokers_needed == 3
+    [finding] = [f for f in r.findings if f.rule == "disk_use"]
+    assert finding.subject == "broker 1" and "rebalance (kafka_reassign operation=rebalance)" in finding.message
+    brokers = r.recommendation("brokers")
+    assert brokers.inputs["add"] == 0 and "Rebalance: broker 1 above 70%" in brokers.message
+
+
+def test_disks_with_room_make_no_finding_and_brokers_are_enough() -> None:
+    r = review(sized(cluster(t=1.0, offsets={0: 1, 1: 1, 2: 1}), 1 * GB))
+    assert r.disk.action == "ok" and "disk_use" not in r.rules_fired()
+    assert r.verdict.startswith("Brokers and disks are enough") and "today 3: enough" in r.recommendation("brokers").message
+    assert review(cluster(t=1.0, offsets={0: 1}, disk=None)).disk is None  # no disk report, no verdict

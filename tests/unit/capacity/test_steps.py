@@ -38,5 +38,9 @@ def test_history_review_and_report_from_dicts(local_store) -> None:
     assert capacity_run.append_history(b.to_dict(), "r2")["points"] == 2
     review = capacity_run.make_review(b.to_dict(), p, None)
     assert review["previous_taken_at"] == 1.0 and any(f["rule"] == "hot_partition" for f in review["findings"])
-    paths = capacity_run.make_report(review, None, "r2")
+    log = capacity_run.record("kafka_capacity_review", "r2")
+    paths = capacity_run.make_report(review, None, "r2", log)
     assert paths["html"].startswith("capacity/") and local_store.artifact(paths["html"]).body.startswith(b"<!")
+    [note] = log.summary()["notes"]  # what the run's record page shows: the report, the verdict, the findings
+    assert note["report"] == paths and note["verdict"].startswith("Brokers and disks are enough")
+    assert note["findings"] == [f["message"] for f in review["findings"]]

@@ -89,7 +89,7 @@ def test_records_show_prints_the_record_as_text_or_json(seeded: str) -> None:
                      f"DAG {DAG}, run {RUN}, triggered by alice", "add_brokers", "orders",
                      "approval: approved by bob (manual)", "preflight  success", "execute    failed",
                      "broker 4 went offline", "docs/kafka_scale_out/manual__2026-11-22T10_00_00_00_00/preflight/",
-                     "plan: scale-out: 3 partitions change", "bytes to copy: 3.0 GiB", "5.0 MiB  submitted",
+                     "plan: scale-out: 3 partitions change", "bytes to copy: 3.0 GiB", "5.0 MiB  unfinished",
                      "10.0 MB/s", "throttles removed: none", "notes: none"):
         assert expected in text, expected
     as_json = json.loads(kafkaops("records", "show", DAG, RUN, "--json", "--store", seeded).out)

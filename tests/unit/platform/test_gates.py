@@ -3,13 +3,16 @@ object on each bad one. GX runs in memory; the first run pays its import (a few 
 from __future__ import annotations
 
 import json
+import os
+import re
+from types import SimpleNamespace
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import pandas as pd
 import pytest
 
-from kafkaops.platform import gates
+from kafkaops.platform import gates, lifecycle
 from kafkaops.reassign import frames as plan_frames
 from kafkaops.platform.gates import GateError, GateFailed, GateResult
 from kafkaops.model import Broker, Cluster
@@ -79,7 +82,8 @@ def test_preflight_passes_on_a_healthy_cluster() -> None:
     assert result.ok and result.failures == ()
     assert result.statistics["evaluated_expectations"] == 5 and result.statistics["success_percent"] == 100.0
     assert gates.require(result) is result
-    assert json.loads(json.dumps(result.to_dict()))["details"]["frames"]["partitions"] == {"rows": 3, "success": True}
+    assert json.loads(json.dumps(result.to_dict()))["details"]["frames"]["partitions"] == {
+        "rows": 3, "success": True, "suite": "preflight.partitions", "evaluated": 3, "successful": 3}
 
 
 def test_preflight_names_the_offline_broker_and_the_partitions_it_left_under_replicated() -> None:
@@ -252,8 +256,11 @@ def test_data_docs_are_kept_in_the_folder_given(tmp_path) -> None:
     assert result.docs_path == str(tmp_path / "preflight" / "index.html")
     index = (tmp_path / "preflight" / "index.html").read_text()
     assert index.lstrip().lower().startswith("<!doctype html") and "preflight" in index
+    assert "broker 3 offline" in index  # the failures in words, on a static index
     pages = result.details["docs_pages"]
     assert len(pages) == 3 and all(p.startswith(str(tmp_path)) and p.endswith(".html") for p in pages)
+    for page in pages:
+        assert os.path.relpath(page, tmp_path / "preflight") in index
     broker_page = next(p for p in pages if "/brokers/" in p)
     with open(broker_page) as page:
         assert "preflight.brokers" in page.read()
@@ -296,3 +303,27 @@ def test_a_gate_runs_to_the_end_under_python_c() -> None:
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0 and "gate ran: False" in done.stdout, done.stderr[-2000:]
+
+
+def test_stored_data_docs_read_offline(local_store) -> None:
+    """The pages a gate stores load nothing from the network (GX's own pull jQuery, Bootstrap and Font
+    Awesome from CDNs) and still show the results: the index lists them, each page states them."""
+    local_store.start_operation("kafka_scale_out", "r1", kind="scale_out", triggered_by="t", params={})
+    ctx = lifecycle.OperationContext("kafka_scale_out", "r1", {}, SimpleNamespace(kind="scale_out", dry_run=True))
+    index_path = lifecycle.gate(ctx, "preflight", gates.preflight_frames(three_brokers_one_topic()))["docs_path"]
+    assert index_path == "docs/kafka_scale_out/r1/preflight/index.html"
+    pages = [p for p in local_store.artifact_paths("docs/kafka_scale_out/r1/preflight/") if p.endswith(".html")]
+    assert len(pages) == 7  # the index, 3 validation results, 3 suites
+    for path in pages:
+        html = local_store.artifact(path).body.decode()
+        tags = re.findall(r"<(?:script|link|img)\b[^>]*>", html, flags=re.I)
+        assert not [t for t in tags if re.search(r"(?:src|href)\s*=\s*[\"']?(?:https?:)?//", t, flags=re.I)], path
+        assert "<script" not in html.lower() and "stylesheet" not in html.lower(), path
+        assert "<style>" in html, path  # ours, inline
+    index = local_store.artifact(index_path).body.decode()
+    assert "Outcome: <span class=\"ok\">passed</span>" in index
+    results = re.findall(r'href="(validations/[^"]+)"', index)
+    assert len(results) == 3
+    page = local_store.artifact(f"docs/kafka_scale_out/r1/preflight/{results[0]}").body.decode()
+    assert "Evaluated Expectations" in page and "values must belong to this set" in page
+    assert 'class="fas fa-check-circle text-success"' in page  # the status icon, drawn by our stylesheet

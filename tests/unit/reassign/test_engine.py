@@ -16,9 +16,11 @@ from kafkaops.reassign.engine import (
     InvalidReassignment,
     Observation,
     Progress,
+    ProgressLog,
     ThrottleRecord,
     ThrottlesLeft,
     classify,
+    clock,
     execute,
     measure,
     next_batch,
@@ -139,8 +141,28 @@ def test_progress_counts_done_and_in_flight_bytes() -> None:
     assert (p.partitions_done, p.partitions_total, p.partitions_in_flight) == (1, 3, 1)
     assert (p.bytes_done, p.bytes_total) == (1000, 8000)
     assert p.rate_bytes_per_s == 100.0 and p.eta_s == 70.0 and not p.done
-    assert str(p) == "1/3 partitions done, 1 moving, 0.0/0.0 MB, 0.00 MB/s, ETA 70 s"
+    assert str(p) == "12% (1000 B of 7.8 KiB), 1/3 partitions done, 1 moving, 0.00 MB/s, ETA 00:01:10"
+    assert str(p).count("ETA") == 1
     assert Progress(3, 3, 0, 10, 10).eta_s == 0.0 and Progress(0, 3, 0, 0, 10).eta_s is None
+    assert str(Progress(1, 4, 3, 0, 4096)) == "0% (0 B of 4.0 KiB), 1/4 partitions done, 3 moving, ETA unknown yet"
+    assert Progress(1, 4, 3, 0, 0).percent == 25.0  # only reorders: partitions count
+
+
+@pytest.mark.parametrize("seconds, text", [(70, "00:01:10"), (0.2, "00:00:01"), (0, "00:00:00"),
+                                           (3600 * 100 + 5, "100:00:05"), (None, "-")])
+def test_clock(seconds: float | None, text: str) -> None:
+    assert clock(seconds) == text
+
+
+def test_a_progress_line_is_due_when_progress_changed_else_every_30_s() -> None:
+    lines = ProgressLog(every_s=30.0)
+    still = {"partitions_done": 1, "bytes_done": 500}
+    assert lines.due(still, now=0.0)                      # the first line
+    assert not lines.due(still, now=2.0) and not lines.due(still, now=29.0)
+    assert lines.due(still, now=30.0)                     # alive, nothing moved
+    assert lines.due({"partitions_done": 1, "bytes_done": 900}, now=32.0)  # bytes moved
+    assert not lines.due(Progress(1, 3, 1, 900, 2000), now=34.0)         # a Progress counts the same
+    assert lines.due(Progress(2, 3, 1, 900, 2000), now=36.0)             # a partition finished
 
 
 # -- the next batch ------------------------------------------------------------------------------------

@@ -41,13 +41,6 @@ def plan_data() -> dict:
             "table": list(plan.table()), "summary": plan.summary(), "eta_s": 12.0}, cluster
 
 
-def test_approval_text_shows_summary_eta_table_and_moves() -> None:
-    data, _ = plan_data()
-    text = steps.approval_text(data, steps.OperationParams(kind="scale_out", add_brokers=1))
-    assert data["summary"] in text and "ETA about 12 s" in text
-    assert all(line in text for line in data["diff"])
-
-
 def test_wait_spec_keeps_only_the_partitions_waited_for() -> None:
     data, cluster = plan_data()
     keys = [list(k) for k in steps.desired_of(data)][:1]
@@ -112,3 +105,34 @@ def test_without_a_record_the_teardown_clears_the_plan_brokers_and_topics(kafka:
     kafka.configs = {("broker", "1"): {engine.LEADER_RATE: "9"}, ("topic", "orders"): {engine.LEADER_REPLICAS: "*"}}
     assert steps.remove_throttles(context(), None, data) == {"brokers": [1, 2, 3, 4], "topics": ["orders"]}
     assert kafka.throttles() == {}
+
+
+def test_stopping_drained_brokers_records_the_cluster_after_the_stop(kafka: FakeKafka, monkeypatch) -> None:
+    from kafkaops.platform import provision
+
+    ctx = lifecycle.OperationContext(dag_id="kafka_reassign", run_id="test", conn_config={},
+                                     params=steps.OperationParams(kind="drain", drain_brokers=(3,), stop_drained=True,
+                                                                  inventory="hosts.yml"))
+    ctx.audit.append("snapshot", stage="after", cluster=kafka.snapshot(None).to_dict())  # the post-move gate's
+    played = []
+    monkeypatch.setattr(provision, "run_playbook",
+                        lambda name, inventory, limit: played.append((name, limit)) or kafka.online.discard(3))
+    assert steps.stop_drained(ctx) == {"stopped": [3]}
+    assert played == [("cluster_down.yml", "kafka-3")]
+    assert [b["id"] for b in ctx.audit.summary()["after"]["brokers"]] == [1, 2]  # taken after the stop
+
+
+def test_a_cluster_unreadable_after_the_stop_keeps_the_earlier_after_and_says_so(kafka: FakeKafka,
+                                                                                 monkeypatch) -> None:
+    from kafkaops.platform import provision
+
+    ctx = lifecycle.OperationContext(dag_id="kafka_reassign", run_id="test", conn_config={},
+                                     params=steps.OperationParams(kind="drain", drain_brokers=(3,), stop_drained=True,
+                                                                  inventory="hosts.yml"))
+    ctx.audit.append("snapshot", stage="after", cluster=kafka.snapshot(None).to_dict())
+    monkeypatch.setattr(provision, "run_playbook", lambda *a, **k: setattr(kafka, "unreachable", True))
+    monkeypatch.setattr(steps.admin, "snapshot", lambda *a, **k: kafka.describe_cluster(None))
+    assert steps.stop_drained(ctx) == {"stopped": [3]}
+    record = ctx.audit.summary()
+    assert [b["id"] for b in record["after"]["brokers"]] == [1, 2, 3]
+    assert "could not be read" in record["notes"][-1]["text"] and "no answer from Kafka" in record["notes"][-1]["text"]

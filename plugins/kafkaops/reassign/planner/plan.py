@@ -87,6 +87,10 @@ def _human(n: int) -> str:
     return str(n)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 @dataclass(frozen=True)
 class ReassignmentPlan:
     """What to change (``moves``, changed partitions only) and what it does to the load.
@@ -146,12 +150,38 @@ class ReassignmentPlan:
         """One line per changed partition, e.g. ``orders-3: [1,2,3] -> [1,4,3]``."""
         return tuple(m.line() for m in self.moves)
 
+    def bound_note(self) -> str:
+        """The replica moves against :attr:`lower_bound`, in words that never contradict the count.
+
+        The bound counts replicas only (an even replica count on the brokers that take them);
+        rack-awareness can leave new brokers a smaller share, and evening out topics, racks or the
+        brokers that stay can take more moves."""
+        n, bound = self.replica_moves, self.lower_bound
+        if self.kind == "drain":
+            one = len(self.drained) == 1
+            holder = f"the drained {'broker holds' if one else 'brokers hold'}"
+            if not bound:
+                return f"{holder} no replicas; {n} to even out the brokers that stay" if n else "none needed"
+            held = f"the {bound} {holder}"
+            return f"{held}, no more" if n <= bound else f"{held} and {n - bound} more to even out the brokers " \
+                                                         "that stay"
+        if n == bound:
+            return "the fewest possible" if n else "none needed"
+        if n < bound:
+            racks = self.cluster is None or len(self.cluster.racks) > 1
+            why = "rack-aware placement" if racks else "the planning goals"
+            whom = "other brokers" if not self.new_brokers else \
+                "the new broker" if len(self.new_brokers) == 1 else "the new brokers"
+            return f"an even replica count would move {bound} onto {whom}; {why} allows {n}"
+        return f"{n - bound} more than the {bound} an even replica count needs, to keep topics and racks even"
+
     def summary(self) -> str:
-        # the bound counts replicas only; rack-awareness can leave a new broker a smaller even share
-        fewer = "; racks or goals allow fewer" if self.replica_moves < self.lower_bound else ""
-        return (f"{self.kind}: {len(self.moves)} partitions change, {self.replica_moves} replica moves "
-                f"(replica-count lower bound {self.lower_bound}{fewer}), {self.leader_changes} leader changes, "
-                f"{_human(self.bytes_to_move)} to copy")
+        """E.g. ``scale-out: 3 partitions change, 3 replica moves (the fewest possible), 1 leader change,
+        8.5 MiB to copy``."""
+        parts = len(self.moves)
+        return (f"{self.kind}: {parts} {'partition changes' if parts == 1 else 'partitions change'}, "
+                f"{_count(self.replica_moves, 'replica move')} ({self.bound_note()}), "
+                f"{_count(self.leader_changes, 'leader change')}, {_human(self.bytes_to_move)} to copy")
 
     def table(self) -> tuple[str, ...]:
         """Replicas, leaders and bytes per broker, before -> after, with the spreads below."""

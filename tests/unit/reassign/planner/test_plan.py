@@ -6,9 +6,9 @@ import json
 import pytest
 
 from kafkaops.model import Broker, Cluster, PartitionAssignment
-from kafkaops.reassign.planner import Move, PlanInputError, ReassignmentPlan, plan_scale_out
+from kafkaops.reassign.planner import Move, PlanInputError, ReassignmentPlan, plan_drain, plan_scale_out
 
-from .clusters import round_robin, six_brokers_three_racks, three_brokers_one_rack
+from .clusters import round_robin, six_brokers_three_racks, skewed_four_brokers, three_brokers_one_rack
 
 
 @pytest.fixture
@@ -85,11 +85,24 @@ def test_plan_without_cluster_has_no_after():
 
 def test_summary_says_when_racks_leave_fewer_moves_than_the_replica_count_bound():
     """Three racks, RF 3, a fourth broker on rack a: every partition keeps one replica per rack, so
-    brokers 1 and 4 share rack a's 3 replicas (1 move) although the count alone asks for 2."""
+    brokers 1 and 4 share rack a's 3 replicas (1 move) although the count alone asks for 2. The
+    summary says why the plan is below the bound, never that it is a lower bound."""
     cluster = round_robin(tuple(Broker(i, rack="abc"[i - 1]) for i in range(1, 4)), {"orders": 3}, 3)
     racked = plan_scale_out(cluster, [Broker(4, rack="a")])
     assert (racked.replica_moves, racked.lower_bound) == (1, 2)
-    assert "(replica-count lower bound 2; racks or goals allow fewer)" in racked.summary()
+    assert racked.summary().startswith("scale-out: 1 partition changes, 1 replica move (an even replica count "
+                                       "would move 2 onto the new broker; rack-aware placement allows 1), ")
+    assert "lower bound" not in racked.summary()
     free = plan_scale_out(three_brokers_one_rack(), [Broker(4)])
     assert free.replica_moves == free.lower_bound
-    assert f"(replica-count lower bound {free.lower_bound})," in free.summary()
+    assert f"{free.replica_moves} replica moves (the fewest possible)," in free.summary()
+
+
+def test_summary_of_a_drain_counts_the_drained_replicas_and_what_evens_out_the_rest():
+    exact = plan_drain(six_brokers_three_racks(sizes=True), [5, 6])
+    assert "18 replica moves (the 18 the drained brokers hold, no more)" in exact.summary()
+    skewed = skewed_four_brokers()  # brokers 1 and 2 hold 8 replicas each, 3 and 4 none
+    assert "10 replica moves (the 8 the drained broker holds and 2 more to even out the brokers that stay)" \
+        in plan_drain(skewed, [1]).summary()
+    assert "5 replica moves (the drained broker holds no replicas; 5 to even out the brokers that stay)" \
+        in plan_drain(skewed, [4]).summary()

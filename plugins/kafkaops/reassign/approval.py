@@ -1,0 +1,173 @@
+"""What an operator reads before approving a reassignment, as Markdown (Airflow's Required actions
+page renders it): what the plan does in one sentence, the moves, the bytes each broker sends and
+receives, the throttle and an ETA, replicas and leaders per broker before and after, and what
+follows the approval. Pure: a plan and the run's params in, text out.
+
+The ETA is the time the throttle allows: the engine submits the moves in batches
+(:func:`kafkaops.reassign.engine.plan_batches`, capped per broker and in total) and waits for each
+batch, and within a batch every broker sends at most the throttle as leader and receives at most
+the throttle as follower. A cluster slower than the throttle takes longer.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from kafkaops.model import Key, Move
+from kafkaops.platform.render import human_bytes
+from kafkaops.reassign.engine import clock, plan_batches
+from kafkaops.reassign.planner.plan import ReassignmentPlan
+
+#: Moves listed in full; the rest are counted.
+MOVES_SHOWN = 30
+
+
+class ApprovalParams(Protocol):
+    """What the text needs of the run's params (:class:`kafkaops.reassign.steps.OperationParams`)."""
+
+    @property
+    def throttle_mb_per_s(self) -> float: ...
+
+    @property
+    def max_moves_per_broker(self) -> int: ...
+
+    @property
+    def max_moves_total(self) -> int: ...
+
+    @property
+    def stop_drained(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Bytes each broker receives (a new replica copies the partition) and sends (the partition's
+    leader serves the copy), and how long the throttle makes it take."""
+
+    bytes_in: Mapping[int, int]
+    bytes_out: Mapping[int, int]
+    batches: int
+    eta_s: float
+
+
+def _sender(move: Move, leaders: Mapping[Key, int | None]) -> int:
+    leader = leaders.get(move.key)
+    return leader if leader is not None and leader >= 0 and leader in move.before else move.before[0]
+
+
+def _flows(moves: Iterable[Move], leaders: Mapping[Key, int | None]) -> tuple[dict[int, int], dict[int, int]]:
+    bytes_in: dict[int, int] = {}
+    bytes_out: dict[int, int] = {}
+    for m in moves:
+        size = m.size_bytes or 0
+        for b in m.adding:
+            bytes_in[b] = bytes_in.get(b, 0) + size
+        if m.adding:
+            sender = _sender(m, leaders)
+            bytes_out[sender] = bytes_out.get(sender, 0) + m.bytes
+    return bytes_in, bytes_out
+
+
+def traffic(moves: Iterable[Move], *, throttle_bytes_per_s: float, max_moves_per_broker: int, max_moves_total: int,
+            leaders: Mapping[Key, int | None] | None = None) -> Traffic:
+    """Bytes in and out per broker for ``moves`` and the ETA at the throttle: per batch of the
+    engine's batching, the busiest broker's larger direction over the throttle, summed over the
+    batches. ``leaders`` are the partitions' current leaders (default: the first replica)."""
+    moves = tuple(moves)
+    leaders = leaders or {}
+    eta = 0.0
+    batches = plan_batches(moves, max_moves_per_broker=max_moves_per_broker, max_moves_total=max_moves_total)
+    for batch in batches:
+        bytes_in, bytes_out = _flows(batch.moves, leaders)
+        busiest = max([*bytes_in.values(), *bytes_out.values(), 0])
+        eta += busiest / throttle_bytes_per_s
+    bytes_in, bytes_out = _flows(moves, leaders)
+    return Traffic(bytes_in, bytes_out, len(batches), eta)
+
+
+def plan_traffic(plan: ReassignmentPlan, params: ApprovalParams) -> Traffic:
+    """:func:`traffic` of a plan under the run's throttle and concurrency caps."""
+    leaders = {p.key: p.leader for p in plan.cluster.partitions} if plan.cluster is not None else {}
+    return traffic(plan.moves, throttle_bytes_per_s=params.throttle_mb_per_s * 1_000_000,
+                   max_moves_per_broker=params.max_moves_per_broker, max_moves_total=params.max_moves_total,
+                   leaders=leaders)
+
+
+def _ids(brokers: Iterable[int]) -> str:
+    ids = [str(b) for b in brokers]
+    if len(ids) < 2:
+        return "".join(ids)
+    return f"{', '.join(ids[:-1])} and {ids[-1]}"
+
+
+def _brokers_word(brokers: Iterable[int]) -> str:
+    brokers = tuple(brokers)
+    return f"{'broker' if len(brokers) == 1 else 'brokers'} {_ids(brokers)}"
+
+
+def _replicas(replicas: Iterable[int]) -> str:
+    return ", ".join(str(b) for b in replicas)
+
+
+def moves_table(moves: Iterable[Move], *, shown: int = MOVES_SHOWN) -> list[str]:
+    """The moves as a Markdown table, the first ``shown`` of them, then ``and N more``."""
+    moves = tuple(moves)
+    lines = ["| partition | replicas before | replicas after | to copy |", "|---|---|---|---:|"]
+    lines += [f"| {m.name} | {_replicas(m.before)} | {_replicas(m.after)} | {human_bytes(m.bytes)} |"
+              for m in moves[:shown]]
+    if len(moves) > shown:
+        lines += ["", f"and {len(moves) - shown} more"]
+    return lines
+
+
+def brokers_table(plan: ReassignmentPlan, flows: Traffic) -> list[str]:
+    """Replicas, leaders and data per broker before and after, and the bytes each copies in and out."""
+    before, after = plan.stats_before, plan.stats_after
+    lines = ["| broker | replicas | leaders | data | copies in | copies out |", "|---|---|---|---|---:|---:|"]
+    for b in sorted(set(before.replicas) | set(after.replicas)):
+        tag = " (new)" if b in plan.new_brokers else " (drained)" if b in plan.drained else \
+            " (excluded)" if b in plan.excluded else ""
+        lines.append(f"| {b}{tag} | {before.replicas.get(b, 0)} → {after.replicas.get(b, 0)} "
+                     f"| {before.leaders.get(b, 0)} → {after.leaders.get(b, 0)} "
+                     f"| {human_bytes(before.bytes.get(b, 0))} → {human_bytes(after.bytes.get(b, 0))} "
+                     f"| {human_bytes(flows.bytes_in.get(b, 0))} | {human_bytes(flows.bytes_out.get(b, 0))} |")
+    return lines
+
+
+def what_follows(plan: ReassignmentPlan, params: ApprovalParams) -> list[str]:
+    """The steps an approval starts, and what happens to new or drained brokers."""
+    lines = []
+    if plan.new_brokers:
+        one = len(plan.new_brokers) == 1
+        lines.append(f"- {_brokers_word(plan.new_brokers).capitalize()} {'is' if one else 'are'} new: provisioned "
+                     f"and registered, {'it holds' if one else 'they hold'} replicas once these moves ran.")
+    lines.append(f"- Approving sets the throttle, moves the partitions in batches, verifies them, removes the "
+                 f"throttle (also on failure), elects the preferred leaders and runs the post-move gate.")
+    drained = plan.drained
+    if drained:
+        if params.stop_drained:
+            lines.append(f"- Then {_brokers_word(drained)} **will be stopped** (stop_drained is set), once the "
+                         "post-move gate passed.")
+        else:
+            lines.append(f"- {_brokers_word(drained).capitalize()} will hold no replicas and **keep running** "
+                         "(stop_drained is off).")
+    lines.append("- Rejecting changes nothing.")
+    return lines
+
+
+def approval_markdown(plan: ReassignmentPlan, params: ApprovalParams, *, shown: int = MOVES_SHOWN) -> str:
+    """The approval body: summary, throttle and ETA, moves, brokers before and after, what follows."""
+    flows = plan_traffic(plan, params)
+    lines = [plan.summary() + ".", ""]
+    if plan.moves:
+        batches = f"{flows.batches} {'batch' if flows.batches == 1 else 'batches'}"
+        lines += [f"**Throttle** {params.throttle_mb_per_s:g} MB/s per broker, in and out. "
+                  f"**ETA** {clock(flows.eta_s)} at the throttle: {human_bytes(plan.bytes_to_move)} to copy in "
+                  f"{batches} of at most {params.max_moves_per_broker} moves per broker and "
+                  f"{params.max_moves_total} in total, each as long as its busiest broker's copy.", ""]
+        lines += ["#### Moves", *moves_table(plan.moves, shown=shown), ""]
+    else:
+        lines += ["Nothing to move: the cluster already is as planned.", ""]
+    lines += ["#### Brokers before → after", *brokers_table(plan, flows), ""]
+    lines += ["#### What follows", *what_follows(plan, params)]
+    return "\n".join(lines)

@@ -1,0 +1,83 @@
+"""The approval body (Markdown for Airflow's Required actions page) and its ETA, over plans of the
+named fixture clusters."""
+from __future__ import annotations
+
+import pytest
+
+from kafkaops.model import Broker, Move
+from kafkaops.reassign import approval, steps
+from kafkaops.reassign.planner import plan_drain, plan_scale_out
+from tests.unit.clusters import three_brokers_one_topic
+
+
+def scale_out():
+    """orders (3 partitions of 1000, 2000, 3000 bytes) on brokers 1-3, plus broker 4 on a rack of its own."""
+    return plan_scale_out(three_brokers_one_topic(), [Broker(4, rack="d")])
+
+
+def test_scale_out_body_shows_moves_bytes_per_broker_throttle_eta_distribution_and_the_new_broker() -> None:
+    plan = scale_out()
+    text = approval.approval_markdown(plan, steps.OperationParams(kind="scale_out", add_brokers=1))
+    assert text.startswith("scale-out: 2 partitions change, 2 replica moves (the fewest possible), "
+                           "2 leader changes, 4.9 KiB to copy.\n")
+    assert ("**Throttle** 10 MB/s per broker, in and out. **ETA** 00:00:01 at the throttle: 4.9 KiB to copy in "
+            "1 batch of at most 5 moves per broker and 20 in total") in text
+    assert "| orders-1 | 2, 3, 1 | 3, 4, 1 | 2.0 KiB |\n| orders-2 | 3, 1, 2 | 4, 1, 2 | 2.9 KiB |" in text
+    # broker 4 receives both copies; the leaders before (2 of orders-1, 3 of orders-2) send them
+    assert "| 4 (new) | 0 → 2 | 0 → 1 | 0 B → 4.9 KiB | 4.9 KiB | 0 B |" in text
+    assert "| 2 | 3 → 2 | 1 → 0 | 5.9 KiB → 3.9 KiB | 0 B | 2.0 KiB |" in text
+    assert "| 3 | 3 → 2 | 1 → 1 | 5.9 KiB → 2.9 KiB | 0 B | 2.9 KiB |" in text
+    assert "- Broker 4 is new: provisioned and registered, it holds replicas once these moves ran." in text
+    assert "stopped" not in text and "lower bound" not in text
+
+
+def test_moves_beyond_the_cap_are_counted() -> None:
+    text = approval.approval_markdown(scale_out(), steps.OperationParams(kind="scale_out", add_brokers=1), shown=1)
+    assert "| orders-1 |" in text and "| orders-2 |" not in text
+    assert "\nand 1 more\n" in text
+
+
+@pytest.mark.parametrize("stop, says", [
+    (True, "- Then broker 4 **will be stopped** (stop_drained is set), once the post-move gate passed."),
+    (False, "- Broker 4 will hold no replicas and **keep running** (stop_drained is off)."),
+])
+def test_drain_body_says_whether_the_drained_broker_is_stopped(stop: bool, says: str) -> None:
+    """Drain the broker the scale-out filled, as the demo does."""
+    plan = plan_drain(scale_out().after, [4])
+    params = steps.OperationParams(kind="drain", drain_brokers=(4,), stop_drained=stop, throttle_mb_per_s=0.001)
+    text = approval.approval_markdown(plan, params)
+    assert says in text
+    assert "is new" not in text
+    # orders-1 (2000 bytes, led by 3) goes to 2, orders-2 (3000 bytes, led by 4) to 3, in one batch: the busiest
+    # broker moves 3000 bytes, 3 s at 1000 B/s
+    assert "| 4 (drained) | 2 → 0 | 1 → 0 | 4.9 KiB → 0 B | 0 B | 2.9 KiB |" in text
+    assert "| 3 | 2 → 3 | 1 → 1 | 2.9 KiB → 5.9 KiB | 2.9 KiB | 2.0 KiB |" in text
+    assert "**ETA** 00:00:03 at the throttle" in text
+
+
+def test_the_body_is_what_the_plan_task_returns() -> None:
+    plan = scale_out()
+    params = steps.OperationParams(kind="scale_out", add_brokers=1)
+    data = {"plan": plan.to_dict()}
+    assert steps.approval_text(data, params) == approval.approval_markdown(plan, params)
+
+
+def test_eta_sums_batches_each_as_long_as_its_busiest_broker() -> None:
+    """Two 1 MB copies from different leaders to different brokers: 1 s side by side, 2 s when the
+    caps put them in two batches; bytes in and out land on the receiving and the leading broker."""
+    moves = [Move("t", 0, (1, 2), (1, 3), 1_000_000), Move("t", 1, (2, 1), (2, 4), 1_000_000)]
+    together = approval.traffic(moves, throttle_bytes_per_s=1e6, max_moves_per_broker=5, max_moves_total=20)
+    assert (together.batches, together.eta_s) == (1, 1.0)
+    assert together.bytes_in == {3: 1_000_000, 4: 1_000_000} and together.bytes_out == {1: 1_000_000, 2: 1_000_000}
+    apart = approval.traffic(moves, throttle_bytes_per_s=1e6, max_moves_per_broker=5, max_moves_total=1)
+    assert (apart.batches, apart.eta_s) == (2, 2.0)
+    # the current leader sends, when it is a replica; else the first replica
+    led = approval.traffic(moves, throttle_bytes_per_s=1e6, max_moves_per_broker=5, max_moves_total=20,
+                           leaders={("t", 0): 2, ("t", 1): 7})
+    assert led.bytes_out == {2: 2_000_000} and led.eta_s == 2.0
+
+
+def test_nothing_to_move_says_so() -> None:
+    plan = plan_scale_out(three_brokers_one_topic(), [])  # no new broker: nothing moves
+    text = approval.approval_markdown(plan, steps.OperationParams(kind="scale_out", add_brokers=1))
+    assert "Nothing to move" in text and "#### Moves" not in text
