@@ -31,8 +31,12 @@ LOCAL_BASE_DIR = CACHE / "cluster"
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: a random UUID in URL-safe base64 without padding (22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: a random UUID in URL-safe base64 without padding (22 characters), never
+    starting with "-", which kafka-storage's command line would take for an option (Kafka's own
+    Uuid.randomUuid draws again in that case too)."""
+    while (cluster_id := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"):
+        pass
+    return cluster_id
 
 
 def free_ports(count: int) -> list[int]:

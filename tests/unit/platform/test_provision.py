@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import base64
+import uuid
 from pathlib import Path
 
 import pytest
@@ -61,3 +63,10 @@ def test_a_failed_command_names_its_exit_code_and_what_it_printed() -> None:
     assert _failure_message({"msg": "port 9092 is taken"}) == "port 9092 is taken"
     looped = {"results": [{"failed": True, "msg": "non-zero return code", "rc": 2, "stdout": "out"}, {"failed": False}]}
     assert _failure_message(looped) == "non-zero return code (rc 2): out"
+
+
+def test_a_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    # kafka-storage format --cluster-id would read "-..." as an option; draw again, as Kafka does.
+    draws = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=b"\x01" + bytes(15))])
+    monkeypatch.setattr(provision.uuid, "uuid4", lambda: next(draws))
+    assert provision.new_cluster_id() == base64.urlsafe_b64encode(b"\x01" + bytes(15)).decode().rstrip("=")
