@@ -61,7 +61,7 @@ class SpecCluster(RunningCluster):
 
 
 @pytest.fixture(scope="session")
-def deployment_cluster() -> Iterator[SpecCluster]:
+def deployment_cluster(artifacts: Path) -> Iterator[SpecCluster]:
     """Three brokers on free loopback ports with ``orders`` (3 partitions, RF 3, about 2.5 MB of
     keyed records), so a fourth broker has replicas to receive."""
     with provision.temporary_cluster("kafkaops-browser-", brokers=3, extra_config=TEST_BROKER_CONFIG) as spec:
