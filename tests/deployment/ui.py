@@ -224,9 +224,9 @@ class AirflowUI:
         """Press ``option`` on the open required action; wait until Airflow took the answer."""
         button = self.button(option)
         self.click(button)
-        self.wait(lambda d: not any(b.is_displayed() for b in
+        self.wait(lambda d: not any(b.is_displayed() and b.is_enabled() for b in
                                     d.find_elements(By.XPATH, f"//button[normalize-space(.)={xpath_literal(option)}]")),
-                  f"Airflow to take the answer {option!r}")
+                  f"Airflow to take the answer {option!r} (the form's buttons disabled)")
 
     # -- a run's plugin tab -------------------------------------------------------------------------------
 
