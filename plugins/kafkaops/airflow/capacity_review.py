@@ -19,10 +19,10 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import DAG, Param, get_current_context, task
 from airflow.sdk.exceptions import AirflowSkipException
 
-from kafkaops.capacity import steps
+from kafkaops.capacity import skew, steps
 from kafkaops.platform import lifecycle
 from kafkaops.airflow.hooks import KafkaOpsHook
-from kafkaops.airflow.lifecycle import COMMON_PARAMS, operation_dag
+from kafkaops.airflow.lifecycle import COMMON_PARAMS, numbers_param, operation_dag, text_param, texts_param
 from kafkaops.airflow.operators import failed_tasks, run_fields
 
 SCHEDULE_VARIABLE = "kafkaops_capacity_review_schedule"
@@ -30,8 +30,7 @@ DEFAULT_SCHEDULE = "@daily"
 
 PARAMS: dict[str, Param] = {
     "kafka_conn_id": COMMON_PARAMS["kafka_conn_id"],
-    "topics": Param([], type="array", items={"type": "string"}, title="Topics",
-                    description="Topics to review; empty means all topics."),
+    "topics": texts_param("Topics", "Topics to review; empty means all topics."),
     "target_records_per_s": Param(None, type=["null", "number"], title="Target throughput (records/s)",
                                   description="Peak records/s each reviewed topic must sustain; with the per-consumer "
                                               "throughput it gives the recommended partition count. Empty: no "
@@ -47,19 +46,19 @@ PARAMS: dict[str, Param] = {
                                             "brokers."),
     "key_skew": Param(False, type="boolean", title="Key skew (Spark)",
                       description="Sample a topic with Spark and measure key skew and what-if partition counts."),
-    "skew_topic": Param("", type="string", title="Key-skew topic",
-                        description="The topic sampled; empty: the only entry of topics."),
+    "skew_topic": text_param("Key-skew topic", "The topic sampled; empty: the only entry of topics."),
     "sample_records": Param(10_000, type="integer", minimum=1, title="Sample size",
                             description="Latest records read for the key skew, spread over the partitions."),
-    "candidate_key_field": Param("", type="string", title="Candidate key field",
-                                 description="A top-level JSON field of the value to try as the new key."),
-    "candidate_partitions": Param([1, 2, 3, 4, 6, 8, 12, 16, 24, 32], type="array", items={"type": "integer"},
-                                  title="Candidate partition counts", description="What-if partition counts."),
+    "candidate_key_field": text_param("Candidate key field",
+                                      "A top-level JSON field of the value to try as the new key; empty: none."),
+    "candidate_partitions": numbers_param("Candidate partition counts", "What-if partition counts; empty: "
+                                          f"{', '.join(map(str, skew.DEFAULT_CANDIDATES))}.",
+                                          default=list(skew.DEFAULT_CANDIDATES)),
     "propose_scale_out": Param(False, type="boolean", title="Propose a scale-out",
                                description="When the review calls for more brokers, create a kafka_scale_out run "
                                            "(approval=manual, dry_run=false) that waits for a person to approve."),
-    "scale_out_inventory": Param("", type="string", title="Scale-out inventory",
-                                 description="The inventory the proposed kafka_scale_out run provisions with."),
+    "scale_out_inventory": text_param("Scale-out inventory", "The inventory the proposed kafka_scale_out run "
+                                                             "provisions with; empty: its default."),
 }
 
 

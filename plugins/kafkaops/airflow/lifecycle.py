@@ -25,12 +25,37 @@ from kafkaops.airflow.operators import (KafkaOpsApprovalOperator, ReassignmentBa
 
 DEFAULT_ARGS = {"owner": "kafkaops", "retries": 0, "retry_delay": dt.timedelta(minutes=1)}
 
+# Airflow's Trigger form (airflow-core/src/airflow/ui/src/components/FlexibleForm) marks a param
+# required unless its type admits null, and sends null for an optional field left empty; it opens
+# a JSON editor for an array whose items have a type other than string, and a plain text area (one
+# item per line) otherwise. So: every optional param admits null with the default None, and a
+# list of whole numbers has untyped items, each a number (API, CLI) or text of numbers (the form's
+# lines, "4" or "4, 5"); kafkaops.platform.params reads both and refuses anything else by name.
+WHOLE_NUMBERS = {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": r"^[\s,0-9]*$"}]}
+
+
+def text_param(title: str, description: str) -> Param:
+    """An optional text param: empty (None) unless the operator types one."""
+    return Param(None, type=["null", "string"], title=title, description=description)
+
+
+def texts_param(title: str, description: str) -> Param:
+    """An optional list of text, one item per line in the form; empty (None) by default."""
+    return Param(None, type=["null", "array"], items={"type": "string"}, title=title,
+                 description=f"{description} One per line.")
+
+
+def numbers_param(title: str, description: str, default: list[int] | None = None) -> Param:
+    """An optional list of whole numbers (broker ids, partition counts), one per line in the form."""
+    return Param(default, type=["null", "array"], items=WHOLE_NUMBERS, title=title,
+                 description=f"{description} One per line (or comma-separated).")
+
+
 COMMON_PARAMS: dict[str, Param] = {
     "kafka_conn_id": Param("kafka_default", type="string", title="Kafka connection",
                            description="Airflow connection of type 'kafka' whose extras hold the librdkafka config "
                                        "(bootstrap.servers, security settings)."),
-    "topics": Param([], type="array", items={"type": "string"}, title="Topics",
-                    description="Topics to move; empty means all topics."),
+    "topics": texts_param("Topics", "Topics to move; empty means all topics."),
     "throttle_mb_per_s": Param(10.0, type="number", exclusiveMinimum=0, title="Throttle (MB/s)",
                                description="Replication throttle on every broker and topic involved while data "
                                            "moves; removed afterwards, also on failure."),
@@ -41,11 +66,10 @@ COMMON_PARAMS: dict[str, Param] = {
     "max_bytes_to_move": Param(None, type=["null", "integer"], minimum=0, title="Byte budget",
                                description="The plan gate fails when the plan would copy more bytes than this; "
                                            "empty for no limit."),
-    "exclude_brokers": Param([], type="array", items={"type": "integer"}, title="Excluded brokers",
-                             description="Brokers that keep their replicas and receive none."),
-    "inventory": Param("", type="string", title="Inventory",
-                       description="A kafkaops cluster spec (.json, local clusters) or an Ansible inventory "
-                                   "(.yml, real hosts) for the kafka_broker role."),
+    "exclude_brokers": numbers_param("Excluded brokers", "Brokers that keep their replicas and receive none."),
+    "inventory": text_param("Inventory", "A kafkaops cluster spec (.json, local clusters) or an Ansible inventory "
+                                         "(.yml, real hosts) for the kafka_broker role. Empty: the local cluster's "
+                                         "spec that make cluster-up wrote, on the machine that has one."),
     "approval": Param("manual", type="string", enum=list(lifecycle.APPROVAL_MODES), title="Approval",
                       description="manual: a person approves the plan in the UI. auto_approve / auto_reject: "
                                   "the param answers (rehearsals and tests); either way it is recorded."),

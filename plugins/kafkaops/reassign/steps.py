@@ -23,6 +23,7 @@ from typing import Any
 from kafkaops.platform import admin
 from kafkaops.reassign import engine
 from kafkaops.platform import lifecycle
+from kafkaops.platform import params as form
 from kafkaops.platform.lifecycle import APPROVAL_MODES, OperationContext
 from kafkaops.reassign import frames
 from kafkaops.platform import provision
@@ -60,24 +61,26 @@ class OperationParams:
 
     @classmethod
     def from_params(cls, kind: str, params: Mapping[str, Any]) -> OperationParams:
-        def ints(name: str) -> tuple[int, ...]:
-            return tuple(int(x) for x in params.get(name) or ())
+        """The params of a run, however sent (:mod:`kafkaops.platform.params`: an empty field is
+        its default; broker ids may be text). An empty ``inventory`` is the local cluster's spec
+        (:func:`kafkaops.platform.provision.default_inventory`) when this machine has one."""
         try:
             result = cls(
-                kind=kind, topics=tuple(params.get("topics") or ()),
-                throttle_mb_per_s=float(params.get("throttle_mb_per_s", 10.0)),
-                max_moves_per_broker=int(params.get("max_moves_per_broker", 5)),
-                max_moves_total=int(params.get("max_moves_total", 20)),
-                max_bytes_to_move=(int(params["max_bytes_to_move"]) if params.get("max_bytes_to_move") else None),
-                add_brokers=int(params.get("add_brokers") or 0), new_broker_ids=ints("new_broker_ids"),
-                new_broker_racks=tuple(params.get("new_broker_racks") or ()), drain_brokers=ints("drain_brokers"),
-                exclude_brokers=ints("exclude_brokers"), inventory=str(params.get("inventory") or ""),
-                stop_drained=bool(params.get("stop_drained", False)),
-                approval=str(params.get("approval", "manual")), dry_run=bool(params.get("dry_run", True)),
-                stall_timeout_s=float(params.get("stall_timeout_s", 120.0)))
-        except (TypeError, ValueError) as err:
-            raise ConfigError(f"bad {kind} parameters: {err}; see the DAG's params form for each field's type") \
-                from err
+                kind=kind, topics=form.strings_of(params, "topics"),
+                throttle_mb_per_s=form.number_of(params, "throttle_mb_per_s", 10.0),
+                max_moves_per_broker=form.integer_of(params, "max_moves_per_broker", 5),
+                max_moves_total=form.integer_of(params, "max_moves_total", 20),
+                max_bytes_to_move=form.integer_of(params, "max_bytes_to_move"),
+                add_brokers=form.integer_of(params, "add_brokers", 0), new_broker_ids=form.ints_of(params, "new_broker_ids"),
+                new_broker_racks=form.strings_of(params, "new_broker_racks"),
+                drain_brokers=form.ints_of(params, "drain_brokers"), exclude_brokers=form.ints_of(params, "exclude_brokers"),
+                inventory=form.text_of(params, "inventory") or str(provision.default_inventory() or ""),
+                stop_drained=bool(params.get("stop_drained") or False),
+                approval=form.text_of(params, "approval", "manual"),
+                dry_run=bool(True if params.get("dry_run") is None else params["dry_run"]),
+                stall_timeout_s=form.number_of(params, "stall_timeout_s", 120.0))
+        except ConfigError as err:
+            raise ConfigError(f"refusing the {kind} run, nothing was changed: {err}") from err
         result.validate()
         return result
 
@@ -118,7 +121,8 @@ def provision_brokers(ctx: OperationContext) -> dict[str, Any]:
     p = ctx.params
     if not p.inventory:
         raise ConfigError("a scale-out needs the inventory param: a kafkaops cluster spec (.json) or an Ansible "
-                          "inventory (.yml) that names the new hosts")
+                          "inventory (.yml) that names the new hosts; for the local cluster, run make cluster-up, "
+                          f"which writes {provision.LOCAL_SPEC}, the default of an empty param")
     path = Path(p.inventory)
     if path.suffix == ".json":
         spec = provision.ClusterSpec.load(path)

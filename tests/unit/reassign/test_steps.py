@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafkaops.platform import lifecycle, store
+from kafkaops.platform import lifecycle, provision, store
 from kafkaops.reassign import engine, steps
 from kafkaops.errors import ConfigError
 from kafkaops.reassign.planner import plan_scale_out
@@ -27,11 +27,32 @@ def test_params_from_the_form_are_typed_and_defaults_are_safe() -> None:
     ("drain", {}, "a drain needs drain_brokers"),
     ("rebalance", {"approval": "maybe"}, "approval 'maybe' is unknown"),
     ("rebalance", {"max_moves_total": 0}, "give 1 or more"),
-    ("rebalance", {"throttle_mb_per_s": "fast"}, "bad rebalance parameters"),
+    ("rebalance", {"throttle_mb_per_s": "fast"}, "refusing the rebalance run.*param throttle_mb_per_s is 'fast'"),
+    ("drain", {"drain_brokers": ["[4]]"]}, r"param drain_brokers holds '\[4\]\]', not a whole number"),
+    ("scale_out", {"new_broker_ids": ["4", "five"]}, "param new_broker_ids holds 'five'"),
 ])
 def test_bad_params_are_refused_before_anything_changes(kind: str, params: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         steps.OperationParams.from_params(kind, params)
+
+
+def test_params_as_the_trigger_form_sends_them(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The form sends null (or "") for a field left empty and one text line per id: each reads as
+    its default, the ids as ints; an empty inventory is the local cluster's spec when there is one."""
+    monkeypatch.setattr(provision, "LOCAL_SPEC", tmp_path / "local-cluster.json")
+    form = {"topics": None, "max_bytes_to_move": None, "exclude_brokers": None, "inventory": None,
+            "new_broker_ids": ["4", "", " 5, 6 "], "new_broker_racks": ["rack-a", ""], "add_brokers": 1,
+            "throttle_mb_per_s": 10.0, "approval": "manual", "dry_run": False, "stall_timeout_s": None}
+    p = steps.OperationParams.from_params("scale_out", form)
+    assert (p.topics, p.max_bytes_to_move, p.exclude_brokers, p.inventory) == ((), None, (), "")
+    assert (p.new_broker_ids, p.new_broker_racks, p.stall_timeout_s, p.dry_run) == ((4, 5, 6), ("rack-a",), 120.0,
+                                                                                      False)
+    provision.local_spec().save(provision.LOCAL_SPEC)
+    assert steps.OperationParams.from_params("scale_out", {**form, "inventory": ""}).inventory == str(
+        tmp_path / "local-cluster.json")
+    assert steps.OperationParams.from_params("scale_out", {**form, "inventory": "inv.yml"}).inventory == "inv.yml"
+    api = steps.OperationParams.from_params("drain", {"drain_brokers": [4, 5], "exclude_brokers": [1]})
+    assert (api.drain_brokers, api.exclude_brokers) == ((4, 5), (1,))
 
 
 def plan_data() -> dict:
