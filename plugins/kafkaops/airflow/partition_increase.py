@@ -19,7 +19,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from kafkaops.platform import lifecycle
 from kafkaops.rekey import steps
 from kafkaops.airflow.hooks import KafkaOpsHook
-from kafkaops.airflow.lifecycle import COMMON_PARAMS, operation_dag, text_param
+from kafkaops.airflow.lifecycle import COMMON_PARAMS, RETRIED, operation_dag, text_param
 from kafkaops.airflow.operators import KafkaOpsApprovalOperator, failed_tasks, recorded, run_fields
 
 PARAMS: dict[str, Param] = {
@@ -118,19 +118,19 @@ def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[st
             return steps.finish(context_of(context), (started or {}).get("cluster_id"),
                                 failed_tasks=failed_tasks(context))
 
-        started = begin()
-        before = preflight_gate()
+        started = begin.override(**RETRIED)()
+        before = preflight_gate.override(**RETRIED)()
         started >> before
-        planned = plan(before)
+        planned = plan.override(**RETRIED)(before)
         approval = PartitionApprovalOperator(
             task_id="approval", kind=steps.KIND, subject="Approve the kafkaops partition increase",
             body="{{ ti.xcom_pull(task_ids='plan')['summary'] }}", response_timeout=dt.timedelta(hours=24))
         planned >> approval
-        result = execute(planned)
+        result = execute.override(**RETRIED)(planned)
         approval >> result
-        verified = verify(planned, result)
-        switched = cutover(planned, before)
+        verified = verify.override(**RETRIED)(planned, result)
+        switched = cutover.override(**RETRIED)(planned, before)
         verified >> switched
-        done = finish(started)
+        done = finish.override(**RETRIED)(started)
         switched >> done.as_teardown(setups=started)
     return dag

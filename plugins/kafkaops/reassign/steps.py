@@ -117,7 +117,10 @@ class OperationParams:
 def provision_brokers(ctx: OperationContext) -> dict[str, Any]:
     """Start the new brokers with the kafka_broker role. ``inventory`` is either a kafkaops
     cluster spec (JSON, local clusters: new nodes get free loopback ports) or an Ansible
-    inventory (YAML, real hosts: the new hosts must be in it; they are the play's limit)."""
+    inventory (YAML, real hosts: the new hosts must be in it; they are the play's limit).
+
+    Resume-safe: a retry provisions the brokers an earlier try of this attempt chose (the role
+    converges them again), never more."""
     p = ctx.params
     if not p.inventory:
         raise ConfigError("a scale-out needs the inventory param: a kafkaops cluster spec (.json) or an Ansible "
@@ -126,9 +129,15 @@ def provision_brokers(ctx: OperationContext) -> dict[str, Any]:
     path = Path(p.inventory)
     if path.suffix == ".json":
         spec = provision.ClusterSpec.load(path)
-        grown, added = spec.with_new_brokers(p.add_brokers, node_ids=p.new_broker_ids, racks=p.new_broker_racks)
+        chosen = _chosen_brokers(ctx)
+        if chosen and set(chosen) <= {n.node_id for n in spec.nodes}:  # that try saved them into the spec
+            grown, added = spec, tuple(spec.node(i) for i in chosen)
+        else:
+            grown, added = spec.with_new_brokers(p.add_brokers, node_ids=chosen or p.new_broker_ids,
+                                                 racks=p.new_broker_racks)
         ctx.audit.append("note", text=f"provisioning brokers {[n.node_id for n in added]} on "
-                                      f"{[f'{n.host}:{n.port}' for n in added]}")
+                                      f"{[f'{n.host}:{n.port}' for n in added]}",
+                         provisioning=[n.node_id for n in added])
         ctx.fence("provision brokers")
         provision.cluster_up(grown, limit=[n.hostname for n in added])
         grown.save(path)  # the cluster now has these nodes: the spec says so for the next run
@@ -143,6 +152,14 @@ def provision_brokers(ctx: OperationContext) -> dict[str, Any]:
                for k, i in enumerate(p.new_broker_ids)]
     ctx.audit.append("note", text=f"brokers {[b['id'] for b in new]} provisioned")
     return {"new_brokers": new}
+
+
+def _chosen_brokers(ctx: OperationContext) -> tuple[int, ...]:
+    """The broker ids an earlier try of this attempt chose to provision (its audit note), if any."""
+    record = ctx.audit.summary()
+    chosen = [n["provisioning"] for n in record["notes"]
+              if n.get("provisioning") and n["ts"] >= (record["started_at"] or 0)]
+    return tuple(chosen[-1]) if chosen else ()
 
 
 def registered_brokers(conn_config: Mapping[str, str]) -> list[int]:

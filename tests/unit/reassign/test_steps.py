@@ -133,3 +133,43 @@ def test_without_a_record_the_teardown_clears_the_plan_brokers_and_topics(kafka:
     kafka.configs = {("broker", "1"): {engine.LEADER_RATE: "9"}, ("topic", "orders"): {engine.LEADER_REPLICAS: "*"}}
     assert steps.remove_throttles(context(), None, data) == {"brokers": [1, 2, 3, 4], "topics": ["orders"]}
     assert kafka.throttles() == {}
+
+
+def test_a_retried_gate_that_passed_is_recorded_once_and_a_failure_always(local_store) -> None:
+    from kafkaops.platform import gates
+
+    data, _ = plan_data()
+    local_store.start_operation("kafka_reassign", "test", kind="scale_out", triggered_by="t", params={})
+
+    def try_(number: int, **params: object) -> lifecycle.OperationContext:
+        return lifecycle.OperationContext(dag_id="kafka_reassign", run_id="test", conn_config={}, task_id="plan_gate",
+                                          try_number=number,
+                                          params=steps.OperationParams(kind="scale_out", add_brokers=1, **params))
+
+    assert steps.plan_gate(try_(1), data)["ok"] and steps.plan_gate(try_(2), data)["ok"]
+    assert [(g["gate"], g["ok"]) for g in try_(2).audit.summary()["gates"]] == [("plan", True)]
+    with pytest.raises(gates.GateFailed):
+        steps.plan_gate(try_(3, max_bytes_to_move=1), data)
+    assert [(g["gate"], g["ok"]) for g in try_(3).audit.summary()["gates"]] == [("plan", True), ("plan", False)]
+
+
+def test_a_retried_provision_converges_the_brokers_it_chose_and_adds_no_more(
+        local_store, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first try chose and started broker 4 and saved the spec, then Airflow lost its state: the
+    retry starts broker 4 again (the role converges it) instead of adding broker 5."""
+    started = []
+    monkeypatch.setattr(provision, "cluster_up", lambda spec, *, limit=None: started.append(list(limit)))
+    spec_path = provision.local_cluster_spec(tmp_path / "cluster", brokers=3).save(tmp_path / "spec.json")
+    local_store.start_operation("kafka_scale_out", "test", kind="scale_out", triggered_by="t", params={})
+    local_store.acquire("c1", "kafka_scale_out", "test")
+    ctx = lifecycle.OperationContext(dag_id="kafka_scale_out", run_id="test", conn_config={}, task_id="provision",
+                                     params=steps.OperationParams(kind="scale_out", add_brokers=1,
+                                                                  inventory=str(spec_path)))
+    ctx.audit.append("started", operation="scale_out")
+    first = steps.provision_brokers(ctx)
+    retry = steps.provision_brokers(ctx)
+    assert [b["id"] for b in first["new_brokers"]] == [b["id"] for b in retry["new_brokers"]] == [4]
+    assert started == [["kafka-4"], ["kafka-4"]]
+    assert [n.node_id for n in provision.ClusterSpec.load(spec_path).nodes] == [1, 2, 3, 4]
+    ctx.audit.append("started", operation="scale_out")  # a new attempt (the run cleared from begin) adds one more
+    assert [b["id"] for b in steps.provision_brokers(ctx)["new_brokers"]] == [5]
