@@ -33,20 +33,7 @@ TOPIC = "orders"
 AIRFLOW_HOME = CACHE / "airflow"
 
 
-def local_spec() -> provision.ClusterSpec:
-    """The local cluster of playbooks/inventory/local.yml as a cluster spec, the scale-out DAG's
-    inventory param (a spec lets the DAG put new brokers on free loopback ports)."""
-    import yaml
-
-    inventory = yaml.safe_load(provision.LOCAL_INVENTORY.read_text())["all"]
-    hosts = inventory["children"]["kafka_cluster"]["children"]["kafka_controllers"]["hosts"]
-    nodes = tuple(provision.NodeSpec(node_id=int(v["kafka_broker_node_id"]), port=int(v["kafka_broker_port"]),
-                                     controller_port=int(v["kafka_broker_controller_port"]),
-                                     rack=str(v.get("kafka_broker_rack", "")))
-                  for v in sorted(hosts.values(), key=lambda v: int(v["kafka_broker_node_id"])))
-    return provision.ClusterSpec(cluster_id=inventory["vars"]["kafka_broker_cluster_id"],
-                                 base_dir=provision.LOCAL_BASE_DIR, nodes=nodes,
-                                 heap=str(inventory["vars"].get("kafka_broker_heap", "512m")))
+local_spec = provision.local_spec  # the local cluster as a spec (also make cluster-up's, in provision.LOCAL_SPEC)
 
 
 def _airflow_env(bootstrap: str) -> None:
