@@ -318,75 +318,86 @@ def _after(cluster: Cluster, *, partitions: bool = True) -> str:
     return "\n".join(out)
 
 
+def _fill(conn: admin.KafkaConnection, records: int) -> None:
+    """The skewed ``orders`` topic (kept from an earlier demo when the cluster kept it)."""
+    if not admin.create_topic(conn, TOPIC, 3, 3):
+        return
+    result = datagen.produce(conn.config, TOPIC, datagen.DatagenSpec(
+        records=records, keys=500, skew="hot", hot_share=0.4, record_bytes=300, seed=7))
+    hot_key, hot_count = result.per_key_top[0]
+    print(f"topic {TOPIC}: {result.records} records, {result.records_per_second:,.0f} records/s; hot key {hot_key} "
+          f"takes {hot_count / result.records:.0%} and lands in {TOPIC}-{partition_for(hot_key.encode(), 3)} "
+          "(murmur2, as Kafka's Java client places it)")
+
+
+def _tell(spec: provision.ClusterSpec, spec_path: Path, records: int, out: TextIO) -> int:
+    """The story: before, the scale-out under traffic, after, the traffic check, the drain."""
+    config = {"bootstrap.servers": spec.bootstrap}
+    with admin.connect(config) as conn:
+        _fill(conn, records)
+        print("\n== before\n" + render_snapshot(admin.snapshot(conn)), flush=True)
+    print(f"\npreparing Airflow in {os.environ.get('AIRFLOW_HOME', AIRFLOW_HOME)} (airflow db migrate) ...", flush=True)
+    env = _airflow_env(spec.bootstrap, out)
+    with traffic.TrafficCheck(config, TOPIC, keys=40, rate_per_s=200) as check:
+        print(f"traffic check: a producer (acks=all, idempotent) sends 200 keyed records/s over 40 keys to {TOPIC}, "
+              f"a consumer reads them in group {check.group_id}")
+        print("\n== kafka_scale_out (airflow dags test): add one broker, move replicas onto it", flush=True)
+        added = _run_dag("kafka_scale_out", {
+            "dry_run": False, "approval": "auto_approve", "inventory": str(spec_path), "add_brokers": 1,
+            "topics": [TOPIC], "throttle_mb_per_s": SCALE_OUT_THROTTLE_MB, "max_moves_per_broker": 1},
+            env=env, out=out, story=Story("kafka_scale_out", time.time(), config, check=check))
+    report = check.stop()
+    if added.get("after"):
+        print("\n== after the scale-out\n" + _after(Cluster.from_dict(added["after"])), flush=True)
+    print(f"\n== traffic through the scale-out: {'OK' if report.ok else 'FAILED'}\n"
+          f"records sent {report.sent:,}, received {report.received:,}, lost {report.lost}, duplicated "
+          f"{report.duplicated}, out of order {report.out_of_order} (per key, over {report.keys} keys)"
+          + (f"\n{report}" if not report.ok or report.redelivered else ""))
+    if added.get("outcome") != "success":
+        print(f"\nkafka_scale_out ended {added.get('outcome')} (its reason is above); the task logs are in {out.name}")
+        return 1
+
+    grown = provision.ClusterSpec.load(spec_path)
+    new = [n.node_id for n in grown.nodes if n not in spec.nodes]
+    print(f"\n== kafka_reassign: drain broker(s) {new} and stop them, back to three brokers", flush=True)
+    drained = _run_dag("kafka_reassign", {
+        "operation": "drain", "drain_brokers": new, "stop_drained": True, "dry_run": False,
+        "approval": "auto_approve", "inventory": str(spec_path), "throttle_mb_per_s": 50},
+        env=env, out=out, story=Story("kafka_reassign", time.time(), config, brief=True))
+    if drained.get("outcome") == "success":  # stopped by the run: remove their folders, the spec forgets them
+        provision.cluster_down(grown, limit=[grown.node(b).hostname for b in new], purge=True)
+        spec.save(spec_path)
+    with admin.connect(config) as conn:
+        print("\n== after the drain\n" + _after(admin.snapshot(conn, groups=False), partitions=False), flush=True)
+    print(f"\nboth runs' operation records: `make airflow`, then the DAG run's \"Operation record\" tab "
+          f"(AIRFLOW_HOME {os.environ['AIRFLOW_HOME']})")
+    return 0 if drained.get("outcome") == "success" and report.ok else 1
+
+
+def _stop(spec: provision.ClusterSpec, spec_path: Path) -> None:
+    """Stop the brokers a run added and left running (the spec the DAG grew), then the local cluster."""
+    print("stopping the cluster (make cluster-up keeps one running) ...", flush=True)
+    grown = provision.ClusterSpec.load(spec_path)
+    added = [n.hostname for n in grown.nodes if n not in spec.nodes]
+    if added:
+        provision.cluster_down(grown, limit=added, purge=True)
+    provision.cluster_down()
+
+
 def run_demo(records: int = 100_000, keep_running: bool = False) -> int:
-    log_path = LOG_FILE
-    _log_to(log_path)
-    print(f"kafkaops demo: Airflow's task logs, Ansible's and the Kafka clients' go to {log_path}")
+    _log_to(LOG_FILE)
+    print(f"kafkaops demo: Airflow's task logs, Ansible's and the Kafka clients' go to {LOG_FILE}")
     print("bringing up the local 3-broker KRaft cluster with the kafka_broker Ansible role ...", flush=True)
     provision.cluster_up()
     spec = local_spec()
-    bootstrap = spec.bootstrap
     spec_path = spec.save(CACHE / "demo" / "local-cluster.json")  # three nodes: the DAG grows this copy
-    config = {"bootstrap.servers": bootstrap}
-    check: traffic.TrafficCheck | None = None
-    ok = False
-    with open(log_path, "a", encoding="utf-8") as out:
-        try:
-            with admin.connect(bootstrap) as conn:
-                if admin.create_topic(conn, TOPIC, 3, 3):
-                    result = datagen.produce(conn.config, TOPIC, datagen.DatagenSpec(
-                        records=records, keys=500, skew="hot", hot_share=0.4, record_bytes=300, seed=7))
-                    hot_key, hot_count = result.per_key_top[0]
-                    print(f"topic {TOPIC}: {result.records} records, {result.records_per_second:,.0f} records/s; "
-                          f"hot key {hot_key} takes {hot_count / result.records:.0%} and lands in {TOPIC}-"
-                          f"{partition_for(hot_key.encode(), 3)} (murmur2, as Kafka's Java client places it)")
-                print("\n== before\n" + render_snapshot(admin.snapshot(conn)), flush=True)
-
-            print(f"\npreparing Airflow in {os.environ.get('AIRFLOW_HOME', AIRFLOW_HOME)} (airflow db migrate) ...",
-                  flush=True)
-            env = _airflow_env(bootstrap, out)
-            check = traffic.TrafficCheck(config, TOPIC, keys=40, rate_per_s=200).start()
-            print(f"traffic check: a producer (acks=all, idempotent) sends 200 keyed records/s over 40 keys to "
-                  f"{TOPIC}, a consumer reads them in group {check.group_id}")
-            print("\n== kafka_scale_out (airflow dags test): add one broker, move replicas onto it", flush=True)
-            scale_out = dict(dry_run=False, approval="auto_approve", inventory=str(spec_path), add_brokers=1,
-                             topics=[TOPIC], throttle_mb_per_s=SCALE_OUT_THROTTLE_MB, max_moves_per_broker=1)
-            added = _run_dag("kafka_scale_out", scale_out, env=env, out=out,
-                             story=Story("kafka_scale_out", time.time(), config, check=check))
-            report = check.stop()
-            check = None
-            grown = provision.ClusterSpec.load(spec_path)
-            if added.get("after"):
-                print("\n== after the scale-out\n" + _after(Cluster.from_dict(added["after"])), flush=True)
-            print(f"\n== traffic through the scale-out: {'OK' if report.ok else 'FAILED'}\n"
-                  f"records sent {report.sent:,}, received {report.received:,}, lost {report.lost}, duplicated "
-                  f"{report.duplicated}, out of order {report.out_of_order} (per key, over {report.keys} keys)"
-                  + (f"\n{report}" if not report.ok or report.unacknowledged or report.redelivered else ""))
-            if added.get("outcome") != "success":
-                print(f"\nkafka_scale_out ended {added.get('outcome')}: {added.get('outcome_reason') or ''}; "
-                      f"the task logs are in {log_path}")
-                return 1
-            new = [n.node_id for n in grown.nodes if n not in spec.nodes]
-            print(f"\n== kafka_reassign: drain broker(s) {new} and stop them, back to three brokers", flush=True)
-            drain = dict(operation="drain", drain_brokers=new, stop_drained=True, dry_run=False,
-                         approval="auto_approve", inventory=str(spec_path), throttle_mb_per_s=50)
-            drained = _run_dag("kafka_reassign", drain, env=env, out=out,
-                               story=Story("kafka_reassign", time.time(), config, brief=True))
-            provision.cluster_down(grown, limit=[grown.node(b).hostname for b in new], purge=True)
-            with admin.connect(bootstrap) as conn:
-                print("\n== after the drain\n" + _after(admin.snapshot(conn, groups=False), partitions=False),
-                      flush=True)
-            ok = drained.get("outcome") == "success" and report.ok
-            print(f"\nboth runs' operation records: `make airflow`, then the DAG run's \"Operation record\" tab "
-                  f"(AIRFLOW_HOME {os.environ['AIRFLOW_HOME']})")
-            return 0 if ok else 1
-        finally:
-            if check is not None:
-                check.stop(timeout_s=10)
-            if not keep_running:
-                print("stopping the cluster (make cluster-up keeps one running) ...", flush=True)
-                provision.cluster_down()
-            print(f"Airflow's task logs and the rest: {log_path}")
+    try:
+        with open(LOG_FILE, "a", encoding="utf-8") as out:
+            return _tell(spec, spec_path, records, out)
+    finally:
+        if not keep_running:
+            _stop(spec, spec_path)
+        print(f"Airflow's task logs and the rest: {LOG_FILE}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

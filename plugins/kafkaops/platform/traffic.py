@@ -273,7 +273,23 @@ class TrafficCheck:
         if consumer is not None and consumer.is_alive():
             consumer.join(timeout_s)
         self.report = account(self.sent, self.acked, self.received)
+        if consumer is not None:
+            self._delete_group()
         if self.failures:
             log.warning("traffic check %s: %d delivery failures, first: %s", self.run, len(self.failures),
                         self.failures[0])
         return self.report
+
+    def _delete_group(self) -> None:
+        """Leave no group behind (the next snapshot of the cluster would list it); best effort."""
+        from confluent_kafka.admin import AdminClient
+
+        from kafkaops.platform.admin import client_config
+
+        try:
+            futures = AdminClient(client_config(self.config)).delete_consumer_groups([self.group_id],
+                                                                                    request_timeout=15)
+            futures[self.group_id].result(20)
+        except Exception as err:  # the report stands; a group left behind is only clutter
+            log.warning("traffic check %s: could not delete its consumer group %s: %s", self.run, self.group_id,
+                        err)
