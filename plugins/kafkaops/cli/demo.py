@@ -122,12 +122,16 @@ class Story:
         self.batch: dict[str, Any] | None = None
         self.tty = getattr(out, "isatty", lambda: False)()
         self._mark = -1
+        self._width = 0  # of the progress line a terminal shows now
 
     @property
     def store(self) -> store_.Store:
         return store_.current()
 
     def say(self, text: str = "") -> None:
+        if self._width and not text.startswith("\r"):  # a terminal's live progress line stays as it was
+            self.out.write("\n")
+            self._width = 0
         print(text, file=self.out, flush=True)
 
     def poll(self) -> None:
@@ -167,8 +171,7 @@ class Story:
             self.batch = {**d, "of": of, "ts": ts}
             self._mark = -1
             if not self.brief:
-                self.say(f"batch {d['index']}/{of}: {d['partitions']} partition(s), {human_bytes(d.get('bytes'))}: "
-                         f"{', '.join(f'{t}-{p}' for t, p in d.get('keys', []))}")
+                self.say(f"batch {d['index']}/{of}: {', '.join(f'{t}-{p}' for t, p in d.get('keys', []))}")
         elif kind == "throttle_removed":
             self.finish_batch(ts)
             left = d.get("left") or {}
@@ -244,8 +247,10 @@ class Story:
         self.batch["status"] = status
         mark = int(status["percent"] // 25)
         if self.tty and not status["done"]:
-            self.out.write("\r" + self.progress_line(status) + "   ")
+            line = self.progress_line(status)
+            self.out.write("\r" + line.ljust(self._width))
             self.out.flush()
+            self._width = len(line)
         elif mark != self._mark and not (status["done"] or self.brief or self.tty):
             self.say(self.progress_line(status))  # the last line is finish_batch's
         self._mark = mark
@@ -271,10 +276,9 @@ class Story:
             total = (status or {}).get("bytes_total", self.batch.get("bytes") or 0)
             status = {"done": True, "percent": 100.0, "bytes_done": total, "bytes_total": total,
                       "partitions_done": self.batch["partitions"], "partitions_total": self.batch["partitions"]}
-        if self.tty:
-            self.out.write("\r")
-        self.say(self.progress_line(status) + f", done in {duration((ts or time.time()) - self.batch['ts'])}")
-        self.batch = None
+        line = self.progress_line(status) + f", done in {duration((ts or time.time()) - self.batch['ts'])}"
+        self.say(f"\r{line.ljust(self._width)}" if self.tty else line)
+        self.batch, self._width = None, 0
 
 
 def approval_text(plan_data: Mapping[str, Any], kind: str, params: Mapping[str, Any]) -> str:

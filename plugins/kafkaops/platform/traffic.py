@@ -286,10 +286,14 @@ class TrafficCheck:
 
         from kafkaops.platform.admin import client_config
 
-        try:
-            futures = AdminClient(client_config(self.config)).delete_consumer_groups([self.group_id],
-                                                                                    request_timeout=15)
-            futures[self.group_id].result(20)
-        except Exception as err:  # the report stands; a group left behind is only clutter
-            log.warning("traffic check %s: could not delete its consumer group %s: %s", self.run, self.group_id,
-                        err)
+        client = AdminClient(client_config(self.config))  # held until the answer: a dropped client cancels it
+        for attempt in range(5):
+            try:
+                client.delete_consumer_groups([self.group_id], request_timeout=15)[self.group_id].result()
+                return
+            except Exception as err:  # the report stands; a group left behind is only clutter
+                if attempt == 4 or "NOT_EMPTY" not in str(err).upper():  # the member may still be leaving
+                    log.warning("traffic check %s: could not delete its consumer group %s: %s", self.run,
+                                self.group_id, err)
+                    return
+                time.sleep(1.0)
