@@ -244,6 +244,13 @@ class Story:
         except KafkaOpsError as err:
             log.info("progress poll failed: %s", err)
             return
+        self.show_progress(status)
+
+    def show_progress(self, status: Mapping[str, Any]) -> None:
+        """A batch's progress (``steps.progress_of``): on a terminal one line rewritten in place,
+        else a line at each quarter; the batch's last line when it is done."""
+        if self.batch is None:
+            return
         self.batch["status"] = status
         mark = int(status["percent"] // 25)
         if self.tty and not status["done"]:

@@ -89,3 +89,36 @@ def test_the_brief_story_of_the_drain_is_a_few_lines() -> None:
     assert not any(line.startswith(("lock on cluster", "batch ", "  broker")) for line in brief)
     assert any(line.startswith("plan and approval: scale-out: ") and line.endswith(
         "(approved by param approval=auto_approve)") for line in brief)
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def progress(percent: float, *, done: bool = False) -> dict[str, Any]:
+    return {"done": done, "percent": percent, "bytes_done": int(percent * 10), "bytes_total": 1000,
+            "partitions_done": int(done), "partitions_total": 1, "eta_s": None if done else 5.0}
+
+
+def test_progress_is_one_line_rewritten_on_a_terminal_and_quarters_elsewhere() -> None:
+    events = scale_out_events()[:10]  # up to the first batch
+    for out in (Terminal(), io.StringIO()):
+        story = demo.Story("kafka_scale_out", 0.0, {}, out=out)
+        for kind, data, ts in events:
+            story.show(kind, data, ts)
+        for percent in (0.0, 10.0, 30.0, 35.0, 80.0):
+            story.show_progress(progress(percent))
+        story.show("note", {"text": "a note while the batch moves"}, 109.0)
+        story.show_progress(progress(100.0, done=True))
+        shown = out.getvalue().split("batch 1/2: orders-1\n")[1]
+        if isinstance(out, Terminal):
+            live, note, done, _ = shown.split("\n")
+            # each rewrite returns to the line's start and covers the longer line before it
+            assert live.count("\r") == 5 and live.endswith("80.0% (800 B of 1000 B, 0/1 partitions), ETA 5.00 s")
+            assert note == "a note while the batch moves"  # the live line stays above, whole
+            assert done.startswith("\r  batch 1/2: 100.0% (1000 B of 1000 B, 1/1 partitions), done in ")
+        else:
+            assert [line.split("%")[0] for line in shown.splitlines()] == [
+                "  batch 1/2:   0.0", "  batch 1/2:  30.0", "  batch 1/2:  80.0", "a note while the batch moves",
+                "  batch 1/2: 100.0"]
