@@ -139,7 +139,12 @@ def provision_brokers(ctx: OperationContext) -> dict[str, Any]:
                                       f"{', '.join(f'{n.host}:{n.port}' for n in added)}",
                          provisioning=[n.node_id for n in added])
         ctx.fence("provision brokers")
-        provision.cluster_up(grown, limit=[n.hostname for n in added])
+        hosts = [n.hostname for n in added]
+        try:
+            provision.cluster_up(grown, limit=hosts)
+        except KafkaOpsError as err:
+            _stop_half_provisioned(ctx, grown, hosts, err)
+            raise
         grown.save(path)  # the cluster now has these nodes: the spec says so for the next run
         new = [{"id": n.node_id, "rack": n.rack or None, "host": n.host, "port": n.port} for n in added]
     else:
@@ -152,6 +157,21 @@ def provision_brokers(ctx: OperationContext) -> dict[str, Any]:
                for k, i in enumerate(p.new_broker_ids)]
     ctx.audit.append("note", text=f"broker(s) {', '.join(str(b['id']) for b in new)} provisioned")
     return {"new_brokers": new}
+
+
+def _stop_half_provisioned(ctx: OperationContext, spec: provision.ClusterSpec, hosts: list[str],
+                           err: Exception) -> None:
+    """A provisioning that failed must not leave a broker running that no spec lists: stop (and
+    remove) what it started; a retry provisions the same ids again from the audit note."""
+    try:
+        provision.cluster_down(spec, limit=hosts, purge=True)
+    except KafkaOpsError as cleanup:
+        ctx.audit.append("note", text=f"provisioning {', '.join(hosts)} failed ({err}) and stopping them failed too "
+                                      f"({cleanup}); stop them by hand before the next run")
+        log.error("could not stop the half-provisioned %s: %s", ", ".join(hosts), cleanup)
+    else:
+        ctx.audit.append("note", text=f"provisioning {', '.join(hosts)} failed; what it started was stopped and "
+                                      "removed")
 
 
 def _chosen_brokers(ctx: OperationContext) -> tuple[int, ...]:

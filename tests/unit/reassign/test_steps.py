@@ -199,6 +199,38 @@ def test_a_retried_provision_converges_the_brokers_it_chose_and_adds_no_more(
     assert [b["id"] for b in steps.provision_brokers(ctx)["new_brokers"]] == [5]
 
 
+def test_a_failed_provision_stops_what_it_started_and_its_retry_takes_the_same_ids(
+        local_store, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Broker 4 started but failed its health check: it is stopped and removed (no spec lists it, so
+    nothing else would), the spec stays at three brokers, and the retry provisions broker 4 again."""
+    from kafkaops.errors import ProvisionError
+
+    calls = []
+
+    def failing_up(spec, *, limit=None):
+        calls.append(("up", list(limit)))
+        if len(calls) == 1:
+            raise ProvisionError("playbook cluster_up.yml failed: task 'Check broker 4 answers' failed")
+
+    monkeypatch.setattr(provision, "cluster_up", failing_up)
+    monkeypatch.setattr(provision, "cluster_down",
+                        lambda spec, *, purge=False, limit=None: calls.append(("down", list(limit), purge)))
+    spec_path = provision.local_cluster_spec(tmp_path / "cluster", brokers=3).save(tmp_path / "spec.json")
+    local_store.start_operation("kafka_scale_out", "test", kind="scale_out", triggered_by="t", params={})
+    local_store.acquire("c1", "kafka_scale_out", "test")
+    ctx = lifecycle.OperationContext(dag_id="kafka_scale_out", run_id="test", conn_config={}, task_id="provision",
+                                     params=steps.OperationParams(kind="scale_out", add_brokers=1,
+                                                                  inventory=str(spec_path)))
+    ctx.audit.append("started", operation="scale_out")
+    with pytest.raises(ProvisionError):
+        steps.provision_brokers(ctx)
+    assert calls == [("up", ["kafka-4"]), ("down", ["kafka-4"], True)]
+    assert [n.node_id for n in provision.ClusterSpec.load(spec_path).nodes] == [1, 2, 3]
+    assert "stopped and removed" in ctx.audit.summary()["notes"][-1]["text"]
+    assert [b["id"] for b in steps.provision_brokers(ctx)["new_brokers"]] == [4]
+    assert calls[-1] == ("up", ["kafka-4"])
+
+
 def test_only_a_drain_stops_brokers_whatever_else_the_form_holds(kafka: FakeKafka, monkeypatch) -> None:
     from kafkaops.platform import provision
 
