@@ -2,6 +2,8 @@
 throttling over the engine on an in-memory cluster."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kafkaops.platform import lifecycle, provision, store
@@ -177,12 +179,8 @@ def test_a_retried_gate_that_passed_is_recorded_once_and_a_failure_always(local_
     assert [(g["gate"], g["ok"]) for g in try_(3).audit.summary()["gates"]] == [("plan", True), ("plan", False)]
 
 
-def test_a_retried_provision_converges_the_brokers_it_chose_and_adds_no_more(
-        local_store, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The first try chose and started broker 4 and saved the spec, then Airflow lost its state: the
-    retry starts broker 4 again (the role converges it) instead of adding broker 5."""
-    started = []
-    monkeypatch.setattr(provision, "cluster_up", lambda spec, *, limit=None: started.append(list(limit)))
+def _provisioning_run(local_store, tmp_path) -> tuple[Path, lifecycle.OperationContext]:
+    """A started scale-out run of a three-broker spec, holding its lock, at its provision task."""
     spec_path = provision.local_cluster_spec(tmp_path / "cluster", brokers=3).save(tmp_path / "spec.json")
     local_store.start_operation("kafka_scale_out", "test", kind="scale_out", triggered_by="t", params={})
     local_store.acquire("c1", "kafka_scale_out", "test")
@@ -190,6 +188,16 @@ def test_a_retried_provision_converges_the_brokers_it_chose_and_adds_no_more(
                                      params=steps.OperationParams(kind="scale_out", add_brokers=1,
                                                                   inventory=str(spec_path)))
     ctx.audit.append("started", operation="scale_out")
+    return spec_path, ctx
+
+
+def test_a_retried_provision_converges_the_brokers_it_chose_and_adds_no_more(
+        local_store, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first try chose and started broker 4 and saved the spec, then Airflow lost its state: the
+    retry starts broker 4 again (the role converges it) instead of adding broker 5."""
+    started = []
+    monkeypatch.setattr(provision, "cluster_up", lambda spec, *, limit=None: started.append(list(limit)))
+    spec_path, ctx = _provisioning_run(local_store, tmp_path)
     first = steps.provision_brokers(ctx)
     retry = steps.provision_brokers(ctx)
     assert [b["id"] for b in first["new_brokers"]] == [b["id"] for b in retry["new_brokers"]] == [4]
@@ -215,13 +223,7 @@ def test_a_failed_provision_stops_what_it_started_and_its_retry_takes_the_same_i
     monkeypatch.setattr(provision, "cluster_up", failing_up)
     monkeypatch.setattr(provision, "cluster_down",
                         lambda spec, *, purge=False, limit=None: calls.append(("down", list(limit), purge)))
-    spec_path = provision.local_cluster_spec(tmp_path / "cluster", brokers=3).save(tmp_path / "spec.json")
-    local_store.start_operation("kafka_scale_out", "test", kind="scale_out", triggered_by="t", params={})
-    local_store.acquire("c1", "kafka_scale_out", "test")
-    ctx = lifecycle.OperationContext(dag_id="kafka_scale_out", run_id="test", conn_config={}, task_id="provision",
-                                     params=steps.OperationParams(kind="scale_out", add_brokers=1,
-                                                                  inventory=str(spec_path)))
-    ctx.audit.append("started", operation="scale_out")
+    spec_path, ctx = _provisioning_run(local_store, tmp_path)
     with pytest.raises(ProvisionError):
         steps.provision_brokers(ctx)
     assert calls == [("up", ["kafka-4"]), ("down", ["kafka-4"], True)]
