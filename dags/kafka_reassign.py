@@ -2,7 +2,7 @@
 optionally stop them through the kafka_broker role. Same gates, approval, teardown and audit."""
 from airflow.sdk import Param
 
-from kafkaops.airflow.lifecycle import build_operation_dag
+from kafkaops.airflow.lifecycle import build_operation_dag, numbers_param
 
 dag = build_operation_dag(
     "kafka_reassign",
@@ -14,8 +14,7 @@ dag = build_operation_dag(
         "operation": Param("rebalance", type="string", enum=["rebalance", "drain"], title="Operation",
                            description="rebalance: even out replicas and leaders over the brokers. drain: move "
                                        "every replica off drain_brokers."),
-        "drain_brokers": Param([], type="array", items={"type": "integer"}, title="Brokers to drain",
-                               description="With operation=drain: the brokers to empty."),
+        "drain_brokers": numbers_param("Brokers to drain", "With operation=drain: the brokers to empty."),
         "stop_drained": Param(False, type="boolean", title="Stop drained brokers",
                               description="After a verified drain, stop the drained brokers through the role "
                                           "(needs the inventory)."),

@@ -2,7 +2,7 @@
 fewest replicas onto them under a throttle, with gates, approval, teardown and an audit record."""
 from airflow.sdk import Param
 
-from kafkaops.airflow.lifecycle import build_operation_dag
+from kafkaops.airflow.lifecycle import build_operation_dag, numbers_param, texts_param
 
 dag = build_operation_dag(
     "kafka_scale_out",
@@ -14,10 +14,9 @@ dag = build_operation_dag(
         "add_brokers": Param(1, type="integer", minimum=0, title="Brokers to add",
                              description="How many brokers to add (ids follow the highest); ignored when "
                                          "new_broker_ids is given."),
-        "new_broker_ids": Param([], type="array", items={"type": "integer"}, title="New broker ids",
-                                description="Explicit ids of the brokers to add (hosts kafka-<id> in an Ansible "
-                                            "inventory)."),
-        "new_broker_racks": Param([], type="array", items={"type": "string"}, title="Racks of the new brokers",
-                                  description="Rack of each new broker, in order; default: cycle the cluster's racks."),
+        "new_broker_ids": numbers_param("New broker ids", "Explicit ids of the brokers to add (hosts kafka-<id> in "
+                                                          "an Ansible inventory); empty: the ids after the highest."),
+        "new_broker_racks": texts_param("Racks of the new brokers",
+                                        "Rack of each new broker, in order; empty: cycle the cluster's racks."),
     },
 )

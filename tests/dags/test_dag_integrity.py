@@ -8,10 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from kafkaops.errors import ConfigError, KafkaUnreachable
+
 REPO = Path(__file__).resolve().parents[2]
 CHANGES_A_CLUSTER = {"kafka_scale_out", "kafka_reassign", "kafka_partition_increase"}
-REASSIGNING = {"kafka_scale_out", "kafka_reassign"}
 DAG_IDS = {"kafka_scale_out", "kafka_reassign", "kafka_partition_increase", "kafka_capacity_review"}
+_REASSIGNMENT = {"begin", "preflight_gate", "set_throttles", "execute_batches", "verify", "remove_throttles",
+                 "elect_leaders", "post_move_gate", "finish"}
+RETRIED = {"kafka_scale_out": _REASSIGNMENT | {"provision", "wait_until_registered"},
+           "kafka_reassign": _REASSIGNMENT | {"stop_drained"},
+           "kafka_partition_increase": {"begin", "preflight_gate", "plan", "execute", "verify", "cutover", "finish"},
+           "kafka_capacity_review": {"begin", "snapshot", "key_skew", "finish"}}
 
 
 def test_every_dag_imports_without_errors(dagbag) -> None:
@@ -24,9 +31,15 @@ def test_dags_are_tagged_single_run_and_retried(dagbag, dag_id: str) -> None:
     dag = dagbag.dags[dag_id]
     assert "kafkaops" in dag.tags
     assert dag.max_active_runs == 1
-    # no task retries but the resume-safe batch executor: 2 retries, 20 s apart (kafkaops.airflow.lifecycle)
-    retried = {t.task_id: (t.retries, t.retry_delay) for t in dag.tasks if t.retries}
-    assert retried == ({"execute_batches": (2, dt.timedelta(seconds=20))} if dag_id in REASSIGNING else {})
+    # the tasks that wait on or touch the cluster retry (kafkaops.airflow.lifecycle.RETRIED); nothing else
+    retried = {t.task_id for t in dag.tasks if t.retries}
+    assert retried == RETRIED[dag_id]
+    for t in dag.tasks:
+        if t.retries:
+            assert (t.retries, t.retry_delay, t.retry_exponential_backoff) == (3, dt.timedelta(seconds=10), 2.0)
+            assert t.retry_policy.evaluate(ConfigError("bad"), 1, 4).action.value == "fail"
+            assert t.retry_policy.evaluate(KafkaUnreachable("blink"), 1, 4).action.value == "default"
+    assert dag.task_dict.get("approval") is None or dag.task_dict["approval"].retries == 0  # one question per run
     assert all(p.description and p.schema.get("title") for p in (dag.params.get_param(k) for k in dag.params))
     if dag_id in CHANGES_A_CLUSTER:
         assert dag.params["dry_run"] is True  # dry run is the default
@@ -74,7 +87,8 @@ def test_airflow_loads_the_kafkaops_plugin_from_the_plugins_folder() -> None:
     result = subprocess.run([airflow, "plugins", "--output", "json"], capture_output=True, text=True, timeout=180,
                             env=os.environ.copy())
     assert result.returncode == 0, result.stderr[-2000:]
-    plugins = {p["name"]: p for p in json.loads(result.stdout[result.stdout.index("["):])}
+    plugins = {p["name"]: p for p in json.loads(result.stdout[result.stdout.index("["):])
+               if p["source"].startswith("$PLUGINS_FOLDER")}  # providers' plugins come from their entry points
     assert set(plugins) == {"kafkaops"}
     assert plugins["kafkaops"]["fastapi_apps"][0]["url_prefix"] == "/kafkaops"
     assert any(v["destination"] == "dag_run" for v in plugins["kafkaops"]["external_views"])

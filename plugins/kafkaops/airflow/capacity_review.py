@@ -8,21 +8,24 @@
 The schedule is the builder's ``schedule`` argument; ``dags/kafka_capacity_review.py`` takes it from
 the Airflow Variable ``kafkaops_capacity_review_schedule`` in its environment form
 (``AIRFLOW_VAR_KAFKAOPS_CAPACITY_REVIEW_SCHEDULE``, read without a metadata-DB call), default daily.
+It runs at the cron's coming ticks only (:func:`timetable_of`): triggering the review by hand, which
+unpauses it, starts no scheduled run besides the one asked for.
 Nothing here touches Kafka at import time.
 """
 from __future__ import annotations
 
+import datetime as dt
 import os
 from typing import Any
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-from airflow.sdk import DAG, Param, get_current_context, task
+from airflow.sdk import DAG, CronTriggerTimetable, Param, get_current_context, task
 from airflow.sdk.exceptions import AirflowSkipException
 
-from kafkaops.capacity import steps
+from kafkaops.capacity import skew, steps
 from kafkaops.platform import lifecycle
 from kafkaops.airflow.hooks import KafkaOpsHook
-from kafkaops.airflow.lifecycle import COMMON_PARAMS, operation_dag
+from kafkaops.airflow.lifecycle import COMMON_PARAMS, RETRIED, numbers_param, operation_dag, text_param, texts_param
 from kafkaops.airflow.operators import failed_tasks, run_fields
 
 SCHEDULE_VARIABLE = "kafkaops_capacity_review_schedule"
@@ -30,8 +33,7 @@ DEFAULT_SCHEDULE = "@daily"
 
 PARAMS: dict[str, Param] = {
     "kafka_conn_id": COMMON_PARAMS["kafka_conn_id"],
-    "topics": Param([], type="array", items={"type": "string"}, title="Topics",
-                    description="Topics to review; empty means all topics."),
+    "topics": texts_param("Topics", "Topics to review; empty means all topics."),
     "target_records_per_s": Param(None, type=["null", "number"], title="Target throughput (records/s)",
                                   description="Peak records/s each reviewed topic must sustain; with the per-consumer "
                                               "throughput it gives the recommended partition count. Empty: no "
@@ -47,19 +49,19 @@ PARAMS: dict[str, Param] = {
                                             "brokers."),
     "key_skew": Param(False, type="boolean", title="Key skew (Spark)",
                       description="Sample a topic with Spark and measure key skew and what-if partition counts."),
-    "skew_topic": Param("", type="string", title="Key-skew topic",
-                        description="The topic sampled; empty: the only entry of topics."),
+    "skew_topic": text_param("Key-skew topic", "The topic sampled; empty: the only entry of topics."),
     "sample_records": Param(10_000, type="integer", minimum=1, title="Sample size",
                             description="Latest records read for the key skew, spread over the partitions."),
-    "candidate_key_field": Param("", type="string", title="Candidate key field",
-                                 description="A top-level JSON field of the value to try as the new key."),
-    "candidate_partitions": Param([1, 2, 3, 4, 6, 8, 12, 16, 24, 32], type="array", items={"type": "integer"},
-                                  title="Candidate partition counts", description="What-if partition counts."),
+    "candidate_key_field": text_param("Candidate key field",
+                                      "A top-level JSON field of the value to try as the new key; empty: none."),
+    "candidate_partitions": numbers_param("Candidate partition counts", "What-if partition counts; empty: "
+                                          f"{', '.join(map(str, skew.DEFAULT_CANDIDATES))}.",
+                                          default=list(skew.DEFAULT_CANDIDATES)),
     "propose_scale_out": Param(False, type="boolean", title="Propose a scale-out",
                                description="When the review calls for more brokers, create a kafka_scale_out run "
                                            "(approval=manual, dry_run=false) that waits for a person to approve."),
-    "scale_out_inventory": Param("", type="string", title="Scale-out inventory",
-                                 description="The inventory the proposed kafka_scale_out run provisions with."),
+    "scale_out_inventory": text_param("Scale-out inventory", "The inventory the proposed kafka_scale_out run "
+                                                             "provisions with; empty: its default."),
 }
 
 
@@ -67,6 +69,17 @@ def schedule_from_env() -> str | None:
     """The schedule: the Variable's environment form, else daily; ``none`` turns it off."""
     value = os.environ.get("AIRFLOW_VAR_" + SCHEDULE_VARIABLE.upper(), DEFAULT_SCHEDULE).strip()
     return None if value.lower() in ("", "none", "null") else value
+
+
+def timetable_of(schedule: str | None) -> CronTriggerTimetable | None:
+    """The review's timetable for a cron ``schedule``: a run at each coming tick (UTC), none for a
+    tick already past. Airflow's catch-up-less scheduling runs the latest past tick at once when a
+    DAG with a start date is unpaused (and the Trigger button unpauses it); without a start date,
+    ``run_immediately=timedelta(0)`` makes the first run the next tick (airflow/timetables/trigger.py,
+    ``_TriggerTimetable.next_dagrun_info`` and ``CronTriggerTimetable._calc_first_run``)."""
+    if schedule is None:
+        return None
+    return CronTriggerTimetable(schedule, timezone="UTC", run_immediately=dt.timedelta(0))
 
 
 def _run() -> tuple[Any, steps.CapacityParams, str, str]:
@@ -92,7 +105,7 @@ def _context() -> tuple[Any, lifecycle.OperationContext]:
 def build_capacity_review_dag(dag_id: str, *, schedule: str | None = DEFAULT_SCHEDULE, description: str,
                               tags: list[str], doc_md: str, scale_out_dag_id: str = "kafka_scale_out") -> DAG:
     with operation_dag(dag_id, description=description, params=PARAMS, tags=tags, doc_md=doc_md,
-                       schedule=schedule) as dag:
+                       schedule=timetable_of(schedule), start_date=None) as dag:
 
         @task
         def begin() -> dict[str, Any]:
@@ -145,11 +158,11 @@ def build_capacity_review_dag(dag_id: str, *, schedule: str | None = DEFAULT_SCH
             context, ctx = _context()
             return lifecycle.finish(ctx, (started or {}).get("cluster_id"), failed_tasks=failed_tasks(context))
 
-        started = begin()
-        cluster = snapshot()
+        started = begin.override(**RETRIED)()
+        cluster = snapshot.override(**RETRIED)()
         started >> cluster
         history = history_append(cluster)
-        skew = key_skew(cluster)
+        skew = key_skew.override(**RETRIED)(cluster)
         history >> skew
         reviewed = review(cluster, history, skew)
         reported = report(reviewed, skew)
@@ -159,7 +172,7 @@ def build_capacity_review_dag(dag_id: str, *, schedule: str | None = DEFAULT_SCH
             task_id="propose_scale_out", trigger_dag_id=scale_out_dag_id,
             conf="{{ ti.xcom_pull(task_ids='scale_out_proposal') }}", wait_for_completion=False,
             note="proposed by the capacity review {{ run_id }}: approve or reject it in its approval step")
-        done = finish(started)
+        done = finish.override(**RETRIED)(started)
         [reported, proposal] >> done.as_teardown(setups=started)
         [proposal, done] >> trigger  # skipped with the proposal
     return dag

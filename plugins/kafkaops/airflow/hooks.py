@@ -1,9 +1,10 @@
 """Airflow Connections -> what kafkaops connects to: a Kafka cluster and the kafkaops store.
 
-Kafka follows the apache-kafka provider's convention: a connection of type ``kafka`` whose extras
-hold the librdkafka config (``bootstrap.servers``, ``security.protocol``, ``sasl.*``,
-``ssl.*`` ...). SASL and SSL keys pass through unchanged. When the extras lack
-``bootstrap.servers``, the connection's host (and port) stand in for it.
+Kafka is the apache-kafka provider's connection type ``kafka`` (its form in Airflow's Connections
+page, its "Test" button): the extras hold the librdkafka config (``bootstrap.servers``,
+``security.protocol``, ``sasl.*``, ``ssl.*`` ...). SASL and SSL keys pass through unchanged. When
+the extras lack ``bootstrap.servers``, the connection's host (and port) stand in for it.
+:class:`KafkaOpsHook` is the provider's :class:`KafkaBaseHook` reading the connection that way.
 
 The store (:mod:`kafkaops.platform.store`) is the ``kafkaops_store`` connection: type ``postgres``
 (the postgres provider builds the URL; psycopg2 unless its extra ``sqlalchemy_scheme`` says
@@ -19,6 +20,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from airflow.configuration import conf
+from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
@@ -45,20 +47,21 @@ def config_from_connection(conn: Any) -> dict[str, str]:
     return admin.connection_config(config)
 
 
-class KafkaOpsHook(BaseHook):
-    """Resolves a ``kafka`` connection id; opens kafkaops admin connections from it."""
+class KafkaOpsHook(KafkaBaseHook):
+    """The provider's Kafka hook (connection type ``kafka``, id ``kafka_default``) whose config is
+    :func:`config_from_connection`'s: the provider's ``get_conn`` and ``test_connection`` build
+    their AdminClient from the same config kafkaops connects with."""
 
-    conn_name_attr = "kafka_config_id"
-    default_conn_name = "kafka_default"
-    conn_type = "kafka"
     hook_name = "Apache Kafka (kafkaops)"
 
-    def __init__(self, kafka_config_id: str = default_conn_name) -> None:
-        super().__init__()
-        self.kafka_config_id = kafka_config_id
+    def __init__(self, kafka_config_id: str = KafkaBaseHook.default_conn_name) -> None:
+        super().__init__(kafka_config_id)
 
     def get_config(self) -> dict[str, str]:
         return config_from_connection(self.get_connection(self.kafka_config_id))
+
+    def _build_config(self) -> dict[str, Any]:
+        return dict(self.get_config())
 
     def connect(self, timeout_s: float = admin.DEFAULT_TIMEOUT_S) -> admin.KafkaConnection:
         return admin.connect(self.get_config(), timeout_s=timeout_s)

@@ -15,22 +15,65 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from airflow.sdk import DAG, Param, get_current_context, task
+from airflow.sdk import DAG, ExceptionRetryPolicy, Param, RetryAction, RetryRule, get_current_context, task
 from airflow.sdk.exceptions import AirflowSkipException
 
-from kafkaops.platform import lifecycle
+from kafkaops.errors import ConfigError
+from kafkaops.platform import gates, lifecycle, store
 from kafkaops.reassign import steps
+from kafkaops.reassign.planner.errors import PlanInfeasible, PlanInputError
+from kafkaops.rekey import steps as rekey_steps
+from kafkaops.rekey.backfill import BackfillIntegrityError
 from kafkaops.airflow.operators import (KafkaOpsApprovalOperator, ReassignmentBatchesOperator,
                                         WaitForBrokersOperator, context_of, failed_tasks, recorded)
 
 DEFAULT_ARGS = {"owner": "kafkaops", "retries": 0, "retry_delay": dt.timedelta(minutes=1)}
 
+# The tasks that wait on or touch the cluster (or the store) retry: Airflow 3.3 can mark a deferrable
+# task failed although its trigger fired (apache/airflow#72716, #71580), and an API call, a broker
+# or the store can blink. Their steps compare desired and observed state, and begin re-takes its own
+# lock, so a retry resumes. An error a retry would meet again fails at once (FINAL_ERRORS). The
+# approval is never retried: a new try would ask a new question, the answer to the first one lost.
+FINAL_ERRORS: list[type[BaseException]] = [ConfigError, store.ClusterBusy, store.LockLost, gates.GateFailed,
+                                           PlanInputError, PlanInfeasible, rekey_steps.OrderingBreakRefused,
+                                           BackfillIntegrityError]
+RETRIED: dict[str, Any] = {
+    "retries": 3, "retry_delay": dt.timedelta(seconds=10), "retry_exponential_backoff": 2.0,
+    "max_retry_delay": dt.timedelta(minutes=1),
+    "retry_policy": ExceptionRetryPolicy(rules=[RetryRule(
+        exception=FINAL_ERRORS, action=RetryAction.FAIL, reason="a retry would end the same way")])}
+
+# Airflow's Trigger form (airflow-core/src/airflow/ui/src/components/FlexibleForm) marks a param
+# required unless its type admits null, and sends null for an optional field left empty; it opens
+# a JSON editor for an array whose items have a type other than string, and a plain text area (one
+# item per line) otherwise. So: every optional param admits null with the default None, and a
+# list of whole numbers has untyped items, each a number (API, CLI) or text of numbers (the form's
+# lines, "4" or "4, 5"); kafkaops.platform.params reads both and refuses anything else by name.
+WHOLE_NUMBERS = {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": r"^[\s,0-9]*$"}]}
+
+
+def text_param(title: str, description: str) -> Param:
+    """An optional text param: empty (None) unless the operator types one."""
+    return Param(None, type=["null", "string"], title=title, description=description)
+
+
+def texts_param(title: str, description: str) -> Param:
+    """An optional list of text, one item per line in the form; empty (None) by default."""
+    return Param(None, type=["null", "array"], items={"type": "string"}, title=title,
+                 description=f"{description} One per line.")
+
+
+def numbers_param(title: str, description: str, default: list[int] | None = None) -> Param:
+    """An optional list of whole numbers (broker ids, partition counts), one per line in the form."""
+    return Param(default, type=["null", "array"], items=WHOLE_NUMBERS, title=title,
+                 description=f"{description} One per line (or comma-separated).")
+
+
 COMMON_PARAMS: dict[str, Param] = {
     "kafka_conn_id": Param("kafka_default", type="string", title="Kafka connection",
                            description="Airflow connection of type 'kafka' whose extras hold the librdkafka config "
                                        "(bootstrap.servers, security settings)."),
-    "topics": Param([], type="array", items={"type": "string"}, title="Topics",
-                    description="Topics to move; empty means all topics."),
+    "topics": texts_param("Topics", "Topics to move; empty means all topics."),
     "throttle_mb_per_s": Param(10.0, type="number", exclusiveMinimum=0, title="Throttle (MB/s)",
                                description="Replication throttle on every broker and topic involved while data "
                                            "moves; removed afterwards, also on failure."),
@@ -41,11 +84,10 @@ COMMON_PARAMS: dict[str, Param] = {
     "max_bytes_to_move": Param(None, type=["null", "integer"], minimum=0, title="Byte budget",
                                description="The plan gate fails when the plan would copy more bytes than this; "
                                            "empty for no limit."),
-    "exclude_brokers": Param([], type="array", items={"type": "integer"}, title="Excluded brokers",
-                             description="Brokers that keep their replicas and receive none."),
-    "inventory": Param("", type="string", title="Inventory",
-                       description="A kafkaops cluster spec (.json, local clusters) or an Ansible inventory "
-                                   "(.yml, real hosts) for the kafka_broker role."),
+    "exclude_brokers": numbers_param("Excluded brokers", "Brokers that keep their replicas and receive none."),
+    "inventory": text_param("Inventory", "A kafkaops cluster spec (.json, local clusters) or an Ansible inventory "
+                                         "(.yml, real hosts) for the kafka_broker role. Empty: the local cluster's "
+                                         "spec that make cluster-up wrote, on the machine that has one."),
     "approval": Param("manual", type="string", enum=list(lifecycle.APPROVAL_MODES), title="Approval",
                       description="manual: a person approves the plan in the UI. auto_approve / auto_reject: "
                                   "the param answers (rehearsals and tests); either way it is recorded."),
@@ -57,9 +99,9 @@ COMMON_PARAMS: dict[str, Param] = {
 
 
 def operation_dag(dag_id: str, *, description: str, params: Mapping[str, Param], tags: list[str], doc_md: str,
-                  schedule: Any = None) -> DAG:
+                  schedule: Any = None, start_date: dt.datetime | None = dt.datetime(2026, 1, 1)) -> DAG:
     """The DAG object every kafkaops DAG uses: one run at a time, native XCom templates, no catch-up."""
-    return DAG(dag_id=dag_id, description=description, schedule=schedule, start_date=dt.datetime(2026, 1, 1),
+    return DAG(dag_id=dag_id, description=description, schedule=schedule, start_date=start_date,
                catchup=False, max_active_runs=1, default_args=DEFAULT_ARGS, params=dict(params), tags=tags,
                doc_md=doc_md, render_template_as_native_obj=True)
 
@@ -127,8 +169,8 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
             ctx = context_of(context, kind_of(context))
             return lifecycle.finish(ctx, (started or {}).get("cluster_id"), failed_tasks=failed_tasks(context))
 
-        started = begin()
-        before = preflight_gate()
+        started = begin.override(**RETRIED)()
+        before = preflight_gate.override(**RETRIED)()
         started >> before
 
         provisioned = registered = None
@@ -143,10 +185,10 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
                 with recorded(ctx, "provision"):
                     return steps.provision_brokers(ctx)
 
-            provisioned = provision()
+            provisioned = provision.override(**RETRIED)()
             before >> provisioned
             registered = WaitForBrokersOperator(task_id="wait_until_registered", kind="scale_out",
-                                                provisioned=provisioned)
+                                                provisioned=provisioned, **RETRIED)
             provisioned >> registered
 
         planned = plan.override(trigger_rule="none_failed")(before, registered.output if registered else None,
@@ -156,20 +198,19 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
             task_id="approval", kind=kind or "rebalance", subject=f"Approve the kafkaops {kind or 'reassignment'} plan",
             body="{{ ti.xcom_pull(task_ids='plan')['approval'] }}", response_timeout=dt.timedelta(hours=24))
         gated >> approval
-        throttles = set_throttles(planned)
+        throttles = set_throttles.override(**RETRIED)(planned)
         approval >> throttles
         # Resume-safe, so a retry (e.g. after a stalled broker was restarted) continues the moves.
         executed = ReassignmentBatchesOperator(task_id="execute_batches", kind=kind or "rebalance",
-                                               plan_data=planned, before=before, retries=2,
-                                               retry_delay=dt.timedelta(seconds=20))
+                                               plan_data=planned, before=before, **RETRIED)
         throttles >> executed
-        verified = verify(planned, before)
+        verified = verify.override(**RETRIED)(planned, before)
         executed >> verified
-        unthrottled = remove_throttles(throttles, planned)
+        unthrottled = remove_throttles.override(**RETRIED)(throttles, planned)
         verified >> unthrottled.as_teardown(setups=throttles)
-        elected = elect_leaders(planned)
+        elected = elect_leaders.override(**RETRIED)(planned)
         [verified, unthrottled] >> elected
-        post = post_move_gate(planned, before)
+        post = post_move_gate.override(**RETRIED)(planned, before)
         elected >> post
         last = post
         if kind != "scale_out":
@@ -177,8 +218,8 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
             def stop_drained() -> dict[str, Any]:
                 return run_step("stop_drained", steps.stop_drained)
 
-            last = stop_drained()
+            last = stop_drained.override(**RETRIED)()
             post >> last
-        done = finish(started)
+        done = finish.override(**RETRIED)(started)
         last >> done.as_teardown(setups=started)
     return dag

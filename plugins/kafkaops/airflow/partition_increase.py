@@ -19,12 +19,13 @@ from airflow.sdk.exceptions import AirflowSkipException
 from kafkaops.platform import lifecycle
 from kafkaops.rekey import steps
 from kafkaops.airflow.hooks import KafkaOpsHook
-from kafkaops.airflow.lifecycle import COMMON_PARAMS, operation_dag
+from kafkaops.airflow.lifecycle import COMMON_PARAMS, RETRIED, operation_dag, text_param
 from kafkaops.airflow.operators import KafkaOpsApprovalOperator, failed_tasks, recorded, run_fields
 
 PARAMS: dict[str, Param] = {
     "kafka_conn_id": COMMON_PARAMS["kafka_conn_id"],
-    "topic": Param("", type="string", title="Topic", description="The topic whose partition count grows."),
+    # the operator's choice: no default, so the form asks for it
+    "topic": Param(type="string", minLength=1, title="Topic", description="The topic whose partition count grows."),
     "new_partition_count": Param(6, type="integer", minimum=1, title="New partition count",
                                  description="The topic's total partition count afterwards (larger than now)."),
     "mode": Param("migrate", type="string", enum=list(steps.MODES), title="Mode",
@@ -33,17 +34,17 @@ PARAMS: dict[str, Param] = {
     "key_rule": Param("record_key", type="string", title="Key rule",
                       description="Where the key comes from: record_key, field:<name> (a top-level JSON field) or "
                                   "jsonpath:$.a.b. Records without a key go to the dead-letter topic."),
-    "target_topic": Param("", type="string", title="Target topic",
-                          description="migrate: the new topic; empty for <topic>.v2 or the next free version."),
+    "target_topic": text_param("Target topic", "migrate: the new topic; empty for <topic>.v2 or the next free "
+                                               "version."),
     "accept_ordering_break": Param(False, type="boolean", title="Accept the ordering break",
                                    description="in_place on a keyed topic: go ahead although records of a key end "
                                                "up in two steps. Refused otherwise."),
     "sample_records": Param(1000, type="integer", minimum=1, title="Sample size",
                             description="Records read (latest, spread over the partitions) to measure how many keys "
                                         "would change partition."),
-    "cutover_group_suffix": Param("", type="string", title="Cut-over group suffix",
-                                  description="migrate: when set, commit each source group's translated offsets on the "
-                                              "target for group <group><suffix>; empty: only record them."),
+    "cutover_group_suffix": text_param("Cut-over group suffix", "migrate: when set, commit each source group's "
+                                                                "translated offsets on the target for group "
+                                                                "<group><suffix>; empty: only record them."),
     "approval": COMMON_PARAMS["approval"],
     "dry_run": Param(True, type="boolean", title="Dry run",
                      description="Plan only (sample, target name, backfill plan): nothing is created or written."),
@@ -117,19 +118,19 @@ def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[st
             return steps.finish(context_of(context), (started or {}).get("cluster_id"),
                                 failed_tasks=failed_tasks(context))
 
-        started = begin()
-        before = preflight_gate()
+        started = begin.override(**RETRIED)()
+        before = preflight_gate.override(**RETRIED)()
         started >> before
-        planned = plan(before)
+        planned = plan.override(**RETRIED)(before)
         approval = PartitionApprovalOperator(
             task_id="approval", kind=steps.KIND, subject="Approve the kafkaops partition increase",
             body="{{ ti.xcom_pull(task_ids='plan')['summary'] }}", response_timeout=dt.timedelta(hours=24))
         planned >> approval
-        result = execute(planned)
+        result = execute.override(**RETRIED)(planned)
         approval >> result
-        verified = verify(planned, result)
-        switched = cutover(planned, before)
+        verified = verify.override(**RETRIED)(planned, result)
+        switched = cutover.override(**RETRIED)(planned, before)
         verified >> switched
-        done = finish(started)
+        done = finish.override(**RETRIED)(started)
         switched >> done.as_teardown(setups=started)
     return dag

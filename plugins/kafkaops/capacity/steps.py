@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kafkaops.platform import admin
+from kafkaops.platform import params as form
 from kafkaops.platform import spark
 from kafkaops.platform import state
 from kafkaops.capacity import review as capacity
@@ -53,24 +54,23 @@ class CapacityParams:
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> CapacityParams:
-        def num(name: str) -> float | None:
-            value = params.get(name)
-            return None if value in (None, "") else float(value)
+        """The params of a run, however sent: an empty field is its default (kafkaops.platform.params)."""
         try:
             result = cls(
-                topics=tuple(params.get("topics") or ()), target_records_per_s=num("target_records_per_s"),
-                per_consumer_records_per_s=num("per_consumer_records_per_s"),
-                max_consumers=None if params.get("max_consumers") in (None, "") else int(params["max_consumers"]),
-                per_broker_mb_per_s=num("per_broker_mb_per_s"), disk_per_broker_gb=num("disk_per_broker_gb"),
-                key_skew=bool(params.get("key_skew", False)), skew_topic=str(params.get("skew_topic") or ""),
-                sample_records=int(params.get("sample_records") or 10_000),
-                candidate_key_field=str(params.get("candidate_key_field") or ""),
-                candidate_partitions=tuple(int(n) for n in params.get("candidate_partitions")
-                                           or skew.DEFAULT_CANDIDATES),
-                propose_scale_out=bool(params.get("propose_scale_out", False)),
-                scale_out_inventory=str(params.get("scale_out_inventory") or ""),
-                kafka_conn_id=str(params.get("kafka_conn_id") or "kafka_default"))
-        except (TypeError, ValueError) as err:
+                topics=form.strings_of(params, "topics"),
+                target_records_per_s=form.number_of(params, "target_records_per_s"),
+                per_consumer_records_per_s=form.number_of(params, "per_consumer_records_per_s"),
+                max_consumers=form.integer_of(params, "max_consumers"),
+                per_broker_mb_per_s=form.number_of(params, "per_broker_mb_per_s"),
+                disk_per_broker_gb=form.number_of(params, "disk_per_broker_gb"),
+                key_skew=bool(params.get("key_skew") or False), skew_topic=form.text_of(params, "skew_topic"),
+                sample_records=form.integer_of(params, "sample_records", 10_000),
+                candidate_key_field=form.text_of(params, "candidate_key_field"),
+                candidate_partitions=form.ints_of(params, "candidate_partitions", skew.DEFAULT_CANDIDATES),
+                propose_scale_out=bool(params.get("propose_scale_out") or False),
+                scale_out_inventory=form.text_of(params, "scale_out_inventory"),
+                kafka_conn_id=form.text_of(params, "kafka_conn_id", "kafka_default"))
+        except ConfigError as err:
             raise ConfigError(f"bad capacity review parameters: {err}; see the DAG's params form") from err
         result.validate()
         return result
@@ -91,6 +91,8 @@ class CapacityParams:
                 problems.append(f"{name} is {value:g}; give a number above 0 or leave it empty")
         if self.sample_records < 1:
             problems.append(f"sample_records is {self.sample_records}; give 1 or more")
+        if any(n < 1 for n in self.candidate_partitions):
+            problems.append(f"candidate_partitions {list(self.candidate_partitions)} hold a count below 1")
         if self.key_skew and not (self.skew_topic or len(self.topics) == 1):
             problems.append("key_skew needs skew_topic (or exactly one entry in topics)")
         if problems:

@@ -1,5 +1,7 @@
 """``kafkaops cluster up|down``: the local three-node KRaft cluster (playbooks/inventory/local.yml)
-through the kafka_broker Ansible role."""
+through the kafka_broker Ansible role. ``up`` also writes the cluster's spec
+(kafkaops.platform.provision.LOCAL_SPEC), the DAGs' inventory when their ``inventory`` param is
+empty; ``down`` also stops the brokers a scale-out added to it."""
 from __future__ import annotations
 
 import argparse
@@ -17,7 +19,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.action == "up":
         result = provision.cluster_up()
-        print(f"cluster up: {LOCAL_BOOTSTRAP} (changed tasks per node: {dict(result.changed) or 'none'})")
+        print(f"cluster up: {LOCAL_BOOTSTRAP} (changed tasks per node: {dict(result.changed) or 'none'}); its spec, "
+              f"the DAGs' default inventory: {provision.LOCAL_SPEC}")
     else:
         result = provision.cluster_down(purge=args.purge)
         print(f"cluster down{' and purged' if args.purge else ''} (changed tasks per node: "

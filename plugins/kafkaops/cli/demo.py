@@ -2,11 +2,17 @@
 
 The local cluster (playbooks/inventory/local.yml: three KRaft nodes on 19092/94/96) comes up with
 the kafka_broker role and gets a skewed ``orders`` topic. Then Airflow runs ``kafka_scale_out``
-with ``dag.test()``: preflight gate, broker 4 provisioned by the same role, registered, the plan,
-approval (``auto_approve``: nobody is there to click), throttled batches, verification, throttles
-removed, preferred leaders, the post-move gate. ``kafka_reassign`` then drains broker 4 and stops
-it, so the next demo starts from the same three brokers. Both runs' operation records stay in
-``.cache/airflow`` (the home ``make airflow`` serves), on the run's "Operation record" tab.
+(``airflow dags test``, i.e. ``dag.test()``, in a child process): preflight gate, broker 4
+provisioned by the same role, registered, the plan, approval (``auto_approve``: nobody is there to
+click), throttled batches, verification, throttles removed, preferred leaders, the post-move gate.
+A traffic check (:mod:`kafkaops.platform.traffic`) produces and consumes keyed records throughout.
+``kafka_reassign`` then drains broker 4 and stops it, so the next demo starts from the same three
+brokers. Both runs' operation records stay in ``.cache/airflow`` (the home ``make airflow``
+serves), on the run's "Operation record" tab.
+
+The terminal tells the story from the run's audit events in the kafkaops store (and the batches'
+progress, polled as the DAG's trigger polls it); Airflow's task logs, Ansible's and Kafka's
+clients' go to the log file the demo names at its start and its end.
 """
 from __future__ import annotations
 
@@ -16,127 +22,380 @@ import logging
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
-from kafkaops.platform import admin
 from kafkaops.cli import datagen
-from kafkaops.platform import provision
 from kafkaops.errors import KafkaOpsError
+from kafkaops.model import Cluster
+from kafkaops.platform import admin, provision, state, traffic
+from kafkaops.platform import store as store_
 from kafkaops.platform.partitioner import partition_for
 from kafkaops.platform.paths import CACHE, REPO_ROOT
-from kafkaops.platform.render import render_snapshot
+from kafkaops.platform.render import (BROKER_COLUMNS, PARTITION_COLUMNS, broker_rows, cluster_headline, duration,
+                                     human_bytes, partition_rows, render_snapshot, table)
+from kafkaops.reassign import steps
 
 log = logging.getLogger(__name__)
 
 TOPIC = "orders"
 AIRFLOW_HOME = CACHE / "airflow"
+LOG_FILE = CACHE / "demo" / "airflow.log"
+#: Slow enough that each batch shows its progress, fast enough for a demo of about two minutes.
+SCALE_OUT_THROTTLE_MB = 2.0
 
 
-def local_spec() -> provision.ClusterSpec:
-    """The local cluster of playbooks/inventory/local.yml as a cluster spec, the scale-out DAG's
-    inventory param (a spec lets the DAG put new brokers on free loopback ports)."""
-    import yaml
-
-    inventory = yaml.safe_load(provision.LOCAL_INVENTORY.read_text())["all"]
-    hosts = inventory["children"]["kafka_cluster"]["children"]["kafka_controllers"]["hosts"]
-    nodes = tuple(provision.NodeSpec(node_id=int(v["kafka_broker_node_id"]), port=int(v["kafka_broker_port"]),
-                                     controller_port=int(v["kafka_broker_controller_port"]),
-                                     rack=str(v.get("kafka_broker_rack", "")))
-                  for v in sorted(hosts.values(), key=lambda v: int(v["kafka_broker_node_id"])))
-    return provision.ClusterSpec(cluster_id=inventory["vars"]["kafka_broker_cluster_id"],
-                                 base_dir=provision.LOCAL_BASE_DIR, nodes=nodes,
-                                 heap=str(inventory["vars"].get("kafka_broker_heap", "512m")))
+local_spec = provision.local_spec  # the local cluster as a spec (also make cluster-up's, in provision.LOCAL_SPEC)
 
 
-def _airflow_env(bootstrap: str) -> None:
-    """Point Airflow (imported after this) at the repository's home, DAGs and plugins, and its
-    ``kafka_default`` connection at the local cluster, as ``make airflow`` does."""
+def _log_to(path: Path) -> None:
+    """This process' logging (kafkaops, ansible-runner, the Kafka clients) into ``path``, not the terminal."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("")
+    handler = logging.FileHandler(path, mode="a", encoding="utf-8")  # appends, as the Airflow children do
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
+def _airflow_env(bootstrap: str, out: TextIO) -> dict[str, str]:
+    """The environment of the Airflow child processes: the repository's home, DAGs and plugins (this
+    checkout's code first on the path), and ``kafka_default`` at the local cluster, as ``make
+    airflow`` has it. Migrates the metadata database, its output into ``out``."""
     os.environ.setdefault("AIRFLOW_HOME", str(AIRFLOW_HOME))
+    path = os.pathsep.join([str(REPO_ROOT / "plugins"), str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     os.environ.update({
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}),
+        "GX_ANALYTICS_ENABLED": "false",
     })
+    env = {**os.environ, "PYTHONPATH": path}
     Path(os.environ["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
-    result = subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], capture_output=True,
-                            text=True, env=os.environ.copy(), timeout=600)
+    result = subprocess.run([_airflow(), "db", "migrate"], stdout=out, stderr=subprocess.STDOUT, env=env,
+                            timeout=600)
     if result.returncode != 0:
-        raise KafkaOpsError(f"airflow db migrate in {os.environ['AIRFLOW_HOME']} failed: "
-                            f"{result.stderr.strip()[-1500:]}")
+        raise KafkaOpsError(f"airflow db migrate in {os.environ['AIRFLOW_HOME']} failed (exit {result.returncode}); "
+                            f"its output is at the end of {out.name}")
+    return env
 
 
-def _run_dag(dag_id: str, **conf: Any) -> dict[str, Any]:
-    from airflow.dag_processing.dagbag import DagBag
+def _airflow() -> str:
+    return str(Path(sys.executable).parent / "airflow")
 
-    from kafkaops.platform import state
 
-    dag = DagBag(dag_folder=str(REPO_ROOT / "dags")).dags[dag_id]
-    dag_run = dag.test(run_conf=conf)
-    record = state.AuditLog.for_run(dag_id, dag_run.run_id).summary()
-    record["state"] = str(dag_run.state)
+class Story:
+    """Prints one run's audit events as they arrive: the plan, the approval an operator would read,
+    each batch with % and ETA, the gates with their numbers, the notes, the outcome. ``brief``
+    keeps it to a few lines (the drain)."""
+
+    def __init__(self, dag_id: str, since: float, conn_config: Mapping[str, str], *, brief: bool = False,
+                 check: traffic.TrafficCheck | None = None, out: TextIO = sys.stdout) -> None:
+        self.dag_id, self.since, self.conn_config, self.brief = dag_id, since, dict(conn_config), brief
+        self.check, self.out = check, out
+        self.run_id: str | None = None
+        self.seen = 0
+        self.plan: dict[str, Any] | None = None
+        self.before: dict[str, Any] | None = None
+        self.params: dict[str, Any] = {}
+        self.kind = ""
+        self.batch: dict[str, Any] | None = None
+        self.tty = getattr(out, "isatty", lambda: False)()
+        self._mark = -1
+        self._width = 0  # of the progress line a terminal shows now
+
+    @property
+    def store(self) -> store_.Store:
+        return store_.current()
+
+    def say(self, text: str = "") -> None:
+        if self._width and not text.startswith("\r"):  # a terminal's live progress line stays as it was
+            self.out.write("\n")
+            self._width = 0
+        print(text, file=self.out, flush=True)
+
+    def poll(self) -> None:
+        """Print what happened since the last poll; follow the batch in flight."""
+        if self.run_id is None:
+            ours = [op for op in self.store.list_operations(self.dag_id, limit=5) if op["started_at"] >= self.since]
+            if not ours:
+                return
+            self.run_id = ours[-1]["run_id"]
+        events = self.store.events(self.dag_id, self.run_id)
+        for event in events[self.seen:]:
+            self.show(event.kind, dict(event.data), event.ts)
+        self.seen = len(events)
+        if self.batch is not None:
+            self.follow_batch()
+
+    def show(self, kind: str, d: dict[str, Any], ts: float) -> None:
+        if kind == "started":
+            self.params, self.kind = dict(d.get("params") or {}), str(d.get("operation"))
+            self.say(f"run {d.get('run_id')} ({self.kind}) started")
+        elif kind == "snapshot" and d.get("stage") == "before":
+            self.before = d.get("cluster")
+        elif kind == "gate":
+            self.say(self.gate_line(d))
+        elif kind == "plan":
+            self.plan = d
+            if not self.brief:  # brief: the approval line says it
+                self.say(f"plan: {d.get('summary')}")
+        elif kind == "approval":
+            self.show_approval(d)
+        elif kind == "throttle_set":
+            self.say(f"throttle {d.get('rate', 0) / 1e6:g} MB/s on brokers {d.get('brokers')}, topics "
+                     f"{', '.join(d.get('topics') or [])}")
+        elif kind == "batch":
+            self.finish_batch(ts)
+            of = int(d["index"]) + int(d.get("remaining") or 0)
+            self.batch = {**d, "of": of, "ts": ts}
+            self._mark = -1
+            if not self.brief:
+                self.say(f"batch {d['index']}/{of}: {', '.join(f'{t}-{p}' for t, p in d.get('keys', []))}")
+        elif kind == "throttle_removed":
+            self.finish_batch(ts)
+            left = d.get("left") or {}
+            self.say(f"throttles removed from brokers {d.get('brokers')}" + (f"; LEFT: {left}" if left else ""))
+        elif kind == "note":
+            self.show_note(str(d.get("text", "")))
+        elif kind == "step" and d.get("status") == "success" and "registered" in d:
+            self.say(f"the controller registered brokers {d['registered']}")
+        elif kind == "step" and d.get("status") == "failed":
+            self.batch = None
+            self.say(f"step {d.get('name')} FAILED: {d.get('error')}")
+        elif kind == "outcome":
+            self.finish_batch(ts)
+            self.say(f"outcome: {d.get('outcome')}" + (f" ({d['reason']})" if d.get("reason") else ""))
+
+    def show_note(self, text: str) -> None:
+        if text.startswith("lock on cluster") and self.brief:
+            return
+        self.say(text)
+
+    def gate_line(self, d: Mapping[str, Any]) -> str:
+        stats = d.get("statistics") or {}
+        line = (f"gate {d.get('gate')}: {'passed' if d.get('ok') else 'FAILED'}, "
+                f"{stats.get('successful_expectations', '?')}/{stats.get('evaluated_expectations', '?')} expectations")
+        facts = self.gate_facts(str(d.get("gate")))
+        if facts:
+            line += f"; {facts}"
+        return "\n".join([line, *[f"  {f}" for f in d.get("failures") or []]])
+
+    def gate_facts(self, gate: str) -> str:
+        """The numbers a gate was about, from the snapshots and the plan it checked."""
+        if gate == "preflight" and self.before:
+            c = Cluster.from_dict(self.before)
+            return (f"{len(c.online_broker_ids)}/{len(c.brokers)} brokers online, {len(c.under_replicated)} "
+                    f"under-replicated, {len(c.offline_partitions)} offline partitions")
+        if gate == "plan" and self.plan:
+            return (f"{self.plan.get('moves')} partitions, {self.plan.get('replica_moves')} replica moves, "
+                    f"{human_bytes(self.plan.get('bytes_to_move'))}")
+        if gate == "post_move":
+            after = (state.AuditLog(self.dag_id, self.run_id or "", store=self.store).summary().get("after")
+                     if self.run_id else None)
+            if after:
+                c = Cluster.from_dict(after)
+                return (f"replicas as planned, {len(c.under_replicated)} under-replicated, "
+                        f"{len(c.offline_partitions)} offline partitions")
+        return ""
+
+    def show_approval(self, d: Mapping[str, Any]) -> None:
+        by = f"{'approved' if d.get('approved') else 'REJECTED'} by {d.get('by')}"
+        if self.plan is None:
+            self.say(f"approval: {by}")
+            return
+        if self.brief:
+            self.say(f"plan and approval: {self.plan.get('summary')} ({by})")
+            return
+        text = approval_text(self.plan, self.kind, self.params).strip("\n").splitlines()
+        self.say("\n-- the approval an operator reads (Required actions in the UI) --")
+        for line in text:
+            if line.strip() != "```":
+                self.say(f"  {line}" if line.strip() else "")
+        self.say(f"-- {by} --\n")
+
+    def follow_batch(self) -> None:
+        """Poll the batch in flight as the DAG's trigger does; print % and ETA."""
+        if self.plan is None or self.before is None or self.batch is None:
+            return
+        spec = steps.wait_spec(self.plan, self.batch.get("keys", []), self.before)
+        try:
+            status = steps.progress_of(self.conn_config, spec, self.batch["ts"])
+        except KafkaOpsError as err:
+            log.info("progress poll failed: %s", err)
+            return
+        self.show_progress(status)
+
+    def show_progress(self, status: Mapping[str, Any]) -> None:
+        """A batch's progress (``steps.progress_of``): on a terminal one line rewritten in place,
+        else a line at each quarter; the batch's last line when it is done."""
+        if self.batch is None:
+            return
+        self.batch["status"] = status
+        mark = int(status["percent"] // 25)
+        if self.tty and not status["done"]:
+            line = self.progress_line(status)
+            self.out.write("\r" + line.ljust(self._width))
+            self.out.flush()
+            self._width = len(line)
+        elif mark != self._mark and not (status["done"] or self.brief or self.tty):
+            self.say(self.progress_line(status))  # the last line is finish_batch's
+        self._mark = mark
+        if status["done"]:
+            self.finish_batch()
+
+    def progress_line(self, status: Mapping[str, Any]) -> str:
+        eta = status.get("eta_s")
+        line = (f"  batch {self.batch['index']}/{self.batch['of']}: {status['percent']:5.1f}% "  # type: ignore[index]
+                f"({human_bytes(status['bytes_done'])} of {human_bytes(status['bytes_total'])}, "
+                f"{status['partitions_done']}/{status['partitions_total']} partitions)"
+                + ("" if eta is None or status["done"] else f", ETA {duration(eta)}"))
+        if self.check is not None:
+            line += f"; traffic sent {self.check.sent:,}, received {len(self.check.received):,}"
+        return line
+
+    def finish_batch(self, ts: float | None = None) -> None:
+        """The batch's last line: done (seen by a poll, or implied by the run's next event at ``ts``)."""
+        if self.batch is None:
+            return
+        status = self.batch.get("status")
+        if status is None or not status["done"]:
+            total = (status or {}).get("bytes_total", self.batch.get("bytes") or 0)
+            status = {"done": True, "percent": 100.0, "bytes_done": total, "bytes_total": total,
+                      "partitions_done": self.batch["partitions"], "partitions_total": self.batch["partitions"]}
+        line = self.progress_line(status) + f", done in {duration((ts or time.time()) - self.batch['ts'])}"
+        self.say(f"\r{line.ljust(self._width)}" if self.tty else line)
+        self.batch, self._width = None, 0
+
+
+def approval_text(plan_data: Mapping[str, Any], kind: str, params: Mapping[str, Any]) -> str:
+    """The text the approval step shows an operator for this plan (the reassignment steps' own)."""
+    return steps.approval_text(plan_data, steps.OperationParams.from_params(kind, params))
+
+
+def _run_dag(dag_id: str, conf: Mapping[str, Any], *, env: Mapping[str, str], out: TextIO, story: Story
+             ) -> dict[str, Any]:
+    """``airflow dags test`` in a child process logging into ``out``, told by ``story`` meanwhile;
+    the run's operation record."""
+    out.write(f"\n===== airflow dags test {dag_id} {json.dumps(conf)}\n")
+    out.flush()
+    child = subprocess.Popen([_airflow(), "dags", "test", dag_id, "-c", json.dumps(conf)], stdout=out,
+                             stderr=subprocess.STDOUT, env=dict(env))
+    try:
+        while child.poll() is None:
+            story.poll()
+            time.sleep(1.0)
+        story.poll()
+    finally:
+        if child.poll() is None:
+            child.terminate()
+            child.wait(30)
+    if story.run_id is None:
+        raise KafkaOpsError(f"{dag_id} exited with {child.returncode} before its run reached the kafkaops store; "
+                            f"see {out.name}")
+    record = state.read_record(dag_id, story.run_id) or {}
+    record["exit_code"] = child.returncode
     return record
 
 
-def _print_record(title: str, record: dict[str, Any]) -> None:
-    print(f"\n== {title}: {record['state']} (outcome {record['outcome']}, run {record.get('run_id')})")
-    plan = record.get("plan") or {}
-    if plan:
-        print(f"plan: {plan.get('summary')}")
-        for line in plan.get("diff", [])[:12]:
-            print(f"  {line}")
-    for gate in record["gates"]:
-        print(f"gate {gate['gate']}: {'passed' if gate['ok'] else 'FAILED'}")
-    print(f"throttles set {len(record['throttles_set'])}, removed {len(record['throttles_removed'])}")
-    for note in record["notes"][-4:]:
-        print(f"note: {note.get('text') if isinstance(note, dict) else note}")
+def _after(cluster: Cluster, *, partitions: bool = True) -> str:
+    """The cluster after an operation, as short as the story needs: the topics' partitions (no
+    internal ones) and the brokers' load."""
+    shown = replace(cluster, partitions=tuple(p for p in cluster.partitions if not p.topic.startswith("__")),
+                    groups=(), _index=None)
+    out = [cluster_headline(shown), "", table(BROKER_COLUMNS, broker_rows(shown))]
+    if partitions:
+        out += ["", table(PARTITION_COLUMNS, partition_rows(shown))]
+    return "\n".join(out)
+
+
+def _fill(conn: admin.KafkaConnection, records: int) -> None:
+    """The skewed ``orders`` topic (kept from an earlier demo when the cluster kept it)."""
+    if not admin.create_topic(conn, TOPIC, 3, 3):
+        return
+    result = datagen.produce(conn.config, TOPIC, datagen.DatagenSpec(
+        records=records, keys=500, skew="hot", hot_share=0.4, record_bytes=300, seed=7))
+    hot_key, hot_count = result.per_key_top[0]
+    print(f"topic {TOPIC}: {result.records} records, {result.records_per_second:,.0f} records/s; hot key {hot_key} "
+          f"takes {hot_count / result.records:.0%} and lands in {TOPIC}-{partition_for(hot_key.encode(), 3)} "
+          "(murmur2, as Kafka's Java client places it)")
+
+
+def _tell(spec: provision.ClusterSpec, spec_path: Path, records: int, out: TextIO) -> int:
+    """The story: before, the scale-out under traffic, after, the traffic check, the drain."""
+    config = {"bootstrap.servers": spec.bootstrap}
+    with admin.connect(config) as conn:
+        _fill(conn, records)
+        print("\n== before\n" + render_snapshot(admin.snapshot(conn)), flush=True)
+    print(f"\npreparing Airflow in {os.environ.get('AIRFLOW_HOME', AIRFLOW_HOME)} (airflow db migrate) ...", flush=True)
+    env = _airflow_env(spec.bootstrap, out)
+    with traffic.TrafficCheck(config, TOPIC, keys=40, rate_per_s=200) as check:
+        print(f"traffic check: a producer (acks=all, idempotent) sends 200 keyed records/s over 40 keys to {TOPIC}, "
+              f"a consumer reads them in group {check.group_id}")
+        print("\n== kafka_scale_out (airflow dags test): add one broker, move replicas onto it", flush=True)
+        added = _run_dag("kafka_scale_out", {
+            "dry_run": False, "approval": "auto_approve", "inventory": str(spec_path), "add_brokers": 1,
+            "topics": [TOPIC], "throttle_mb_per_s": SCALE_OUT_THROTTLE_MB, "max_moves_per_broker": 1},
+            env=env, out=out, story=Story("kafka_scale_out", time.time(), config, check=check))
+    report = check.stop()
+    if added.get("after"):
+        print("\n== after the scale-out\n" + _after(Cluster.from_dict(added["after"])), flush=True)
+    print(f"\n== traffic through the scale-out: {'OK' if report.ok else 'FAILED'}\n"
+          f"records sent {report.sent:,}, received {report.received:,}, lost {report.lost}, duplicated "
+          f"{report.duplicated}, out of order {report.out_of_order} (per key, over {report.keys} keys)"
+          + (f"\n{report}" if not report.ok or report.redelivered else ""))
+    if added.get("outcome") != "success":
+        print(f"\nkafka_scale_out ended {added.get('outcome')} (its reason is above); the task logs are in {out.name}")
+        return 1
+
+    grown = provision.ClusterSpec.load(spec_path)
+    new = [n.node_id for n in grown.nodes if n not in spec.nodes]
+    print(f"\n== kafka_reassign: drain broker(s) {new} and stop them, back to three brokers", flush=True)
+    drained = _run_dag("kafka_reassign", {
+        "operation": "drain", "drain_brokers": new, "stop_drained": True, "dry_run": False,
+        "approval": "auto_approve", "inventory": str(spec_path), "throttle_mb_per_s": 50},
+        env=env, out=out, story=Story("kafka_reassign", time.time(), config, brief=True))
+    if drained.get("outcome") == "success":  # stopped by the run: remove their folders, the spec forgets them
+        provision.cluster_down(grown, limit=[grown.node(b).hostname for b in new], purge=True)
+        spec.save(spec_path)
+    with admin.connect(config) as conn:
+        print("\n== after the drain\n" + _after(admin.snapshot(conn, groups=False), partitions=False), flush=True)
+    print(f"\nboth runs' operation records: `make airflow`, then the DAG run's \"Operation record\" tab "
+          f"(AIRFLOW_HOME {os.environ['AIRFLOW_HOME']})")
+    return 0 if drained.get("outcome") == "success" and report.ok else 1
+
+
+def _stop(spec: provision.ClusterSpec, spec_path: Path) -> None:
+    """Stop the brokers a run added and left running (the spec the DAG grew), then the local cluster."""
+    print("stopping the cluster (make cluster-up keeps one running) ...", flush=True)
+    grown = provision.ClusterSpec.load(spec_path)
+    added = [n.hostname for n in grown.nodes if n not in spec.nodes]
+    if added:
+        provision.cluster_down(grown, limit=added, purge=True)
+    provision.cluster_down()
 
 
 def run_demo(records: int = 100_000, keep_running: bool = False) -> int:
+    _log_to(LOG_FILE)
+    print(f"kafkaops demo: Airflow's task logs, Ansible's and the Kafka clients' go to {LOG_FILE}")
     print("bringing up the local 3-broker KRaft cluster with the kafka_broker Ansible role ...", flush=True)
     provision.cluster_up()
     spec = local_spec()
-    bootstrap = spec.bootstrap
     spec_path = spec.save(CACHE / "demo" / "local-cluster.json")  # three nodes: the DAG grows this copy
-    ok = False
     try:
-        with admin.connect(bootstrap) as conn:
-            if admin.create_topic(conn, TOPIC, 3, 3):
-                result = datagen.produce(conn.config, TOPIC, datagen.DatagenSpec(
-                    records=records, keys=500, skew="hot", hot_share=0.4, record_bytes=300, seed=7))
-                hot_key, hot_count = result.per_key_top[0]
-                print(f"topic {TOPIC}: {result.records} records, {result.records_per_second:,.0f} records/s; hot key "
-                      f"{hot_key} takes {hot_count / result.records:.0%} and lands in {TOPIC}-"
-                      f"{partition_for(hot_key.encode(), 3)} (murmur2, as Kafka's Java client places it)")
-            print("\nbefore:\n" + render_snapshot(admin.snapshot(conn)), flush=True)
-
-        print(f"\npreparing Airflow in {os.environ.get('AIRFLOW_HOME', AIRFLOW_HOME)} (airflow db migrate) ...",
-              flush=True)
-        _airflow_env(bootstrap)
-        print("running kafka_scale_out with dag.test(): add one broker, rebalance onto it ...", flush=True)
-        added = _run_dag("kafka_scale_out", dry_run=False, approval="auto_approve", inventory=str(spec_path),
-                         add_brokers=1, topics=[TOPIC], throttle_mb_per_s=50)
-        _print_record("kafka_scale_out", added)
-        grown = provision.ClusterSpec.load(spec_path)
-        with admin.connect(grown.bootstrap) as conn:
-            print("\nafter the scale-out:\n" + render_snapshot(admin.snapshot(conn)), flush=True)
-        if added["state"] != "success":
-            return 1
-        new = [n.node_id for n in grown.nodes if n not in spec.nodes]
-        print(f"\nrunning kafka_reassign: drain broker(s) {new} and stop them, back to three brokers ...", flush=True)
-        drained = _run_dag("kafka_reassign", operation="drain", drain_brokers=new, stop_drained=True, dry_run=False,
-                           approval="auto_approve", inventory=str(spec_path), throttle_mb_per_s=50)
-        _print_record("kafka_reassign (drain)", drained)
-        provision.cluster_down(grown, limit=[grown.node(b).hostname for b in new], purge=True)
-        ok = drained["state"] == "success"
-        print(f"\nboth runs' operation records: `make airflow`, then the DAG run's \"Operation record\" tab "
-              f"(AIRFLOW_HOME {os.environ['AIRFLOW_HOME']})")
-        return 0 if ok else 1
+        with open(LOG_FILE, "a", encoding="utf-8") as out:
+            return _tell(spec, spec_path, records, out)
     finally:
         if not keep_running:
-            print("\nstopping the cluster (make cluster-up keeps one running) ...", flush=True)
-            provision.cluster_down()
+            _stop(spec, spec_path)
+        print(f"Airflow's task logs and the rest: {LOG_FILE}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

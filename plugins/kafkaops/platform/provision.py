@@ -28,6 +28,12 @@ log = logging.getLogger(__name__)
 
 LOCAL_INVENTORY = PLAYBOOKS / "inventory" / "local.yml"
 LOCAL_BASE_DIR = CACHE / "cluster"
+LOCAL_SPEC = CACHE / "local-cluster.json"
+"""The cluster spec of the local cluster, written by ``make cluster-up`` (:func:`cluster_up`) and
+grown by the scale-out DAG: the DAGs' inventory when their ``inventory`` param is empty and this
+file exists (:func:`default_inventory`). It lives in this machine's cache (``$KAFKAOPS_CACHE``,
+default ``.cache/``), so only the machine that runs the local cluster finds it; elsewhere the
+param must name an inventory."""
 
 
 def new_cluster_id() -> str:
@@ -265,19 +271,83 @@ def _failure_message(result: Mapping[str, Any]) -> str:
 
 
 def cluster_up(spec: ClusterSpec | None = None, *, limit: Iterable[str] | None = None) -> ProvisionResult:
-    """Converge the cluster (the local one of ``make cluster-up`` when ``spec`` is None)."""
+    """Converge the cluster. ``spec`` None: the local one of ``make cluster-up``, whose spec is then
+    written to :data:`LOCAL_SPEC` (:func:`save_local_spec`)."""
     inventory, extravars = _inventory(spec)
-    return run_playbook("cluster_up.yml", inventory, extravars=extravars,
-                        limit=",".join(limit) if limit else None)
+    result = run_playbook("cluster_up.yml", inventory, extravars=extravars,
+                          limit=",".join(limit) if limit else None)
+    if spec is None:
+        save_local_spec()
+    return result
 
 
 def cluster_down(spec: ClusterSpec | None = None, *, purge: bool = False,
                  limit: Iterable[str] | None = None) -> ProvisionResult:
-    """Stop the cluster; with ``purge`` also remove what the role created for each node."""
+    """Stop the cluster; with ``purge`` also remove what the role created for each node. ``spec``
+    None: the local cluster, with the brokers its :data:`LOCAL_SPEC` lists beyond the inventory
+    (added by a scale-out); a purge also removes that spec."""
+    if spec is None and limit is None:
+        added = _added_local_nodes()
+        if added:
+            cluster_down(added[0], purge=purge, limit=[n.hostname for n in added[1]])
     inventory, extravars = _inventory(spec)
     extravars["kafka_broker_down_state"] = "absent" if purge else "stopped"
-    return run_playbook("cluster_down.yml", inventory, extravars=extravars,
-                        limit=",".join(limit) if limit else None)
+    result = run_playbook("cluster_down.yml", inventory, extravars=extravars,
+                          limit=",".join(limit) if limit else None)
+    if spec is None and purge:
+        LOCAL_SPEC.unlink(missing_ok=True)
+    return result
+
+
+def local_spec() -> ClusterSpec:
+    """The local cluster of playbooks/inventory/local.yml as a cluster spec (a spec lets the
+    scale-out DAG put new brokers on free loopback ports)."""
+    import yaml
+
+    inventory = yaml.safe_load(LOCAL_INVENTORY.read_text())["all"]
+    hosts = inventory["children"]["kafka_cluster"]["children"]["kafka_controllers"]["hosts"]
+    nodes = tuple(NodeSpec(node_id=int(v["kafka_broker_node_id"]), port=int(v["kafka_broker_port"]),
+                           controller_port=int(v["kafka_broker_controller_port"]),
+                           rack=str(v.get("kafka_broker_rack", "")))
+                  for v in sorted(hosts.values(), key=lambda v: int(v["kafka_broker_node_id"])))
+    return ClusterSpec(cluster_id=inventory["vars"]["kafka_broker_cluster_id"], base_dir=LOCAL_BASE_DIR,
+                       nodes=nodes, heap=str(inventory["vars"].get("kafka_broker_heap", "512m")))
+
+
+def save_local_spec(path: Path | None = None) -> Path:
+    """Write the local cluster's spec: the inventory's nodes plus the brokers a scale-out added to
+    the spec already there that still run (a stopped one is dropped, so its id can be reused)."""
+    path = path or LOCAL_SPEC
+    spec = local_spec()
+    added = _added_local_nodes(path)
+    for node in added[1] if added else ():
+        if node_pid(added[0], node.node_id) is not None:
+            spec = spec.with_node(node)
+    return spec.save(path)
+
+
+def _added_local_nodes(path: Path | None = None) -> tuple[ClusterSpec, tuple[NodeSpec, ...]] | None:
+    """The local spec saved at ``path`` and its nodes beyond the inventory's, if it is the local
+    cluster's spec (same cluster id and folder)."""
+    path = path or LOCAL_SPEC
+    if not path.is_file():
+        return None
+    try:
+        saved = ClusterSpec.load(path)
+    except ProvisionError as err:
+        log.warning("ignoring the local cluster spec %s: %s", path, err)
+        return None
+    base = local_spec()
+    if (saved.cluster_id, saved.base_dir) != (base.cluster_id, base.base_dir):
+        return None
+    known = {n.node_id for n in base.nodes}
+    return saved, tuple(n for n in saved.nodes if n.node_id not in known)
+
+
+def default_inventory() -> Path | None:
+    """The inventory of an operation whose ``inventory`` param is empty: :data:`LOCAL_SPEC` when
+    this machine has one (``make cluster-up`` wrote it), else None."""
+    return LOCAL_SPEC if LOCAL_SPEC.is_file() else None
 
 
 def _inventory(spec: ClusterSpec | None) -> tuple[Mapping[str, Any] | Path, dict[str, Any]]:

@@ -23,6 +23,7 @@ from typing import Any
 from kafkaops.platform import admin
 from kafkaops.reassign import approval, engine
 from kafkaops.platform import lifecycle
+from kafkaops.platform import params as form
 from kafkaops.platform.lifecycle import APPROVAL_MODES, OperationContext
 from kafkaops.reassign import frames
 from kafkaops.platform import provision
@@ -60,24 +61,26 @@ class OperationParams:
 
     @classmethod
     def from_params(cls, kind: str, params: Mapping[str, Any]) -> OperationParams:
-        def ints(name: str) -> tuple[int, ...]:
-            return tuple(int(x) for x in params.get(name) or ())
+        """The params of a run, however sent (:mod:`kafkaops.platform.params`: an empty field is
+        its default; broker ids may be text). An empty ``inventory`` is the local cluster's spec
+        (:func:`kafkaops.platform.provision.default_inventory`) when this machine has one."""
         try:
             result = cls(
-                kind=kind, topics=tuple(params.get("topics") or ()),
-                throttle_mb_per_s=float(params.get("throttle_mb_per_s", 10.0)),
-                max_moves_per_broker=int(params.get("max_moves_per_broker", 5)),
-                max_moves_total=int(params.get("max_moves_total", 20)),
-                max_bytes_to_move=(int(params["max_bytes_to_move"]) if params.get("max_bytes_to_move") else None),
-                add_brokers=int(params.get("add_brokers") or 0), new_broker_ids=ints("new_broker_ids"),
-                new_broker_racks=tuple(params.get("new_broker_racks") or ()), drain_brokers=ints("drain_brokers"),
-                exclude_brokers=ints("exclude_brokers"), inventory=str(params.get("inventory") or ""),
-                stop_drained=bool(params.get("stop_drained", False)),
-                approval=str(params.get("approval", "manual")), dry_run=bool(params.get("dry_run", True)),
-                stall_timeout_s=float(params.get("stall_timeout_s", 120.0)))
-        except (TypeError, ValueError) as err:
-            raise ConfigError(f"bad {kind} parameters: {err}; see the DAG's params form for each field's type") \
-                from err
+                kind=kind, topics=form.strings_of(params, "topics"),
+                throttle_mb_per_s=form.number_of(params, "throttle_mb_per_s", 10.0),
+                max_moves_per_broker=form.integer_of(params, "max_moves_per_broker", 5),
+                max_moves_total=form.integer_of(params, "max_moves_total", 20),
+                max_bytes_to_move=form.integer_of(params, "max_bytes_to_move"),
+                add_brokers=form.integer_of(params, "add_brokers", 0), new_broker_ids=form.ints_of(params, "new_broker_ids"),
+                new_broker_racks=form.strings_of(params, "new_broker_racks"),
+                drain_brokers=form.ints_of(params, "drain_brokers"), exclude_brokers=form.ints_of(params, "exclude_brokers"),
+                inventory=form.text_of(params, "inventory") or str(provision.default_inventory() or ""),
+                stop_drained=bool(params.get("stop_drained") or False),
+                approval=form.text_of(params, "approval", "manual"),
+                dry_run=bool(True if params.get("dry_run") is None else params["dry_run"]),
+                stall_timeout_s=form.number_of(params, "stall_timeout_s", 120.0))
+        except ConfigError as err:
+            raise ConfigError(f"refusing the {kind} run, nothing was changed: {err}") from err
         result.validate()
         return result
 
@@ -114,19 +117,34 @@ class OperationParams:
 def provision_brokers(ctx: OperationContext) -> dict[str, Any]:
     """Start the new brokers with the kafka_broker role. ``inventory`` is either a kafkaops
     cluster spec (JSON, local clusters: new nodes get free loopback ports) or an Ansible
-    inventory (YAML, real hosts: the new hosts must be in it; they are the play's limit)."""
+    inventory (YAML, real hosts: the new hosts must be in it; they are the play's limit).
+
+    Resume-safe: a retry provisions the brokers an earlier try of this attempt chose (the role
+    converges them again), never more."""
     p = ctx.params
     if not p.inventory:
         raise ConfigError("a scale-out needs the inventory param: a kafkaops cluster spec (.json) or an Ansible "
-                          "inventory (.yml) that names the new hosts")
+                          "inventory (.yml) that names the new hosts; for the local cluster, run make cluster-up, "
+                          f"which writes {provision.LOCAL_SPEC}, the default of an empty param")
     path = Path(p.inventory)
     if path.suffix == ".json":
         spec = provision.ClusterSpec.load(path)
-        grown, added = spec.with_new_brokers(p.add_brokers, node_ids=p.new_broker_ids, racks=p.new_broker_racks)
+        chosen = _chosen_brokers(ctx)
+        if chosen and set(chosen) <= {n.node_id for n in spec.nodes}:  # that try saved them into the spec
+            grown, added = spec, tuple(spec.node(i) for i in chosen)
+        else:
+            grown, added = spec.with_new_brokers(p.add_brokers, node_ids=chosen or p.new_broker_ids,
+                                                 racks=p.new_broker_racks)
         ctx.audit.append("note", text=f"provisioning broker(s) {', '.join(str(n.node_id) for n in added)} on "
-                                      f"{', '.join(f'{n.host}:{n.port}' for n in added)}")
+                                      f"{', '.join(f'{n.host}:{n.port}' for n in added)}",
+                         provisioning=[n.node_id for n in added])
         ctx.fence("provision brokers")
-        provision.cluster_up(grown, limit=[n.hostname for n in added])
+        hosts = [n.hostname for n in added]
+        try:
+            provision.cluster_up(grown, limit=hosts)
+        except KafkaOpsError as err:
+            _stop_half_provisioned(ctx, grown, hosts, err)
+            raise
         grown.save(path)  # the cluster now has these nodes: the spec says so for the next run
         new = [{"id": n.node_id, "rack": n.rack or None, "host": n.host, "port": n.port} for n in added]
     else:
@@ -139,6 +157,29 @@ def provision_brokers(ctx: OperationContext) -> dict[str, Any]:
                for k, i in enumerate(p.new_broker_ids)]
     ctx.audit.append("note", text=f"broker(s) {', '.join(str(b['id']) for b in new)} provisioned")
     return {"new_brokers": new}
+
+
+def _stop_half_provisioned(ctx: OperationContext, spec: provision.ClusterSpec, hosts: list[str],
+                           err: Exception) -> None:
+    """A provisioning that failed must not leave a broker running that no spec lists: stop (and
+    remove) what it started; a retry provisions the same ids again from the audit note."""
+    try:
+        provision.cluster_down(spec, limit=hosts, purge=True)
+    except KafkaOpsError as cleanup:
+        ctx.audit.append("note", text=f"provisioning {', '.join(hosts)} failed ({err}) and stopping them failed too "
+                                      f"({cleanup}); stop them by hand before the next run")
+        log.error("could not stop the half-provisioned %s: %s", ", ".join(hosts), cleanup)
+    else:
+        ctx.audit.append("note", text=f"provisioning {', '.join(hosts)} failed; what it started was stopped and "
+                                      "removed")
+
+
+def _chosen_brokers(ctx: OperationContext) -> tuple[int, ...]:
+    """The broker ids an earlier try of this attempt chose to provision (its audit note), if any."""
+    record = ctx.audit.summary()
+    chosen = [n["provisioning"] for n in record["notes"]
+              if n.get("provisioning") and n["ts"] >= (record["started_at"] or 0)]
+    return tuple(chosen[-1]) if chosen else ()
 
 
 def registered_brokers(conn_config: Mapping[str, str]) -> list[int]:
@@ -343,8 +384,8 @@ def stop_drained(ctx: OperationContext) -> dict[str, Any]:
     """After a drain, stop the drained brokers through the role (a cluster spec inventory only), then
     record the cluster after that: the last step that changes it."""
     p = ctx.params
-    if not p.stop_drained or not p.drain_brokers:
-        return {"stopped": []}
+    if p.kind != "drain" or not p.stop_drained or not p.drain_brokers:
+        return {"stopped": []}  # only a drain stops brokers, whatever else the form holds
     path = Path(p.inventory)
     if path.suffix == ".json":
         spec = provision.ClusterSpec.load(path)

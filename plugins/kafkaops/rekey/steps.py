@@ -31,6 +31,7 @@ from kafkaops.platform import admin
 from kafkaops.platform import keyrules
 from kafkaops.rekey import backfill
 from kafkaops.platform import lifecycle
+from kafkaops.platform import params as form
 from kafkaops.platform import spark
 from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.errors import ConfigError, KafkaOpsError
@@ -65,16 +66,19 @@ class PartitionParams:
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> PartitionParams:
+        """The params of a run, however sent: an empty field is its default (kafkaops.platform.params)."""
         try:
-            result = cls(topic=str(params.get("topic") or ""),
-                         new_partition_count=int(params.get("new_partition_count") or 0),
-                         mode=str(params.get("mode", "migrate")), key_rule=str(params.get("key_rule") or "record_key"),
-                         target_topic=str(params.get("target_topic") or ""),
-                         accept_ordering_break=bool(params.get("accept_ordering_break", False)),
-                         sample_records=int(params.get("sample_records", 1000)),
-                         cutover_group_suffix=str(params.get("cutover_group_suffix") or ""),
-                         approval=str(params.get("approval", "manual")), dry_run=bool(params.get("dry_run", True)))
-        except (TypeError, ValueError) as err:
+            result = cls(topic=form.text_of(params, "topic"),
+                         new_partition_count=form.integer_of(params, "new_partition_count", 0),
+                         mode=form.text_of(params, "mode", "migrate"),
+                         key_rule=form.text_of(params, "key_rule", "record_key"),
+                         target_topic=form.text_of(params, "target_topic"),
+                         accept_ordering_break=bool(params.get("accept_ordering_break") or False),
+                         sample_records=form.integer_of(params, "sample_records", 1000),
+                         cutover_group_suffix=form.text_of(params, "cutover_group_suffix"),
+                         approval=form.text_of(params, "approval", "manual"),
+                         dry_run=bool(True if params.get("dry_run") is None else params["dry_run"]))
+        except ConfigError as err:
             raise ConfigError(f"bad partition-increase parameters: {err}; see the DAG's params form") from err
         result.validate()
         return result

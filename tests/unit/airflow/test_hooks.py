@@ -4,7 +4,9 @@ import json
 from pathlib import Path
 
 import pytest
+from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
 from airflow.sdk import Connection
+from confluent_kafka.admin import AdminClient
 
 from kafkaops.airflow.hooks import KafkaOpsHook, config_from_connection, kafkaops_store, store_url_from_connection
 from kafkaops.errors import ConfigError
@@ -36,6 +38,31 @@ def test_unusable_connections_are_refused(conn: Connection, message: str) -> Non
 def test_hook_resolves_a_connection_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_PROD", json.dumps({"conn_type": "kafka", "extra": SASL}))
     assert KafkaOpsHook("kafka_prod").get_config() == SASL
+
+
+def test_the_kafka_connection_type_is_the_providers_and_the_hook_builds_on_it() -> None:
+    """The Connections form offers type 'kafka' (the apache-kafka provider's, testable), and the
+    kafkaops hook is that provider's base hook: same connection id attribute and default."""
+    from airflow.api_fastapi.core_api.services.ui.connections import HookMetaService
+
+    kafka = [m for m in HookMetaService.hook_meta_data() if m.connection_type == "kafka"]
+    assert [m.hook_class_name for m in kafka] == ["airflow.providers.apache.kafka.hooks.base.KafkaBaseHook"]
+    assert issubclass(KafkaOpsHook, KafkaBaseHook)
+    hook = KafkaOpsHook()
+    assert (hook.kafka_config_id, hook.conn_type) == ("kafka_default", "kafka")
+
+
+def test_the_providers_client_is_built_from_the_kafkaops_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The provider's get_conn and its "Test" button use config_from_connection's config: the host
+    stands in for bootstrap.servers, and a connection naming no broker fails with kafkaops' message."""
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEV", json.dumps({"conn_type": "kafka", "host": "localhost",
+                                                             "port": 19092}))
+    hook = KafkaOpsHook("kafka_dev")
+    assert hook._build_config() == hook.get_config() == {"bootstrap.servers": "localhost:19092"}
+    assert isinstance(hook.get_conn, AdminClient)
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_EMPTY", json.dumps({"conn_type": "kafka"}))
+    ok, message = KafkaOpsHook("kafka_empty").test_connection()
+    assert not ok and "connection 'kafka_empty' names no broker" in message
 
 
 # -- the kafkaops store from the kafkaops_store connection ------------------------------------------------

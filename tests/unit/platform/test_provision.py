@@ -70,3 +70,57 @@ def test_a_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) 
     draws = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=b"\x01" + bytes(15))])
     monkeypatch.setattr(provision.uuid, "uuid4", lambda: next(draws))
     assert provision.new_cluster_id() == base64.urlsafe_b64encode(b"\x01" + bytes(15)).decode().rstrip("=")
+
+
+# -- the local cluster's spec (make cluster-up), the DAGs' default inventory --------------------------------
+
+@pytest.fixture
+def local_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The local cluster's folder and spec in a temp dir instead of the repository's .cache."""
+    monkeypatch.setattr(provision, "LOCAL_BASE_DIR", tmp_path / "cluster")
+    monkeypatch.setattr(provision, "LOCAL_SPEC", tmp_path / "local-cluster.json")
+    return tmp_path
+
+
+def running(spec: provision.ClusterSpec, node_id: int, pid: int) -> None:
+    """Record ``pid`` as the node's process, where the role writes it."""
+    pid_file = spec.base_dir / f"node-{node_id}" / "kafka.pid"
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    pid_file.write_text(str(pid))
+
+
+def test_without_a_spec_there_is_no_default_inventory(local_cache: Path) -> None:
+    assert provision.default_inventory() is None
+    provision.save_local_spec()
+    assert provision.default_inventory() == local_cache / "local-cluster.json"
+    assert provision.ClusterSpec.load(provision.LOCAL_SPEC) == provision.local_spec()
+
+
+def test_the_saved_spec_keeps_added_brokers_that_run_and_drops_stopped_ones(local_cache: Path) -> None:
+    import os
+
+    grown, added = provision.local_spec().with_new_brokers(2)  # what kafka_scale_out saves: brokers 4 and 5
+    grown.save(provision.LOCAL_SPEC)
+    running(grown, 4, os.getpid())  # 4 runs; 5 was stopped (no live process)
+    provision.save_local_spec()
+    saved = provision.ClusterSpec.load(provision.LOCAL_SPEC)
+    assert [n.node_id for n in saved.nodes] == [1, 2, 3, 4] and saved.node(4) == added[0]
+
+
+def test_a_spec_of_another_cluster_is_replaced(local_cache: Path) -> None:
+    other = provision.local_cluster_spec(local_cache / "elsewhere", brokers=4)
+    other.save(provision.LOCAL_SPEC)
+    provision.save_local_spec()
+    assert provision.ClusterSpec.load(provision.LOCAL_SPEC) == provision.local_spec()
+
+
+def test_cluster_down_also_stops_the_added_brokers_and_a_purge_removes_the_spec(
+        local_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = []
+    monkeypatch.setattr(provision, "run_playbook", lambda playbook, inventory, *, extravars=None, limit=None:
+                        runs.append((playbook, inventory if isinstance(inventory, Path) else "spec", limit)))
+    grown, _ = provision.local_spec().with_new_brokers(1)
+    grown.save(provision.LOCAL_SPEC)
+    provision.cluster_down(purge=True)
+    assert runs == [("cluster_down.yml", "spec", "kafka-4"), ("cluster_down.yml", provision.LOCAL_INVENTORY, None)]
+    assert provision.default_inventory() is None

@@ -2,9 +2,11 @@
 throttling over the engine on an in-memory cluster."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from kafkaops.platform import lifecycle, store
+from kafkaops.platform import lifecycle, provision, store
 from kafkaops.reassign import engine, steps
 from kafkaops.errors import ConfigError
 from kafkaops.reassign.planner import plan_scale_out
@@ -27,11 +29,32 @@ def test_params_from_the_form_are_typed_and_defaults_are_safe() -> None:
     ("drain", {}, "a drain needs drain_brokers"),
     ("rebalance", {"approval": "maybe"}, "approval 'maybe' is unknown"),
     ("rebalance", {"max_moves_total": 0}, "give 1 or more"),
-    ("rebalance", {"throttle_mb_per_s": "fast"}, "bad rebalance parameters"),
+    ("rebalance", {"throttle_mb_per_s": "fast"}, "refusing the rebalance run.*param throttle_mb_per_s is 'fast'"),
+    ("drain", {"drain_brokers": ["[4]]"]}, r"param drain_brokers holds '\[4\]\]', not a whole number"),
+    ("scale_out", {"new_broker_ids": ["4", "five"]}, "param new_broker_ids holds 'five'"),
 ])
 def test_bad_params_are_refused_before_anything_changes(kind: str, params: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         steps.OperationParams.from_params(kind, params)
+
+
+def test_params_as_the_trigger_form_sends_them(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The form sends null (or "") for a field left empty and one text line per id: each reads as
+    its default, the ids as ints; an empty inventory is the local cluster's spec when there is one."""
+    monkeypatch.setattr(provision, "LOCAL_SPEC", tmp_path / "local-cluster.json")
+    form = {"topics": None, "max_bytes_to_move": None, "exclude_brokers": None, "inventory": None,
+            "new_broker_ids": ["4", "", " 5, 6 "], "new_broker_racks": ["rack-a", ""], "add_brokers": 1,
+            "throttle_mb_per_s": 10.0, "approval": "manual", "dry_run": False, "stall_timeout_s": None}
+    p = steps.OperationParams.from_params("scale_out", form)
+    assert (p.topics, p.max_bytes_to_move, p.exclude_brokers, p.inventory) == ((), None, (), "")
+    assert (p.new_broker_ids, p.new_broker_racks, p.stall_timeout_s, p.dry_run) == ((4, 5, 6), ("rack-a",), 120.0,
+                                                                                      False)
+    provision.local_spec().save(provision.LOCAL_SPEC)
+    assert steps.OperationParams.from_params("scale_out", {**form, "inventory": ""}).inventory == str(
+        tmp_path / "local-cluster.json")
+    assert steps.OperationParams.from_params("scale_out", {**form, "inventory": "inv.yml"}).inventory == "inv.yml"
+    api = steps.OperationParams.from_params("drain", {"drain_brokers": [4, 5], "exclude_brokers": [1]})
+    assert (api.drain_brokers, api.exclude_brokers) == ((4, 5), (1,))
 
 
 def plan_data() -> dict:
@@ -136,3 +159,87 @@ def test_a_cluster_unreadable_after_the_stop_keeps_the_earlier_after_and_says_so
     record = ctx.audit.summary()
     assert [b["id"] for b in record["after"]["brokers"]] == [1, 2, 3]
     assert "could not be read" in record["notes"][-1]["text"] and "no answer from Kafka" in record["notes"][-1]["text"]
+
+
+def test_a_retried_gate_that_passed_is_recorded_once_and_a_failure_always(local_store) -> None:
+    from kafkaops.platform import gates
+
+    data, _ = plan_data()
+    local_store.start_operation("kafka_reassign", "test", kind="scale_out", triggered_by="t", params={})
+
+    def try_(number: int, **params: object) -> lifecycle.OperationContext:
+        return lifecycle.OperationContext(dag_id="kafka_reassign", run_id="test", conn_config={}, task_id="plan_gate",
+                                          try_number=number,
+                                          params=steps.OperationParams(kind="scale_out", add_brokers=1, **params))
+
+    assert steps.plan_gate(try_(1), data)["ok"] and steps.plan_gate(try_(2), data)["ok"]
+    assert [(g["gate"], g["ok"]) for g in try_(2).audit.summary()["gates"]] == [("plan", True)]
+    with pytest.raises(gates.GateFailed):
+        steps.plan_gate(try_(3, max_bytes_to_move=1), data)
+    assert [(g["gate"], g["ok"]) for g in try_(3).audit.summary()["gates"]] == [("plan", True), ("plan", False)]
+
+
+def _provisioning_run(local_store, tmp_path) -> tuple[Path, lifecycle.OperationContext]:
+    """A started scale-out run of a three-broker spec, holding its lock, at its provision task."""
+    spec_path = provision.local_cluster_spec(tmp_path / "cluster", brokers=3).save(tmp_path / "spec.json")
+    local_store.start_operation("kafka_scale_out", "test", kind="scale_out", triggered_by="t", params={})
+    local_store.acquire("c1", "kafka_scale_out", "test")
+    ctx = lifecycle.OperationContext(dag_id="kafka_scale_out", run_id="test", conn_config={}, task_id="provision",
+                                     params=steps.OperationParams(kind="scale_out", add_brokers=1,
+                                                                  inventory=str(spec_path)))
+    ctx.audit.append("started", operation="scale_out")
+    return spec_path, ctx
+
+
+def test_a_retried_provision_converges_the_brokers_it_chose_and_adds_no_more(
+        local_store, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first try chose and started broker 4 and saved the spec, then Airflow lost its state: the
+    retry starts broker 4 again (the role converges it) instead of adding broker 5."""
+    started = []
+    monkeypatch.setattr(provision, "cluster_up", lambda spec, *, limit=None: started.append(list(limit)))
+    spec_path, ctx = _provisioning_run(local_store, tmp_path)
+    first = steps.provision_brokers(ctx)
+    retry = steps.provision_brokers(ctx)
+    assert [b["id"] for b in first["new_brokers"]] == [b["id"] for b in retry["new_brokers"]] == [4]
+    assert started == [["kafka-4"], ["kafka-4"]]
+    assert [n.node_id for n in provision.ClusterSpec.load(spec_path).nodes] == [1, 2, 3, 4]
+    ctx.audit.append("started", operation="scale_out")  # a new attempt (the run cleared from begin) adds one more
+    assert [b["id"] for b in steps.provision_brokers(ctx)["new_brokers"]] == [5]
+
+
+def test_a_failed_provision_stops_what_it_started_and_its_retry_takes_the_same_ids(
+        local_store, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Broker 4 started but failed its health check: it is stopped and removed (no spec lists it, so
+    nothing else would), the spec stays at three brokers, and the retry provisions broker 4 again."""
+    from kafkaops.errors import ProvisionError
+
+    calls = []
+
+    def failing_up(spec, *, limit=None):
+        calls.append(("up", list(limit)))
+        if len(calls) == 1:
+            raise ProvisionError("playbook cluster_up.yml failed: task 'Check broker 4 answers' failed")
+
+    monkeypatch.setattr(provision, "cluster_up", failing_up)
+    monkeypatch.setattr(provision, "cluster_down",
+                        lambda spec, *, purge=False, limit=None: calls.append(("down", list(limit), purge)))
+    spec_path, ctx = _provisioning_run(local_store, tmp_path)
+    with pytest.raises(ProvisionError):
+        steps.provision_brokers(ctx)
+    assert calls == [("up", ["kafka-4"]), ("down", ["kafka-4"], True)]
+    assert [n.node_id for n in provision.ClusterSpec.load(spec_path).nodes] == [1, 2, 3]
+    assert "stopped and removed" in ctx.audit.summary()["notes"][-1]["text"]
+    assert [b["id"] for b in steps.provision_brokers(ctx)["new_brokers"]] == [4]
+    assert calls[-1] == ("up", ["kafka-4"])
+
+
+def test_only_a_drain_stops_brokers_whatever_else_the_form_holds(kafka: FakeKafka, monkeypatch) -> None:
+    from kafkaops.platform import provision
+
+    ctx = lifecycle.OperationContext(dag_id="kafka_reassign", run_id="test", conn_config={},
+                                     params=steps.OperationParams(kind="rebalance", drain_brokers=(3,),
+                                                                  stop_drained=True, inventory="hosts.yml"))
+    played = []
+    monkeypatch.setattr(provision, "run_playbook", lambda *a, **k: played.append(a))
+    assert steps.stop_drained(ctx) == {"stopped": []}
+    assert played == [] and 3 in kafka.online
