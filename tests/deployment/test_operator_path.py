@@ -123,6 +123,13 @@ def test_the_operators_path(airflow: AirflowServer, chrome: Any, deployment_clus
 
     # 3. Required Actions: read the plan, approve
     wait_for_approval(airflow, "kafka_scale_out", run)
+    ui.open_run_tab("kafka_scale_out", run, "Operation record")  # mid-run: a page, not an error
+    ui.text_shown(run)
+    waiting = ui.visible_text()
+    ui.shot("scale-out-record-awaiting-approval")
+    assert re.search(r"(?m)^Plan$", waiting) and not re.search(r"(?i)internal server error|traceback", waiting), \
+        f"the record of a run awaiting approval should show its plan:\n{waiting}"
+    chrome.switch_to.default_content()
     text = ui.open_required_action("kafka_scale_out", run, timeout=120)
     ui.shot("scale-out-approval")
     assert_shows_plan(text, "scale-out")
