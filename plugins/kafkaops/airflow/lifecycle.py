@@ -11,6 +11,7 @@ at import time.
 """
 from __future__ import annotations
 
+import copy
 import datetime as dt
 from collections.abc import Mapping
 from typing import Any
@@ -100,9 +101,12 @@ COMMON_PARAMS: dict[str, Param] = {
 
 def operation_dag(dag_id: str, *, description: str, params: Mapping[str, Param], tags: list[str], doc_md: str,
                   schedule: Any = None, start_date: dt.datetime | None = dt.datetime(2026, 1, 1)) -> DAG:
-    """The DAG object every kafkaops DAG uses: one run at a time, native XCom templates, no catch-up."""
+    """The DAG object every kafkaops DAG uses: one run at a time, native XCom templates, no catch-up.
+    Each DAG gets copies of the params: Airflow resolves a run's values into the Param objects, and a
+    shared one would carry one run's choice (dry_run off, a topic) into every DAG built after it."""
     return DAG(dag_id=dag_id, description=description, schedule=schedule, start_date=start_date,
-               catchup=False, max_active_runs=1, default_args=DEFAULT_ARGS, params=dict(params), tags=tags,
+               catchup=False, max_active_runs=1, default_args=DEFAULT_ARGS, params={k: copy.copy(v) for k, v in params.items()},
+               tags=tags,
                doc_md=doc_md, render_template_as_native_obj=True)
 
 

@@ -106,3 +106,18 @@ def test_typed_ids_reach_the_operation_as_ints(dags: dict[str, Any]) -> None:
     params.update({"operation": "drain", "drain_brokers": ["4", "5, 6", ""], "exclude_brokers": ["1"]})
     parsed = OperationParams.from_params("drain", params.validate())
     assert (parsed.drain_brokers, parsed.exclude_brokers) == ((4, 5, 6), (1,))
+
+
+def test_one_dags_run_values_never_become_another_dags_defaults() -> None:
+    """Airflow resolves a run's values into the DAG's Param objects: were they shared between DAGs
+    (the common params), a scale-out run with dry_run off would turn the drain's default into a real
+    run, and a partition increase's topic would stop being asked for."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    first = DagBag(dag_folder=str(REPO / "dags")).dags
+    first["kafka_scale_out"].params["dry_run"] = False
+    first["kafka_partition_increase"].params["topic"] = "orders"
+    second = DagBag(dag_folder=str(REPO / "dags")).dags
+    assert first["kafka_reassign"].params.get_param("dry_run").value is True
+    assert second["kafka_scale_out"].params.get_param("dry_run").value is True
+    assert second["kafka_partition_increase"].params.get_param("topic").value is NOTSET
