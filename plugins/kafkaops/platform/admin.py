@@ -515,6 +515,24 @@ def delete_topics(conn: KafkaConnection, names: Iterable[str]) -> None:
             log.info("topic %s does not exist, nothing to delete", name)
 
 
+def delete_consumer_group(conn: KafkaConnection, group_id: str, *, attempts: int = 5) -> None:
+    """Delete consumer group ``group_id``; a group whose members are still leaving
+    (NON_EMPTY_GROUP) is asked again, up to ``attempts`` times."""
+    def delete() -> None:
+        future = conn.admin.delete_consumer_groups([group_id], request_timeout=conn.timeout_s)[group_id]
+        try:
+            future.result(timeout=conn.timeout_s + 5)
+        except KafkaException as err:
+            code = err.args[0].code() if err.args and isinstance(err.args[0], KafkaError) else None
+            if code == KafkaError.NON_EMPTY_GROUP:
+                raise _typed(KafkaOpsError, f"consumer group {group_id} still has members leaving",
+                             retriable=True) from err
+            raise classify(err, f"the deletion of consumer group {group_id}", conn) from err
+
+    retrying(f"the deletion of consumer group {group_id}", attempts=attempts, first_wait_s=0.5,
+             max_wait_s=2.0)(delete)
+
+
 def truncate_topics(conn: KafkaConnection, names: Iterable[str]) -> dict[tuple[str, int], int]:
     """Delete every record now in ``names`` (DeleteRecords up to each partition's end offset),
     keeping the topics and their configs; returns the offsets each partition now starts at."""

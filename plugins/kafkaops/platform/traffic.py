@@ -282,18 +282,10 @@ class TrafficCheck:
 
     def _delete_group(self) -> None:
         """Leave no group behind (the next snapshot of the cluster would list it); best effort."""
-        from confluent_kafka.admin import AdminClient
+        from kafkaops.platform import admin
 
-        from kafkaops.platform.admin import client_config
-
-        client = AdminClient(client_config(self.config))  # held until the answer: a dropped client cancels it
-        for attempt in range(5):
-            try:
-                client.delete_consumer_groups([self.group_id], request_timeout=15)[self.group_id].result()
-                return
-            except Exception as err:  # the report stands; a group left behind is only clutter
-                if attempt == 4 or "NOT_EMPTY" not in str(err).upper():  # the member may still be leaving
-                    log.warning("traffic check %s: could not delete its consumer group %s: %s", self.run,
-                                self.group_id, err)
-                    return
-                time.sleep(1.0)
+        try:
+            with admin.connect(self.config) as conn:
+                admin.delete_consumer_group(conn, self.group_id)
+        except KafkaOpsError as err:  # the report stands; a group left behind is only clutter
+            log.warning("traffic check %s: could not delete its consumer group %s: %s", self.run, self.group_id, err)
