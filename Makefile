@@ -8,13 +8,15 @@ JARS_DIR := $(CURDIR)/.cache/jars
 JARS_STAMP := $(JARS_DIR)/.stamp
 PYTEST_ARGS ?=
 
-.PHONY: setup postgres browser demo test lint-imports test-unit test-integration cluster-up cluster-down airflow bench clean help
+.PHONY: setup postgres redis browser e2e demo test lint-imports test-unit test-integration cluster-up cluster-down airflow bench clean help
 
 help:
 	@echo "make demo          set up, start the local 3-broker cluster, run the main job, stop it"
 	@echo "make test          set up, check the layer contracts (lint-imports) and run every test (Java, unit, real-cluster integration)"
 	@echo "make setup         .venv/ with pinned packages, and the Kafka/Spark jars from Maven Central"
 	@echo "make postgres      the PostgreSQL server binaries the store tests start a throw-away server from (apt-get, as root)"
+	@echo "make redis         Debian's redis-server, Celery's broker in the deployment tests (apt-get, as root)"
+	@echo "make e2e          only the deployment tests (tests/deployment: Postgres, Redis, Celery, separate Airflow components, the browser)"
 	@echo "make browser       Debian's chromium and chromium-driver for the browser test (apt-get, as root)"
 	@echo "make cluster-up    start the local cluster (127.0.0.1:19092,19094,19096) and leave it running"
 	@echo "make cluster-down  stop it"
@@ -53,6 +55,17 @@ postgres:
 	    { apt-get update && apt-get install -y --no-install-recommends postgresql; }; }; \
 	fi
 
+# The deployment tests (tests/deployment) start Debian's redis-server as Celery's broker; none runs as a service.
+redis:
+	@if ! command -v redis-server >/dev/null; then \
+	  if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	    echo "error: redis-server not found; the deployment tests need it: install it (e.g. sudo apt-get install redis-server), or run make test as root on Debian/Ubuntu"; exit 1; \
+	  fi; \
+	  export DEBIAN_FRONTEND=noninteractive && \
+	  { apt-get install -y --no-install-recommends redis-server || \
+	    { apt-get update && apt-get install -y --no-install-recommends redis-server; }; }; \
+	fi
+
 # The browser test (tests/deployment) drives Debian's chromium through its chromedriver with Selenium;
 # nothing downloads a browser. Without them (and not root on Debian) it says what to install and skips.
 browser:
@@ -69,8 +82,11 @@ browser:
 demo: setup
 	$(PY) -m kafkaops demo
 
-test: setup postgres browser lint-imports
+test: setup postgres redis browser lint-imports
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+e2e: setup postgres redis browser
+	$(PY) -m pytest -m deployment tests/deployment $(PYTEST_ARGS)
 
 # The layer contracts of pyproject.toml's [tool.importlinter] (docs/architecture.md).
 lint-imports: setup

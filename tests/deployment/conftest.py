@@ -60,7 +60,7 @@ class SpecCluster(RunningCluster):
         return self.cache / "local-cluster.json"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def deployment_cluster(artifacts: Path) -> Iterator[SpecCluster]:
     """Three brokers on free loopback ports with ``orders`` (3 partitions, RF 3, about 2.5 MB of
     keyed records), so a fourth broker has replicas to receive."""
@@ -223,7 +223,7 @@ def artifacts() -> Path:
     return root
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def airflow(deployment_cluster: SpecCluster, artifacts: Path) -> Iterator[AirflowServer]:
     """``airflow standalone`` (scheduler, DAG processor, triggerer, api-server) in a temp AIRFLOW_HOME
     with the kafkaops DAGs and plugin, ``kafka_default`` on the deployment cluster, the store in
@@ -249,7 +249,7 @@ def airflow(deployment_cluster: SpecCluster, artifacts: Path) -> Iterator[Airflo
 
 # -- the browser ---------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chrome(artifacts: Path) -> Iterator[Any]:
     """Headless Chromium through Debian's chromedriver, in a fresh profile, in a process group of its own."""
     missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not Path(p).exists()]

@@ -29,7 +29,7 @@ from kafkaops.platform import admin
 from tests.deployment.conftest import PASSWORD, TOPIC, USER, AirflowServer, SpecCluster
 from tests.deployment.ui import AirflowUI
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.deployment, pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(1800)]
 
 # How long one run may take from its trigger to its end (or to its approval): generous for two busy
 # cores; the test's own duration is printed at its end.

@@ -1,0 +1,121 @@
+"""Orchestration overhead of a scale-out on Airflow as operators deploy it (issue 14).
+
+    .venv/bin/python benchmarks/bench_orchestration.py [--mb 40] [--throttle-mb 20] [--no-results]
+
+Starts the deployment of tests/deployment/harness.py (PostgreSQL, Redis, api-server, scheduler,
+dag-processor, triggerer, one Celery worker, the installed wheel) and a 3-broker cluster with one
+topic of ``--mb`` MB (6 partitions, RF 3), triggers ``kafka_scale_out`` through the REST API
+(auto-approved, not a dry run, one broker added) and reads the run back: its wall time from Airflow,
+the time data was moving from the operation record (each batch from its submit to the moment the
+next step saw it done), and each task's time. Overhead = wall time - data moving; target <= 30 s.
+The breakdown says where the rest goes: provisioning the broker, the three GX gates, the other
+steps, and the gaps between tasks (scheduling, queueing through Celery, deferral round trips).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "plugins"), str(ROOT), str(Path(__file__).resolve().parent)]
+
+from results import publish  # noqa: E402
+
+from kafkaops.cli import datagen  # noqa: E402
+from kafkaops.platform import admin, provision, state, store  # noqa: E402
+from kafkaops.platform.paths import JARS  # noqa: E402
+from tests.conftest import TEST_BROKER_CONFIG  # noqa: E402
+from tests.deployment import harness  # noqa: E402
+
+DAG = "kafka_scale_out"
+
+
+def seconds(iso: str | None) -> float | None:
+    return dt.datetime.fromisoformat(iso).timestamp() if iso else None
+
+
+def breakdown(d: harness.Deployment, st: store.Store, run_id: str) -> dict[str, Any]:
+    """Wall time, data moving, and where the rest went, for one finished run."""
+    path = f"/dags/{DAG}/dagRuns/{run_id}"
+    run = d.api("GET", path)
+    tis = d.api("GET", f"{path}/taskInstances", params={"limit": 100})["task_instances"]
+    wall = seconds(run["end_date"]) - seconds(run["start_date"])
+    record = state.AuditLog(DAG, run_id, store=st).summary()
+    moving = sum((b.get("ended_at") or b["ts"]) - b["ts"] for b in record["batches"])
+    spans = {t["task_id"]: (seconds(t["start_date"]), seconds(t["end_date"])) for t in tis
+             if t["start_date"] and t["end_date"]}
+    took = {task: end - start for task, (start, end) in spans.items()}
+    gates = sum(v for k, v in took.items() if k.endswith("_gate"))
+    busy = []  # the union of the tasks' spans: whatever is outside it is a gap between tasks
+    for start, end in sorted(spans.values()):
+        if busy and start <= busy[-1][1]:
+            busy[-1][1] = max(busy[-1][1], end)
+        else:
+            busy.append([start, end])
+    in_tasks = sum(end - start for start, end in busy)
+    return {"wall": wall, "moving": moving, "overhead": wall - moving, "provision": took.get("provision", 0.0),
+            "gates": gates, "execute_batches": took.get("execute_batches", 0.0), "gaps": wall - in_tasks,
+            "batches": len(record["batches"]), "outcome": record["outcome"], "tasks": took}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=int, default=40, help="MB of records in the topic (default 40)")
+    parser.add_argument("--throttle-mb", type=float, default=20.0, help="the run's throttle in MB/s (default 20)")
+    parser.add_argument("--no-results", action="store_true", help="print only; do not append to RESULTS.md")
+    args = parser.parse_args()
+
+    with provision.temporary_cluster("kafkaops-bench-orch-", brokers=3, extra_config=TEST_BROKER_CONFIG) as spec:
+        cache = spec.base_dir / "worker-cache"
+        cache.mkdir()
+        spec.save(cache / "local-cluster.json")
+        with admin.connect(spec.bootstrap) as conn:
+            admin.create_topic(conn, "orders", 6, 3)
+        datagen.produce({"bootstrap.servers": spec.bootstrap}, "orders",
+                        datagen.DatagenSpec(records=args.mb * 1000, keys=2000, skew="zipf", record_bytes=1000, seed=7))
+        with harness.deployment(kafka_bootstrap=spec.bootstrap, worker_cache=cache, jars=JARS,
+                                dag_ids={DAG}) as d:
+            st = store.open_store(d.databases["kafkaops"])
+            d.api("PATCH", f"/dags/{DAG}", json={"is_paused": False})
+            began = time.monotonic()
+            run_id = d.api("POST", f"/dags/{DAG}/dagRuns", json={"logical_date": None, "conf": {
+                "dry_run": False, "approval": "auto_approve", "topics": ["orders"],
+                "throttle_mb_per_s": args.throttle_mb}})["dag_run_id"]
+            while d.api("GET", f"/dags/{DAG}/dagRuns/{run_id}")["state"] not in ("success", "failed"):
+                if time.monotonic() - began > 1200:
+                    raise SystemExit(f"{DAG} run {run_id} not finished after 20 min")
+                time.sleep(1)
+            b = breakdown(d, st, run_id)
+            started_in = d.started_in
+
+    verdict = "met" if b["overhead"] <= 30 and b["outcome"] == "success" else "MISSED"
+    other = b["wall"] - b["gaps"] - b["provision"] - b["gates"] - b["execute_batches"]
+    lines = [
+        f"One kafka_scale_out (+1 broker, {args.mb} MB in 6 partitions x RF 3, throttle {args.throttle_mb:g} MB/s, "
+        f"auto-approved) on the production-like deployment (Postgres, Redis, CeleryExecutor, api-server, scheduler, "
+        f"dag-processor, triggerer, 1 worker; installed wheel; up in {started_in:.0f} s), 2 cores; "
+        f"outcome {b['outcome']}.",
+        "",
+        "| figure | seconds |",
+        "|---|---|",
+        f"| wall time of the run (Airflow's start to end) | {b['wall']:.1f} |",
+        f"| reference: data moving ({b['batches']} batches, submit to seen done) | {b['moving']:.1f} |",
+        f"| **orchestration overhead = wall - moving (target <= 30 s)** | **{b['overhead']:.1f} ({verdict})** |",
+        f"| of which: provisioning the broker (Ansible, JVM start, registration) | {b['provision']:.1f} |",
+        f"| of which: the three GX gates | {b['gates']:.1f} |",
+        f"| of which: gaps between tasks (scheduling, Celery queueing, deferral round trips) | {b['gaps']:.1f} |",
+        f"| of which: execute_batches beyond the data moving | {b['execute_batches'] - b['moving']:.1f} |",
+        f"| of which: the other steps | {other:.1f} |",
+        "",
+        "Task times (s): " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(b["tasks"].items(), key=lambda kv: -kv[1])),
+    ]
+    publish("Orchestration overhead of a scale-out (deployment)", lines, save=not args.no_results)
+    return 0 if b["outcome"] == "success" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

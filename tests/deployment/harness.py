@@ -1,0 +1,466 @@
+"""Airflow as operators deploy it, on this machine: the harness of the deployment scenarios.
+
+:func:`deployment` starts, and at the end stops:
+
+- one PostgreSQL server (Debian's binaries, ``tests/postgres.py``) holding two databases: ``airflow``
+  (Airflow's metadata) and ``kafkaops`` (the kafkaops store);
+- one Redis server (Debian's ``redis-server``), Celery's broker;
+- the project built as a wheel and installed, without its dependencies, into a venv outside the
+  repository (``<root>/venv``); the dependencies come from the development venv's site-packages
+  through one ``.pth`` line, so nothing of the checkout (``plugins/``, ``dags/``, ``playbooks/``) is on
+  any component's path: DAGs, playbooks, suites and Spark apps are read from the installed package;
+- ``airflow db migrate``, then each component of :data:`COMPONENTS` as a separate process (its own
+  process group, ``AIRFLOW_HOME`` and working directory under ``<root>/<component>``), each started
+  the way docker-compose.yml starts it: ``python -m kafkaops check`` first, then the component.
+
+The components share nothing but the installed code, the two databases, Redis and Kafka: one JWT
+secret, one Fernet key and free loopback ports come from :func:`shared_settings`, which
+``tests/deployment/test_compose.py`` also holds docker-compose.yml to. The one exception is the
+Celery worker's ``$KAFKAOPS_CACHE``: the local cluster's spec (``local-cluster.json``) the ``process``
+provisioner grows when it adds a broker on "this host" (brokers on other hosts over SSH: issue 16).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from kafkaops.platform import provision
+from tests import postgres
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[2]
+
+# The components, as `airflow <args>`; docker-compose.yml has one service per component with this command.
+COMPONENTS: dict[str, tuple[str, ...]] = {
+    "api-server": ("api-server",),
+    "scheduler": ("scheduler",),
+    "dag-processor": ("dag-processor",),
+    "triggerer": ("triggerer",),
+    "worker": ("celery", "worker"),
+}
+EXECUTOR = "CeleryExecutor"
+# Who may sign in (SimpleAuthManager): the operator who triggers, the approver who answers the approval.
+USERS = {"operator": "admin", "approver": "op"}
+STORE_CONN_ID = "kafkaops_store"
+COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", ".cache", "build", "*.egg-info", "__pycache__",
+                                     ".pytest_cache", ".hypothesis", "target")
+
+
+def shared_settings(*, metadata_url: str, store: Mapping[str, Any], broker_url: str, result_backend: str,
+                    api_url: str, jwt_secret: str, fernet_key: str, secret_key: str, kafka_bootstrap: str,
+                    dags_folder: str, users: str) -> dict[str, str]:
+    """The environment every component gets: the settings docker-compose.yml's ``x-airflow`` block sets
+    too (addresses differ: compose uses service names)."""
+    return {
+        "AIRFLOW__CORE__EXECUTOR": EXECUTOR,
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": metadata_url,
+        "AIRFLOW__CELERY__BROKER_URL": broker_url,
+        "AIRFLOW__CELERY__RESULT_BACKEND": result_backend,
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{api_url}/execution/",
+        "AIRFLOW__API__BASE_URL": api_url,
+        "AIRFLOW__API_AUTH__JWT_SECRET": jwt_secret,
+        "AIRFLOW__API__SECRET_KEY": secret_key,
+        "AIRFLOW__CORE__FERNET_KEY": fernet_key,
+        "AIRFLOW__CORE__AUTH_MANAGER":
+            "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": users,
+        "AIRFLOW__CORE__DAGS_FOLDER": dags_folder,
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        # The scheduler declares a task whose worker died (no heartbeat) failed after 30 s, so its retry
+        # runs on another worker soon; Airflow's default waits 5 min.
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
+        # Two cores shared by every component: patience with a slow first answer, DAG files parsed once.
+        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
+        "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
+        "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "180",
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "3600",
+        "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+        "AIRFLOW__API__WORKERS": "1",
+        "AIRFLOW__CELERY__WORKER_CONCURRENCY": "4",
+        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka",
+                                                  "extra": {"bootstrap.servers": kafka_bootstrap}}),
+        f"AIRFLOW_CONN_{STORE_CONN_ID.upper()}": json.dumps(dict(store)),
+        "GX_ANALYTICS_ENABLED": "false",
+    }
+
+
+def _free_port() -> int:
+    return provision.free_ports(1)[0]
+
+
+def stop_group(process: subprocess.Popen[Any], timeout: float = 30.0, sig: int = signal.SIGTERM) -> None:
+    """``sig`` to the process group ``process`` leads, then SIGKILL what is left after ``timeout`` s."""
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        process.poll()
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            break
+        process.poll()  # reap the leader, so the group can empty
+        time.sleep(0.2)
+    else:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    process.wait(timeout=10)
+
+
+# -- servers -------------------------------------------------------------------------------------------------
+
+@contextmanager
+def redis_server(root: Path) -> Iterator[str]:
+    """Debian's ``redis-server`` on a free loopback port, no persistence; yields its URL."""
+    binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+    if not Path(binary).exists():
+        message = ("redis-server not found: the deployment tests need Debian's redis-server "
+                   "(apt-get install redis-server; make test installs it as root)")
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    port = _free_port()
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / "redis.log").open("wb") as out:
+        process = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                    "--appendonly", "no", "--dir", str(root), "--daemonize", "no"],
+                                   stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                import redis
+
+                redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=1).ping()
+                break
+            except Exception as err:  # not up yet
+                if process.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"redis-server on 127.0.0.1:{port} did not start ({err}); log "
+                                f"{(root / 'redis.log').read_text(errors='replace')[-1000:]}")
+                time.sleep(0.2)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        stop_group(process, timeout=10)
+
+
+@contextmanager
+def postgres_databases(*names: str) -> Iterator[dict[str, str]]:
+    """One throw-away PostgreSQL server with the databases ``names``; yields their URLs by name."""
+    with postgres.temporary_postgres(database=names[0], prefix="kafkaops-pg-deploy-") as first:
+        url = sa.make_url(first)
+        for name in names[1:]:
+            postgres.execute(url.set(database="postgres").render_as_string(hide_password=False),
+                             f'CREATE DATABASE "{name}"')
+        yield {name: url.set(database=name).render_as_string(hide_password=False) for name in names}
+
+
+# -- the installed project -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Installation:
+    """The project installed from its wheel into ``venv`` (outside the repository)."""
+
+    venv: Path
+    wheel: Path
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    def resource(self, expression: str) -> str:
+        """Evaluate ``expression`` (after ``import kafkaops.resources as r``) in the installed package."""
+        done = subprocess.run([str(self.python), "-c", f"import kafkaops.resources as r; print({expression})"],
+                              cwd=self.venv, env=clean_env(self.venv), capture_output=True, text=True, timeout=120)
+        if done.returncode:
+            pytest.fail(f"the installed kafkaops cannot evaluate {expression}: {done.stderr[-2000:]}")
+        return done.stdout.strip()
+
+
+def clean_env(venv: Path) -> dict[str, str]:
+    """This process's environment without anything that would point a component at the checkout."""
+    keep = {k: v for k, v in os.environ.items()
+            if not k.startswith(("AIRFLOW_", "AIRFLOW__", "PYTEST_", "KAFKAOPS_", "VIRTUAL_ENV", "PYTHON"))}
+    dev_bin = Path(sys.executable).parent  # ansible-playbook & co.; their python never imports kafkaops
+    keep["PATH"] = os.pathsep.join([str(venv / "bin"), str(dev_bin), keep.get("PATH", "/usr/bin:/bin")])
+    return keep
+
+
+def build_wheel(root: Path) -> Path:
+    """The working tree's wheel, built from a copy of it (nothing is written into the checkout)."""
+    source, wheels = root / "source", root / "wheels"
+    shutil.copytree(REPO, source, symlinks=True, ignore=COPY_IGNORE)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels),
+                            str(source)], capture_output=True, text=True, timeout=600)
+    if built.returncode:
+        pytest.fail(f"building the kafkaops wheel failed: {built.stdout[-2000:]}{built.stderr[-3000:]}")
+    shutil.rmtree(source)
+    return next(wheels.glob("kafkaops-*.whl"))
+
+
+def install_wheel(root: Path) -> Installation:
+    """Install the wheel ``$KAFKAOPS_WHEEL`` names (a release's), else the working tree's, into ``root/venv``."""
+    venv = root / "venv"
+    wheel = Path(os.environ["KAFKAOPS_WHEEL"]) if os.environ.get("KAFKAOPS_WHEEL") else build_wheel(root)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    (site / "kafkaops-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
+                                "--quiet", "--no-deps", "--no-index", str(wheel)],
+                               capture_output=True, text=True, timeout=600)
+    if installed.returncode:
+        pytest.fail(f"installing {wheel.name} into {venv} failed: {installed.stderr[-3000:]}")
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import kafkaops; print(kafkaops.__file__)"],
+                           cwd=root, env=clean_env(venv), capture_output=True, text=True, timeout=120)
+    if where.returncode or not where.stdout.strip().startswith(str(venv)):
+        pytest.fail(f"the venv {venv} does not import kafkaops from its wheel: {where.stdout}{where.stderr[-2000:]}")
+    return Installation(venv=venv, wheel=wheel)
+
+
+# -- the components ------------------------------------------------------------------------------------------
+
+@dataclass
+class Component:
+    name: str
+    home: Path
+    env: dict[str, str]
+    argv: list[str]
+    log: Path
+    process: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            kept = [line for line in self.log.read_text(errors="replace").splitlines() if "[http.access]" not in line
+                    and "GET /" not in line]
+            return "\n".join(kept[-lines:])
+        except OSError as err:
+            return f"(no log at {self.log}: {err})"
+
+
+@dataclass
+class Deployment:
+    """The running deployment: ``url`` is the api-server's; :meth:`api` calls its REST API as a user."""
+
+    root: Path
+    url: str
+    installation: Installation
+    components: dict[str, Component]
+    databases: dict[str, str]
+    redis_url: str
+    passwords: dict[str, str] = field(repr=False)
+    started_in: float = 0.0
+    _tokens: dict[str, str] = field(default_factory=dict, repr=False)
+
+    # -- REST API
+    def token(self, user: str) -> str:
+        if user not in self._tokens:
+            answer = httpx.post(f"{self.url}/auth/token", json={"username": user, "password": self.passwords[user]},
+                                timeout=60)
+            answer.raise_for_status()
+            self._tokens[user] = answer.json()["access_token"]
+        return self._tokens[user]
+
+    def call(self, method: str, path: str, *, user: str = "operator", **kwargs: Any) -> httpx.Response:
+        return httpx.request(method, f"{self.url}{path}", timeout=60,
+                             headers={"Authorization": f"Bearer {self.token(user)}"}, **kwargs)
+
+    def api(self, method: str, path: str, *, user: str = "operator", **kwargs: Any) -> Any:
+        """Call ``/api/v2{path}``; fail naming the call and Airflow's answer unless it is a success."""
+        for attempt in range(3):  # an api-server being restarted by a scenario answers again within seconds
+            try:
+                answer = self.call(method, f"/api/v2{path}", user=user, **kwargs)
+                break
+            except httpx.TransportError:
+                if attempt == 2:
+                    raise
+                time.sleep(5)
+        if answer.status_code >= 400:
+            pytest.fail(f"{method} /api/v2{path} as {user} answered {answer.status_code}: {answer.text[:1000]}")
+        return answer.json() if answer.content else None
+
+    # -- components
+    def start(self, name: str, *, check: bool = True) -> Component:
+        component = self.components[name]
+        assert not component.alive(), f"{name} is already running"
+        if check:
+            self.check(component)
+        with component.log.open("ab") as out:
+            out.write(f"\n===== start {component.starts + 1} of {name} =====\n".encode())
+            out.flush()
+            component.process = subprocess.Popen(component.argv, cwd=component.home, env=component.env,
+                                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                 start_new_session=True)
+        component.starts += 1
+        return component
+
+    def check(self, component: Component) -> None:
+        """``python -m kafkaops check``: the store and the metadata database answer, schemas match."""
+        done = subprocess.run([str(self.installation.python), "-m", "kafkaops", "check"], cwd=component.home,
+                              env=component.env, capture_output=True, text=True, timeout=180)
+        if done.returncode:
+            pytest.fail(f"`kafkaops check` refused to start {component.name}:\n{done.stdout}{done.stderr[-2000:]}")
+
+    def stop(self, name: str) -> None:
+        component = self.components[name]
+        if component.process is not None:
+            stop_group(component.process)
+
+    def kill(self, name: str) -> None:
+        """``kill -9`` the component's whole process group (its host died)."""
+        component = self.components[name]
+        if component.process is not None:
+            stop_group(component.process, timeout=10, sig=signal.SIGKILL)
+
+    def restart(self, name: str) -> None:
+        self.stop(name)
+        self.start(name)
+
+    def log_tails(self, lines: int = 40) -> str:
+        return "\n".join(f"----- {c.name} ({'up' if c.alive() else 'down'}; log {c.log}):\n{c.log_tail(lines)}"
+                         for c in self.components.values())
+
+    # -- waiting
+    def wait_until_healthy(self, timeout: float = 300) -> None:
+        deadline, last = time.monotonic() + timeout, None
+        while time.monotonic() < deadline:
+            dead = [c.name for c in self.components.values() if c.process is not None and not c.alive()]
+            if dead:
+                pytest.fail(f"{', '.join(dead)} exited before the deployment was healthy:\n{self.log_tails()}")
+            try:
+                last = httpx.get(f"{self.url}/api/v2/monitor/health", timeout=5).json()
+                if all((last.get(part) or {}).get("status") == "healthy"
+                       for part in ("metadatabase", "scheduler", "triggerer", "dag_processor")) \
+                        and self.worker_ready():
+                    return
+            except (httpx.HTTPError, ValueError) as err:
+                last = repr(err)
+            time.sleep(1.0)
+        pytest.fail(f"the deployment at {self.url} is not healthy after {timeout:.0f} s (last: {last}):\n"
+                    f"{self.log_tails()}")
+
+    def worker_ready(self) -> bool:
+        worker = self.components["worker"]
+        text = worker.log.read_text(errors="replace") if worker.log.exists() else ""
+        last_start = text.rsplit("===== start", 1)[-1]
+        return worker.alive() and " ready." in last_start
+
+    def wait_for_worker(self, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.worker_ready():
+            if time.monotonic() > deadline or not self.components["worker"].alive():
+                pytest.fail(f"the Celery worker is not ready after {timeout:.0f} s:\n"
+                            f"{self.components['worker'].log_tail()}")
+            time.sleep(0.5)
+
+    def wait_for_dags(self, dag_ids: set[str], timeout: float = 300) -> None:
+        deadline, found = time.monotonic() + timeout, set()
+        while time.monotonic() < deadline:
+            errors = self.api("GET", "/importErrors")["import_errors"]
+            if errors:
+                pytest.fail("the DAG processor could not import: " +
+                            "; ".join(f"{e['filename']}: {e['stack_trace'][-800:]}" for e in errors))
+            found = {d["dag_id"] for d in self.api("GET", "/dags", params={"limit": 100})["dags"]}
+            if dag_ids <= found:
+                return
+            time.sleep(1.0)
+        pytest.fail(f"DAGs {sorted(dag_ids - found)} not parsed after {timeout:.0f} s:\n{self.log_tails()}")
+
+
+@contextmanager
+def deployment(*, kafka_bootstrap: str, worker_cache: Path, jars: Path, dag_ids: set[str]) -> Iterator[Deployment]:
+    """Everything of the module docstring, up and healthy, for the ``with`` block; all of it stopped after."""
+    root = Path(tempfile.mkdtemp(prefix="kafkaops-deploy-"))
+    began = time.monotonic()
+    with ExitStack() as stack:
+        stack.callback(shutil.rmtree, root, ignore_errors=True)
+        databases = stack.enter_context(postgres_databases("airflow", "kafkaops"))
+        redis_url = stack.enter_context(redis_server(root / "redis"))
+        installation = install_wheel(root)
+        port = _free_port()
+        url = f"http://127.0.0.1:{port}"
+        passwords = {user: secrets.token_urlsafe(12) for user in USERS}
+        metadata = sa.make_url(databases["airflow"])
+        store = sa.make_url(databases["kafkaops"])
+        from cryptography.fernet import Fernet
+
+        settings = shared_settings(
+            metadata_url=metadata.render_as_string(hide_password=False),
+            store={"conn_type": "postgres", "host": store.host, "port": store.port, "login": store.username,
+                   "schema": store.database},
+            broker_url=redis_url,
+            result_backend="db+" + metadata.render_as_string(hide_password=False),
+            api_url=url, jwt_secret=secrets.token_urlsafe(32), fernet_key=Fernet.generate_key().decode(),
+            secret_key=secrets.token_urlsafe(32), kafka_bootstrap=kafka_bootstrap,
+            dags_folder=installation.resource("r.dags_folder()"),
+            users=",".join(f"{user}:{role}" for user, role in USERS.items()))
+        components: dict[str, Component] = {}
+        for name, args in {"migrate": ("db", "migrate"), **COMPONENTS}.items():
+            home = root / name
+            (home / "kafkaops-cache").mkdir(parents=True)
+            env = {**clean_env(installation.venv), **settings, "AIRFLOW_HOME": str(home),
+                   "KAFKAOPS_CACHE": str(worker_cache if name == "worker" else home / "kafkaops-cache"),
+                   "KAFKAOPS_JARS": str(jars)}
+            if name == "api-server":
+                (home / "passwords.json").write_text(json.dumps(passwords))
+                env.update({"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+                            "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__PORT": str(port)})
+            if name == "worker":
+                env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"] = str(_free_port())
+            if name == "triggerer":
+                env["AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT"] = str(_free_port())
+            components[name] = Component(name, home, env, [str(installation.python), "-m", "airflow", *args],
+                                         root / "logs" / f"{name}.log")
+        (root / "logs").mkdir()
+        result = Deployment(root=root, url=url, installation=installation, components=components,
+                            databases=databases, redis_url=redis_url, passwords=passwords)
+        for component in components.values():  # stopped in reverse order of start, also on failure
+            stack.callback(_stop_quietly, component)
+        migrate = components["migrate"]
+        done = subprocess.run(migrate.argv, cwd=migrate.home, env=migrate.env, capture_output=True, text=True,
+                              timeout=600)
+        if done.returncode:
+            pytest.fail(f"airflow db migrate failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+        for name in COMPONENTS:
+            result.start(name)
+        result.wait_until_healthy()
+        result.wait_for_dags(dag_ids)
+        result.started_in = time.monotonic() - began
+        log.info("deployment up in %.0f s at %s", result.started_in, url)
+        yield result
+
+
+def _stop_quietly(component: Component) -> None:
+    if component.process is not None:
+        try:
+            stop_group(component.process)
+        except Exception as err:  # stopping the rest matters more
+            log.warning("stopping %s: %s", component.name, err)

@@ -1,0 +1,248 @@
+"""Airflow as operators deploy it (issue 14): the scenarios, through Airflow's public REST API.
+
+One deployment for the module (harness.py): PostgreSQL (Airflow's metadata and the kafkaops store),
+Redis, the api-server, scheduler, dag-processor, triggerer and a Celery worker as separate processes
+running the installed wheel, and a real 3-broker cluster. Every call is made with a token from the
+auth manager, as the user an operator would be: ``operator`` triggers, ``approver`` approves.
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from kafkaops.cli import datagen
+from kafkaops.platform import admin, provision, state, store
+from kafkaops.platform.paths import JARS
+from tests.conftest import TEST_BROKER_CONFIG
+from tests.deployment import harness
+from tests.deployment.conftest import SpecCluster
+from tests.integration.conftest import throttles_left, wait_for_no_throttles
+
+pytestmark = [pytest.mark.deployment, pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(2400)]
+
+TOPIC = "orders"
+DAGS = {"kafka_scale_out", "kafka_partition_increase", "kafka_reassign", "kafka_capacity_review"}
+RUN_TIMEOUT_S = 600.0
+FINAL = {"success", "failed"}
+
+
+# -- fixtures ------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SpecCluster]:
+    """Three brokers with ``orders`` (6 partitions, RF 3, about 8 MB of keyed records), and the worker
+    host's kafkaops cache: the cluster's spec (``local-cluster.json``), grown by each scale-out."""
+    with provision.temporary_cluster("kafkaops-deploy-", brokers=3, extra_config=TEST_BROKER_CONFIG) as spec:
+        cache = spec.base_dir / "worker-cache"
+        cache.mkdir()
+        cluster = SpecCluster(spec, cache=cache)
+        spec.save(cluster.spec_file)
+        with cluster.connect() as conn:
+            admin.create_topic(conn, TOPIC, 6, 3)
+        datagen.produce(cluster.config, TOPIC, datagen.DatagenSpec(records=32_000, keys=500, skew="zipf",
+                                                                   record_bytes=256, seed=14))
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def deployed(cluster: SpecCluster) -> Iterator[harness.Deployment]:
+    with harness.deployment(kafka_bootstrap=cluster.bootstrap, worker_cache=cluster.cache, jars=JARS,
+                            dag_ids=DAGS) as deployment:
+        print(f"\ndeployment up in {deployment.started_in:.0f} s at {deployment.url}")
+        yield deployment
+
+
+@pytest.fixture(scope="module")
+def kafkaops_store(deployed: harness.Deployment) -> store.Store:
+    return store.open_store(deployed.databases["kafkaops"])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    deployment = getattr(item, "funcargs", {}).get("deployed")
+    if report.failed and isinstance(deployment, harness.Deployment):
+        report.sections.append(("deployment (component log tails)", deployment.log_tails(40)))
+    return report
+
+
+# -- runs ----------------------------------------------------------------------------------------------------
+
+def run_path(dag_id: str, run_id: str) -> str:
+    return f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}"
+
+
+def trigger(d: harness.Deployment, dag_id: str, conf: dict[str, Any], *, user: str = "operator") -> str:
+    d.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False}, user=user)
+    run = d.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf}, user=user)
+    return run["dag_run_id"]
+
+
+def task_states(d: harness.Deployment, dag_id: str, run_id: str) -> dict[str, tuple[str | None, int]]:
+    tis = d.api("GET", f"{run_path(dag_id, run_id)}/taskInstances", params={"limit": 100})["task_instances"]
+    return {t["task_id"]: (t["state"], t["try_number"]) for t in tis}
+
+
+def wait_for_task(d: harness.Deployment, dag_id: str, run_id: str, task_id: str, states: set[str], *,
+                  timeout: float = RUN_TIMEOUT_S, poll_s: float = 1.0) -> tuple[str, int]:
+    deadline = time.monotonic() + timeout
+    seen: dict[str, tuple[str | None, int]] = {}
+    while time.monotonic() < deadline:
+        seen = task_states(d, dag_id, run_id)
+        state_, tries = seen.get(task_id, (None, 0))
+        if state_ in states:
+            return state_, tries
+        run = d.api("GET", run_path(dag_id, run_id))
+        if run["state"] in FINAL:
+            pytest.fail(f"{dag_id} run {run_id} ended {run['state']} before {task_id} was {states}: {seen}")
+        time.sleep(poll_s)
+    pytest.fail(f"{task_id} of {dag_id} run {run_id} not {states} after {timeout:.0f} s: {seen}")
+
+
+def wait_for_run(d: harness.Deployment, dag_id: str, run_id: str, *, expect: str = "success",
+                 timeout: float = RUN_TIMEOUT_S) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    run: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        run = d.api("GET", run_path(dag_id, run_id))
+        if run["state"] in FINAL:
+            break
+        time.sleep(2)
+    if run.get("state") != expect:
+        pytest.fail(f"{dag_id} run {run_id} is {run.get('state')!r}, expected {expect!r}, after "
+                    f"{timeout:.0f} s; tasks: {task_states(d, dag_id, run_id)}")
+    return run
+
+
+def approve(d: harness.Deployment, dag_id: str, run_id: str, *, user: str = "approver") -> dict[str, Any]:
+    """Answer the run's approval through the human-in-the-loop API, as ``user``."""
+    path = f"{run_path(dag_id, run_id)}/taskInstances/approval/-1/hitlDetails"
+    return d.api("PATCH", path, user=user, json={"chosen_options": ["Approve"], "params_input": {}})
+
+
+def record(d: harness.Deployment, dag_id: str, run_id: str, *, user: str = "operator") -> dict[str, Any]:
+    """The operation record from the api-server's plugin route, as an authenticated user."""
+    answer = d.call("GET", f"/kafkaops/records/{dag_id}/{quote(run_id, safe='')}.json", user=user)
+    assert answer.status_code == 200, f"the record of {run_id} answered {answer.status_code}: {answer.text[:500]}"
+    return answer.json()
+
+
+def brokers(cluster: SpecCluster) -> list[int]:
+    with cluster.connect() as conn:
+        return sorted(b.id for b in admin.describe_cluster(conn)[2])
+
+
+def assert_no_throttle(cluster: SpecCluster) -> None:
+    with cluster.connect() as conn:
+        wait_for_no_throttles(conn)
+        assert not throttles_left(conn)
+
+
+def submitted_twice(events: list[store.StoredEvent]) -> dict[str, int]:
+    """Partitions submitted in more than one batch event of the run (across every try)."""
+    counts = Counter(f"{k[0]}-{k[1]}" for e in events if e.kind == "batch" and e.data.get("status") == "submitted"
+                     for k in e.data.get("keys") or [])
+    return {k: n for k, n in counts.items() if n > 1}
+
+
+# -- scenarios -----------------------------------------------------------------------------------------------
+
+def test_the_happy_path_survives_restarts_of_triggerer_scheduler_and_api_server(
+        deployed: harness.Deployment, cluster: SpecCluster, kafkaops_store: store.Store) -> None:
+    before = brokers(cluster)
+    run = trigger(deployed, "kafka_scale_out", {"dry_run": False, "topics": [TOPIC], "approval": "manual"})
+
+    # The approval waits in the triggerer (deferred): restart it, then the scheduler and the api-server.
+    wait_for_task(deployed, "kafka_scale_out", run, "approval", {"awaiting_input", "deferred"})
+    events_before = len(kafkaops_store.events("kafka_scale_out", run))
+    for name in ("triggerer", "scheduler", "api-server"):
+        deployed.restart(name)
+    deployed.wait_until_healthy()
+    state_, _ = wait_for_task(deployed, "kafka_scale_out", run, "approval", {"awaiting_input", "deferred"},
+                              timeout=120)
+
+    unauthenticated = httpx.get(f"{deployed.url}/kafkaops/records/kafka_scale_out/{quote(run, safe='')}.json",
+                                timeout=30)
+    assert unauthenticated.status_code in (401, 403), \
+        f"the record is readable without a token: {unauthenticated.status_code}"
+
+    answered = approve(deployed, "kafka_scale_out", run)
+    assert answered["responded_by"]["name"] == "approver", answered
+    wait_for_run(deployed, "kafka_scale_out", run)
+
+    after = brokers(cluster)
+    assert len(set(after) - set(before)) == 1, f"one broker should have been added: {before} -> {after}"
+    rec = record(deployed, "kafka_scale_out", run)
+    assert rec["outcome"] == "success", rec["outcome"]
+    assert rec["triggered_by"] == "operator", rec["triggered_by"]
+    assert rec["approval"] and "approver" in str(rec["approval"]), f"the record does not name the approver: " \
+                                                                   f"{rec['approval']}"
+    assert rec["plan"] and rec["plan"].get("moves"), f"the record has no plan: {rec['plan']}"
+    assert rec["batches"] and rec["throttles_set"] and rec["throttles_removed"], \
+        (rec["batches"], rec["throttles_set"], rec["throttles_removed"])
+    gates = {g["gate"]: g for g in rec["gates"]}
+    assert {"preflight", "plan", "post_move"} <= set(gates), f"gates recorded: {sorted(gates)}"
+    for gate in gates.values():
+        docs = deployed.call("GET", f"/kafkaops/artifacts/{gate['docs_path']}")
+        assert docs.status_code == 200 and docs.text.lstrip().lower().startswith("<!doctype html"), \
+            f"the Data Docs of gate {gate['gate']} ({gate['docs_path']}) answered {docs.status_code}"
+    steps = [s["name"] for s in rec["steps"]]
+    assert {"provision", "execute_batches", "verify", "remove_throttles", "elect_leaders"} <= set(steps), steps
+    assert len(kafkaops_store.events("kafka_scale_out", run)) > events_before, "nothing recorded after the restarts"
+    assert_no_throttle(cluster)
+    assert all(c.alive() for c in deployed.components.values() if c.name != "migrate")
+
+
+def test_a_worker_killed_during_execute_batches_is_replaced_and_the_run_resumes(
+        deployed: harness.Deployment, cluster: SpecCluster, kafkaops_store: store.Store) -> None:
+    run = trigger(deployed, "kafka_scale_out", {"dry_run": False, "topics": [TOPIC], "approval": "auto_approve",
+                                                "throttle_mb_per_s": 1.0})
+    wait_for_task(deployed, "kafka_scale_out", run, "execute_batches", {"running"}, poll_s=0.2)
+    deployed.kill("worker")
+    killed_at = time.monotonic()
+    time.sleep(5)
+    deployed.start("worker")
+    deployed.wait_for_worker()
+    wait_for_run(deployed, "kafka_scale_out", run)
+
+    states = task_states(deployed, "kafka_scale_out", run)
+    assert states["execute_batches"][1] >= 2, f"execute_batches was not retried after the kill: {states}"
+    events = kafkaops_store.events("kafka_scale_out", run)
+    assert not submitted_twice(events), f"moves resubmitted after the kill: {submitted_twice(events)}"
+    rec = record(deployed, "kafka_scale_out", run)
+    assert rec["outcome"] == "success" and rec["batches"], rec["outcome"]
+    assert_no_throttle(cluster)
+    print(f"\nthe run ended {time.monotonic() - killed_at:.0f} s after the worker was killed")
+
+
+def test_a_busy_cluster_refuses_the_second_operation_and_a_failing_gate_fails_cleanly(
+        deployed: harness.Deployment, cluster: SpecCluster, kafkaops_store: store.Store) -> None:
+    first = trigger(deployed, "kafka_scale_out", {"dry_run": False, "topics": [TOPIC], "approval": "auto_approve",
+                                                  "max_bytes_to_move": 1})
+    wait_for_task(deployed, "kafka_scale_out", first, "begin", {"success"})
+    second = trigger(deployed, "kafka_partition_increase", {"dry_run": False, "topic": TOPIC,
+                                                           "new_partition_count": 12, "mode": "migrate"})
+    wait_for_run(deployed, "kafka_partition_increase", second, expect="failed")
+    refused = kafkaops_store.operation("kafka_partition_increase", second)
+    assert refused and refused["outcome"] == "refused", refused
+    refused_record = record(deployed, "kafka_partition_increase", second)
+    assert first in str(refused_record), f"the refusal does not name the scale-out {first}: {refused_record}"
+
+    wait_for_run(deployed, "kafka_scale_out", first, expect="failed")
+    rec = record(deployed, "kafka_scale_out", first)
+    assert rec["outcome"] == "failed", rec["outcome"]
+    plan_gate = [g for g in rec["gates"] if g["gate"] == "plan"]
+    assert plan_gate and plan_gate[0]["ok"] is False, \
+        f"the plan gate should have failed on max_bytes_to_move=1: {plan_gate}"
+    cluster_id = kafkaops_store.operation("kafka_scale_out", first)["cluster_id"]
+    assert kafkaops_store.lease(cluster_id).free, kafkaops_store.lease(cluster_id)
+    assert_no_throttle(cluster)
+    summary = state.AuditLog("kafka_scale_out", first, store=kafkaops_store).summary()
+    assert summary["outcome"] == "failed"
