@@ -93,6 +93,13 @@ def store_url_from_connection(conn: Any) -> sa.URL:
 def kafkaops_store(conn_id: str = STORE_CONN_ID) -> store.Store:
     """The store the Airflow connection ``conn_id`` names, opened (reachable, schema at head); the
     default store when no such connection exists. Refuses Airflow's own metadata database."""
+    url, source = store_target(conn_id)
+    return store.open_store(url, source=source)
+
+
+def store_target(conn_id: str = STORE_CONN_ID) -> tuple[sa.URL, str]:
+    """The URL of the store :func:`kafkaops_store` opens and where it came from (for messages),
+    without opening it. Refuses Airflow's own metadata database."""
     try:
         conn = BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
@@ -104,7 +111,7 @@ def kafkaops_store(conn_id: str = STORE_CONN_ID) -> store.Store:
         raise store.StoreError(f"{source} points at Airflow's own metadata database ({url.render_as_string()}); "
                                f"the kafkaops store needs a database of its own: create one and point the "
                                f"'{conn_id}' connection at it")
-    return store.open_store(url, source=source)
+    return url, source
 
 
 def _same_database(url: sa.URL, other: str) -> bool:

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kafkaops.cli import cluster, datagen, demo, exits, lock, plan, reassign, records, snapshot, store
+from kafkaops.cli import check, cluster, datagen, demo, exits, lock, plan, reassign, records, snapshot, store
 from kafkaops.errors import KafkaOpsError
 
 DESCRIPTION = """Scale Apache Kafka without losing data or key order: plan a partition reassignment, run it
@@ -100,6 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
              "schema to this kafkaops' revision.\n\n"
              "  python -m kafkaops store show --store postgresql://ops@db:5432/kafkaops\n"
              "  python -m kafkaops store upgrade --store postgresql://ops@db:5432/kafkaops")
+    _command(sub, "check", check.add_arguments, check.run,
+             "before an Airflow component starts: its metadata database and the kafkaops store answer",
+             "Check, in order, one line each, what an Airflow component needs: Airflow's metadata database "
+             "answers,\nthe kafkaops store (connection kafkaops_store, else $KAFKAOPS_STORE_URL, else "
+             "$AIRFLOW_HOME/kafkaops.db)\nanswers at this kafkaops' schema revision, and (--kafka CONN_ID) Kafka "
+             "answers. Stops at the first\nfailure, naming what failed and what to do; no password is printed.\n\n"
+             "  python -m kafkaops check && exec airflow scheduler\n"
+             "  python -m kafkaops check --upgrade        (the one-shot init step, after 'airflow db migrate')")
     _command(sub, "datagen", datagen.add_arguments, datagen.run,
              "write keyed JSON test records (deterministic, optionally skewed)",
              "Write keyed JSON records to a topic with acks=all, idempotence and the Java client's murmur2\n"

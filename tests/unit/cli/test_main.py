@@ -11,7 +11,8 @@ from kafkaops.cli import exits, main as cli_main
 from kafkaops.cli.main import build_parser, main
 
 NOWHERE = "127.0.0.1:1"
-COMMANDS = ["plan", "execute", "verify", "cancel", "snapshot", "records", "lock", "store", "datagen", "cluster", "demo"]
+COMMANDS = ["plan", "execute", "verify", "cancel", "snapshot", "records", "lock", "store", "check", "datagen", "cluster",
+            "demo"]
 
 
 def invoke(*argv: str) -> tuple[int, str, str]:
