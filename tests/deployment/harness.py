@@ -322,10 +322,15 @@ class Deployment:
         component.starts += 1
         return component
 
+    def run_check(self, component: Component, env: Mapping[str, str] | None = None
+                  ) -> subprocess.CompletedProcess[str]:
+        """``python -m kafkaops check`` as ``component`` runs it before it starts (``env`` overrides)."""
+        return subprocess.run([str(self.installation.python), "-m", "kafkaops", "check"], cwd=component.home,
+                              env={**component.env, **(env or {})}, capture_output=True, text=True, timeout=180)
+
     def check(self, component: Component) -> None:
         """``python -m kafkaops check``: the store and the metadata database answer, schemas match."""
-        done = subprocess.run([str(self.installation.python), "-m", "kafkaops", "check"], cwd=component.home,
-                              env=component.env, capture_output=True, text=True, timeout=180)
+        done = self.run_check(component)
         if done.returncode:
             pytest.fail(f"`kafkaops check` refused to start {component.name}:\n{done.stdout}{done.stderr[-2000:]}")
 
@@ -396,9 +401,12 @@ class Deployment:
 
 
 @contextmanager
-def deployment(*, kafka_bootstrap: str, worker_cache: Path, jars: Path, dag_ids: set[str]) -> Iterator[Deployment]:
-    """Everything of the module docstring, up and healthy, for the ``with`` block; all of it stopped after."""
+def deployment(*, kafka_bootstrap: str, worker_cache: Path, jars: Path, dag_ids: set[str],
+               logs: Path | None = None) -> Iterator[Deployment]:
+    """Everything of the module docstring, up and healthy, for the ``with`` block; all of it stopped after.
+    Each component's output goes to ``<logs>/<component>.log`` (default: a folder removed at the end)."""
     root = Path(tempfile.mkdtemp(prefix="kafkaops-deploy-"))
+    logs = logs or root / "logs"
     began = time.monotonic()
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, root, ignore_errors=True)
@@ -422,6 +430,11 @@ def deployment(*, kafka_bootstrap: str, worker_cache: Path, jars: Path, dag_ids:
             secret_key=secrets.token_urlsafe(32), kafka_bootstrap=kafka_bootstrap,
             dags_folder=installation.resource("r.dags_folder()"),
             users=",".join(f"{user}:{role}" for user, role in USERS.items()))
+        # Task logs stay on the worker (and the triggerer) that wrote them; the api-server reads them
+        # from their log servers, on ports every component knows.
+        worker_logs, trigger_logs = provision.free_ports(2)
+        settings.update({"AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(worker_logs),
+                         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(trigger_logs)})
         components: dict[str, Component] = {}
         for name, args in {"migrate": ("db", "migrate"), **COMPONENTS}.items():
             home = root / name
@@ -433,13 +446,9 @@ def deployment(*, kafka_bootstrap: str, worker_cache: Path, jars: Path, dag_ids:
                 (home / "passwords.json").write_text(json.dumps(passwords))
                 env.update({"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
                             "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__PORT": str(port)})
-            if name == "worker":
-                env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"] = str(_free_port())
-            if name == "triggerer":
-                env["AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT"] = str(_free_port())
             components[name] = Component(name, home, env, [str(installation.python), "-m", "airflow", *args],
-                                         root / "logs" / f"{name}.log")
-        (root / "logs").mkdir()
+                                         logs / f"{name}.log")
+        logs.mkdir(parents=True, exist_ok=True)
         result = Deployment(root=root, url=url, installation=installation, components=components,
                             databases=databases, redis_url=redis_url, passwords=passwords)
         for component in components.values():  # stopped in reverse order of start, also on failure

@@ -7,28 +7,24 @@ auth manager, as the user an operator would be: ``operator`` triggers, ``approve
 """
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
-from kafkaops.cli import datagen
 from kafkaops.platform import admin, provision, state, store
-from kafkaops.platform.paths import JARS
-from tests.conftest import TEST_BROKER_CONFIG
+from tests import postgres
 from tests.deployment import harness
-from tests.deployment.conftest import SpecCluster
+from tests.deployment.conftest import TOPIC, SpecCluster
 from tests.integration.conftest import throttles_left, wait_for_no_throttles
 
 pytestmark = [pytest.mark.deployment, pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(2400)]
 
-TOPIC = "orders"
-DAGS = {"kafka_scale_out", "kafka_partition_increase", "kafka_reassign", "kafka_capacity_review"}
 RUN_TIMEOUT_S = 600.0
 FINAL = {"success", "failed"}
 
@@ -36,41 +32,8 @@ FINAL = {"success", "failed"}
 # -- fixtures ------------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[SpecCluster]:
-    """Three brokers with ``orders`` (6 partitions, RF 3, about 8 MB of keyed records), and the worker
-    host's kafkaops cache: the cluster's spec (``local-cluster.json``), grown by each scale-out."""
-    with provision.temporary_cluster("kafkaops-deploy-", brokers=3, extra_config=TEST_BROKER_CONFIG) as spec:
-        cache = spec.base_dir / "worker-cache"
-        cache.mkdir()
-        cluster = SpecCluster(spec, cache=cache)
-        spec.save(cluster.spec_file)
-        with cluster.connect() as conn:
-            admin.create_topic(conn, TOPIC, 6, 3)
-        datagen.produce(cluster.config, TOPIC, datagen.DatagenSpec(records=32_000, keys=500, skew="zipf",
-                                                                   record_bytes=256, seed=14))
-        yield cluster
-
-
-@pytest.fixture(scope="module")
-def deployed(cluster: SpecCluster) -> Iterator[harness.Deployment]:
-    with harness.deployment(kafka_bootstrap=cluster.bootstrap, worker_cache=cluster.cache, jars=JARS,
-                            dag_ids=DAGS) as deployment:
-        print(f"\ndeployment up in {deployment.started_in:.0f} s at {deployment.url}")
-        yield deployment
-
-
-@pytest.fixture(scope="module")
 def kafkaops_store(deployed: harness.Deployment) -> store.Store:
     return store.open_store(deployed.databases["kafkaops"])
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    report = yield
-    deployment = getattr(item, "funcargs", {}).get("deployed")
-    if report.failed and isinstance(deployment, harness.Deployment):
-        report.sections.append(("deployment (component log tails)", deployment.log_tails(40)))
-    return report
 
 
 # -- runs ----------------------------------------------------------------------------------------------------
@@ -155,8 +118,8 @@ def submitted_twice(events: list[store.StoredEvent]) -> dict[str, int]:
 # -- scenarios -----------------------------------------------------------------------------------------------
 
 def test_the_happy_path_survives_restarts_of_triggerer_scheduler_and_api_server(
-        deployed: harness.Deployment, cluster: SpecCluster, kafkaops_store: store.Store) -> None:
-    before = brokers(cluster)
+        deployed: harness.Deployment, deployment_cluster: SpecCluster, kafkaops_store: store.Store) -> None:
+    before = brokers(deployment_cluster)
     run = trigger(deployed, "kafka_scale_out", {"dry_run": False, "topics": [TOPIC], "approval": "manual"})
 
     # The approval waits in the triggerer (deferred): restart it, then the scheduler and the api-server.
@@ -177,7 +140,7 @@ def test_the_happy_path_survives_restarts_of_triggerer_scheduler_and_api_server(
     assert answered["responded_by"]["name"] == "approver", answered
     wait_for_run(deployed, "kafka_scale_out", run)
 
-    after = brokers(cluster)
+    after = brokers(deployment_cluster)
     assert len(set(after) - set(before)) == 1, f"one broker should have been added: {before} -> {after}"
     rec = record(deployed, "kafka_scale_out", run)
     assert rec["outcome"] == "success", rec["outcome"]
@@ -196,12 +159,12 @@ def test_the_happy_path_survives_restarts_of_triggerer_scheduler_and_api_server(
     steps = [s["name"] for s in rec["steps"]]
     assert {"provision", "execute_batches", "verify", "remove_throttles", "elect_leaders"} <= set(steps), steps
     assert len(kafkaops_store.events("kafka_scale_out", run)) > events_before, "nothing recorded after the restarts"
-    assert_no_throttle(cluster)
+    assert_no_throttle(deployment_cluster)
     assert all(c.alive() for c in deployed.components.values() if c.name != "migrate")
 
 
 def test_a_worker_killed_during_execute_batches_is_replaced_and_the_run_resumes(
-        deployed: harness.Deployment, cluster: SpecCluster, kafkaops_store: store.Store) -> None:
+        deployed: harness.Deployment, deployment_cluster: SpecCluster, kafkaops_store: store.Store) -> None:
     run = trigger(deployed, "kafka_scale_out", {"dry_run": False, "topics": [TOPIC], "approval": "auto_approve",
                                                 "throttle_mb_per_s": 1.0})
     wait_for_task(deployed, "kafka_scale_out", run, "execute_batches", {"running"}, poll_s=0.2)
@@ -218,12 +181,12 @@ def test_a_worker_killed_during_execute_batches_is_replaced_and_the_run_resumes(
     assert not submitted_twice(events), f"moves resubmitted after the kill: {submitted_twice(events)}"
     rec = record(deployed, "kafka_scale_out", run)
     assert rec["outcome"] == "success" and rec["batches"], rec["outcome"]
-    assert_no_throttle(cluster)
+    assert_no_throttle(deployment_cluster)
     print(f"\nthe run ended {time.monotonic() - killed_at:.0f} s after the worker was killed")
 
 
 def test_a_busy_cluster_refuses_the_second_operation_and_a_failing_gate_fails_cleanly(
-        deployed: harness.Deployment, cluster: SpecCluster, kafkaops_store: store.Store) -> None:
+        deployed: harness.Deployment, deployment_cluster: SpecCluster, kafkaops_store: store.Store) -> None:
     first = trigger(deployed, "kafka_scale_out", {"dry_run": False, "topics": [TOPIC], "approval": "auto_approve",
                                                   "max_bytes_to_move": 1})
     wait_for_task(deployed, "kafka_scale_out", first, "begin", {"success"})
@@ -243,6 +206,41 @@ def test_a_busy_cluster_refuses_the_second_operation_and_a_failing_gate_fails_cl
         f"the plan gate should have failed on max_bytes_to_move=1: {plan_gate}"
     cluster_id = kafkaops_store.operation("kafka_scale_out", first)["cluster_id"]
     assert kafkaops_store.lease(cluster_id).free, kafkaops_store.lease(cluster_id)
-    assert_no_throttle(cluster)
+    assert_no_throttle(deployment_cluster)
     summary = state.AuditLog("kafka_scale_out", first, store=kafkaops_store).summary()
     assert summary["outcome"] == "failed"
+
+
+def test_a_component_that_cannot_reach_a_database_or_runs_an_older_kafkaops_does_not_start(
+        deployed: harness.Deployment) -> None:
+    """What each component runs before it starts (``kafkaops check``) refuses, naming the part at fault."""
+    worker = deployed.components["worker"]
+    closed = provision.free_ports(1)[0]  # nothing listens there
+    metadata = sa.make_url(deployed.databases["airflow"])
+    cases = {
+        "Airflow metadata database": {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": metadata.set(
+            port=closed, password="s3cret-metadata").render_as_string(hide_password=False)},
+        "kafkaops store": {"AIRFLOW_CONN_KAFKAOPS_STORE": json.dumps({
+            "conn_type": "postgres", "host": "127.0.0.1", "port": closed, "login": "kafkaops",
+            "password": "s3cret-store", "schema": "kafkaops"})},
+    }
+    for part, env in cases.items():
+        done = deployed.run_check(worker, env)
+        said = done.stdout + done.stderr
+        assert done.returncode != 0 and f"{part}: FAILED" in said, f"{part} unreachable: {said}"
+        assert "s3cret" not in said and "Traceback" not in said, said
+
+    # A store whose schema a newer kafkaops wrote: this (older) worker is told to upgrade kafkaops.
+    admin_url = sa.make_url(deployed.databases["kafkaops"]).set(database="postgres")
+    postgres.execute(admin_url.render_as_string(hide_password=False), 'CREATE DATABASE "kafkaops_newer"')
+    newer = sa.make_url(deployed.databases["kafkaops"]).set(database="kafkaops_newer")
+    st = store.Store(newer.render_as_string(hide_password=False)).prepare()
+    with st.engine.begin() as conn:
+        conn.execute(sa.text(f"UPDATE {store.VERSION_TABLE} SET version_num = 'ffff_from_a_newer_kafkaops'"))
+    done = deployed.run_check(worker, {"AIRFLOW_CONN_KAFKAOPS_STORE": json.dumps({
+        "conn_type": "postgres", "host": newer.host, "port": newer.port, "login": newer.username,
+        "schema": "kafkaops_newer"})})
+    said = done.stdout + done.stderr
+    assert done.returncode != 0 and "kafkaops store: FAILED" in said, said
+    assert "ffff_from_a_newer_kafkaops" in said and "upgrade kafkaops on this host" in said, said
+    assert deployed.run_check(worker).returncode == 0, "the worker's own settings should pass the check"

@@ -1,7 +1,8 @@
 """The operator's path through the Airflow UI, in a real browser (issue 13's acceptance test).
 
-Against ``airflow standalone`` with the project's DAGs and plugin and a local cluster of its own
-(conftest.py), headless Chromium walks what an operator does:
+Against Airflow as operators deploy it (conftest.py, harness.py: separate components, PostgreSQL,
+CeleryExecutor, the installed wheel) on the deployment cluster, headless Chromium walks what an
+operator does:
 
 1. signs in;
 2. triggers kafka_scale_out from the Trigger form with its defaults plus only what an operator must
@@ -26,7 +27,8 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from kafkaops.platform import admin
-from tests.deployment.conftest import PASSWORD, TOPIC, USER, AirflowServer, SpecCluster
+from tests.deployment.conftest import TOPIC, SpecCluster
+from tests.deployment.harness import Deployment
 from tests.deployment.ui import AirflowUI
 
 pytestmark = [pytest.mark.deployment, pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(1800)]
@@ -43,12 +45,12 @@ def run_path(dag_id: str, run_id: str) -> str:
     return f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}"
 
 
-def task_states(airflow: AirflowServer, dag_id: str, run_id: str) -> dict[str, tuple[str | None, int]]:
+def task_states(airflow: Deployment, dag_id: str, run_id: str) -> dict[str, tuple[str | None, int]]:
     tis = airflow.api("GET", f"{run_path(dag_id, run_id)}/taskInstances", params={"limit": 100})["task_instances"]
     return {t["task_id"]: (t["state"], t["try_number"]) for t in tis}
 
 
-def task_log_tail(airflow: AirflowServer, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
+def task_log_tail(airflow: Deployment, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
     content = airflow.api("GET", f"{run_path(dag_id, run_id)}/taskInstances/{task_id}/logs/{max(try_number, 1)}",
                           params={"full_content": True}).get("content") or []
     lines = [e.get("event", "") + (f" {e['error_detail']}" if e.get("error_detail") else "")
@@ -56,7 +58,7 @@ def task_log_tail(airflow: AirflowServer, dag_id: str, run_id: str, task_id: str
     return "\n".join(lines[-25:])
 
 
-def wait_for_run(airflow: AirflowServer, dag_id: str, run_id: str, *, timeout: float = RUN_TIMEOUT_S
+def wait_for_run(airflow: Deployment, dag_id: str, run_id: str, *, timeout: float = RUN_TIMEOUT_S
                  ) -> dict[str, Any]:
     """The run once it ended; fail with its task states and the failed tasks' logs if it did not succeed."""
     deadline = time.monotonic() + timeout
@@ -76,7 +78,7 @@ def wait_for_run(airflow: AirflowServer, dag_id: str, run_id: str, *, timeout: f
     return run
 
 
-def wait_for_approval(airflow: AirflowServer, dag_id: str, run_id: str) -> None:
+def wait_for_approval(airflow: Deployment, dag_id: str, run_id: str) -> None:
     """Until the run's approval task waits for a person; fail early if the run ends or a task fails."""
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -104,13 +106,14 @@ def assert_shows_plan(text: str, what: str) -> None:
     assert not problems, f"the {what} approval does not show {', '.join(problems)}; it shows:\n{text}"
 
 
-def test_the_operators_path(airflow: AirflowServer, chrome: Any, deployment_cluster: SpecCluster,
+def test_the_operators_path(deployed: Deployment, chrome: Any, deployment_cluster: SpecCluster,
                             artifacts: Any) -> None:
+    airflow = deployed
     began = time.monotonic()
     ui = AirflowUI(chrome, airflow.url, artifacts)
 
     # 1. sign in
-    ui.login(USER, PASSWORD)
+    ui.login("operator", deployed.passwords["operator"])
     ui.shot("home")
 
     # 2. scale-out from the Trigger form: the defaults, not a dry run, the topic
@@ -213,4 +216,4 @@ def test_the_operators_path(airflow: AirflowServer, chrome: Any, deployment_clus
     chrome.switch_to.default_content()
 
     took = time.monotonic() - began
-    print(f"\nthe operator's path took {took:.0f} s (after {airflow.started_in:.0f} s to start Airflow); screenshots in {artifacts}")
+    print(f"\nthe operator's path took {took:.0f} s (after {airflow.started_in:.0f} s to start the deployment); screenshots in {artifacts}")
