@@ -108,4 +108,4 @@ bench: setup
 
 clean:
 	-$(PY) -m kafkaops cluster down --purge
-	rm -rf .cache/cluster .pytest_cache
+	rm -rf $(KAFKAOPS_CACHE)/cluster .pytest_cache

@@ -52,9 +52,9 @@ def test_the_app_runs_in_its_log_folder_with_the_callers_environment(fake_app: P
     """No checkout is assumed: the app's scratch files go next to its log, and its import path is the
     caller's (an installed kafkaops and spark_apps), not a repository added by the launcher."""
     monkeypatch.chdir("/")
-    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
-    where = launch(fake_app, "where")
-    assert where == {"cwd": str(fake_app / "logs"), "pythonpath": os.environ["PYTHONPATH"]}
+    callers = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(fake_app / "callers-own")]))
+    monkeypatch.setenv("PYTHONPATH", callers)
+    assert launch(fake_app, "where") == {"cwd": str(fake_app / "logs"), "pythonpath": callers}
 
 
 def test_a_run_returns_the_json_the_app_wrote_and_keeps_its_log(fake_app: Path) -> None:
