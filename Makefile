@@ -5,6 +5,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.kafkaops-installed
 JARS_DIR := $(CURDIR)/.cache/jars
+# kafkaops finds its caches through settings, not the checkout (kafkaops/platform/paths.py): make's
+# targets keep the cluster, the Airflow home and the demo's log in .cache/ and use the jars setup fills.
+export KAFKAOPS_CACHE := $(or $(KAFKAOPS_CACHE),$(CURDIR)/.cache)
+export KAFKAOPS_JARS := $(JARS_DIR)
 JARS_STAMP := $(JARS_DIR)/.stamp
 PYTEST_ARGS ?=
 
@@ -104,8 +108,9 @@ cluster-up: setup
 cluster-down: setup
 	$(PY) -m kafkaops cluster down
 
-AIRFLOW_ENV = PATH=$(CURDIR)/$(VENV)/bin:$$PATH AIRFLOW_HOME=$(CURDIR)/.cache/airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
-	AIRFLOW__CORE__PLUGINS_FOLDER=$(CURDIR)/plugins AIRFLOW__CORE__LOAD_EXAMPLES=False \
+# The plugin comes with the package (its airflow.plugins entry point): no plugins folder.
+AIRFLOW_ENV = PATH=$(CURDIR)/$(VENV)/bin:$$PATH AIRFLOW_HOME=$(KAFKAOPS_CACHE)/airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
+	AIRFLOW__CORE__LOAD_EXAMPLES=False \
 	AIRFLOW__API__HOST=127.0.0.1 AIRFLOW__API__PORT=8080 \
 	AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT=30 AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT=120 \
 	AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT=180 \
@@ -119,4 +124,4 @@ bench: setup
 
 clean:
 	-$(PY) -m kafkaops cluster down --purge
-	rm -rf .cache/cluster .pytest_cache
+	rm -rf $(KAFKAOPS_CACHE)/cluster .pytest_cache

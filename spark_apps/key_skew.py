@@ -16,17 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-_REPO = Path(__file__).resolve().parents[1]
-if str(_REPO / "plugins") not in sys.path:
-    sys.path.insert(0, str(_REPO / "plugins"))
-
-from kafkaops.capacity import skew  # noqa: E402
-from spark_apps.rekey_backfill import NEW_KEY, register_new_key, spark_session  # noqa: E402
+from kafkaops.capacity import skew
+from spark_apps.rekey_backfill import NEW_KEY, register_new_key, spark_session
 
 log = logging.getLogger("kafkaops.key_skew")
 

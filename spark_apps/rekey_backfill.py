@@ -73,14 +73,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-_REPO = Path(__file__).resolve().parents[1]
-if str(_REPO / "plugins") not in sys.path:  # spark-submit / python -m from the repository
-    sys.path.insert(0, str(_REPO / "plugins"))
-
-from kafkaops.platform import keyrules  # noqa: E402
-from kafkaops.rekey import backfill  # noqa: E402
-from kafkaops.rekey.backfill import (CODE_HEADER, LINEAGE_HEADER, REASON_HEADER, BackfillPlan,  # noqa: E402
-                                     OutputRecord, ResumePoint, SourceRecord)
+from kafkaops.platform import keyrules
+from kafkaops.platform.paths import JARS, jar_dir
+from kafkaops.rekey import backfill
+from kafkaops.rekey.backfill import (CODE_HEADER, LINEAGE_HEADER, REASON_HEADER, BackfillPlan, OutputRecord,
+                                     ResumePoint, SourceRecord)
 
 log = logging.getLogger("kafkaops.rekey_backfill")
 
@@ -89,7 +86,7 @@ log = logging.getLogger("kafkaops.rekey_backfill")
 #: ``n``. It also counts records off their key's home source partition (:func:`register_key_hash`).
 KAFKA_KEY_HASH = "kafka_key_hash"
 
-JARS_DIR = Path(os.environ.get("KAFKAOPS_CACHE", _REPO / ".cache")) / "jars" / "spark"
+JARS_DIR = JARS / "spark"  # KAFKAOPS_JARS, else KAFKAOPS_CACHE/jars (kafkaops.platform.paths)
 
 #: Producer settings of the sink: no loss, no duplicates within a run, order kept per partition.
 PRODUCER_OPTIONS = {
@@ -105,15 +102,13 @@ PRODUCER_OPTIONS = {
 
 def spark_session(master: str = "local[2]", app: str = "kafkaops-rekey-backfill", *, driver_memory: str = "1g",
                   shuffle_partitions: int = 4) -> Any:
-    """A small local SparkSession with the Kafka connector jars of ``.cache/jars/spark``."""
+    """A small local SparkSession with the Kafka connector jars of :data:`JARS_DIR`."""
     from pyspark.sql import SparkSession
 
     # Python workers, if a job ever starts one, run this interpreter (its venv has the project),
     # not whatever python3 is on PATH; PySpark reads the variable when the context starts.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    jars = sorted(str(p) for p in JARS_DIR.glob("*.jar"))
-    if not jars:
-        raise backfill.BackfillError(f"no Spark Kafka connector jars in {JARS_DIR}: run 'make setup'")
+    jars = sorted(str(p) for p in jar_dir("spark").glob("*.jar"))  # SetupError naming the setting when empty
     spark = (SparkSession.builder.master(master).appName(app)
             .config("spark.jars", ",".join(jars))
             .config("spark.driver.memory", driver_memory)

@@ -16,15 +16,19 @@ from pathlib import Path
 import pytest
 
 # Airflow reads its configuration when first imported: point it at a throw-away home before any
-# test module imports it, so tests never touch a developer's ~/airflow.
+# test module imports it, so tests never touch a developer's ~/airflow. The plugin comes through the
+# package's entry point. The jars and the local cluster's spec are the checkout's (.cache/, as under
+# make) unless KAFKAOPS_CACHE says otherwise; child processes (Spark apps, airflow) run this
+# checkout's code, as pytest itself does (pyproject's pythonpath).
 _REPO = Path(__file__).resolve().parents[1]
 _AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="kafkaops-airflow-"))
 os.environ.update({
     "AIRFLOW_HOME": str(_AIRFLOW_HOME),
     "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
     "AIRFLOW__CORE__DAGS_FOLDER": str(_REPO / "dags"),
-    "AIRFLOW__CORE__PLUGINS_FOLDER": str(_REPO / "plugins"),
     "GX_ANALYTICS_ENABLED": "false",
+    "KAFKAOPS_CACHE": os.environ.get("KAFKAOPS_CACHE") or str(_REPO / ".cache"),
+    "PYTHONPATH": os.pathsep.join([str(_REPO / "plugins"), str(_REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
 })
 atexit.register(shutil.rmtree, _AIRFLOW_HOME, True)
 

@@ -34,10 +34,11 @@ from kafkaops.model import Cluster
 from kafkaops.platform import admin, provision, state, traffic
 from kafkaops.platform import store as store_
 from kafkaops.platform.partitioner import partition_for
-from kafkaops.platform.paths import CACHE, REPO_ROOT
+from kafkaops.platform.paths import CACHE
 from kafkaops.platform.render import (BROKER_COLUMNS, PARTITION_COLUMNS, broker_rows, cluster_headline, duration,
                                      human_bytes, partition_rows, render_snapshot, table)
 from kafkaops.reassign import steps
+from kafkaops.resources import dags_folder
 
 log = logging.getLogger(__name__)
 
@@ -65,19 +66,18 @@ def _log_to(path: Path) -> None:
 
 
 def _airflow_env(bootstrap: str, out: TextIO) -> dict[str, str]:
-    """The environment of the Airflow child processes: the repository's home, DAGs and plugins (this
-    checkout's code first on the path), and ``kafka_default`` at the local cluster, as ``make
-    airflow`` has it. Migrates the metadata database, its output into ``out``."""
+    """The environment of the Airflow child processes: the cache's home, the DAG files kafkaops ships
+    (the plugin comes with the package, through its ``airflow.plugins`` entry point), and
+    ``kafka_default`` at the local cluster, as ``make airflow`` has it. Migrates the metadata
+    database, its output into ``out``."""
     os.environ.setdefault("AIRFLOW_HOME", str(AIRFLOW_HOME))
-    path = os.pathsep.join([str(REPO_ROOT / "plugins"), str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     os.environ.update({
-        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder()),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}),
         "GX_ANALYTICS_ENABLED": "false",
     })
-    env = {**os.environ, "PYTHONPATH": path}
+    env = dict(os.environ)
     Path(os.environ["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
     result = subprocess.run([_airflow(), "db", "migrate"], stdout=out, stderr=subprocess.STDOUT, env=env,
                             timeout=600)

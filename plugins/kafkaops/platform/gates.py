@@ -28,7 +28,7 @@ import pandas as pd
 from kafkaops.errors import KafkaOpsError
 from kafkaops.model import Cluster, Key
 from kafkaops.platform import datadocs
-from kafkaops.platform.paths import EXPECTATIONS
+from kafkaops.resources import suites
 
 if TYPE_CHECKING:
     from great_expectations.data_context import AbstractDataContext
@@ -124,7 +124,7 @@ def preflight_frames(cluster: Cluster, in_flight: Iterable[Key | Any] = ()) -> d
 
 
 def suite_path(suite_name: str) -> Path:
-    return EXPECTATIONS / f"{suite_name}.json"
+    return suites() / f"{suite_name}.json"
 
 
 def load_suite(suite_name: str) -> dict[str, Any]:
@@ -133,7 +133,7 @@ def load_suite(suite_name: str) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError as err:
-        known = sorted(p.stem for p in EXPECTATIONS.glob("*.json"))
+        known = sorted(p.stem for p in suites().glob("*.json"))
         raise GateError(f"no suite {suite_name!r}: {path} does not exist; suites are {known}") from err
     except json.JSONDecodeError as err:
         raise GateError(f"suite {path} is not valid JSON: {err}; fix the file") from err

@@ -8,7 +8,8 @@ free-text detail that is not part of the contract.
 This is the Python side of the contract, written apart from the JVM side (``io.kafkaops.spark.KeyRule``
 in jvm/spark-udf, on Jackson's streaming parser) on purpose: the backfill copies with the JVM side and
 its integrity check (the backfill gate) recomputes every key with this one, so a disagreement shows.
-Both are held to the shared vectors in :data:`VECTORS`. Pure: stdlib only.
+Both are held to the shared vectors of the checkout's
+``jvm/spark-udf/src/test/resources/key_rules_vectors.json``. Pure: stdlib only.
 
 How: strict UTF-8 decoding, then :mod:`json` with hooks that keep each number's token text
 (``parse_int``/``parse_float``), refuse ``NaN``/``Infinity`` (``parse_constant``), let the first of
@@ -25,7 +26,6 @@ import re
 import threading
 from dataclasses import dataclass, field
 from json.decoder import scanstring
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from kafkaops.errors import ConfigError
@@ -52,9 +52,6 @@ LONE_SURROGATE = "LONE_SURROGATE"    # the path leads to a string holding an unp
 CODES = (NO_KEY, NO_VALUE, NOT_UTF8, NOT_JSON, TOO_DEEP, NUMBER_TOO_LONG, FIELD_MISSING, NULL_VALUE, NOT_A_SCALAR,
          LONE_SURROGATE)
 
-#: The vectors both sides of the contract are tested with.
-VECTORS = Path(__file__).resolve().parents[3] / "jvm" / "spark-udf" / "src" / "test" / "resources" / \
-    "key_rules_vectors.json"
 
 
 class KeyRuleError(ConfigError):

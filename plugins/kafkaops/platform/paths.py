@@ -1,4 +1,10 @@
-"""Where the repository keeps its playbooks and its git-ignored caches."""
+"""Where this machine keeps kafkaops' caches: named by settings, never by the repository's location.
+
+``KAFKAOPS_CACHE`` names the cache folder (default ``$XDG_CACHE_HOME/kafkaops``, else
+``~/.cache/kafkaops``; the Makefile sets the checkout's ``.cache/``). ``KAFKAOPS_JARS`` names the
+jar folder (default ``<cache>/jars``) that ``make setup`` fills from Maven Central. The files
+kafkaops ships (playbooks, suites, DAG files) are package data: :mod:`kafkaops.resources`.
+"""
 from __future__ import annotations
 
 import os
@@ -7,18 +13,23 @@ from pathlib import Path
 
 from kafkaops.errors import SetupError
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-PLAYBOOKS = REPO_ROOT / "playbooks"
-EXPECTATIONS = REPO_ROOT / "expectations"
-CACHE = Path(os.environ.get("KAFKAOPS_CACHE", REPO_ROOT / ".cache"))
-JARS = CACHE / "jars"
+
+def _default_cache() -> Path:
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "kafkaops"
+
+
+CACHE = Path(os.environ.get("KAFKAOPS_CACHE") or _default_cache())
+JARS = Path(os.environ.get("KAFKAOPS_JARS") or CACHE / "jars")
 
 
 def jar_dir(name: str) -> Path:
     """One classpath folder of the jar cache: ``broker``, ``tools`` or ``spark``."""
     path = JARS / name
     if not any(path.glob("*.jar")):
-        raise SetupError(f"no jars in {path}: run 'make setup' (Maven copies them from jvm/pom.xml)")
+        raise SetupError(f"no jars in {path}: set KAFKAOPS_JARS to the folder holding broker/, tools/ and spark/ "
+                         f"(now {JARS}), or KAFKAOPS_CACHE to the folder whose jars/ holds them; 'make setup' "
+                         f"fills a checkout's .cache/jars from jvm/pom.xml (the Makefile sets KAFKAOPS_CACHE=.cache)")
     return path
 
 

@@ -22,17 +22,18 @@ from pathlib import Path
 from typing import Any
 
 from kafkaops.errors import ProvisionError
-from kafkaops.platform.paths import CACHE, PLAYBOOKS, jar_dir
+from kafkaops.platform.paths import CACHE, jar_dir
+from kafkaops.resources import playbooks
 
 log = logging.getLogger(__name__)
 
-LOCAL_INVENTORY = PLAYBOOKS / "inventory" / "local.yml"
+LOCAL_INVENTORY = playbooks() / "inventory" / "local.yml"
 LOCAL_BASE_DIR = CACHE / "cluster"
 LOCAL_SPEC = CACHE / "local-cluster.json"
 """The cluster spec of the local cluster, written by ``make cluster-up`` (:func:`cluster_up`) and
 grown by the scale-out DAG: the DAGs' inventory when their ``inventory`` param is empty and this
-file exists (:func:`default_inventory`). It lives in this machine's cache (``$KAFKAOPS_CACHE``,
-default ``.cache/``), so only the machine that runs the local cluster finds it; elsewhere the
+file exists (:func:`default_inventory`). It lives in this machine's cache (``$KAFKAOPS_CACHE``:
+the checkout's ``.cache/`` under make, else ``~/.cache/kafkaops``), so only the machine that runs the local cluster finds it; elsewhere the
 param must name an inventory."""
 
 
@@ -205,10 +206,12 @@ class ProvisionResult:
 def run_playbook(playbook: str, inventory: Mapping[str, Any] | str | Path, *,
                  extravars: Mapping[str, Any] | None = None, limit: str | None = None,
                  check: bool = False) -> ProvisionResult:
-    """Run ``playbooks/<playbook>`` with ansible-runner; raise ProvisionError naming the failed task."""
+    """Run ``playbooks/<playbook>`` (package data: :func:`kafkaops.resources.playbooks`) with
+    ansible-runner; raise ProvisionError naming the failed task."""
+    project = playbooks()
     env = {
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "ANSIBLE_ROLES_PATH": str(PLAYBOOKS / "roles"),
+        "ANSIBLE_ROLES_PATH": str(project / "roles"),
         "ANSIBLE_HOST_KEY_CHECKING": "False",
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_NOCOLOR": "1",
@@ -229,7 +232,7 @@ def run_playbook(playbook: str, inventory: Mapping[str, Any] | str | Path, *,
             env["ANSIBLE_REMOTE_TEMP"] = str(Path(private_dir) / "remote-tmp")
         log.info("ansible: running %s (limit %s)", playbook, limit or "all")
         runner = ansible_runner.run(
-            private_data_dir=private_dir, project_dir=str(PLAYBOOKS), playbook=str(PLAYBOOKS / playbook),
+            private_data_dir=private_dir, project_dir=str(project), playbook=str(project / playbook),
             inventory=inv, extravars=variables, envvars=env, limit=limit, quiet=True,
             cmdline="--check" if check else None, timeout=900)
         failures = []

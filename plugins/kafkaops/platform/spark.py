@@ -1,14 +1,14 @@
 """The Spark apps of ``spark_apps/`` as local subprocesses: one launcher for every capability.
 
-:func:`run_spark_app` runs ``python -m spark_apps.<app> ...`` from the repository root with the
-package and the repository on ``PYTHONPATH`` (local Spark: the app starts its own session), writes
-its stdout and stderr to a log file, enforces a timeout, and returns the JSON the app wrote. A run
-that times out, fails or writes nothing raises :class:`SparkAppFailed` with the log's last lines.
+:func:`run_spark_app` runs ``python -m spark_apps.<app> ...`` (``spark_apps`` is a package of the
+kafkaops wheel; local Spark: the app starts its own session) in the log file's folder, so Spark's
+scratch files stay with the run, writes its stdout and stderr to that log file, enforces a
+timeout, and returns the JSON the app wrote. A run that times out, fails or writes nothing raises
+:class:`SparkAppFailed` with the log's last lines. Callers pass absolute paths.
 """
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Collection, Sequence
@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from kafkaops.errors import KafkaOpsError
-from kafkaops.platform.paths import REPO_ROOT
 
 LOG_TAIL_CHARS = 1500
 
@@ -47,13 +46,12 @@ def run_spark_app(app: str, args: Sequence[str], *, output: Path, log_file: Path
     failed when it exits with a code outside ``ok_exit_codes`` (``None``: any code, the result
     file alone decides) or leaves no ``output``.
     """
+    output, log_file = output.absolute(), log_file.absolute()
     output.unlink(missing_ok=True)
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "plugins"), str(REPO_ROOT),
-                                                        os.environ.get("PYTHONPATH", "")])}
     with log_file.open("w") as out:
         try:
-            done = subprocess.run(spark_command(app, args), cwd=REPO_ROOT, env=env, stdout=out,
+            done = subprocess.run(spark_command(app, args), cwd=log_file.parent, stdout=out,
                                   stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired as err:
             raise SparkAppFailed(f"{what} did not finish within {timeout_s:.0f} s and was stopped (log {log_file}); "

@@ -10,6 +10,7 @@ the cache's ``broker`` folder, so the committed expectations come from Kafka, no
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -105,6 +106,7 @@ def java_vectors(keys: list[bytes], counts: tuple[int, ...] = PARTITION_COUNTS) 
 
 def main() -> None:
     sys.path.insert(0, str(HERE.parents[2] / "plugins"))
+    os.environ.setdefault("KAFKAOPS_CACHE", str(HERE.parents[2] / ".cache"))  # the checkout's jars, as under make
     from kafkaops.platform.paths import jar_dir
 
     vectors = java_vectors(vector_keys())

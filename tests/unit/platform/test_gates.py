@@ -8,6 +8,7 @@ import re
 from types import SimpleNamespace
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -16,12 +17,13 @@ from kafkaops.platform import gates, lifecycle
 from kafkaops.reassign import frames as plan_frames
 from kafkaops.platform.gates import GateError, GateFailed, GateResult
 from kafkaops.model import Broker, Cluster
-from kafkaops.platform.paths import EXPECTATIONS, REPO_ROOT
 from kafkaops.reassign.planner import LoadStats, Move, ReassignmentPlan, plan_drain, plan_scale_out
+from kafkaops.resources import suites
 from tests.unit.clusters import three_brokers_one_down, three_brokers_one_topic
 from tests.unit.reassign.planner.clusters import six_brokers_three_racks, skewed_four_brokers
 
 GATES = ("preflight", "plan", "post_move")
+REPO = Path(__file__).resolve().parents[3]
 
 
 def failures_of(result: GateResult) -> str:
@@ -56,7 +58,7 @@ def hand_plan(cluster: Cluster, after: dict[tuple[str, int], Sequence[int]], *, 
 def test_each_suite_file_is_a_gx_suite_with_a_rule_and_a_failure_text_per_expectation(gate: str) -> None:
     import great_expectations as gx  # after kafkaops.platform.gates, which turns GX analytics off
 
-    data = json.loads((EXPECTATIONS / f"{gate}.json").read_text())
+    data = json.loads((suites() / f"{gate}.json").read_text())
     suite = gx.ExpectationSuite(**data)
     assert suite.name == gate and len(suite.expectations) == len(data["expectations"]) >= 4
     for exp in data["expectations"]:
@@ -266,7 +268,7 @@ def test_data_docs_are_kept_in_the_folder_given(tmp_path) -> None:
         assert "preflight.brokers" in page.read()
     assert "Data Docs: " + result.docs_path in str(pytest.raises(GateFailed, gates.require, result).value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["preflight"]
-    assert not (REPO_ROOT / "gx").exists()
+    assert not (REPO / "gx").exists()
 
 
 def test_no_docs_without_a_folder() -> None:
@@ -299,8 +301,8 @@ def test_a_gate_runs_to_the_end_under_python_c() -> None:
               "from tests.unit.clusters import three_brokers_one_down\n"
               "result = gates.run('preflight', gates.preflight_frames(three_brokers_one_down()))\n"
               "print('gate ran:', result.ok)\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "plugins"), str(REPO_ROOT)])}
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)])}
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0 and "gate ran: False" in done.stdout, done.stderr[-2000:]
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from kafkaops.errors import ConfigError
 from kafkaops.platform import keyrules
 from kafkaops.platform.keyrules import KeyResult, KeyRule, KeyRuleError, extract, extract_key
+from tests.unit.rekey.key_rule_vectors import VECTORS as VECTORS_FILE
 from tests.unit.rekey.key_rule_vectors import Vector, load
 
 VECTORS = load()
@@ -29,7 +30,7 @@ def test_each_vector_gives_its_key_or_code(v: Vector) -> None:
 
 
 def test_the_vectors_cover_every_code_and_the_limits_they_assume() -> None:
-    data = json.loads(keyrules.VECTORS.read_text())
+    data = json.loads(VECTORS_FILE.read_text())
     assert (data["max_depth"], data["max_number_length"]) == (keyrules.MAX_DEPTH, keyrules.MAX_NUMBER_LENGTH)
     codes = Counter(v.code for v in VECTORS if v.code)
     assert set(codes) == set(keyrules.CODES), codes

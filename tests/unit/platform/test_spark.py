@@ -2,19 +2,21 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 from kafkaops.platform import spark
-from kafkaops.platform.paths import REPO_ROOT
 
 APP = """
-import json, sys, time
-import kafkaops  # the launcher puts the package on PYTHONPATH
+import json, os, sys, time
+import kafkaops  # installed, as spark_apps is: the launcher adds nothing to the path
 action, output = sys.argv[1], sys.argv[2]
 print("app started with", action, flush=True)
+if action == "where":
+    open(output, "w").write(json.dumps({"cwd": os.getcwd(), "pythonpath": os.environ.get("PYTHONPATH")}))
 if action == "sleep":
     time.sleep(60)
 if action in ("ok", "exit3"):
@@ -43,7 +45,16 @@ def launch(folder: Path, action: str, **kwargs: object) -> dict:
 def test_the_command_runs_an_app_of_spark_apps_as_a_module() -> None:
     assert spark.spark_command("key_skew", ["--topic", "t"]) == [sys.executable, "-m", "spark_apps.key_skew",
                                                                    "--topic", "t"]
-    assert (REPO_ROOT / "spark_apps" / "key_skew.py").exists()
+
+
+def test_the_app_runs_in_its_log_folder_with_the_callers_environment(fake_app: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """No checkout is assumed: the app's scratch files go next to its log, and its import path is the
+    caller's (an installed kafkaops and spark_apps), not a repository added by the launcher."""
+    monkeypatch.chdir("/")
+    callers = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(fake_app / "callers-own")]))
+    monkeypatch.setenv("PYTHONPATH", callers)
+    assert launch(fake_app, "where") == {"cwd": str(fake_app / "logs"), "pythonpath": callers}
 
 
 def test_a_run_returns_the_json_the_app_wrote_and_keeps_its_log(fake_app: Path) -> None:

@@ -1,12 +1,15 @@
-"""The shared key-rule vectors (``kafkaops.platform.keyrules.VECTORS``, also read by jvm/spark-udf's
-KeyRuleTest) as Python values."""
+"""The shared key-rule vectors (:data:`VECTORS`, also read by jvm/spark-udf's KeyRuleTest) as Python
+values."""
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from kafkaops.platform.keyrules import VECTORS
+#: The vectors both sides of the key-rule contract (kafkaops.platform.keyrules) are tested with.
+VECTORS = Path(__file__).resolve().parents[3] / "jvm" / "spark-udf" / "src" / "test" / "resources" / \
+    "key_rules_vectors.json"
 
 
 @dataclass(frozen=True)
