@@ -137,7 +137,7 @@ def service_of_host(services: dict[str, dict[str, Any]], host: str) -> dict[str,
     return services[host]
 
 
-def dummy_secrets(shared: dict[str, str], services: dict[str, dict[str, Any]]) -> dict[str, str]:
+def dummy_secrets() -> dict[str, str]:
     """A value for every required variable of the file (``${NAME:?...}``)."""
     names = {m["name"] for m in variables(COMPOSE.read_text()) if m["op"] == ":?"}
     return {name: f"dummy{name.lower().replace('_', '')}" for name in names}
@@ -151,17 +151,18 @@ def test_the_compose_file_matches_the_compose_specification(compose: dict[str, A
     assert not errors, f"{COMPOSE.name} is not a valid Compose file: " + "; ".join(errors[:10])
 
 
-def test_docker_compose_config_accepts_the_file(shared: dict[str, str], services: dict[str, Any]) -> None:
+def test_docker_compose_config_accepts_the_file() -> None:
     docker = shutil.which("docker")
     if docker is None or subprocess.run([docker, "compose", "version"], capture_output=True).returncode:
         pytest.skip("no `docker compose` here (it needs no engine, only the client and its compose plugin); "
                     "the schema test above validates the file")
-    env = {**os.environ, **dummy_secrets(shared, services)}
+    env = {**os.environ, **dummy_secrets()}
     done = subprocess.run([docker, "compose", "-f", str(COMPOSE), "config", "-q"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"docker compose config rejects {COMPOSE.name}: {done.stderr[-2000:]}"
-    unset = subprocess.run([docker, "compose", "-f", str(COMPOSE), "config", "-q"], cwd=REPO, capture_output=True,
-                           text=True, timeout=120, env={k: v for k, v in os.environ.items() if k != "AIRFLOW_JWT_SECRET"})
+    del env["AIRFLOW_JWT_SECRET"]
+    unset = subprocess.run([docker, "compose", "-f", str(COMPOSE), "config", "-q"], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=120)
     assert unset.returncode != 0 and "AIRFLOW_JWT_SECRET" in unset.stderr, "a missing secret must stop compose"
 
 
@@ -217,7 +218,7 @@ def test_secrets_are_required_variables_never_values(shared: dict[str, str], ser
         names.append(match["name"])
     assert len(set(names)) == len(names), f"two secrets share a variable: {names}"
     for url_key in fed["metadata_url"] | fed["result_backend"]:
-        assert urlsplit(substituted(shared[url_key], **dummy_secrets(shared, services))).password == \
+        assert urlsplit(substituted(shared[url_key], **dummy_secrets())).password == \
             "dummypostgrespassword", f"{url_key}'s password is not ${{POSTGRES_PASSWORD}}"
     store = json.loads(shared[next(iter(fed["store"]))])
     assert [m["op"] for m in variables(store["password"])] == [":?"], "the store's password must be a variable"
@@ -227,7 +228,7 @@ def test_secrets_are_required_variables_never_values(shared: dict[str, str], ser
 
 def test_the_addresses_are_the_compose_services(shared: dict[str, str], services: dict[str, Any]) -> None:
     settings, fed = harness_settings()
-    secrets = dummy_secrets(shared, services)
+    secrets = dummy_secrets()
     (metadata_key,) = fed["metadata_url"]
     metadata = sa.make_url(substituted(shared[metadata_key], **secrets))
     assert service_of_host(services, metadata.host)["image"].startswith("postgres:")
@@ -257,7 +258,7 @@ def test_the_store_is_its_own_database_on_the_airflow_postgres(shared: dict[str,
     (store_key,), (metadata_key,) = fed["store"], fed["metadata_url"]
     assert store_key == f"AIRFLOW_CONN_{harness.STORE_CONN_ID.upper()}"
     store = json.loads(shared[store_key])
-    metadata = sa.make_url(substituted(shared[metadata_key], **dummy_secrets(shared, services)))
+    metadata = sa.make_url(substituted(shared[metadata_key], **dummy_secrets()))
     assert store["conn_type"] == "postgres"
     assert (store["host"], store["port"]) == (metadata.host, metadata.port), "the store is not on Airflow's server"
     assert store["schema"] == "kafkaops" != metadata.database
