@@ -231,7 +231,7 @@ def install_wheel(root: Path) -> Installation:
                                capture_output=True, text=True, check=True).stdout.strip())
     (site / "kafkaops-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
-                                "--quiet", "--no-deps", "--no-index", str(wheel)],
+                                "--quiet", "--no-deps", "--no-index", "--ignore-installed", str(wheel)],
                                capture_output=True, text=True, timeout=600)
     if installed.returncode:
         pytest.fail(f"installing {wheel.name} into {venv} failed: {installed.stderr[-3000:]}")
@@ -453,11 +453,13 @@ def deployment(*, kafka_bootstrap: str, worker_cache: Path, jars: Path, dag_ids:
                             databases=databases, redis_url=redis_url, passwords=passwords)
         for component in components.values():  # stopped in reverse order of start, also on failure
             stack.callback(_stop_quietly, component)
+        # The one-shot init (docker-compose.yml's airflow-init): the store's schema, then Airflow's.
         migrate = components["migrate"]
-        done = subprocess.run(migrate.argv, cwd=migrate.home, env=migrate.env, capture_output=True, text=True,
-                              timeout=600)
-        if done.returncode:
-            pytest.fail(f"airflow db migrate failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+        for argv in ([str(installation.python), "-m", "kafkaops", "check", "--upgrade"], migrate.argv):
+            done = subprocess.run(argv, cwd=migrate.home, env=migrate.env, capture_output=True, text=True,
+                                  timeout=600)
+            if done.returncode:
+                pytest.fail(f"{' '.join(argv[2:])} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
         for name in COMPONENTS:
             result.start(name)
         result.wait_until_healthy()
