@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import sys
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT), str(Path(__file__).resolve().parent)]
+os.environ.setdefault("KAFKAOPS_CACHE", str(ROOT / ".cache"))  # the checkout's jars, as `make bench` sets it
 
 from results import publish  # noqa: E402
 
