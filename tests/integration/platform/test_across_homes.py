@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from kafkaops.platform import admin, provision, store
+from kafkaops.platform.paths import JARS
 from tests.conftest import TEST_BROKER_CONFIG
 from tests.integration.conftest import throttles_left, wait_for_no_throttles
 
@@ -49,6 +50,8 @@ class Homes:
         self.homes.append(home)
         env = {"PATH": os.environ["PATH"], "HOME": str(home), "AIRFLOW_HOME": str(home),
                "KAFKAOPS_STORE_URL": self.url, "GX_ANALYTICS_ENABLED": "false",
+               # the jars are this machine's installation (the image's /opt/kafkaops/jars), not run state
+               "KAFKAOPS_JARS": str(JARS),
                "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)])}
         data = {"dag_id": DAG, "run_id": self.run_id, "kind": self.kind, "params": self.params,
                 "conn_config": {"bootstrap.servers": self.spec.bootstrap}, "args": args}
