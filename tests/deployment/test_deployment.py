@@ -21,12 +21,11 @@ from kafkaops.platform import admin, provision, state, store
 from tests import postgres
 from tests.deployment import harness
 from tests.deployment.conftest import TOPIC, SpecCluster
+from tests.deployment.runs import run_path, task_states, wait_for_run, wait_for_task
 from tests.integration.conftest import throttles_left, wait_for_no_throttles
 
 pytestmark = [pytest.mark.deployment, pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(2400)]
 
-RUN_TIMEOUT_S = 600.0
-FINAL = {"success", "failed"}
 
 
 # -- fixtures ------------------------------------------------------------------------------------------------
@@ -38,50 +37,10 @@ def kafkaops_store(deployed: harness.Deployment) -> store.Store:
 
 # -- runs ----------------------------------------------------------------------------------------------------
 
-def run_path(dag_id: str, run_id: str) -> str:
-    return f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}"
-
-
 def trigger(d: harness.Deployment, dag_id: str, conf: dict[str, Any], *, user: str = "operator") -> str:
     d.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False}, user=user)
     run = d.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf}, user=user)
     return run["dag_run_id"]
-
-
-def task_states(d: harness.Deployment, dag_id: str, run_id: str) -> dict[str, tuple[str | None, int]]:
-    tis = d.api("GET", f"{run_path(dag_id, run_id)}/taskInstances", params={"limit": 100})["task_instances"]
-    return {t["task_id"]: (t["state"], t["try_number"]) for t in tis}
-
-
-def wait_for_task(d: harness.Deployment, dag_id: str, run_id: str, task_id: str, states: set[str], *,
-                  timeout: float = RUN_TIMEOUT_S, poll_s: float = 1.0) -> tuple[str, int]:
-    deadline = time.monotonic() + timeout
-    seen: dict[str, tuple[str | None, int]] = {}
-    while time.monotonic() < deadline:
-        seen = task_states(d, dag_id, run_id)
-        state_, tries = seen.get(task_id, (None, 0))
-        if state_ in states:
-            return state_, tries
-        run = d.api("GET", run_path(dag_id, run_id))
-        if run["state"] in FINAL:
-            pytest.fail(f"{dag_id} run {run_id} ended {run['state']} before {task_id} was {states}: {seen}")
-        time.sleep(poll_s)
-    pytest.fail(f"{task_id} of {dag_id} run {run_id} not {states} after {timeout:.0f} s: {seen}")
-
-
-def wait_for_run(d: harness.Deployment, dag_id: str, run_id: str, *, expect: str = "success",
-                 timeout: float = RUN_TIMEOUT_S) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    run: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        run = d.api("GET", run_path(dag_id, run_id))
-        if run["state"] in FINAL:
-            break
-        time.sleep(2)
-    if run.get("state") != expect:
-        pytest.fail(f"{dag_id} run {run_id} is {run.get('state')!r}, expected {expect!r}, after "
-                    f"{timeout:.0f} s; tasks: {task_states(d, dag_id, run_id)}")
-    return run
 
 
 def approve(d: harness.Deployment, dag_id: str, run_id: str, *, user: str = "approver") -> dict[str, Any]:
@@ -128,8 +87,7 @@ def test_the_happy_path_survives_restarts_of_triggerer_scheduler_and_api_server(
     for name in ("triggerer", "scheduler", "api-server"):
         deployed.restart(name)
     deployed.wait_until_healthy()
-    state_, _ = wait_for_task(deployed, "kafka_scale_out", run, "approval", {"awaiting_input", "deferred"},
-                              timeout=120)
+    wait_for_task(deployed, "kafka_scale_out", run, "approval", {"awaiting_input", "deferred"}, timeout=120)
 
     unauthenticated = httpx.get(f"{deployed.url}/kafkaops/records/kafka_scale_out/{quote(run, safe='')}.json",
                                 timeout=30)

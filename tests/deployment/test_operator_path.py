@@ -29,53 +29,13 @@ from selenium.webdriver.common.by import By
 from kafkaops.platform import admin
 from tests.deployment.conftest import TOPIC, SpecCluster
 from tests.deployment.harness import Deployment
+from tests.deployment.runs import RUN_TIMEOUT_S, run_path, task_states, wait_for_run
 from tests.deployment.ui import AirflowUI
 
 pytestmark = [pytest.mark.deployment, pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(1800)]
 
-# How long one run may take from its trigger to its end (or to its approval): generous for two busy
-# cores; the test's own duration is printed at its end.
-RUN_TIMEOUT_S = 600.0
-FINAL_STATES = {"success", "failed"}
 BYTES = re.compile(r"\d+(\.\d+)?\s?(B|KiB|MiB|GiB|kB|MB|GB)\b")
 RATE = re.compile(r"\d+(\.\d+)?\s?MB/s")
-
-
-def run_path(dag_id: str, run_id: str) -> str:
-    return f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}"
-
-
-def task_states(airflow: Deployment, dag_id: str, run_id: str) -> dict[str, tuple[str | None, int]]:
-    tis = airflow.api("GET", f"{run_path(dag_id, run_id)}/taskInstances", params={"limit": 100})["task_instances"]
-    return {t["task_id"]: (t["state"], t["try_number"]) for t in tis}
-
-
-def task_log_tail(airflow: Deployment, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
-    content = airflow.api("GET", f"{run_path(dag_id, run_id)}/taskInstances/{task_id}/logs/{max(try_number, 1)}",
-                          params={"full_content": True}).get("content") or []
-    lines = [e.get("event", "") + (f" {e['error_detail']}" if e.get("error_detail") else "")
-             for e in content if isinstance(e, dict)]
-    return "\n".join(lines[-25:])
-
-
-def wait_for_run(airflow: Deployment, dag_id: str, run_id: str, *, timeout: float = RUN_TIMEOUT_S
-                 ) -> dict[str, Any]:
-    """The run once it ended; fail with its task states and the failed tasks' logs if it did not succeed."""
-    deadline = time.monotonic() + timeout
-    run: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        run = airflow.api("GET", run_path(dag_id, run_id))
-        if run["state"] in FINAL_STATES:
-            break
-        time.sleep(3)
-    states = task_states(airflow, dag_id, run_id)
-    if run.get("state") != "success":
-        failed = [t for t, (s, _) in states.items() if s in ("failed", "upstream_failed")]
-        logs = "\n".join(f"--- {t} (try {states[t][1]}):\n{task_log_tail(airflow, dag_id, run_id, t, states[t][1])}"
-                         for t in failed if states[t][0] == "failed")
-        pytest.fail(f"{dag_id} run {run_id} is {run.get('state')!r} after {timeout:.0f} s (no task was cleared); "
-                    f"tasks: {states}\n{logs}")
-    return run
 
 
 def wait_for_approval(airflow: Deployment, dag_id: str, run_id: str) -> None:
