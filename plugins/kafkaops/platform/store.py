@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import socket
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+import tenacity
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import NullPool
 
@@ -563,10 +565,21 @@ def _connect_args(url: sa.URL) -> dict[str, Any]:
     return {"connect_timeout": 10} if url.get_backend_name() == "postgresql" else {}
 
 
+def _sqlite_busy(err: BaseException) -> bool:
+    return isinstance(err, sqlite3.OperationalError) and (getattr(err, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_BUSY
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    """WAL, a 30 s busy timeout, NORMAL sync. Switching a new file to WAL takes its write lock from
+    inside a read, where SQLite returns SQLITE_BUSY at once instead of calling the busy handler (two
+    processes opening one new store together hit it), so that one statement is retried here."""
     cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA busy_timeout=30000")
+    for attempt in tenacity.Retrying(retry=tenacity.retry_if_exception(_sqlite_busy),
+                                     wait=tenacity.wait_random_exponential(multiplier=0.02, max=0.5),
+                                     stop=tenacity.stop_after_delay(30), reraise=True):
+        with attempt:
+            cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.close()
 
