@@ -147,6 +147,35 @@ def test_the_key_skew_spark_job_reads_sasl_ssl_with_its_config_in_a_file(
     no_canary("the Spark log", seen["log"])
 
 
+def test_the_rekey_backfill_copies_and_verifies_on_sasl_ssl(broker: SecuredBroker, tmp_path: Path) -> None:
+    """Both the Spark source and sink and the driver's own admin calls (watermarks, the sample) use
+    the file's settings."""
+    from kafkaops.cli.datagen import DatagenSpec, produce
+    from kafkaops.rekey.backfill import BackfillPlan
+
+    config = broker.config()
+    with admin.connect(config) as conn:
+        admin.create_topic(conn, "payments", 2, 1)
+    produce(config, "payments", DatagenSpec(records=300, keys=30, skew="zipf", seed=3))
+    ranges = admin.end_offsets(config, "payments")
+    plan = BackfillPlan("payments", tuple((p, s, e) for p, (s, e) in sorted(ranges.items())), "payments.v2", 4,
+                        "record_key")
+    with admin.connect(config) as conn:
+        admin.create_topic(conn, plan.target_topic, 4, 1)
+        admin.create_topic(conn, plan.dead_letter_topic, 1, 1)
+    plan_file, report, log_file = tmp_path / "plan.json", tmp_path / "report.json", tmp_path / "spark.log"
+    plan_file.write_text(plan.to_json())
+    argv: list[list[str]] = []
+    result = spark.run_spark_app("rekey_backfill", ["run", "--verify", "--plan", str(plan_file), "--report", str(report),
+                                                    "--driver-memory", "512m"],
+                                 output=report, log_file=log_file, timeout_s=600, what="backfill on SASL_SSL",
+                                 on_timeout="-", kafka_config=config, on_start=argv.append)
+    assert result["integrity"]["ok"], result["integrity"]
+    assert result["integrity"]["target_records"] + result["integrity"]["dead_letters"] == 300
+    no_canary("the backfill's argv", json.dumps(argv))
+    no_canary("the backfill's Spark log", log_file.read_text(errors="replace"))
+
+
 def test_wrong_credentials_fail_begin_at_once_naming_the_connection(broker: SecuredBroker, local_store: Any,
                                                                     tmp_path: Path) -> None:
     wrong = admin.connection_config(broker.config(password="not-the-password"), name="Airflow connection 'kafka_x'")
