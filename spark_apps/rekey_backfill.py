@@ -94,6 +94,7 @@ def kafka_options(kafka: Kafka) -> dict[str, str]:
     """Spark's Kafka source/sink options (``kafka.*``, the Java client's) for ``kafka``."""
     return spark_kafka_options(_admin_config(kafka))
 
+
 #: Spark SQL function (jvm/spark-udf): ``Utils.toPositive(Utils.murmur2(key))`` of Kafka's Java client;
 #: ``kafka_key_hash(key, source_partition) % n`` is the partition its producer gives the key in a topic of
 #: ``n``. It also counts records off their key's home source partition (:func:`register_key_hash`).
