@@ -1,6 +1,6 @@
 """Key skew of a bounded sample of a topic, with Spark's Kafka connector.
 
-    python -m spark_apps.key_skew --bootstrap host:9092 --topic orders --partitions 3 \
+    python -m spark_apps.key_skew --kafka-config kafka.json --topic orders --partitions 3 \
         --start '{"0":0,"1":0,"2":0}' --end '{"0":500,"1":500,"2":500}' \
         [--candidate-field account_id] [--candidates 3,6,12] --output skew.json
 
@@ -9,7 +9,8 @@ per partition and per candidate key (a field of the value read by the key-rule c
 docs/key-rules.md with the backfill's own Spark SQL function ``kafkaops_new_key``, so a candidate is
 counted with exactly the key a rekey backfill by it would write); the driver turns those counts into
 the result with :func:`kafkaops.capacity.skew.summarize` (hottest keys, load now and under each
-candidate partition count, placed by Kafka's Java partitioner).
+candidate partition count, placed by Kafka's Java partitioner). The cluster's client settings come
+in the ``--kafka-config`` file (as for the rekey backfill), or ``--bootstrap`` for one without security.
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from kafkaops.capacity import skew
-from spark_apps.rekey_backfill import NEW_KEY, register_new_key, spark_session
+from kafkaops.platform.spark import read_kafka_config, tuning_options
+from spark_apps.rekey_backfill import NEW_KEY, Kafka, kafka_options, register_new_key, spark_session
 
 log = logging.getLogger("kafkaops.key_skew")
 
@@ -30,12 +32,12 @@ def _offsets(topic: str, offsets: dict[str, int]) -> str:
     return json.dumps({topic: {str(p): int(o) for p, o in offsets.items()}})
 
 
-def counts(spark: Any, bootstrap: str, topic: str, start: dict[str, int], end: dict[str, int],
+def counts(spark: Any, bootstrap: Kafka, topic: str, start: dict[str, int], end: dict[str, int],
            candidate_field: str | None, options: dict[str, str] | None = None) -> dict[str, Any]:
     """Per-key, per-partition and per-candidate-key counts of ``[start, end)``, collected to the driver."""
     from pyspark.sql import functions as F
 
-    frame = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+    frame = (spark.read.format("kafka").options(**kafka_options(bootstrap))
              .option("subscribe", topic)
              .option("startingOffsets", _offsets(topic, start)).option("endingOffsets", _offsets(topic, end))
              .option("failOnDataLoss", "false").options(**(options or {})).load()
@@ -62,7 +64,9 @@ def counts(spark: Any, bootstrap: str, topic: str, start: dict[str, int], end: d
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="key_skew", description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap", required=True)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--kafka-config", metavar="FILE", help="JSON file of the cluster's librdkafka client config")
+    where.add_argument("--bootstrap", help="bootstrap.servers of a cluster without security settings")
     parser.add_argument("--topic", required=True)
     parser.add_argument("--partitions", type=int, required=True, help="the topic's partition count")
     parser.add_argument("--start", required=True, help='JSON {"partition": offset} of the first sampled record')
@@ -74,16 +78,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--output", required=True, help="write the JSON result here")
     parser.add_argument("--master", default="local[1]")
     parser.add_argument("--driver-memory", default="1g")
-    parser.add_argument("--kafka-option", action="append", default=[], metavar="kafka.KEY=VALUE")
+    parser.add_argument("--kafka-option", action="append", default=[], metavar="kafka.KEY=VALUE",
+                        help="a Java client option that tunes the read; secrets are refused here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     start, end = json.loads(args.start), json.loads(args.end)
+    options = tuning_options(args.kafka_option)
+    kafka: Kafka = read_kafka_config(args.kafka_config) if args.kafka_config else args.bootstrap
     spark = spark_session(args.master, app="kafkaops-key-skew", driver_memory=args.driver_memory,
                           shuffle_partitions=2)
     spark.sparkContext.setLogLevel("WARN")
     try:
-        c = counts(spark, args.bootstrap, args.topic, start, end, args.candidate_field,
-                   dict(o.split("=", 1) for o in args.kafka_option))
+        c = counts(spark, kafka, args.topic, start, end, args.candidate_field, options)
     finally:
         spark.stop()
     result = skew.summarize(args.topic, c["per_key"], partitions=args.partitions, per_partition_now=c["now"],

@@ -2,8 +2,12 @@
 each record on the partition Kafka's Java producer would give its key, per-key order kept, every
 record exactly once, also across re-runs and restarts after a crash.
 
-    python -m spark_apps.rekey_backfill run --plan plan.json --bootstrap host:9092 [--report out.json]
+    python -m spark_apps.rekey_backfill run --plan plan.json --kafka-config kafka.json [--report out.json]
     python -m spark_apps.rekey_backfill verify --plan plan.json --bootstrap host:9092 --report out.json
+
+``--kafka-config`` names a JSON file of the cluster's librdkafka client config (the Airflow
+connection's, SASL and SSL included: :func:`kafkaops.platform.spark.run_spark_app` writes it, mode
+0600); ``--bootstrap`` alone reaches a cluster without security. Secrets never go on the command line.
 
 Two copies, both reading exactly ``[start, end)`` of each source partition through Spark's Kafka
 source (``startingOffsets``/``endingOffsets`` JSON of the :class:`~kafkaops.rekey.backfill.BackfillPlan`)
@@ -69,17 +73,27 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from kafkaops.platform import keyrules
+from kafkaops.platform.spark import read_kafka_config, spark_kafka_options, tuning_options
 from kafkaops.platform.paths import JARS, jar_dir
 from kafkaops.rekey import backfill
 from kafkaops.rekey.backfill import (CODE_HEADER, LINEAGE_HEADER, REASON_HEADER, BackfillPlan, OutputRecord,
                                      ResumePoint, SourceRecord)
 
 log = logging.getLogger("kafkaops.rekey_backfill")
+
+#: A cluster as the apps reach it: its librdkafka client config, or only its bootstrap servers.
+Kafka = Mapping[str, str] | str
+
+
+def kafka_options(kafka: Kafka) -> dict[str, str]:
+    """Spark's Kafka source/sink options (``kafka.*``, the Java client's) for ``kafka``."""
+    return spark_kafka_options(_admin_config(kafka))
+
 
 #: Spark SQL function (jvm/spark-udf): ``Utils.toPositive(Utils.murmur2(key))`` of Kafka's Java client;
 #: ``kafka_key_hash(key, source_partition) % n`` is the partition its producer gives the key in a topic of
@@ -199,9 +213,9 @@ def spanning_keys_of(spark: Any, spread: Any) -> int | None:
     return None if spanning < 0 else spanning
 
 
-def _source(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str]) -> Any:
+def _source(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str]) -> Any:
     return (spark.read.format("kafka")
-            .option("kafka.bootstrap.servers", bootstrap)
+            .options(**kafka_options(bootstrap))
             .option("subscribe", plan.source_topic)
             .option("startingOffsets", plan.offsets_json("start"))
             .option("endingOffsets", plan.offsets_json("end"))
@@ -210,7 +224,7 @@ def _source(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, s
             .load())
 
 
-def _snapshot(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str] | None) -> Any:
+def _snapshot(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str] | None) -> Any:
     """The snapshot as ``partition, offset, ts, key, value`` (``ts`` in epoch milliseconds)."""
     from pyspark.sql import functions as F
 
@@ -218,13 +232,13 @@ def _snapshot(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str,
         "partition", "offset", F.unix_millis("timestamp").alias("ts"), "key", "value")
 
 
-def planned_frame(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str] | None = None) -> Any:
+def planned_frame(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str] | None = None) -> Any:
     """The rows of the merged copy, before resume: :func:`rekey_rows` with order timestamps.
     Register the functions first (:func:`register_functions`)."""
     return rekey_rows(_snapshot(spark, plan, bootstrap, options), plan, ordered=True)
 
 
-def direct_frame(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str] | None = None) -> Any:
+def direct_frame(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str] | None = None) -> Any:
     """The rows of the direct copy, before resume: :func:`rekey_rows` in offset order. Register the
     functions first (:func:`register_functions`)."""
     return rekey_rows(_snapshot(spark, plan, bootstrap, options), plan)
@@ -261,13 +275,13 @@ def rekey_rows(source: Any, plan: BackfillPlan, *, ordered: bool = False) -> Any
 
 # -- resume ----------------------------------------------------------------------------------------------
 
-def existing_output(spark: Any, plan: BackfillPlan, bootstrap: str, *, per_source: bool = False
+def existing_output(spark: Any, plan: BackfillPlan, bootstrap: Kafka, *, per_source: bool = False
                     ) -> list[ResumePoint]:
     """Per output partition already written (``per_source``: per output partition and source
     partition): the record count and the last record's lineage."""
     from pyspark.sql import functions as F
 
-    frame = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+    frame = (spark.read.format("kafka").options(**kafka_options(bootstrap))
              .option("subscribe", f"{plan.target_topic},{plan.dead_letter_topic}")
              .option("startingOffsets", "earliest").option("endingOffsets", "latest")
              .option("includeHeaders", "true").load())
@@ -364,7 +378,7 @@ def output_frame(planned: Any, plan: BackfillPlan) -> Any:
                        .sortWithinPartitions("order_ts", "src_partition", "src_offset"), plan)
 
 
-def keys_in_several_partitions(spark: Any, plan: BackfillPlan, bootstrap: str,
+def keys_in_several_partitions(spark: Any, plan: BackfillPlan, bootstrap: Kafka,
                                options: dict[str, str] | None = None) -> int:
     """How many new keys of the snapshot have records in more than one source partition (by the
     record key: an earlier partition increase, or a producer with another partitioner; by a value
@@ -380,7 +394,7 @@ def keys_in_several_partitions(spark: Any, plan: BackfillPlan, bootstrap: str,
 SAMPLE_RECORDS = 2_000
 
 
-def sample_spans(plan: BackfillPlan, bootstrap: str, options: dict[str, str]) -> bool:
+def sample_spans(plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str]) -> bool:
     """True when the first :data:`SAMPLE_RECORDS` records of each source partition already show a new
     key in two source partitions (so a direct copy by a value rule would be thrown away); False
     says nothing for sure, the direct copy then checks every key as it goes."""
@@ -388,14 +402,14 @@ def sample_spans(plan: BackfillPlan, bootstrap: str, options: dict[str, str]) ->
 
     head = {p: (s, min(e, s + SAMPLE_RECORDS)) for p, s, e in plan.source_offsets}
     home: dict[bytes, int] = {}
-    for r in admin.read_ranges(_admin_config(bootstrap, options), plan.source_topic, head):
+    for r in admin.read_ranges(_admin_config(bootstrap), plan.source_topic, head):
         key = keyrules.extract_key(r.key, r.value, plan.rule)
         if key is not None and home.setdefault(key, r.partition) != r.partition:
             return True
     return False
 
 
-def choose_mode(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str] | None = None
+def choose_mode(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str] | None = None
                 ) -> tuple[str, str]:
     """``direct`` when each new key's records all come from one source partition (so offset
     order is per-key order and no shuffle is needed), else ``merged``; and why. The choice depends
@@ -408,8 +422,8 @@ def choose_mode(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[st
     return "direct", "every key's records are in one source partition"
 
 
-def write(frame: Any, bootstrap: str, options: dict[str, str] | None = None) -> None:
-    (frame.write.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+def write(frame: Any, bootstrap: Kafka, options: dict[str, str] | None = None) -> None:
+    (frame.write.format("kafka").options(**kafka_options(bootstrap))
      .options(**{**PRODUCER_OPTIONS, **(options or {})}).save())
 
 
@@ -417,7 +431,7 @@ def source_partition_count(plan: BackfillPlan) -> int:
     return max(p for p, _, _ in plan.source_offsets) + 1
 
 
-def write_direct(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str] | None = None
+def write_direct(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str] | None = None
                  ) -> tuple[int, str]:
     """The direct copy of a fresh target, in one pass; returns how many new keys have records in
     more than one source partition (zero: the copy kept per-key order) and how that was found.
@@ -438,7 +452,7 @@ def write_direct(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[s
     return keys_in_several_partitions(spark, plan, bootstrap, options), "an exact count of keys per source partition"
 
 
-def run(spark: Any, plan: BackfillPlan, bootstrap: str, *, kafka_options: dict[str, str] | None = None
+def run(spark: Any, plan: BackfillPlan, bootstrap: Kafka, *, kafka_options: dict[str, str] | None = None
         ) -> dict[str, Any]:
     """Write what is missing of ``plan`` to its target and dead-letter topics; returns counts.
 
@@ -502,7 +516,7 @@ def run(spark: Any, plan: BackfillPlan, bootstrap: str, *, kafka_options: dict[s
     return result
 
 
-def _holds_direct_prefix(spark: Any, plan: BackfillPlan, bootstrap: str, options: dict[str, str],
+def _holds_direct_prefix(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str],
                          points: Sequence[ResumePoint]) -> bool:
     """True when ``points`` (per output and source partition) are exactly a prefix of ``plan``'s
     direct copy: output that this backfill's own direct pass left behind, which the merged copy
@@ -515,25 +529,20 @@ def _holds_direct_prefix(spark: Any, plan: BackfillPlan, bootstrap: str, options
     return True
 
 
-#: The Java client's security settings that librdkafka (kafkaops.platform.admin) spells the same way.
-_SHARED_OPTIONS = ("kafka.security.protocol", "kafka.sasl.mechanism", "kafka.sasl.username", "kafka.sasl.password")
-
-
-def _admin_config(bootstrap: str, options: dict[str, str]) -> dict[str, str]:
-    return {"bootstrap.servers": bootstrap,
-            **{k.removeprefix("kafka."): v for k, v in options.items() if k in _SHARED_OPTIONS}}
-
-
-def _output_is_empty(plan: BackfillPlan, bootstrap: str, options: dict[str, str]) -> bool:
-    """True when the target and dead-letter topics hold no record (their watermarks say so: a
-    metadata request, not a Spark job). With client options kafkaops cannot pass to librdkafka,
-    False: the caller reads the topics with Spark instead."""
+def _admin_config(kafka: Kafka) -> dict[str, str]:
+    """The librdkafka config of ``kafka`` (the admin calls and record reads of the driver)."""
     from kafkaops.platform import admin
 
-    if set(options) - set(_SHARED_OPTIONS) - set(PRODUCER_OPTIONS):
-        return False
+    return admin.connection_config(kafka)
+
+
+def _output_is_empty(plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str]) -> bool:
+    """True when the target and dead-letter topics hold no record (their watermarks say so: a
+    metadata request, not a Spark job)."""
+    from kafkaops.platform import admin
+
     topics = [plan.target_topic, plan.dead_letter_topic]
-    with admin.connect(_admin_config(bootstrap, options)) as conn:
+    with admin.connect(_admin_config(bootstrap)) as conn:
         # a topic created a moment ago may not be in the metadata yet: UnknownTopic is asked again
         snap = admin.retrying(f"the metadata of {' and '.join(topics)}", attempts=None, deadline_s=10.0,
                               first_wait_s=0.1, max_wait_s=1.0)(
@@ -541,14 +550,14 @@ def _output_is_empty(plan: BackfillPlan, bootstrap: str, options: dict[str, str]
     return all((p.end_offset or 0) == (p.start_offset or 0) for p in snap.partitions)
 
 
-def _truncate_output(plan: BackfillPlan, bootstrap: str, options: dict[str, str]) -> None:
+def _truncate_output(plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str]) -> None:
     from kafkaops.platform import admin
 
-    with admin.connect(_admin_config(bootstrap, options)) as conn:
+    with admin.connect(_admin_config(bootstrap)) as conn:
         admin.truncate_topics(conn, [plan.target_topic, plan.dead_letter_topic])
 
 
-def read_back(spark: Any, plan: BackfillPlan, bootstrap: str
+def read_back(spark: Any, plan: BackfillPlan, bootstrap: Kafka
               ) -> tuple[list[SourceRecord], list[OutputRecord], list[OutputRecord]]:
     """The snapshot, the target and the dead-letter topic, collected to the driver (for verify)."""
     from pyspark.sql import functions as F
@@ -556,7 +565,7 @@ def read_back(spark: Any, plan: BackfillPlan, bootstrap: str
     source = [SourceRecord(r["partition"], r["offset"], r["ts"], _b(r["key"]), _b(r["value"]))
               for r in _source(spark, plan, bootstrap, {}).select(
                   "partition", "offset", F.unix_millis("timestamp").alias("ts"), "key", "value").collect()]
-    frame = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+    frame = (spark.read.format("kafka").options(**kafka_options(bootstrap))
              .option("subscribe", f"{plan.target_topic},{plan.dead_letter_topic}")
              .option("startingOffsets", "earliest").option("endingOffsets", "latest")
              .option("includeHeaders", "true").load())
@@ -579,7 +588,7 @@ def _text(value: Any) -> str | None:
     return None if value is None else bytes(value).decode()
 
 
-def verify(spark: Any, plan: BackfillPlan, bootstrap: str) -> backfill.IntegrityReport:
+def verify(spark: Any, plan: BackfillPlan, bootstrap: Kafka) -> backfill.IntegrityReport:
     return backfill.check_integrity(plan, *read_back(spark, plan, bootstrap))
 
 
@@ -587,25 +596,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rekey_backfill", description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=("run", "verify"))
     parser.add_argument("--plan", required=True, help="a BackfillPlan JSON file (or the JSON itself)")
-    parser.add_argument("--bootstrap", required=True, help="bootstrap.servers of the cluster")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--kafka-config", metavar="FILE", help="JSON file of the cluster's librdkafka client config "
+                       "(bootstrap.servers, security.protocol, sasl.*, ssl.*)")
+    where.add_argument("--bootstrap", help="bootstrap.servers of a cluster without security settings")
     parser.add_argument("--report", help="write the result (and with verify/--verify the integrity report) here")
     parser.add_argument("--verify", action="store_true", help="run: verify after writing")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="1g")
     parser.add_argument("--kafka-option", action="append", default=[], metavar="kafka.KEY=VALUE",
-                        help="extra Kafka client option of the source and sink (e.g. security settings)")
+                        help="a Java client option of the source and sink that tunes it (batch size ...); "
+                             "secrets are refused here: they come with --kafka-config")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     text = args.plan if args.plan.lstrip().startswith("{") else Path(args.plan).read_text()
     plan = BackfillPlan.from_json(text)
-    options = dict(o.split("=", 1) for o in args.kafka_option)
+    options = tuning_options(args.kafka_option)
+    kafka: Kafka = read_kafka_config(args.kafka_config) if args.kafka_config else args.bootstrap
     spark = spark_session(args.master, driver_memory=args.driver_memory)
     spark.sparkContext.setLogLevel("WARN")
     result: dict[str, Any] = {}
     if args.command == "run":
-        result["run"] = run(spark, plan, args.bootstrap, kafka_options=options)
+        result["run"] = run(spark, plan, kafka, kafka_options=options)
     if args.command == "verify" or args.verify:
-        report = verify(spark, plan, args.bootstrap)
+        report = verify(spark, plan, kafka)
         result["integrity"] = report.to_dict()
         log.info("integrity of %s: %s", plan.target_topic, "ok" if report.ok else "; ".join(report.failures))
     if args.report:

@@ -22,6 +22,11 @@ class KafkaUnreachable(KafkaOpsError):
     """The bootstrap servers did not answer in time."""
 
 
+class KafkaAuthFailed(ConfigError):
+    """The cluster refused the connection's credentials or TLS handshake: wrong SASL user or password,
+    an untrusted or rejected certificate. Asking again cannot help; the connection must change."""
+
+
 class UnknownTopic(KafkaOpsError):
     """A topic that the cluster does not hold. Retriable, as in Kafka: a topic created a moment ago
     reaches every broker's metadata a little later."""

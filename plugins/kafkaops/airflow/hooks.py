@@ -3,8 +3,12 @@
 Kafka is the apache-kafka provider's connection type ``kafka`` (its form in Airflow's Connections
 page, its "Test" button): the extras hold the librdkafka config (``bootstrap.servers``,
 ``security.protocol``, ``sasl.*``, ``ssl.*`` ...). SASL and SSL keys pass through unchanged. When
-the extras lack ``bootstrap.servers``, the connection's host (and port) stand in for it.
-:class:`KafkaOpsHook` is the provider's :class:`KafkaBaseHook` reading the connection that way.
+the extras lack ``bootstrap.servers``, the connection's host (and port) stand in for it; when they
+lack ``sasl.username`` / ``sasl.password``, the connection's login and password (the form's masked
+field) do. :class:`KafkaOpsHook` is the provider's :class:`KafkaBaseHook` reading the connection
+that way. The config's secret values (:mod:`kafkaops.platform.redaction`) are registered with
+Airflow's secrets masker wherever a connection is read, so no task or trigger log shows them, and a
+trigger carries only the connection's id: the triggerer reads the config itself (:func:`aget_config`).
 
 The store (:mod:`kafkaops.platform.store`) is the ``kafkaops_store`` connection: type ``postgres``
 (the postgres provider builds the URL; psycopg2 unless its extra ``sqlalchemy_scheme`` says
@@ -25,14 +29,15 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from kafkaops.errors import ConfigError
-from kafkaops.platform import admin, store
+from kafkaops.platform import admin, redaction, store
 
 STORE_CONN_ID = "kafkaops_store"
 _DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306}
 
 
-def config_from_connection(conn: Any) -> dict[str, str]:
-    """The librdkafka config of an Airflow Connection object (pure: no lookups)."""
+def config_from_connection(conn: Any) -> admin.ClientConfig:
+    """The librdkafka config of an Airflow Connection object (pure: no lookups). Its ``repr`` and
+    every error about it show no secret; its ``source`` names the connection."""
     if conn.conn_type and conn.conn_type != "kafka":
         raise ConfigError(f"connection {conn.conn_id!r} has type {conn.conn_type!r}; kafkaops needs type 'kafka' "
                           "with the librdkafka config in its extras")
@@ -44,7 +49,37 @@ def config_from_connection(conn: Any) -> dict[str, str]:
     if not config.get("bootstrap.servers"):
         raise ConfigError(f"connection {conn.conn_id!r} names no broker: put \"bootstrap.servers\" in its extras "
                           "(or set its host), e.g. {\"bootstrap.servers\": \"kafka-1:9092\"}")
-    return admin.connection_config(config)
+    if conn.login and not config.get("sasl.username"):
+        config["sasl.username"] = conn.login
+    if conn.password and not config.get("sasl.password"):
+        config["sasl.password"] = conn.password
+    return admin.connection_config(config, name=f"Airflow connection '{conn.conn_id}'")
+
+
+def mask_config(config: Mapping[str, Any]) -> None:
+    """Register the secret values of ``config`` with Airflow's secrets masker (task and supervisor
+    logs show ``***`` instead). Airflow masks a connection's password and extras named like
+    ``password`` itself; this adds the rest (``ssl.key.pem``, ``sasl.jaas.config`` ...)."""
+    from airflow.sdk.log import mask_secret
+
+    for value in redaction.secret_values(config):
+        mask_secret(value)
+
+
+async def aget_config(conn_id: str) -> admin.ClientConfig:
+    """:func:`config_from_connection` of the connection ``conn_id``, read without blocking the
+    triggerer's event loop, its secrets registered with the masker."""
+    from airflow.sdk.log import amask_secret
+
+    try:
+        conn = await BaseHook.aget_connection(conn_id)
+    except AirflowNotFoundException as err:
+        raise ConfigError(f"there is no Airflow connection '{conn_id}' where the triggerer runs; create it "
+                          "(type kafka) for every Airflow component, as for the workers") from err
+    config = config_from_connection(conn)
+    for value in redaction.secret_values(config):
+        await amask_secret(value)
+    return config
 
 
 class KafkaOpsHook(KafkaBaseHook):
@@ -57,8 +92,10 @@ class KafkaOpsHook(KafkaBaseHook):
     def __init__(self, kafka_config_id: str = KafkaBaseHook.default_conn_name) -> None:
         super().__init__(kafka_config_id)
 
-    def get_config(self) -> dict[str, str]:
-        return config_from_connection(self.get_connection(self.kafka_config_id))
+    def get_config(self) -> admin.ClientConfig:
+        config = config_from_connection(self.get_connection(self.kafka_config_id))
+        mask_config(config)
+        return config
 
     def _build_config(self) -> dict[str, Any]:
         return dict(self.get_config())

@@ -50,11 +50,16 @@ def run_fields(context: Any) -> dict[str, Any]:
             "run_ended": run_ended}
 
 
+def kafka_conn_id(context: Any) -> str:
+    """The id of the run's Kafka connection (param ``kafka_conn_id``): what a trigger carries, never the config."""
+    return context["params"].get("kafka_conn_id") or "kafka_default"
+
+
 def context_of(context: Any, kind: str) -> lifecycle.OperationContext:
     """The operation context of a running task: params validated, connection and store resolved."""
     params = dict(context["params"])
     return lifecycle.OperationContext(
-        conn_config=KafkaOpsHook(params.get("kafka_conn_id") or "kafka_default").get_config(),
+        conn_config=KafkaOpsHook(kafka_conn_id(context)).get_config(),
         params=steps.OperationParams.from_params(kind, params), **run_fields(context))
 
 
@@ -90,7 +95,7 @@ class WaitForBrokersOperator(BaseOperator):
             raise AirflowSkipException("dry run: no broker was provisioned")
         ids = [b["id"] for b in self.provisioned["new_brokers"]]
         ctx.step(self.task_id, "started", brokers=ids)
-        self.defer(trigger=BrokersRegisteredTrigger(ctx.conn_config, ids, timeout_s=self.timeout_s),
+        self.defer(trigger=BrokersRegisteredTrigger(kafka_conn_id(context), ids, timeout_s=self.timeout_s),
                    method_name="resume")
 
     def resume(self, context: Any, event: dict[str, Any]) -> list[int]:
@@ -132,7 +137,7 @@ class ReassignmentBatchesOperator(BaseOperator):
             ctx.step(self.task_id, "success")
             return {"done": True}
         spec = steps.wait_spec(self.plan_data, step["wait_for"], self.before)
-        self.defer(trigger=ReassignmentProgressTrigger(ctx.conn_config, spec, lifecycle.now(),
+        self.defer(trigger=ReassignmentProgressTrigger(kafka_conn_id(context), spec, lifecycle.now(),
                                                        poll_interval_s=self.poll_interval_s,
                                                        stall_timeout_s=ctx.params.stall_timeout_s),
                    method_name="resume")

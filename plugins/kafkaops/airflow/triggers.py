@@ -1,5 +1,8 @@
 """Deferrable triggers: poll Kafka from the triggerer without holding a worker slot.
-They live in plugins/ so the triggerer can import them (``kafkaops.airflow.triggers``)."""
+They live in plugins/ so the triggerer can import them (``kafkaops.airflow.triggers``).
+
+A trigger's kwargs are stored in Airflow's database, so they carry the Kafka connection's id, never
+its config: the triggerer reads the connection when the trigger runs (:func:`kafkaops.airflow.hooks.aget_config`)."""
 from __future__ import annotations
 
 import asyncio
@@ -16,10 +19,10 @@ class ReassignmentProgressTrigger(BaseTrigger):
     Fires ``{"status": "done"}`` or, when nothing progressed for ``stall_timeout_s``,
     ``{"status": "stalled", "in_flight": [...], "text": ...}``."""
 
-    def __init__(self, conn_config: Mapping[str, str], spec: Mapping[str, Any], started_at: float,
+    def __init__(self, kafka_conn_id: str, spec: Mapping[str, Any], started_at: float,
                  poll_interval_s: float = 2.0, stall_timeout_s: float = 120.0, log_every_s: float = 30.0) -> None:
         super().__init__()
-        self.conn_config = dict(conn_config)
+        self.kafka_conn_id = kafka_conn_id
         self.spec = dict(spec)
         self.started_at = started_at
         self.poll_interval_s = poll_interval_s
@@ -28,20 +31,22 @@ class ReassignmentProgressTrigger(BaseTrigger):
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("kafkaops.airflow.triggers.ReassignmentProgressTrigger",
-                {"conn_config": self.conn_config, "spec": self.spec, "started_at": self.started_at,
+                {"kafka_conn_id": self.kafka_conn_id, "spec": self.spec, "started_at": self.started_at,
                  "poll_interval_s": self.poll_interval_s, "stall_timeout_s": self.stall_timeout_s,
                  "log_every_s": self.log_every_s})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        from kafkaops.airflow.hooks import aget_config
         from kafkaops.reassign.engine import ProgressLog
         from kafkaops.reassign.steps import progress_of
 
+        config = await aget_config(self.kafka_conn_id)
         last_mark: tuple[int, int] | None = None
         last_change = time.monotonic()
         lines = ProgressLog(every_s=self.log_every_s)
         while True:
             try:
-                status = await asyncio.to_thread(progress_of, self.conn_config, self.spec, self.started_at)
+                status = await asyncio.to_thread(progress_of, config, self.spec, self.started_at)
             except Exception as err:  # a broker or the bootstrap may be down for a while: keep polling
                 self.log.warning("progress poll failed: %s", err)
                 status = None
@@ -64,27 +69,29 @@ class ReassignmentProgressTrigger(BaseTrigger):
 class BrokersRegisteredTrigger(BaseTrigger):
     """Poll the controller until every broker of ``broker_ids`` is registered, or time out."""
 
-    def __init__(self, conn_config: Mapping[str, str], broker_ids: Sequence[int], timeout_s: float = 300.0,
+    def __init__(self, kafka_conn_id: str, broker_ids: Sequence[int], timeout_s: float = 300.0,
                  poll_interval_s: float = 2.0) -> None:
         super().__init__()
-        self.conn_config = dict(conn_config)
+        self.kafka_conn_id = kafka_conn_id
         self.broker_ids = [int(b) for b in broker_ids]
         self.timeout_s = timeout_s
         self.poll_interval_s = poll_interval_s
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("kafkaops.airflow.triggers.BrokersRegisteredTrigger",
-                {"conn_config": self.conn_config, "broker_ids": self.broker_ids, "timeout_s": self.timeout_s,
+                {"kafka_conn_id": self.kafka_conn_id, "broker_ids": self.broker_ids, "timeout_s": self.timeout_s,
                  "poll_interval_s": self.poll_interval_s})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        from kafkaops.airflow.hooks import aget_config
         from kafkaops.reassign.steps import registered_brokers
 
+        config = await aget_config(self.kafka_conn_id)
         deadline = time.monotonic() + self.timeout_s
         registered: list[int] = []
         while time.monotonic() < deadline:
             try:
-                registered = await asyncio.to_thread(registered_brokers, self.conn_config)
+                registered = await asyncio.to_thread(registered_brokers, config)
             except Exception as err:
                 self.log.warning("cannot ask the controller yet: %s", err)
             missing = sorted(set(self.broker_ids) - set(registered))

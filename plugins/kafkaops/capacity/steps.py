@@ -152,14 +152,15 @@ def run_key_skew(conn_config: Mapping[str, str], cluster_data: Mapping[str, Any]
     start, end = skew.sample_offsets(cluster, topic, params.sample_records)
     with tempfile.TemporaryDirectory(prefix="kafkaops-skew-") as tmp:  # the task's own scratch space
         output, log_file = Path(tmp) / f"{safe_name(topic)}.json", Path(tmp) / f"{safe_name(topic)}.log"
-        args = ["--bootstrap", conn_config["bootstrap.servers"], "--topic", topic,
+        args = ["--topic", topic,
                 "--partitions", str(len(cluster.partitions_of(topic))), "--start", json.dumps(start),
                 "--end", json.dumps(end), "--output", str(output), "--master", master,
                 "--candidates", ",".join(map(str, params.candidate_partitions))]
         if params.candidate_key_field:
             args += ["--candidate-field", params.candidate_key_field]
         return spark.run_spark_app("key_skew", args, output=output, log_file=log_file, timeout_s=timeout_s,
-                                   what=f"key skew of {topic}", on_timeout="lower sample_records")
+                                   what=f"key skew of {topic}", on_timeout="lower sample_records",
+                                   kafka_config=conn_config)
 
 
 def make_review(cluster_data: Mapping[str, Any], params: CapacityParams, skew_result: Mapping[str, Any] | None

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafkaops.cli.options import add_local_connection
+from kafkaops.cli.options import add_local_connection, kafka_config
 from kafkaops.errors import ConfigError, KafkaOpsError
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
 
     spec = DatagenSpec(records=args.records, keys=args.keys, skew=args.skew, zipf_s=args.zipf_s,
                        hot_share=args.hot_share, record_bytes=args.record_bytes, seed=args.seed)
-    with admin.connect(args.bootstrap_server, timeout_s=args.timeout) as conn:
+    with admin.connect(kafka_config(args), timeout_s=args.timeout) as conn:
         if args.partitions:
             admin.create_topic(conn, args.topic, args.partitions, args.replication_factor)
         result = produce(conn.config, args.topic, spec)

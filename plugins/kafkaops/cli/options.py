@@ -1,30 +1,81 @@
-"""Options several commands share: where Kafka is and how long to wait for it; which kafkaops store."""
+"""Options several commands share: where Kafka is, with which client settings, and how long to
+wait for it; which kafkaops store.
+
+A secured cluster's settings (SASL, SSL) never go on the command line: ``--kafka-config FILE`` reads
+them from a JSON file of librdkafka settings (an Airflow ``kafka`` connection's extras, e.g.
+``{"bootstrap.servers": "kafka-1:9093", "security.protocol": "SASL_SSL", "sasl.mechanism":
+"SCRAM-SHA-512", "sasl.username": "ops", "sasl.password": "...", "ssl.ca.location": "/etc/kafka/ca.pem"}``),
+``--kafka-conn ID`` from an Airflow connection (``AIRFLOW_CONN_<ID>`` or Airflow's database).
+``--bootstrap-server`` then only says where, overriding the file's ``bootstrap.servers``.
+"""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kafkaops.errors import NotFound
+from kafkaops.errors import ConfigError, NotFound
 
 if TYPE_CHECKING:
+    from kafkaops.platform.admin import ClientConfig
     from kafkaops.platform.store import Store
 
 LOCAL_BOOTSTRAP = "127.0.0.1:19092,127.0.0.1:19094,127.0.0.1:19096"  # playbooks/inventory/local.yml
 
 
 def add_timeout(parser: Any) -> None:
-    """``--timeout`` on a parser or an argument group."""
+    """``--timeout`` on a parser or an argument group, and the client settings (module docstring)."""
     parser.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
                         help="seconds to wait for Kafka to answer (default 10)")
+    settings = parser.add_mutually_exclusive_group()
+    settings.add_argument("--kafka-config", metavar="FILE",
+                          help="JSON file of librdkafka client settings (security.protocol, sasl.*, ssl.*, ...), as "
+                               "in an Airflow kafka connection's extras; secrets belong here, not on the command line")
+    settings.add_argument("--kafka-conn", metavar="CONN_ID",
+                          help="take the client settings from this Airflow connection (type kafka)")
 
 
 def add_local_connection(parser: argparse.ArgumentParser) -> None:
     """``--bootstrap-server`` defaulting to the local cluster of ``cluster up``, and ``--timeout``."""
-    parser.add_argument("--bootstrap-server", default=LOCAL_BOOTSTRAP, metavar="HOST:PORT[,...]",
-                        help="the cluster's bootstrap servers (default: the local cluster of 'cluster up')")
+    parser.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]",
+                        help="the cluster's bootstrap servers (default: those of --kafka-config or --kafka-conn, "
+                             "else the local cluster of 'cluster up')")
     add_timeout(parser)
+
+
+def kafka_config(args: argparse.Namespace, *, default: str | None = LOCAL_BOOTSTRAP) -> ClientConfig:
+    """The client config the command connects with: ``--kafka-conn``'s or ``--kafka-config``'s settings,
+    ``--bootstrap-server`` overriding their servers (``default`` when nothing names any)."""
+    from kafkaops.platform import admin
+
+    bootstrap = getattr(args, "bootstrap_server", None)
+    if getattr(args, "kafka_conn", None):
+        from kafkaops.airflow.hooks import KafkaOpsHook
+
+        settings: dict[str, Any] = dict(KafkaOpsHook(args.kafka_conn).get_config())
+        name = f"Airflow connection '{args.kafka_conn}'"
+    elif getattr(args, "kafka_config", None):
+        path = Path(args.kafka_config)
+        try:
+            settings = json.loads(path.read_text())
+        except OSError as err:
+            raise ConfigError(f"cannot read --kafka-config {path}: {err.strerror}") from err
+        except json.JSONDecodeError as err:  # the message quotes no value: the file may hold a password
+            raise ConfigError(f"--kafka-config {path} is not JSON (line {err.lineno}, column {err.colno}); write "
+                              'one object of librdkafka settings, e.g. {"bootstrap.servers": "host:9092"}') from None
+        if not isinstance(settings, dict):
+            raise ConfigError(f"--kafka-config {path} holds a JSON {type(settings).__name__}, not an object of "
+                              "librdkafka settings")
+        name = f"--kafka-config {path}"
+    else:
+        settings, name = {}, None
+    if bootstrap:
+        settings["bootstrap.servers"] = bootstrap
+    elif not settings.get("bootstrap.servers") and default:
+        settings["bootstrap.servers"] = default
+    return admin.connection_config(settings, name=name)
 
 
 def positive(text: str) -> int:

@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import TextIO
 
 from kafkaops.cli.exits import EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_OK, fail  # noqa: F401 (the codes, for callers)
-from kafkaops.cli.options import add_timeout
+from kafkaops.cli.options import add_timeout, kafka_config
 from kafkaops.errors import KafkaOpsError
 from kafkaops.model import Broker, Cluster
 from kafkaops.reassign.planner.errors import PlanInputError
@@ -95,7 +95,7 @@ def source_cluster(args: argparse.Namespace) -> Cluster:
         from kafkaops.platform import admin
 
         brokers = parse_brokers(args.brokers) if args.brokers else None
-        with admin.connect(args.bootstrap_server, timeout_s=args.timeout) as conn:
+        with admin.connect(kafka_config(args), timeout_s=args.timeout) as conn:
             snap = admin.snapshot(conn, topics=topics, offsets=False, groups=False)
         sizes = read_sizes(args.sizes) if args.sizes else None
         return live_cluster(snap, brokers, racks, sizes, source=args.bootstrap_server)

@@ -36,7 +36,7 @@ from kafkaops.reassign.engine import ExecutionReport, InvalidReassignment
 from kafkaops.model import Cluster, Key, ModelError
 from kafkaops.reassign.planner.errors import PlanInputError
 from kafkaops.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, fail, one_line  # noqa: F401
-from kafkaops.cli.options import add_store, add_timeout, store_target
+from kafkaops.cli.options import add_store, add_timeout, kafka_config, store_target
 from kafkaops.cli.planfile import read_assignment
 
 MB = 1_000_000
@@ -227,7 +227,7 @@ def run_execute(args: argparse.Namespace, out: TextIO | None = None, err: TextIO
         if not desired:
             runner.say(f"{args.plan} lists no partition; nothing to do")
             return EXIT_OK
-        with admin.connect(args.bootstrap_server, timeout_s=args.timeout) as conn:
+        with admin.connect(kafka_config(args), timeout_s=args.timeout) as conn:
             run = engine.Executor(conn, desired, throttle_bytes_per_s=rate,
                                     max_moves_per_broker=args.max_moves_per_broker,
                                     max_moves_total=args.max_moves_total, dry_run=not args.execute,
@@ -241,7 +241,7 @@ def run_execute(args: argparse.Namespace, out: TextIO | None = None, err: TextIO
             moves = engine.moves_for(report.before, desired)
             with cluster_lock(args, report.before.cluster_id or "unknown", runner.say) as lock:
                 run.fence = lock.fence
-                with admin.connect(args.bootstrap_server, timeout_s=args.timeout) as monitor:
+                with admin.connect(kafka_config(args), timeout_s=args.timeout) as monitor:
                     code = supervise(run, lambda: str(engine.progress(monitor, moves)), runner.say,
                                      interval_s=args.poll_interval, conn=monitor)
                 lock.outcome = "success" if code == EXIT_OK else "failed"
@@ -308,7 +308,7 @@ def run_verify(args: argparse.Namespace, out: TextIO | None = None, err: TextIO 
     def body() -> int:
         desired = read_plan(args.plan)
         before = read_before(args.before) if args.before else None
-        with admin.connect(args.bootstrap_server, timeout_s=args.timeout) as conn:
+        with admin.connect(kafka_config(args), timeout_s=args.timeout) as conn:
             _observed(conn, desired)
             if before is None:  # nothing to compare offsets with: the current picture stands in
                 before = admin.snapshot(conn, include_internal=True, offsets=True, sizes=False, groups=False)
@@ -331,7 +331,7 @@ def run_cancel(args: argparse.Namespace, out: TextIO | None = None, err: TextIO 
 
     def body() -> int:
         desired = read_plan(args.plan)
-        with admin.connect(args.bootstrap_server, timeout_s=args.timeout) as conn:
+        with admin.connect(kafka_config(args), timeout_s=args.timeout) as conn:
             cluster = _observed(conn, desired)
             in_flight = admin.list_partition_reassignments(conn, list(desired))
             brokers, topics = plan_brokers_and_topics(desired, cluster)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from kafkaops.cli.options import add_local_connection
+from kafkaops.cli.options import add_local_connection, kafka_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,7 +19,7 @@ def run(args: argparse.Namespace) -> int:
     from kafkaops.platform import admin
     from kafkaops.platform.render import render_snapshot
 
-    with admin.connect(args.bootstrap_server, timeout_s=args.timeout) as conn:
+    with admin.connect(kafka_config(args), timeout_s=args.timeout) as conn:
         cluster = admin.snapshot(conn, topics=args.topic or None)
     print(json.dumps(cluster.to_dict(), indent=2) if args.json else render_snapshot(cluster))
     return 0

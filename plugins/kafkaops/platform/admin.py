@@ -21,8 +21,9 @@ from confluent_kafka import ConsumerGroupTopicPartitions, ElectionType, KafkaErr
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource,
                                    NewTopic, OffsetSpec, ResourceType)
 
-from kafkaops.errors import ConfigError, KafkaOpsError, KafkaUnreachable, TopicExists, UnknownTopic
+from kafkaops.errors import ConfigError, KafkaAuthFailed, KafkaOpsError, KafkaUnreachable, TopicExists, UnknownTopic
 from kafkaops.model import Broker, Cluster, ConsumerGroup, GroupPartitionLag, PartitionAssignment, Reassignment
+from kafkaops.platform import redaction
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,49 @@ _KAFKA_PYTHON_KEYS = {
     "ssl.certificate.location": "ssl_certfile",
     "ssl.key.location": "ssl_keyfile",
     "ssl.key.password": "ssl_password",
+    "ssl.crl.location": "ssl_crlfile",
+    "ssl.cipher.suites": "ssl_ciphers",
 }
+#: librdkafka settings kafka-python cannot take: a connection using them gets no kafka-python client.
+_NOT_FOR_KAFKA_PYTHON = ("ssl.key.pem", "ssl.certificate.pem", "ssl.ca.pem", "ssl.keystore.location",
+                         "sasl.oauthbearer.", "sasl.kerberos.")
+
+
+class ClientConfig(dict):  # type: ignore[type-arg]
+    """A librdkafka config (``str -> str``) that knows where it came from (``source``: "Airflow
+    connection 'kafka_default'", for messages) and never shows a secret in its ``repr``, so a
+    config in an f-string, a log line, a dataclass or a traceback's locals leaks nothing."""
+
+    source: str | None = None
+
+    def __repr__(self) -> str:
+        return repr(redaction.redacted(self))
+
+    __str__ = __repr__
+
+
+def kafka_python_args(config: Mapping[str, str]) -> dict[str, Any]:
+    """kafka-python's ``KafkaAdminClient`` arguments for a librdkafka config: SASL (PLAIN, SCRAM),
+    SSL with PEM files, hostname checking as librdkafka's ``ssl.endpoint.identification.algorithm``."""
+    unsupported = sorted(k for k in config if k.startswith(_NOT_FOR_KAFKA_PYTHON))
+    if unsupported:
+        raise ConfigError(f"the Kafka connection{_named(config)} sets {', '.join(unsupported)}, which kafka-python "
+                          "(log dir sizes and reassignments) cannot use; give the certificate, key and CA as PEM "
+                          "files: ssl.certificate.location, ssl.key.location, ssl.ca.location")
+    kwargs: dict[str, Any] = {_KAFKA_PYTHON_KEYS[k]: v for k, v in config.items() if k in _KAFKA_PYTHON_KEYS}
+    kwargs["bootstrap_servers"] = kwargs["bootstrap_servers"].split(",")
+    if "security_protocol" in kwargs:
+        kwargs["security_protocol"] = kwargs["security_protocol"].upper()
+    if "sasl_mechanism" in kwargs:
+        kwargs["sasl_mechanism"] = kwargs["sasl_mechanism"].upper()
+    if config.get("ssl.endpoint.identification.algorithm", "https").lower() == "none":
+        kwargs["ssl_check_hostname"] = False
+    return kwargs
+
+
+def _named(config: Mapping[str, Any]) -> str:
+    source = getattr(config, "source", None)
+    return f" ({source})" if source else ""
 
 
 class _QuietLibrdkafkaLog:
@@ -68,31 +111,60 @@ def client_config(config: Mapping[str, str]) -> dict[str, Any]:
     return {"logger": _QuietLibrdkafkaLog(), **config}
 
 
-def connection_config(source: Mapping[str, Any] | str) -> dict[str, str]:
-    """A librdkafka config from a plain dict or a bootstrap string. SASL/SSL keys pass through unchanged."""
-    config = {"bootstrap.servers": source} if isinstance(source, str) else dict(source)
+def connection_config(source: Mapping[str, Any] | str, *, name: str | None = None) -> ClientConfig:
+    """A librdkafka config from a plain dict or a bootstrap string. SASL/SSL keys pass through
+    unchanged. ``name`` (else the source's own) says where it came from, in messages."""
+    config = ClientConfig({"bootstrap.servers": source} if isinstance(source, str) else source)
+    config.source = name or getattr(source, "source", None)
     if not config.get("bootstrap.servers"):
-        raise ConfigError("the Kafka connection has no bootstrap.servers; set it in the dict or in the "
-                          "Airflow connection's extras, e.g. {\"bootstrap.servers\": \"host:9092\"}")
-    return {k: str(v) if not isinstance(v, str) else v for k, v in config.items()}
+        raise ConfigError(f"the Kafka connection{_named(config)} has no bootstrap.servers; set it in the dict or in "
+                          "the Airflow connection's extras, e.g. {\"bootstrap.servers\": \"host:9092\"}")
+    for k, v in config.items():
+        if not isinstance(v, str):
+            config[k] = "true" if v is True else "false" if v is False else str(v)
+    return config
+
+
+#: librdkafka codes of a connection the cluster refuses: wrong SASL credentials or mechanism, a TLS
+#: handshake that failed (an untrusted or expired certificate, a client certificate the broker rejects).
+AUTH_FAILURES = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL,
+                           KafkaError.UNSUPPORTED_SASL_MECHANISM, KafkaError.ILLEGAL_SASL_STATE,
+                           KafkaError.CLUSTER_AUTHORIZATION_FAILED})
 
 
 @dataclass
 class KafkaConnection:
-    """Admin clients for one cluster. Create with :func:`connect`; close with :meth:`close`."""
+    """Admin clients for one cluster. Create with :func:`connect`; close with :meth:`close`.
+    A refused login or TLS handshake, which librdkafka only reports to its error callback while it
+    keeps retrying, is kept in ``refused`` and ends the request waiting on it (:func:`_result`)."""
 
-    config: dict[str, str]
+    config: ClientConfig = field(repr=False)
     timeout_s: float = DEFAULT_TIMEOUT_S
-    admin: AdminClient = field(init=False)
-    _legacy: Any = field(default=None, init=False)
+    admin: AdminClient = field(init=False, repr=False)
+    refused: KafkaError | None = field(default=None, init=False)
+    _legacy: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.admin = AdminClient(client_config({"socket.connection.setup.timeout.ms": int(self.timeout_s * 1000),
-                                                **self.config}))
+        try:
+            self.admin = AdminClient(client_config({"socket.connection.setup.timeout.ms": int(self.timeout_s * 1000),
+                                                    "error_cb": self._on_error, **self.config}))
+        except KafkaException as err:  # a setting librdkafka rejects: an unknown key, an unreadable certificate
+            said = err.args[0].str() if err.args and isinstance(err.args[0], KafkaError) else str(err)
+            raise ConfigError(f"the Kafka client config of {self.name} does not work: "
+                              f"{redaction.scrub(said, self.config)}; fix the connection's settings") from None
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.code() in AUTH_FAILURES:
+            self.refused = err
 
     @property
     def bootstrap(self) -> str:
         return self.config["bootstrap.servers"]
+
+    @property
+    def name(self) -> str:
+        """The cluster as messages name it: its bootstrap servers, and the connection they came from."""
+        return self.bootstrap + _named(self.config)
 
     def legacy_admin(self) -> Any:
         """kafka-python's KafkaAdminClient, built on first use from the same config."""
@@ -100,12 +172,20 @@ class KafkaConnection:
             from kafka.admin import KafkaAdminClient
 
             quiet_kafka_python()
-            kwargs = {_KAFKA_PYTHON_KEYS[k]: v for k, v in self.config.items() if k in _KAFKA_PYTHON_KEYS}
-            kwargs["bootstrap_servers"] = kwargs["bootstrap_servers"].split(",")
+            from kafka import errors as kerrors
+
             try:
-                self._legacy = KafkaAdminClient(request_timeout_ms=int(self.timeout_s * 1000), **kwargs)
+                self._legacy = KafkaAdminClient(request_timeout_ms=int(self.timeout_s * 1000),
+                                                **kafka_python_args(self.config))
+            except _kafka_python_refusals() as err:
+                raise _typed(KafkaAuthFailed, f"Kafka at {self.name} refused kafka-python's login: "
+                                              f"{redaction.scrub(str(err), self.config)}; {_AUTH_FIX}",
+                             code=type(err).__name__) from err
+            except ConfigError:
+                raise
             except Exception as err:
-                raise KafkaUnreachable(f"kafka-python could not connect to {self.bootstrap}: {err}") from err
+                raise KafkaUnreachable(f"kafka-python could not connect to {self.name}: "
+                                       f"{redaction.scrub(str(err), self.config)}") from err
         return self._legacy
 
     def close(self) -> None:
@@ -120,8 +200,20 @@ class KafkaConnection:
         self.close()
 
 
-def connect(source: Mapping[str, Any] | str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> KafkaConnection:
-    return KafkaConnection(connection_config(source), timeout_s=timeout_s)
+def connect(source: Mapping[str, Any] | str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+            name: str | None = None) -> KafkaConnection:
+    return KafkaConnection(connection_config(source, name=name), timeout_s=timeout_s)
+
+
+def _kafka_python_refusals() -> tuple[type[Exception], ...]:
+    """kafka-python's errors of a refused login (its SSL failures are plain connection errors)."""
+    from kafka import errors as kerrors
+
+    return (kerrors.SaslAuthenticationFailedError, kerrors.IllegalSaslStateError, kerrors.UnsupportedSaslMechanismError)
+
+
+_AUTH_FIX = ("check the connection's sasl.username/sasl.password (and that the user exists for its "
+             "sasl.mechanism), and that ssl.ca.location holds the CA that signed the brokers' certificates")
 
 
 # -- errors: one classification, one retry policy ------------------------------------------------
@@ -159,10 +251,15 @@ def classify(err: BaseException | KafkaError, what: str, conn: KafkaConnection) 
         return err
     if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError):
         err = err.args[0]
-    where, within = conn.bootstrap, f"{conn.timeout_s:.0f} s"
+    where, within = conn.name, f"{conn.timeout_s:.0f} s"
+    if isinstance(err, KafkaError) and err.code() in _UNREACHABLE and conn.refused is not None:
+        err = conn.refused  # the request timed out because every login or handshake was refused
     if isinstance(err, KafkaError):
         code, name = err.code(), err.name()
-        detail = f"{name} ({err.str()})"
+        detail = f"{name} ({redaction.scrub(err.str(), conn.config)})"
+        if code in AUTH_FAILURES:
+            return _typed(KafkaAuthFailed, f"Kafka at {where} refused the connection while asking for {what}: "
+                                           f"{detail}; {_AUTH_FIX}", code=name, retriable=False)
         if code in _UNREACHABLE:
             return _typed(KafkaUnreachable, f"cannot reach Kafka at {where} within {within} while asking for {what}: "
                                             f"{detail}; check bootstrap.servers and that the brokers are up",
@@ -174,16 +271,22 @@ def classify(err: BaseException | KafkaError, what: str, conn: KafkaConnection) 
             return _typed(TopicExists, f"Kafka at {where} refused {what}: {detail}", code=name)
         return _typed(KafkaOpsError, f"Kafka refused {what} at {where}: {detail}", code=name,
                       retriable=bool(err.retriable()) or code in _TRANSIENT)
+    if isinstance(err, TimeoutError) and conn.refused is not None:
+        return classify(conn.refused, what, conn)
     if isinstance(err, TimeoutError):
         return _typed(KafkaUnreachable, f"no answer from Kafka at {where} within {within} while asking for {what}; "
                                         "check bootstrap.servers and that the brokers are up", retriable=False)
     from kafka import errors as kerrors
 
     if not isinstance(err, kerrors.KafkaError):
-        return _typed(KafkaOpsError, f"{what} failed on {where}: {type(err).__name__}: {err}")
-    name, said = type(err).__name__, ", ".join(str(a) for a in err.args)
+        return _typed(KafkaOpsError, f"{what} failed on {where}: {type(err).__name__}: "
+                                     f"{redaction.scrub(str(err), conn.config)}")
+    name, said = type(err).__name__, redaction.scrub(", ".join(str(a) for a in err.args), conn.config)
     detail = name + (f" (error code {err.errno})" if getattr(err, "errno", None) is not None else "") + (
         f": {said}" if said else "")
+    if isinstance(err, _kafka_python_refusals()):
+        return _typed(KafkaAuthFailed, f"Kafka at {where} refused kafka-python's login for {what}: {detail}; "
+                                       f"{_AUTH_FIX}", code=name, retriable=False)
     if isinstance(err, (kerrors.KafkaConnectionError, kerrors.KafkaTimeoutError, kerrors.RequestTimedOutError)):
         return _typed(KafkaUnreachable, f"no answer from Kafka at {where} to {what} within {within}: {detail}; "
                                         "check that the brokers are up", code=name, retriable=False)
@@ -241,8 +344,15 @@ def retrying(what: str, *, attempts: int | None = 5, deadline_s: float | None = 
 
 
 def _result(future: Any, conn: KafkaConnection, what: str) -> Any:
+    """The future's result; its error classified. Waiting serves the client's error callback, so a
+    refused login or handshake ends the wait at once instead of after the request's timeout."""
+    deadline = time.monotonic() + conn.timeout_s + 5
+    while not future.done() and conn.refused is None and time.monotonic() < deadline:
+        conn.admin.poll(0.1)
     try:
-        return future.result(timeout=conn.timeout_s + 5)
+        if not future.done() and conn.refused is not None:
+            raise KafkaException(conn.refused)
+        return future.result(timeout=max(0.0, deadline - time.monotonic()))
     except (KafkaException, TimeoutError) as err:
         raise classify(err, what, conn) from err
 

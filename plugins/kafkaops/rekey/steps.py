@@ -316,17 +316,20 @@ def run_backfill(ctx: lifecycle.OperationContext, plan: PartitionPlan, *, timeou
         work = Path(tmp)
         plan_file, report_file, log_file = work / "plan.json", work / "report.json", work / "spark.log"
         plan_file.write_text(bf.to_json())
-        args = ["run", "--verify", "--plan", str(plan_file), "--bootstrap", ctx.conn_config["bootstrap.servers"],
-                "--report", str(report_file)]
+        args = ["run", "--verify", "--plan", str(plan_file), "--report", str(report_file)]
         ctx.fence(f"start the backfill into {bf.target_topic}")
-        ctx.audit.append("note", text=f"backfill started: {bf.source_topic} -> {bf.target_topic} (Spark log: "
-                                      f"artifact {log_artifact})", log_url=f"/kafkaops/artifacts/{log_artifact}")
+
+        def started(argv: list[str]) -> None:  # the client config is in a file the argv names, never in it
+            ctx.audit.append("note", text=f"backfill started: {bf.source_topic} -> {bf.target_topic} (Spark log: "
+                                          f"artifact {log_artifact})", log_url=f"/kafkaops/artifacts/{log_artifact}",
+                             argv=argv)
         try:
             # exit 3 is a finished run whose integrity check failed: the report says so and the gate fails on it
             result = spark.run_spark_app(
                 "rekey_backfill", args, output=report_file, log_file=log_file, timeout_s=timeout_s,
                 ok_exit_codes=None, what=f"backfill {bf.source_topic} -> {bf.target_topic}",
-                on_timeout="run it again: it resumes where it stopped", on_failure="it resumes safely when run again")
+                on_timeout="run it again: it resumes where it stopped", on_failure="it resumes safely when run again",
+                kafka_config=ctx.conn_config, on_start=started)
         finally:
             if log_file.exists():
                 ctx.store.put_artifact(log_artifact, log_file.read_bytes(), "text/plain; charset=utf-8")

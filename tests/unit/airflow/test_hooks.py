@@ -1,14 +1,19 @@
 from __future__ import annotations
 
+import asyncio
+import importlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
 from airflow.sdk import Connection
 from confluent_kafka.admin import AdminClient
 
-from kafkaops.airflow.hooks import KafkaOpsHook, config_from_connection, kafkaops_store, store_url_from_connection
+from kafkaops.airflow.hooks import (KafkaOpsHook, aget_config, config_from_connection, kafkaops_store,
+                                   store_url_from_connection)
+from kafkaops.airflow.triggers import BrokersRegisteredTrigger, ReassignmentProgressTrigger
 from kafkaops.errors import ConfigError
 from kafkaops.platform.store import StoreError
 
@@ -130,3 +135,33 @@ def test_airflows_own_postgres_is_refused_by_host_port_and_database(monkeypatch:
                                                                   "schema": "airflow"}))
     with pytest.raises(StoreError, match="Airflow's own metadata database \\(postgresql\\+psycopg2://other:\\*\\*\\*@"):
         kafkaops_store()
+
+
+# -- secrets: the triggers carry the connection id; the triggerer reads the config -----------------------
+
+def test_login_and_password_stand_in_for_missing_sasl_credentials() -> None:
+    extra = {k: v for k, v in SASL.items() if not k.startswith("sasl.user") and k != "sasl.password"}
+    conn = Connection(conn_id="prod", conn_type="kafka", login="ops", password="s3cret", extra=json.dumps(extra))
+    config = config_from_connection(conn)
+    assert config == SASL and config.source == "Airflow connection 'prod'" and "s3cret" not in repr(config)
+
+
+@pytest.mark.parametrize("trigger", [
+    lambda: ReassignmentProgressTrigger("kafka_prod", {"partitions": []}, 1.0),
+    lambda: BrokersRegisteredTrigger("kafka_prod", [4, 5]),
+])
+def test_a_trigger_stores_the_connection_id_never_the_config(trigger: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trigger kwargs go to Airflow's database: no password there; the triggerer reads the same
+    config back from the connection (here AIRFLOW_CONN_KAFKA_PROD)."""
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_PROD", json.dumps({"conn_type": "kafka", "extra": SASL}))
+    path, kwargs = trigger().serialize()
+    assert "s3cret" not in json.dumps(kwargs) and kwargs["kafka_conn_id"] == "kafka_prod"
+    module, name = path.rsplit(".", 1)
+    rebuilt = getattr(importlib.import_module(module), name)(**kwargs)
+    assert rebuilt.serialize() == (path, kwargs)
+    assert asyncio.run(aget_config(rebuilt.kafka_conn_id)) == SASL
+
+
+def test_the_triggerer_names_a_connection_it_cannot_find() -> None:
+    with pytest.raises(ConfigError, match="there is no Airflow connection 'kafka_nowhere' where the triggerer runs"):
+        asyncio.run(aget_config("kafka_nowhere"))

@@ -278,7 +278,7 @@ def test_kafka_that_does_not_answer_or_is_not_defined(home: Path, sqlite_metadat
     down = check("--kafka", "kafka_down", "--timeout", "2", metadata=sqlite_metadata, home=home, env=env)
     assert down.code == exits.EXIT_FAILED and len(down.lines) == 2
     assert down.err.startswith(f"Kafka connection 'kafka_down': FAILED: cannot reach Kafka at 127.0.0.1:{port} "
-                               "within 2 s"), down.err
+                               "(Airflow connection 'kafka_down') within 2 s"), down.err
     missing = check("--kafka", "nope", metadata=sqlite_metadata, home=home)
     assert missing.code == exits.EXIT_BAD_INPUT
     assert missing.err.startswith("Kafka connection 'nope': FAILED: there is no Airflow connection 'nope'")

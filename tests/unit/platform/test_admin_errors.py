@@ -11,7 +11,8 @@ from kafka import errors as kerrors
 from kafkaops.errors import KafkaOpsError, KafkaUnreachable, TopicExists, UnknownTopic
 from kafkaops.platform import admin
 
-CONN = SimpleNamespace(bootstrap="k1:9092", timeout_s=7.0)  # what classify reads of a KafkaConnection
+CONN = SimpleNamespace(bootstrap="k1:9092", name="k1:9092", timeout_s=7.0, refused=None,
+                       config={})  # what classify reads of a KafkaConnection
 
 
 def confluent(code: int, reason: str | None = None) -> KafkaException:

@@ -17,6 +17,10 @@ action, output = sys.argv[1], sys.argv[2]
 print("app started with", action, flush=True)
 if action == "where":
     open(output, "w").write(json.dumps({"cwd": os.getcwd(), "pythonpath": os.environ.get("PYTHONPATH")}))
+if action == "kafka-config":  # what the launcher handed over: the file's path, content and mode
+    path = sys.argv[sys.argv.index("--kafka-config") + 1]
+    open(output, "w").write(json.dumps({"path": path, "config": json.load(open(path)),
+                                        "mode": oct(os.stat(path).st_mode & 0o777)}))
 if action == "sleep":
     time.sleep(60)
 if action in ("ok", "exit3"):
@@ -83,3 +87,52 @@ def test_a_run_past_its_timeout_is_stopped_and_says_what_to_do(fake_app: Path) -
     with pytest.raises(spark.SparkAppFailed, match=r"^fake app of orders did not finish within 1 s and was stopped "
                                                    r"\(log .*app.log\); lower sample_records$"):
         launch(fake_app, "sleep", timeout_s=1)
+
+
+PASSWORD = "Spark-Canary-55"
+SECURED = {"bootstrap.servers": "k1:9093", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+           "sasl.username": "ops", "sasl.password": PASSWORD, "ssl.ca.location": "/etc/kafka/ca.pem"}
+
+
+def test_the_kafka_config_reaches_the_app_in_a_private_file_never_in_argv(fake_app: Path) -> None:
+    """The whole client config in a 0600 file the argv names; the argv (which the audit records)
+    holds no secret, and the file is gone when the app ends."""
+    argvs: list[list[str]] = []
+    got = launch(fake_app, "kafka-config", kafka_config=SECURED, on_start=argvs.append)
+    assert got["config"] == SECURED and got["mode"] == "0o600"
+    assert len(argvs) == 1 and PASSWORD not in " ".join(argvs[0]) and got["path"] in argvs[0]
+    assert not Path(got["path"]).exists() and not Path(got["path"]).parent.exists()
+
+
+def test_the_kafka_config_file_is_removed_when_the_app_fails(fake_app: Path) -> None:
+    argvs: list[list[str]] = []
+    with pytest.raises(spark.SparkAppFailed):
+        launch(fake_app, "crash", kafka_config=SECURED, on_start=argvs.append)
+    path = argvs[0][argvs[0].index("--kafka-config") + 1]
+    assert not Path(path).exists()
+
+
+def test_the_java_client_gets_the_same_security_settings(tmp_path: Path) -> None:
+    key, chain = tmp_path / "client.key", tmp_path / "client.pem"
+    key.write_text("-----BEGIN PRIVATE KEY-----\nKEY\n-----END PRIVATE KEY-----\n")
+    chain.write_text("-----BEGIN CERTIFICATE-----\nCERT\n-----END CERTIFICATE-----\n")
+    options = spark.spark_kafka_options({**SECURED, "security.protocol": "sasl_ssl", "sasl.password": 'p"w\\x',
+                                         "ssl.certificate.location": str(chain), "ssl.key.location": str(key),
+                                         "ssl.endpoint.identification.algorithm": "none", "linger.ms": "5"})
+    assert options == {
+        "kafka.bootstrap.servers": "k1:9093", "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "SCRAM-SHA-512",
+        "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                  'username="ops" password="p\\"w\\\\x";',
+        "kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": "/etc/kafka/ca.pem",
+        "kafka.ssl.keystore.type": "PEM", "kafka.ssl.keystore.certificate.chain": chain.read_text(),
+        "kafka.ssl.keystore.key": key.read_text(), "kafka.ssl.endpoint.identification.algorithm": ""}
+    with pytest.raises(spark.ConfigError, match="sasl.oauthbearer.method"):
+        spark.spark_kafka_options({**SECURED, "sasl.oauthbearer.method": "oidc"})
+
+
+def test_a_secret_on_an_apps_command_line_is_refused() -> None:
+    assert spark.tuning_options(["kafka.batch.size=2048"]) == {"kafka.batch.size": "2048"}
+    with pytest.raises(spark.ConfigError, match="kafka.sasl.jaas.config would put a secret on the command line") as err:
+        spark.tuning_options([f"kafka.sasl.jaas.config=x password={PASSWORD}"])
+    assert PASSWORD not in str(err.value)

@@ -1,0 +1,210 @@
+"""kafkaops against a SASL_SSL (SCRAM-SHA-512) broker: every client path takes the whole client
+config, and the recognisable password of ``tests/secured.py`` appears in no output, log, trigger
+kwargs, audit event, artifact or Spark argv. Wrong credentials and an untrusted certificate fail at
+once with an error naming the connection."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from kafkaops.errors import KafkaAuthFailed
+from kafkaops.platform import admin, lifecycle, spark, store
+from tests.secured import PASSWORD, SecuredBroker, secured_broker, self_signed
+from tests.store_fixtures import local_store  # noqa: F401
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredBroker]:
+    with secured_broker(tmp_path_factory.mktemp("sasl-ssl")) as running:
+        yield running
+
+
+@pytest.fixture
+def config_file(broker: SecuredBroker, tmp_path: Path) -> Path:
+    path = tmp_path / "kafka.json"
+    path.write_text(json.dumps(broker.config()))
+    return path
+
+
+def kafkaops(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m kafkaops ARGS`` as an operator runs it (this checkout's code: conftest's PYTHONPATH)."""
+    return subprocess.run([sys.executable, "-m", "kafkaops", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=180, env={**os.environ, **(env or {})})
+
+
+def no_canary(where: str, text: str) -> None:
+    assert PASSWORD not in text, f"the password leaked into {where}"
+
+
+def test_the_cli_snapshots_writes_plans_and_executes_on_sasl_ssl(broker: SecuredBroker, config_file: Path,
+                                                                   tmp_path: Path) -> None:
+    made = kafkaops("datagen", "--kafka-config", str(config_file), "--topic", "orders", "--partitions", "3",
+                    "--replication-factor", "1", "--records", "300", "--skew", "hot")
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.startswith("produced 300 records")
+    snap = kafkaops("snapshot", "--kafka-config", str(config_file), "--topic", "orders", "--json")
+    assert snap.returncode == 0, snap.stderr
+    cluster = json.loads(snap.stdout)
+    assert cluster["cluster_id"] == "kafkaops-secured-test0"
+    assert sum(p["end_offset"] for p in cluster["partitions"]) == 300
+    plan_file = tmp_path / "plan.json"
+    planned = kafkaops("plan", "--bootstrap-server", broker.bootstrap, "--kafka-config", str(config_file),
+                       "--brokers", "1", "--output", str(plan_file))
+    assert planned.returncode == 0, planned.stderr
+    # one broker: nothing to move, so the plan holds every partition where it is, and execute
+    # converges at once (its kafka-python calls, throttles and the store lock all on SASL_SSL)
+    same = {"version": 1, "partitions": [{"topic": "orders", "partition": p, "replicas": [1]} for p in range(3)]}
+    plan_file.write_text(json.dumps(same))
+    store_url = f"sqlite:///{tmp_path / 'kafkaops.db'}"
+    ran = kafkaops("execute", "--bootstrap-server", broker.bootstrap, "--kafka-config", str(config_file),
+                   "--plan", str(plan_file), "--throttle-mb", "10", "--execute", "--store", store_url)
+    assert ran.returncode == 0, ran.stderr
+    verified = kafkaops("verify", "--bootstrap-server", broker.bootstrap, "--kafka-config", str(config_file),
+                        "--plan", str(plan_file))
+    assert verified.returncode == 0, verified.stderr
+    for step in (made, snap, planned, ran, verified):
+        no_canary(f"the output of {step.args[3]}", step.stdout + step.stderr)
+    st = store.open_store(store_url)
+    operations = st.list_operations()
+    assert operations, "execute --execute records its run in the store"
+    for op in operations:
+        no_canary("the store's operations", json.dumps(op, default=str))
+        no_canary("the store's events", json.dumps(st.events(op["dag_id"], op["run_id"]), default=str))
+
+
+def test_an_airflow_connection_feeds_the_cli_and_the_triggers(broker: SecuredBroker, caplog: pytest.LogCaptureFixture,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from kafkaops.airflow.triggers import BrokersRegisteredTrigger, ReassignmentProgressTrigger
+
+    conn = json.dumps({"conn_type": "kafka", "extra": broker.config()})
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_SECURE", conn)
+    checked = kafkaops("snapshot", "--kafka-conn", "kafka_secure", env={"AIRFLOW_CONN_KAFKA_SECURE": conn})
+    assert checked.returncode == 0, checked.stderr
+    no_canary("snapshot --kafka-conn", checked.stdout + checked.stderr)
+
+    from kafkaops.reassign import steps
+
+    with admin.connect(broker.config()) as kafka:
+        admin.create_topic(kafka, "moved", 1, 1)
+        before = admin.snapshot(kafka, topics=["moved"]).to_dict()
+    plan = {"kafka_json": {"version": 1, "partitions": [{"topic": "moved", "partition": 0, "replicas": [1]}]}}
+    caplog.set_level(logging.DEBUG)
+    registered = BrokersRegisteredTrigger("kafka_secure", [1], timeout_s=30)
+    progress = ReassignmentProgressTrigger("kafka_secure", steps.wait_spec(plan, [("moved", 0)], before), time.time(),
+                                           stall_timeout_s=20)
+
+    async def first_event(trigger: Any) -> Any:
+        async for event in trigger.run():
+            return event.payload
+
+    assert asyncio.run(first_event(registered))["status"] == "registered"
+    assert asyncio.run(first_event(progress))["status"] == "done"
+    for trigger in (registered, progress):
+        no_canary("the trigger kwargs", json.dumps(trigger.serialize()))
+    no_canary("the captured logs", caplog.text)
+
+
+def test_the_key_skew_spark_job_reads_sasl_ssl_with_its_config_in_a_file(
+        broker: SecuredBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kafkaops.capacity import steps as capacity_steps
+
+    config = admin.connection_config(broker.config(), name="Airflow connection 'kafka_secure'")
+    with admin.connect(config) as conn:
+        admin.create_topic(conn, "skewed", 2, 1)
+    from kafkaops.cli.datagen import DatagenSpec, produce
+
+    produce(config, "skewed", DatagenSpec(records=400, keys=20, skew="hot", seed=7))
+    seen: dict[str, Any] = {"argv": [], "log": ""}
+    launch = spark.run_spark_app
+
+    def recording(app: str, args: Any, **kwargs: Any) -> dict[str, Any]:
+        try:
+            return launch(app, args, on_start=seen["argv"].append, **kwargs)
+        finally:
+            seen["log"] = kwargs["log_file"].read_text(errors="replace")
+
+    monkeypatch.setattr(spark, "run_spark_app", recording)
+    params = capacity_steps.CapacityParams(key_skew=True, skew_topic="skewed", sample_records=400)
+    cluster = capacity_steps.take_snapshot(config, params)
+    result = capacity_steps.run_key_skew(config, cluster, params, "secured-run")
+    sampled = sum(int(e) - int(result["sample"]["start"][p]) for p, e in result["sample"]["end"].items())
+    assert result["records"] == sampled > 0, seen["log"][-2000:]  # Spark read every sampled record
+    assert "--kafka-config" in seen["argv"][0] and "--bootstrap" not in seen["argv"][0]
+    no_canary("the Spark argv", json.dumps(seen["argv"]))
+    no_canary("the Spark log", seen["log"])
+
+
+def test_the_rekey_backfill_copies_and_verifies_on_sasl_ssl(broker: SecuredBroker, tmp_path: Path) -> None:
+    """Both the Spark source and sink and the driver's own admin calls (watermarks, the sample) use
+    the file's settings."""
+    from kafkaops.cli.datagen import DatagenSpec, produce
+    from kafkaops.rekey.backfill import BackfillPlan
+
+    config = broker.config()
+    with admin.connect(config) as conn:
+        admin.create_topic(conn, "payments", 2, 1)
+    produce(config, "payments", DatagenSpec(records=300, keys=30, skew="zipf", seed=3))
+    ranges = admin.end_offsets(config, "payments")
+    plan = BackfillPlan("payments", tuple((p, s, e) for p, (s, e) in sorted(ranges.items())), "payments.v2", 4,
+                        "record_key")
+    with admin.connect(config) as conn:
+        admin.create_topic(conn, plan.target_topic, 4, 1)
+        admin.create_topic(conn, plan.dead_letter_topic, 1, 1)
+    plan_file, report, log_file = tmp_path / "plan.json", tmp_path / "report.json", tmp_path / "spark.log"
+    plan_file.write_text(plan.to_json())
+    argv: list[list[str]] = []
+    result = spark.run_spark_app("rekey_backfill", ["run", "--verify", "--plan", str(plan_file), "--report", str(report),
+                                                    "--driver-memory", "512m"],
+                                 output=report, log_file=log_file, timeout_s=600, what="backfill on SASL_SSL",
+                                 on_timeout="-", kafka_config=config, on_start=argv.append)
+    assert result["integrity"]["ok"], result["integrity"]
+    assert result["integrity"]["target_records"] + result["integrity"]["dead_letters"] == 300
+    no_canary("the backfill's argv", json.dumps(argv))
+    no_canary("the backfill's Spark log", log_file.read_text(errors="replace"))
+
+
+def test_wrong_credentials_fail_begin_at_once_naming_the_connection(broker: SecuredBroker, local_store: Any,
+                                                                    tmp_path: Path) -> None:
+    wrong = admin.connection_config(broker.config(password="not-the-password"), name="Airflow connection 'kafka_x'")
+    ctx = lifecycle.OperationContext("kafka_scale_out", "secured-wrong", wrong,
+                                     SimpleNamespace(kind="scale_out", dry_run=True))
+    started = time.monotonic()
+    with pytest.raises(KafkaAuthFailed) as refused:
+        lifecycle.begin(ctx, {"kafka_conn_id": "kafka_x"})
+    assert time.monotonic() - started < 10
+    message = str(refused.value)
+    assert "Airflow connection 'kafka_x'" in message and refused.value.code == "_AUTHENTICATION", message
+    assert "not-the-password" not in message
+    record = json.dumps(local_store.events("kafka_scale_out", "secured-wrong"), default=str)
+    assert "Airflow connection 'kafka_x'" in record and "not-the-password" not in record
+
+    _, other_ca = self_signed(tmp_path, "stranger", "changeit")
+    with admin.connect(broker.config(ca_file=other_ca), name="Airflow connection 'kafka_y'") as conn:
+        started = time.monotonic()
+        with pytest.raises(KafkaAuthFailed) as untrusted:
+            admin.describe_cluster(conn)
+    assert time.monotonic() - started < 10 and untrusted.value.code == "_SSL"
+    assert "Airflow connection 'kafka_y'" in str(untrusted.value)
+
+    bad = kafkaops("snapshot", "--bootstrap-server", broker.bootstrap, "--kafka-config", str(_write(
+        tmp_path / "wrong.json", broker.config(password="not-the-password"))), "--timeout", "5")
+    assert bad.returncode == 2 and "refused the connection" in bad.stderr and "wrong.json" in bad.stderr, bad.stderr
+    assert "not-the-password" not in bad.stdout + bad.stderr
+
+
+def _write(path: Path, config: dict[str, str]) -> Path:
+    path.write_text(json.dumps(config))
+    return path
