@@ -133,18 +133,20 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
             return step(ctx, *args)
 
     with operation_dag(dag_id, description=description, params=params, tags=tags, doc_md=doc_md) as dag:
+        # Each task returns its dict as one XCom (multiple_outputs=False): for a dict return type Airflow
+        # would also push each key as an XCom of its own, a call to the api-server per key, none read.
 
-        @task
+        @task(multiple_outputs=False)
         def begin() -> dict[str, Any]:
             context = get_current_context()
             ctx = context_of(context, kind_of(context))
             return lifecycle.begin(ctx, dict(context["params"]))
 
-        @task(show_return_value_in_logs=False)  # a whole snapshot; the step logs a summary line
+        @task(show_return_value_in_logs=False, multiple_outputs=False)  # a whole snapshot; the step logs a summary line
         def preflight_gate() -> dict[str, Any]:
             return run_step("preflight_gate", lifecycle.preflight)
 
-        @task(show_return_value_in_logs=False)  # the plan with its cluster; make_plan logs its summary
+        @task(show_return_value_in_logs=False, multiple_outputs=False)  # the plan with its cluster; make_plan logs its summary
         def plan(before: dict[str, Any], provisioned: Any = None) -> dict[str, Any]:
             """The plan, then its gate: the approval shows a plan that passed it."""
             context = get_current_context()
@@ -156,11 +158,11 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
                 steps.plan_gate(ctx, planned)
             return planned
 
-        @task
+        @task(multiple_outputs=False)
         def post_move_gate(plan_data: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
             return run_step("post_move_gate", steps.post_move_gate, plan_data, before)
 
-        @task
+        @task(multiple_outputs=False)
         def finish(started: dict[str, Any]) -> dict[str, Any]:
             """Remove the throttles still set (a worker died inside execute_batches), then record the
             outcome and release the lock. A removal that fails is in the record and fails the outcome."""
@@ -178,7 +180,7 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
 
         provisioned = None
         if kind == "scale_out":
-            @task
+            @task(multiple_outputs=False)
             def provision() -> dict[str, Any]:
                 """The new brokers through the role, then the wait until the controller registers them."""
                 context = get_current_context()
@@ -214,7 +216,7 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
         executed >> post
         last = post
         if kind != "scale_out":
-            @task
+            @task(multiple_outputs=False)
             def stop_drained() -> dict[str, Any]:
                 return run_step("stop_drained", steps.stop_drained)
 

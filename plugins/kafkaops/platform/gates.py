@@ -178,6 +178,8 @@ def _gx() -> Any:
     (GX 1.24 sends nothing and reads no environment variable for it).
     """
     if "great_expectations" not in sys.modules:
+        # GX announces at INFO each of its functions it does not register in its API docs: hundreds of lines
+        logging.getLogger("great_expectations._docs_decorators").setLevel(logging.WARNING)
         main = sys.modules.get("__main__")
         fileless = main is not None and getattr(main, "__spec__", None) is None and not hasattr(main, "__file__")
         if fileless and not hasattr(sys, "ps1"):
@@ -189,6 +191,14 @@ def _gx() -> Any:
     import great_expectations as gx
 
     return gx
+
+
+def preload() -> None:
+    """Import pandas and Great Expectations now: a process that forks its tasks (a Celery worker,
+    :mod:`kafkaops.airflow.worker`) then starts each with both imported."""
+    import pandas  # noqa: F401
+
+    _gx()
 
 
 def _context(docs_dir: Path | None) -> AbstractDataContext:
