@@ -68,6 +68,44 @@ print("imported")
     assert "imported" in result.stdout
 
 
+def test_dag_files_import_no_heavy_library() -> None:
+    """Every task's process parses its DAG file, and the DAG processor parses them all: pandas, Great
+    Expectations and pyspark (seconds each) are imported by the tasks that use them, not by a DAG file."""
+    probe = f"""
+import sys, runpy
+sys.path[:0] = [{str(REPO / 'plugins')!r}, {str(REPO / 'dags')!r}]
+for name in {sorted(p.name for p in (REPO / 'dags').glob('*.py'))!r}:
+    runpy.run_path({str(REPO / 'dags')!r} + '/' + name)
+print(sorted(m for m in ("pandas", "great_expectations", "pyspark", "numpy", "ansible_runner") if m in sys.modules))
+"""
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_worker_preload_imports_what_tasks_use_and_touches_nothing() -> None:
+    """kafkaops.airflow.worker, which the Celery worker imports before it forks its tasks: pandas, GX and the
+    DAG builders are loaded; no Kafka client, connection or thread is made (a fork after it is safe)."""
+    probe = f"""
+import sys, threading
+sys.path[:0] = [{str(REPO / 'plugins')!r}]
+import confluent_kafka, confluent_kafka.admin, kafka, kafka.admin
+def boom(*a, **k):
+    raise RuntimeError("Kafka or a connection was touched by the worker preload")
+confluent_kafka.Producer = confluent_kafka.Consumer = confluent_kafka.admin.AdminClient = boom
+kafka.KafkaAdminClient = kafka.admin.KafkaAdminClient = boom
+from airflow.sdk import BaseHook
+BaseHook.get_connection = classmethod(boom)
+import kafkaops.airflow.worker
+print(threading.active_count(), sorted(m for m in ("pandas", "great_expectations", "kafkaops.airflow.lifecycle",
+                                                   "kafkaops.reassign.frames") if m in sys.modules))
+"""
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == (
+        "1 ['great_expectations', 'kafkaops.airflow.lifecycle', 'kafkaops.reassign.frames', 'pandas']")
+
+
 @pytest.mark.parametrize("dag_id", ["kafka_scale_out", "kafka_reassign"])
 def test_finish_is_the_teardown_of_begin(dagbag, dag_id: str) -> None:
     """finish runs whatever failed after begin took the lock: it removes throttles still set, records the
