@@ -13,9 +13,8 @@ from kafkaops.errors import ConfigError, KafkaUnreachable
 REPO = Path(__file__).resolve().parents[2]
 CHANGES_A_CLUSTER = {"kafka_scale_out", "kafka_reassign", "kafka_partition_increase"}
 DAG_IDS = {"kafka_scale_out", "kafka_reassign", "kafka_partition_increase", "kafka_capacity_review"}
-_REASSIGNMENT = {"begin", "preflight_gate", "set_throttles", "execute_batches", "verify", "remove_throttles",
-                 "elect_leaders", "post_move_gate", "finish"}
-RETRIED = {"kafka_scale_out": _REASSIGNMENT | {"provision", "wait_until_registered"},
+_REASSIGNMENT = {"begin", "preflight_gate", "execute_batches", "post_move_gate", "finish"}
+RETRIED = {"kafka_scale_out": _REASSIGNMENT | {"provision"},
            "kafka_reassign": _REASSIGNMENT | {"stop_drained"},
            "kafka_partition_increase": {"begin", "preflight_gate", "plan", "execute", "verify", "cutover", "finish"},
            "kafka_capacity_review": {"begin", "snapshot", "key_skew", "finish"}}
@@ -69,12 +68,51 @@ print("imported")
     assert "imported" in result.stdout
 
 
-@pytest.mark.parametrize("dag_id, teardowns", [("kafka_scale_out", {"remove_throttles", "finish"}),
-                                              ("kafka_reassign", {"remove_throttles", "finish"})])
-def test_throttle_removal_and_finish_are_teardowns(dagbag, dag_id: str, teardowns: set[str]) -> None:
+def test_dag_files_import_no_heavy_library() -> None:
+    """Every task's process parses its DAG file, and the DAG processor parses them all: pandas, Great
+    Expectations and pyspark (seconds each) are imported by the tasks that use them, not by a DAG file."""
+    probe = f"""
+import sys, runpy
+sys.path[:0] = [{str(REPO / 'plugins')!r}, {str(REPO / 'dags')!r}]
+for name in {sorted(p.name for p in (REPO / 'dags').glob('*.py'))!r}:
+    runpy.run_path({str(REPO / 'dags')!r} + '/' + name)
+print(sorted(m for m in ("pandas", "great_expectations", "pyspark", "numpy", "ansible_runner") if m in sys.modules))
+"""
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_worker_preload_imports_what_tasks_use_and_touches_nothing() -> None:
+    """kafkaops.airflow.worker, which the Celery worker imports before it forks its tasks: pandas, GX and the
+    DAG builders are loaded; no Kafka client, connection or thread is made (a fork after it is safe)."""
+    probe = f"""
+import sys, threading
+sys.path[:0] = [{str(REPO / 'plugins')!r}]
+import confluent_kafka, confluent_kafka.admin, kafka, kafka.admin
+def boom(*a, **k):
+    raise RuntimeError("Kafka or a connection was touched by the worker preload")
+confluent_kafka.Producer = confluent_kafka.Consumer = confluent_kafka.admin.AdminClient = boom
+kafka.KafkaAdminClient = kafka.admin.KafkaAdminClient = boom
+from airflow.sdk import BaseHook
+BaseHook.get_connection = classmethod(boom)
+import kafkaops.airflow.worker
+print(threading.active_count(), sorted(m for m in ("pandas", "great_expectations", "kafkaops.airflow.lifecycle",
+                                                   "kafkaops.reassign.frames") if m in sys.modules))
+"""
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == (
+        "1 ['great_expectations', 'kafkaops.airflow.lifecycle', 'kafkaops.reassign.frames', 'pandas']")
+
+
+@pytest.mark.parametrize("dag_id", ["kafka_scale_out", "kafka_reassign"])
+def test_finish_is_the_teardown_of_begin(dagbag, dag_id: str) -> None:
+    """finish runs whatever failed after begin took the lock: it removes throttles still set, records the
+    outcome and releases the lock (execute_batches removes its throttles itself unless its worker died)."""
     dag = dagbag.dags[dag_id]
-    assert {t.task_id for t in dag.tasks if t.is_teardown} == teardowns
-    assert {t.task_id for t in dag.tasks if t.is_setup} == {"set_throttles", "begin"}
+    assert {t.task_id for t in dag.tasks if t.is_teardown} == {"finish"}
+    assert {t.task_id for t in dag.tasks if t.is_setup} == {"begin"}
 
 
 def test_airflow_loads_the_kafkaops_plugin_from_the_packages_entry_point() -> None:

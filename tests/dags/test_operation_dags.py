@@ -131,6 +131,49 @@ def test_a_failing_preflight_gate_stops_the_run_before_anything_is_provisioned(d
     assert len(provision.ClusterSpec.load(spec_path).nodes) == nodes_before
 
 
+@pytest.mark.parametrize("worker_died", [False, True], ids=["the task removes them", "finish removes them"])
+def test_throttles_are_removed_when_the_batches_fail(dagbag, cluster, monkeypatch, worker_died: bool) -> None:
+    """execute_batches sets the throttles, then fails: it removes them itself; when its worker died
+    before it could (no except clause runs in a killed process), finish, the teardown, removes them."""
+    from kafkaops.airflow.operators import ReassignmentBatchesOperator
+    from kafkaops.errors import ConfigError
+    from kafkaops.reassign import steps
+
+    spec, spec_path = cluster
+    topic = f"lopsided-{int(worker_died)}"
+    with admin.connect(spec.bootstrap) as conn:  # every replica on broker 1: the rebalance has moves to throttle
+        admin.create_topic(conn, topic, 6, 1)
+        admin.alter_partition_reassignments(conn, {(topic, n): (1,) for n in range(6)})
+        wait_for(lambda: not admin.list_partition_reassignments(conn), timeout=30, what=f"{topic} onto broker 1")
+
+    def broken(ctx, plan_data):
+        raise ConfigError("no batch today (the test's failure)")
+
+    monkeypatch.setattr(steps, "next_batch", broken)
+    if worker_died:
+        monkeypatch.setattr(ReassignmentBatchesOperator, "_unthrottle_failing", lambda self, ctx: None)
+    try:
+        dag_run, record = run(dagbag, "kafka_reassign", operation="rebalance", dry_run=False,
+                              approval="auto_approve", inventory=str(spec_path), topics=[topic])
+        with admin.connect(spec.bootstrap) as conn:
+            left = throttles_left(conn)
+    finally:
+        with admin.connect(spec.bootstrap) as conn:
+            admin.delete_topics(conn, [topic])
+    assert str(dag_run.state) == "failed" and record["outcome"] == "failed", record
+    steps_by_name = {s["name"]: s for s in record["steps"]}
+    assert steps_by_name["execute_batches"]["status"] == "failed"
+    assert "no batch today" in steps_by_name["execute_batches"]["error"]
+    assert record["throttles_set"] and record["throttles_set"][0]["brokers"], record["throttles_set"]
+    assert steps_by_name["remove_throttles"]["status"] == "success" and len(record["throttles_removed"]) == 1
+    removed_by = [e.task_id for e in state.AuditLog("kafka_reassign", dag_run.run_id).events()
+                  if e.kind == "throttle_removed"]
+    assert removed_by == ["finish" if worker_died else "execute_batches"]
+    assert left == {}
+    with admin.connect(spec.bootstrap) as conn:
+        assert store.current().lease(admin.describe_cluster(conn)[0]).free
+
+
 def test_scale_out_3_to_4_brokers_under_traffic_loses_nothing(dagbag, cluster) -> None:
     spec, spec_path = cluster
     with Traffic({"bootstrap.servers": spec.bootstrap}, TOPIC, 6, rate=150) as traffic:
@@ -290,7 +333,7 @@ def test_an_unreachable_store_fails_the_run_at_begin_before_kafka_is_touched(dag
     assert str(dag_run.state) == "failed"
     states = {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
     assert states["begin"] == "failed" and states["preflight_gate"] == "upstream_failed", states
-    assert states["set_throttles"] in ("upstream_failed", "skipped", "None"), states
+    assert states["execute_batches"] in ("upstream_failed", "skipped", "None"), states
     assert assignment(spec) == before
     with admin.connect(spec.bootstrap) as conn:
         assert throttles_left(conn) == {}

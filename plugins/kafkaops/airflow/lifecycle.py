@@ -1,18 +1,23 @@
 """One DAG shape for every kafkaops operation: the lifecycle of ``kafkaops.reassign.steps`` as tasks.
 
-    begin (setup) -> preflight gate -> [provision -> wait until registered] -> plan -> plan gate
-      -> approval -> set throttles (setup) -> execute batches (deferred) -> verify
-      -> remove throttles (teardown: runs even when anything before it failed)
-      -> elect preferred leaders -> post-move gate -> [stop drained brokers]
-      -> finish (teardown: outcome into the audit record, cluster lock released)
+    begin (setup) -> preflight_gate -> [provision: the role, then wait until registered]
+      -> plan: plan, plan gate -> approval
+      -> execute_batches: set throttles, batches (deferred), verify, remove throttles (also when
+         any of these fails), elect preferred leaders
+      -> post_move_gate -> [stop_drained]
+      -> finish (teardown: throttles still set are removed, outcome into the audit record, lock released)
 
-``dags/*.py`` call :func:`build_operation_dag` with their params; nothing here touches Kafka
-at import time.
+Each step is its own row in the audit record; steps share a task where a task of their own would
+only add Airflow's per-task cost (a process, the DAG file parsed, a round trip through the
+scheduler and Celery) to the run. ``dags/*.py`` call :func:`build_operation_dag` with their
+params; nothing here touches Kafka at import time, and importing it stays cheap: pandas and Great
+Expectations are imported by the tasks that run a gate.
 """
 from __future__ import annotations
 
 import copy
 import datetime as dt
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,8 +30,10 @@ from kafkaops.reassign import steps
 from kafkaops.reassign.planner.errors import PlanInfeasible, PlanInputError
 from kafkaops.rekey import steps as rekey_steps
 from kafkaops.rekey.backfill import BackfillIntegrityError
-from kafkaops.airflow.operators import (KafkaOpsApprovalOperator, ReassignmentBatchesOperator,
-                                        WaitForBrokersOperator, context_of, failed_tasks, recorded)
+from kafkaops.airflow.operators import (KafkaOpsApprovalOperator, ReassignmentBatchesOperator, context_of,
+                                        failed_tasks, recorded, unthrottle)
+
+log = logging.getLogger(__name__)
 
 DEFAULT_ARGS = {"owner": "kafkaops", "retries": 0, "retry_delay": dt.timedelta(minutes=1)}
 
@@ -126,99 +133,90 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
             return step(ctx, *args)
 
     with operation_dag(dag_id, description=description, params=params, tags=tags, doc_md=doc_md) as dag:
+        # Each task returns its dict as one XCom (multiple_outputs=False): for a dict return type Airflow
+        # would also push each key as an XCom of its own, a call to the api-server per key, none read.
 
-        @task
+        @task(multiple_outputs=False)
         def begin() -> dict[str, Any]:
             context = get_current_context()
             ctx = context_of(context, kind_of(context))
             return lifecycle.begin(ctx, dict(context["params"]))
 
-        @task(show_return_value_in_logs=False)  # a whole snapshot; the step logs a summary line
+        @task(show_return_value_in_logs=False, multiple_outputs=False)  # a whole snapshot; the step logs a summary line
         def preflight_gate() -> dict[str, Any]:
             return run_step("preflight_gate", lifecycle.preflight)
 
-        @task(show_return_value_in_logs=False)  # the plan with its cluster; make_plan logs its summary
-        def plan(before: dict[str, Any], registered: Any = None, provisioned: Any = None) -> dict[str, Any]:
+        @task(show_return_value_in_logs=False, multiple_outputs=False)  # the plan with its cluster; make_plan logs its summary
+        def plan(before: dict[str, Any], provisioned: Any = None) -> dict[str, Any]:
+            """The plan, then its gate: the approval shows a plan that passed it."""
+            context = get_current_context()
+            ctx = context_of(context, kind_of(context))
             new = (provisioned or {}).get("new_brokers", []) if isinstance(provisioned, dict) else []
-            return run_step("plan", steps.make_plan, before, new)
+            with recorded(ctx, "plan"):
+                planned = steps.make_plan(ctx, before, new)
+            with recorded(ctx, "plan_gate"):
+                steps.plan_gate(ctx, planned)
+            return planned
 
-        @task
-        def plan_gate(plan_data: dict[str, Any]) -> dict[str, Any]:
-            return run_step("plan_gate", steps.plan_gate, plan_data)
-
-        @task(show_return_value_in_logs=False)
-        def set_throttles(plan_data: dict[str, Any]) -> dict[str, Any]:
-            return run_step("set_throttles", steps.set_throttles, plan_data)
-
-        @task
-        def verify(plan_data: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
-            return run_step("verify", steps.verify_moves, plan_data, before)
-
-        @task
-        def remove_throttles(record: Any, plan_data: dict[str, Any]) -> dict[str, Any]:
-            return run_step("remove_throttles", steps.remove_throttles,
-                            record if isinstance(record, dict) else None, plan_data)
-
-        @task
-        def elect_leaders(plan_data: dict[str, Any]) -> dict[str, Any]:
-            return run_step("elect_leaders", steps.elect_leaders, plan_data)
-
-        @task
+        @task(multiple_outputs=False)
         def post_move_gate(plan_data: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
             return run_step("post_move_gate", steps.post_move_gate, plan_data, before)
 
-        @task
+        @task(multiple_outputs=False)
         def finish(started: dict[str, Any]) -> dict[str, Any]:
+            """Remove the throttles still set (a worker died inside execute_batches), then record the
+            outcome and release the lock. A removal that fails is in the record and fails the outcome."""
             context = get_current_context()
             ctx = context_of(context, kind_of(context))
+            try:
+                unthrottle(ctx)
+            except Exception as err:  # recorded as the failed step remove_throttles; the lock must still go
+                log.error("throttles left after the run: %s", err)
             return lifecycle.finish(ctx, (started or {}).get("cluster_id"), failed_tasks=failed_tasks(context))
 
         started = begin.override(**RETRIED)()
         before = preflight_gate.override(**RETRIED)()
         started >> before
 
-        provisioned = registered = None
+        provisioned = None
         if kind == "scale_out":
-            @task
+            @task(multiple_outputs=False)
             def provision() -> dict[str, Any]:
+                """The new brokers through the role, then the wait until the controller registers them."""
                 context = get_current_context()
                 ctx = context_of(context, kind_of(context))
                 if ctx.params.dry_run:
                     raise AirflowSkipException("dry run: no broker is provisioned; the plan uses the brokers "
                                                "it would add")
                 with recorded(ctx, "provision"):
-                    return steps.provision_brokers(ctx)
+                    result = steps.provision_brokers(ctx)
+                ids = [b["id"] for b in result["new_brokers"]]
+                ctx.step("wait_until_registered", "started", brokers=ids)
+                try:
+                    registered = steps.wait_until_registered(ctx, result["new_brokers"])
+                except Exception as err:
+                    ctx.step("wait_until_registered", "failed", error=f"{type(err).__name__}: {err}"[:2000])
+                    raise
+                ctx.step("wait_until_registered", "success", registered=registered)
+                return result
 
             provisioned = provision.override(**RETRIED)()
             before >> provisioned
-            registered = WaitForBrokersOperator(task_id="wait_until_registered", kind="scale_out",
-                                                provisioned=provisioned, **RETRIED)
-            provisioned >> registered
 
-        planned = plan.override(trigger_rule="none_failed")(before, registered.output if registered else None,
-                                                             provisioned)
-        gated = plan_gate(planned)
+        planned = plan.override(trigger_rule="none_failed")(before, provisioned)
         approval = KafkaOpsApprovalOperator(
             task_id="approval", kind=kind or "rebalance", subject=f"Approve the kafkaops {kind or 'reassignment'} plan",
             body="{{ ti.xcom_pull(task_ids='plan')['approval'] }}", response_timeout=dt.timedelta(hours=24))
-        gated >> approval
-        throttles = set_throttles.override(**RETRIED)(planned)
-        approval >> throttles
+        planned >> approval
         # Resume-safe, so a retry (e.g. after a stalled broker was restarted) continues the moves.
         executed = ReassignmentBatchesOperator(task_id="execute_batches", kind=kind or "rebalance",
                                                plan_data=planned, before=before, **RETRIED)
-        throttles >> executed
-        verified = verify.override(**RETRIED)(planned, before)
-        executed >> verified
-        unthrottled = remove_throttles.override(**RETRIED)(throttles, planned)
-        verified >> unthrottled.as_teardown(setups=throttles)
-        elected = elect_leaders.override(**RETRIED)(planned)
-        [verified, unthrottled] >> elected
+        approval >> executed
         post = post_move_gate.override(**RETRIED)(planned, before)
-        elected >> post
+        executed >> post
         last = post
         if kind != "scale_out":
-            @task
+            @task(multiple_outputs=False)
             def stop_drained() -> dict[str, Any]:
                 return run_step("stop_drained", steps.stop_drained)
 

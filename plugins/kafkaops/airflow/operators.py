@@ -14,7 +14,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from kafkaops.platform import lifecycle, store
 from kafkaops.reassign import steps
 from kafkaops.airflow.hooks import KafkaOpsHook, kafkaops_store
-from kafkaops.airflow.triggers import BrokersRegisteredTrigger, ReassignmentProgressTrigger
+from kafkaops.airflow.triggers import ReassignmentProgressTrigger
 from kafkaops.errors import KafkaOpsError
 
 
@@ -78,41 +78,26 @@ def recorded(ctx: lifecycle.OperationContext, name: str) -> Iterator[None]:
     ctx.step(name, "success")
 
 
-class WaitForBrokersOperator(BaseOperator):
-    """Defer until the controller has registered the provisioned brokers."""
-
-    template_fields = ("provisioned",)
-
-    def __init__(self, *, kind: str, provisioned: Any, timeout_s: float = 300.0, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.kind = kind
-        self.provisioned = provisioned
-        self.timeout_s = timeout_s
-
-    def execute(self, context: Any) -> Any:
-        ctx = context_of(context, self.kind)
-        if ctx.params.dry_run:
-            raise AirflowSkipException("dry run: no broker was provisioned")
-        ids = [b["id"] for b in self.provisioned["new_brokers"]]
-        ctx.step(self.task_id, "started", brokers=ids)
-        self.defer(trigger=BrokersRegisteredTrigger(kafka_conn_id(context), ids, timeout_s=self.timeout_s),
-                   method_name="resume")
-
-    def resume(self, context: Any, event: dict[str, Any]) -> list[int]:
-        ctx = context_of(context, self.kind)
-        if event["status"] != "registered":
-            error = (f"brokers {event['missing']} did not register with the controller within {self.timeout_s:.0f} s "
-                     f"(registered: {event['registered']}); check their logs and controller.quorum.voters")
-            ctx.step(self.task_id, "failed", error=error)
-            raise KafkaOpsError(error)
-        ctx.step(self.task_id, "success", registered=event["registered"])
-        return event["registered"]
+def unthrottle(ctx: lifecycle.OperationContext) -> dict[str, Any] | None:
+    """Remove the throttles this attempt of the run set and has not removed yet, as the step
+    ``remove_throttles``; None when there are none (:func:`kafkaops.reassign.steps.throttles_in_place`)."""
+    throttles = steps.throttles_in_place(ctx)
+    if throttles is None:
+        return None
+    with recorded(ctx, "remove_throttles"):
+        return steps.remove_throttles(ctx, throttles, None)
 
 
 class ReassignmentBatchesOperator(BaseOperator):
-    """Submit the plan batch by batch; after each, defer to a trigger that polls progress
-    (the task log shows % done and ETA). Resume-safe: every pass observes the cluster first,
-    so moves already in flight are waited for, never resubmitted."""
+    """The moves as one task: set the throttles, submit the plan batch by batch and, after each,
+    defer to a trigger that polls progress (the task log shows % done and ETA), then verify, remove
+    the throttles and elect the preferred leaders. Each part is a step of its own in the audit record.
+
+    Resume-safe: every pass observes the cluster first, so moves already in flight are waited for,
+    never resubmitted; a retry re-applies the throttles an earlier try of the attempt set (their
+    record comes from the audit, not from the rates it finds). The throttles are removed whenever
+    the task ends without deferring: after the verification, or on the error that fails it. A worker
+    killed mid-task removes nothing: ``finish`` (a teardown) removes what the record says is left."""
 
     template_fields = ("plan_data", "before")
 
@@ -124,34 +109,62 @@ class ReassignmentBatchesOperator(BaseOperator):
         self.before = before
         self.poll_interval_s = poll_interval_s
 
-    def execute(self, context: Any, event: dict[str, Any] | None = None) -> Any:
+    def execute(self, context: Any) -> Any:
         ctx = context_of(context, self.kind)
-        if event is None:
+        try:
+            with recorded(ctx, "set_throttles"):
+                steps.set_throttles(ctx, self.plan_data)
             ctx.step(self.task_id, "started")
+            return self._next_batch(ctx)
+        except Exception:
+            self._unthrottle_failing(ctx)
+            raise
+
+    def resume(self, context: Any, event: dict[str, Any]) -> Any:
+        ctx = context_of(context, self.kind)
+        try:
+            if event["status"] == "stalled":
+                error = (f"reassignment stalled: no progress for {event['stalled_for_s']:.0f} s; still moving: "
+                         f"{', '.join(event.get('in_flight', [])) or '?'} ({event.get('text')}); check that every "
+                         "broker of those partitions is up, then clear this task to resume (nothing is resubmitted)")
+                ctx.step(self.task_id, "failed", error=error)
+                raise KafkaOpsError(error)
+            self.log.info("batch done: %s", event.get("text"))
+            return self._next_batch(ctx)
+        except Exception:
+            self._unthrottle_failing(ctx)
+            raise
+
+    def _next_batch(self, ctx: lifecycle.OperationContext) -> Any:
+        """Submit (or wait for) the next batch and defer, or, when every move is done, finish the moves."""
         try:
             step = steps.next_batch(ctx, self.plan_data)
         except Exception as err:
             ctx.step(self.task_id, "failed", error=f"{type(err).__name__}: {err}"[:2000])
             raise
-        if not step["wait_for"]:
-            ctx.step(self.task_id, "success")
-            return {"done": True}
-        spec = steps.wait_spec(self.plan_data, step["wait_for"], self.before)
-        self.defer(trigger=ReassignmentProgressTrigger(kafka_conn_id(context), spec, lifecycle.now(),
-                                                       poll_interval_s=self.poll_interval_s,
-                                                       stall_timeout_s=ctx.params.stall_timeout_s),
-                   method_name="resume")
+        if step["wait_for"]:
+            spec = steps.wait_spec(self.plan_data, step["wait_for"], self.before)
+            self.defer(trigger=ReassignmentProgressTrigger(kafka_conn_id(context), spec, lifecycle.now(),
+                                                           poll_interval_s=self.poll_interval_s,
+                                                           stall_timeout_s=ctx.params.stall_timeout_s),
+                       method_name="resume")
+        ctx.step(self.task_id, "success")
+        try:
+            with recorded(ctx, "verify"):
+                steps.verify_moves(ctx, self.plan_data, self.before)
+        finally:
+            unthrottle(ctx)
+        with recorded(ctx, "elect_leaders"):
+            elected = steps.elect_leaders(ctx, self.plan_data)
+        return {"done": True, **elected}
 
-    def resume(self, context: Any, event: dict[str, Any]) -> Any:
-        if event["status"] == "stalled":
-            ctx = context_of(context, self.kind)
-            error = (f"reassignment stalled: no progress for {event['stalled_for_s']:.0f} s; still moving: "
-                     f"{', '.join(event.get('in_flight', [])) or '?'} ({event.get('text')}); check that every "
-                     "broker of those partitions is up, then clear this task to resume (nothing is resubmitted)")
-            ctx.step(self.task_id, "failed", error=error)
-            raise KafkaOpsError(error)
-        self.log.info("batch done: %s", event.get("text"))
-        return self.execute(context, event)
+    def _unthrottle_failing(self, ctx: lifecycle.OperationContext) -> None:
+        """While the task fails: remove the throttles, without hiding the error that fails it (a
+        removal that fails too is in the record, the log and the throttle ledger)."""
+        try:
+            unthrottle(ctx)
+        except Exception as err:
+            self.log.error("while failing, could not remove the throttles: %s", err)
 
 
 class KafkaOpsApprovalOperator(ApprovalOperator):

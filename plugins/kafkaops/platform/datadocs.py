@@ -9,7 +9,9 @@ rendered site in place:
   stylesheet of kafkaops' takes their place (layout, tables, status icons as characters, collapsed
   sections open), so the page is one self-contained file like kafkaops' own pages;
 - the index becomes a static page listing the gate's validation results, with their outcome and
-  counts, and the suites.
+  counts, and the suites;
+- of the 4 MB of fonts, animations and styles GX copies into ``static/``, only the files a page
+  still links to stay (the favicon): the site goes into the kafkaops store with each gate.
 
 :func:`offline_page` is pure (HTML in, HTML out); it finds the elements with the standard library's
 HTML parser and cuts them out of the source, leaving every other byte as GX wrote it.
@@ -141,12 +143,44 @@ def index_page(gate: str, results: Sequence[ResultPage], failures: Iterable[str]
                            ok=all(r.success for r in results))
 
 
+class _Links(HTMLParser):
+    """The local files a page links to (``src`` and ``href`` that are neither remote nor anchors)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for name, value in attrs:
+            if name in ("src", "href") and value and not _remote(value) and ":" not in value \
+                    and not value.startswith("#"):
+                self.urls.add(value.split("#", 1)[0].split("?", 1)[0])
+
+
+def linked_files(site: Path) -> set[Path]:
+    """The files of ``site`` its pages link to."""
+    found: set[Path] = set()
+    for page in site.rglob("*.html"):
+        links = _Links()
+        links.feed(page.read_text(encoding="utf-8"))
+        links.close()
+        found |= {(page.parent / url).resolve() for url in links.urls}
+    return found
+
+
 def make_offline(site: Path, gate: str, results: Sequence[ResultPage], failures: Iterable[str] = ()) -> None:
     """Rewrite the Data Docs site at ``site`` to read offline: each page by :func:`offline_page`,
-    the index by :func:`index_page`."""
+    the index by :func:`index_page`; the files under ``static/`` no page links to are removed."""
     for page in site.rglob("*.html"):
         page.write_text(offline_page(page.read_text(encoding="utf-8")), encoding="utf-8")
     (site / "index.html").write_text(index_page(gate, results, failures), encoding="utf-8")
+    used = linked_files(site)
+    static = site / "static"
+    for path in sorted(static.rglob("*"), reverse=True) if static.is_dir() else ():
+        if path.is_file() and path.resolve() not in used:
+            path.unlink()
+        elif path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
 
 
 def relative(site: Path, url: str) -> str:

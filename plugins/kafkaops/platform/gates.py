@@ -23,14 +23,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
 from kafkaops.errors import KafkaOpsError
 from kafkaops.model import Cluster, Key
 from kafkaops.platform import datadocs
 from kafkaops.resources import suites
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pandas and GX cost seconds to import: only the tasks that run a gate pay for them
+    import pandas as pd
     from great_expectations.data_context import AbstractDataContext
 
 log = logging.getLogger(__name__)
@@ -91,6 +90,8 @@ def id_list(values: Iterable[int]) -> str:
 
 def typed_frame(rows: list[dict[str, Any]], dtypes: Mapping[str, str]) -> pd.DataFrame:
     """Rows as a frame with every column present (even with no rows) in a stable dtype."""
+    import pandas as pd
+
     frame = pd.DataFrame(rows, columns=list(dtypes))
     return frame.astype(dict(dtypes)).reset_index(drop=True)
 
@@ -147,6 +148,8 @@ def _by_frame(suite: Mapping[str, Any], given: pd.DataFrame | Mapping[str, pd.Da
               ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, pd.DataFrame]]:
     """The suite's expectations by the frame they check (``meta.frame``), and the frames by name;
     a lone DataFrame is the frame of a single-frame suite."""
+    import pandas as pd
+
     grouped: dict[str, list[dict[str, Any]]] = {}
     for exp in suite["expectations"]:
         grouped.setdefault(exp.get("meta", {}).get("frame", DEFAULT_FRAME), []).append(exp)
@@ -175,6 +178,8 @@ def _gx() -> Any:
     (GX 1.24 sends nothing and reads no environment variable for it).
     """
     if "great_expectations" not in sys.modules:
+        # GX announces at INFO each of its functions it does not register in its API docs: hundreds of lines
+        logging.getLogger("great_expectations._docs_decorators").setLevel(logging.WARNING)
         main = sys.modules.get("__main__")
         fileless = main is not None and getattr(main, "__spec__", None) is None and not hasattr(main, "__file__")
         if fileless and not hasattr(sys, "ps1"):
@@ -186,6 +191,14 @@ def _gx() -> Any:
     import great_expectations as gx
 
     return gx
+
+
+def preload() -> None:
+    """Import pandas and Great Expectations now: a process that forks its tasks (a Celery worker,
+    :mod:`kafkaops.airflow.worker`) then starts each with both imported."""
+    import pandas  # noqa: F401
+
+    _gx()
 
 
 def _context(docs_dir: Path | None) -> AbstractDataContext:
@@ -206,6 +219,8 @@ def _context(docs_dir: Path | None) -> AbstractDataContext:
 
 def _plain(value: Any) -> Any:
     """``value`` with numpy/pandas scalars and NA made JSON-safe."""
+    import pandas as pd
+
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -25,7 +25,6 @@ from kafkaops.reassign import approval, engine
 from kafkaops.platform import lifecycle
 from kafkaops.platform import params as form
 from kafkaops.platform.lifecycle import APPROVAL_MODES, OperationContext
-from kafkaops.reassign import frames
 from kafkaops.platform import provision
 from kafkaops.reassign import verify
 from kafkaops.errors import ConfigError, KafkaOpsError
@@ -183,9 +182,30 @@ def _chosen_brokers(ctx: OperationContext) -> tuple[int, ...]:
 
 
 def registered_brokers(conn_config: Mapping[str, str]) -> list[int]:
-    """The broker ids the controller has registered (for the wait-until-registered trigger)."""
+    """The broker ids the controller has registered."""
     with admin.connect(conn_config, timeout_s=10.0) as conn:
         return sorted(b.id for b in admin.describe_cluster(conn)[2])
+
+
+def wait_until_registered(ctx: OperationContext, new_brokers: Sequence[Mapping[str, Any]], *,
+                          timeout_s: float = 300.0, poll_s: float = 1.0) -> list[int]:
+    """Poll until the controller has registered ``new_brokers``; the registered ids. The role waits
+    for the registration too, so the first look mostly finds them."""
+    ids = sorted(int(b["id"]) for b in new_brokers)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            registered, error = registered_brokers(ctx.conn_config), ""
+        except KafkaOpsError as err:  # the cluster may blink while a broker joins: look again
+            registered, error = [], f"; last error: {err}"
+        if set(ids) <= set(registered):
+            return registered
+        if time.monotonic() > deadline:
+            raise KafkaOpsError(f"brokers {sorted(set(ids) - set(registered))} did not register with the controller "
+                                f"within {timeout_s:.0f} s (registered: {registered}{error}); check their logs and "
+                                "controller.quorum.voters, then clear the provision task (it converges the same "
+                                "brokers)")
+        time.sleep(poll_s)
 
 
 # -- planning ---------------------------------------------------------------------------------------------
@@ -223,6 +243,8 @@ def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Seq
 
 
 def plan_gate(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str, Any]:
+    from kafkaops.reassign import frames  # pandas: only the tasks that gate import it
+
     plan = ReassignmentPlan.from_dict(plan_data["plan"])
     return lifecycle.gate(ctx, "plan", frames.plan_frame(plan, plan.cluster, ctx.params.max_bytes_to_move))
 
@@ -241,21 +263,42 @@ def desired_of(plan_data: Mapping[str, Any]) -> dict[Key, tuple[int, ...]]:
 
 
 def set_throttles(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str, Any]:
-    """Throttle every move of the plan (a setup task) with :func:`engine.plan_throttles` and
-    :func:`engine.set_throttles`; the record lets the teardown undo exactly this."""
+    """Throttle every move of the plan with :func:`engine.plan_throttles` and
+    :func:`engine.set_throttles`; the record lets the removal undo exactly this. A retry re-applies
+    the record an earlier try of this attempt set (:func:`throttles_in_place`): the rates the
+    brokers hold then are this run's, not the values to restore."""
     desired = desired_of(plan_data)
     if not desired:
         return engine.ThrottleRecord().to_dict()
+    kept = throttles_in_place(ctx)
     with ctx.connect() as conn:
-        cluster_id = admin.describe_cluster(conn)[0]
-        before = admin.snapshot(conn, topics=sorted({t for t, _ in desired}), groups=False)
-        record = engine.plan_throttles(conn, engine.moves_for(before, desired),
-                                       ledger=ctx.store.throttle_ledger(cluster_id))
-        ctx.fence("set throttles")
-        ctx.audit.append("throttle_set", brokers=list(record.brokers), topics=list(record.topics),
-                         rate=ctx.params.throttle_bytes_per_s, record=record.to_dict())
+        if kept is not None:
+            record = engine.ThrottleRecord.from_dict(kept)
+            ctx.fence("set throttles")
+            ctx.audit.append("note", text=f"the throttles an earlier try set are still on brokers "
+                                          f"{list(record.brokers)}: set again, to be removed as first recorded")
+        else:
+            cluster_id = admin.describe_cluster(conn)[0]
+            before = admin.snapshot(conn, topics=sorted({t for t, _ in desired}), groups=False)
+            record = engine.plan_throttles(conn, engine.moves_for(before, desired),
+                                           ledger=ctx.store.throttle_ledger(cluster_id))
+            ctx.fence("set throttles")
+            ctx.audit.append("throttle_set", brokers=list(record.brokers), topics=list(record.topics),
+                             rate=ctx.params.throttle_bytes_per_s, record=record.to_dict())
         engine.set_throttles(conn, record, ctx.params.throttle_bytes_per_s)
     return record.to_dict()
+
+
+def throttles_in_place(ctx: OperationContext) -> dict[str, Any] | None:
+    """The throttle record this attempt of the run set and has not removed since (from the audit),
+    else None: what a removal must undo, whichever task or try set it."""
+    record = ctx.audit.summary()
+    since = record["started_at"] or 0
+    set_ = [t for t in record["throttles_set"] if t["ts"] >= since]
+    removed = [t for t in record["throttles_removed"] if t["ts"] >= since]
+    if not set_ or (removed and removed[-1]["ts"] >= set_[-1]["ts"]):
+        return None
+    return set_[-1].get("record")
 
 
 def remove_throttles(ctx: OperationContext, record: Mapping[str, Any] | None, plan_data: Mapping[str, Any] | None
@@ -358,6 +401,8 @@ def post_move_gate(ctx: OperationContext, plan_data: Mapping[str, Any], before: 
                    ) -> dict[str, Any]:
     """The cluster after the moves: snapshot it, record it, and gate it against the plan and ``before``.
     A step that changes the cluster later (:func:`stop_drained`) records it again."""
+    from kafkaops.reassign import frames  # pandas: only the tasks that gate import it
+
     with ctx.connect() as conn:
         after = admin.snapshot(conn, include_internal=True)
         in_flight = admin.list_partition_reassignments(conn)

@@ -50,3 +50,19 @@ def test_the_index_lists_each_result_with_its_outcome_and_links() -> None:
     assert '<a href="validations/preflight/brokers/r/kafkaops-brokers.html">preflight.brokers results</a>' in html
     assert '<a href="expectations/preflight/brokers.html">expectations</a>' in html
     assert "<script" not in html and "http" not in html
+
+
+def test_make_offline_keeps_only_the_static_files_a_page_links_to(tmp_path) -> None:
+    site = tmp_path / "site"
+    for name, body in {"static/images/favicon.ico": "ico", "static/images/local.gif": "gif",
+                       "static/images/unused.gif": "big", "static/fonts/HK/font.otf": "font",
+                       "static/styles/unused.css": "css"}.items():
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text(body)
+    (site / "validations" / "r").mkdir(parents=True)
+    (site / "validations" / "r" / "page.html").write_text(PAGE.replace("./static", "../../static")
+                                                          .replace('"static/', '"../../static/'))
+    datadocs.make_offline(site, "preflight", [])
+    kept = sorted(p.relative_to(site).as_posix() for p in site.rglob("*"))
+    assert kept == ["index.html", "static", "static/images", "static/images/favicon.ico",
+                    "static/images/local.gif", "validations", "validations/r", "validations/r/page.html"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kafkaops.platform import gates, lifecycle
+from kafkaops.platform import datadocs, gates, lifecycle
 from kafkaops.reassign import frames as plan_frames
 from kafkaops.platform.gates import GateError, GateFailed, GateResult
 from kafkaops.model import Broker, Cluster
@@ -269,6 +269,11 @@ def test_data_docs_are_kept_in_the_folder_given(tmp_path) -> None:
     assert "Data Docs: " + result.docs_path in str(pytest.raises(GateFailed, gates.require, result).value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["preflight"]
     assert not (REPO / "gx").exists()
+    # GX's 4 MB of fonts and animations are gone; what the pages link to is there
+    static = sorted(p.relative_to(tmp_path / "preflight").as_posix() for p in (tmp_path / "preflight").rglob("*")
+                    if p.is_file() and "static" in p.parts)
+    assert static == ["static/images/favicon.ico"]
+    assert all(p.is_file() for p in datadocs.linked_files(tmp_path / "preflight") if p.suffix == ".html")
 
 
 def test_no_docs_without_a_folder() -> None:
