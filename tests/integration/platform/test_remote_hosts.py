@@ -156,7 +156,7 @@ def test_an_unreachable_host_fails_before_any_change_naming_it(remote: RemoteClu
         wrong_key = tmp_path / "wrong_key"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(wrong_key)], check=True)
         remote.write(**{"kafka-7": {**spare_vars, "ansible_ssh_private_key_file": str(wrong_key)}})
-        with pytest.raises(ProvisionError, match=r"host kafka-7 is unreachable at task 'Look at the host.*Permission denied"):
+        with pytest.raises(ProvisionError, match=r"(?s)host kafka-7 is unreachable at task 'Look at the host.*Permission denied"):
             provision.run_playbook("cluster_up.yml", remote.path, limit="kafka-7")
     finally:
         remote.write()
