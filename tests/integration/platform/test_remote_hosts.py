@@ -5,6 +5,7 @@ converges with no change, refuses bad hosts before changing them, and a scale-ou
 moves replicas onto it."""
 from __future__ import annotations
 
+import json
 import subprocess
 import socket
 import uuid
@@ -54,6 +55,20 @@ class RemoteCluster:
         return {**self.server.connection_vars(host), "kafka_broker_node_id": int(name.split("-")[1]),
                 "kafka_broker_rack": f"rack-{name[-1]}", "kafka_broker_base_dir": str(host.home / "kafka"), **more}
 
+    def scale_out_vars(self) -> dict[str, object]:
+        """kafka-3 names only its address: the login comes from an Airflow SSH connection (:attr:`login`)."""
+        login_vars = ("ansible_user", "ansible_port", "ansible_ssh_private_key_file")
+        return {k: v for k, v in self.host_vars("kafka-3", kafka_broker_process_roles=["broker"]).items()
+                if k not in login_vars}
+
+    @property
+    def login(self) -> provision.SshLogin:
+        from airflow.sdk import Connection
+
+        conn = Connection(conn_id="kafka_hosts", conn_type="ssh", login=self.hosts["kafka-3"].user,
+                          port=self.server.port, extra=json.dumps({"key_file": str(self.server.client_key)}))
+        return provision.SshLogin.from_connection(conn)
+
     def write(self, **extra_hosts: dict[str, object]) -> None:
         inventory = {"all": {
             "vars": {"kafka_broker_cluster_id": self.cluster_id, "kafka_broker_heap": "256m",
@@ -63,7 +78,7 @@ class RemoteCluster:
             "children": {"kafka_cluster": {"children": {
                 "kafka_controllers": {"hosts": {"kafka-1": self.host_vars("kafka-1")}},
                 "kafka_brokers": {"hosts": {"kafka-2": self.host_vars("kafka-2", kafka_broker_process_roles=["broker"]),
-                                            "kafka-3": self.host_vars("kafka-3", kafka_broker_process_roles=["broker"]),
+                                            "kafka-3": self.scale_out_vars(),
                                             **extra_hosts}}}}}}}
         self.path.write_text(yaml.safe_dump(inventory))
 
@@ -84,7 +99,7 @@ def remote(sshd: sshd_.Sshd, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     cluster = RemoteCluster(sshd, tmp_path_factory.mktemp("remote"))
     yield cluster
     try:
-        provision.run_playbook("cluster_down.yml", cluster.path, limit="kafka-1,kafka-2,kafka-3")
+        provision.run_playbook("cluster_down.yml", cluster.path, limit="kafka-1,kafka-2,kafka-3", ssh=cluster.login)
     except ProvisionError:
         pass  # the sshd fixture kills whatever the users still run
 
@@ -129,7 +144,7 @@ def test_a_scale_out_adds_a_remote_broker_and_moves_replicas_onto_it(remote: Rem
     topic = f"remote-{uuid.uuid4().hex[:6]}"
     with admin.connect({"bootstrap.servers": remote.bootstrap}, timeout_s=15) as conn:
         create(conn, topic, [[1, 2], [2, 1], [1, 2], [2, 1]], records=400)
-    provision.run_playbook("cluster_up.yml", remote.path, limit="kafka-3")
+    provision.run_playbook("cluster_up.yml", remote.path, limit="kafka-3", ssh=remote.login)
     pid = remote.pid("kafka-3")
     assert pid is not None and psutil.Process(pid).uids().real == remote.hosts["kafka-3"].uid
     plan = remote.path.parent / "plan.json"
