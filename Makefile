@@ -12,7 +12,7 @@ export KAFKAOPS_JARS := $(JARS_DIR)
 JARS_STAMP := $(JARS_DIR)/.stamp
 PYTEST_ARGS ?=
 
-.PHONY: setup postgres redis browser e2e demo test lint-imports test-unit test-integration cluster-up cluster-down airflow bench clean help
+.PHONY: setup postgres redis sshd browser e2e demo test lint-imports test-unit test-integration cluster-up cluster-down airflow bench clean help
 
 help:
 	@echo "make demo          set up, start the local 3-broker cluster, run the main job, stop it"
@@ -20,6 +20,7 @@ help:
 	@echo "make setup         .venv/ with pinned packages, and the Kafka/Spark jars from Maven Central"
 	@echo "make postgres      the PostgreSQL server binaries the store tests start a throw-away server from (apt-get, as root)"
 	@echo "make redis         Debian's redis-server, Celery's broker in the deployment tests (apt-get, as root)"
+	@echo "make sshd          Debian's openssh-server, the remote hosts of the role's SSH tests (apt-get, as root)"
 	@echo "make e2e          only the deployment tests (tests/deployment: Postgres, Redis, Celery, separate Airflow components, the browser)"
 	@echo "make browser       Debian's chromium and chromium-driver for the browser test (apt-get, as root)"
 	@echo "make cluster-up    start the local cluster (127.0.0.1:19092,19094,19096) and leave it running"
@@ -68,6 +69,19 @@ redis:
 	  export DEBIAN_FRONTEND=noninteractive && \
 	  { apt-get install -y --no-install-recommends redis-server || \
 	    { apt-get update && apt-get install -y --no-install-recommends redis-server; }; }; \
+	fi
+
+# The remote-host tests (tests/integration/platform/test_remote_hosts.py) run Debian's sshd with a config of
+# their own (tests/sshd.py) as one Unix user per "host"; none runs as a service.
+sshd:
+	@if [ ! -x /usr/sbin/sshd ]; then \
+	  if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	    echo "note: sshd not found; the remote-host tests skip: install it (e.g. sudo apt-get install openssh-server) and run them as root"; \
+	  else \
+	    export DEBIAN_FRONTEND=noninteractive && \
+	    { apt-get install -y --no-install-recommends openssh-server || \
+	      { apt-get update && apt-get install -y --no-install-recommends openssh-server; }; }; \
+	  fi; \
 	fi
 
 # The browser test (tests/deployment) drives Debian's chromium through its chromedriver with Selenium;

@@ -21,11 +21,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from airflow.sdk import DAG, ExceptionRetryPolicy, Param, RetryAction, RetryRule, get_current_context, task
+from airflow.sdk import DAG, Connection, ExceptionRetryPolicy, Param, RetryAction, RetryRule, get_current_context, task
 from airflow.sdk.exceptions import AirflowSkipException
 
 from kafkaops.errors import ConfigError
 from kafkaops.platform import gates, lifecycle, store
+from kafkaops.platform.provision import SshLogin
 from kafkaops.reassign import steps
 from kafkaops.reassign.planner.errors import PlanInfeasible, PlanInputError
 from kafkaops.rekey import steps as rekey_steps
@@ -96,6 +97,9 @@ COMMON_PARAMS: dict[str, Param] = {
     "inventory": text_param("Inventory", "A kafkaops cluster spec (.json, local clusters) or an Ansible inventory "
                                          "(.yml, real hosts) for the kafka_broker role. Empty: the local cluster's "
                                          "spec that make cluster-up wrote, on the machine that has one."),
+    "ssh_conn_id": Param(None, type=["null", "string"], title="SSH connection",
+                         description="Airflow SSH connection (user, port, key) the kafka_broker role logs in to an "
+                                     "Ansible inventory's hosts with; empty: the inventory's own settings."),
     "approval": Param("manual", type="string", enum=list(lifecycle.APPROVAL_MODES), title="Approval",
                       description="manual: a person approves the plan in the UI. auto_approve / auto_reject: "
                                   "the param answers (rehearsals and tests); either way it is recorded."),
@@ -189,7 +193,9 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
                     raise AirflowSkipException("dry run: no broker is provisioned; the plan uses the brokers "
                                                "it would add")
                 with recorded(ctx, "provision"):
-                    result = steps.provision_brokers(ctx)
+                    conn_id = context["params"].get("ssh_conn_id")
+                    ssh = SshLogin.from_connection(Connection.get(conn_id)) if conn_id else None
+                    result = steps.provision_brokers(ctx, ssh=ssh)
                 ids = [b["id"] for b in result["new_brokers"]]
                 ctx.step("wait_until_registered", "started", brokers=ids)
                 try:

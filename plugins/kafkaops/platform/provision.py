@@ -166,7 +166,9 @@ class ClusterSpec:
         controllers = {n.hostname: host_vars(n) for n in self.nodes if n.is_controller}
         others = {n.hostname: host_vars(n) for n in self.nodes if not n.is_controller}
         return {"all": {
-            "vars": {"ansible_connection": "local", "kafka_broker_provisioner": "process",
+            "vars": {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                     "kafka_broker_classpath_dir": "{{ kafkaops_broker_jars }}",
+                     "kafka_broker_provisioner": "process",
                      "kafka_broker_cluster_id": self.cluster_id,
                      "kafka_broker_base_dir": str(self.base_dir),
                      "kafka_broker_heap": self.heap,
@@ -194,6 +196,50 @@ def local_cluster_spec(base_dir: Path, brokers: int = 3, racks: Sequence[str] = 
 
 
 @dataclass(frozen=True)
+class SshLogin:
+    """How Ansible logs in to remote hosts over SSH: what an Airflow SSH connection (the ssh provider's
+    ``ssh`` type) holds. It gives Ansible's defaults (user, port, key); the inventory still names each
+    host's address and may override the rest per host."""
+
+    user: str = ""
+    port: int | None = None
+    key_file: str = ""
+    private_key: str = field(default="", repr=False)
+    name: str = ""
+
+    @classmethod
+    def from_connection(cls, conn: Any) -> SshLogin:
+        """An Airflow connection (anything with ``conn_id``, ``login``, ``port``, ``password`` and
+        ``extra_dejson``) as a login; Ansible's ssh takes keys only, so a password alone is refused."""
+        extra = getattr(conn, "extra_dejson", None) or {}
+        name = str(getattr(conn, "conn_id", "") or "")
+        if getattr(conn, "password", None) and not (extra.get("key_file") or extra.get("private_key")):
+            raise ProvisionError(f"SSH connection {name!r} logs in with a password; Ansible here logs in with a key: "
+                                 "put key_file or private_key in the connection's extra; nothing was changed")
+        return cls(user=str(getattr(conn, "login", "") or ""), port=int(conn.port) if getattr(conn, "port", None) else None,
+                   key_file=str(extra.get("key_file") or ""), private_key=str(extra.get("private_key") or ""), name=name)
+
+    def ansible_env(self, private_dir: Path) -> dict[str, str]:
+        """Ansible's settings for this login (defaults below any inventory variable, so delegated
+        controller tasks keep their local connection); an inline private key goes to a 0600 file in
+        ``private_dir`` (the run's own, removed with it), never into a variable or an argv."""
+        env = {}
+        if self.user:
+            env["ANSIBLE_REMOTE_USER"] = self.user
+        if self.port:
+            env["ANSIBLE_REMOTE_PORT"] = str(self.port)
+        key = self.key_file
+        if self.private_key:
+            path = private_dir / "ssh-key"
+            path.touch(mode=0o600)
+            path.write_text(self.private_key.strip() + "\n")
+            key = str(path)
+        if key:
+            env["ANSIBLE_PRIVATE_KEY_FILE"] = key
+        return env
+
+
+@dataclass(frozen=True)
 class ProvisionResult:
     """What one playbook run did: per-host changed counts and the failures, if any."""
 
@@ -205,9 +251,10 @@ class ProvisionResult:
 
 def run_playbook(playbook: str, inventory: Mapping[str, Any] | str | Path, *,
                  extravars: Mapping[str, Any] | None = None, limit: str | None = None,
-                 check: bool = False) -> ProvisionResult:
+                 check: bool = False, ssh: SshLogin | None = None) -> ProvisionResult:
     """Run ``playbooks/<playbook>`` (package data: :func:`kafkaops.resources.playbooks`) with
-    ansible-runner; raise ProvisionError naming the failed task."""
+    ansible-runner; raise ProvisionError naming the failed task and host. ``ssh``: how to log in to
+    the hosts (an Airflow SSH connection's), over what the inventory says."""
     project = playbooks()
     env = {
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -217,17 +264,22 @@ def run_playbook(playbook: str, inventory: Mapping[str, Any] | str | Path, *,
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_LOCALHOST_WARNING": "False",
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
-        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+        # Remote hosts: their own Python, found by Ansible; local inventories name the controller's.
+        "ANSIBLE_PYTHON_INTERPRETER": "auto_silent",
         # Each module runs through one process reading it from a pipe, instead of being copied to a
         # temporary file first (fewer round trips per task, locally and over SSH).
         "ANSIBLE_PIPELINING": "True",
     }
-    variables = {"kafka_broker_classpath_dir": str(jar_dir("broker")),
+    # Fallbacks, not role variables: the role reads them only through kafka_broker_* defaults, so an
+    # inventory's own kafka_broker_jars_source / kafka_broker_classpath_dir / kafka_broker_dist_cache win.
+    variables = {"kafkaops_broker_jars": str(jar_dir("broker")), "kafkaops_dist_cache": str(CACHE / "dist"),
                  "kafka_broker_check_python": sys.executable, **(extravars or {})}
     import ansible_runner  # heavy import, only where a playbook really runs
 
     inv: Any = str(inventory) if isinstance(inventory, Path) else inventory
     with tempfile.TemporaryDirectory(prefix="kafkaops-ansible-") as private_dir:
+        if ssh is not None:
+            env.update(ssh.ansible_env(Path(private_dir)))
         # Ansible's scratch space goes with the run, not into $HOME/.ansible of whichever worker ran it.
         env["ANSIBLE_HOME"] = str(Path(private_dir) / "ansible-home")  # the role needs only ansible.builtin
         env["ANSIBLE_LOCAL_TEMP"] = str(Path(private_dir) / "local-tmp")
@@ -245,10 +297,15 @@ def run_playbook(playbook: str, inventory: Mapping[str, Any] | str | Path, *,
                 data = event["event_data"]
                 result = data.get("res", {})
                 msg = _failure_message(result)
-                failures.append(f"task '{data.get('task')}' failed on {data.get('host')}: {msg}")
+                if event["event"] == "runner_on_unreachable":
+                    failures.append(f"host {data.get('host')} is unreachable at task '{data.get('task')}': {msg}")
+                else:
+                    failures.append(f"task '{data.get('task')}' failed on {data.get('host')}: {msg}")
         stats = runner.stats or {}
         changed = dict(stats.get("changed", {}))
         ok = runner.status == "successful" and not failures
+        if not ok and not failures and runner.rc == 4:  # ansible-playbook's "unreachable" exit code
+            failures.append("a host is unreachable: " + runner.stdout.read()[-1500:])
         if not ok:
             detail = "; ".join(failures) or f"ansible-runner ended with status {runner.status} rc {runner.rc}: " \
                                                f"{runner.stdout.read()[-2000:]}"

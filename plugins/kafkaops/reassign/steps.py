@@ -113,13 +113,14 @@ class OperationParams:
 
 # -- provisioning ---------------------------------------------------------------------------------------
 
-def provision_brokers(ctx: OperationContext) -> dict[str, Any]:
+def provision_brokers(ctx: OperationContext, ssh: provision.SshLogin | None = None) -> dict[str, Any]:
     """Start the new brokers with the kafka_broker role. ``inventory`` is either a kafkaops
     cluster spec (JSON, local clusters: new nodes get free loopback ports) or an Ansible
     inventory (YAML, real hosts: the new hosts must be in it; they are the play's limit).
 
     Resume-safe: a retry provisions the brokers an earlier try of this attempt chose (the role
-    converges them again), never more."""
+    converges them again), never more. ``ssh``: the login of the run's SSH connection (the
+    ``ssh_conn_id`` param), for an Ansible inventory's hosts."""
     p = ctx.params
     if not p.inventory:
         raise ConfigError("a scale-out needs the inventory param: a kafkaops cluster spec (.json) or an Ansible "
@@ -151,7 +152,7 @@ def provision_brokers(ctx: OperationContext) -> dict[str, Any]:
             raise ConfigError("with an Ansible inventory, name the new brokers in new_broker_ids; their hosts "
                               "(kafka-<id>) must be in the inventory")
         ctx.fence("provision brokers")
-        provision.run_playbook("cluster_up.yml", path, limit=",".join(f"kafka-{i}" for i in p.new_broker_ids))
+        provision.run_playbook("cluster_up.yml", path, limit=",".join(f"kafka-{i}" for i in p.new_broker_ids), ssh=ssh)
         new = [{"id": i, "rack": (p.new_broker_racks[k] if k < len(p.new_broker_racks) else None)}
                for k, i in enumerate(p.new_broker_ids)]
     ctx.audit.append("note", text=f"broker(s) {', '.join(str(b['id']) for b in new)} provisioned")

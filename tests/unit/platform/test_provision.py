@@ -124,3 +124,30 @@ def test_cluster_down_also_stops_the_added_brokers_and_a_purge_removes_the_spec(
     provision.cluster_down(purge=True)
     assert runs == [("cluster_down.yml", "spec", "kafka-4"), ("cluster_down.yml", provision.LOCAL_INVENTORY, None)]
     assert provision.default_inventory() is None
+
+
+# -- SSH logins from an Airflow SSH connection ----------------------------------------------------------------
+
+def test_an_ssh_connection_becomes_ansible_settings_with_its_key_in_a_private_file(tmp_path: Path) -> None:
+    from airflow.sdk import Connection
+
+    conn = Connection(conn_id="broker_hosts", conn_type="ssh", login="deploy", port=2222,
+                      extra='{"private_key": "-----BEGIN OPENSSH PRIVATE KEY-----\\nabc\\n-----END OPENSSH PRIVATE KEY-----"}')
+    login = provision.SshLogin.from_connection(conn)
+    assert "BEGIN" not in repr(login)
+    env = login.ansible_env(tmp_path)
+    key = Path(env.pop("ANSIBLE_PRIVATE_KEY_FILE"))
+    assert env == {"ANSIBLE_REMOTE_USER": "deploy", "ANSIBLE_REMOTE_PORT": "2222"}
+    assert key.parent == tmp_path and key.stat().st_mode & 0o777 == 0o600
+    assert key.read_text().startswith("-----BEGIN OPENSSH PRIVATE KEY-----\nabc")
+
+
+def test_an_ssh_connection_with_only_a_password_is_refused() -> None:
+    from airflow.sdk import Connection
+
+    conn = Connection(conn_id="broker_hosts", conn_type="ssh", login="deploy", password="pw")
+    with pytest.raises(ProvisionError, match="'broker_hosts' logs in with a password.*key_file or private_key"):
+        provision.SshLogin.from_connection(conn)
+    with_key = Connection(conn_id="k", conn_type="ssh", login="deploy", password="pw", extra='{"key_file": "/k"}')
+    assert provision.SshLogin.from_connection(with_key).ansible_env(Path("/nonexistent")) == {
+        "ANSIBLE_REMOTE_USER": "deploy", "ANSIBLE_PRIVATE_KEY_FILE": "/k"}

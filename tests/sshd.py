@@ -1,0 +1,218 @@
+"""Remote hosts on this machine, reached over real SSH: Debian's sshd with a config of its own on a free
+port of each host's loopback address, a generated host key and client key, and one Unix user per "host"
+(``kafkaops-host2`` owns 127.0.0.2, and so on), whose home is the host's only writable folder.
+
+The checkout and the controller's caches are made unreadable to those users for the session, so a role
+that relied on the controller's paths fails. Everything is undone at the end: sshd stopped, every process
+of those users killed, the users and their folders removed, the modes put back.
+
+Needs root (users, ``/run/sshd``) and ``/usr/sbin/sshd`` (``make sshd`` installs openssh-server); without
+them the tests that use it skip, saying which.
+"""
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+SSHD = Path("/usr/sbin/sshd")
+GROUP = "kafkaops-hosts"
+
+
+def missing() -> str | None:
+    """Why this machine cannot run the fixture, or None."""
+    if os.geteuid() != 0:
+        return "the remote-host tests create Unix users and run sshd: run them as root"
+    if not SSHD.exists():
+        return "sshd not found: install openssh-server (make sshd, or apt-get install openssh-server)"
+    if not shutil.which("ssh-keygen") or not shutil.which("ssh"):
+        return "ssh and ssh-keygen not found: install openssh-client"
+    return None
+
+
+@dataclass(frozen=True)
+class RemoteHost:
+    """One "remote host": a Unix user, the loopback address its broker binds, its home folder."""
+
+    user: str
+    address: str
+    home: Path
+
+    @property
+    def uid(self) -> int:
+        return pwd.getpwnam(self.user).pw_uid
+
+
+@dataclass(frozen=True)
+class Sshd:
+    port: int
+    client_key: Path
+    hosts: tuple[RemoteHost, ...]
+    base: Path
+
+    def ssh(self, host: RemoteHost, command: str, *, key: Path | None = None, timeout: float = 30
+            ) -> subprocess.CompletedProcess[str]:
+        """Run ``command`` on ``host`` as its user over SSH."""
+        return subprocess.run(
+            ["ssh", "-p", str(self.port), "-i", str(key or self.client_key), "-o", "BatchMode=yes",
+             "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+             f"{host.user}@{host.address}", command],
+            capture_output=True, text=True, timeout=timeout, check=False)
+
+    def connection_vars(self, host: RemoteHost) -> dict[str, object]:
+        """Ansible's variables to reach ``host`` (its own Python, not the controller's)."""
+        return {"ansible_connection": "ssh", "ansible_host": host.address, "ansible_port": self.port,
+                "ansible_user": host.user, "ansible_ssh_private_key_file": str(self.client_key),
+                "ansible_python_interpreter": "/usr/bin/python3",
+                "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"}
+
+
+def _free_port(addresses: Iterable[str]) -> int:
+    """A port free on every address."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        try:
+            for address in addresses:
+                with socket.socket() as sock:
+                    sock.bind((address, port))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no port free on every host address after 50 tries")
+
+
+def _run(*argv: str) -> None:
+    subprocess.run(argv, check=True, capture_output=True, text=True)
+
+
+def _kill_user_processes(uids: set[int]) -> list[int]:
+    """SIGKILL every process owned by one of ``uids`` (the fixture's users only)."""
+    killed = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if proc.stat().st_uid in uids:
+                os.kill(int(proc.name), signal.SIGKILL)
+                killed.append(int(proc.name))
+        except OSError:
+            continue
+    return killed
+
+
+@contextmanager
+def unreadable(paths: Iterable[Path]) -> Iterator[None]:
+    """Take read and search permission for "others" away from ``paths`` for the block (the owner, root
+    here, keeps them), then put each mode back."""
+    modes = {}
+    try:
+        for path in dict.fromkeys(p.resolve() for p in paths if p.exists()):
+            modes[path] = stat.S_IMODE(path.stat().st_mode)
+            path.chmod(modes[path] & ~0o007)
+        yield
+    finally:
+        for path, mode in modes.items():
+            path.chmod(mode)
+
+
+@contextmanager
+def temporary_sshd(addresses: Iterable[str], *, hidden: Iterable[Path] = (),
+                   no_java: Iterable[str] = ()) -> Iterator[Sshd]:
+    """sshd on ``addresses`` (127.0.0.2, ...) with one user per address; ``hidden`` folders unreadable to
+    them; the hosts in ``no_java`` get a PATH without java (every other command of /usr/bin is there)."""
+    reason = missing()
+    if reason:
+        raise RuntimeError(reason)
+    addresses = tuple(addresses)
+    base = Path(tempfile.mkdtemp(prefix="kafkaops-sshd-"))
+    base.chmod(0o755)  # the users reach their homes below it; the keys sit in a root-only folder
+    etc, homes, authorized = base / "etc", base / "hosts", base / "authorized_keys"
+    for folder, mode in ((etc, 0o700), (homes, 0o755), (authorized, 0o755)):
+        folder.mkdir(mode=mode)
+        folder.chmod(mode)
+    hosts = tuple(RemoteHost(user=f"kafkaops-host{a.rsplit('.', 1)[1]}", address=a, home=homes / a) for a in addresses)
+    port = _free_port(addresses)
+    process: subprocess.Popen[str] | None = None
+    created: list[str] = []
+    try:
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(etc / "host_key"))
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "kafkaops-tests", "-f", str(etc / "client_key"))
+        subprocess.run(["groupadd", "-f", GROUP], check=True, capture_output=True)
+        for host in hosts:
+            subprocess.run(["userdel", "-f", host.user], capture_output=True)  # a crashed run's leftover
+            _run("useradd", "-m", "-d", str(host.home), "-s", "/bin/sh", "-G", GROUP, host.user)
+            created.append(host.user)
+            _run("usermod", "-p", "*", host.user)  # no password, not locked: sshd refuses locked accounts
+            host.home.chmod(0o750)
+            (authorized / host.user).write_text((etc / "client_key.pub").read_text())
+            (authorized / host.user).chmod(0o644)
+            if host.address in no_java:
+                _without_java(host)
+        config = etc / "sshd_config"
+        config.write_text("\n".join([
+            *(f"ListenAddress {a}:{port}" for a in addresses),
+            f"HostKey {etc / 'host_key'}", f"PidFile {etc / 'sshd.pid'}",
+            f"AuthorizedKeysFile {authorized}/%u", f"AllowGroups {GROUP}",
+            "PubkeyAuthentication yes", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
+            "PermitRootLogin no", "UsePAM no", "PermitUserEnvironment PATH",
+            "StrictModes no",  # its folders sit in /tmp, which is world-writable (the keys stay root-only)
+            "Subsystem sftp internal-sftp", "LogLevel INFO", "MaxStartups 50", "MaxSessions 50", ""]))
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+        _run(str(SSHD), "-t", "-f", str(config))
+        process = subprocess.Popen([str(SSHD), "-D", "-e", "-f", str(config)], stdout=subprocess.DEVNULL,
+                                   stderr=open(base / "sshd.log", "w"), text=True)
+        sshd = Sshd(port=port, client_key=etc / "client_key", hosts=hosts, base=base)
+        deadline = time.monotonic() + 20
+        while sshd.ssh(hosts[0], "true", timeout=10).returncode != 0:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"sshd did not accept a login on {hosts[0].address}:{port}: "
+                                   f"{(base / 'sshd.log').read_text()[-1000:]}")
+            time.sleep(0.3)
+        with unreadable(hidden):
+            yield sshd
+    finally:
+        uids = set()
+        for user in created:
+            try:
+                uids.add(pwd.getpwnam(user).pw_uid)
+            except KeyError:
+                pass
+        _kill_user_processes(uids)
+        if process is not None:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        time.sleep(0.2)
+        _kill_user_processes(uids)  # a session that forked while sshd went down
+        for user in created:
+            subprocess.run(["userdel", "-f", user], capture_output=True)
+        subprocess.run(["groupdel", GROUP], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _without_java(host: RemoteHost) -> None:
+    """Give ``host``'s user a PATH of every /usr/bin command but java (sshd's PermitUserEnvironment)."""
+    bin_dir = host.home / "bin-without-java"
+    bin_dir.mkdir()
+    for entry in Path("/usr/bin").iterdir():
+        if not entry.name.startswith(("java", "jshell", "keytool", "jar")):
+            (bin_dir / entry.name).symlink_to(entry)
+    ssh_dir = host.home / ".ssh"
+    ssh_dir.mkdir(mode=0o700)
+    (ssh_dir / "environment").write_text(f"PATH={bin_dir}:/usr/sbin\n")
+    for path in (bin_dir, ssh_dir, ssh_dir / "environment"):
+        os.lchown(path, host.uid, pwd.getpwnam(host.user).pw_gid)
