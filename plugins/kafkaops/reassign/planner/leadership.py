@@ -24,7 +24,9 @@ class Leadership:
         self.moved = moved
         self.count = dict.fromkeys(self.eligible, 0)
         self.led: dict[int, set[int]] = {b: set() for b in self.eligible}
-        self.pairs: dict[tuple[int, int], set[int]] = {}
+        # out[u][f] and into[f][u] are the same set: partitions u leads and f follows.
+        self.out: dict[int, dict[int, set[int]]] = {b: {} for b in self.eligible}
+        self.into: dict[int, dict[int, set[int]]] = {b: {} for b in self.eligible}
         for i, r in enumerate(reps):
             if r[0] in self.members:
                 self._add(i)
@@ -38,7 +40,10 @@ class Leadership:
         self.led[leader].add(i)
         for f in followers:
             if f in self.members:
-                self.pairs.setdefault((leader, f), set()).add(i)
+                pair = self.out[leader].get(f)
+                if pair is None:
+                    pair = self.out[leader][f] = self.into[f][leader] = set()
+                pair.add(i)
 
     def _remove(self, i: int) -> None:
         leader, *followers = self.reps[i]
@@ -46,7 +51,7 @@ class Leadership:
         self.led[leader].discard(i)
         for f in followers:
             if f in self.members:
-                self.pairs[(leader, f)].discard(i)
+                self.out[leader][f].discard(i)
 
     def transfer(self, i: int, dst: int) -> None:
         """Make ``dst`` (a follower) the first replica of partition ``i``; the others keep their order."""
@@ -71,18 +76,18 @@ class Leadership:
                     self.transfer(i, min(options, key=lambda f: (self.count[f], f)))
         for w in sorted(self.eligible, key=lambda b: (self.count[b], b)):
             for u in sorted(self.eligible, key=lambda b: (-self.count[b], b)):
-                while self.count[w] < self.low and self.count[u] > self.low and self.pairs.get((u, w)):
-                    self.transfer(self._choice(self.pairs[(u, w)]), w)
+                while self.count[w] < self.low and self.count[u] > self.low and self.out[u].get(w):
+                    self.transfer(self._choice(self.out[u][w]), w)
 
     def _path(self, start: int, forward: bool, is_end: Callable[[int], bool]) -> list[int] | None:
-        """Shortest chain of brokers from ``start`` along (leader -> follower) pairs (or backwards)."""
+        """Shortest chain of brokers from ``start`` along (leader -> follower) pairs (or backwards):
+        a breadth-first search over the pairs that hold a partition, neighbours in id order."""
+        links = self.out if forward else self.into
         parent = {start: start}
         queue = deque([start])
         while queue:
             b = queue.popleft()
-            for other in self.eligible:
-                if other in parent or not self.pairs.get((b, other) if forward else (other, b)):
-                    continue
+            for other in sorted(o for o, shared in links[b].items() if shared and o not in parent):
                 parent[other] = b
                 if is_end(other):
                     path = [other]
@@ -95,7 +100,7 @@ class Leadership:
     def _shift(self, path: list[int]) -> None:
         """Pass one leadership along each edge of ``path`` (given leader -> follower order)."""
         for u, v in zip(path, path[1:]):
-            self.transfer(self._choice(self.pairs[(u, v)]), v)
+            self.transfer(self._choice(self.out[u][v]), v)
 
     def augment(self) -> None:
         for u in sorted(self.eligible):

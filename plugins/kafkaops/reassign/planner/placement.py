@@ -52,6 +52,8 @@ class Placement:
                     self.topic_total[topic] += 1
         self.total = sum(self.count[b] for b in self.count if b not in topo.fixed)
         self.moved: set[int] = set()
+        self.uneven_topics = 0
+        """Topics :func:`~kafkaops.reassign.planner.refine.even_topics` left with a replica spread above one."""
         self.target: dict[int, int] = {}
         self.byte_target: dict[int, float] = {}
         self._cands: dict[tuple[int, str], list[tuple[int, int]]] = {}
