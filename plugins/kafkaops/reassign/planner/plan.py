@@ -17,6 +17,15 @@ def _spread(values: Mapping[int, int], brokers: Iterable[int]) -> int:
     return max(counts) - min(counts) if counts else 0
 
 
+def _topic_spread(counts: Mapping[int, int], brokers: Sequence[int], members: frozenset[int]) -> int:
+    """:func:`_spread` for a topic's counts: a topic on fewer brokers than ``members`` has a
+    minimum of 0, without a pass over every broker."""
+    held = [n for b, n in counts.items() if b in members and n]
+    if len(held) < len(members):
+        return max(held, default=0)
+    return _spread(counts, brokers)
+
+
 @dataclass(frozen=True)
 class LoadStats:
     """Replicas, preferred leaders and bytes per broker, and each topic's replica spread (most
@@ -43,7 +52,8 @@ class LoadStats:
                 replicas[b] += 1
                 sizes[b] += size
                 topic_counts[b] += 1
-        spread = {t: _spread(c, balanced) for t, c in sorted(per_topic.items())}
+        members = frozenset(balanced)
+        spread = {t: _topic_spread(c, balanced, members) for t, c in sorted(per_topic.items())}
         return cls(replicas, leaders, sizes, spread, tuple(balanced))
 
     @property

@@ -321,26 +321,29 @@ class _Evener:
         """A new broker gives a planned ``topic`` replica back to its donor and takes another
         topic from it, or a donor gives ``topic`` to a new broker and takes back one it was to give."""
         index, per = self.index, self.work.per_topic
-        new = index.new
+        new = sorted(index.new, key=lambda b: (per[b][topic], b))
+        tried = 0  # (donor, new broker) pairs with planned moves looked at: at most PAIR_LIMIT a step
         for u in givers:
             mine = per[u][topic]
-            if u in new:
+            if u in index.new:
                 for i in sorted(index.held[u].get(topic, ()), key=lambda i: (i in self.work.moved, i)):
                     for v in index.donors(i, u):
                         if mine - per[v][topic] >= 2 and index.can(i, u, v) and \
                                 self._swap_back(topic, i, u, v, self._partners(u, v, topic)):
                             return True
                 continue
-            for v in sorted(new, key=lambda b: (per[b][topic], b)):
-                if mine - per[v][topic] < 2:
+            for v in new:
+                if mine - per[v][topic] < 2 or tried >= PAIR_LIMIT:
                     break
                 given = index.given.get((u, v))
                 if not given:
                     continue
-                partners = [(t, held) for t, held in _by_topic(given, self.work.topics)
-                            if t != topic and per[v][t] > per[u][t]]
-                if not partners:
+                tried += 1
+                topics = self.work.topics
+                back = [j for j in given if topics[j] != topic and per[v][topics[j]] > per[u][topics[j]]]
+                if not back:
                     continue
+                partners = _by_topic(back, topics)
                 partners.sort(key=lambda p: (per[u][p[0]] - per[v][p[0]], p[0]))
                 for i in sorted(index.held[u].get(topic, ()), key=lambda i: (i in self.work.moved, i)):
                     if index.can(i, u, v) and self._swap_back(topic, i, u, v, partners):
