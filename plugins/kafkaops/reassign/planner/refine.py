@@ -185,19 +185,27 @@ def even_topics(work: Placement, movable: Collection[str] | None,
     topics = sorted(index.holders)
     queue = deque(topics)
     waiting = set(topics)
+    cut: set[str] = set()
     while queue:
         topic = queue.popleft()
         waiting.discard(topic)
+        evener.cut = False
         while evener.step(topic):
+            evener.cut = False
             for other in evener.touched:
                 if other not in waiting and other != topic:
                     waiting.add(other)
                     queue.append(other)
+        if evener.cut:
+            cut.add(topic)
+        else:
+            cut.discard(topic)
     stuck = [t for t in topics if evener.spread(t) > 1]
     if stuck:
         log.info("%d topics keep a replica spread above one (e.g. %s): no move or swap keeps the racks",
                  len(stuck), stuck[0])
     work.uneven_topics = len(stuck)
+    work.bounded_topics = sum(1 for t in stuck if t in cut)
     return index.moves
 
 
@@ -216,6 +224,7 @@ class _Evener:
         self.work = index.work
         self.low, self.high = bounds
         self.touched: tuple[str, ...] = ()
+        self.cut = False  # whether a bound stopped the last step's search before it ran out of candidates
         self.rotation = 0
         # Each broker's topics, most held first, as they stood at the start: the order swap
         # partners are looked for in (the condition itself is checked on the live counts).
@@ -249,6 +258,7 @@ class _Evener:
                 if u == v:
                     continue
                 if tried >= PAIR_LIMIT:
+                    self.cut = True
                     break
                 tried += 1
                 if self._move_or_swap(topic, u, v):
@@ -296,10 +306,11 @@ class _Evener:
             held = index.held[v].get(other)
             if other == topic or not held or per[v][other] <= per[u][other]:
                 continue
+            if found >= PARTNER_LIMIT:
+                self.cut = True
+                return
             yield other, held
             found += 1
-            if found >= PARTNER_LIMIT:
-                return
 
     def _swap_back(self, topic: str, i: int, u: int, v: int,
                    partners: Iterable[tuple[str, Collection[int]]]) -> bool:
@@ -333,7 +344,10 @@ class _Evener:
                             return True
                 continue
             for v in new:
-                if mine - per[v][topic] < 2 or tried >= PAIR_LIMIT:
+                if mine - per[v][topic] < 2:
+                    break
+                if tried >= PAIR_LIMIT:
+                    self.cut = True
                     break
                 given = index.given.get((u, v))
                 if not given:
