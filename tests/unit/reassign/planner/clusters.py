@@ -284,10 +284,11 @@ def uneven_cluster(partitions: int, brokers: int, rf: int, racks: int, seed: int
     while len(parts) < partitions:
         count = min(partitions - len(parts), rand.randint(1, 12) if rand.random() < 0.9 else rand.randint(100, 400))
         alive = brokers // 2 if rand.random() < 0.6 else brokers
-        subset = sorted(rand.sample(range(1, alive + 1), max(rf * racks, int(alive * rand.uniform(0.2, 1.0)))))
+        share = rand.uniform(0.2, 1.0)
         lanes: dict[str | None, list[int]] = {}
-        for b in subset:
+        for b in range(1, alive + 1):
             lanes.setdefault(rack[b], []).append(b)
+        lanes = {r: sorted(rand.sample(members, max(rf, int(len(members) * share)))) for r, members in lanes.items()}
         order = [lane[i] for i in range(max(map(len, lanes.values()))) for lane in lanes.values() if i < len(lane)]
         start = rand.randrange(len(order))
         for p in range(count):
