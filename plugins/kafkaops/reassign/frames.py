@@ -58,6 +58,52 @@ def _check_moves(plan: ReassignmentPlan, base: Cluster) -> None:
                             f"{sorted(brokers)}); plan again from a fresh snapshot")
 
 
+PARTITION_DTYPES = {"name": "object", "topic": "object", "partition": "int64", "moved": "bool",
+                    "replicas_before": "object", "replicas_after": "object", "replication_factor": "int64",
+                    "distinct_brokers": "int64", "racks_after": "object", "racks_spanned": "int64",
+                    "racks_required": "int64", "bytes_to_copy": "int64", "bytes_copied_so_far": "Int64",
+                    "max_bytes": "Int64"}
+
+
+def _partition_columns(partitions: Iterable[Any], after: Mapping[Key, Any], rack: Mapping[int, str | None],
+                       racks: int, copies: Mapping[Key, int], so_far: Mapping[Key, int],
+                       max_bytes: int | None) -> dict[str, list[Any]]:
+    """The plan gate's partition rows as columns (a million partitions build in seconds, where
+    a dict per row takes minutes); the rack text of a replica set is worked out once per set."""
+    columns: dict[str, list[Any]] = {name: [] for name in PARTITION_DTYPES}
+    (name, topic, number, moved, before_ids, after_ids, rf, distinct, racks_after, spanned, required, to_copy,
+     copied) = (columns[c] for c in list(PARTITION_DTYPES)[:-1])
+    rack_text: dict[tuple[int, ...], tuple[str, int]] = {}
+    for p in partitions:
+        move = after.get(p.key)
+        replicas = move.after if move else p.replicas
+        text = id_list(p.replicas)
+        name.append(p.name)
+        topic.append(p.topic)
+        number.append(p.partition)
+        moved.append(move is not None)
+        before_ids.append(text)
+        after_ids.append(id_list(replicas) if move else text)
+        rf.append(len(replicas))
+        distinct.append(len(set(replicas)))
+        seen = rack_text.get(replicas)
+        if seen is None:
+            seen = rack_text[replicas] = (id_list(sorted({str(rack.get(b)) for b in replicas})),
+                                          len({rack.get(b) for b in replicas}))
+        racks_after.append(seen[0])
+        spanned.append(seen[1])
+        required.append(min(len(replicas), racks))
+        to_copy.append(copies.get(p.key, 0))
+        copied.append(so_far.get(p.key))
+    columns["max_bytes"] = [max_bytes] * len(name)
+    return columns
+
+
+def _columns_frame(columns: Mapping[str, list[Any]], dtypes: Mapping[str, str]) -> pd.DataFrame:
+    """:func:`~kafkaops.platform.gates.typed_frame` for columns instead of rows."""
+    return pd.DataFrame(dict(columns), columns=list(dtypes)).astype(dict(dtypes)).reset_index(drop=True)
+
+
 def plan_frame(plan: ReassignmentPlan, cluster: Cluster, max_bytes: int | None = None, *,
                spread: int | None = None) -> dict[str, pd.DataFrame]:
     """The frames of the plan gate, over the cluster as the plan leaves it: ``partitions`` (one
@@ -69,27 +115,14 @@ def plan_frame(plan: ReassignmentPlan, cluster: Cluster, max_bytes: int | None =
     racks = len({b.rack for b in cluster.brokers}) or 1
     after = {m.key: m for m in plan.moves}
     _check_moves(plan, base)
-    copies = {key: len(m.adding) * (base.partition(*key).size_bytes or 0) for key, m in after.items()}
+    index = {p.key: p for p in base.partitions}
+    copies = {key: len(m.adding) * (index[key].size_bytes or 0) for key, m in after.items()}
     copied, so_far = 0, {}
     for key in after:  # running total in the order the executor submits the moves
         copied += copies[key]
         so_far[key] = copied
-    rows = []
-    for p in base.partitions:
-        move = after.get(p.key)
-        replicas = move.after if move else p.replicas
-        rows.append({"name": p.name, "topic": p.topic, "partition": p.partition, "moved": move is not None,
-                     "replicas_before": id_list(p.replicas), "replicas_after": id_list(replicas),
-                     "replication_factor": len(replicas), "distinct_brokers": len(set(replicas)),
-                     "racks_after": id_list(sorted({str(rack.get(b)) for b in replicas})),
-                     "racks_spanned": len({rack.get(b) for b in replicas}),
-                     "racks_required": min(len(replicas), racks), "bytes_to_copy": copies.get(p.key, 0),
-                     "bytes_copied_so_far": so_far.get(p.key), "max_bytes": max_bytes})
-    partitions = typed_frame(rows, {"name": "object", "topic": "object", "partition": "int64", "moved": "bool",
-                               "replicas_before": "object", "replicas_after": "object",
-                               "replication_factor": "int64", "distinct_brokers": "int64", "racks_after": "object",
-                               "racks_spanned": "int64", "racks_required": "int64", "bytes_to_copy": "int64",
-                               "bytes_copied_so_far": "Int64", "max_bytes": "Int64"})
+    partitions = _columns_frame(_partition_columns(base.partitions, after, rack, racks, copies, so_far, max_bytes),
+                                PARTITION_DTYPES)
     before = base.replicas_per_broker()
     counts = dict.fromkeys(before, 0)
     for p in base.partitions:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,9 @@ class Leadership:
         self.moved = moved
         self.count = dict.fromkeys(self.eligible, 0)
         self.led: dict[int, set[int]] = {b: set() for b in self.eligible}
-        self.pairs: dict[tuple[int, int], set[int]] = {}
+        # out[u][f] and into[f][u] are the same set: partitions u leads and f follows.
+        self.out: dict[int, dict[int, set[int]]] = {b: {} for b in self.eligible}
+        self.into: dict[int, dict[int, set[int]]] = {b: {} for b in self.eligible}
         for i, r in enumerate(reps):
             if r[0] in self.members:
                 self._add(i)
@@ -38,7 +40,10 @@ class Leadership:
         self.led[leader].add(i)
         for f in followers:
             if f in self.members:
-                self.pairs.setdefault((leader, f), set()).add(i)
+                pair = self.out[leader].get(f)
+                if pair is None:
+                    pair = self.out[leader][f] = self.into[f][leader] = set()
+                pair.add(i)
 
     def _remove(self, i: int) -> None:
         leader, *followers = self.reps[i]
@@ -46,7 +51,7 @@ class Leadership:
         self.led[leader].discard(i)
         for f in followers:
             if f in self.members:
-                self.pairs[(leader, f)].discard(i)
+                self.out[leader][f].discard(i)
 
     def transfer(self, i: int, dst: int) -> None:
         """Make ``dst`` (a follower) the first replica of partition ``i``; the others keep their order."""
@@ -71,49 +76,82 @@ class Leadership:
                     self.transfer(i, min(options, key=lambda f: (self.count[f], f)))
         for w in sorted(self.eligible, key=lambda b: (self.count[b], b)):
             for u in sorted(self.eligible, key=lambda b: (-self.count[b], b)):
-                while self.count[w] < self.low and self.count[u] > self.low and self.pairs.get((u, w)):
-                    self.transfer(self._choice(self.pairs[(u, w)]), w)
+                while self.count[w] < self.low and self.count[u] > self.low and self.out[u].get(w):
+                    self.transfer(self._choice(self.out[u][w]), w)
 
-    def _path(self, start: int, forward: bool, is_end: Callable[[int], bool]) -> list[int] | None:
-        """Shortest chain of brokers from ``start`` along (leader -> follower) pairs (or backwards)."""
-        parent = {start: start}
-        queue = deque([start])
+    def _levels(self, sources: Sequence[int], links: dict[int, dict[int, set[int]]],
+                is_end: Callable[[int], bool]) -> dict[int, int] | None:
+        """Breadth-first distance of each broker from ``sources`` along ``links``; None when no
+        broker that ``is_end`` can be reached."""
+        level = dict.fromkeys(sources, 0)
+        queue = deque(sources)
+        found = False
         while queue:
             b = queue.popleft()
-            for other in self.eligible:
-                if other in parent or not self.pairs.get((b, other) if forward else (other, b)):
-                    continue
-                parent[other] = b
-                if is_end(other):
-                    path = [other]
-                    while path[-1] != start:
-                        path.append(parent[path[-1]])
-                    return path[::-1]
-                queue.append(other)
+            for other, shared in links[b].items():
+                if shared and other not in level:
+                    level[other] = level[b] + 1
+                    found = found or is_end(other)
+                    queue.append(other)
+        return level if found else None
+
+    def _path(self, start: int, links: dict[int, dict[int, set[int]]], level: Mapping[int, int],
+              arcs: dict[int, list[int]], is_end: Callable[[int], bool]) -> list[int] | None:
+        """A chain from ``start`` one level further at each step to a broker that ``is_end``,
+        depth first; ``arcs`` keeps each broker's untried next brokers across calls (a broker
+        whose arcs run out leads nowhere in this phase)."""
+        path = [start]
+        while path:
+            b = path[-1]
+            if b not in arcs:
+                arcs[b] = sorted((o for o in links[b] if level.get(o) == level[b] + 1), reverse=True)
+            nexts = arcs[b]
+            while nexts and not links[b][nexts[-1]]:
+                nexts.pop()
+            if not nexts:
+                path.pop()
+                if path:
+                    arcs[path[-1]].pop()
+                continue
+            other = nexts[-1]
+            path.append(other)
+            if is_end(other):
+                return path
         return None
 
     def _shift(self, path: list[int]) -> None:
         """Pass one leadership along each edge of ``path`` (given leader -> follower order)."""
         for u, v in zip(path, path[1:]):
-            self.transfer(self._choice(self.pairs[(u, v)]), v)
+            self.transfer(self._choice(self.out[u][v]), v)
+
+    def _augment(self, over: Callable[[int], bool], is_end: Callable[[int], bool], forward: bool) -> None:
+        """Augmenting paths in phases (Dinic's blocking flows): each phase measures distances from
+        every broker that is ``over`` and follows only chains that step one distance further, so
+        a phase costs about the pairs once plus its paths; phases end when no chain reaches an end."""
+        links = self.out if forward else self.into
+        while True:
+            sources = [b for b in self.eligible if over(b)]
+            level = self._levels(sources, links, is_end) if sources else None
+            if level is None:
+                return
+            arcs: dict[int, list[int]] = {}
+            for s in sources:
+                while over(s):
+                    path = self._path(s, links, level, arcs, is_end)
+                    if path is None:
+                        break
+                    self._shift(path if forward else path[::-1])
 
     def augment(self) -> None:
-        for u in sorted(self.eligible):
-            while self.count[u] > self.high:
-                path = self._path(u, True, lambda b: self.count[b] < self.high)
-                if path is None:
-                    log.info("broker %d keeps %d preferred leaderships; no partition lets it give one up",
-                             u, self.count[u])
-                    break
-                self._shift(path)
-        for w in sorted(self.eligible):
-            while self.count[w] < self.low:
-                path = self._path(w, False, lambda b: self.count[b] > self.low)
-                if path is None:
-                    log.info("broker %d stays at %d preferred leaderships; it follows no partition it could "
-                             "lead", w, self.count[w])
-                    break
-                self._shift(path[::-1])
+        """Leaderships from brokers above ``high`` to brokers below it along chains, then to
+        brokers below ``low`` from brokers above it."""
+        self._augment(lambda b: self.count[b] > self.high, lambda b: self.count[b] < self.high, True)
+        self._augment(lambda b: self.count[b] < self.low, lambda b: self.count[b] > self.low, False)
+        stuck = [b for b in self.eligible if not self.low <= self.count[b] <= self.high]
+        if stuck:
+            log.info("%d brokers keep a preferred leader count outside %d..%d (e.g. broker %d at %d): no chain of "
+                     "partitions lets them give or take one", len(stuck), self.low, self.high, stuck[0],
+                     self.count[stuck[0]])
 
 
 def balance_leaders(reps: list[list[int]], eligible: Sequence[int], moved: Collection[int]) -> None:

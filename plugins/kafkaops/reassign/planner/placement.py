@@ -39,19 +39,29 @@ class Placement:
         self.rack = topo.racks
         self.eligible = frozenset(topo.eligible)
         self.drained = frozenset(topo.drained)
-        self.count: Counter[int] = Counter(dict.fromkeys(cluster.broker_ids, 0))
-        self.bytes: Counter[int] = Counter(dict.fromkeys(cluster.broker_ids, 0))
-        self.per_topic: dict[int, Counter[str]] = {b: Counter() for b in cluster.broker_ids}
-        self.topic_total: Counter[str] = Counter()
+        count = dict.fromkeys(cluster.broker_ids, 0)
+        held = dict.fromkeys(cluster.broker_ids, 0)
+        per_topic: dict[int, dict[str, int]] = {b: {} for b in cluster.broker_ids}
+        topic_total: dict[str, int] = {}
+        fixed = frozenset(topo.fixed)
         for topic, size, reps in zip(self.topics, self.sizes, self.reps):
             for b in reps:
-                self.count[b] += 1
-                self.bytes[b] += size
-                self.per_topic[b][topic] += 1
-                if b not in topo.fixed:
-                    self.topic_total[topic] += 1
+                count[b] += 1
+                held[b] += size
+                mine = per_topic[b]
+                mine[topic] = mine.get(topic, 0) + 1
+                if b not in fixed:
+                    topic_total[topic] = topic_total.get(topic, 0) + 1
+        self.count: Counter[int] = Counter(count)
+        self.bytes: Counter[int] = Counter(held)
+        self.per_topic: dict[int, Counter[str]] = {b: Counter(c) for b, c in per_topic.items()}
+        self.topic_total: Counter[str] = Counter(topic_total)
         self.total = sum(self.count[b] for b in self.count if b not in topo.fixed)
         self.moved: set[int] = set()
+        self.uneven_topics = 0
+        """Topics :func:`~kafkaops.reassign.planner.refine.even_topics` left with a replica spread above one."""
+        self.bounded_topics = 0
+        """Of those, the topics whose last search stopped at a bound rather than running out of candidates."""
         self.target: dict[int, int] = {}
         self.byte_target: dict[int, float] = {}
         self._cands: dict[tuple[int, str], list[tuple[int, int]]] = {}
@@ -99,9 +109,10 @@ class Placement:
         partition. Returns the number of replicas moved."""
         moves = 0
         drained = self.drained
+        rack = self.rack
         for i, reps in enumerate(self.reps):
-            if self.need[i] == 1 and not drained.intersection(reps):
-                continue
+            if drained.isdisjoint(reps) and (self.need[i] == 1 or len({rack[b] for b in reps}) >= self.need[i]):
+                continue  # nothing to leave, racks spread already
             leaving = [b for b in reps if b in drained]
             kept = [b for b in reps if b not in drained]
             short = self.need[i] - len({self.rack[b] for b in kept}) - len(leaving)

@@ -17,6 +17,15 @@ def _spread(values: Mapping[int, int], brokers: Iterable[int]) -> int:
     return max(counts) - min(counts) if counts else 0
 
 
+def _topic_spread(counts: Mapping[int, int], brokers: Sequence[int], members: frozenset[int]) -> int:
+    """:func:`_spread` for a topic's counts: a topic on fewer brokers than ``members`` has a
+    minimum of 0, without a pass over every broker."""
+    held = [n for b, n in counts.items() if b in members and n]
+    if len(held) < len(members):
+        return max(held, default=0)
+    return _spread(counts, brokers)
+
+
 @dataclass(frozen=True)
 class LoadStats:
     """Replicas, preferred leaders and bytes per broker, and each topic's replica spread (most
@@ -43,7 +52,8 @@ class LoadStats:
                 replicas[b] += 1
                 sizes[b] += size
                 topic_counts[b] += 1
-        spread = {t: _spread(c, balanced) for t, c in sorted(per_topic.items())}
+        members = frozenset(balanced)
+        spread = {t: _topic_spread(c, balanced, members) for t, c in sorted(per_topic.items())}
         return cls(replicas, leaders, sizes, spread, tuple(balanced))
 
     @property
@@ -97,7 +107,8 @@ class ReassignmentPlan:
 
     ``kind`` is ``scale-out``, ``rebalance`` or ``drain``; ``lower_bound`` is the fewest replica
     moves any plan of that kind needs. ``cluster`` (the cluster planned on, with new brokers
-    added) is kept out of equality; :attr:`after` applies the moves to it.
+    added) is kept out of equality; :attr:`after` applies the moves to it. ``notes`` say where
+    a goal was bounded at scale (see :func:`~kafkaops.reassign.planner.refine.even_topics`).
     """
 
     kind: str
@@ -108,6 +119,7 @@ class ReassignmentPlan:
     new_brokers: tuple[int, ...] = ()
     drained: tuple[int, ...] = ()
     excluded: tuple[int, ...] = ()
+    notes: tuple[str, ...] = ()
     cluster: Cluster | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -181,7 +193,8 @@ class ReassignmentPlan:
         parts = len(self.moves)
         return (f"{self.kind}: {parts} {'partition changes' if parts == 1 else 'partitions change'}, "
                 f"{_count(self.replica_moves, 'replica move')} ({self.bound_note()}), "
-                f"{_count(self.leader_changes, 'leader change')}, {_human(self.bytes_to_move)} to copy")
+                f"{_count(self.leader_changes, 'leader change')}, {_human(self.bytes_to_move)} to copy"
+                + "".join(f"; {note}" for note in self.notes))
 
     def table(self) -> tuple[str, ...]:
         """Replicas, leaders and bytes per broker, before -> after, with the spreads below."""
@@ -205,7 +218,7 @@ class ReassignmentPlan:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "lower_bound": self.lower_bound, "new_brokers": list(self.new_brokers),
-                "drained": list(self.drained), "excluded": list(self.excluded),
+                "drained": list(self.drained), "excluded": list(self.excluded), "notes": list(self.notes),
                 "moves": [m.to_dict() for m in self.moves], "stats_before": self.stats_before.to_dict(),
                 "stats_after": self.stats_after.to_dict(),
                 "cluster": self.cluster.to_dict() if self.cluster is not None else None}
@@ -218,6 +231,7 @@ class ReassignmentPlan:
                        stats_after=LoadStats.from_dict(data["stats_after"]),
                        lower_bound=int(data["lower_bound"]), new_brokers=tuple(data.get("new_brokers", ())),
                        drained=tuple(data.get("drained", ())), excluded=tuple(data.get("excluded", ())),
+                       notes=tuple(data.get("notes", ())),
                        cluster=Cluster.from_dict(data["cluster"]) if data.get("cluster") else None)
         except (KeyError, TypeError, ValueError, ModelError) as err:
             raise PlanInputError(f"cannot read a reassignment plan from this dict: {err!r}; expected the shape "

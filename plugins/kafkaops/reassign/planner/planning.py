@@ -11,7 +11,7 @@ from kafkaops.reassign.planner.goals import Goals
 from kafkaops.reassign.planner.leadership import balance_leaders
 from kafkaops.reassign.planner.placement import Placement
 from kafkaops.reassign.planner.plan import LoadStats, ReassignmentPlan
-from kafkaops.reassign.planner.refine import even_counts, even_topics
+from kafkaops.reassign.planner.refine import PAIR_LIMIT, PARTNER_LIMIT, even_counts, even_topics
 from kafkaops.reassign.planner.topology import Topology, replica_targets, resolve_topology, scale_out_shares
 
 log = logging.getLogger(__name__)
@@ -57,10 +57,19 @@ def _build(kind: str, base: Cluster, topo: Topology, work: Placement, lower_boun
     after_stats = LoadStats.measure(zip(work.topics, work.reps, work.sizes), brokers, topo.eligible)
     plan = ReassignmentPlan(kind=kind, moves=tuple(moves), stats_before=before, stats_after=after_stats,
                             lower_bound=lower_bound, new_brokers=topo.new, drained=topo.drained,
-                            excluded=tuple(sorted(excluded)), cluster=base)
+                            excluded=tuple(sorted(excluded)), notes=_notes(work), cluster=base)
     log.info("%s plan: %d partitions change, %d replica moves (replica-count lower bound %d)", kind, len(moves),
              plan.replica_moves, lower_bound)
     return plan
+
+
+def _notes(work: Placement) -> tuple[str, ...]:
+    """What the plan bounded: topics the per-topic evening left uneven after a bounded search."""
+    if not work.bounded_topics:
+        return ()
+    return (f"per-topic evening searched at most {PAIR_LIMIT} receiving brokers and {PARTNER_LIMIT} swap partners "
+            f"a step: {work.bounded_topics} of the {work.uneven_topics} topics left with a replica spread above one "
+            "stopped at that bound",)
 
 
 def _finish(work: Placement, topo: Topology, goals: Goals) -> None:

@@ -23,7 +23,9 @@ log = logging.getLogger(__name__)
 
 
 class _Index:
-    """Which movable partitions each eligible broker holds, per topic, kept in step with moves."""
+    """Which movable partitions each eligible broker holds, per topic, and which eligible brokers
+    hold each topic, kept in step with moves. In a scale-out (``origins``) also which partitions
+    each (donor, new broker) pair has planned: ``given[(donor, new)]``."""
 
     def __init__(self, work: Placement, movable: Collection[str] | None,
                  origins: Sequence[Sequence[int]] | None = None) -> None:
@@ -32,19 +34,48 @@ class _Index:
         self.new = frozenset(work.topo.new)
         self.eligible = tuple(work.topo.eligible)
         self.held: dict[int, dict[str, set[int]]] = {b: {} for b in self.eligible}
+        self.holders: dict[str, set[int]] = {}
+        self.given: dict[tuple[int, int], set[int]] = {}
         for i, (topic, reps) in enumerate(zip(work.topics, work.reps)):
             if movable is not None and topic not in movable:
                 continue
+            holders = self.holders.setdefault(topic, set())
             for b in reps:
                 if b in self.held:
                     self.held[b].setdefault(topic, set()).add(i)
+                    holders.add(b)
+            self._plan(i, True)
         self.moves = 0
+
+    def _plan(self, i: int, add: bool) -> None:
+        if self.origins is None:
+            return
+        before, reps = self.origins[i], self.work.reps[i]
+        for n in reps:
+            if n in self.new and n not in before:
+                for d in self.donors(i, n):
+                    if add:
+                        self.given.setdefault((d, n), set()).add(i)
+                    else:
+                        self.given[(d, n)].discard(i)
+
+    def donors(self, i: int, n: int) -> list[int]:
+        """The brokers partition ``i`` held before the plan and does not now: where the new broker
+        ``n`` may give it back."""
+        reps = self.work.reps[i]
+        return [d for d in self.origins[i] if d not in reps] if n not in self.origins[i] else []
 
     def move(self, i: int, src: int, dst: int) -> None:
         topic = self.work.topics[i]
+        self._plan(i, False)
         self.work.move(i, src, dst)
-        self.held[src][topic].discard(i)
+        self._plan(i, True)
+        held = self.held[src][topic]
+        held.discard(i)
+        if not held:
+            self.holders[topic].discard(src)
         self.held[dst].setdefault(topic, set()).add(i)
+        self.holders[topic].add(dst)
         self.moves += 1
 
     def can(self, i: int, src: int, dst: int) -> bool:
@@ -139,69 +170,203 @@ def even_topics(work: Placement, movable: Collection[str] | None,
     """Moves and swaps until every movable topic holds within one replica per eligible broker,
     or none is left that keeps replicas per broker within one and the racks. With ``origins``
     (each partition's replicas before the plan: a scale-out) only exchanges of planned moves
-    onto new brokers. Returns the number of replicas moved (an exchange counts two)."""
+    onto new brokers. Returns the number of replicas moved (an exchange counts two).
+
+    Topics are worked through once, in name order, each until no step narrows it; a topic that
+    found no step is tried again only if a later swap changed its counts. A step's search is
+    bounded (:data:`PAIR_LIMIT` receiving brokers per giving broker, :data:`PARTNER_LIMIT`
+    partner topics per swap), so its cost follows the topic's size and the brokers it touches,
+    not all pairs of brokers; the bounds never bind below :data:`PAIR_LIMIT` brokers."""
     bounds = _bounds(work) if origins is None else (0, 0)
     if bounds is None:
         return 0
     index = _Index(work, movable, origins)
-    topics = sorted({t for held in index.held.values() for t in held})
-    progress = True
-    while progress:
-        progress = False
-        for topic in topics:
-            while _even_one(index, topic, bounds):
-                progress = True
-    stuck = [t for t in topics if _spread(index, t) > 1]
+    evener = _Evener(index, bounds)
+    topics = sorted(index.holders)
+    queue = deque(topics)
+    waiting = set(topics)
+    cut: set[str] = set()
+    while queue:
+        topic = queue.popleft()
+        waiting.discard(topic)
+        evener.cut = False
+        while evener.step(topic):
+            evener.cut = False
+            for other in evener.touched:
+                if other not in waiting and other != topic:
+                    waiting.add(other)
+                    queue.append(other)
+        if evener.cut:
+            cut.add(topic)
+        else:
+            cut.discard(topic)
+    stuck = [t for t in topics if evener.spread(t) > 1]
     if stuck:
         log.info("%d topics keep a replica spread above one (e.g. %s): no move or swap keeps the racks",
                  len(stuck), stuck[0])
+    work.uneven_topics = len(stuck)
+    work.bounded_topics = sum(1 for t in stuck if t in cut)
     return index.moves
 
 
-def _spread(index: _Index, topic: str) -> int:
-    counts = [index.work.per_topic[b][topic] for b in index.eligible]
-    return max(counts) - min(counts)
+PAIR_LIMIT = 48
+"""Receiving brokers tried per giving broker in one step of :func:`even_topics`."""
+
+PARTNER_LIMIT = 24
+"""Topics tried as the partner of one swap in :func:`even_topics`."""
 
 
-def _even_one(index: _Index, topic: str, bounds: tuple[int, int]) -> bool:
-    """One move or swap that narrows ``topic``'s spread; False when there is none."""
-    work = index.work
-    per = work.per_topic
-    low, high = bounds
-    ranked = sorted(index.eligible, key=lambda b: (-per[b][topic], b))
-    for u in ranked:
-        for v in reversed(ranked):
-            if per[u][topic] - per[v][topic] < 2:
-                break
-            if (u in index.new) == (v in index.new) and index.origins is not None:
-                continue  # a scale-out exchanges moves between a new broker and a donor only
-            mine = index.held[u].get(topic, ())
-            if index.origins is None and work.count[u] > low and work.count[v] < high:  # a plain move keeps the counts within one
-                i = index.first(mine, u, v, key=lambda i: (i in work.moved, i))
-                if i is not None:
-                    index.move(i, u, v)
+class _Evener:
+    """One narrowing step of a topic at a time, over the brokers that hold it (see :func:`even_topics`)."""
+
+    def __init__(self, index: _Index, bounds: tuple[int, int]) -> None:
+        self.index = index
+        self.work = index.work
+        self.low, self.high = bounds
+        self.touched: tuple[str, ...] = ()
+        self.cut = False  # whether a bound stopped the last step's search before it ran out of candidates
+        self.rotation = 0
+        # Each broker's topics, most held first, as they stood at the start: the order swap
+        # partners are looked for in (the condition itself is checked on the live counts).
+        self.ranked_topics: dict[int, list[str]] = {}
+
+    def spread(self, topic: str) -> int:
+        holders = self.index.holders[topic]
+        per = self.work.per_topic
+        counts = [per[b][topic] for b in holders]
+        if not counts:
+            return 0
+        return max(counts) - (0 if len(holders) < len(self.index.eligible) else min(counts))
+
+    def step(self, topic: str) -> bool:
+        """One move or swap that narrows ``topic``'s spread; False when the search finds none."""
+        index, per = self.index, self.work.per_topic
+        holders = index.holders[topic]
+        if not holders:
+            return False
+        lowest = 0 if len(holders) < len(index.eligible) else min(per[b][topic] for b in holders)
+        givers = sorted((b for b in holders if per[b][topic] - lowest >= 2), key=lambda b: (-per[b][topic], b))
+        if not givers:
+            return False
+        if index.origins is not None:
+            return self._exchange(topic, givers)
+        zeros = None
+        for u in givers:
+            mine = per[u][topic]
+            tried = 0
+            for v in self._receivers(topic, holders, mine, zeros):
+                if u == v:
+                    continue
+                if tried >= PAIR_LIMIT:
+                    self.cut = True
+                    break
+                tried += 1
+                if self._move_or_swap(topic, u, v):
                     return True
-            if _swap(index, topic, u, v, mine):
+        return False
+
+    def _receivers(self, topic: str, holders: Collection[int], mine: int, zeros: object) -> Iterable[int]:
+        """Brokers holding at most ``mine - 2`` of ``topic``: those without it first (from a
+        rotating start, so no broker is always asked first), then holders, fewest first."""
+        index, per = self.index, self.work.per_topic
+        if len(holders) < len(index.eligible) and mine >= 2:
+            eligible = index.eligible
+            n = len(eligible)
+            start = self.rotation % n
+            self.rotation += 1
+            for k in range(n):
+                v = eligible[(start + k) % n]
+                if v not in holders:
+                    yield v
+        yield from sorted((b for b in holders if per[b][topic] <= mine - 2), key=lambda b: (per[b][topic], b))
+
+    def _move_or_swap(self, topic: str, u: int, v: int) -> bool:
+        index, work = self.index, self.work
+        mine = index.held[u].get(topic, ())
+        if work.count[u] > self.low and work.count[v] < self.high:  # a plain move keeps the counts within one
+            i = index.first(mine, u, v, key=lambda i: (i in work.moved, i))
+            if i is not None:
+                index.move(i, u, v)
+                self.touched = (topic,)
                 return True
-    return False
+        for i in sorted(mine, key=lambda i: (i in work.moved, i)):
+            if index.can(i, u, v) and self._swap_back(topic, i, u, v, self._partners(u, v, topic)):
+                return True
+        return False
 
+    def _partners(self, u: int, v: int, topic: str) -> Iterable[tuple[str, Collection[int]]]:
+        """Topics ``v`` holds more of than ``u`` (besides ``topic``), most held by ``v`` first,
+        with ``v``'s partitions of each; at most :data:`PARTNER_LIMIT`."""
+        index, per = self.index, self.work.per_topic
+        ranked = self.ranked_topics.get(v)
+        if ranked is None:
+            ranked = self.ranked_topics[v] = sorted(index.held[v], key=lambda t: (-per[v][t], t))
+        found = 0
+        for other in ranked:
+            held = index.held[v].get(other)
+            if other == topic or not held or per[v][other] <= per[u][other]:
+                continue
+            if found >= PARTNER_LIMIT:
+                self.cut = True
+                return
+            yield other, held
+            found += 1
 
-def _swap(index: _Index, topic: str, u: int, v: int, mine: Collection[int]) -> bool:
-    """Move a ``topic`` replica u -> v and one of a topic ``v`` holds more of than ``u`` back
-    v -> u, the partner as close in size as can be so bytes stay put."""
-    work = index.work
-    per = work.per_topic
-    gives = sorted(mine, key=lambda i: (i in work.moved, i))
-    others = sorted((t for t, held in index.held[v].items() if t != topic and held and per[v][t] > per[u][t]),
-                    key=lambda t: (per[u][t] - per[v][t], t))
-    for i in gives:
-        if not index.can(i, u, v):
-            continue
+    def _swap_back(self, topic: str, i: int, u: int, v: int,
+                   partners: Iterable[tuple[str, Collection[int]]]) -> bool:
+        """Move ``i`` (of ``topic``) u -> v and a partner partition v -> u, as close in size to
+        ``i`` as can be so bytes stay put."""
+        index, work = self.index, self.work
         size = work.sizes[i]
-        for other in others:
-            j = index.first(index.held[v][other], v, u, key=lambda j: (abs(work.sizes[j] - size), j in work.moved, j))
+        for other, held in partners:
+            j = index.first(held, v, u, key=lambda j: (abs(work.sizes[j] - size), j in work.moved, j))
             if j is not None:
                 index.move(i, u, v)
                 index.move(j, v, u)
+                self.touched = (topic, other)
                 return True
-    return False
+        return False
+
+    # -- a scale-out: exchanges between a new broker and a donor only -----------------------------
+    def _exchange(self, topic: str, givers: Sequence[int]) -> bool:
+        """A new broker gives a planned ``topic`` replica back to its donor and takes another
+        topic from it, or a donor gives ``topic`` to a new broker and takes back one it was to give."""
+        index, per = self.index, self.work.per_topic
+        new = sorted(index.new, key=lambda b: (per[b][topic], b))
+        tried = 0  # (donor, new broker) pairs with planned moves looked at: at most PAIR_LIMIT a step
+        for u in givers:
+            mine = per[u][topic]
+            if u in index.new:
+                for i in sorted(index.held[u].get(topic, ()), key=lambda i: (i in self.work.moved, i)):
+                    for v in index.donors(i, u):
+                        if mine - per[v][topic] >= 2 and index.can(i, u, v) and \
+                                self._swap_back(topic, i, u, v, self._partners(u, v, topic)):
+                            return True
+                continue
+            for v in new:
+                if mine - per[v][topic] < 2:
+                    break
+                if tried >= PAIR_LIMIT:
+                    self.cut = True
+                    break
+                given = index.given.get((u, v))
+                if not given:
+                    continue
+                tried += 1
+                topics = self.work.topics
+                back = [j for j in given if topics[j] != topic and per[v][topics[j]] > per[u][topics[j]]]
+                if not back:
+                    continue
+                partners = _by_topic(back, topics)
+                partners.sort(key=lambda p: (per[u][p[0]] - per[v][p[0]], p[0]))
+                for i in sorted(index.held[u].get(topic, ()), key=lambda i: (i in self.work.moved, i)):
+                    if index.can(i, u, v) and self._swap_back(topic, i, u, v, partners):
+                        return True
+        return False
+
+
+def _by_topic(partitions: Iterable[int], topics: Sequence[str]) -> list[tuple[str, list[int]]]:
+    grouped: dict[str, list[int]] = {}
+    for i in partitions:
+        grouped.setdefault(topics[i], []).append(i)
+    return sorted(grouped.items())

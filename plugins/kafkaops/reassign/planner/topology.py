@@ -81,11 +81,11 @@ def _rack_map(cluster: Cluster, rack_aware: bool) -> dict[int, str]:
 def _check_replicas(cluster: Cluster) -> None:
     known = set(cluster.broker_ids)
     for p in cluster.partitions:
-        for b in p.replicas:
-            if b not in known:
-                raise PlanInputError(
-                    f"{p.name} has a replica on broker {b}, which is not in the cluster (brokers are "
-                    f"{list(cluster.broker_ids)}); add broker {b} to the brokers or fix the assignment")
+        if not known.issuperset(p.replicas):
+            b = next(b for b in p.replicas if b not in known)
+            raise PlanInputError(
+                f"{p.name} has a replica on broker {b}, which is not in the cluster (brokers are "
+                f"{list(cluster.broker_ids)}); add broker {b} to the brokers or fix the assignment")
 
 
 def _first_failure(failing: list[PartitionAssignment], message: str) -> PlanInfeasible:
@@ -98,14 +98,16 @@ def _check_capacity(cluster: Cluster, topo: Topology, drained_note: str) -> None
     alive = len({topo.racks[b] for b in hosts})
     by_rf = Counter(p.replication_factor for p in cluster.partitions)
     for rf in sorted(by_rf, reverse=True):
-        failing = [p for p in cluster.partitions if p.replication_factor == rf]
+        def failing() -> list[PartitionAssignment]:
+            return [p for p in cluster.partitions if p.replication_factor == rf]
+
         if rf > len(hosts):
-            raise _first_failure(failing, f"replication factor {rf} needs {rf} brokers, {len(hosts)} can "
-                                          f"hold replicas{drained_note}; add brokers or lower the RF")
+            raise _first_failure(failing(), f"replication factor {rf} needs {rf} brokers, {len(hosts)} can "
+                                            f"hold replicas{drained_note}; add brokers or lower the RF")
         need = topo.racks_needed(rf)
         if alive < need:
-            raise _first_failure(failing, f"{alive} racks alive, replication factor {rf} needs {need}"
-                                          f"{drained_note}; add a rack or lower the RF")
+            raise _first_failure(failing(), f"{alive} racks alive, replication factor {rf} needs {need}"
+                                            f"{drained_note}; add a rack or lower the RF")
 
 
 def resolve_topology(cluster: Cluster, goals: Goals, *, new: Sequence[int | Broker] = (),

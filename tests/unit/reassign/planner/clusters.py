@@ -270,3 +270,36 @@ def balanced_placement_feasible(cluster: Cluster, *, per_topic: bool = False) ->
             for b in ids:
                 flow.edge(("tb", topic, b), ("b", b), t_low + (1 if t_extra else 0), t_low)
     return flow.feasible("s", "t")
+
+
+def uneven_cluster(partitions: int, brokers: int, rf: int, racks: int, seed: int = 15) -> Cluster:
+    """A large cluster shaped like real ones: heavy-tailed topics (most 1-12 partitions, a few
+    hundreds), each created on a random subset of the brokers that existed then (the first half
+    of the brokers are older), racks alternating so every partition spans min(RF, racks) racks."""
+    import random
+
+    rand = random.Random(seed)
+    rack = {b: f"r{b % racks}" if racks > 1 else None for b in range(1, brokers + 1)}
+    parts, t = [], 0
+    while len(parts) < partitions:
+        count = min(partitions - len(parts), rand.randint(1, 12) if rand.random() < 0.9 else rand.randint(100, 400))
+        alive = brokers // 2 if rand.random() < 0.6 else brokers
+        share = rand.uniform(0.2, 1.0)
+        lanes: dict[str | None, list[int]] = {}
+        for b in range(1, alive + 1):
+            lanes.setdefault(rack[b], []).append(b)
+        lanes = {r: sorted(rand.sample(members, max(rf, int(len(members) * share)))) for r, members in lanes.items()}
+        order = [lane[i] for i in range(max(map(len, lanes.values()))) for lane in lanes.values() if i < len(lane)]
+        start = rand.randrange(len(order))
+        for p in range(count):
+            reps: list[int] = []
+            k = start + p
+            while len(reps) < rf:  # the next brokers in order, new racks first until min(RF, racks) are spanned
+                b = order[k % len(order)]
+                k += 1
+                if b not in reps and (len({rack[x] for x in reps}) >= min(rf, racks) or rack[b] not in
+                                      {rack[x] for x in reps}):
+                    reps.append(b)
+            parts.append(PartitionAssignment(f"topic{t}", p, tuple(reps), size_bytes=int(rand.paretovariate(1.3) * 1000)))
+        t += 1
+    return Cluster(tuple(Broker(b, rack=rack[b]) for b in range(1, brokers + 1)), tuple(parts))

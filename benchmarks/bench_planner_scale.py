@@ -1,0 +1,293 @@
+"""Benchmark of the planner at the scale of the largest clusters, on realistic shapes (issue 15).
+
+    .venv/bin/python benchmarks/bench_planner_scale.py [--quick] [--no-results] [--cap SECONDS]
+    .venv/bin/python benchmarks/bench_planner_scale.py --case 'scale-out 1000000 300 30 3 3' [--reference]
+
+Clusters: heavy-tailed topic sizes (most topics 1-12 partitions, some 13-499, a few 500-2,000),
+laid out unevenly (topics created on subsets of the brokers that existed then, earlier partial
+scale-outs onto later brokers, Pareto-skewed bytes). Every case runs in a fresh subprocess so
+peak memory is the process's ``ru_maxrss`` (tracemalloc is too slow at this size): the figure is
+the whole process, the cluster read into memory included; ``cluster MiB`` is the RSS before
+planning. Time is the planner call alone (``plan_*``); at 1M partitions the benchmark also times
+writing and reading Kafka's reassignment JSON (``plan.to_kafka_json`` + ``cli.planfile``) and
+the plan gate's dataframe (``reassign.frames.plan_frame``). The reference is the planner before
+this work, pinned in ``benchmarks/reference_planner`` (commit ab0e95c), run on the same clusters
+under a time cap (``--cap``, 120 s by default, to fit a session; cases over it are marked).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent / "plugins"), str(HERE)]
+
+from results import publish  # noqa: E402
+
+from kafkaops.model import Broker, Cluster, PartitionAssignment  # noqa: E402
+
+SEED = 20251115
+RACKS = "abc"
+
+
+def rack_of(broker: int, racks: int) -> str | None:
+    return None if racks <= 1 else RACKS[broker % racks]
+
+
+def topic_sizes(partitions: int, rand: random.Random) -> list[int]:
+    """Partition counts per topic, heavy-tailed, summing to ``partitions``: 85 % of topics with
+    1-12 partitions, 12 % with 13-499 (log-uniform), 3 % with 500-2,000."""
+    sizes: list[int] = []
+    left = partitions
+    while left > 0:
+        u = rand.random()
+        if u < 0.85:
+            n = rand.randint(1, 12)
+        elif u < 0.97:
+            n = int(math.exp(rand.uniform(math.log(13), math.log(500))))
+        else:
+            n = rand.randint(500, 2000)
+        n = min(n, left)
+        sizes.append(n)
+        left -= n
+    return sizes
+
+
+def make_cluster(partitions: int, brokers: int, rf: int, racks: int, seed: int = SEED) -> Cluster:
+    """An uneven cluster of ``partitions`` on brokers 1..``brokers``: it grew in four generations
+    (40, 60, 80, 100 % of the brokers); each topic was created on a random subset (30-100 %, large topics all) of the
+    brokers of its time, round robin over that subset (racks alternating, so every partition spans
+    min(RF, racks) racks); a third of the topics older than the last generation had some partitions
+    moved by hand onto a later broker of the same rack."""
+    rand = random.Random(seed)
+    members = tuple(Broker(b, rack=rack_of(b, racks)) for b in range(1, brokers + 1))
+    generations = [max(rf * max(1, racks), brokers * k // 5) for k in (2, 3, 4, 5)]
+    parts = []
+    for t, count in enumerate(topic_sizes(partitions, rand)):
+        gen = rand.choices(range(4), weights=(4, 3, 2, 1))[0]
+        alive = generations[gen]
+        share = 1.0 if count >= 500 else rand.uniform(0.3, 1.0)  # large topics were spread on creation
+        width = min(alive, max(rf * max(1, racks), int(alive * share)))
+        subset = sorted(rand.sample(range(1, alive + 1), width))
+        by_rack: dict[str | None, list[int]] = {}
+        for b in subset:
+            by_rack.setdefault(rack_of(b, racks), []).append(b)
+        lanes = list(by_rack.values())
+        order = [lane[i] for i in range(max(map(len, lanes))) for lane in lanes if i < len(lane)]
+        start = rand.randrange(len(order))
+        moved_by_hand = gen < 3 and rand.random() < 0.33
+        scale = rand.paretovariate(1.2) * 1_000_000
+        topic = f"topic-{t:05d}"
+        for p in range(count):
+            reps = _replicas(order, start + p, rf, racks)
+            if moved_by_hand and rand.random() < 0.5:
+                slot = rand.randrange(rf)
+                later = [b for b in range(alive + 1, brokers + 1) if rack_of(b, racks) == rack_of(reps[slot], racks)]
+                if later:
+                    pick = later[rand.randrange(len(later))]
+                    if pick not in reps:
+                        reps[slot] = pick
+            parts.append(PartitionAssignment(topic, p, tuple(reps), size_bytes=int(scale * rand.paretovariate(1.5))))
+    return Cluster(members, tuple(parts))
+
+
+def _replicas(order: list[int], first: int, rf: int, racks: int) -> list[int]:
+    """``rf`` brokers of ``order`` from ``first`` on, covering min(RF, racks) racks first."""
+    need = min(rf, max(1, racks))
+    picked: list[int] = []
+    seen: set[str | None] = set()
+    k = first
+    while len(picked) < rf:
+        b = order[k % len(order)]
+        k += 1
+        if b in picked or (len(seen) < need and rack_of(b, racks) in seen):
+            continue
+        picked.append(b)
+        seen.add(rack_of(b, racks))
+    return picked
+
+
+# -- one case, in its own process --------------------------------------------------------------------
+def rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_case(spec: str, reference: bool, extras: bool) -> dict:
+    """Build the case's cluster, plan it, and return the figures. ``spec``: kind partitions
+    brokers change rf racks (change: brokers added for a scale-out, drained for a drain)."""
+    kind, partitions, brokers, change, rf, racks = spec.split()
+    partitions, brokers, change, rf, racks = map(int, (partitions, brokers, change, rf, racks))
+    if reference:
+        import reference_planner as planner
+    else:
+        from kafkaops.reassign import planner
+    cluster = make_cluster(partitions, brokers, rf, racks)
+    start_rss = rss_mib()
+    added = [Broker(b, rack=rack_of(b, racks)) for b in range(brokers + 1, brokers + 1 + change)]
+    start = time.perf_counter()
+    if kind == "scale-out":
+        plan = planner.plan_scale_out(cluster, added)
+    elif kind == "drain":
+        plan = planner.plan_drain(cluster, list(range(1, change + 1)))
+    else:
+        plan = planner.plan_rebalance(cluster)
+    seconds = time.perf_counter() - start
+    after, before = plan.stats_after, plan.stats_before
+    facts = {"spec": spec, "reference": reference, "topics": len(cluster.topics), "seconds": seconds,
+             "cluster_mib": start_rss, "peak_mib": rss_mib(), "moves": plan.replica_moves,
+             "lower_bound": plan.lower_bound, "replica_spread": after.replica_spread,
+             "replica_spread_before": before.replica_spread, "leader_spread": after.leader_spread,
+             "topic_spread": after.max_topic_spread,
+             "topics_uneven": sum(1 for s in after.topic_spread.values() if s > 1),
+             "byte_spread_pct": 100 * after.byte_spread / max(1, max(after.bytes.values())),
+             "byte_spread_before_pct": 100 * before.byte_spread / max(1, max(before.bytes.values())),
+             "summary": plan.summary()}
+    if extras:
+        facts.update(time_io(plan, cluster))
+    return facts
+
+
+def time_io(plan, cluster: Cluster) -> dict:
+    """Seconds to write and read the plan as Kafka's reassignment JSON, and to build the plan gate's frames."""
+    from kafkaops.cli.planfile import read_assignment, write_plan
+    from kafkaops.reassign.frames import plan_frame
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "plan.json"
+        start = time.perf_counter()
+        write_plan(plan, path)
+        write_s = time.perf_counter() - start
+        start = time.perf_counter()
+        rows = read_assignment(path)
+        read_s = time.perf_counter() - start
+        size_mib = path.stat().st_size / 2**20
+    start = time.perf_counter()
+    frames = plan_frame(plan, cluster)
+    frame_s = time.perf_counter() - start
+    return {"write_json_s": write_s, "read_json_s": read_s, "json_mib": size_mib, "json_rows": len(rows),
+            "frame_s": frame_s, "frame_rows": len(frames["partitions"]), "peak_io_mib": rss_mib()}
+
+
+def spawn(spec: str, reference: bool, extras: bool, cap: float) -> dict:
+    cmd = [sys.executable, __file__, "--case", spec] + (["--reference"] if reference else []) + \
+          (["--extras"] if extras else [])
+    env = {**os.environ, "PYTHONPATH": f"{HERE.parent / 'plugins'}:{HERE.parent}"}
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=cap, env=env)
+    except subprocess.TimeoutExpired:
+        return {"spec": spec, "reference": reference, "timeout": cap}
+    if done.returncode:
+        return {"spec": spec, "reference": reference, "error": done.stderr.strip().splitlines()[-1:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# -- the matrix ----------------------------------------------------------------------------------------
+SERIES = [f"scale-out {n} 300 30 3 3" for n in (10_000, 100_000, 300_000, 1_000_000)]
+"""The growth series: RF 3, 3 racks, 300 brokers + 30 (10 %); the 1M row is the issue's target."""
+
+SHAPES = [
+    "scale-out 100000 300 150 2 1",  # +50 %
+    "scale-out 100000 300 30 2 2",
+    "rebalance 100000 300 0 3 3",
+    "drain 100000 300 3 3 3",
+    "rebalance 100000 300 0 2 1",
+    "scale-out 100000 300 150 3 3",
+    "drain 100000 300 30 2 2",
+]
+"""RF 2 and 3, 1-3 racks, +10 % and +50 %, scale-out, rebalance and drain."""
+
+
+def describe(spec: str) -> str:
+    kind, n, b, change, rf, racks = spec.split()
+    what = {"scale-out": f"+{change}", "drain": f"drain {change}", "rebalance": "rebalance"}[kind]
+    return f"{kind} {int(n):,} x RF{rf}, {b} brokers {what}, {racks} rack(s)"
+
+
+def row(r: dict, cap: float) -> str:
+    name = ("reference " if r["reference"] else "") + describe(r["spec"])
+    if "timeout" in r:
+        return f"| {name} | | | > {cap:.0f} s (cap) | | | | | | |"
+    if "error" in r:
+        return f"| {name} | | | failed: {r['error']} | | | | | | |"
+    ratio = r["moves"] / r["lower_bound"] if r["lower_bound"] else float("nan")
+    return (f"| {name} | {r['topics']:,} | {r['replica_spread_before']} | {r['seconds']:.1f} | {r['peak_mib']:,.0f} "
+            f"({r['cluster_mib']:,.0f}) | {r['moves']:,} / {r['lower_bound']:,} = {ratio:.3f} | "
+            f"{r['replica_spread']} | {r['leader_spread']} | {r['topic_spread']} ({r['topics_uneven']}) | "
+            f"{r['byte_spread_before_pct']:.0f} -> {r['byte_spread_pct']:.0f} |")
+
+
+def exponents(results: list[dict]) -> list[str]:
+    done = [r for r in results if "seconds" in r]
+    lines = []
+    for a, b in zip(done, done[1:]):
+        na, nb = int(a["spec"].split()[1]), int(b["spec"].split()[1])
+        k = math.log(b["seconds"] / a["seconds"]) / math.log(nb / na)
+        m = math.log(b["peak_mib"] / a["peak_mib"]) / math.log(nb / na)
+        lines.append(f"{na:,} -> {nb:,}: time x{b['seconds'] / a['seconds']:.1f} (exponent {k:.2f}), "
+                     f"peak memory exponent {m:.2f}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", help="run one case in this process and print its figures as JSON")
+    parser.add_argument("--reference", action="store_true", help="with --case: the pinned previous planner")
+    parser.add_argument("--extras", action="store_true", help="with --case: time the JSON and the gate's frame")
+    parser.add_argument("--quick", action="store_true", help="the series up to 100k only, no shapes")
+    parser.add_argument("--cap", type=float, default=120.0, help="seconds per reference case (default 120)")
+    parser.add_argument("--no-results", action="store_true", help="do not append to RESULTS.md")
+    args = parser.parse_args(argv)
+    if args.case:
+        print(json.dumps(run_case(args.case, args.reference, args.extras)))
+        return 0
+    series = SERIES[:2] if args.quick else SERIES
+    results = []
+    for spec in series:
+        results.append(spawn(spec, False, spec.split()[1] == "1000000", 1800))
+        print(row(results[-1], args.cap), flush=True)
+    references = []
+    for spec in series:
+        references.append(spawn(spec, True, False, args.cap))
+        print(row(references[-1], args.cap), flush=True)
+        if "timeout" in references[-1]:
+            break
+    header = ["| case | topics | replica spread before | plan s | peak MiB (cluster alone) | moves / lower bound | "
+              "replica spread | leader spread | largest topic spread (topics > 1) | byte spread % before -> after |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"Realistic shapes (heavy-tailed topics, uneven layout; `bench_planner_scale.py`), one fresh process per "
+             f"case, peak = ru_maxrss of the whole process; reference = the planner at ab0e95c, capped at "
+             f"{args.cap:.0f} s per case. Load average at start {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores.",
+             "", *header, *(row(r, args.cap) for r in results + references), "",
+             "Growth (this planner, the series):", *(f"- {line}" for line in exponents(results))]
+    big = next((r for r in results if "write_json_s" in r), None)
+    if big:
+        lines += ["", f"At 1M: writing Kafka's reassignment JSON ({big['json_rows']:,} partitions, "
+                      f"{big['json_mib']:.0f} MiB) {big['write_json_s']:.1f} s, reading it back {big['read_json_s']:.1f} s, "
+                      f"the plan gate's frames ({big['frame_rows']:,} rows) {big['frame_s']:.1f} s; peak with them "
+                      f"{big['peak_io_mib']:,.0f} MiB. Plan summary: {big['summary']}"]
+    lines.append(f"Load average at end {os.getloadavg()[0]:.1f}.")
+    publish("Planner at scale", lines, save=not args.no_results)
+    if args.quick:
+        return 0
+    shapes = []
+    for spec in SHAPES:
+        shapes.append(spawn(spec, False, False, 1800))
+        print(row(shapes[-1], args.cap), flush=True)
+    lines = ["Other shapes (RF 2 and 3, 1-3 racks, +10 % and +50 %, rebalance, drain), same columns as above:", "",
+             *header, *(row(r, args.cap) for r in shapes), "", f"Load average at end {os.getloadavg()[0]:.1f}."]
+    publish("Planner at scale: shapes", lines, save=not args.no_results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""Plan a scale-out, a rebalance or a drain: pure functions from a :class:`Cluster` to a
+:class:`ReassignmentPlan`. Same input, same plan; the input is never changed."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Sequence
+
+from kafkaops.model import Broker, Cluster, Move
+from reference_planner.errors import PlanInputError
+from reference_planner.goals import Goals
+from reference_planner.leadership import balance_leaders
+from reference_planner.placement import Placement
+from reference_planner.plan import LoadStats, ReassignmentPlan
+from reference_planner.refine import even_counts, even_topics
+from reference_planner.topology import Topology, replica_targets, resolve_topology, scale_out_shares
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GOALS = Goals()
+
+
+def _movable(cluster: Cluster, topics: Collection[str] | None) -> frozenset[str] | None:
+    if topics is None:
+        return None
+    unknown = sorted(set(topics) - set(cluster.topics))
+    if unknown:
+        raise PlanInputError(f"topics {unknown} are not in the cluster; it has {len(cluster.topics)} topics: "
+                             f"{', '.join(cluster.topics[:20])}")
+    return frozenset(topics)
+
+
+def _scale_out_caps(work: Placement, topo: Topology) -> dict[int, int]:
+    existing = len([b for b in topo.eligible if b not in topo.new])
+    new = [b for b in topo.new if b in work.eligible]
+    return scale_out_shares(work.total, existing, new)
+
+
+def lower_bound_moves(cluster: Cluster, new_brokers: Sequence[int | Broker], *,
+                      exclude: Sequence[int] = ()) -> int:
+    """Fewest replica moves that bring ``new_brokers`` to an even share of the replicas: the new
+    brokers take the smaller shares of the most even split over all brokers."""
+    base, topo = resolve_topology(cluster, DEFAULT_GOALS, new=new_brokers, exclude=exclude)
+    work = Placement(base, topo, DEFAULT_GOALS)
+    return sum(_scale_out_caps(work, topo).values())
+
+
+def _build(kind: str, base: Cluster, topo: Topology, work: Placement, lower_bound: int,
+           excluded: Sequence[int]) -> ReassignmentPlan:
+    moves = []
+    for p, reps, size in zip(base.partitions, work.reps, work.sizes):
+        after = tuple(reps)
+        if after != p.replicas:
+            moves.append(Move(p.topic, p.partition, p.replicas, after, p.size_bytes))
+    brokers = base.broker_ids
+    before = LoadStats.measure(((p.topic, p.replicas, p.size_bytes or 0) for p in base.partitions),
+                               brokers, topo.eligible)
+    after_stats = LoadStats.measure(zip(work.topics, work.reps, work.sizes), brokers, topo.eligible)
+    plan = ReassignmentPlan(kind=kind, moves=tuple(moves), stats_before=before, stats_after=after_stats,
+                            lower_bound=lower_bound, new_brokers=topo.new, drained=topo.drained,
+                            excluded=tuple(sorted(excluded)), cluster=base)
+    log.info("%s plan: %d partitions change, %d replica moves (replica-count lower bound %d)", kind, len(moves),
+             plan.replica_moves, lower_bound)
+    return plan
+
+
+def _finish(work: Placement, topo: Topology, goals: Goals) -> None:
+    if goals.leaders:
+        balance_leaders(work.reps, topo.eligible, work.moved)
+
+
+def plan_scale_out(cluster: Cluster, new_brokers: Sequence[int | Broker], goals: Goals = DEFAULT_GOALS,
+                   topics: Collection[str] | None = None, *, exclude: Sequence[int] = ()) -> ReassignmentPlan:
+    """Move replicas onto ``new_brokers`` only (ids, or :class:`Broker` values to give racks), each
+    up to its even share and no further, so the plan copies no more than the lower bound; then
+    exchange planned moves (same donor, same new broker, another topic) where that evens topics
+    out. With ``topics`` only those topics move. Brokers already registered but empty count as new."""
+    base, topo = resolve_topology(cluster, goals, new=new_brokers, exclude=exclude)
+    movable = _movable(base, topics)
+    work = Placement(base, topo, goals)
+    caps = _scale_out_caps(work, topo)
+    targets = replica_targets(base, topo, work.count, work.total)
+    targets.update({b: min(targets[b], cap) for b, cap in caps.items()})
+    work.set_targets(targets)
+    receivers = sorted(caps)
+    work.repair(prefer=frozenset(receivers))
+    if goals.replicas:
+        donors = [b for b in topo.eligible if b not in caps]
+        work.balance(receivers, donors, movable)
+    if goals.topic_spread:
+        even_topics(work, movable, origins=[p.replicas for p in base.partitions])
+    _finish(work, topo, goals)
+    return _build("scale-out", base, topo, work, sum(caps.values()), exclude)
+
+
+def plan_rebalance(cluster: Cluster, goals: Goals = DEFAULT_GOALS, exclude: Sequence[int] = (),
+                   topics: Collection[str] | None = None) -> ReassignmentPlan:
+    """Move the fewest replicas that bring every eligible broker within one replica of the
+    others (excluded brokers keep theirs and receive none), with chains of moves where racks
+    block a direct one; then even out each topic by moves and count-neutral swaps (the topic
+    goal ranks above minimal movement), then balance preferred leaders."""
+    base, topo = resolve_topology(cluster, goals, exclude=exclude)
+    movable = _movable(base, topics)
+    work = Placement(base, topo, goals)
+    work.set_targets(replica_targets(base, topo, work.count, work.total))
+    lower_bound = sum(max(0, work.surplus(b)) for b in topo.eligible)
+    work.repair(prefer=frozenset(b for b in topo.eligible if work.surplus(b) < 0))
+    if goals.replicas:
+        work.balance(topo.eligible, topo.eligible, movable)
+        even_counts(work, movable)
+    if goals.topic_spread:
+        even_topics(work, movable)
+    _finish(work, topo, goals)
+    return _build("rebalance", base, topo, work, lower_bound, exclude)
+
+
+def plan_drain(cluster: Cluster, brokers: Sequence[int], goals: Goals = DEFAULT_GOALS,
+               exclude: Sequence[int] = ()) -> ReassignmentPlan:
+    """Move every replica off ``brokers`` (the lower bound), each to the eligible broker furthest
+    below its share that keeps the partition's racks, then even out what is left."""
+    if not brokers:
+        raise PlanInputError("a drain needs at least one broker to drain; pass brokers=[ID, ...]")
+    base, topo = resolve_topology(cluster, goals, drain=brokers, exclude=exclude)
+    work = Placement(base, topo, goals)
+    work.set_targets(replica_targets(base, topo, work.count, work.total))
+    lower_bound = sum(work.count[b] for b in topo.drained)
+    work.repair(prefer=frozenset(topo.eligible))
+    if goals.replicas:
+        work.balance(topo.eligible, topo.eligible, None)
+        even_counts(work, None)
+    _finish(work, topo, goals)
+    return _build("drain", base, topo, work, lower_bound, exclude)
