@@ -100,7 +100,7 @@ browser:
 demo: setup
 	$(PY) -m kafkaops demo
 
-test: setup postgres redis browser lint-imports
+test: setup postgres redis sshd browser lint-imports
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 e2e: setup postgres redis browser
