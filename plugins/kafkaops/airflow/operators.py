@@ -115,7 +115,7 @@ class ReassignmentBatchesOperator(BaseOperator):
             with recorded(ctx, "set_throttles"):
                 steps.set_throttles(ctx, self.plan_data)
             ctx.step(self.task_id, "started")
-            return self._next_batch(ctx)
+            return self._next_batch(ctx, kafka_conn_id(context))
         except Exception:
             self._unthrottle_failing(ctx)
             raise
@@ -130,13 +130,14 @@ class ReassignmentBatchesOperator(BaseOperator):
                 ctx.step(self.task_id, "failed", error=error)
                 raise KafkaOpsError(error)
             self.log.info("batch done: %s", event.get("text"))
-            return self._next_batch(ctx)
+            return self._next_batch(ctx, kafka_conn_id(context))
         except Exception:
             self._unthrottle_failing(ctx)
             raise
 
-    def _next_batch(self, ctx: lifecycle.OperationContext) -> Any:
-        """Submit (or wait for) the next batch and defer, or, when every move is done, finish the moves."""
+    def _next_batch(self, ctx: lifecycle.OperationContext, conn_id: str) -> Any:
+        """Submit (or wait for) the next batch and defer (the trigger gets the Kafka connection's id
+        ``conn_id``, never its config), or, when every move is done, finish the moves."""
         try:
             step = steps.next_batch(ctx, self.plan_data)
         except Exception as err:
@@ -144,7 +145,7 @@ class ReassignmentBatchesOperator(BaseOperator):
             raise
         if step["wait_for"]:
             spec = steps.wait_spec(self.plan_data, step["wait_for"], self.before)
-            self.defer(trigger=ReassignmentProgressTrigger(kafka_conn_id(context), spec, lifecycle.now(),
+            self.defer(trigger=ReassignmentProgressTrigger(conn_id, spec, lifecycle.now(),
                                                            poll_interval_s=self.poll_interval_s,
                                                            stall_timeout_s=ctx.params.stall_timeout_s),
                        method_name="resume")
