@@ -36,6 +36,9 @@ class _Index:
         self.held: dict[int, dict[str, set[int]]] = {b: {} for b in self.eligible}
         self.holders: dict[str, set[int]] = {}
         self.given: dict[tuple[int, int], set[int]] = {}
+        self.touches: dict[int, int] = dict.fromkeys(work.count, 0)
+        """Moves so far into or out of each broker: what a result that depends on two brokers'
+        replicas only (``given`` and per-topic counts) is stamped with."""
         for i, (topic, reps) in enumerate(zip(work.topics, work.reps)):
             if movable is not None and topic not in movable:
                 continue
@@ -76,6 +79,8 @@ class _Index:
             self.holders[topic].discard(src)
         self.held[dst].setdefault(topic, set()).add(i)
         self.holders[topic].add(dst)
+        self.touches[src] += 1
+        self.touches[dst] += 1
         self.moves += 1
 
     def can(self, i: int, src: int, dst: int) -> bool:
@@ -229,6 +234,7 @@ class _Evener:
         # Each broker's topics, most held first, as they stood at the start: the order swap
         # partners are looked for in (the condition itself is checked on the live counts).
         self.ranked_topics: dict[int, list[str]] = {}
+        self._backs: dict[tuple[int, int], tuple[tuple[int, int], list[tuple[str, list[int]]]]] = {}
 
     def spread(self, topic: str) -> int:
         holders = self.index.holders[topic]
@@ -353,20 +359,31 @@ class _Evener:
                 if not given:
                     continue
                 tried += 1
-                topics = self.work.topics
-                back = [j for j in given if topics[j] != topic and per[v][topics[j]] > per[u][topics[j]]]
-                if not back:
+                partners = [p for p in self._takes_back(u, v, given) if p[0] != topic]
+                if not partners:
                     continue
-                partners = _by_topic(back, topics)
-                partners.sort(key=lambda p: (per[u][p[0]] - per[v][p[0]], p[0]))
                 for i in sorted(index.held[u].get(topic, ()), key=lambda i: (i in self.work.moved, i)):
                     if index.can(i, u, v) and self._swap_back(topic, i, u, v, partners):
                         return True
         return False
 
 
-def _by_topic(partitions: Iterable[int], topics: Sequence[str]) -> list[tuple[str, list[int]]]:
-    grouped: dict[str, list[int]] = {}
-    for i in partitions:
-        grouped.setdefault(topics[i], []).append(i)
-    return sorted(grouped.items())
+    def _takes_back(self, u: int, v: int, given: Collection[int]) -> list[tuple[str, list[int]]]:
+        """The topics of the moves ``u`` -> ``v`` planned that ``v`` holds more of than ``u``, with
+        those moves, the most uneven first: what the new broker ``v`` may give back to ``u``.
+        Depends only on the two brokers' replicas, so it is kept until a move touches either
+        (:attr:`_Index.touches`): a search that finds nothing does not rescan the same pair."""
+        index, per, topics = self.index, self.work.per_topic, self.work.topics
+        stamp = (index.touches[u], index.touches[v])
+        kept = self._backs.get((u, v))
+        if kept is not None and kept[0] == stamp:
+            return kept[1]
+        mine, theirs = per[u], per[v]
+        grouped: dict[str, list[int]] = {}
+        for j in given:
+            t = topics[j]
+            if theirs[t] > mine[t]:
+                grouped.setdefault(t, []).append(j)
+        partners = sorted(grouped.items(), key=lambda p: (mine[p[0]] - theirs[p[0]], p[0]))
+        self._backs[(u, v)] = (stamp, partners)
+        return partners
