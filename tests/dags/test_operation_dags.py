@@ -1,6 +1,7 @@
 """The kafkaops DAGs end to end with dag.test() on a real cluster of their own."""
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -38,7 +39,9 @@ def cluster(airflow_db) -> Iterator[tuple[provision.ClusterSpec, Path]]:
 
 
 def run(dagbag, dag_id: str, **conf):
-    dag = dagbag.dags[dag_id]
+    # a copy per run: dag.test() leaves the run's conf in the DAG's params, so an earlier run's
+    # `topics` would become the next run's default
+    dag = copy.deepcopy(dagbag.dags[dag_id])
     dag_run = dag.test(run_conf=conf)
     record = state.AuditLog.for_run(dag_id, dag_run.run_id).summary()
     return dag_run, record
