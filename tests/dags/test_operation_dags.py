@@ -38,11 +38,16 @@ def cluster(airflow_db) -> Iterator[tuple[provision.ClusterSpec, Path]]:
         yield spec, spec_path
 
 
+_DEFAULTS: dict[str, dict] = {}
+
+
 def run(dagbag, dag_id: str, **conf):
-    # a copy per run: dag.test() leaves the run's conf in the DAG's params, so an earlier run's
-    # `topics` would become the next run's default
-    dag = copy.deepcopy(dagbag.dags[dag_id])
-    dag_run = dag.test(run_conf=conf)
+    # every param given, the unnamed ones at the defaults the DAG had before its first run here:
+    # dag.test() leaves a run's conf in the DAG's params, so an earlier run's `topics` would
+    # otherwise become the next run's default
+    dag = dagbag.dags[dag_id]
+    defaults = _DEFAULTS.setdefault(dag_id, copy.deepcopy(dag.params.dump()))
+    dag_run = dag.test(run_conf={**copy.deepcopy(defaults), **conf})
     record = state.AuditLog.for_run(dag_id, dag_run.run_id).summary()
     return dag_run, record
 
