@@ -89,6 +89,9 @@ def shared_settings(*, metadata_url: str, store: Mapping[str, Any], broker_url: 
         # runs on another worker soon; Airflow's default waits 5 min.
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
+        # An idle scheduler looks again after 0.2 s, not 1 s: each hop from a finished task to its next
+        # one (and each resumed deferral) waits about half of that on average.
+        "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2",
         # Two cores shared by every component: patience with a slow first answer, DAG files parsed once.
         "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
         "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
