@@ -5,9 +5,12 @@ is :func:`kafkaops.platform.gates.run`.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import chain
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from kafkaops.errors import KafkaOpsError
@@ -65,43 +68,69 @@ PARTITION_DTYPES = {"name": "object", "topic": "object", "partition": "int64", "
                     "max_bytes": "Int64"}
 
 
-def _partition_columns(partitions: Iterable[Any], after: Mapping[Key, Any], rack: Mapping[int, str | None],
+def _partition_columns(partitions: Sequence[Any], after: Mapping[Key, Any], rack: Mapping[int, str | None],
                        racks: int, copies: Mapping[Key, int], so_far: Mapping[Key, int],
-                       max_bytes: int | None) -> dict[str, list[Any]]:
-    """The plan gate's partition rows as columns (a million partitions build in seconds, where
-    a dict per row takes minutes); the rack text of a replica set is worked out once per set."""
-    columns: dict[str, list[Any]] = {name: [] for name in PARTITION_DTYPES}
-    (name, topic, number, moved, before_ids, after_ids, rf, distinct, racks_after, spanned, required, to_copy,
-     copied) = (columns[c] for c in list(PARTITION_DTYPES)[:-1])
-    rack_text: dict[tuple[int, ...], tuple[str, int]] = {}
+                       before_n: dict[int, int], after_n: dict[int, int]) -> dict[str, Any]:
+    """The plan gate's partition rows as typed column arrays (a million partitions build in seconds,
+    where a dict per row takes minutes); the texts and rack facts of a replica set are worked out
+    once per distinct set. Sets the replicas per broker, before and after, in ``before_n`` and ``after_n``
+    (given with every broker at 0)."""
+    name, topic, number, moved, before_ids, after_ids = [], [], [], [], [], []
+    rf, distinct, racks_after, spanned, to_copy, copied = [], [], [], [], [], []
+    replicas_after: list[Sequence[int]] = []
+    facts: dict[tuple[int, ...], tuple[str, int, int, str, int]] = {}  # text, RF, distinct, racks, spanned
+
+    def facts_of(replicas: tuple[int, ...]) -> tuple[str, int, int, str, int]:
+        seen = facts.get(replicas)
+        if seen is None:
+            seen = facts[replicas] = (id_list(replicas), len(replicas), len(set(replicas)),
+                                      id_list(sorted({str(rack.get(b)) for b in replicas})),
+                                      len({rack.get(b) for b in replicas}))
+        return seen
+
     for p in partitions:
-        move = after.get(p.key)
-        replicas = move.after if move else p.replicas
-        text = id_list(p.replicas)
+        key = p.key
+        move = after.get(key)
+        was = facts_of(p.replicas)
+        now = facts_of(tuple(move.after)) if move is not None else was
+        replicas_after.append(move.after if move is not None else p.replicas)
         name.append(p.name)
         topic.append(p.topic)
         number.append(p.partition)
         moved.append(move is not None)
-        before_ids.append(text)
-        after_ids.append(id_list(replicas) if move else text)
-        rf.append(len(replicas))
-        distinct.append(len(set(replicas)))
-        seen = rack_text.get(replicas)
-        if seen is None:
-            seen = rack_text[replicas] = (id_list(sorted({str(rack.get(b)) for b in replicas})),
-                                          len({rack.get(b) for b in replicas}))
-        racks_after.append(seen[0])
-        spanned.append(seen[1])
-        required.append(min(len(replicas), racks))
-        to_copy.append(copies.get(p.key, 0))
-        copied.append(so_far.get(p.key))
-    columns["max_bytes"] = [max_bytes] * len(name)
-    return columns
+        before_ids.append(was[0])
+        after_ids.append(now[0])
+        rf.append(now[1])
+        distinct.append(now[2])
+        racks_after.append(now[3])
+        spanned.append(now[4])
+        to_copy.append(copies.get(key, 0))
+        copied.append(so_far.get(key))
+    before_n.update(Counter(chain.from_iterable(p.replicas for p in partitions)))
+    after_n.update(Counter(chain.from_iterable(replicas_after)))
+    rows = len(name)
+    return {"name": _objects(name), "topic": _objects(topic), "partition": np.array(number, dtype=np.int64),
+            "moved": np.array(moved, dtype=bool), "replicas_before": _objects(before_ids),
+            "replicas_after": _objects(after_ids), "replication_factor": np.array(rf, dtype=np.int64),
+            "distinct_brokers": np.array(distinct, dtype=np.int64), "racks_after": _objects(racks_after),
+            "racks_spanned": np.array(spanned, dtype=np.int64),
+            "racks_required": np.minimum(np.array(rf, dtype=np.int64), racks),
+            "bytes_to_copy": np.array(to_copy, dtype=np.int64),
+            "bytes_copied_so_far": pd.array(copied, dtype="Int64"), "rows": rows}
 
 
-def _columns_frame(columns: Mapping[str, list[Any]], dtypes: Mapping[str, str]) -> pd.DataFrame:
-    """:func:`~kafkaops.platform.gates.typed_frame` for columns instead of rows."""
-    return pd.DataFrame(dict(columns), columns=list(dtypes)).astype(dict(dtypes)).reset_index(drop=True)
+def _objects(values: list[Any]) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+def _columns_frame(columns: Mapping[str, Any], dtypes: Mapping[str, str]) -> pd.DataFrame:
+    """A frame of ``columns`` (arrays already of ``dtypes``) in the order of ``dtypes``, without
+    copying them again."""
+    frame = pd.DataFrame({c: columns[c] for c in dtypes}, copy=False)
+    wrong = {c: d for c, d in dtypes.items() if str(frame[c].dtype) != d}
+    return frame.astype(wrong) if wrong else frame
 
 
 def plan_frame(plan: ReassignmentPlan, cluster: Cluster, max_bytes: int | None = None, *,
@@ -121,13 +150,10 @@ def plan_frame(plan: ReassignmentPlan, cluster: Cluster, max_bytes: int | None =
     for key in after:  # running total in the order the executor submits the moves
         copied += copies[key]
         so_far[key] = copied
-    partitions = _columns_frame(_partition_columns(base.partitions, after, rack, racks, copies, so_far, max_bytes),
-                                PARTITION_DTYPES)
-    before = base.replicas_per_broker()
-    counts = dict.fromkeys(before, 0)
-    for p in base.partitions:
-        for b in after[p.key].after if p.key in after else p.replicas:
-            counts[b] = counts.get(b, 0) + 1
+    before, counts = dict.fromkeys(base.broker_ids, 0), dict.fromkeys(base.broker_ids, 0)
+    columns = _partition_columns(base.partitions, after, rack, racks, copies, so_far, before, counts)
+    columns["max_bytes"] = pd.array([max_bytes] * columns.pop("rows"), dtype="Int64")
+    partitions = _columns_frame(columns, PARTITION_DTYPES)
     skip = set(plan.drained) | set(plan.excluded) | set(base.offline_broker_ids)
     balanced = [b for b in base.broker_ids if b not in skip]
     limit = allowed_spread(plan, cluster) if spread is None else spread
