@@ -56,7 +56,7 @@ class SpecCluster(RunningCluster):
         return self.cache / "local-cluster.json"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def deployment_cluster() -> Iterator[SpecCluster]:
     """Three brokers on free loopback ports with ``orders`` (6 partitions, RF 3, about 8 MB of keyed
     records), so each broker a scale-out adds has replicas to receive."""
@@ -72,10 +72,12 @@ def deployment_cluster() -> Iterator[SpecCluster]:
         yield cluster
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def deployed(deployment_cluster: SpecCluster, artifacts: Path) -> Iterator[harness.Deployment]:
-    """Airflow as operators deploy it (harness.py), on the deployment cluster, for the whole session:
-    the scenarios (test_deployment.py) and the browser walk (test_operator_path.py) share it."""
+    """Airflow as operators deploy it (harness.py), on the deployment cluster, for this package: the
+    scenarios (test_deployment.py) and the browser walk (test_operator_path.py) share it, and it
+    stops when they are done (not at the end of the session, where its idle components would have
+    slowed every later test)."""
     with harness.deployment(kafka_bootstrap=deployment_cluster.bootstrap, worker_cache=deployment_cluster.cache,
                             jars=JARS, dag_ids=DAGS, logs=artifacts / "components") as deployment:
         print(f"\ndeployment up in {deployment.started_in:.0f} s at {deployment.url}")
