@@ -2,8 +2,9 @@
 
 A setting is secret by its key, in any client's spelling: librdkafka's (``sasl.password``,
 ``ssl.key.password``, ``ssl.keystore.password``, ``ssl.key.pem``, ``sasl.oauthbearer.client.secret``,
-``sasl.oauthbearer.assertion.private.key.passphrase`` ...), the Java client's (``sasl.jaas.config``, ``ssl.keystore.key``, ``ssl.truststore.password``, with
-or without Spark's ``kafka.`` prefix) and kafka-python's (``sasl_plain_password``, ``ssl_password``).
+``sasl.oauthbearer.assertion.private.key.passphrase`` ...), the Java client's (``sasl.jaas.config``,
+``ssl.keystore.key``, ``ssl.truststore.password``, with or without Spark's ``kafka.`` prefix) and
+kafka-python's (``sasl_plain_password``, ``ssl_password``).
 Every log line, error and audit record that shows a client config shows :func:`redacted` of it;
 text that may quote a secret value (a client library's error) goes through :func:`scrub`.
 """
