@@ -5,7 +5,10 @@ A secured cluster's settings (SASL, SSL) never go on the command line: ``--kafka
 them from a JSON file of librdkafka settings (an Airflow ``kafka`` connection's extras, e.g.
 ``{"bootstrap.servers": "kafka-1:9093", "security.protocol": "SASL_SSL", "sasl.mechanism":
 "SCRAM-SHA-512", "sasl.username": "ops", "sasl.password": "...", "ssl.ca.location": "/etc/kafka/ca.pem"}``),
-``--kafka-conn ID`` from an Airflow connection (``AIRFLOW_CONN_<ID>`` or Airflow's database).
+``--kafka-conn ID`` from an Airflow connection (``AIRFLOW_CONN_<ID>`` or Airflow's database). An mTLS
+client names PEM files: ``{"security.protocol": "SSL", "ssl.ca.location": "/etc/kafka/ca.pem",
+"ssl.certificate.location": "/etc/kafka/client.pem", "ssl.key.location": "/etc/kafka/client.key",
+"ssl.key.password": "..."}`` (kafka-python, for log dirs and reassignments, reads no key store).
 ``--bootstrap-server`` then only says where, overriding the file's ``bootstrap.servers``.
 """
 from __future__ import annotations
