@@ -5,13 +5,17 @@ A secured cluster's settings (SASL, SSL) never go on the command line: ``--kafka
 them from a JSON file of librdkafka settings (an Airflow ``kafka`` connection's extras, e.g.
 ``{"bootstrap.servers": "kafka-1:9093", "security.protocol": "SASL_SSL", "sasl.mechanism":
 "SCRAM-SHA-512", "sasl.username": "ops", "sasl.password": "...", "ssl.ca.location": "/etc/kafka/ca.pem"}``),
-``--kafka-conn ID`` from an Airflow connection (``AIRFLOW_CONN_<ID>`` or Airflow's database).
+``--kafka-conn ID`` from an Airflow connection (``AIRFLOW_CONN_<ID>`` or Airflow's database). An mTLS
+client names PEM files: ``{"security.protocol": "SSL", "ssl.ca.location": "/etc/kafka/ca.pem",
+"ssl.certificate.location": "/etc/kafka/client.pem", "ssl.key.location": "/etc/kafka/client.key",
+"ssl.key.password": "..."}`` (kafka-python, for log dirs and reassignments, reads no key store).
 ``--bootstrap-server`` then only says where, overriding the file's ``bootstrap.servers``.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,9 +56,7 @@ def kafka_config(args: argparse.Namespace, *, default: str | None = LOCAL_BOOTST
 
     bootstrap = getattr(args, "bootstrap_server", None)
     if getattr(args, "kafka_conn", None):
-        from kafkaops.airflow.hooks import KafkaOpsHook
-
-        settings: dict[str, Any] = dict(KafkaOpsHook(args.kafka_conn).get_config())
+        settings: dict[str, Any] = dict(airflow_connection_config(args.kafka_conn))
         name = f"Airflow connection '{args.kafka_conn}'"
     elif getattr(args, "kafka_config", None):
         path = Path(args.kafka_config)
@@ -76,6 +78,26 @@ def kafka_config(args: argparse.Namespace, *, default: str | None = LOCAL_BOOTST
     elif not settings.get("bootstrap.servers") and default:
         settings["bootstrap.servers"] = default
     return admin.connection_config(settings, name=name)
+
+
+def airflow_connection_config(conn_id: str) -> ClientConfig:
+    """The client config of the Airflow connection ``conn_id``, the command's logging kept as it was:
+    importing Airflow points the root logger at stdout (INFO), where its lines (e.g. the secrets
+    masker's) would mix with the command's output (``snapshot --json``). Logs stay on stderr."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+
+    def restore() -> None:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+    try:
+        from kafkaops.airflow.hooks import KafkaOpsHook
+
+        restore()  # before reading the connection: the masker's warnings go to stderr too
+        return KafkaOpsHook(conn_id).get_config()
+    finally:
+        restore()
 
 
 def positive(text: str) -> int:

@@ -142,7 +142,10 @@ class KafkaConnection:
     timeout_s: float = DEFAULT_TIMEOUT_S
     admin: AdminClient = field(init=False, repr=False)
     refused: KafkaError | None = field(default=None, init=False)
+    dropped: bool = field(default=False, init=False)
+    """A connection dropped (``_TRANSPORT``) since the last TLS probe (:meth:`probe_tls`)."""
     _legacy: Any = field(default=None, init=False, repr=False)
+    _probed: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         try:
@@ -156,6 +159,20 @@ class KafkaConnection:
     def _on_error(self, err: KafkaError) -> None:
         if err.code() in AUTH_FAILURES:
             self.refused = err
+        elif err.code() == KafkaError._TRANSPORT:
+            self.dropped = True
+
+    def probe_tls(self) -> None:
+        """After a dropped connection, once: whether the TLS endpoint turns this client's certificate away
+        (:func:`tls_refusal`); if so, that is the refusal (``_SSL``) that ends the wait. Under TLS 1.3 a
+        broker rejects a client certificate after the client's half of the handshake, so librdkafka sees
+        only connections dropped (``_TRANSPORT``) and retries until the request times out."""
+        if self._probed or not self.dropped or self.refused is not None:
+            return
+        self._probed = True
+        reason = tls_refusal(self.config, timeout_s=min(self.timeout_s, 5.0))
+        if reason:
+            self.refused = KafkaError(KafkaError._SSL, f"TLS with {self.bootstrap.split(',')[0]} failed: {reason}")
 
     @property
     def bootstrap(self) -> str:
@@ -213,7 +230,40 @@ def _kafka_python_refusals() -> tuple[type[Exception], ...]:
 
 
 _AUTH_FIX = ("check the connection's sasl.username/sasl.password (and that the user exists for its "
-             "sasl.mechanism), and that ssl.ca.location holds the CA that signed the brokers' certificates")
+             "sasl.mechanism), that ssl.ca.location holds the CA that signed the brokers' certificates, and that "
+             "the brokers' trust store holds the CA of the client's certificate (ssl.certificate.location)")
+
+
+def tls_refusal(config: Mapping[str, str], *, timeout_s: float = 5.0) -> str | None:
+    """Why the first bootstrap server's TLS endpoint turns a client of ``config`` away, found by a TLS
+    handshake of Python's ``ssl`` with the same CA, certificate and key files: the OpenSSL reason
+    (``TLSV13_ALERT_CERTIFICATE_REQUIRED``, ``SSLV3_ALERT_CERTIFICATE_UNKNOWN``, ...). None when it
+    accepts the client, cannot be reached, or the config is not TLS with files (PEM strings, key stores).
+    A broker says nothing before a request, so a read that times out after the handshake is an accept."""
+    import socket
+    import ssl
+
+    if config.get("security.protocol", "").upper() not in ("SSL", "SASL_SSL") or any(
+            k.startswith(("ssl.keystore.", "ssl.key.pem", "ssl.certificate.pem", "ssl.ca.pem")) for k in config):
+        return None
+    host, _, port = config["bootstrap.servers"].split(",")[0].strip().rpartition(":")
+    host = host.strip("[]")
+    try:
+        context = ssl.create_default_context(cafile=config.get("ssl.ca.location") or None)
+        if config.get("ssl.endpoint.identification.algorithm", "https").lower() == "none":
+            context.check_hostname = False
+        if config.get("ssl.certificate.location"):
+            context.load_cert_chain(config["ssl.certificate.location"], config.get("ssl.key.location"),
+                                    config.get("ssl.key.password"))
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as raw, \
+                context.wrap_socket(raw, server_hostname=host) as tls:
+            tls.settimeout(min(timeout_s, 2.0))
+            tls.recv(1)
+    except ssl.SSLError as err:
+        return err.reason or type(err).__name__
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 # -- errors: one classification, one retry policy ------------------------------------------------
@@ -349,6 +399,7 @@ def _result(future: Any, conn: KafkaConnection, what: str) -> Any:
     deadline = time.monotonic() + conn.timeout_s + 5
     while not future.done() and conn.refused is None and time.monotonic() < deadline:
         conn.admin.poll(0.1)
+        conn.probe_tls()
     try:
         if not future.done() and conn.refused is not None:
             raise KafkaException(conn.refused)

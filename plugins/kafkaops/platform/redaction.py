@@ -1,9 +1,10 @@
 """Which Kafka client settings are secrets, and the one way kafkaops shows a config without them.
 
 A setting is secret by its key, in any client's spelling: librdkafka's (``sasl.password``,
-``ssl.key.password``, ``ssl.keystore.password``, ``ssl.key.pem``, ``sasl.oauthbearer.client.secret``
-...), the Java client's (``sasl.jaas.config``, ``ssl.keystore.key``, ``ssl.truststore.password``, with
-or without Spark's ``kafka.`` prefix) and kafka-python's (``sasl_plain_password``, ``ssl_password``).
+``ssl.key.password``, ``ssl.keystore.password``, ``ssl.key.pem``, ``sasl.oauthbearer.client.secret``,
+``sasl.oauthbearer.assertion.private.key.passphrase`` ...), the Java client's (``sasl.jaas.config``,
+``ssl.keystore.key``, ``ssl.truststore.password``, with or without Spark's ``kafka.`` prefix) and
+kafka-python's (``sasl_plain_password``, ``ssl_password``).
 Every log line, error and audit record that shows a client config shows :func:`redacted` of it;
 text that may quote a secret value (a client library's error) goes through :func:`scrub`.
 """
@@ -16,8 +17,8 @@ from typing import Any
 MASK = "***"
 
 #: The key's last words that make it a secret (after the ``kafka.`` prefix, in either spelling).
-_SECRET_KEY = re.compile(r"(password|secret|jaas[._]config|key[._]pem|keystore[._]key|oauthbearer[._]config"
-                         r"|token)$", re.IGNORECASE)
+_SECRET_KEY = re.compile(r"(password|passphrase|secret|jaas[._]config|key[._]pem|keystore[._]key"
+                         r"|oauthbearer[._]config|token)$", re.IGNORECASE)
 
 
 def is_secret(key: str) -> bool:
