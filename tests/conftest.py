@@ -37,6 +37,7 @@ from kafkaops.platform import admin  # noqa: E402
 from kafkaops.platform import provision  # noqa: E402
 from kafkaops.platform import store as store_  # noqa: E402
 from tests import postgres  # noqa: E402
+from tests.sshd import remote_cluster, remote_sshd  # noqa: E402,F401  (one sshd, one remote cluster per session)
 
 # Fast failure detection for tests that stop brokers: fenced after 3 s without heartbeats.
 TEST_BROKER_CONFIG = {

@@ -8,9 +8,14 @@ of those users killed, the users and their folders removed, the modes put back.
 
 Needs root (users, ``/run/sshd``) and ``/usr/sbin/sshd`` (``make sshd`` installs openssh-server); without
 them the tests that use it skip, saying which.
+
+The session fixtures ``remote_sshd`` and ``remote_cluster`` (tests/conftest.py imports them, so one sshd and
+one remote cluster serve every module that asks: tests/integration/platform/test_remote_hosts.py and
+tests/dags/test_remote_scale_out.py) are at the end.
 """
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -24,6 +29,13 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+import yaml
+
+if TYPE_CHECKING:
+    from kafkaops.platform import provision as provision_
 
 SSHD = Path("/usr/sbin/sshd")
 GROUP = "kafkaops-hosts"
@@ -216,3 +228,152 @@ def _without_java(host: RemoteHost) -> None:
     (ssh_dir / "environment").write_text(f"PATH={bin_dir}:/usr/sbin\n")
     for path in (bin_dir, ssh_dir, ssh_dir / "environment"):
         os.lchown(path, host.uid, pwd.getpwnam(host.user).pw_gid)
+
+
+# -- the remote cluster of the session -------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+ADDRESSES = ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6", "127.0.0.7")
+"""kafka-1 .. kafka-6, in this order (:attr:`RemoteCluster.hosts`)."""
+NO_JAVA, SPARE = "127.0.0.5", "127.0.0.6"
+"""kafka-4 has no java on its PATH; kafka-5 stays empty (the unreachable and port-in-use tests)."""
+BY_CONNECTION = ("kafka-3", "kafka-6")
+"""Hosts the inventory names by address only: the login comes from an Airflow SSH connection (kafka-3: the
+CLI scale-out of test_remote_hosts.py; kafka-6: the kafka_scale_out DAG of test_remote_scale_out.py)."""
+
+
+class RemoteCluster:
+    """An Ansible inventory of remote hosts (a YAML file, as operators write it): kafka-1 the controller
+    and a broker on 127.0.0.2, kafka-2 a broker on 127.0.0.3; kafka-3 (127.0.0.4) and kafka-6 (127.0.0.7)
+    for scale-outs, whose login comes from an SSH connection (:meth:`connection`)."""
+
+    def __init__(self, server: Sshd, folder: Path) -> None:
+        from kafkaops.platform import provision
+        from tests.conftest import TEST_BROKER_CONFIG
+
+        self.server = server
+        self.port, self.controller_port = provision.free_ports(2)
+        self.hosts = {f"kafka-{i + 1}": host for i, host in enumerate(server.hosts)}
+        self.cluster_id = provision.new_cluster_id()
+        self.broker_config = TEST_BROKER_CONFIG
+        self.path = folder / "inventory.yml"
+        self.write()
+
+    def host_vars(self, name: str, **more: object) -> dict[str, object]:
+        host = self.hosts[name]
+        return {**self.server.connection_vars(host), "kafka_broker_node_id": int(name.split("-")[1]),
+                "kafka_broker_rack": f"rack-{name[-1]}", "kafka_broker_base_dir": str(host.home / "kafka"), **more}
+
+    def scale_out_vars(self, name: str, *, with_login: bool = False) -> dict[str, object]:
+        """A broker-only host named by its address only, unless ``with_login``."""
+        login_vars = () if with_login else ("ansible_user", "ansible_port", "ansible_ssh_private_key_file")
+        return {k: v for k, v in self.host_vars(name, kafka_broker_process_roles=["broker"]).items()
+                if k not in login_vars}
+
+    def connection(self, name: str = "kafka-3", *, key: Path | None = None, port: int | None = None
+                   ) -> dict[str, object]:
+        """An Airflow SSH connection (as JSON for ``AIRFLOW_CONN_<ID>``) that logs in to ``name``: its
+        user, sshd's port (or ``port``), the client key (or ``key``) by file."""
+        return {"conn_type": "ssh", "login": self.hosts[name].user, "port": port or self.server.port,
+                "extra": {"key_file": str(key or self.server.client_key)}}
+
+    def login(self, name: str = "kafka-3") -> provision_.SshLogin:
+        from airflow.sdk import Connection
+
+        from kafkaops.platform import provision
+
+        conn = self.connection(name)
+        return provision.SshLogin.from_connection(Connection(
+            conn_id="kafka_hosts", conn_type="ssh", login=str(conn["login"]), port=int(str(conn["port"])),
+            extra=json.dumps(conn["extra"])))
+
+    def write(self, *, with_logins: bool = False, **extra_hosts: dict[str, object]) -> None:
+        inventory = {"all": {
+            "vars": {"kafka_broker_cluster_id": self.cluster_id, "kafka_broker_heap": "256m",
+                     "kafka_broker_port": self.port, "kafka_broker_controller_port": self.controller_port,
+                     "kafka_broker_default_replication_factor": 2, "kafka_broker_offsets_topic_partitions": 3,
+                     "kafka_broker_extra_config": self.broker_config},
+            "children": {"kafka_cluster": {"children": {
+                "kafka_controllers": {"hosts": {"kafka-1": self.host_vars("kafka-1")}},
+                "kafka_brokers": {"hosts": {"kafka-2": self.host_vars("kafka-2", kafka_broker_process_roles=["broker"]),
+                                            **{n: self.scale_out_vars(n, with_login=with_logins)
+                                               for n in BY_CONNECTION},
+                                            **extra_hosts}}}}}}}
+        self.path.write_text(yaml.safe_dump(inventory))
+
+    def up(self) -> None:
+        """The controller kafka-1 and the broker kafka-2 running (the role converges: no change if they run)."""
+        from kafkaops.platform import provision
+
+        provision.run_playbook("cluster_up.yml", self.path, limit="kafka-1,kafka-2")
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.hosts['kafka-1'].address}:{self.port},{self.hosts['kafka-2'].address}:{self.port}"
+
+    def pid(self, name: str) -> int | None:
+        node = name.split("-")[1]
+        try:
+            return int((self.hosts[name].home / "kafka" / f"node-{node}" / "kafka.pid").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def assert_runs_there(self, name: str) -> None:
+        """``name``'s broker runs as its host's user, from the distribution and config in its host's folders,
+        and listens only on its host's address (kafka-1 also on the controller port)."""
+        import psutil
+
+        host, pid = self.hosts[name], self.pid(name)
+        assert pid is not None, f"{name} wrote no pid file in {host.home}"
+        process = psutil.Process(pid)
+        assert process.uids().real == host.uid, f"{name}'s broker runs as uid {process.uids().real}, not {host.user}"
+        argv = process.cmdline()
+        assert argv[argv.index("-cp") + 1].startswith(str(host.home / "kafka" / "dist" / "kafka-")), argv
+        node_dir = str(host.home / "kafka" / f"node-{name.split('-')[1]}")
+        configs = [a for a in argv if a.endswith(".properties")]
+        assert configs and all(c.startswith(node_dir) for c in configs), argv
+        controller = {(host.address, self.controller_port)} if name == "kafka-1" else set()
+        assert listening_addresses(pid) == {(host.address, self.port)} | controller
+
+    def down(self) -> None:
+        """Stop every broker the inventory names, each host logged in to with its own user."""
+        from kafkaops.errors import ProvisionError
+        from kafkaops.platform import provision
+
+        self.write(with_logins=True)
+        try:
+            provision.run_playbook("cluster_down.yml", self.path,
+                                   limit=",".join(["kafka-1", "kafka-2", *BY_CONNECTION]))
+        except ProvisionError:
+            pass  # the sshd fixture kills whatever the users still run
+
+
+def listening_addresses(pid: int) -> set[tuple[str, int]]:
+    """Where ``pid`` listens (Java binds IPv4-mapped IPv6 sockets: ::ffff:127.0.0.2 is 127.0.0.2)."""
+    import psutil
+
+    return {(c.laddr.ip.removeprefix("::ffff:"), c.laddr.port) for c in psutil.Process(pid).net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN}
+
+
+@pytest.fixture(scope="session")
+def remote_sshd() -> Iterator[Sshd]:
+    """The session's sshd and its host users (:data:`ADDRESSES`); the checkout and the controller's caches
+    unreadable to them."""
+    from kafkaops.platform import paths
+
+    reason = missing()
+    if reason:
+        pytest.skip(reason)
+    hidden = (REPO, paths.CACHE, paths.jar_dir("broker").parent)
+    with temporary_sshd(ADDRESSES, hidden=hidden, no_java=(NO_JAVA,)) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def remote_cluster(remote_sshd: Sshd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RemoteCluster]:
+    """The session's remote cluster (its inventory; nothing started: :meth:`RemoteCluster.up`), its brokers
+    stopped at the end."""
+    cluster = RemoteCluster(remote_sshd, tmp_path_factory.mktemp("remote"))
+    yield cluster
+    cluster.down()

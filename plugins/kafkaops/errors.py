@@ -42,6 +42,11 @@ class ProvisionError(KafkaOpsError):
     """An Ansible run of the kafka_broker role failed."""
 
 
+class HostUnreachable(ProvisionError):
+    """Ansible could not log in to a host (no answer on its SSH port, or the login refused): nothing ran
+    there. Asking again cannot help; the inventory or the SSH connection must change."""
+
+
 class SetupError(KafkaOpsError):
     """A missing local prerequisite: java, the jars, the virtualenv."""
 

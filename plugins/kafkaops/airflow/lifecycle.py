@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow.sdk import DAG, Connection, ExceptionRetryPolicy, Param, RetryAction, RetryRule, get_current_context, task
-from airflow.sdk.exceptions import AirflowSkipException
+from airflow.sdk.exceptions import AirflowNotFoundException, AirflowSkipException
 
-from kafkaops.errors import ConfigError
+from kafkaops.errors import ConfigError, HostUnreachable, ProvisionError
 from kafkaops.platform import gates, lifecycle, store
 from kafkaops.platform.provision import SshLogin
 from kafkaops.reassign import steps
@@ -43,9 +43,9 @@ DEFAULT_ARGS = {"owner": "kafkaops", "retries": 0, "retry_delay": dt.timedelta(m
 # or the store can blink. Their steps compare desired and observed state, and begin re-takes its own
 # lock, so a retry resumes. An error a retry would meet again fails at once (FINAL_ERRORS). The
 # approval is never retried: a new try would ask a new question, the answer to the first one lost.
-FINAL_ERRORS: list[type[BaseException]] = [ConfigError, store.ClusterBusy, store.LockLost, gates.GateFailed,
-                                           PlanInputError, PlanInfeasible, rekey_steps.OrderingBreakRefused,
-                                           BackfillIntegrityError]
+FINAL_ERRORS: list[type[BaseException]] = [ConfigError, HostUnreachable, store.ClusterBusy, store.LockLost,
+                                           gates.GateFailed, PlanInputError, PlanInfeasible,
+                                           rekey_steps.OrderingBreakRefused, BackfillIntegrityError]
 RETRIED: dict[str, Any] = {
     "retries": 3, "retry_delay": dt.timedelta(seconds=10), "retry_exponential_backoff": 2.0,
     "max_retry_delay": dt.timedelta(minutes=1),
@@ -97,9 +97,13 @@ COMMON_PARAMS: dict[str, Param] = {
     "inventory": text_param("Inventory", "A kafkaops cluster spec (.json, local clusters) or an Ansible inventory "
                                          "(.yml, real hosts) for the kafka_broker role. Empty: the local cluster's "
                                          "spec that make cluster-up wrote, on the machine that has one."),
-    "ssh_conn_id": Param(None, type=["null", "string"], title="SSH connection",
-                         description="Airflow SSH connection (user, port, key) the kafka_broker role logs in to an "
-                                     "Ansible inventory's hosts with; empty: the inventory's own settings."),
+    "ssh_conn_id": Param(None, type=["null", "string"], title="SSH connection (remote hosts)",
+                         description="Id of an Airflow connection of type 'ssh' whose login, port and key (key_file "
+                                     "or private_key in its extra; a password alone is refused) the kafka_broker "
+                                     "role uses to reach the hosts of an Ansible inventory (.yml) when it adds or "
+                                     "stops brokers. The inventory still gives each host's address, and its own "
+                                     "ansible_user / ansible_port / ansible_ssh_private_key_file win. Empty: the "
+                                     "inventory's settings only. Not used with a cluster spec (.json)."),
     "approval": Param("manual", type="string", enum=list(lifecycle.APPROVAL_MODES), title="Approval",
                       description="manual: a person approves the plan in the UI. auto_approve / auto_reject: "
                                   "the param answers (rehearsals and tests); either way it is recorded."),
@@ -108,6 +112,22 @@ COMMON_PARAMS: dict[str, Param] = {
     "stall_timeout_s": Param(120, type="number", exclusiveMinimum=0, title="Stall timeout (s)",
                              description="Fail the wait when no partition or byte moved for this long."),
 }
+
+
+def ssh_login(context: Any) -> SshLogin | None:
+    """The login of the run's ``ssh_conn_id`` param (an Airflow SSH connection), if it names one; a
+    connection that is missing or cannot log in is a ConfigError (a retry would meet it again)."""
+    conn_id = context["params"].get("ssh_conn_id")
+    if not conn_id:
+        return None
+    try:
+        return SshLogin.from_connection(Connection.get(conn_id))
+    except AirflowNotFoundException as err:
+        raise ConfigError(f"the ssh_conn_id param names SSH connection '{conn_id}', which Airflow does not have; "
+                          "create it (type ssh: login, port, key_file or private_key in its extra) or leave the "
+                          "param empty to use the inventory's settings; nothing was changed") from err
+    except ProvisionError as err:
+        raise ConfigError(str(err)) from err
 
 
 def operation_dag(dag_id: str, *, description: str, params: Mapping[str, Param], tags: list[str], doc_md: str,
@@ -193,9 +213,7 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
                     raise AirflowSkipException("dry run: no broker is provisioned; the plan uses the brokers "
                                                "it would add")
                 with recorded(ctx, "provision"):
-                    conn_id = context["params"].get("ssh_conn_id")
-                    ssh = SshLogin.from_connection(Connection.get(conn_id)) if conn_id else None
-                    result = steps.provision_brokers(ctx, ssh=ssh)
+                    result = steps.provision_brokers(ctx, ssh=ssh_login(context))
                 ids = [b["id"] for b in result["new_brokers"]]
                 ctx.step("wait_until_registered", "started", brokers=ids)
                 try:
@@ -224,7 +242,11 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
         if kind != "scale_out":
             @task(multiple_outputs=False)
             def stop_drained() -> dict[str, Any]:
-                return run_step("stop_drained", steps.stop_drained)
+                context = get_current_context()
+                ctx = context_of(context, kind_of(context))
+                with recorded(ctx, "stop_drained"):
+                    stopping = ctx.params.kind == "drain" and ctx.params.stop_drained
+                    return steps.stop_drained(ctx, ssh_login(context) if stopping else None)
 
             last = stop_drained.override(**RETRIED)()
             post >> last

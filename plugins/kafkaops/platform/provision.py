@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kafkaops.errors import ProvisionError
+from kafkaops.errors import HostUnreachable, ProvisionError
 from kafkaops.platform.paths import CACHE, jar_dir
 from kafkaops.resources import playbooks
 
@@ -219,6 +219,13 @@ class SshLogin:
         return cls(user=str(getattr(conn, "login", "") or ""), port=int(conn.port) if getattr(conn, "port", None) else None,
                    key_file=str(extra.get("key_file") or ""), private_key=str(extra.get("private_key") or ""), name=name)
 
+    def describe(self) -> str:
+        """Where this login came from, for an error: the connection, user, port and key file (no secret)."""
+        key = self.key_file or ("the connection's private_key" if self.private_key else "Ansible's default key")
+        inventory = "the inventory's"
+        return (f" (login from SSH connection {self.name!r}: user {self.user or inventory}, port "
+                f"{self.port or inventory}, key {key})")
+
     def ansible_env(self, private_dir: Path) -> dict[str, str]:
         """Ansible's settings for this login (defaults below any inventory variable, so delegated
         controller tasks keep their local connection); an inline private key goes to a 0600 file in
@@ -290,7 +297,7 @@ def run_playbook(playbook: str, inventory: Mapping[str, Any] | str | Path, *,
             private_data_dir=private_dir, project_dir=str(project), playbook=str(project / playbook),
             inventory=inv, extravars=variables, envvars=env, limit=limit, quiet=True,
             cmdline="--check" if check else None, timeout=900)
-        failures = []
+        failures, unreachable = [], []
         for event in runner.events:
             if event.get("event") in ("runner_on_failed", "runner_on_unreachable") and \
                     not event.get("event_data", {}).get("ignore_errors"):
@@ -299,6 +306,7 @@ def run_playbook(playbook: str, inventory: Mapping[str, Any] | str | Path, *,
                 msg = _failure_message(result)
                 if event["event"] == "runner_on_unreachable":
                     failures.append(f"host {data.get('host')} is unreachable at task '{data.get('task')}': {msg}")
+                    unreachable.append(failures[-1])
                 else:
                     failures.append(f"task '{data.get('task')}' failed on {data.get('host')}: {msg}")
         stats = runner.stats or {}
@@ -309,6 +317,11 @@ def run_playbook(playbook: str, inventory: Mapping[str, Any] | str | Path, *,
         if not ok:
             detail = "; ".join(failures) or f"ansible-runner ended with status {runner.status} rc {runner.rc}: " \
                                                f"{runner.stdout.read()[-2000:]}"
+            if failures and failures == unreachable:
+                raise HostUnreachable(f"playbook {playbook} failed: {detail}; nothing ran on "
+                                      f"{'that host' if len(failures) == 1 else 'those hosts'}"
+                                      f"{ssh.describe() if ssh is not None else ''}; fix the host's address or "
+                                      "login and run again")
             raise ProvisionError(f"playbook {playbook} failed: {detail}")
         log.info("ansible: %s done, changed %s", playbook, changed)
         return ProvisionResult(ok=ok, changed=changed, failures=tuple(failures), status=runner.status)

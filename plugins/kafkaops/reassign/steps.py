@@ -151,11 +151,16 @@ def provision_brokers(ctx: OperationContext, ssh: provision.SshLogin | None = No
         if not p.new_broker_ids:
             raise ConfigError("with an Ansible inventory, name the new brokers in new_broker_ids; their hosts "
                               "(kafka-<id>) must be in the inventory")
+        hosts = [f"kafka-{i}" for i in p.new_broker_ids]
+        ctx.audit.append("note", text=f"provisioning broker(s) {', '.join(map(str, p.new_broker_ids))} on "
+                                      f"{', '.join(hosts)} of {path}" + (ssh.describe() if ssh else ""),
+                         provisioning_hosts=hosts)
         ctx.fence("provision brokers")
-        provision.run_playbook("cluster_up.yml", path, limit=",".join(f"kafka-{i}" for i in p.new_broker_ids), ssh=ssh)
-        new = [{"id": i, "rack": (p.new_broker_racks[k] if k < len(p.new_broker_racks) else None)}
+        provision.run_playbook("cluster_up.yml", path, limit=",".join(hosts), ssh=ssh)
+        new = [{"id": i, "rack": (p.new_broker_racks[k] if k < len(p.new_broker_racks) else None), "hostname": hosts[k]}
                for k, i in enumerate(p.new_broker_ids)]
-    ctx.audit.append("note", text=f"broker(s) {', '.join(str(b['id']) for b in new)} provisioned")
+    where = ", ".join(f"{b['id']} on {b.get('hostname') or b['host']}" for b in new)
+    ctx.audit.append("note", text=f"broker(s) {where} provisioned")
     return {"new_brokers": new}
 
 
@@ -426,9 +431,10 @@ def record_after(ctx: OperationContext, why: str) -> None:
     ctx.audit.append("snapshot", stage="after", cluster=after.to_dict())
 
 
-def stop_drained(ctx: OperationContext) -> dict[str, Any]:
-    """After a drain, stop the drained brokers through the role (a cluster spec inventory only), then
-    record the cluster after that: the last step that changes it."""
+def stop_drained(ctx: OperationContext, ssh: provision.SshLogin | None = None) -> dict[str, Any]:
+    """After a drain, stop the drained brokers through the role, then record the cluster after that:
+    the last step that changes it. ``ssh``: the login of the run's SSH connection, for an Ansible
+    inventory's hosts."""
     p = ctx.params
     if p.kind != "drain" or not p.stop_drained or not p.drain_brokers:
         return {"stopped": []}  # only a drain stops brokers, whatever else the form holds
@@ -440,7 +446,8 @@ def stop_drained(ctx: OperationContext) -> dict[str, Any]:
         provision.cluster_down(spec, limit=hosts)
     elif p.inventory:
         ctx.fence("stop the drained brokers")
-        provision.run_playbook("cluster_down.yml", path, limit=",".join(f"kafka-{b}" for b in p.drain_brokers))
+        provision.run_playbook("cluster_down.yml", path, limit=",".join(f"kafka-{b}" for b in p.drain_brokers),
+                               ssh=ssh)
     else:
         raise ConfigError("stop_drained needs the inventory param to reach the drained brokers")
     stopped = ", ".join(map(str, p.drain_brokers))

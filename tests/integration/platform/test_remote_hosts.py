@@ -5,109 +5,24 @@ converges with no change, refuses bad hosts before changing them, and a scale-ou
 moves replicas onto it."""
 from __future__ import annotations
 
-import json
 import subprocess
 import socket
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
-import yaml
 
-from kafkaops.errors import ProvisionError
-from kafkaops.platform import admin, paths, provision
-from tests import sshd as sshd_
-from tests.conftest import TEST_BROKER_CONFIG
+from kafkaops.errors import HostUnreachable, ProvisionError
+from kafkaops.platform import admin, provision
+from tests.sshd import ADDRESSES, NO_JAVA, REPO, SPARE, RemoteCluster
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[3]
-ADDRESSES = ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6")
-NO_JAVA, SPARE = "127.0.0.5", "127.0.0.6"
 
-
-@pytest.fixture(scope="module")
-def sshd() -> Iterator[sshd_.Sshd]:
-    reason = sshd_.missing()
-    if reason:
-        pytest.skip(reason)
-    hidden = (REPO, paths.CACHE, paths.jar_dir("broker").parent)
-    with sshd_.temporary_sshd(ADDRESSES, hidden=hidden, no_java=(NO_JAVA,)) as server:
-        yield server
-
-
-class RemoteCluster:
-    """An Ansible inventory of remote hosts (a YAML file, as operators write it): kafka-1 the controller
-    and a broker on 127.0.0.2, kafka-2 a broker on 127.0.0.3, kafka-3 (127.0.0.4) for the scale-out."""
-
-    def __init__(self, server: sshd_.Sshd, folder: Path) -> None:
-        self.server = server
-        self.port, self.controller_port = provision.free_ports(2)
-        self.hosts = {f"kafka-{i + 1}": host for i, host in enumerate(server.hosts)}
-        self.cluster_id = provision.new_cluster_id()
-        self.path = folder / "inventory.yml"
-        self.write()
-
-    def host_vars(self, name: str, **more: object) -> dict[str, object]:
-        host = self.hosts[name]
-        return {**self.server.connection_vars(host), "kafka_broker_node_id": int(name.split("-")[1]),
-                "kafka_broker_rack": f"rack-{name[-1]}", "kafka_broker_base_dir": str(host.home / "kafka"), **more}
-
-    def scale_out_vars(self) -> dict[str, object]:
-        """kafka-3 names only its address: the login comes from an Airflow SSH connection (:attr:`login`)."""
-        login_vars = ("ansible_user", "ansible_port", "ansible_ssh_private_key_file")
-        return {k: v for k, v in self.host_vars("kafka-3", kafka_broker_process_roles=["broker"]).items()
-                if k not in login_vars}
-
-    @property
-    def login(self) -> provision.SshLogin:
-        from airflow.sdk import Connection
-
-        conn = Connection(conn_id="kafka_hosts", conn_type="ssh", login=self.hosts["kafka-3"].user,
-                          port=self.server.port, extra=json.dumps({"key_file": str(self.server.client_key)}))
-        return provision.SshLogin.from_connection(conn)
-
-    def write(self, **extra_hosts: dict[str, object]) -> None:
-        inventory = {"all": {
-            "vars": {"kafka_broker_cluster_id": self.cluster_id, "kafka_broker_heap": "256m",
-                     "kafka_broker_port": self.port, "kafka_broker_controller_port": self.controller_port,
-                     "kafka_broker_default_replication_factor": 2, "kafka_broker_offsets_topic_partitions": 3,
-                     "kafka_broker_extra_config": TEST_BROKER_CONFIG},
-            "children": {"kafka_cluster": {"children": {
-                "kafka_controllers": {"hosts": {"kafka-1": self.host_vars("kafka-1")}},
-                "kafka_brokers": {"hosts": {"kafka-2": self.host_vars("kafka-2", kafka_broker_process_roles=["broker"]),
-                                            "kafka-3": self.scale_out_vars(),
-                                            **extra_hosts}}}}}}}
-        self.path.write_text(yaml.safe_dump(inventory))
-
-    @property
-    def bootstrap(self) -> str:
-        return f"{self.hosts['kafka-1'].address}:{self.port},{self.hosts['kafka-2'].address}:{self.port}"
-
-    def pid(self, name: str) -> int | None:
-        node = name.split("-")[1]
-        try:
-            return int((self.hosts[name].home / "kafka" / f"node-{node}" / "kafka.pid").read_text())
-        except (OSError, ValueError):
-            return None
-
-
-@pytest.fixture(scope="module")
-def remote(sshd: sshd_.Sshd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RemoteCluster]:
-    cluster = RemoteCluster(sshd, tmp_path_factory.mktemp("remote"))
-    yield cluster
-    try:
-        provision.run_playbook("cluster_down.yml", cluster.path, limit="kafka-1,kafka-2,kafka-3", ssh=cluster.login)
-    except ProvisionError:
-        pass  # the sshd fixture kills whatever the users still run
-
-
-def listening_addresses(pid: int) -> set[tuple[str, int]]:
-    """Where ``pid`` listens (Java binds IPv4-mapped IPv6 sockets: ::ffff:127.0.0.2 is 127.0.0.2)."""
-    return {(c.laddr.ip.removeprefix("::ffff:"), c.laddr.port) for c in psutil.Process(pid).net_connections(kind="tcp")
-            if c.status == psutil.CONN_LISTEN}
+@pytest.fixture
+def remote(remote_cluster: RemoteCluster) -> RemoteCluster:
+    """The session's remote cluster (tests/sshd.py; shared with tests/dags/test_remote_scale_out.py)."""
+    return remote_cluster
 
 
 def test_brokers_run_as_their_host_users_from_their_hosts_folders(remote: RemoteCluster) -> None:
@@ -118,16 +33,10 @@ def test_brokers_run_as_their_host_users_from_their_hosts_folders(remote: Remote
         # the user cannot read the checkout: nothing of the controller's could have served it
         denied = remote.server.ssh(host, f"ls {REPO}")
         assert denied.returncode != 0 and "Permission denied" in denied.stderr, denied
-        pid = remote.pid(name)
-        assert pid is not None, f"{name} wrote no pid file in {host.home}"
-        process = psutil.Process(pid)
-        assert process.uids().real == host.uid, f"{name}'s broker runs as uid {process.uids().real}"
-        classpath = process.cmdline()[process.cmdline().index("-cp") + 1]
-        assert classpath.startswith(str(host.home / "kafka" / "dist" / "kafka-")), classpath
-        expected = {(host.address, remote.port)} | ({(host.address, remote.controller_port)} if name == "kafka-1" else set())
-        assert listening_addresses(pid) == expected
+        remote.assert_runs_there(name)
     with admin.connect({"bootstrap.servers": remote.bootstrap}, timeout_s=15) as conn:
-        assert sorted(b.id for b in admin.describe_cluster(conn)[2]) == [1, 2]
+        # and registered (the session's DAG test may have added broker 6 already)
+        assert {1, 2} <= {b.id for b in admin.describe_cluster(conn)[2]}
 
 
 def test_a_second_run_changes_nothing(remote: RemoteCluster) -> None:
@@ -144,9 +53,8 @@ def test_a_scale_out_adds_a_remote_broker_and_moves_replicas_onto_it(remote: Rem
     topic = f"remote-{uuid.uuid4().hex[:6]}"
     with admin.connect({"bootstrap.servers": remote.bootstrap}, timeout_s=15) as conn:
         create(conn, topic, [[1, 2], [2, 1], [1, 2], [2, 1]], records=400)
-    provision.run_playbook("cluster_up.yml", remote.path, limit="kafka-3", ssh=remote.login)
-    pid = remote.pid("kafka-3")
-    assert pid is not None and psutil.Process(pid).uids().real == remote.hosts["kafka-3"].uid
+    provision.run_playbook("cluster_up.yml", remote.path, limit="kafka-3", ssh=remote.login())
+    remote.assert_runs_there("kafka-3")
     plan = remote.path.parent / "plan.json"
     assert cli(["plan", "--bootstrap-server", remote.bootstrap, "--brokers", "1,2,3", "--topic", topic,
                 "--output", str(plan)]) == 0
@@ -166,12 +74,12 @@ def test_an_unreachable_host_fails_before_any_change_naming_it(remote: RemoteClu
                   "kafka_broker_process_roles": ["broker"], "kafka_broker_base_dir": str(spare.home / "kafka")}
     remote.write(**{"kafka-7": {**spare_vars, "ansible_port": closed}})
     try:
-        with pytest.raises(ProvisionError, match=r"host kafka-7 is unreachable at task 'Look at the host"):
+        with pytest.raises(HostUnreachable, match=r"host kafka-7 is unreachable at task 'Look at the host"):
             provision.run_playbook("cluster_up.yml", remote.path, limit="kafka-7")
         wrong_key = tmp_path / "wrong_key"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(wrong_key)], check=True)
         remote.write(**{"kafka-7": {**spare_vars, "ansible_ssh_private_key_file": str(wrong_key)}})
-        with pytest.raises(ProvisionError, match=r"(?s)host kafka-7 is unreachable at task 'Look at the host.*Permission denied"):
+        with pytest.raises(HostUnreachable, match=r"(?s)host kafka-7 is unreachable at task 'Look at the host.*Permission denied"):
             provision.run_playbook("cluster_up.yml", remote.path, limit="kafka-7")
     finally:
         remote.write()

@@ -135,6 +135,9 @@ def test_an_ssh_connection_becomes_ansible_settings_with_its_key_in_a_private_fi
                       extra='{"private_key": "-----BEGIN OPENSSH PRIVATE KEY-----\\nabc\\n-----END OPENSSH PRIVATE KEY-----"}')
     login = provision.SshLogin.from_connection(conn)
     assert "BEGIN" not in repr(login)
+    # what an error says about the login: where it came from, never the key itself
+    assert login.describe() == (" (login from SSH connection 'broker_hosts': user deploy, port 2222, key the "
+                                "connection's private_key)")
     env = login.ansible_env(tmp_path)
     key = Path(env.pop("ANSIBLE_PRIVATE_KEY_FILE"))
     assert env == {"ANSIBLE_REMOTE_USER": "deploy", "ANSIBLE_REMOTE_PORT": "2222"}

@@ -139,9 +139,10 @@ def test_stopping_drained_brokers_records_the_cluster_after_the_stop(kafka: Fake
     ctx.audit.append("snapshot", stage="after", cluster=kafka.snapshot(None).to_dict())  # the post-move gate's
     played = []
     monkeypatch.setattr(provision, "run_playbook",
-                        lambda name, inventory, limit: played.append((name, limit)) or kafka.online.discard(3))
-    assert steps.stop_drained(ctx) == {"stopped": [3]}
-    assert played == [("cluster_down.yml", "kafka-3")]
+                        lambda name, inventory, limit, ssh: played.append((name, limit, ssh)) or kafka.online.discard(3))
+    login = provision.SshLogin(user="kafka", port=22, key_file="/keys/id", name="kafka_hosts")
+    assert steps.stop_drained(ctx, login) == {"stopped": [3]}
+    assert played == [("cluster_down.yml", "kafka-3", login)]  # the run's SSH connection reaches the host
     assert [b["id"] for b in ctx.audit.summary()["after"]["brokers"]] == [1, 2]  # taken after the stop
 
 

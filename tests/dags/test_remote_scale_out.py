@@ -1,0 +1,102 @@
+"""The kafka_scale_out DAG (dag.test()) adding a broker on a "remote" host over real SSH: the session's remote
+cluster (tests/sshd.py: sshd on loopback, one Unix user per host, the checkout unreadable to them), the DAG's
+inventory its Ansible inventory, the login from an Airflow SSH connection (AIRFLOW_CONN_..., a key file) named
+by the ``ssh_conn_id`` param. A wrong key or a closed SSH port fails the provision step before anything
+changes, naming the host and the failing task, without a retry."""
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kafkaops.platform import admin, provision, store
+from tests.dags.test_operation_dags import run
+from tests.integration.cli.test_reassign import create
+from tests.integration.conftest import throttles_left
+from tests.sshd import RemoteCluster
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "payments"
+RECORDS = 600
+NEW = "kafka-6"  # 127.0.0.7, user kafkaops-host7: named in the inventory by its address only
+
+
+@pytest.fixture(scope="module")
+def remote(airflow_db, remote_cluster: RemoteCluster) -> Iterator[RemoteCluster]:
+    """The remote cluster's brokers 1 and 2 running, the DAGs' Kafka connection ``kafka_remote`` on them,
+    and TOPIC on brokers 1 and 2 only."""
+    remote_cluster.up()
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("AIRFLOW_CONN_KAFKA_REMOTE", json.dumps(
+            {"conn_type": "kafka", "extra": {"bootstrap.servers": remote_cluster.bootstrap}}))
+        with admin.connect(remote_cluster.bootstrap, timeout_s=15) as conn:
+            create(conn, TOPIC, [[1, 2], [2, 1], [1, 2], [2, 1], [1, 2], [2, 1]], records=RECORDS)
+        yield remote_cluster
+
+
+def scale_out(dagbag, remote: RemoteCluster, ssh_conn_id: str):
+    return run(dagbag, "kafka_scale_out", dry_run=False, approval="auto_approve", kafka_conn_id="kafka_remote",
+               inventory=str(remote.path), ssh_conn_id=ssh_conn_id, new_broker_ids=[6], new_broker_racks=["rack-6"],
+               topics=[TOPIC], throttle_mb_per_s=50)
+
+
+def cluster_now(remote: RemoteCluster):
+    with admin.connect(remote.bootstrap, timeout_s=15) as conn:
+        return (admin.snapshot(conn, topics=[TOPIC], sizes=False, groups=False), throttles_left(conn),
+                admin.describe_cluster(conn)[0])
+
+
+@pytest.mark.parametrize("bad", ["wrong key", "closed port"])
+def test_a_bad_ssh_connection_fails_the_provision_step_before_any_change(dagbag, remote: RemoteCluster, bad: str,
+                                                                         tmp_path: Path, monkeypatch) -> None:
+    if bad == "wrong key":
+        key = tmp_path / "wrong_key"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+        conn, said = remote.connection(NEW, key=key), "Permission denied"
+    else:
+        conn, said = remote.connection(NEW, port=provision.free_ports(1)[0]), "Connection refused"
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_HOSTS_BAD", json.dumps(conn))
+    before, _, _ = cluster_now(remote)
+    dag_run, record = scale_out(dagbag, remote, "kafka_hosts_bad")
+    assert str(dag_run.state) == "failed" and record["outcome"] == "failed", record
+    steps = {s["name"]: s for s in record["steps"]}
+    error = steps["provision"]["error"]
+    assert steps["provision"]["status"] == "failed", steps
+    assert error.startswith("HostUnreachable: playbook cluster_up.yml failed: host kafka-6 is unreachable at task "
+                            "'Look at the host"), error
+    assert said in error and "login from SSH connection 'kafka_hosts_bad'" in error, error
+    assert steps["provision"]["tries"] == 1, "a login that failed was retried"  # a retry would fail the same way
+    assert not {"plan", "approval", "execute_batches"} & set(steps), steps
+    assert any("provisioning broker(s) 6 on kafka-6" in n["text"] for n in record["notes"]), record["notes"]
+    assert not (remote.hosts[NEW].home / "kafka").exists(), "the failed run left files on kafka-6"
+    after, throttles, cluster_id = cluster_now(remote)
+    assert {p.key: p.replicas for p in after.partitions} == {p.key: p.replicas for p in before.partitions}
+    assert 6 not in after.broker_ids
+    assert throttles == {}
+    assert store.current().lease(cluster_id).free
+
+
+def test_the_dag_adds_a_broker_on_a_remote_host_and_moves_replicas_onto_it(dagbag, remote: RemoteCluster,
+                                                                            monkeypatch) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_HOSTS", json.dumps(remote.connection(NEW)))
+    dag_run, record = scale_out(dagbag, remote, "kafka_hosts")
+    assert str(dag_run.state) == "success" and record["outcome"] == "success", record
+    remote.assert_runs_there(NEW)  # as kafka-6's user, from kafka-6's folders, listening only on its address
+    # replicas moved onto it, nothing lost, no throttle left, the cluster free again
+    after, throttles, cluster_id = cluster_now(remote)
+    assert after.replicas_per_broker().get(6, 0) >= 2 and record["plan"]["replica_moves"] >= 2, \
+        after.replicas_per_broker()
+    assert not after.under_replicated and sum(p.end_offset for p in after.partitions) == RECORDS
+    assert throttles == {}
+    assert record["throttles_set"] and record["throttles_removed"]
+    assert store.current().lease(cluster_id).free
+    # the record names the host: the inventory's kafka-6, and broker 6 registered at its address
+    steps = {s["name"]: s for s in record["steps"]}
+    assert steps["provision"]["status"] == "success" and steps["wait_until_registered"]["registered"]
+    assert any(n["text"] == "broker(s) 6 on kafka-6 provisioned" for n in record["notes"]), record["notes"]
+    [broker_6] = [b for b in record["after"]["brokers"] if b["id"] == 6]
+    assert (broker_6["host"], broker_6["port"]) == (remote.hosts[NEW].address, remote.port), broker_6
