@@ -141,7 +141,7 @@ def provision_brokers(ctx: OperationContext, ssh: provision.SshLogin | None = No
         ctx.fence("provision brokers")
         hosts = [n.hostname for n in added]
         try:
-            provision.cluster_up(grown, limit=hosts)
+            provision.cluster_up(grown, limit=hosts, client_config=ctx.conn_config)  # the check logs in as we do
         except KafkaOpsError as err:
             _stop_half_provisioned(ctx, grown, hosts, err)
             raise
@@ -152,7 +152,8 @@ def provision_brokers(ctx: OperationContext, ssh: provision.SshLogin | None = No
             raise ConfigError("with an Ansible inventory, name the new brokers in new_broker_ids; their hosts "
                               "(kafka-<id>) must be in the inventory")
         ctx.fence("provision brokers")
-        provision.run_playbook("cluster_up.yml", path, limit=",".join(f"kafka-{i}" for i in p.new_broker_ids), ssh=ssh)
+        provision.run_playbook("cluster_up.yml", path, limit=",".join(f"kafka-{i}" for i in p.new_broker_ids), ssh=ssh,
+                               extravars=provision.check_client_vars(ctx.conn_config))
         new = [{"id": i, "rack": (p.new_broker_racks[k] if k < len(p.new_broker_racks) else None)}
                for k, i in enumerate(p.new_broker_ids)]
     ctx.audit.append("note", text=f"broker(s) {', '.join(str(b['id']) for b in new)} provisioned")
