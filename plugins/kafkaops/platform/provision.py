@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kafkaops.errors import ProvisionError
+from kafkaops.platform import redaction
 from kafkaops.platform.paths import CACHE, jar_dir
 from kafkaops.resources import playbooks
 
@@ -268,6 +269,9 @@ def run_playbook(playbook: str, inventory: Mapping[str, Any] | str | Path, *,
     the hosts (an Airflow SSH connection's), over what the inventory says."""
     project = playbooks()
     env = {
+        # ansible-runner starts from this process' environment and writes it into its artifacts: the
+        # worker's credentials (Airflow connections given by the environment, ...) reach neither.
+        **{name: "" for name in redaction.secret_env_names(os.environ)},
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "ANSIBLE_ROLES_PATH": str(project / "roles"),
         "ANSIBLE_HOST_KEY_CHECKING": "False",
