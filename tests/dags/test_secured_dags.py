@@ -3,9 +3,9 @@ the ``kafka_default`` connection carrying its SCRAM login and CA: a scale-out th
 secured broker through the role, then a migrate (Spark rekey backfill), both with dag.test().
 Afterwards the recognisable password is searched in every artifact the two runs left: task logs,
 XCom values and trigger kwargs in Airflow's database, what the operators deferred with, the
-kafkaops store's events and artifacts, Spark's argv as recorded, and Ansible's output and runner
-artifacts. Each search first proves it can fail: its text is there and holds the topic (or the
-new broker's host)."""
+kafkaops store's events and artifacts, Spark's argv as recorded and its event logs (turned on for
+the test), and Ansible's output and runner artifacts. Each search first proves it can fail: its
+text is there and holds the topic (or the new broker's host)."""
 from __future__ import annotations
 
 import contextlib
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from kafkaops.cli import datagen
 from kafkaops.platform import admin, state, store
@@ -87,15 +88,23 @@ def runs(dagbag, cluster: SecuredCluster, tmp_path_factory: pytest.TempPathFacto
     """The scale-out, then the migrate, each with dag.test(), recorded (:class:`Recorder`); their
     task logs as the test process printed and logged them (also in ``log``, to read when a run failed)."""
     recorder = Recorder()
-    log = tmp_path_factory.mktemp("secured-dags") / "runs.log"
+    folder = tmp_path_factory.mktemp("secured-dags")
+    log, spark_conf, spark_events = folder / "runs.log", folder / "spark-conf", folder / "spark-events"
+    spark_conf.mkdir()
+    spark_events.mkdir()
+    # Spark's event logs, on as an operator may turn them on (spark-defaults.conf of SPARK_CONF_DIR)
+    (spark_conf / "spark-defaults.conf").write_text(f"spark.eventLog.enabled true\nspark.eventLog.compress false\n"
+                                                    f"spark.eventLog.dir {spark_events.as_uri()}\n")
     with pytest.MonkeyPatch.context() as monkeypatch, _captured() as logs:
         recorder.install(monkeypatch)
+        monkeypatch.setenv("SPARK_CONF_DIR", str(spark_conf))
         scale_out = _run(dagbag, "kafka_scale_out", dry_run=False, approval="auto_approve",
                          inventory=str(cluster.spec_path), add_brokers=1, topics=[TOPIC], throttle_mb_per_s=20)
         migrate = _run(dagbag, "kafka_partition_increase", topic=TOPIC, new_partition_count=6, mode="migrate",
                        key_rule="field:key", dry_run=False, approval="auto_approve", cutover_group_suffix=".v2")
     log.write_text("\n".join(logs))
-    yield {"scale_out": scale_out, "migrate": migrate, "recorder": recorder, "logs": logs, "log": log}
+    yield {"scale_out": scale_out, "migrate": migrate, "recorder": recorder, "logs": logs, "log": log,
+           "spark_events": spark_events}
 
 
 _DEFAULTS: dict[str, dict] = {}
@@ -123,6 +132,11 @@ def _captured() -> Iterator[list[str]]:
     root.addHandler(handler)
     root.setLevel(logging.INFO)
     ours.setLevel(logging.DEBUG)
+    # structlog's task log lines go to the stream Airflow configured it with: this one for now
+    factory = structlog.get_config().get("logger_factory")
+    configured = getattr(factory, "io", None)
+    if configured is not None:
+        factory.io = streams
     saved_fds = [os.dup(1), os.dup(2)]
     with tempfile.TemporaryFile() as fds, contextlib.redirect_stdout(streams), contextlib.redirect_stderr(streams):
         for fd in (1, 2):
@@ -130,6 +144,8 @@ def _captured() -> Iterator[list[str]]:
         try:
             yield text
         finally:
+            if configured is not None:
+                factory.io = configured
             for fd, saved in zip((1, 2), saved_fds):
                 os.dup2(saved, fd)
                 os.close(saved)
@@ -157,7 +173,7 @@ def test_a_scale_out_adds_a_fourth_secured_broker_through_the_role(runs, cluster
     assert sasl_ssl, "node 4's server.properties has no SASL_SSL client listener"
     checked = [e["event_data"]["res"] for e in runs["recorder"].ansible_events
                if e.get("event") == "runner_on_ok" and e["event_data"].get("host") == "kafka-4"
-               and "registered" in e["event_data"].get("task", "")]
+               and e["event_data"].get("task_action") == "kafka_broker_registration"]
     assert checked and checked[-1]["registered"] and 4 in checked[-1]["brokers"], checked
 
 
@@ -203,6 +219,8 @@ def test_no_artifact_of_either_run_holds_the_password(runs, cluster: SecuredClus
                                    TOPIC),
         "the store's artifacts (Data Docs, Spark log)": ("\n".join(artifacts), TOPIC),
         "Spark's argv as recorded": (json.dumps(argv), "--kafka-config"),
+        "Spark's event logs": ("\n".join(p.read_text(errors="replace") for p in runs["spark_events"].rglob("*")
+                                         if p.is_file()), TOPIC),
         "Ansible's output, events and runner artifacts":
             ("\n".join(recorder.ansible) + json.dumps(recorder.ansible_events, default=str), "kafka-4"),
     }
