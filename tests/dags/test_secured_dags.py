@@ -75,7 +75,7 @@ def cluster(airflow_db, secured_cluster: SecuredCluster) -> Iterator[SecuredClus
     config = secured_cluster.config()
     settings = {k: v for k, v in config.items() if k != "bootstrap.servers"}
     with kafka_default_connection(secured_cluster.bootstrap, settings):
-        with admin.connect(config) as conn:
+        with admin.connect(config, timeout_s=60.0) as conn:  # the group coordinator loads slowly on a busy machine
             admin.create_topic(conn, TOPIC, 3, 2)
             datagen.produce(conn.config, TOPIC, datagen.DatagenSpec(records=RECORDS, keys=100, record_bytes=200))
             ends = {p: e for p, (_, e) in admin.end_offsets(conn.config, TOPIC).items()}
