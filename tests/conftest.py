@@ -36,7 +36,7 @@ from kafkaops.platform import admin  # noqa: E402
 
 from kafkaops.platform import provision  # noqa: E402
 from kafkaops.platform import store as store_  # noqa: E402
-from tests import postgres  # noqa: E402
+from tests import postgres, secured  # noqa: E402
 from tests.sshd import remote_cluster, remote_sshd  # noqa: E402,F401  (one sshd, one remote cluster per session)
 
 # Fast failure detection for tests that stop brokers: fenced after 3 s without heartbeats.
@@ -80,6 +80,14 @@ def wait_for(predicate: Callable[[], object], *, timeout: float, what: str, inte
 def kafka_cluster() -> Iterator[RunningCluster]:
     with provision.temporary_cluster("kafkaops-it-", brokers=3, extra_config=TEST_BROKER_CONFIG) as spec:
         yield RunningCluster(spec)
+
+
+@pytest.fixture(scope="session")
+def secured_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[secured.SecuredCluster]:
+    """Three SASL_SSL (SCRAM-SHA-512) nodes brought up by the role (``tests/secured.py``), once per
+    session for tests/integration and tests/dags: its password is the canary the leak tests search."""
+    with secured.secured_cluster(tmp_path_factory.mktemp("sasl-ssl-tls"), extra_config=TEST_BROKER_CONFIG) as running:
+        yield running
 
 
 @pytest.fixture

@@ -1,43 +1,57 @@
-"""One KRaft broker whose client listener is SASL_SSL with SCRAM-SHA-512, for the tests that prove
-every client path carries the security settings and leaks none of them.
+"""A KRaft cluster whose client listener is SASL_SSL with SCRAM-SHA-512, brought up by the project's
+own role from inventory variables, for the tests that prove every client path carries the security
+settings and leaks none of them (one session fixture, ``secured_cluster`` in ``tests/conftest.py``,
+shared by tests/integration and tests/dags).
 
 The certificate is self-signed with the JDK's ``keytool`` (SAN 127.0.0.1, so hostname checks
-pass); the SCRAM credentials are written at storage format time (``StorageTool format
---add-scram``); the broker talks to itself over the same SASL_SSL listener. It runs from the jars
-of ``$KAFKAOPS_JARS/broker`` as a subprocess in its own process group, and is stopped with it.
+pass); the role formats the storage with the SCRAM user (``--add-scram``), and the brokers talk to
+each other over the same SASL_SSL listener with that login. The cluster's spec (its listeners,
+stores and SCRAM users as :attr:`ClusterSpec.inventory_vars`) is the DAGs' inventory: a scale-out
+gives the new broker the same settings. The spec holds no client config: the role's registration
+check connects with the one it is handed (:func:`kafkaops.platform.provision.check_client_vars`).
 """
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from kafkaops.platform.paths import jar_dir
-from kafkaops.platform.provision import free_ports
+from kafkaops.platform import provision
 
 #: Recognisable in any artifact a leak would leave: the tests search for it.
 PASSWORD = "Leak-Canary-7f3a9c2e"
 USER = "kafkaops-client"
+LISTENER = "CLIENT"
 
 
 @dataclass(frozen=True)
-class SecuredBroker:
-    bootstrap: str
+class SecuredCluster:
+    spec_path: Path
     ca_file: Path
-    folder: Path
+    #: The brokers' key and trust store password: only Ansible ever sees it (searched for too).
+    store_password: str
+
+    @property
+    def spec(self) -> provision.ClusterSpec:
+        """The cluster as it is now (a scale-out grows the spec file)."""
+        return provision.ClusterSpec.load(self.spec_path)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.spec.bootstrap
 
     def config(self, *, password: str = PASSWORD, ca_file: Path | None = None) -> dict[str, str]:
-        """The librdkafka config of a client of this broker (as in an Airflow ``kafka`` connection's extras)."""
-        return {"bootstrap.servers": self.bootstrap, "security.protocol": "SASL_SSL",
-                "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": USER, "sasl.password": password,
-                "ssl.ca.location": str(ca_file or self.ca_file)}
+        """The librdkafka config of a client of this cluster (as in an Airflow ``kafka`` connection's extras)."""
+        return {"bootstrap.servers": self.bootstrap, **client_settings(ca_file or self.ca_file, password)}
+
+
+def client_settings(ca_file: Path, password: str = PASSWORD) -> dict[str, str]:
+    return {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": USER,
+            "sasl.password": password, "ssl.ca.location": str(ca_file)}
 
 
 def _keytool(*args: str, cwd: Path) -> None:
@@ -55,65 +69,31 @@ def self_signed(folder: Path, name: str, store_password: str) -> tuple[Path, Pat
     return store, pem
 
 
-def _properties(values: dict[str, object]) -> str:
-    return "".join(f"{k}={v}\n" for k, v in values.items())
+def secured_vars(folder: Path, store_password: str) -> tuple[dict[str, Any], Path]:
+    """The role's inventory variables of a SASL_SSL cluster (its key and trust stores made in
+    ``folder``), and the certificate clients trust."""
+    folder.mkdir(parents=True, exist_ok=True)
+    keystore, cert = self_signed(folder, "broker", store_password)
+    truststore = folder / "trust.p12"
+    _keytool("-importcert", "-noprompt", "-alias", "broker", "-file", str(cert), "-storetype", "PKCS12",
+             "-keystore", str(truststore), "-storepass", store_password, cwd=folder)
+    return {
+        # each node's SASL_SSL listener on its own port of the spec
+        "kafka_broker_listeners": [{"name": LISTENER, "port": "{{ kafka_broker_port }}", "protocol": "SASL_SSL"}],
+        "kafka_broker_scram_users": [{"name": USER, "password": PASSWORD}],
+        "kafka_broker_ssl_keystore_path": str(keystore), "kafka_broker_ssl_keystore_password": store_password,
+        "kafka_broker_ssl_truststore_path": str(truststore), "kafka_broker_ssl_truststore_password": store_password,
+        "kafka_broker_health_retries": 150,  # TLS start-up on a loaded CI machine
+    }, cert
 
 
 @contextmanager
-def secured_broker(folder: Path, *, start_timeout_s: float = 60.0) -> Iterator[SecuredBroker]:
-    """Start the broker in ``folder`` and yield it once its SASL_SSL port accepts connections."""
-    folder.mkdir(parents=True, exist_ok=True)
+def secured_cluster(folder: Path, **spec_args: Any) -> Iterator[SecuredCluster]:
+    """Three SASL_SSL nodes (one of them the controller) through the role, up for the ``with`` block;
+    the TLS files in ``folder``. ``spec_args``: :func:`provision.local_cluster_spec`'s."""
     store_password = uuid.uuid4().hex
-    keystore, cert = self_signed(folder, "broker", store_password)
-    port, controller_port = free_ports(2)
-    jaas = (f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{USER}" '
-            f'password="{PASSWORD}";')
-    config = folder / "server.properties"
-    config.write_text(_properties({
-        "process.roles": "broker,controller", "node.id": 1,
-        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}", "controller.listener.names": "CONTROLLER",
-        "listeners": f"SASL_SSL://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"SASL_SSL://127.0.0.1:{port}",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL",
-        "inter.broker.listener.name": "SASL_SSL",
-        "sasl.enabled.mechanisms": "SCRAM-SHA-512", "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
-        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": jaas,
-        "ssl.keystore.location": keystore, "ssl.keystore.type": "PKCS12",
-        "ssl.keystore.password": store_password, "ssl.key.password": store_password,
-        "ssl.truststore.location": cert, "ssl.truststore.type": "PEM",
-        "log.dirs": folder / "data", "num.partitions": 1, "default.replication.factor": 1,
-        "offsets.topic.replication.factor": 1, "transaction.state.log.replication.factor": 1,
-        "transaction.state.log.min.isr": 1, "share.coordinator.state.topic.replication.factor": 1,
-        "share.coordinator.state.topic.min.isr": 1, "group.initial.rebalance.delay.ms": 0,
-        "auto.create.topics.enable": "false", "broker.rack": "a",
-    }))
-    classpath = f"{jar_dir('broker')}/*"
-    java = ["java", "-Xmx384m", "-XX:TieredStopAtLevel=1", "-cp", classpath]
-    subprocess.run([*java, "kafka.tools.StorageTool", "format", "--cluster-id", "kafkaops-secured-test0",
-                    "--config", str(config), "--add-scram", f"SCRAM-SHA-512=[name={USER},password={PASSWORD}]"],
-                   check=True, capture_output=True, timeout=120)
-    log = (folder / "broker.log").open("w")
-    process = subprocess.Popen([*java, "kafka.Kafka", str(config)], stdout=log, stderr=subprocess.STDOUT,
-                               start_new_session=True)
-    try:
-        deadline = time.monotonic() + start_timeout_s
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"the SASL_SSL broker exited with {process.returncode}; see {folder / 'broker.log'}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the SASL_SSL broker did not listen on {port} within {start_timeout_s:.0f} s")
-                time.sleep(0.3)
-        yield SecuredBroker(f"127.0.0.1:{port}", cert, folder)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
-        log.close()
+    inventory_vars, cert = secured_vars(folder, store_password)
+    spec_args = {"brokers": 3, "controllers": 1, "heap": "384m", **spec_args}
+    with provision.temporary_cluster("kafkaops-secured-", inventory_vars=inventory_vars,
+                                     client_config=client_settings(cert), **spec_args) as spec:
+        yield SecuredCluster(spec.save(spec.base_dir / "spec.json"), cert, store_password)

@@ -5,7 +5,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -31,11 +31,12 @@ def dagbag():
 
 
 @contextmanager
-def kafka_default_connection(bootstrap: str) -> Iterator[None]:
-    """Point the DAGs' default connection (kafka_default, from the environment) at ``bootstrap``."""
+def kafka_default_connection(bootstrap: str, settings: Mapping[str, str] | None = None) -> Iterator[None]:
+    """Point the DAGs' default connection (kafka_default, from the environment) at ``bootstrap``,
+    with more librdkafka ``settings`` in its extras (a secured cluster's ``security.protocol``, ``sasl.*``, ``ssl.*``)."""
     old = os.environ.get("AIRFLOW_CONN_KAFKA_DEFAULT")
     os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = json.dumps(
-        {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}})
+        {"conn_type": "kafka", "extra": {**(settings or {}), "bootstrap.servers": bootstrap}})
     try:
         yield
     finally:

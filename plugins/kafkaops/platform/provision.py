@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kafkaops.errors import HostUnreachable, ProvisionError
+from kafkaops.platform import redaction
 from kafkaops.platform.paths import CACHE, jar_dir
 from kafkaops.resources import playbooks
 
@@ -90,6 +91,10 @@ class ClusterSpec:
     nodes: tuple[NodeSpec, ...]
     heap: str = "512m"
     extra_config: Mapping[str, Any] = field(default_factory=dict)
+    #: More inventory variables of every node: the role's listeners, TLS stores and SCRAM users of a
+    #: secured cluster (``kafka_broker_listeners``, ``kafka_broker_ssl_*``, ``kafka_broker_scram_users``).
+    #: They hold secrets, so :meth:`save` writes the spec for its owner alone; never log them.
+    inventory_vars: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def bootstrap(self) -> str:
@@ -111,7 +116,7 @@ class ClusterSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return {"cluster_id": self.cluster_id, "base_dir": str(self.base_dir), "heap": self.heap,
-                "extra_config": dict(self.extra_config),
+                "extra_config": dict(self.extra_config), "inventory_vars": dict(self.inventory_vars),
                 "nodes": [{"node_id": n.node_id, "port": n.port, "controller_port": n.controller_port, "rack": n.rack,
                            "roles": list(n.roles), "host": n.host} for n in self.nodes]}
 
@@ -120,6 +125,7 @@ class ClusterSpec:
         try:
             return cls(cluster_id=data["cluster_id"], base_dir=Path(data["base_dir"]), heap=data.get("heap", "512m"),
                        extra_config=dict(data.get("extra_config", {})),
+                       inventory_vars=dict(data.get("inventory_vars", {})),
                        nodes=tuple(NodeSpec(node_id=int(n["node_id"]), port=int(n["port"]),
                                             controller_port=int(n["controller_port"]), rack=n.get("rack", ""),
                                             roles=tuple(n.get("roles", ("broker",))), host=n.get("host", "127.0.0.1"))
@@ -129,8 +135,11 @@ class ClusterSpec:
                 from err
 
     def save(self, path: Path) -> Path:
+        """Write the spec (mode 0600: its inventory variables may hold passwords)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=2))
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+            out.write(json.dumps(self.to_dict(), indent=2))
+        os.chmod(path, 0o600)  # a spec written before by an older kafkaops
         return path
 
     @classmethod
@@ -174,15 +183,18 @@ class ClusterSpec:
                      "kafka_broker_heap": self.heap,
                      "kafka_broker_default_replication_factor": min(3, len(self.nodes)),
                      "kafka_broker_offsets_topic_partitions": 6,
-                     "kafka_broker_extra_config": dict(self.extra_config)},
+                     "kafka_broker_extra_config": dict(self.extra_config),
+                     **self.inventory_vars},
             "children": {"kafka_cluster": {
                 "hosts": others,
                 "children": {"kafka_controllers": {"hosts": controllers}}}}}}
 
 
 def local_cluster_spec(base_dir: Path, brokers: int = 3, racks: Sequence[str] = ("rack-a", "rack-b", "rack-c"),
-                       controllers: int = 3, extra_config: Mapping[str, Any] | None = None) -> ClusterSpec:
-    """A fresh cluster on free loopback ports; the first ``controllers`` nodes are combined nodes."""
+                       controllers: int = 3, extra_config: Mapping[str, Any] | None = None,
+                       heap: str = "512m", inventory_vars: Mapping[str, Any] | None = None) -> ClusterSpec:
+    """A fresh cluster on free loopback ports; the first ``controllers`` nodes are combined nodes.
+    ``inventory_vars``: the role's variables for every node (a secured cluster's listeners, TLS, SCRAM)."""
     if controllers not in (1, 3) or controllers > brokers:
         raise ProvisionError(f"a local cluster of {brokers} nodes cannot have a quorum of {controllers} "
                              "controllers; use 1 or 3, at most the node count")
@@ -191,8 +203,8 @@ def local_cluster_spec(base_dir: Path, brokers: int = 3, racks: Sequence[str] = 
         NodeSpec(node_id=i + 1, port=ports[2 * i], controller_port=ports[2 * i + 1], rack=racks[i % len(racks)],
                  roles=("broker", "controller") if i < controllers else ("broker",))
         for i in range(brokers))
-    return ClusterSpec(cluster_id=new_cluster_id(), base_dir=Path(base_dir), nodes=nodes,
-                       extra_config=dict(extra_config or {}))
+    return ClusterSpec(cluster_id=new_cluster_id(), base_dir=Path(base_dir), nodes=nodes, heap=heap,
+                       extra_config=dict(extra_config or {}), inventory_vars=dict(inventory_vars or {}))
 
 
 @dataclass(frozen=True)
@@ -264,6 +276,9 @@ def run_playbook(playbook: str, inventory: Mapping[str, Any] | str | Path, *,
     the hosts (an Airflow SSH connection's), over what the inventory says."""
     project = playbooks()
     env = {
+        # ansible-runner starts from this process' environment and writes it into its artifacts: the
+        # worker's credentials (Airflow connections given by the environment, ...) reach neither.
+        **{name: "" for name in redaction.secret_env_names(os.environ)},
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "ANSIBLE_ROLES_PATH": str(project / "roles"),
         "ANSIBLE_HOST_KEY_CHECKING": "False",
@@ -346,15 +361,27 @@ def _failure_message(result: Mapping[str, Any]) -> str:
     return text
 
 
-def cluster_up(spec: ClusterSpec | None = None, *, limit: Iterable[str] | None = None) -> ProvisionResult:
+def cluster_up(spec: ClusterSpec | None = None, *, limit: Iterable[str] | None = None,
+               client_config: Mapping[str, Any] | None = None) -> ProvisionResult:
     """Converge the cluster. ``spec`` None: the local one of ``make cluster-up``, whose spec is then
-    written to :data:`LOCAL_SPEC` (:func:`save_local_spec`)."""
+    written to :data:`LOCAL_SPEC` (:func:`save_local_spec`). ``client_config``: the Kafka connection's
+    config, for the role's registration check (:func:`check_client_vars`)."""
     inventory, extravars = _inventory(spec)
+    extravars.update(check_client_vars(client_config))
     result = run_playbook("cluster_up.yml", inventory, extravars=extravars,
                           limit=",".join(limit) if limit else None)
     if spec is None:
         save_local_spec()
     return result
+
+
+def check_client_vars(client_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The extra vars that make the role's registration check connect as the Kafka connection does
+    (its ``security.protocol``, ``sasl.*``, ``ssl.*``; the check names its own bootstrap): passed in
+    ansible-runner's 0600 extravars file, never on a command line, read by a ``no_log`` parameter.
+    Empty for no config, or one with nothing beside ``bootstrap.servers`` (the inventory's own then)."""
+    settings = {str(k): str(v) for k, v in (client_config or {}).items() if k != "bootstrap.servers"}
+    return {"kafka_broker_check_client_config": settings} if settings else {}
 
 
 def cluster_down(spec: ClusterSpec | None = None, *, purge: bool = False,
@@ -433,15 +460,17 @@ def _inventory(spec: ClusterSpec | None) -> tuple[Mapping[str, Any] | Path, dict
 
 
 @contextmanager
-def temporary_cluster(prefix: str = "kafkaops-", **spec_args: Any) -> Iterator[ClusterSpec]:
+def temporary_cluster(prefix: str = "kafkaops-", *, client_config: Mapping[str, Any] | None = None,
+                      **spec_args: Any) -> Iterator[ClusterSpec]:
     """A throw-away local cluster (``local_cluster_spec`` arguments) in a new temp dir, up for the
     ``with`` block and gone afterwards: stopped through the role, any straggler killed (also at
-    interpreter exit), the folder removed. Tests and benchmarks start their clusters with it."""
+    interpreter exit), the folder removed. Tests and benchmarks start their clusters with it.
+    ``client_config``: how the registration check connects to a secured cluster (:func:`cluster_up`)."""
     base = Path(tempfile.mkdtemp(prefix=prefix))
     atexit.register(kill_strays, base)
     spec = local_cluster_spec(base, **spec_args)
     try:
-        cluster_up(spec)
+        cluster_up(spec, client_config=client_config)
         yield spec
     finally:
         try:

@@ -21,6 +21,20 @@ _SECRET_KEY = re.compile(r"(password|passphrase|secret|jaas[._]config|key[._]pem
                          r"|oauthbearer[._]config|token)$", re.IGNORECASE)
 
 
+#: Environment variables whose values are credentials: Airflow's connections and variables given by
+#: the environment, its secret settings (the Fernet key, database and Celery URLs, ``*_SECRET``...),
+#: the kafkaops store's URL, and any ``*PASSWORD``, ``*SECRET``, ``*TOKEN``.
+_SECRET_ENV = re.compile(r"^AIRFLOW_(CONN|VAR)_|^AIRFLOW__.*(FERNET_KEY|SQL_ALCHEMY_CONN|RESULT_BACKEND|BROKER_URL)$"
+                         r"|^KAFKAOPS_STORE_URL$|(PASSWORD|SECRET|SECRET_KEY|TOKEN)$", re.IGNORECASE)
+
+
+def secret_env_names(environ: Mapping[str, str]) -> list[str]:
+    """The variables of ``environ`` that carry credentials, for the child processes that need none of
+    them (Ansible, which also writes its whole environment into its runner artifacts; the Spark
+    apps). Ansible's own ``ANSIBLE_*`` settings are never among them."""
+    return sorted(k for k in environ if _SECRET_ENV.search(k) and not k.startswith("ANSIBLE_"))
+
+
 def is_secret(key: str) -> bool:
     """True when the value of the client setting ``key`` must never be shown."""
     return bool(_SECRET_KEY.search(key.removeprefix("kafka.")))

@@ -134,6 +134,13 @@ def tuning_options(pairs: Sequence[str]) -> dict[str, str]:
     return options
 
 
+def child_env() -> dict[str, str]:
+    """This process' environment without the credentials an app needs none of (the worker's Airflow
+    connections given by the environment, ...: :func:`kafkaops.platform.redaction.secret_env_names`)."""
+    hidden = set(redaction.secret_env_names(os.environ))
+    return {k: v for k, v in os.environ.items() if k not in hidden}
+
+
 def log_tail(log_file: Path, chars: int = LOG_TAIL_CHARS) -> str:
     try:
         return log_file.read_text(errors="replace")[-chars:]
@@ -165,7 +172,7 @@ def run_spark_app(app: str, args: Sequence[str], *, output: Path, log_file: Path
         if on_start is not None:
             on_start(command)
         try:
-            done = subprocess.run(command, cwd=log_file.parent, stdout=out,
+            done = subprocess.run(command, cwd=log_file.parent, stdout=out, env=child_env(),
                                   stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired as err:
             raise SparkAppFailed(f"{what} did not finish within {timeout_s:.0f} s and was stopped (log {log_file}); "

@@ -141,7 +141,7 @@ def provision_brokers(ctx: OperationContext, ssh: provision.SshLogin | None = No
         ctx.fence("provision brokers")
         hosts = [n.hostname for n in added]
         try:
-            provision.cluster_up(grown, limit=hosts)
+            provision.cluster_up(grown, limit=hosts, client_config=ctx.conn_config)  # the check logs in as we do
         except KafkaOpsError as err:
             _stop_half_provisioned(ctx, grown, hosts, err)
             raise
@@ -156,7 +156,8 @@ def provision_brokers(ctx: OperationContext, ssh: provision.SshLogin | None = No
                                       f"{', '.join(hosts)} of {path}" + (ssh.describe() if ssh else ""),
                          provisioning_hosts=hosts)
         ctx.fence("provision brokers")
-        provision.run_playbook("cluster_up.yml", path, limit=",".join(hosts), ssh=ssh)
+        provision.run_playbook("cluster_up.yml", path, limit=",".join(hosts), ssh=ssh,
+                               extravars=provision.check_client_vars(ctx.conn_config))
         new = [{"id": i, "rack": (p.new_broker_racks[k] if k < len(p.new_broker_racks) else None), "hostname": hosts[k]}
                for k, i in enumerate(p.new_broker_ids)]
     where = ", ".join(f"{b['id']} on {b.get('hostname') or b['host']}" for b in new)

@@ -1,6 +1,7 @@
-"""kafkaops against a SASL_SSL (SCRAM-SHA-512) broker: every client path takes the whole client
-config, and the recognisable password of ``tests/secured.py`` appears in no output, log, trigger
-kwargs, audit event, artifact or Spark argv. Wrong credentials and an untrusted certificate fail at
+"""kafkaops against the session's SASL_SSL (SCRAM-SHA-512) cluster, brought up by the role
+(``tests/secured.py``): every client path takes the whole client config, and the recognisable
+password of ``tests/secured.py`` appears in no output, log, trigger kwargs, audit event, artifact
+or Spark argv. Wrong credentials and an untrusted certificate fail at
 once with an error naming the connection."""
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,20 +20,20 @@ import pytest
 
 from kafkaops.errors import KafkaAuthFailed
 from kafkaops.platform import admin, lifecycle, spark, store
-from tests.secured import PASSWORD, SecuredBroker, secured_broker, self_signed
+from tests.secured import PASSWORD, SecuredCluster, self_signed
 from tests.store_fixtures import local_store  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[3]
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredBroker]:
-    with secured_broker(tmp_path_factory.mktemp("sasl-ssl")) as running:
-        yield running
+@pytest.fixture
+def broker(secured_cluster: SecuredCluster) -> SecuredCluster:
+    """The session's SASL_SSL cluster (tests/conftest.py): the DAG tests may have grown it by a broker."""
+    return secured_cluster
 
 
 @pytest.fixture
-def config_file(broker: SecuredBroker, tmp_path: Path) -> Path:
+def config_file(broker: SecuredCluster, tmp_path: Path) -> Path:
     path = tmp_path / "kafka.json"
     path.write_text(json.dumps(broker.config()))
     return path
@@ -49,7 +49,7 @@ def no_canary(where: str, text: str) -> None:
     assert PASSWORD not in text, f"the password leaked into {where}"
 
 
-def test_the_cli_snapshots_writes_plans_and_executes_on_sasl_ssl(broker: SecuredBroker, config_file: Path,
+def test_the_cli_snapshots_writes_plans_and_executes_on_sasl_ssl(broker: SecuredCluster, config_file: Path,
                                                                    tmp_path: Path) -> None:
     made = kafkaops("datagen", "--kafka-config", str(config_file), "--topic", "orders", "--partitions", "3",
                     "--replication-factor", "1", "--records", "300", "--skew", "hot")
@@ -58,15 +58,16 @@ def test_the_cli_snapshots_writes_plans_and_executes_on_sasl_ssl(broker: Secured
     snap = kafkaops("snapshot", "--kafka-config", str(config_file), "--topic", "orders", "--json")
     assert snap.returncode == 0, snap.stderr
     cluster = json.loads(snap.stdout)
-    assert cluster["cluster_id"] == "kafkaops-secured-test0"
+    assert cluster["cluster_id"] == broker.spec.cluster_id
     assert sum(p["end_offset"] for p in cluster["partitions"]) == 300
     plan_file = tmp_path / "plan.json"
     planned = kafkaops("plan", "--bootstrap-server", broker.bootstrap, "--kafka-config", str(config_file),
-                       "--brokers", "1", "--output", str(plan_file))
+                       "--topic", "orders", "--output", str(plan_file))
     assert planned.returncode == 0, planned.stderr
-    # one broker: nothing to move, so the plan holds every partition where it is, and execute
-    # converges at once (its kafka-python calls, throttles and the store lock all on SASL_SSL)
-    same = {"version": 1, "partitions": [{"topic": "orders", "partition": p, "replicas": [1]} for p in range(3)]}
+    # a plan that holds every partition where it is: execute converges at once (its kafka-python
+    # calls, throttles and the store lock all on SASL_SSL)
+    same = {"version": 1, "partitions": [{"topic": "orders", "partition": p["partition"], "replicas": p["replicas"]}
+                                         for p in cluster["partitions"]]}
     plan_file.write_text(json.dumps(same))
     store_url = f"sqlite:///{tmp_path / 'kafkaops.db'}"
     ran = kafkaops("execute", "--bootstrap-server", broker.bootstrap, "--kafka-config", str(config_file),
@@ -85,7 +86,7 @@ def test_the_cli_snapshots_writes_plans_and_executes_on_sasl_ssl(broker: Secured
         no_canary("the store's events", json.dumps(st.events(op["dag_id"], op["run_id"]), default=str))
 
 
-def test_an_airflow_connection_feeds_the_cli_and_the_triggers(broker: SecuredBroker, caplog: pytest.LogCaptureFixture,
+def test_an_airflow_connection_feeds_the_cli_and_the_triggers(broker: SecuredCluster, caplog: pytest.LogCaptureFixture,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     from kafkaops.airflow.triggers import BrokersRegisteredTrigger, ReassignmentProgressTrigger
 
@@ -100,9 +101,10 @@ def test_an_airflow_connection_feeds_the_cli_and_the_triggers(broker: SecuredBro
     with admin.connect(broker.config()) as kafka:
         admin.create_topic(kafka, "moved", 1, 1)
         before = admin.snapshot(kafka, topics=["moved"]).to_dict()
-    plan = {"kafka_json": {"version": 1, "partitions": [{"topic": "moved", "partition": 0, "replicas": [1]}]}}
+    where = before["partitions"][0]["replicas"]  # the trigger waits for a plan already in place
+    plan = {"kafka_json": {"version": 1, "partitions": [{"topic": "moved", "partition": 0, "replicas": where}]}}
     caplog.set_level(logging.DEBUG)
-    registered = BrokersRegisteredTrigger("kafka_secure", [1], timeout_s=30)
+    registered = BrokersRegisteredTrigger("kafka_secure", [1, 2, 3], timeout_s=30)
     progress = ReassignmentProgressTrigger("kafka_secure", steps.wait_spec(plan, [("moved", 0)], before), time.time(),
                                            stall_timeout_s=20)
 
@@ -118,7 +120,7 @@ def test_an_airflow_connection_feeds_the_cli_and_the_triggers(broker: SecuredBro
 
 
 def test_the_key_skew_spark_job_reads_sasl_ssl_with_its_config_in_a_file(
-        broker: SecuredBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+        broker: SecuredCluster, monkeypatch: pytest.MonkeyPatch) -> None:
     from kafkaops.capacity import steps as capacity_steps
 
     config = admin.connection_config(broker.config(), name="Airflow connection 'kafka_secure'")
@@ -147,7 +149,7 @@ def test_the_key_skew_spark_job_reads_sasl_ssl_with_its_config_in_a_file(
     no_canary("the Spark log", seen["log"])
 
 
-def test_the_rekey_backfill_copies_and_verifies_on_sasl_ssl(broker: SecuredBroker, tmp_path: Path) -> None:
+def test_the_rekey_backfill_copies_and_verifies_on_sasl_ssl(broker: SecuredCluster, tmp_path: Path) -> None:
     """Both the Spark source and sink and the driver's own admin calls (watermarks, the sample) use
     the file's settings."""
     from kafkaops.cli.datagen import DatagenSpec, produce
@@ -176,7 +178,7 @@ def test_the_rekey_backfill_copies_and_verifies_on_sasl_ssl(broker: SecuredBroke
     no_canary("the backfill's Spark log", log_file.read_text(errors="replace"))
 
 
-def test_wrong_credentials_fail_begin_at_once_naming_the_connection(broker: SecuredBroker, local_store: Any,
+def test_wrong_credentials_fail_begin_at_once_naming_the_connection(broker: SecuredCluster, local_store: Any,
                                                                     tmp_path: Path) -> None:
     wrong = admin.connection_config(broker.config(password="not-the-password"), name="Airflow connection 'kafka_x'")
     ctx = lifecycle.OperationContext("kafka_scale_out", "secured-wrong", wrong,

@@ -55,6 +55,26 @@ def test_spec_round_trips_and_grows_by_new_brokers(tmp_path: Path) -> None:
         spec.with_new_brokers(0)
 
 
+def test_a_secured_spec_keeps_its_role_variables_for_new_brokers_in_a_file_for_its_owner(tmp_path: Path) -> None:
+    listeners = [{"name": "CLIENT", "port": "{{ kafka_broker_port }}", "protocol": "SASL_SSL"}]
+    spec = provision.local_cluster_spec(tmp_path, brokers=3, controllers=1, heap="256m", inventory_vars={
+        "kafka_broker_listeners": listeners, "kafka_broker_scram_users": [{"name": "u", "password": "pw-1"}]})
+    path = spec.save(tmp_path / "spec.json")
+    assert path.stat().st_mode & 0o777 == 0o600
+    grown, _ = provision.ClusterSpec.load(path).with_new_brokers(1)
+    variables = grown.inventory()["all"]["vars"]
+    assert variables["kafka_broker_listeners"] == listeners and variables["kafka_broker_heap"] == "256m"
+    assert variables["kafka_broker_scram_users"] == [{"name": "u", "password": "pw-1"}]
+    assert "pw-1" not in repr(grown)
+
+
+def test_the_registration_check_gets_the_connection_config_without_its_bootstrap() -> None:
+    config = {"bootstrap.servers": "h:1", "security.protocol": "SASL_SSL", "sasl.password": "pw"}
+    assert provision.check_client_vars(config) == {
+        "kafka_broker_check_client_config": {"security.protocol": "SASL_SSL", "sasl.password": "pw"}}
+    assert provision.check_client_vars({"bootstrap.servers": "h:1"}) == provision.check_client_vars(None) == {}
+
+
 def test_a_failed_command_names_its_exit_code_and_what_it_printed() -> None:
     from kafkaops.platform.provision import _failure_message
 

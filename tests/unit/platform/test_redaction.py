@@ -92,3 +92,14 @@ def test_kafka_python_gets_the_same_security_settings() -> None:
     with pytest.raises(ConfigError, match="ssl.key.pem") as err:
         admin.kafka_python_args(CONFIG)
     assert PASSWORD not in str(err.value)
+
+
+def test_the_credentials_of_the_environment_are_named_for_child_processes() -> None:
+    environ = {"AIRFLOW_CONN_KAFKA_DEFAULT": "{}", "AIRFLOW_VAR_X": "1", "AIRFLOW__CORE__FERNET_KEY": "k",
+               "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://u:p@h/db", "AIRFLOW__API_AUTH__JWT_SECRET": "s",
+               "KAFKAOPS_STORE_URL": "postgresql://u:p@h/ops", "PGPASSWORD": "p", "GITHUB_TOKEN": "t",
+               "ANSIBLE_BECOME_PASSWORD": "b", "AIRFLOW_HOME": "/a", "PATH": "/bin", "KAFKAOPS_CACHE": "/c",
+               "AIRFLOW__CORE__DAGS_FOLDER": "/d"}
+    assert redaction.secret_env_names(environ) == [
+        "AIRFLOW_CONN_KAFKA_DEFAULT", "AIRFLOW_VAR_X", "AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__CORE__FERNET_KEY",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "GITHUB_TOKEN", "KAFKAOPS_STORE_URL", "PGPASSWORD"]

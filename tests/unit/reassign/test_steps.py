@@ -197,7 +197,7 @@ def test_a_retried_provision_converges_the_brokers_it_chose_and_adds_no_more(
     """The first try chose and started broker 4 and saved the spec, then Airflow lost its state: the
     retry starts broker 4 again (the role converges it) instead of adding broker 5."""
     started = []
-    monkeypatch.setattr(provision, "cluster_up", lambda spec, *, limit=None: started.append(list(limit)))
+    monkeypatch.setattr(provision, "cluster_up", lambda spec, *, limit=None, client_config=None: started.append(list(limit)))
     spec_path, ctx = _provisioning_run(local_store, tmp_path)
     first = steps.provision_brokers(ctx)
     retry = steps.provision_brokers(ctx)
@@ -216,7 +216,7 @@ def test_a_failed_provision_stops_what_it_started_and_its_retry_takes_the_same_i
 
     calls = []
 
-    def failing_up(spec, *, limit=None):
+    def failing_up(spec, *, limit=None, client_config=None):
         calls.append(("up", list(limit)))
         if len(calls) == 1:
             raise ProvisionError("playbook cluster_up.yml failed: task 'Check broker 4 answers' failed")
