@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -64,41 +64,3 @@ class ReassignmentProgressTrigger(BaseTrigger):
                                     **(status or {"in_flight": [], "text": "no answer from the cluster"})})
                 return
             await asyncio.sleep(self.poll_interval_s)
-
-
-class BrokersRegisteredTrigger(BaseTrigger):
-    """Poll the controller until every broker of ``broker_ids`` is registered, or time out."""
-
-    def __init__(self, kafka_conn_id: str, broker_ids: Sequence[int], timeout_s: float = 300.0,
-                 poll_interval_s: float = 2.0) -> None:
-        super().__init__()
-        self.kafka_conn_id = kafka_conn_id
-        self.broker_ids = [int(b) for b in broker_ids]
-        self.timeout_s = timeout_s
-        self.poll_interval_s = poll_interval_s
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return ("kafkaops.airflow.triggers.BrokersRegisteredTrigger",
-                {"kafka_conn_id": self.kafka_conn_id, "broker_ids": self.broker_ids, "timeout_s": self.timeout_s,
-                 "poll_interval_s": self.poll_interval_s})
-
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        from kafkaops.airflow.hooks import aget_config
-        from kafkaops.reassign.steps import registered_brokers
-
-        config = await aget_config(self.kafka_conn_id)
-        deadline = time.monotonic() + self.timeout_s
-        registered: list[int] = []
-        while time.monotonic() < deadline:
-            try:
-                registered = await asyncio.to_thread(registered_brokers, config)
-            except Exception as err:
-                self.log.warning("cannot ask the controller yet: %s", err)
-            missing = sorted(set(self.broker_ids) - set(registered))
-            self.log.info("registered brokers %s; waiting for %s", registered, missing or "none")
-            if not missing:
-                yield TriggerEvent({"status": "registered", "registered": registered})
-                return
-            await asyncio.sleep(self.poll_interval_s)
-        yield TriggerEvent({"status": "timeout", "registered": registered,
-                            "missing": sorted(set(self.broker_ids) - set(registered))})

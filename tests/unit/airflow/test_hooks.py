@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient
 
 from kafkaops.airflow.hooks import (KafkaOpsHook, aget_config, config_from_connection, kafkaops_store,
                                    store_url_from_connection)
-from kafkaops.airflow.triggers import BrokersRegisteredTrigger, ReassignmentProgressTrigger
+from kafkaops.airflow.triggers import ReassignmentProgressTrigger
 from kafkaops.errors import ConfigError
 from kafkaops.platform.store import StoreError
 
@@ -148,7 +148,6 @@ def test_login_and_password_stand_in_for_missing_sasl_credentials() -> None:
 
 @pytest.mark.parametrize("trigger", [
     lambda: ReassignmentProgressTrigger("kafka_prod", {"partitions": []}, 1.0),
-    lambda: BrokersRegisteredTrigger("kafka_prod", [4, 5]),
 ])
 def test_a_trigger_stores_the_connection_id_never_the_config(trigger: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Trigger kwargs go to Airflow's database: no password there; the triggerer reads the same
