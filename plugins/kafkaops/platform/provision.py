@@ -27,6 +27,9 @@ from kafkaops.resources import playbooks
 
 log = logging.getLogger(__name__)
 
+KAFKA_LINES = ("3.9",)
+"""Kafka lines besides the default (Kafka 4) whose broker jars ``make setup`` fetches, each into
+``broker-<line>`` of the jar cache (jvm/broker-<line>/pom.xml)."""
 LOCAL_INVENTORY = playbooks() / "inventory" / "local.yml"
 LOCAL_BASE_DIR = CACHE / "cluster"
 LOCAL_SPEC = CACHE / "local-cluster.json"
@@ -90,6 +93,9 @@ class ClusterSpec:
     nodes: tuple[NodeSpec, ...]
     heap: str = "512m"
     extra_config: Mapping[str, Any] = field(default_factory=dict)
+    kafka_version: str = ""
+    """The Kafka line the nodes run: "" the default jar set (``broker``, Kafka 4), else a line of
+    :data:`KAFKA_LINES` such as "3.9", run from the jar set ``broker-3.9`` of the same cache."""
 
     @property
     def bootstrap(self) -> str:
@@ -112,6 +118,7 @@ class ClusterSpec:
     def to_dict(self) -> dict[str, Any]:
         return {"cluster_id": self.cluster_id, "base_dir": str(self.base_dir), "heap": self.heap,
                 "extra_config": dict(self.extra_config),
+                **({"kafka_version": self.kafka_version} if self.kafka_version else {}),
                 "nodes": [{"node_id": n.node_id, "port": n.port, "controller_port": n.controller_port, "rack": n.rack,
                            "roles": list(n.roles), "host": n.host} for n in self.nodes]}
 
@@ -120,6 +127,7 @@ class ClusterSpec:
         try:
             return cls(cluster_id=data["cluster_id"], base_dir=Path(data["base_dir"]), heap=data.get("heap", "512m"),
                        extra_config=dict(data.get("extra_config", {})),
+                       kafka_version=str(data.get("kafka_version", "")),
                        nodes=tuple(NodeSpec(node_id=int(n["node_id"]), port=int(n["port"]),
                                             controller_port=int(n["controller_port"]), rack=n.get("rack", ""),
                                             roles=tuple(n.get("roles", ("broker",))), host=n.get("host", "127.0.0.1"))
@@ -167,7 +175,7 @@ class ClusterSpec:
         others = {n.hostname: host_vars(n) for n in self.nodes if not n.is_controller}
         return {"all": {
             "vars": {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}",
-                     "kafka_broker_classpath_dir": "{{ kafkaops_broker_jars }}",
+                     "kafka_broker_classpath_dir": broker_jars(self.kafka_version),
                      "kafka_broker_provisioner": "process",
                      "kafka_broker_cluster_id": self.cluster_id,
                      "kafka_broker_base_dir": str(self.base_dir),
@@ -180,9 +188,22 @@ class ClusterSpec:
                 "children": {"kafka_controllers": {"hosts": controllers}}}}}}
 
 
+def broker_jars(kafka_version: str = "") -> str:
+    """The broker classpath folder of a Kafka line, as the inventory's ``kafka_broker_classpath_dir``:
+    the default jar set (the ``kafkaops_broker_jars`` extra var) or ``broker-<line>`` of the jar cache."""
+    if not kafka_version:
+        return "{{ kafkaops_broker_jars }}"
+    if kafka_version not in KAFKA_LINES:
+        raise ProvisionError(f"no jar set for Kafka {kafka_version!r}: kafkaops runs the lines {sorted(KAFKA_LINES)} "
+                             "(jvm/pom.xml); leave kafka_version empty for the default one")
+    return str(jar_dir(f"broker-{kafka_version}"))
+
+
 def local_cluster_spec(base_dir: Path, brokers: int = 3, racks: Sequence[str] = ("rack-a", "rack-b", "rack-c"),
-                       controllers: int = 3, extra_config: Mapping[str, Any] | None = None) -> ClusterSpec:
-    """A fresh cluster on free loopback ports; the first ``controllers`` nodes are combined nodes."""
+                       controllers: int = 3, extra_config: Mapping[str, Any] | None = None,
+                       kafka_version: str = "") -> ClusterSpec:
+    """A fresh cluster on free loopback ports; the first ``controllers`` nodes are combined nodes;
+    ``kafka_version`` as :attr:`ClusterSpec.kafka_version`."""
     if controllers not in (1, 3) or controllers > brokers:
         raise ProvisionError(f"a local cluster of {brokers} nodes cannot have a quorum of {controllers} "
                              "controllers; use 1 or 3, at most the node count")
@@ -192,7 +213,7 @@ def local_cluster_spec(base_dir: Path, brokers: int = 3, racks: Sequence[str] = 
                  roles=("broker", "controller") if i < controllers else ("broker",))
         for i in range(brokers))
     return ClusterSpec(cluster_id=new_cluster_id(), base_dir=Path(base_dir), nodes=nodes,
-                       extra_config=dict(extra_config or {}))
+                       extra_config=dict(extra_config or {}), kafka_version=kafka_version)
 
 
 @dataclass(frozen=True)
