@@ -57,8 +57,6 @@ def cluster(airflow_db) -> Iterator[tuple[provision.ClusterSpec, Path]]:  # noqa
             admin.create_topic(conn, LEDGER, 3, 3)
             datagen.produce(conn.config, LEDGER, datagen.DatagenSpec(records=LEDGER_RECORDS, keys=100,
                                                                      record_bytes=200))
-            ends = {p: e for p, (_, e) in admin.end_offsets(conn.config, LEDGER).items()}
-            admin.commit_group_offsets(conn, "billing", LEDGER, ends)  # a group that has caught up
         yield spec, spec_path
 
 
@@ -102,6 +100,9 @@ def test_scale_out_adds_a_3_9_broker_and_moves_replicas_onto_it(dagbag, cluster)
 
 def test_migrate_rekeys_into_more_partitions_and_translates_offsets(dagbag, cluster) -> None:  # noqa: F811
     spec, _ = cluster
+    with admin.connect(spec.bootstrap, timeout_s=60) as conn:  # a group that has caught up
+        ends = {p: e for p, (_, e) in admin.end_offsets(conn.config, LEDGER).items()}
+        admin.commit_group_offsets(conn, "billing", LEDGER, ends)
     dag_run, record = run(dagbag, "kafka_partition_increase", topic=LEDGER, new_partition_count=6, mode="migrate",
                           key_rule="field:key", dry_run=False, approval="auto_approve", cutover_group_suffix=".v2")
     assert str(dag_run.state) == "success", record
