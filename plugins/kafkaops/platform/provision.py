@@ -28,6 +28,9 @@ from kafkaops.resources import playbooks
 
 log = logging.getLogger(__name__)
 
+KAFKA_LINES = ("3.9",)
+"""Kafka lines besides the default (Kafka 4) whose broker jars ``make setup`` fetches, each into
+``broker-<line>`` of the jar cache (jvm/broker-<line>/pom.xml)."""
 LOCAL_INVENTORY = playbooks() / "inventory" / "local.yml"
 LOCAL_BASE_DIR = CACHE / "cluster"
 LOCAL_SPEC = CACHE / "local-cluster.json"
@@ -95,6 +98,9 @@ class ClusterSpec:
     #: secured cluster (``kafka_broker_listeners``, ``kafka_broker_ssl_*``, ``kafka_broker_scram_users``).
     #: They hold secrets, so :meth:`save` writes the spec for its owner alone; never log them.
     inventory_vars: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    kafka_version: str = ""
+    """The Kafka line the nodes run: "" the default jar set (``broker``, Kafka 4), else a line of
+    :data:`KAFKA_LINES` such as "3.9", run from the jar set ``broker-3.9`` of the same cache."""
 
     @property
     def bootstrap(self) -> str:
@@ -117,6 +123,7 @@ class ClusterSpec:
     def to_dict(self) -> dict[str, Any]:
         return {"cluster_id": self.cluster_id, "base_dir": str(self.base_dir), "heap": self.heap,
                 "extra_config": dict(self.extra_config), "inventory_vars": dict(self.inventory_vars),
+                **({"kafka_version": self.kafka_version} if self.kafka_version else {}),
                 "nodes": [{"node_id": n.node_id, "port": n.port, "controller_port": n.controller_port, "rack": n.rack,
                            "roles": list(n.roles), "host": n.host} for n in self.nodes]}
 
@@ -126,6 +133,7 @@ class ClusterSpec:
             return cls(cluster_id=data["cluster_id"], base_dir=Path(data["base_dir"]), heap=data.get("heap", "512m"),
                        extra_config=dict(data.get("extra_config", {})),
                        inventory_vars=dict(data.get("inventory_vars", {})),
+                       kafka_version=str(data.get("kafka_version", "")),
                        nodes=tuple(NodeSpec(node_id=int(n["node_id"]), port=int(n["port"]),
                                             controller_port=int(n["controller_port"]), rack=n.get("rack", ""),
                                             roles=tuple(n.get("roles", ("broker",))), host=n.get("host", "127.0.0.1"))
@@ -176,7 +184,7 @@ class ClusterSpec:
         others = {n.hostname: host_vars(n) for n in self.nodes if not n.is_controller}
         return {"all": {
             "vars": {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}",
-                     "kafka_broker_classpath_dir": "{{ kafkaops_broker_jars }}",
+                     "kafka_broker_classpath_dir": broker_jars(self.kafka_version),
                      "kafka_broker_provisioner": "process",
                      "kafka_broker_cluster_id": self.cluster_id,
                      "kafka_broker_base_dir": str(self.base_dir),
@@ -190,11 +198,24 @@ class ClusterSpec:
                 "children": {"kafka_controllers": {"hosts": controllers}}}}}}
 
 
+def broker_jars(kafka_version: str = "") -> str:
+    """The broker classpath folder of a Kafka line, as the inventory's ``kafka_broker_classpath_dir``:
+    the default jar set (the ``kafkaops_broker_jars`` extra var) or ``broker-<line>`` of the jar cache."""
+    if not kafka_version:
+        return "{{ kafkaops_broker_jars }}"
+    if kafka_version not in KAFKA_LINES:
+        raise ProvisionError(f"no jar set for Kafka {kafka_version!r}: kafkaops runs the lines {sorted(KAFKA_LINES)} "
+                             "(jvm/pom.xml); leave kafka_version empty for the default one")
+    return str(jar_dir(f"broker-{kafka_version}"))
+
+
 def local_cluster_spec(base_dir: Path, brokers: int = 3, racks: Sequence[str] = ("rack-a", "rack-b", "rack-c"),
                        controllers: int = 3, extra_config: Mapping[str, Any] | None = None,
-                       heap: str = "512m", inventory_vars: Mapping[str, Any] | None = None) -> ClusterSpec:
+                       heap: str = "512m", inventory_vars: Mapping[str, Any] | None = None,
+                       kafka_version: str = "") -> ClusterSpec:
     """A fresh cluster on free loopback ports; the first ``controllers`` nodes are combined nodes.
-    ``inventory_vars``: the role's variables for every node (a secured cluster's listeners, TLS, SCRAM)."""
+    ``inventory_vars``: the role's variables for every node (a secured cluster's listeners, TLS, SCRAM);
+    ``kafka_version`` as :attr:`ClusterSpec.kafka_version`."""
     if controllers not in (1, 3) or controllers > brokers:
         raise ProvisionError(f"a local cluster of {brokers} nodes cannot have a quorum of {controllers} "
                              "controllers; use 1 or 3, at most the node count")
@@ -204,7 +225,8 @@ def local_cluster_spec(base_dir: Path, brokers: int = 3, racks: Sequence[str] = 
                  roles=("broker", "controller") if i < controllers else ("broker",))
         for i in range(brokers))
     return ClusterSpec(cluster_id=new_cluster_id(), base_dir=Path(base_dir), nodes=nodes, heap=heap,
-                       extra_config=dict(extra_config or {}), inventory_vars=dict(inventory_vars or {}))
+                       extra_config=dict(extra_config or {}), inventory_vars=dict(inventory_vars or {}),
+                       kafka_version=kafka_version)
 
 
 @dataclass(frozen=True)

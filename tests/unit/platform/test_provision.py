@@ -174,3 +174,21 @@ def test_an_ssh_connection_with_only_a_password_is_refused() -> None:
     with_key = Connection(conn_id="k", conn_type="ssh", login="deploy", password="pw", extra='{"key_file": "/k"}')
     assert provision.SshLogin.from_connection(with_key).ansible_env(Path("/nonexistent")) == {
         "ANSIBLE_REMOTE_USER": "deploy", "ANSIBLE_PRIVATE_KEY_FILE": "/k"}
+
+
+def test_a_kafka_3_9_spec_runs_its_own_jar_set_and_keeps_its_line_when_grown(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    jars = tmp_path / "jars"
+    (jars / "broker-3.9").mkdir(parents=True)
+    (jars / "broker-3.9" / "kafka-clients-3.9.2.jar").touch()
+    monkeypatch.setattr("kafkaops.platform.paths.JARS", jars)
+    spec = provision.local_cluster_spec(tmp_path, brokers=3, kafka_version="3.9")
+    assert spec.inventory()["all"]["vars"]["kafka_broker_classpath_dir"] == str(jars / "broker-3.9")
+    grown, _ = spec.with_new_brokers(1)
+    again = provision.ClusterSpec.load(grown.save(tmp_path / "spec.json"))
+    assert again.kafka_version == "3.9" and again == grown
+    default = provision.local_cluster_spec(tmp_path, brokers=1, controllers=1)
+    assert "kafka_version" not in default.to_dict()
+    assert default.inventory()["all"]["vars"]["kafka_broker_classpath_dir"] == "{{ kafkaops_broker_jars }}"
+    with pytest.raises(ProvisionError, match=r"no jar set for Kafka '3.7'"):
+        provision.local_cluster_spec(tmp_path, brokers=1, controllers=1, kafka_version="3.7").inventory()
