@@ -6,6 +6,8 @@ import atexit
 import os
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -125,3 +127,23 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 def store(store_url: str) -> store_.Store:
     """The kafkaops store on ``store_url``, at the current schema."""
     return store_.open_store(store_url)
+
+
+# -- Airflow: one migrated metadata DB and one DagBag for every test that runs a DAG ---------------------------
+
+@pytest.fixture(scope="session")
+def airflow_db() -> Path:
+    """The session's throw-away AIRFLOW_HOME with its SQLite metadata DB migrated: one for every DAG test."""
+    home = Path(os.environ["AIRFLOW_HOME"])
+    result = subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], capture_output=True,
+                            text=True, env=os.environ.copy(), timeout=300)
+    assert result.returncode == 0, f"airflow db migrate failed: {result.stderr[-2000:]}"
+    return home
+
+
+@pytest.fixture(scope="session")
+def dagbag():
+    """The DAGs of dags/, parsed once for the session."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(Path(__file__).resolve().parents[1] / "dags"))

@@ -1,33 +1,11 @@
-"""Airflow for DAG tests: a migrated SQLite metadata DB in the session's throw-away AIRFLOW_HOME."""
+"""Airflow for DAG tests: the DAGs' Kafka connection. The migrated metadata DB and the DagBag are session
+fixtures of tests/conftest.py, so every package that runs a DAG shares one."""
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
-
-import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="session")
-def airflow_db() -> Path:
-    home = Path(os.environ["AIRFLOW_HOME"])
-    result = subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], capture_output=True,
-                            text=True, env=os.environ.copy(), timeout=300)
-    assert result.returncode == 0, f"airflow db migrate failed: {result.stderr[-2000:]}"
-    return home
-
-
-@pytest.fixture(scope="session")
-def dagbag():
-    from airflow.dag_processing.dagbag import DagBag
-
-    return DagBag(dag_folder=str(REPO / "dags"))
 
 
 @contextmanager

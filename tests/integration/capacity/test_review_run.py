@@ -18,7 +18,6 @@ from kafkaops.model import Cluster
 from kafkaops.platform.partitioner import partition_for
 from kafkaops.capacity.history import ReviewHistory
 
-from tests.dags.conftest import airflow_db, dagbag  # noqa: F401  (fixtures of the DAG run)
 
 pytestmark = pytest.mark.integration
 

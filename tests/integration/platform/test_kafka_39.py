@@ -18,7 +18,7 @@ from kafkaops.platform import admin, provision, state, store
 from kafkaops.platform.partitioner import partition_for
 from kafkaops.platform.paths import jar_dir
 from tests.conftest import TEST_BROKER_CONFIG
-from tests.dags.conftest import airflow_db, dagbag, kafka_default_connection  # noqa: F401
+from tests.dags.conftest import kafka_default_connection
 from tests.dags.test_operation_dags import run
 from tests.integration.conftest import throttles_left
 

@@ -19,7 +19,6 @@ from fastapi.testclient import TestClient
 
 from kafkaops.platform import store as store_
 from kafkaops.platform.state import AuditLog
-from tests.dags.conftest import airflow_db  # noqa: F401  (the migrated metadata DB)
 from tests.unit.clusters import three_brokers_one_topic
 
 pytestmark = pytest.mark.slow
