@@ -3,6 +3,7 @@ project's Ansible role on free loopback ports, in a temp dir, once per test sess
 from __future__ import annotations
 
 import atexit
+import copy
 import os
 import re
 import shutil
@@ -14,6 +15,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -141,9 +143,22 @@ def airflow_db() -> Path:
     return home
 
 
+_LOADED_PARAMS: dict[str, dict[str, Any]] = {}
+
+
 @pytest.fixture(scope="session")
 def dagbag():
-    """The DAGs of dags/, parsed once for the session."""
+    """The DAGs of dags/, parsed once for the session; their params as loaded are kept for :func:`run_dag`."""
     from airflow.dag_processing.dagbag import DagBag
 
-    return DagBag(dag_folder=str(Path(__file__).resolve().parents[1] / "dags"))
+    bag = DagBag(dag_folder=str(Path(__file__).resolve().parents[1] / "dags"))
+    for dag_id, dag in bag.dags.items():
+        _LOADED_PARAMS[dag_id] = copy.deepcopy(dag.params.dump())
+    return bag
+
+
+def run_dag(dagbag: Any, dag_id: str, **conf: Any) -> Any:
+    """``dag.test()`` with every param given: ``conf`` over the DAG's defaults as the session loaded
+    them. dag.test() leaves a run's conf in the DAG's params, so without this an earlier run's values
+    (another module's inventory, topics, ssh_conn_id) would become the next run's defaults."""
+    return dagbag.dags[dag_id].test(run_conf={**copy.deepcopy(_LOADED_PARAMS[dag_id]), **conf})

@@ -1,7 +1,6 @@
 """The kafkaops DAGs end to end with dag.test() on a real cluster of their own."""
 from __future__ import annotations
 
-import copy
 import json
 import os
 import signal
@@ -17,6 +16,7 @@ from kafkaops.cli import datagen
 from kafkaops.reassign import engine
 from kafkaops.platform import provision
 from tests.conftest import TEST_BROKER_CONFIG, wait_for
+from tests.conftest import run_dag
 from tests.dags.conftest import kafka_default_connection
 from tests.integration.conftest import Traffic, throttles_left
 
@@ -38,16 +38,8 @@ def cluster(airflow_db) -> Iterator[tuple[provision.ClusterSpec, Path]]:
         yield spec, spec_path
 
 
-_DEFAULTS: dict[str, dict] = {}
-
-
 def run(dagbag, dag_id: str, **conf):
-    # every param given, the unnamed ones at the defaults the DAG had before its first run here:
-    # dag.test() leaves a run's conf in the DAG's params, so an earlier run's `topics` would
-    # otherwise become the next run's default
-    dag = dagbag.dags[dag_id]
-    defaults = _DEFAULTS.setdefault(dag_id, copy.deepcopy(dag.params.dump()))
-    dag_run = dag.test(run_conf={**copy.deepcopy(defaults), **conf})
+    dag_run = run_dag(dagbag, dag_id, **conf)
     record = state.AuditLog.for_run(dag_id, dag_run.run_id).summary()
     return dag_run, record
 

@@ -12,6 +12,7 @@ from kafkaops.platform import state, store
 from kafkaops.cli import datagen
 from kafkaops.platform import provision
 from tests.conftest import TEST_BROKER_CONFIG
+from tests.conftest import run_dag
 from tests.dags.conftest import kafka_default_connection
 
 pytestmark = pytest.mark.integration
@@ -34,7 +35,7 @@ def cluster(airflow_db) -> Iterator[provision.ClusterSpec]:
 
 
 def run(dagbag, **conf):
-    dag_run = dagbag.dags["kafka_partition_increase"].test(run_conf=conf)
+    dag_run = run_dag(dagbag, "kafka_partition_increase", **conf)
     return dag_run, state.AuditLog.for_run("kafka_partition_increase", dag_run.run_id).summary()
 
 

@@ -9,7 +9,6 @@ text is there and holds the topic (or the new broker's host)."""
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 import json
 import logging
@@ -25,6 +24,7 @@ import structlog
 
 from kafkaops.cli import datagen
 from kafkaops.platform import admin, state, store
+from tests.conftest import run_dag
 from tests.dags.conftest import kafka_default_connection
 from tests.integration.conftest import throttles_left
 from tests.secured import PASSWORD, SecuredCluster
@@ -107,14 +107,8 @@ def runs(dagbag, cluster: SecuredCluster, tmp_path_factory: pytest.TempPathFacto
            "spark_events": spark_events}
 
 
-_DEFAULTS: dict[str, dict] = {}
-
-
 def _run(dagbag, dag_id: str, **conf: Any) -> tuple[Any, dict[str, Any]]:
-    # every param given, the unnamed ones at the DAG's defaults (dag.test() keeps a run's conf in the params)
-    dag = dagbag.dags[dag_id]
-    defaults = _DEFAULTS.setdefault(dag_id, copy.deepcopy(dag.params.dump()))
-    dag_run = dag.test(run_conf={**copy.deepcopy(defaults), **conf})
+    dag_run = run_dag(dagbag, dag_id, **conf)
     return dag_run, state.AuditLog.for_run(dag_id, dag_run.run_id).summary()
 
 
