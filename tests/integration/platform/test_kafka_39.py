@@ -44,7 +44,7 @@ def running_release(spec: provision.ClusterSpec, node_id: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster(airflow_db) -> Iterator[tuple[provision.ClusterSpec, Path]]:  # noqa: F811
+def cluster(airflow_db) -> Iterator[tuple[provision.ClusterSpec, Path]]:
     """Three combined 3.9 nodes (a quorum of three static voters), for this module only; its spec
     is the DAGs' inventory and grows with the scale-out."""
     with provision.temporary_cluster("kafkaops-k39-", brokers=3, controllers=3, kafka_version="3.9",
@@ -76,7 +76,7 @@ def test_the_cluster_runs_kafka_3_9_with_its_own_config(cluster) -> None:
     assert sorted(b.id for b in brokers) == [1, 2, 3] and controller in (1, 2, 3)
 
 
-def test_scale_out_adds_a_3_9_broker_and_moves_replicas_onto_it(dagbag, cluster) -> None:  # noqa: F811
+def test_scale_out_adds_a_3_9_broker_and_moves_replicas_onto_it(dagbag, cluster) -> None:
     spec, spec_path = cluster
     dag_run, record = run(dagbag, "kafka_scale_out", dry_run=False, approval="auto_approve",
                           inventory=str(spec_path), add_brokers=1, topics=[ORDERS], throttle_mb_per_s=20)
@@ -98,7 +98,7 @@ def test_scale_out_adds_a_3_9_broker_and_moves_replicas_onto_it(dagbag, cluster)
     assert all(set(p.isr) == set(p.replicas) and len(p.replicas) == 3 for p in snap.partitions)
 
 
-def test_migrate_rekeys_into_more_partitions_and_translates_offsets(dagbag, cluster) -> None:  # noqa: F811
+def test_migrate_rekeys_into_more_partitions_and_translates_offsets(dagbag, cluster) -> None:
     spec, _ = cluster
     with admin.connect(spec.bootstrap, timeout_s=60) as conn:  # a group that has caught up
         ends = {p: e for p, (_, e) in admin.end_offsets(conn.config, LEDGER).items()}
