@@ -47,6 +47,7 @@ COPY --from=wheel /wheels/ /tmp/wheels/
 # (Airflow's dags_folder) and the playbooks (the scale-out's inventory /opt/kafkaops/playbooks/inventory/compose.yml).
 RUN python -m venv /opt/kafkaops/venv \
  && /opt/kafkaops/venv/bin/pip install --no-cache-dir /tmp/wheels/kafkaops-*.whl \
+ && /opt/kafkaops/venv/bin/pip install --no-cache-dir --no-deps apache-airflow-providers-apache-spark==6.3.4 \
  && rm -rf /tmp/wheels \
  && cd / \
  && ln -s "$(/opt/kafkaops/venv/bin/python -c 'import kafkaops.resources as r; print(r.dags_folder())')" /opt/kafkaops/dags \

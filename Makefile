@@ -11,6 +11,9 @@ export KAFKAOPS_CACHE := $(or $(KAFKAOPS_CACHE),$(CURDIR)/.cache)
 export KAFKAOPS_JARS := $(JARS_DIR)
 JARS_STAMP := $(JARS_DIR)/.stamp
 PYTEST_ARGS ?=
+# Airflow's Spark provider (the Spark jobs' SparkSubmitHook), without its dependencies: they are pyspark-client,
+# whose files overlap pyspark 4.2.0's, and the Spark Connect client's grpcio-status, which kafkaops does not use.
+SPARK_PROVIDER := apache-airflow-providers-apache-spark==6.3.4
 
 .PHONY: setup postgres redis sshd browser e2e demo test lint-imports test-unit test-integration cluster-up cluster-down airflow bench clean help
 
@@ -36,6 +39,8 @@ $(VENV_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip wheel
 	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet --no-deps $(SPARK_PROVIDER)
+	$(PY) -c 'import airflow.providers.apache.spark.hooks.spark_submit'
 	touch $@
 
 $(JARS_STAMP): jvm/pom.xml jvm/broker/pom.xml jvm/broker-3.9/pom.xml jvm/tools/pom.xml jvm/spark/pom.xml jvm/spark-udf/pom.xml $(wildcard jvm/spark-udf/src/main/java/io/kafkaops/spark/*.java) $(wildcard jvm/spark-udf/src/test/java/io/kafkaops/spark/*.java) jvm/spark-udf/src/test/resources/key_rules_vectors.json

@@ -65,7 +65,8 @@ def breakdown(d: harness.Deployment, st: store.Store, run_id: str) -> dict[str, 
     in_tasks = sum(end - start for start, end in busy)
     return {"wall": wall, "moving": moving, "overhead": wall - moving, "provision": took.get("provision", 0.0),
             "gates": gates, "execute_batches": took.get("execute_batches", 0.0), "gaps": wall - in_tasks,
-            "batches": len(record["batches"]), "outcome": record["outcome"], "tasks": took, "queued": queued}
+            "batches": len(record["batches"]), "outcome": record["outcome"], "tasks": took, "queued": queued,
+            "steps": {st["name"]: st["seconds"] for st in record["steps"] if st.get("seconds")}}
 
 
 def main() -> int:
@@ -119,6 +120,9 @@ def main() -> int:
         f"| of which: the other steps | {other:.1f} |",
         "",
         "Task times (s): " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(b["tasks"].items(), key=lambda kv: -kv[1])),
+        "",
+        "Steps of the record (s): " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(b["steps"].items(),
+                                                                                key=lambda kv: -kv[1])),
         "",
         "Queued to started (s): " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(b["queued"].items(),
                                                                                 key=lambda kv: -kv[1])),

@@ -1,8 +1,8 @@
 """Key skew of a bounded sample of a topic, with Spark's Kafka connector.
 
-    python -m spark_apps.key_skew --kafka-config kafka.json --topic orders --partitions 3 \
+    spark-submit ... key_skew.py --kafka-config kafka.properties --topic orders --partitions 3 \
         --start '{"0":0,"1":0,"2":0}' --end '{"0":500,"1":500,"2":500}' \
-        [--candidate-field account_id] [--candidates 3,6,12] --output skew.json
+        [--candidate-field account_id] [--candidates 3,6,12] [--output skew.json]
 
 Spark reads exactly ``[start, end)`` of each partition and aggregates records and bytes per key,
 per partition and per candidate key (a field of the value read by the key-rule contract of
@@ -11,6 +11,9 @@ counted with exactly the key a rekey backfill by it would write); the driver tur
 the result with :func:`kafkaops.capacity.skew.summarize` (hottest keys, load now and under each
 candidate partition count, placed by Kafka's Java partitioner). The cluster's client settings come
 in the ``--kafka-config`` file (as for the rekey backfill), or ``--bootstrap`` for one without security.
+It is submitted like the backfill (:func:`kafkaops.platform.spark.run_spark_app`); the result comes
+back as the ``kafkaops-result:`` line of the driver's output (``--output`` also writes it to a file,
+for local runs).
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kafkaops.capacity import skew
-from kafkaops.platform.spark import read_kafka_config, tuning_options
+from kafkaops.platform.spark import emit_result, read_client_config, tuning_options
 from spark_apps.rekey_backfill import NEW_KEY, Kafka, kafka_options, register_new_key, spark_session
 
 log = logging.getLogger("kafkaops.key_skew")
@@ -75,19 +78,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                         "('field:NAME', 'jsonpath:$.a.b', docs/key-rules.md)")
     parser.add_argument("--candidates", default=",".join(map(str, skew.DEFAULT_CANDIDATES)),
                         help="partition counts to try, comma separated")
-    parser.add_argument("--output", required=True, help="write the JSON result here")
-    parser.add_argument("--master", default="local[1]")
-    parser.add_argument("--driver-memory", default="1g")
+    parser.add_argument("--output", help="also write the JSON result to this local file")
+    parser.add_argument("--master", default="local[1]", help="local runs only (python -m); spark-submit's wins")
+    parser.add_argument("--driver-memory", default="1g", help="local runs only; spark-submit's wins")
     parser.add_argument("--kafka-option", action="append", default=[], metavar="kafka.KEY=VALUE",
                         help="a Java client option that tunes the read; secrets are refused here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     start, end = json.loads(args.start), json.loads(args.end)
     options = tuning_options(args.kafka_option)
-    kafka: Kafka = read_kafka_config(args.kafka_config) if args.kafka_config else args.bootstrap
     spark = spark_session(args.master, app="kafkaops-key-skew", driver_memory=args.driver_memory,
                           shuffle_partitions=2)
     spark.sparkContext.setLogLevel("WARN")
+    kafka: Kafka = read_client_config(args.kafka_config) if args.kafka_config else args.bootstrap
     try:
         c = counts(spark, kafka, args.topic, start, end, args.candidate_field, options)
     finally:
@@ -97,7 +100,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                             candidates=[int(x) for x in args.candidates.split(",") if x.strip()],
                             candidate_field=args.candidate_field, candidate_per_key=c["candidate"])
     result["sample"] = {"start": start, "end": end}
-    Path(args.output).write_text(json.dumps(result, indent=1, sort_keys=True))
+    if args.output:
+        Path(args.output).write_text(json.dumps(result, indent=1, sort_keys=True))
+    emit_result(result)
     log.info("key skew of %s: %d records, %d keys, hottest %s", args.topic, result["records"], result["keys"],
              result["top_keys"][:1])
     return result

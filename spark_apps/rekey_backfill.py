@@ -2,16 +2,19 @@
 each record on the partition Kafka's Java producer would give its key, per-key order kept, every
 record exactly once, also across re-runs and restarts after a crash.
 
-    python -m spark_apps.rekey_backfill run --plan plan.json --kafka-config kafka.json [--report out.json]
+    spark-submit ... rekey_backfill.py run --plan '{...}' --kafka-config kafka.properties [--verify]
     python -m spark_apps.rekey_backfill verify --plan plan.json --bootstrap host:9092 --report out.json
 
-``--kafka-config`` names a JSON file of the cluster's librdkafka client config (the Airflow
-connection's, SASL and SSL included: :func:`kafkaops.platform.spark.run_spark_app` writes it, mode
-0600); ``--bootstrap`` alone reaches a cluster without security. Secrets never go on the command line.
+:func:`kafkaops.platform.spark.run_spark_app` submits it (spark-submit through Airflow's Spark
+provider): the plan as JSON on its command line, the cluster's librdkafka client config (the Airflow
+connection's, SASL and SSL included) as ``kafka.properties`` shipped with ``--files`` (mode 0600),
+read by its base name; the result comes back as the ``kafkaops-result:`` line of the driver's
+output. ``--bootstrap`` alone reaches a cluster without security. Secrets never go on the command
+line. A plain ``python -m`` run (tests) starts local Spark itself.
 
 Two copies, both reading exactly ``[start, end)`` of each source partition through Spark's Kafka
 source (``startingOffsets``/``endingOffsets`` JSON of the :class:`~kafkaops.rekey.backfill.BackfillPlan`)
-and writing through Spark's Kafka sink with a ``kafkaops.lineage`` header
+and writing through kafkaops' transactional sink (below) with a ``kafkaops.lineage`` header
 (``source_topic/partition/offset``) on every record:
 
 * **direct** (every new key's records are in one source partition: a partition increase by the
@@ -39,31 +42,35 @@ target partition (Kafka's ``Utils.murmur2``), on the JVM as Spark SQL functions
 the independent Python side of the same contract, which ``verify`` uses to check every key and
 reason code the copy wrote.
 
-Why the Spark sink and not confluent-kafka in ``foreachPartition``: the sink's Java producer
-writes the rows of one task in iterator order; with ``enable.idempotence=true`` and ``acks=all``
-(at most 5 requests in flight) the broker appends a producer's batches to a partition in send
-order and never twice, so whatever reaches a target partition is a *prefix* of that partition's
-planned sequence (in the direct copy: each source partition's share of it), also when the
-process is killed mid-write. The sink is at-least-once only
-across task attempts and runs; kafkaops makes it exactly-once:
+**Exactly once by construction.** The copy is written in *slices*: in the direct copy one source
+partition's records, in the merged copy one output partition's (the dead-letter topic is a slice of
+its own); one Spark task writes one slice, in an order every attempt and every run repeats (offset
+order; the merged copy's sort key is total and the snapshot bounded). The sink, jvm/spark-udf
+``TransactionalKafkaSink`` (:data:`SINK`, a Spark DataSource V2 writer: no Python per row), gives each
+slice a transactional producer whose ``transactional.id`` is the plan's
+(:func:`kafkaops.rekey.backfill.backfill_id`) and the slice's, so a new attempt's ``initTransactions()``
+fences every older one (a retried task, an executor lost but still running, a killed job) and aborts
+its open transaction. The rows go out batched, in transactions of at most ``kafkaops.chunk.rows`` rows
+and ``kafkaops.chunk.ms``; each commits, inside the same transaction, the slice's row count as the
+offset of the slice's marker partition in the plan's consumer group (``sendOffsetsToTransaction``).
+A new attempt reads its marker (read_committed: require-stable), skips that many rows and writes the
+rest. So a read_committed consumer sees each record of the plan exactly once whatever failed, and
+Spark may retry tasks.
 
-* task retries are off (``spark.task.maxFailures=1``, the ``local[N]`` default; no speculation),
-  so a failed write fails the job rather than writing a partition's rows twice;
-* before writing, the job reads the lineage headers already in the target and dead-letter topics:
-  per output partition (direct: per output partition and source partition) the count and the
-  last lineage. The planned rows up to and including that lineage must number exactly the count
-  (else it stops, naming the partition: not a prefix, not ours), and are skipped; the rest is
-  written. A re-run after success writes nothing; a re-run
-  after a crash writes exactly the missing suffix.
+Before writing, :func:`run` fences the plan's slices (a killed run's open transactions would hold
+read_committed readers back) and checks what the target holds read_committed against the markers
+(:func:`committed`, :func:`kafkaops.rekey.backfill.committed_output`): every record must carry a
+lineage of this plan and each slice's records must number its marker, else it stops, naming the
+partition (another writer, another plan). The markers also say which copy earlier runs began, and
+the run resumes it: a re-run after success writes nothing, one after a crash the missing rows.
+Records without a key under the rule go to partition 0 of the dead-letter topic (the merged copy:
+in source (partition, offset) order), with the reason code in a ``kafkaops.dead_letter_code`` header
+(``FIELD_MISSING``, ``NOT_JSON``, ...) and a free-text ``kafkaops.dead_letter_reason``. Every read of
+the copy (the check above, ``verify``) is read_committed: what consumers see.
 
-This relies on the plan's sequence per output partition being deterministic: the snapshot is
-bounded and the sort key is total (source partition and offset are unique). Records without a key
-under the rule go to partition 0 of the dead-letter topic, in source (partition, offset) order, with
-the reason code in a ``kafkaops.dead_letter_code`` header (``FIELD_MISSING``, ``NOT_JSON``, ...) and a
-free-text ``kafkaops.dead_letter_reason``; they resume the same way.
-
-``verify`` reads the snapshot, the target and the dead-letter topic back and runs
-:func:`kafkaops.rekey.backfill.check_integrity`; the report (JSON) feeds the ``backfill`` gate.
+``verify`` checks the invariants of :func:`kafkaops.rekey.backfill.check_integrity` as Spark jobs over
+the snapshot, the target and the dead-letter topic (:mod:`spark_apps.backfill_verify`); the report
+(JSON) feeds the ``backfill`` gate.
 """
 from __future__ import annotations
 
@@ -78,11 +85,11 @@ from pathlib import Path
 from typing import Any
 
 from kafkaops.platform import keyrules
-from kafkaops.platform.spark import read_kafka_config, spark_kafka_options, tuning_options
+from kafkaops.platform.spark import emit_result, read_client_config, spark_kafka_options, tuning_options
 from kafkaops.platform.paths import JARS, jar_dir
 from kafkaops.rekey import backfill
 from kafkaops.rekey.backfill import (CODE_HEADER, LINEAGE_HEADER, REASON_HEADER, BackfillPlan, OutputRecord,
-                                     ResumePoint, SourceRecord)
+                                     SourceRecord)
 
 log = logging.getLogger("kafkaops.rekey_backfill")
 
@@ -102,7 +109,8 @@ KAFKA_KEY_HASH = "kafka_key_hash"
 
 JARS_DIR = JARS / "spark"  # KAFKAOPS_JARS, else KAFKAOPS_CACHE/jars (kafkaops.platform.paths)
 
-#: Producer settings of the sink: no loss, no duplicates within a run, order kept per partition.
+#: Producer settings of the sink (which makes it idempotent and transactional with acks=all whatever
+#: these say): batching, order kept per partition.
 PRODUCER_OPTIONS = {
     "kafka.acks": "all",
     "kafka.enable.idempotence": "true",
@@ -114,30 +122,41 @@ PRODUCER_OPTIONS = {
 }
 
 
-def spark_session(master: str = "local[2]", app: str = "kafkaops-rekey-backfill", *, driver_memory: str = "1g",
+def spark_session(master: str | None = None, app: str = "kafkaops-rekey-backfill", *, driver_memory: str = "1g",
                   shuffle_partitions: int = 4) -> Any:
-    """A small local SparkSession with the Kafka connector jars of :data:`JARS_DIR`."""
+    """The app's SparkSession. Under spark-submit (:mod:`kafkaops.platform.spark`) the master, the
+    jars, the Python files and the driver's memory are spark-submit's: nothing here overrides them.
+    A plain ``python -m spark_apps...`` run (tests, benchmarks) gets local Spark (``master``, else
+    ``local[2]``) with the Kafka connector jars of :data:`JARS_DIR`."""
     from pyspark.sql import SparkSession
 
-    # Python workers, if a job ever starts one, run this interpreter (its venv has the project),
-    # not whatever python3 is on PATH; PySpark reads the variable when the context starts.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    jars = sorted(str(p) for p in jar_dir("spark").glob("*.jar"))  # SetupError naming the setting when empty
-    spark = (SparkSession.builder.master(master).appName(app)
-            .config("spark.jars", ",".join(jars))
-            .config("spark.driver.memory", driver_memory)
-            .config("spark.task.maxFailures", "1")
+    builder = SparkSession.builder.appName(app)
+    if not launched_by_spark_submit():
+        # Python workers, if a job ever starts one, run this interpreter (its venv has the project),
+        # not whatever python3 is on PATH; PySpark reads the variable when the context starts.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        jars = sorted(str(p) for p in jar_dir("spark").glob("*.jar"))  # SetupError naming the setting when empty
+        builder = (builder.master(master or "local[2]").config("spark.jars", ",".join(jars))
+                   .config("spark.driver.memory", driver_memory)
+                   # one machine: the merged copy's shuffle stays on local disk, where compressing it only
+                   # costs CPU (measured: about 20 % of the merged copy's time on 2 cores)
+                   .config("spark.shuffle.compress", "false")
+                   .config("spark.shuffle.spill.compress", "false"))
+    # A task attempt that dies (its executor lost, killed, fenced) is retried: the transactional sink
+    # (TransactionalKafkaSink) makes a retry resume its slice from the committed marker, never write twice.
+    return (builder
+            .config("spark.task.maxFailures", "4")
             .config("spark.speculation", "false")
             .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-            # one machine: the merged copy's shuffle stays on local disk, where compressing it only
-            # costs CPU (measured: about 20 % of the merged copy's time on 2 cores)
-            .config("spark.shuffle.compress", "false")
-            .config("spark.shuffle.spill.compress", "false")
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.session.timeZone", "UTC")
             .getOrCreate())
-    return spark
+
+
+def launched_by_spark_submit() -> bool:
+    """True in a driver spark-submit started: its JVM is already up and hands PySpark its gateway."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 #: Spark SQL function (jvm/spark-udf ``NewKey``) of a value rule: :func:`register_functions`.
@@ -252,7 +271,7 @@ def rekey_rows(source: Any, plan: BackfillPlan, *, ordered: bool = False) -> Any
     partition 0 of the dead-letter topic with the reason code and detail. ``order_ts`` is the merged copy's order
     timestamp (``kafkaops_order_ts``) when ``ordered``, else 0: the direct copy writes each source
     partition in offset order, which is per-key order only when no key has records in two source
-    partitions (:func:`choose_mode`)."""
+    partitions (:func:`write_direct` checks that)."""
     from pyspark.sql import functions as F
 
     if plan.rule.needs_value:
@@ -273,84 +292,99 @@ def rekey_rows(source: Any, plan: BackfillPlan, *, ordered: bool = False) -> Any
         code.cast("string").alias("code"), detail.cast("string").alias("detail"))
 
 
-# -- resume ----------------------------------------------------------------------------------------------
+# -- what earlier runs committed ---------------------------------------------------------------------------
 
-def existing_output(spark: Any, plan: BackfillPlan, bootstrap: Kafka, *, per_source: bool = False
-                    ) -> list[ResumePoint]:
-    """Per output partition already written (``per_source``: per output partition and source
-    partition): the record count and the last record's lineage."""
+#: The exactly-once sink (jvm/spark-udf ``TransactionalKafkaSink``): each slice by transactional producers
+#: of its own transactional id, its rows counted by a commit marker in the plan's consumer group.
+SINK = "io.kafkaops.spark.TransactionalKafkaSink"
+#: Options of reads of the copy: what consumers see, the records of committed transactions only.
+READ_COMMITTED = {"kafka.isolation.level": "read_committed"}
+
+
+def sink_options(plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str] | None = None) -> dict[str, str]:
+    """The options of :data:`SINK` for ``plan``: the cluster's Java client settings (secrets included:
+    never log them), the producer's tuning, and the plan's transactional id prefix and marker group
+    (:func:`kafkaops.rekey.backfill.backfill_id`)."""
+    name = backfill.backfill_id(plan)
+    return {**kafka_options(bootstrap), **PRODUCER_OPTIONS, **(options or {}),
+            "kafkaops.transactional.id.prefix": name, "kafkaops.marker.group": name}
+
+
+def _sink(spark: Any, call: str, *args: Any) -> Any:
+    """``TransactionalKafkaSink.<call>(*args)`` on the driver's JVM; its Kafka errors as BackfillError."""
+    from py4j.protocol import Py4JJavaError
+
+    method = getattr(spark.sparkContext._jvm.io.kafkaops.spark.TransactionalKafkaSink, call)
+    try:
+        return method(*args)
+    except TypeError as err:  # py4j: a JavaPackage, not the class: the jar is missing or stale
+        raise _stale_jar(SINK, err) from err
+    except Py4JJavaError as err:  # the Java client's message names no setting's value
+        raise backfill.BackfillError(f"TransactionalKafkaSink.{call} failed: {err.java_exception}; the output and the "
+                                     "markers are as the last commit left them: run the backfill again once the "
+                                     "cluster answers") from err
+
+
+def markers(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str] | None = None
+            ) -> dict[tuple[str, int], int]:
+    """The plan's commit markers: slice (its marker's topic partition) -> rows committed."""
+    found = _sink(spark, "committed", sink_options(plan, bootstrap, options))
+    return {(k.rsplit("/", 1)[0], int(k.rsplit("/", 1)[1])): int(v) for k, v in found.items()}
+
+
+def fence(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str] | None = None) -> None:
+    """Fence every slice of both copies: a transaction a killed run left open is aborted, so
+    read_committed reads see past it at once, and no attempt of that run can commit any more."""
+    names = backfill.slices(plan, backfill.DIRECT) + backfill.slices(plan, backfill.MERGED)
+    _sink(spark, "fence", sink_options(plan, bootstrap, options), [t for t, _ in names], [p for _, p in names])
+
+
+def forget_markers(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str] | None = None) -> None:
+    """Delete the plan's marker group: every slice starts again from its first row."""
+    _sink(spark, "forget", sink_options(plan, bootstrap, options))
+
+
+def output_counts(spark: Any, plan: BackfillPlan, bootstrap: Kafka) -> list[backfill.OutputCount]:
+    """The committed records of the target and dead-letter topics (read_committed) per output partition
+    and lineage source partition, with their least and greatest source offsets: one Spark aggregation."""
     from pyspark.sql import functions as F
 
-    frame = (spark.read.format("kafka").options(**kafka_options(bootstrap))
+    frame = (spark.read.format("kafka").options(**kafka_options(bootstrap)).options(**READ_COMMITTED)
              .option("subscribe", f"{plan.target_topic},{plan.dead_letter_topic}")
              .option("startingOffsets", "earliest").option("endingOffsets", "latest")
              .option("includeHeaders", "true").load())
-    lineage = F.filter("headers", lambda h: h["key"] == F.lit(LINEAGE_HEADER))
-    lineage = F.element_at(lineage, 1)["value"]
-    # a topic name holds no '/', so the source partition is the middle of topic/partition/offset
-    source = F.split(lineage.cast("string"), "/").getItem(1).cast("int") if per_source else F.lit(None)
-    rows = (frame.select("topic", "partition", "offset", lineage.alias("lineage"), source.alias("source"))
-            .groupBy("topic", "partition", "source")
-            .agg(F.count(F.lit(1)).alias("written"), F.max_by("lineage", "offset").alias("last"),
-                 F.count("lineage").alias("with_lineage"))
+    lineage = F.element_at(F.filter("headers", lambda h: h["key"] == F.lit(LINEAGE_HEADER)), 1)["value"]
+    # a topic name holds no '/': topic/partition/offset splits in three
+    parts = F.split(lineage.cast("string"), "/")
+    rows = (frame.select("topic", "partition", parts.getItem(0).alias("src_topic"),
+                         parts.getItem(1).cast("int").alias("src_partition"),
+                         parts.getItem(2).cast("long").alias("src_offset"))
+            .groupBy("topic", "partition", "src_topic", "src_partition")
+            .agg(F.count(F.lit(1)).alias("n"), F.min("src_offset").alias("first"), F.max("src_offset").alias("last"))
             .collect())
-    points = []
-    for r in rows:
-        if r["written"] != r["with_lineage"] or r["last"] is None:
-            raise backfill.BackfillError(
-                f"{r['topic']}-{r['partition']} holds {r['written'] - r['with_lineage']} record(s) without a "
-                f"{LINEAGE_HEADER} header: something else wrote there; use an empty target topic")
-        points.append(ResumePoint(r["topic"], r["partition"], r["written"], bytes(r["last"]).decode(), r["source"]))
-    return sorted(points, key=lambda p: (p.topic, p.partition, p.source_partition or 0))
+    return [backfill.OutputCount(r["topic"], r["partition"], r["src_topic"], r["src_partition"], r["n"], r["first"],
+                                 r["last"]) for r in rows]
 
 
-def skip_written(spark: Any, planned: Any, plan: BackfillPlan, points: Sequence[ResumePoint]) -> Any:
-    """``planned`` without the rows earlier runs wrote, after checking each written partition (or,
-    for points with a source partition, each source partition's share of it) is a prefix of the
-    plan."""
-    from pyspark.sql import functions as F
-
-    if not points:
-        return planned
-    wanted = {(backfill.parse_lineage(p.last_lineage)[1], backfill.parse_lineage(p.last_lineage)[2]): p
-              for p in points}
-    cond = F.lit(False)
-    for sp, so in wanted:
-        cond = cond | ((F.col("src_partition") == sp) & (F.col("src_offset") == so))
-    found = {(r["src_partition"], r["src_offset"]): r for r in
-             planned.filter(cond).select("src_partition", "src_offset", "order_ts", "out_topic", "out_partition")
-             .collect()}
-    resume_rows = []
-    for (sp, so), point in wanted.items():
-        row = found.get((sp, so))
-        if row is None or (row["out_topic"], row["out_partition"]) != (point.topic, point.partition):
-            raise backfill.BackfillError(
-                f"{point.name} ends with lineage {point.last_lineage}, which this plan "
-                f"{'does not hold' if row is None else 'puts elsewhere'}: the topic was written by another plan; "
-                "delete the target and dead-letter topics (or pick a new target) and run again")
-        resume_rows.append((point.topic, point.partition, row["order_ts"], sp, so))
-    resume = spark.createDataFrame(resume_rows, "r_topic string, r_partition int, r_ts long, r_sp int, r_so long")
-    per_source = points[0].source_partition is not None
-    on = (planned.out_topic == resume.r_topic) & (planned.out_partition == resume.r_partition)
-    if per_source:
-        on = on & (planned.src_partition == resume.r_sp)
-    joined = planned.join(F.broadcast(resume), on, "left")
-    done = (F.col("r_ts").isNotNull()
-            & (F.struct("order_ts", "src_partition", "src_offset") <= F.struct("r_ts", "r_sp", "r_so")))
-    stream = ["out_topic", "out_partition"] + (["src_partition"] if per_source else [])
-    counts = {tuple(r[c] for c in stream): r["n"] for r in
-              joined.filter(done).groupBy(*stream).agg(F.count(F.lit(1)).alias("n")).collect()}
-    for point in points:
-        at = (point.topic, point.partition) + ((point.source_partition,) if per_source else ())
-        backfill.check_prefix(point, counts.get(at, 0))
-    return joined.filter(~done).drop("r_topic", "r_partition", "r_ts", "r_sp", "r_so")
+def committed(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str] | None = None
+              ) -> backfill.CommittedOutput:
+    """What earlier runs of ``plan`` committed, checked against its markers
+    (:func:`kafkaops.rekey.backfill.committed_output`; raises when the output is not only this plan's
+    work). Empty topics need no Spark job; otherwise the slices are fenced first (:func:`fence`)."""
+    if _output_is_empty(plan, bootstrap, options or {}):
+        return backfill.CommittedOutput(None, 0, stale=bool(markers(spark, plan, bootstrap, options)))
+    fence(spark, plan, bootstrap, options)
+    return backfill.committed_output(plan, markers(spark, plan, bootstrap, options),
+                                     output_counts(spark, plan, bootstrap))
 
 
 # -- the job ---------------------------------------------------------------------------------------------
 
-def _sink_frame(frame: Any, plan: BackfillPlan) -> Any:
-    """``topic, partition, key, value, headers`` for the Kafka sink: the lineage header on every
-    record, the reason code and detail on dead letters."""
+def _sink_frame(frame: Any, plan: BackfillPlan, mode: str = backfill.DIRECT) -> Any:
+    """``topic, partition, key, value, headers`` for the sink: the lineage header on every record, the
+    reason code and detail on dead letters; and ``slice_topic, slice_partition``, the slice of ``mode``
+    the row belongs to (:func:`kafkaops.rekey.backfill.slices`: direct, its source partition; merged,
+    its output partition), which the task writing it must hold alone."""
     from pyspark.sql import functions as F
 
     def header(name: str, value: Any) -> Any:
@@ -361,8 +395,13 @@ def _sink_frame(frame: Any, plan: BackfillPlan) -> Any:
     headers = F.when(F.col("code").isNull(), F.array(header(LINEAGE_HEADER, lineage))) \
         .otherwise(F.array(header(LINEAGE_HEADER, lineage), header(CODE_HEADER, F.col("code")),
                            header(REASON_HEADER, F.col("detail"))))
+    if mode == backfill.DIRECT:
+        slice_topic, slice_partition = F.lit(plan.source_topic), F.col("src_partition")
+    else:
+        slice_topic, slice_partition = F.col("out_topic"), F.col("out_partition")
     return frame.select(F.col("out_topic").alias("topic"), F.col("out_partition").alias("partition"), "key", "value",
-                        headers.alias("headers"))
+                        headers.alias("headers"), slice_topic.alias("slice_topic"),
+                        slice_partition.cast("int").alias("slice_partition"))
 
 
 def output_frame(planned: Any, plan: BackfillPlan) -> Any:
@@ -375,7 +414,7 @@ def output_frame(planned: Any, plan: BackfillPlan) -> Any:
     task = F.when(F.col("out_topic") == F.lit(plan.target_topic), F.col("out_partition")) \
         .otherwise(F.lit(plan.target_partitions))
     return _sink_frame(planned.repartitionById(plan.target_partitions + 1, task)
-                       .sortWithinPartitions("order_ts", "src_partition", "src_offset"), plan)
+                       .sortWithinPartitions("order_ts", "src_partition", "src_offset"), plan, backfill.MERGED)
 
 
 def keys_in_several_partitions(spark: Any, plan: BackfillPlan, bootstrap: Kafka,
@@ -409,22 +448,12 @@ def sample_spans(plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str]) 
     return False
 
 
-def choose_mode(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str] | None = None
-                ) -> tuple[str, str]:
-    """``direct`` when each new key's records all come from one source partition (so offset
-    order is per-key order and no shuffle is needed), else ``merged``; and why. The choice depends
-    on the snapshot only, so a re-run makes the same one."""
-    if len(plan.source_offsets) == 1:
-        return "direct", "one source partition"
-    spanning = keys_in_several_partitions(spark, plan, bootstrap, options)
-    if spanning:
-        return "merged", f"{spanning} key(s) have records in more than one source partition"
-    return "direct", "every key's records are in one source partition"
-
-
-def write(frame: Any, bootstrap: Kafka, options: dict[str, str] | None = None) -> None:
-    (frame.write.format("kafka").options(**kafka_options(bootstrap))
-     .options(**{**PRODUCER_OPTIONS, **(options or {})}).save())
+def write(frame: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str] | None = None) -> list[int]:
+    """Write ``frame`` (:func:`_sink_frame`'s columns, one slice per Spark task) through :data:`SINK`:
+    each slice skips the rows its marker counts and commits the rest with it. Returns ``[slices,
+    rows written, rows skipped as committed before]``."""
+    (frame.write.format(SINK).mode("append").options(**sink_options(plan, bootstrap, options)).save())
+    return [int(n) for n in _sink(frame.sparkSession, "lastWrite")]
 
 
 def source_partition_count(plan: BackfillPlan) -> int:
@@ -432,101 +461,84 @@ def source_partition_count(plan: BackfillPlan) -> int:
 
 
 def write_direct(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str] | None = None
-                 ) -> tuple[int, str]:
-    """The direct copy of a fresh target, in one pass; returns how many new keys have records in
-    more than one source partition (zero: the copy kept per-key order) and how that was found.
+                 ) -> tuple[int, str, list[int]]:
+    """The direct copy in one pass (each slice resumes from its marker); returns how many new keys
+    have records in more than one source partition (zero: the copy kept per-key order), how that was
+    found, and :func:`write`'s counts.
 
-    By the record key the pass counts records off their key's home partition under the source's
-    count (constant memory); only when there are some are the keys counted exactly. By a value
-    rule the pass collects each task's key hashes (:func:`spanning_keys_of`)."""
+    The pass reads and places every record of the snapshot, also those of rows committed before, so
+    its checks see them all. By the record key it counts records off their key's home partition under
+    the source's count (constant memory); only when there are some are the keys counted exactly. By a
+    value rule it collects each task's key hashes (:func:`spanning_keys_of`)."""
     options = options or {}
     spread = key_spread(spark) if plan.rule.needs_value else None
     away = register_functions(spark, plan, spread)
-    write(_sink_frame(direct_frame(spark, plan, bootstrap, options), plan), bootstrap, options)
+    counts = write(_sink_frame(direct_frame(spark, plan, bootstrap, options), plan), plan, bootstrap, options)
     if spread is not None:
         spanning = spanning_keys_of(spark, spread)
         if spanning is not None:
-            return spanning, "the copy's key hashes per source partition"
+            return spanning, "the copy's key hashes per source partition", counts
     elif not int(away.value()):
-        return 0, "no record off its key's home partition"
-    return keys_in_several_partitions(spark, plan, bootstrap, options), "an exact count of keys per source partition"
+        return 0, "no record off its key's home partition", counts
+    return (keys_in_several_partitions(spark, plan, bootstrap, options), "an exact count of keys per source partition",
+            counts)
+
+
+def write_merged(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str] | None = None
+                 ) -> list[int]:
+    """The merged copy (each slice resumes from its marker); returns :func:`write`'s counts."""
+    register_functions(spark, plan)
+    return write(output_frame(planned_frame(spark, plan, bootstrap, options), plan), plan, bootstrap, options)
 
 
 def run(spark: Any, plan: BackfillPlan, bootstrap: Kafka, *, kafka_options: dict[str, str] | None = None
         ) -> dict[str, Any]:
     """Write what is missing of ``plan`` to its target and dead-letter topics; returns counts.
 
-    A fresh backfill copies directly in one pass, unless the rule reads the value and a sample of
-    the source already shows a new key in two source partitions. The pass checks that every new
-    key's records come from one source partition (:func:`write_direct`); if one does not, the
-    direct copy cannot have kept its order: it is deleted from the target (DeleteRecords) and the
-    merged copy writes it again. A backfill with output already in the target (a re-run or a
-    resume) decides by the exact count first (:func:`choose_mode`); when that says merged and the
-    target holds part of this plan's direct copy instead (a crash before the pass found keys in
-    several source partitions), that part is deleted and the merged copy written."""
+    First what earlier runs committed (:func:`committed`): nothing, part or all of the direct copy,
+    or of the merged copy; anything else there is refused. The merged copy resumes as merged. Else
+    the direct copy runs, unless the target is fresh, the rule reads the value and a sample of the
+    source already shows a new key in two source partitions. The direct pass checks that every new
+    key's records come from one source partition (:func:`write_direct`); if one does not, the direct
+    copy cannot have kept its order: it is deleted from the target (DeleteRecords), then its markers,
+    and the merged copy writes it again (a run stopped between the two finds markers of records no
+    longer there: it forgets them and starts afresh)."""
     started = time.monotonic()
     options = kafka_options or {}
-    points = [] if _output_is_empty(plan, bootstrap, options) else \
-        existing_output(spark, plan, bootstrap, per_source=True)
-    truncated = False
-    if not points and not (plan.rule.needs_value and sample_spans(plan, bootstrap, options)):
-        log.info("backfill %s -> %s: direct copy of a fresh target", plan.source_topic, plan.target_topic)
-        spanning, how = write_direct(spark, plan, bootstrap, options)
-        mode, why = "direct", f"every key's records are in one source partition ({how})"
+    before = committed(spark, plan, bootstrap, options)
+    if before.stale:
+        log.info("backfill %s -> %s: the marker group counts records deleted when a run switched to the merged "
+                 "copy; forgetting it", plan.source_topic, plan.target_topic)
+        forget_markers(spark, plan, bootstrap, options)
+    if before.records:
+        log.info("backfill %s -> %s: %d record(s) of the %s copy were committed before; its slices resume",
+                 plan.source_topic, plan.target_topic, before.records, before.mode)
+    rewritten = False
+    if before.mode == backfill.MERGED or (before.mode is None and plan.rule.needs_value
+                                          and sample_spans(plan, bootstrap, options)):
+        mode, why = backfill.MERGED, ("the merged copy was begun before" if before.mode else
+                                      "a sample of the source has a key in two source partitions")
+        log.info("backfill %s -> %s: merged copy (%s)", plan.source_topic, plan.target_topic, why)
+        counts = write_merged(spark, plan, bootstrap, options)
+    else:
+        log.info("backfill %s -> %s: direct copy", plan.source_topic, plan.target_topic)
+        spanning, how, counts = write_direct(spark, plan, bootstrap, options)
+        mode, why = backfill.DIRECT, f"every key's records are in one source partition ({how})"
         if spanning:
-            mode, why = "merged", f"{spanning} key(s) have records in more than one source partition ({how})"
+            mode, why = backfill.MERGED, f"{spanning} key(s) have records in more than one source partition ({how})"
             log.warning("backfill %s -> %s: %s; the direct copy cannot keep their order: deleting it from "
                         "the target and writing the merged copy", plan.source_topic, plan.target_topic, why)
             _truncate_output(plan, bootstrap, options)
-            truncated = True
-            register_functions(spark, plan)
-            write(output_frame(planned_frame(spark, plan, bootstrap, options), plan), bootstrap, options)
-    else:
-        mode, why = ("merged", "a sample of the source has a key in two source partitions") if not points else \
-            choose_mode(spark, plan, bootstrap, options)
-        log.info("backfill %s -> %s: %s copy (%s)", plan.source_topic, plan.target_topic, mode, why)
-        direct = mode == "direct"
-        per_source = points
-        if not direct and points:  # per output partition, not per source partition
-            points = existing_output(spark, plan, bootstrap)
-        register_functions(spark, plan)
-        planned = (direct_frame if direct else planned_frame)(spark, plan, bootstrap, options)
-        try:
-            todo = skip_written(spark, planned, plan, points)
-        except backfill.BackfillError:
-            if direct or not _holds_direct_prefix(spark, plan, bootstrap, options, per_source):
-                raise
-            log.warning("backfill %s -> %s: the target holds part of this plan's direct copy (a run stopped "
-                        "before it found keys in several source partitions): deleting it and writing the merged "
-                        "copy", plan.source_topic, plan.target_topic)
-            _truncate_output(plan, bootstrap, options)
-            truncated, points = True, []
-            register_functions(spark, plan)
-            todo = planned_frame(spark, plan, bootstrap, options)
-        if points:
-            log.info("resuming: %d output stream(s) hold %d record(s) already", len(points),
-                     sum(p.written for p in points))
-        write(_sink_frame(todo, plan) if direct else output_frame(todo, plan), bootstrap, options)
+            forget_markers(spark, plan, bootstrap, options)
+            rewritten = True
+            counts = write_merged(spark, plan, bootstrap, options)
     seconds = time.monotonic() - started
-    result = {"plan": plan.to_dict(), "mode": mode, "mode_reason": why, "rewritten": truncated,
-              "already_written": sum(p.written for p in points),
-              "resumed_partitions": sorted({f"{p.topic}-{p.partition}" for p in points}), "seconds": round(seconds, 3)}
-    log.info("backfill %s -> %s done in %.1f s, %s copy (%d record(s) were already there)", plan.source_topic,
-             plan.target_topic, seconds, mode, result["already_written"])
+    result = {"plan": plan.to_dict(), "mode": mode, "mode_reason": why, "rewritten": rewritten,
+              "already_written": before.records, "slices": counts[0], "written": counts[1],
+              "skipped": counts[2], "seconds": round(seconds, 3)}
+    log.info("backfill %s -> %s done in %.1f s, %s copy: %d record(s) written, %d committed before",
+             plan.source_topic, plan.target_topic, seconds, mode, counts[1], before.records)
     return result
-
-
-def _holds_direct_prefix(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str],
-                         points: Sequence[ResumePoint]) -> bool:
-    """True when ``points`` (per output and source partition) are exactly a prefix of ``plan``'s
-    direct copy: output that this backfill's own direct pass left behind, which the merged copy
-    may replace."""
-    register_functions(spark, plan)
-    try:
-        skip_written(spark, direct_frame(spark, plan, bootstrap, options), plan, points)
-    except backfill.BackfillError:
-        return False
-    return True
 
 
 def _admin_config(kafka: Kafka) -> dict[str, str]:
@@ -565,7 +577,7 @@ def read_back(spark: Any, plan: BackfillPlan, bootstrap: Kafka
     source = [SourceRecord(r["partition"], r["offset"], r["ts"], _b(r["key"]), _b(r["value"]))
               for r in _source(spark, plan, bootstrap, {}).select(
                   "partition", "offset", F.unix_millis("timestamp").alias("ts"), "key", "value").collect()]
-    frame = (spark.read.format("kafka").options(**kafka_options(bootstrap))
+    frame = (spark.read.format("kafka").options(**kafka_options(bootstrap)).options(**READ_COMMITTED)
              .option("subscribe", f"{plan.target_topic},{plan.dead_letter_topic}")
              .option("startingOffsets", "earliest").option("endingOffsets", "latest")
              .option("includeHeaders", "true").load())
@@ -589,21 +601,28 @@ def _text(value: Any) -> str | None:
 
 
 def verify(spark: Any, plan: BackfillPlan, bootstrap: Kafka) -> backfill.IntegrityReport:
-    return backfill.check_integrity(plan, *read_back(spark, plan, bootstrap))
+    """The integrity report of ``plan``'s output, measured by Spark jobs (:mod:`spark_apps.backfill_verify`;
+    :func:`read_back` and :func:`kafkaops.rekey.backfill.check_integrity` measure the same on the driver)."""
+    from spark_apps import backfill_verify
+
+    return backfill_verify.verify(spark, plan, bootstrap)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rekey_backfill", description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=("run", "verify"))
-    parser.add_argument("--plan", required=True, help="a BackfillPlan JSON file (or the JSON itself)")
+    parser.add_argument("--plan", required=True, help="the BackfillPlan as JSON (or a file of it, for local runs)")
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--kafka-config", metavar="FILE", help="JSON file of the cluster's librdkafka client config "
-                       "(bootstrap.servers, security.protocol, sasl.*, ssl.*)")
+    where.add_argument("--kafka-config", metavar="FILE", help="the cluster's librdkafka client config "
+                       "(bootstrap.servers, security.protocol, sasl.*, ssl.*): kafka.properties shipped with "
+                       "--files, found by its base name, or a local .properties or JSON file")
     where.add_argument("--bootstrap", help="bootstrap.servers of a cluster without security settings")
-    parser.add_argument("--report", help="write the result (and with verify/--verify the integrity report) here")
+    parser.add_argument("--report", help="also write the result (and with verify/--verify the integrity report) to "
+                                         "this local file; the result is always printed as the kafkaops-result line")
     parser.add_argument("--verify", action="store_true", help="run: verify after writing")
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--driver-memory", default="1g")
+    parser.add_argument("--master", default=None, help="local runs only (python -m): the Spark master, default "
+                                                       "local[2]; spark-submit's --master wins")
+    parser.add_argument("--driver-memory", default="1g", help="local runs only; spark-submit's --driver-memory wins")
     parser.add_argument("--kafka-option", action="append", default=[], metavar="kafka.KEY=VALUE",
                         help="a Java client option of the source and sink that tunes it (batch size ...); "
                              "secrets are refused here: they come with --kafka-config")
@@ -612,9 +631,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = args.plan if args.plan.lstrip().startswith("{") else Path(args.plan).read_text()
     plan = BackfillPlan.from_json(text)
     options = tuning_options(args.kafka_option)
-    kafka: Kafka = read_kafka_config(args.kafka_config) if args.kafka_config else args.bootstrap
     spark = spark_session(args.master, driver_memory=args.driver_memory)
     spark.sparkContext.setLogLevel("WARN")
+    kafka: Kafka = read_client_config(args.kafka_config) if args.kafka_config else args.bootstrap
     result: dict[str, Any] = {}
     if args.command == "run":
         result["run"] = run(spark, plan, kafka, kafka_options=options)
@@ -624,6 +643,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.info("integrity of %s: %s", plan.target_topic, "ok" if report.ok else "; ".join(report.failures))
     if args.report:
         Path(args.report).write_text(json.dumps(result, indent=2, sort_keys=True))
+    emit_result(result)
     ok = result.get("integrity", {}).get("ok", True)
     return 0 if ok else 3
 

@@ -3,6 +3,7 @@ project's Ansible role on free loopback ports, in a temp dir, once per test sess
 from __future__ import annotations
 
 import atexit
+import contextlib
 import copy
 import os
 import re
@@ -40,7 +41,7 @@ from kafkaops.platform import admin  # noqa: E402
 
 from kafkaops.platform import provision  # noqa: E402
 from kafkaops.platform import store as store_  # noqa: E402
-from tests import postgres, secured  # noqa: E402
+from tests import postgres, secured, sessions, spark  # noqa: E402
 from tests.sshd import remote_cluster, remote_sshd  # noqa: E402,F401  (one sshd, one remote cluster per session)
 
 # Fast failure detection for tests that stop brokers: fenced after 3 s without heartbeats.
@@ -80,18 +81,50 @@ def wait_for(predicate: Callable[[], object], *, timeout: float, what: str, inte
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
 
 
+# Session fixtures that keep servers running: their tests together, each stopped after its last test
+# (tests/sessions.py).
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: the order that runs
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[Any]) -> None:
+    items[:] = sessions.ordered(items)
+
+
+@pytest.hookimpl(trylast=True)  # after the test's own fixtures were torn down
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    sessions.stop_after(item)
+
+
 @pytest.fixture(scope="session")
 def kafka_cluster() -> Iterator[RunningCluster]:
-    with provision.temporary_cluster("kafkaops-it-", brokers=3, extra_config=TEST_BROKER_CONFIG) as spec:
-        yield RunningCluster(spec)
+    with sessions.stops_early("kafka_cluster") as stack:
+        yield RunningCluster(stack.enter_context(
+            provision.temporary_cluster("kafkaops-it-", brokers=3, extra_config=TEST_BROKER_CONFIG)))
 
 
 @pytest.fixture(scope="session")
 def secured_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[secured.SecuredCluster]:
     """Three SASL_SSL (SCRAM-SHA-512) nodes brought up by the role (``tests/secured.py``), once per
     session for tests/integration and tests/dags: its password is the canary the leak tests search."""
-    with secured.secured_cluster(tmp_path_factory.mktemp("sasl-ssl-tls"), extra_config=TEST_BROKER_CONFIG) as running:
-        yield running
+    with sessions.stops_early("secured_cluster") as stack:
+        yield stack.enter_context(secured.secured_cluster(tmp_path_factory.mktemp("sasl-ssl-tls"),
+                                                          extra_config=TEST_BROKER_CONFIG))
+
+
+@pytest.fixture(scope="session")
+def spark_standalone() -> Iterator[spark.StandaloneSpark]:
+    """A Spark standalone Master and two Workers, each its own Unix user (tests/spark.py), once per session."""
+    with sessions.stops_early("spark_standalone") as stack:
+        yield stack.enter_context(spark.standalone_cluster())
+
+
+@pytest.fixture(scope="session")
+def tls_nodes() -> Iterator[Any]:
+    """Two nodes brought up by the role with a SASL_SSL and an mTLS listener
+    (``tests/integration/platform/secured_node.py``), once per session: the role's listener tests, the
+    CLI and lifecycle over mTLS (tests/integration) and the DAGs over mTLS (tests/dags) share them."""
+    from tests.integration.platform.secured_node import secured_nodes
+
+    with sessions.stops_early("tls_nodes") as stack:
+        yield stack.enter_context(secured_nodes())
 
 
 @pytest.fixture
@@ -162,3 +195,15 @@ def run_dag(dagbag: Any, dag_id: str, **conf: Any) -> Any:
     them. dag.test() leaves a run's conf in the DAG's params, so without this an earlier run's values
     (another module's inventory, topics, ssh_conn_id) would become the next run's defaults."""
     return dagbag.dags[dag_id].test(run_conf={**copy.deepcopy(_LOADED_PARAMS[dag_id]), **conf})
+
+
+def committed_copy(config: Any, topic: str) -> tuple[list[admin.Record], dict[int, int]]:
+    """What a consumer sees of a backfill's target (read_committed, librdkafka's default): its records,
+    and per partition the offset after its last record (the transactional sink's commit markers take
+    offsets too, so this is not the end offset; it is where a consumer that read everything resumes)."""
+    ends = admin.end_offsets(config, topic)
+    records = list(admin.read_ranges(config, topic, {p: (0, e) for p, (_, e) in ends.items()}))
+    after = {p: 0 for p in ends}
+    for r in records:
+        after[r.partition] = max(after[r.partition], r.offset + 1)
+    return records, after

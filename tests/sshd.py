@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING
 import pytest
 import yaml
 
+from tests.sessions import stops_early
+
 if TYPE_CHECKING:
     from kafkaops.platform import provision as provision_
 
@@ -366,8 +368,8 @@ def remote_sshd() -> Iterator[Sshd]:
     if reason:
         pytest.skip(reason)
     hidden = (REPO, paths.CACHE, paths.jar_dir("broker").parent)
-    with temporary_sshd(ADDRESSES, hidden=hidden, no_java=(NO_JAVA,)) as server:
-        yield server
+    with stops_early("remote_sshd") as stack:
+        yield stack.enter_context(temporary_sshd(ADDRESSES, hidden=hidden, no_java=(NO_JAVA,)))
 
 
 @pytest.fixture(scope="session")
@@ -375,5 +377,6 @@ def remote_cluster(remote_sshd: Sshd, tmp_path_factory: pytest.TempPathFactory) 
     """The session's remote cluster (its inventory; nothing started: :meth:`RemoteCluster.up`), its brokers
     stopped at the end."""
     cluster = RemoteCluster(remote_sshd, tmp_path_factory.mktemp("remote"))
-    yield cluster
-    cluster.down()
+    with stops_early("remote_cluster") as stack:
+        stack.callback(cluster.down)
+        yield cluster

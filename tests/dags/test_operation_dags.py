@@ -328,8 +328,8 @@ def test_an_unreachable_store_fails_the_run_at_begin_before_kafka_is_touched(dag
         {"conn_type": "postgres", "host": "127.0.0.1", "port": port, "login": "kafkaops", "password": "s3cret-pw",
          "schema": "kafkaops"}))
     before = assignment(spec)
-    dag_run = dagbag.dags["kafka_reassign"].test(run_conf={"operation": "rebalance", "dry_run": False,
-                                                           "approval": "auto_approve", "inventory": str(spec_path)})
+    dag_run = run_dag(dagbag, "kafka_reassign", operation="rebalance", dry_run=False, approval="auto_approve",
+                      inventory=str(spec_path))
     assert str(dag_run.state) == "failed"
     states = {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
     assert states["begin"] == "failed" and states["preflight_gate"] == "upstream_failed", states

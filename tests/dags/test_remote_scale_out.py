@@ -2,7 +2,8 @@
 cluster (tests/sshd.py: sshd on loopback, one Unix user per host, the checkout unreadable to them), the DAG's
 inventory its Ansible inventory, the login from an Airflow SSH connection (AIRFLOW_CONN_..., a key file) named
 by the ``ssh_conn_id`` param. A wrong key or a closed SSH port fails the provision step before anything
-changes, naming the host and the failing task, without a retry."""
+changes, naming the host and the failing task, without a retry. A drain that would stop its broker over SSH at
+its end checks that login in ``begin``, before any replica moves."""
 from __future__ import annotations
 
 import json
@@ -100,3 +101,39 @@ def test_the_dag_adds_a_broker_on_a_remote_host_and_moves_replicas_onto_it(dagba
     assert any(n["text"] == "broker(s) 6 on kafka-6 provisioned" for n in record["notes"]), record["notes"]
     [broker_6] = [b for b in record["after"]["brokers"] if b["id"] == 6]
     assert (broker_6["host"], broker_6["port"]) == (remote.hosts[NEW].address, remote.port), broker_6
+
+
+@pytest.mark.parametrize("bad", ["missing connection", "wrong key"])
+def test_a_drain_that_stops_its_broker_checks_the_ssh_login_at_begin(dagbag, remote: RemoteCluster, bad: str,
+                                                                     tmp_path: Path, monkeypatch) -> None:
+    """The stop comes after the replicas moved: a login that cannot work is refused before that, naming
+    the connection (and the host), with the cluster as it was and its lock free."""
+    if bad == "wrong key":
+        key = tmp_path / "wrong_key"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+        monkeypatch.setenv("AIRFLOW_CONN_KAFKA_HOSTS_DRAIN", json.dumps(remote.connection("kafka-2", key=key)))
+    before, _, cluster_id = cluster_now(remote)
+    assert before.replicas_per_broker().get(2), "broker 2 holds no replica: the drain would move nothing"
+    remote.write(**{"kafka-2": remote.scale_out_vars("kafka-2")})  # its login from the connection alone
+    try:
+        dag_run, record = run(dagbag, "kafka_reassign", operation="drain", drain_brokers=[2], stop_drained=True,
+                              dry_run=False, approval="auto_approve", kafka_conn_id="kafka_remote",
+                              inventory=str(remote.path), ssh_conn_id="kafka_hosts_drain", topics=[TOPIC])
+    finally:
+        remote.write()
+    assert str(dag_run.state) == "failed" and record["outcome"] == "refused", record
+    reason = record["outcome_reason"]
+    if bad == "wrong key":
+        assert reason.startswith("the drain stops broker(s) 2 on kafka-2 through ") and "their login failed at its start" \
+            in reason, reason
+        assert "host kafka-2 is unreachable at task 'Log in to the host'" in reason and "Permission denied" in reason
+        assert "login from SSH connection 'kafka_hosts_drain'" in reason and "no replica moved" in reason, reason
+    else:
+        assert "SSH connection 'kafka_hosts_drain', which Airflow does not have" in reason, reason
+    states = {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
+    assert states["begin"] == "failed" and states["execute_batches"] != "success", states
+    assert [ti.try_number for ti in dag_run.get_task_instances() if ti.task_id == "begin"] == [1]  # no retry
+    after, throttles, _ = cluster_now(remote)
+    assert {p.key: p.replicas for p in after.partitions} == {p.key: p.replicas for p in before.partitions}
+    assert 2 in after.broker_ids and throttles == {}
+    assert store.current().lease(cluster_id).free

@@ -1,7 +1,8 @@
 """The DAGs on the session's SASL_SSL cluster (``tests/secured.py``, brought up by the role), with
 the ``kafka_default`` connection carrying its SCRAM login and CA: a scale-out that adds a fourth
-secured broker through the role, then a migrate (Spark rekey backfill), both with dag.test().
-Afterwards the recognisable password is searched in every artifact the two runs left: task logs,
+secured broker through the role, then a migrate (Spark rekey backfill), then a capacity review with
+its Spark key skew, all with dag.test().
+Afterwards the recognisable password is searched in every artifact the runs left: task logs,
 XCom values and trigger kwargs in Airflow's database, what the operators deferred with, the
 kafkaops store's events and artifacts, Spark's argv as recorded and its event logs (turned on for
 the test), and Ansible's output and runner artifacts. Each search first proves it can fail: its
@@ -24,7 +25,7 @@ import structlog
 
 from kafkaops.cli import datagen
 from kafkaops.platform import admin, state, store
-from tests.conftest import run_dag
+from tests.conftest import committed_copy, run_dag
 from tests.dags.conftest import kafka_default_connection
 from tests.integration.conftest import throttles_left
 from tests.secured import PASSWORD, SecuredCluster
@@ -89,22 +90,46 @@ def runs(dagbag, cluster: SecuredCluster, tmp_path_factory: pytest.TempPathFacto
     task logs as the test process printed and logged them (also in ``log``, to read when a run failed)."""
     recorder = Recorder()
     folder = tmp_path_factory.mktemp("secured-dags")
-    log, spark_conf, spark_events = folder / "runs.log", folder / "spark-conf", folder / "spark-events"
-    spark_conf.mkdir()
-    spark_events.mkdir()
-    # Spark's event logs, on as an operator may turn them on (spark-defaults.conf of SPARK_CONF_DIR)
-    (spark_conf / "spark-defaults.conf").write_text(f"spark.eventLog.enabled true\nspark.eventLog.compress false\n"
-                                                    f"spark.eventLog.dir {spark_events.as_uri()}\n")
+    log = folder / "runs.log"
     with pytest.MonkeyPatch.context() as monkeypatch, _captured() as logs:
         recorder.install(monkeypatch)
-        monkeypatch.setenv("SPARK_CONF_DIR", str(spark_conf))
+        spark_events = spark_event_logs(folder, monkeypatch)
         scale_out = _run(dagbag, "kafka_scale_out", dry_run=False, approval="auto_approve",
                          inventory=str(cluster.spec_path), add_brokers=1, topics=[TOPIC], throttle_mb_per_s=20)
         migrate = _run(dagbag, "kafka_partition_increase", topic=TOPIC, new_partition_count=6, mode="migrate",
                        key_rule="field:key", dry_run=False, approval="auto_approve", cutover_group_suffix=".v2")
+        review = _run(dagbag, "kafka_capacity_review", topics=[TOPIC], key_skew=True,
+                      sample_records=3 * RECORDS)  # each of the 3 partitions read whole
     log.write_text("\n".join(logs))
-    yield {"scale_out": scale_out, "migrate": migrate, "recorder": recorder, "logs": logs, "log": log,
-           "spark_events": spark_events}
+    yield {"scale_out": scale_out, "migrate": migrate, "review": review, "recorder": recorder, "logs": logs,
+           "log": log, "spark_events": spark_events}
+
+
+def spark_event_logs(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Spark's event logs on, as an operator may turn them on (spark-defaults.conf of SPARK_CONF_DIR),
+    written uncompressed into the folder returned (in ``folder``), for the leak searches."""
+    spark_conf, spark_events = folder / "spark-conf", folder / "spark-events"
+    spark_conf.mkdir()
+    spark_events.mkdir()
+    (spark_conf / "spark-defaults.conf").write_text(f"spark.eventLog.enabled true\nspark.eventLog.compress false\n"
+                                                    f"spark.eventLog.dir {spark_events.as_uri()}\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(spark_conf))
+    return spark_events
+
+
+def airflow_rows(run_ids: list[str]) -> tuple[str, str]:
+    """The XCom values of the runs ``run_ids`` as JSON, and every row of every table of Airflow's
+    database (task instances' next_kwargs, rendered fields, run conf, triggers, HITL ...) as text."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    import sqlalchemy as sa
+
+    with create_session() as session:
+        xcoms = session.execute(sa.select(XComModel.task_id, XComModel.key, XComModel.value)
+                                .where(XComModel.run_id.in_(run_ids))).all()
+        database = [f"== {table}: {row}" for table in sa.inspect(session.get_bind()).get_table_names()
+                    for row in session.execute(sa.text(f'SELECT * FROM "{table}"')).all()]
+    return json.dumps([list(x) for x in xcoms], default=str), "\n".join(database)
 
 
 def _run(dagbag, dag_id: str, **conf: Any) -> tuple[Any, dict[str, Any]]:
@@ -175,43 +200,56 @@ def test_a_migrate_rekeys_into_a_new_topic_and_passes_its_gate(runs, cluster: Se
     dag_run, record = runs["migrate"]
     assert str(dag_run.state) == "success" and record["outcome"] == "success", (runs["log"], record)
     assert [(g["gate"], g["ok"]) for g in record["gates"]] == [("preflight", True), ("backfill", True)]
-    ends = admin.end_offsets(cluster.config(), f"{TOPIC}.v2")
-    assert sum(e for _, e in ends.values()) == RECORDS
+    copied, _ = committed_copy(cluster.config(), f"{TOPIC}.v2")
+    assert len(copied) == RECORDS
     cut = next(n for n in record["notes"] if "offset_translation" in n)["offset_translation"]
     assert set(cut) == {"billing"} and cut["billing"]["redelivered"] == 0
 
 
-def test_no_artifact_of_either_run_holds_the_password(runs, cluster: SecuredCluster) -> None:
+def test_a_capacity_review_reports_on_the_secured_cluster_with_its_spark_key_skew(runs, cluster: SecuredCluster
+                                                                                   ) -> None:
+    dag_run, record = runs["review"]
+    states = {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
+    assert str(dag_run.state) == "success" and record["outcome"] == "success", (runs["log"], record, states)
+    assert states["snapshot"] == states["key_skew"] == states["report"] == "success", states
+    [note] = [n for n in record["notes"] if "report" in n]
+    st = store.current()
+    page = st.artifact(note["report"]["html"]).body.decode()
+    assert page.startswith("<!") and TOPIC in page
+    report = json.loads(st.artifact(note["report"]["json"]).body)
+    assert report["review"]["cluster_id"] == cluster.spec.cluster_id
+    # the review of the grown cluster: the four brokers' load, and the lag of the group that read the topic
+    assert sorted(b["broker"] for b in report["review"]["broker_load"]) == [1, 2, 3, 4], report["review"]["broker_load"]
+    assert "billing" in report["review"]["group_lag"], report["review"]["group_lag"]
+    skew = report["key_skew"]  # Spark's Java client read the whole topic over SASL_SSL
+    assert skew["topic"] == TOPIC and skew["records"] == RECORDS and 1 < skew["keys"] <= 100, skew
+
+
+def test_no_artifact_of_any_run_holds_the_password(runs, cluster: SecuredCluster) -> None:
     from airflow.models.trigger import Trigger
-    from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
     import sqlalchemy as sa
 
-    done = [runs["scale_out"], runs["migrate"]]
-    run_ids = [dag_run.run_id for dag_run, _ in done]
+    done = [runs["scale_out"], runs["migrate"], runs["review"]]
     st = store.current()
     events = [e for dag_run, _ in done for e in st.events(dag_run.dag_id, dag_run.run_id)]
     argv = [n["argv"] for _, record in done for n in record["notes"] if n.get("argv")]
     with create_session() as session:
-        xcoms = session.execute(sa.select(XComModel.task_id, XComModel.key, XComModel.value)
-                                .where(XComModel.run_id.in_(run_ids))).all()
         triggers = session.scalars(sa.select(Trigger)).all()
         trigger_rows = [f"{t.classpath} {t.encrypted_kwargs} {json.dumps(t.kwargs, default=str)}" for t in triggers]
-        # and every row of every table (task instances' next_kwargs, rendered fields, run conf, HITL ...)
-        database = [f"== {table}: {row}" for table in sa.inspect(session.get_bind()).get_table_names()
-                    for row in session.execute(sa.text(f'SELECT * FROM "{table}"')).all()]
+    xcoms, database = airflow_rows([dag_run.run_id for dag_run, _ in done])
     artifacts = [f"== {path}\n" + st.artifact(path).body.decode(errors="replace") for path in st.artifact_paths()]
     recorder: Recorder = runs["recorder"]
     searched = {
         "the task logs (stdout, stderr, log records)": ("\n".join(runs["logs"]), TOPIC),
-        "XCom values": (json.dumps([list(x) for x in xcoms], default=str), TOPIC),
+        "XCom values": (xcoms, TOPIC),
         "the trigger kwargs the operators deferred with": ("\n".join(recorder.triggers), TOPIC),
         "the trigger table": ("\n".join(trigger_rows), TOPIC),
-        "Airflow's metadata database": ("\n".join(database), TOPIC),
+        "Airflow's metadata database": (database, TOPIC),
         "the store's audit events": (json.dumps([e.data for e in events], default=str), TOPIC),
         "the store's operations": (json.dumps([st.operation(r.dag_id, r.run_id) for r, _ in done], default=str),
                                    TOPIC),
-        "the store's artifacts (Data Docs, Spark log)": ("\n".join(artifacts), TOPIC),
+        "the store's artifacts (Data Docs, Spark log, capacity report)": ("\n".join(artifacts), TOPIC),
         "Spark's argv as recorded": (json.dumps(argv), "--kafka-config"),
         "Spark's event logs": ("\n".join(p.read_text(errors="replace") for p in runs["spark_events"].rglob("*")
                                          if p.is_file()), TOPIC),

@@ -19,6 +19,7 @@ import copy
 import datetime as dt
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from airflow.sdk import DAG, Connection, ExceptionRetryPolicy, Param, RetryAction, RetryRule, get_current_context, task
@@ -26,7 +27,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException, AirflowSkipExceptio
 
 from kafkaops.errors import ConfigError, HostUnreachable, ProvisionError
 from kafkaops.platform import gates, lifecycle, store
-from kafkaops.platform.provision import SshLogin
+from kafkaops.platform.provision import SshLogin, run_playbook
 from kafkaops.reassign import steps
 from kafkaops.reassign.planner.errors import PlanInfeasible, PlanInputError
 from kafkaops.rekey import steps as rekey_steps
@@ -130,6 +131,32 @@ def ssh_login(context: Any) -> SshLogin | None:
         raise ConfigError(str(err)) from err
 
 
+def ssh_checks(context: Any, params: steps.OperationParams) -> list[Any]:
+    """What ``begin`` checks, before any change, of the SSH login a later step of the run needs: the
+    ``ssh_conn_id`` connection exists and is usable (any run naming one); and, for a drain that stops
+    its brokers through an Ansible inventory, that each of their hosts takes the login now, not
+    only after the replicas moved (HostUnreachable naming the host, the task and the connection).
+    A scale-out logs in first thing in its provision step, before it changes anything."""
+    stops = (params.kind == "drain" and params.stop_drained and bool(params.drain_brokers) and not params.dry_run
+             and bool(params.inventory) and Path(params.inventory).suffix != ".json")
+    if not (context["params"].get("ssh_conn_id") or stops):
+        return []
+
+    def logs_in() -> None:
+        ssh = ssh_login(context)
+        if not stops:
+            return
+        hosts = ",".join(f"kafka-{b}" for b in params.drain_brokers)
+        try:
+            run_playbook("hosts_login.yml", Path(params.inventory), limit=hosts, ssh=ssh)
+        except ProvisionError as err:
+            ids = ", ".join(map(str, params.drain_brokers))
+            raise type(err)(f"the drain stops broker(s) {ids} on {hosts} through {params.inventory} at its end, and "
+                            f"their login failed at its start: {err}; nothing was changed (no replica moved)") from err
+
+    return [logs_in]
+
+
 def operation_dag(dag_id: str, *, description: str, params: Mapping[str, Param], tags: list[str], doc_md: str,
                   schedule: Any = None, start_date: dt.datetime | None = dt.datetime(2026, 1, 1)) -> DAG:
     """The DAG object every kafkaops DAG uses: one run at a time, native XCom templates, no catch-up.
@@ -164,7 +191,7 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
         def begin() -> dict[str, Any]:
             context = get_current_context()
             ctx = context_of(context, kind_of(context))
-            return lifecycle.begin(ctx, dict(context["params"]))
+            return lifecycle.begin(ctx, dict(context["params"]), checks=ssh_checks(context, ctx.params))
 
         @task(show_return_value_in_logs=False, multiple_outputs=False)  # a whole snapshot; the step logs a summary line
         def preflight_gate() -> dict[str, Any]:

@@ -18,6 +18,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from kafkaops.platform import lifecycle
 from kafkaops.rekey import steps
+from kafkaops.airflow import spark
 from kafkaops.airflow.hooks import KafkaOpsHook
 from kafkaops.airflow.lifecycle import COMMON_PARAMS, RETRIED, operation_dag, text_param
 from kafkaops.airflow.operators import KafkaOpsApprovalOperator, failed_tasks, recorded, run_fields
@@ -45,6 +46,7 @@ PARAMS: dict[str, Param] = {
     "cutover_group_suffix": text_param("Cut-over group suffix", "migrate: when set, commit each source group's "
                                                                 "translated offsets on the target for group "
                                                                 "<group><suffix>; empty: only record them."),
+    "spark_conn_id": spark.SPARK_CONN_PARAM,
     "approval": COMMON_PARAMS["approval"],
     "dry_run": Param(True, type="boolean", title="Dry run",
                      description="Plan only (sample, target name, backfill plan): nothing is created or written."),
@@ -91,8 +93,10 @@ def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[st
             with recorded(ctx, "execute"):
                 if plan.mode == "in_place":
                     return steps.execute_in_place(ctx, plan)
+                launcher = spark.launcher_of(get_current_context())
+                launcher.check()  # an unreachable master fails here, before the target topic exists
                 steps.create_target(ctx, plan)
-                return steps.run_backfill(ctx, plan)
+                return steps.run_backfill(ctx, plan, launcher=launcher)
 
         @task
         def verify(plan_data: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:

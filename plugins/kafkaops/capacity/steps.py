@@ -1,6 +1,6 @@
 """The steps of a scheduled capacity review as plain functions (the DAG wires them; no Airflow here).
 
-    snapshot -> history append -> [key skew (Spark subprocess)] -> review -> report
+    snapshot -> history append -> [key skew (a Spark job)] -> review -> report
       -> [proposed kafka_scale_out run: approval=manual, dry_run=false]
 
 Each step takes and returns JSON-safe values (they travel through XCom) and appends what it did to
@@ -145,20 +145,19 @@ def append_history(cluster_data: Mapping[str, Any], run_id: str) -> dict[str, An
 
 
 def run_key_skew(conn_config: Mapping[str, str], cluster_data: Mapping[str, Any], params: CapacityParams,
-                 run_id: str, *, timeout_s: float = 1800.0, master: str = "local[1]") -> dict[str, Any]:
-    """Run ``spark_apps/key_skew.py`` in a local Spark subprocess over a bounded sample of the topic."""
+                 run_id: str, *, launcher: spark.Launcher, timeout_s: float = 1800.0) -> dict[str, Any]:
+    """Submit ``spark_apps/key_skew.py`` through ``launcher`` over a bounded sample of the topic."""
     cluster = Cluster.from_dict(cluster_data)
     topic = params.skew_target
     start, end = skew.sample_offsets(cluster, topic, params.sample_records)
     with tempfile.TemporaryDirectory(prefix="kafkaops-skew-") as tmp:  # the task's own scratch space
-        output, log_file = Path(tmp) / f"{safe_name(topic)}.json", Path(tmp) / f"{safe_name(topic)}.log"
+        log_file = Path(tmp) / f"{safe_name(topic)}.log"
         args = ["--topic", topic,
                 "--partitions", str(len(cluster.partitions_of(topic))), "--start", json.dumps(start),
-                "--end", json.dumps(end), "--output", str(output), "--master", master,
-                "--candidates", ",".join(map(str, params.candidate_partitions))]
+                "--end", json.dumps(end), "--candidates", ",".join(map(str, params.candidate_partitions))]
         if params.candidate_key_field:
             args += ["--candidate-field", params.candidate_key_field]
-        return spark.run_spark_app("key_skew", args, output=output, log_file=log_file, timeout_s=timeout_s,
+        return spark.run_spark_app("key_skew", args, launcher=launcher, log_file=log_file, timeout_s=timeout_s,
                                    what=f"key skew of {topic}", on_timeout="lower sample_records",
                                    kafka_config=conn_config)
 

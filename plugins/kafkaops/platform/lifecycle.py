@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -93,15 +93,19 @@ class OperationContext(Generic[P]):
 
 # -- begin and finish ------------------------------------------------------------------------------------
 
-def begin(ctx: OperationContext[Any], raw_params: Mapping[str, Any]) -> dict[str, Any]:
+def begin(ctx: OperationContext[Any], raw_params: Mapping[str, Any],
+          checks: Iterable[Callable[[], None]] = ()) -> dict[str, Any]:
     """Record the run, find the cluster and take its lock (refused, naming the holder, if busy).
 
-    The store is reached first: an unreachable store fails here, before anything touches Kafka."""
+    The store is reached first: an unreachable store fails here, before anything touches Kafka.
+    ``checks`` run next (e.g. the SSH login a later step needs); one that raises refuses the run."""
     ctx.store.start_operation(ctx.dag_id, ctx.run_id, kind=ctx.params.kind, triggered_by=ctx.triggered_by,
                               params=raw_params)
     ctx.audit.append("started", operation=ctx.params.kind, dag_id=ctx.dag_id, run_id=ctx.run_id,
                      triggered_by=ctx.triggered_by, params=dict(raw_params))
     try:
+        for check in checks:
+            check()
         with ctx.connect() as conn:
             cluster_id, controller, brokers = admin.describe_cluster(conn)
         lease = ctx.store.acquire(cluster_id, ctx.dag_id, ctx.run_id, run_ended=ctx.run_ended)

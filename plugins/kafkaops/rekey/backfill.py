@@ -7,8 +7,10 @@ would give its key (:func:`kafkaops.platform.partitioner.partition_for`), in per
 record exactly once, also when the copy is run again or restarted after a crash.
 
 Pure (stdlib and the pure kafkaops layer only): :class:`BackfillPlan` (frozen, JSON round-trip),
-:func:`target_partition`, the lineage header (``source_topic/partition/offset``) that makes re-runs
-idempotent, the per-key order clock, and :func:`check_integrity` over collected rows. The new key of
+:func:`target_partition`, the lineage header (``source_topic/partition/offset``) on every copied
+record, the per-key order clock, :func:`check_integrity` over collected rows, and the slices the copy
+is written in, each by transactions of its own that commit its marker (:func:`slices`), with the check
+of what earlier runs committed (:func:`committed_output`). The new key of
 a record comes from its key rule (:mod:`kafkaops.platform.keyrules`, the contract of docs/key-rules.md);
 a record without one is a dead letter carrying the rule's reason code (:data:`CODE_HEADER`).
 
@@ -36,8 +38,10 @@ from kafkaops.platform.partitioner import partition_for
 
 __all__ = [
     "CODE_HEADER", "LINEAGE_HEADER", "REASON_HEADER", "BackfillError", "BackfillIntegrityError", "BackfillPlan",
-    "IntegrityReport", "OrderClock", "OutputRecord", "SourceRecord", "check_integrity", "format_lineage",
-    "parse_lineage", "target_partition", "translate_offsets", "value_digest",
+    "CommittedOutput", "IntegrityFindings", "IntegrityReport", "OrderClock", "OutputCount", "OutputRecord",
+    "SourceRecord", "backfill_id", "check_integrity", "checksum_of_sums", "committed_output", "digest_halves",
+    "format_lineage", "integrity_report", "parse_lineage", "slices", "target_partition",
+    "translate_offsets", "value_digest",
 ]
 
 LINEAGE_HEADER = "kafkaops.lineage"
@@ -50,7 +54,7 @@ _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
 class BackfillError(KafkaOpsError):
-    """A backfill plan that cannot work, or a target that is not a prefix of the plan."""
+    """A backfill plan that cannot work, or a target holding what this plan did not write."""
 
 
 class BackfillIntegrityError(BackfillError):
@@ -348,6 +352,132 @@ def expected_order(plan: BackfillPlan, source: Iterable[SourceRecord]
     return {k: [lin for _, lin in sorted(v)] for k, v in keyed.items()}, key_of, dead
 
 
+#: How many examples of each kind of failure a report names (the counts are always complete).
+SAMPLE = 3
+
+
+def digest_halves(value: bytes | None) -> tuple[int, int]:
+    """:func:`value_digest` as its high and low 32 bits: sums of each fit a signed 64-bit column (Spark's
+    ``sum``) for up to 2**31 records, and :func:`checksum_of_sums` gives :func:`checksum` from them."""
+    digest = value_digest(value)
+    return digest >> 32, digest & 0xFFFFFFFF
+
+
+def checksum_of_sums(high: int, low: int) -> str:
+    """:func:`checksum` from the sums of :func:`digest_halves` over the same values."""
+    return f"{((int(high) << 32) + int(low)) & _MASK64:016x}"
+
+
+@dataclass(frozen=True)
+class IntegrityFindings:
+    """What a read-back measured, before it is worded: the counts of each kind of failure and the
+    first examples (:data:`SAMPLE`). :func:`check_integrity` finds them in Python over collected
+    records, spark_apps/backfill_verify.py as Spark aggregations; :func:`integrity_report` words
+    both the same way, so their reports compare equal.
+
+    Examples name a record as ``topic-partition@offset``; ``wrong_code`` is (record, lineage, code
+    found, code expected), ``wrong_key`` (record, key found, key expected), ``misplaced`` (key,
+    record, the partition its key belongs to or None for a null key), ``split`` (key, its target
+    partitions), ``order`` (key, first differing position, lineage found there, lineage planned
+    there, records found, records planned)."""
+
+    source_records: int
+    target_records: int
+    dead_letters: int
+    expected_dead_letters: int
+    source_checksum: str
+    output_checksum: str
+    partitions: tuple[PartitionIntegrity, ...]
+    dead_letter_codes: Mapping[str, int]
+    no_lineage: int = 0
+    no_lineage_at: str = ""
+    extra_partitions: tuple[int, ...] = ()
+    duplicates: int = 0
+    duplicate_sample: tuple[str, ...] = ()
+    unknown: int = 0
+    unknown_sample: tuple[str, ...] = ()
+    lost: int = 0
+    lost_sample: tuple[str, ...] = ()
+    wrong_dead: int = 0
+    wrong_dead_sample: tuple[str, ...] = ()
+    dead_in_target: int = 0
+    dead_in_target_sample: tuple[str, ...] = ()
+    wrong_codes: int = 0
+    wrong_code: tuple[str, str, str | None, str] | None = None
+    wrong_keys: int = 0
+    wrong_key: tuple[str, bytes | None, bytes | None] | None = None
+    misplaced: tuple[bytes | None, str, int | None] | None = None
+    split_keys: int = 0
+    split: tuple[bytes, tuple[int, ...]] | None = None
+    order_breaks: int = 0
+    order: tuple[bytes, int, str | None, str | None, int, int] | None = None
+
+
+def integrity_report(plan: BackfillPlan, found: IntegrityFindings) -> IntegrityReport:
+    """The :class:`IntegrityReport` of ``found``: its failures in words, in a fixed order."""
+    failures: list[str] = []
+    n = plan.target_partitions
+    if found.no_lineage:
+        failures.append(f"{found.no_lineage} record(s) carry no {LINEAGE_HEADER} header, e.g. "
+                        f"{found.no_lineage_at}: something other than the backfill wrote there")
+    if found.extra_partitions:
+        failures.append(f"target {plan.target_topic} has records in partition(s) {list(found.extra_partitions)}, "
+                        f"beyond the plan's {n}")
+    if found.source_records != found.target_records + found.dead_letters:
+        failures.append(f"source {plan.source_topic} has {found.source_records} records in the snapshot but target "
+                        f"{plan.target_topic} holds {found.target_records} and dead-letter {plan.dead_letter_topic} "
+                        f"{found.dead_letters} (sum {found.target_records + found.dead_letters})")
+    if found.duplicates:
+        failures.append(f"{found.duplicates} source record(s) were written more than once, e.g. "
+                        f"{list(found.duplicate_sample)}")
+    if found.unknown:
+        failures.append(f"{found.unknown} lineage(s) name no record of the snapshot, e.g. {list(found.unknown_sample)}")
+    if found.lost:
+        failures.append(f"{found.lost} source record(s) are in neither the target nor the dead-letter topic, "
+                        f"e.g. {list(found.lost_sample)}")
+    if found.wrong_dead or found.dead_in_target:
+        failures.append(f"{found.wrong_dead} record(s) with a key went to the dead-letter topic (e.g. "
+                        f"{list(found.wrong_dead_sample)}) and {found.dead_in_target} without one to the target "
+                        f"(e.g. {list(found.dead_in_target_sample)})")
+    if found.wrong_codes and found.wrong_code:
+        at, lineage, code, want = found.wrong_code
+        failures.append(f"{found.wrong_codes} dead letter(s) carry another {CODE_HEADER} than rule {plan.key_rule!r} "
+                        f"gives, e.g. {at} ({lineage}) carries {code!r}, expected {want!r}")
+    if found.wrong_keys and found.wrong_key:
+        at, key, want_key = found.wrong_key
+        failures.append(f"{found.wrong_keys} target record(s) carry another key than rule {plan.key_rule!r} gives, "
+                        f"e.g. {at} key {key!r}, expected {want_key!r}")
+    misplaced = sum(row.misplaced for row in found.partitions)
+    if misplaced and found.misplaced:
+        key, at, home = found.misplaced
+        want = "none (null key)" if home is None else str(home)
+        failures.append(f"{misplaced} target record(s) sit off their key's partition, e.g. key {key!r} at "
+                        f"{at}, partition_for gives {want} of {n}")
+    if found.split_keys and found.split:
+        key, parts = found.split
+        failures.append(f"{found.split_keys} key(s) live in more than one target partition, e.g. {key!r} in "
+                        f"{list(parts)}")
+    if found.order_breaks and found.order:
+        key, at, got, want_lineage, n_got, n_want = found.order
+        failures.append(f"{found.order_breaks} key(s) are out of per-key source order, e.g. {key!r}: position {at} "
+                        f"holds {got or 'nothing'}, source order has {want_lineage or 'nothing'} ({n_got} vs "
+                        f"{n_want} records)")
+    if found.source_checksum != found.output_checksum:
+        failures.append(f"value checksum differs: source {found.source_checksum}, target + dead letters "
+                        f"{found.output_checksum}; some value was changed, lost or duplicated")
+    return IntegrityReport(source_topic=plan.source_topic, target_topic=plan.target_topic, target_partitions=n,
+                           source_records=found.source_records, target_records=found.target_records,
+                           dead_letters=found.dead_letters, expected_dead_letters=found.expected_dead_letters,
+                           source_checksum=found.source_checksum, output_checksum=found.output_checksum,
+                           partitions=tuple(found.partitions), failures=tuple(failures),
+                           dead_letter_codes=dict(sorted(found.dead_letter_codes.items())),
+                           wrong_codes=found.wrong_codes)
+
+
+def _at(r: OutputRecord) -> str:
+    return f"{r.topic}-{r.partition}@{r.offset}"
+
+
 def check_integrity(plan: BackfillPlan, source: Iterable[SourceRecord], target: Iterable[OutputRecord],
                     dead_letters: Iterable[OutputRecord] = ()) -> IntegrityReport:
     """Every invariant of a finished backfill over rows read back (pure):
@@ -361,12 +491,13 @@ def check_integrity(plan: BackfillPlan, source: Iterable[SourceRecord], target: 
       and every key lives in exactly one target partition;
     * per key, the target order is the per-key source order (module docstring);
     * the order-independent checksum of values is the same on both sides.
+
+    spark_apps/backfill_verify.py measures the same as Spark aggregations (no records on the driver).
     """
     source = list(source)
     target = sorted(target, key=lambda r: (r.partition, r.offset))
     dead_letters = sorted(dead_letters, key=lambda r: (r.partition, r.offset))
     expected, key_of, expected_dead = expected_order(plan, source)
-    failures: list[str] = []
     n = plan.target_partitions
 
     seen: dict[str, int] = defaultdict(int)
@@ -374,10 +505,6 @@ def check_integrity(plan: BackfillPlan, source: Iterable[SourceRecord], target: 
         if r.lineage is not None:
             seen[r.lineage] += 1
     missing_lineage = [r for r in (*target, *dead_letters) if r.lineage is None]
-    if missing_lineage:
-        r = missing_lineage[0]
-        failures.append(f"{len(missing_lineage)} record(s) carry no {LINEAGE_HEADER} header, e.g. "
-                        f"{r.topic}-{r.partition}@{r.offset}: something other than the backfill wrote there")
 
     rows: list[PartitionIntegrity] = []
     keys_in: dict[bytes, set[int]] = defaultdict(set)
@@ -405,106 +532,146 @@ def check_integrity(plan: BackfillPlan, source: Iterable[SourceRecord], target: 
         by_partition[r.partition].append(r)
     for p in range(n):
         rows.append(partition_row(plan.target_topic, p, by_partition.get(p, []), is_target=True))
-    extra = sorted(set(by_partition) - set(range(n)))
-    if extra:
-        failures.append(f"target {plan.target_topic} has records in partition(s) {extra}, beyond the plan's {n}")
     dl_by: dict[int, list[OutputRecord]] = defaultdict(list)
     for r in dead_letters:
         dl_by[r.partition].append(r)
     for p in sorted(dl_by) or [0]:
         rows.append(partition_row(plan.dead_letter_topic, p, dl_by.get(p, []), is_target=False))
 
-    if len(source) != len(target) + len(dead_letters):
-        failures.append(f"source {plan.source_topic} has {len(source)} records in the snapshot but target "
-                        f"{plan.target_topic} holds {len(target)} and dead-letter {plan.dead_letter_topic} "
-                        f"{len(dead_letters)} (sum {len(target) + len(dead_letters)})")
     dups = sorted(lin for lin, c in seen.items() if c > 1)
-    if dups:
-        failures.append(f"{len(dups)} source record(s) were written more than once, e.g. {dups[:3]}")
     unknown = sorted(lin for lin in seen if lin not in key_of)
-    if unknown:
-        failures.append(f"{len(unknown)} lineage(s) name no record of the snapshot, e.g. {unknown[:3]}")
     lost = sorted(set(key_of) - set(seen), key=parse_lineage)
-    if lost:
-        failures.append(f"{len(lost)} source record(s) are in neither the target nor the dead-letter topic, "
-                        f"e.g. {lost[:3]}")
     wrong_dead = sorted({r.lineage for r in dead_letters if r.lineage} - expected_dead.keys())
     dead_in_target = sorted({r.lineage for r in target if r.lineage} & expected_dead.keys())
-    if wrong_dead or dead_in_target:
-        failures.append(f"{len(wrong_dead)} record(s) with a key went to the dead-letter topic (e.g. "
-                        f"{wrong_dead[:3]}) and {len(dead_in_target)} without one to the target (e.g. "
-                        f"{dead_in_target[:3]})")
     wrong_code = [r for r in dead_letters if r.lineage in expected_dead and r.code != expected_dead[r.lineage]]
-    if wrong_code:
-        r = wrong_code[0]
-        failures.append(f"{len(wrong_code)} dead letter(s) carry another {CODE_HEADER} than rule {plan.key_rule!r} "
-                        f"gives, e.g. {r.topic}-{r.partition}@{r.offset} ({r.lineage}) carries {r.code!r}, expected "
-                        f"{expected_dead[r.lineage]!r}")
     wrong_key = [r for r in target if r.lineage in key_of and key_of[r.lineage] != r.key]
-    if wrong_key:
-        r = wrong_key[0]
-        failures.append(f"{len(wrong_key)} target record(s) carry another key than rule {plan.key_rule!r} gives, "
-                        f"e.g. {r.topic}-{r.partition}@{r.offset} key {r.key!r}, expected {key_of[r.lineage]!r}")
-    misplaced = sum(row.misplaced for row in rows)
-    if misplaced:
-        r = next(r for r in target if r.key is None or partition_for(r.key, n) != r.partition)
-        want = "none (null key)" if r.key is None else str(partition_for(r.key, n))
-        failures.append(f"{misplaced} target record(s) sit off their key's partition, e.g. key {r.key!r} at "
-                        f"{r.topic}-{r.partition}@{r.offset}, partition_for gives {want} of {n}")
-    if split:
-        k = sorted(split)[0]
-        failures.append(f"{len(split)} key(s) live in more than one target partition, e.g. {k!r} in "
-                        f"{sorted(keys_in[k])}")
+    off_home = next((r for r in target if r.key is None or partition_for(r.key, n) != r.partition), None)
+    order = None
     if broken:
         k = sorted(broken)[0]
         want, got = expected.get(k, []), actual.get(k, [])
         at = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b), min(len(want), len(got)))
-        failures.append(f"{len(broken)} key(s) are out of per-key source order, e.g. {k!r}: position {at} holds "
-                        f"{got[at] if at < len(got) else 'nothing'}, source order has "
-                        f"{want[at] if at < len(want) else 'nothing'} ({len(got)} vs {len(want)} records)")
-    src_sum = checksum(r.value for r in source)
-    out_sum = checksum(r.value for r in (*target, *dead_letters))
-    if src_sum != out_sum:
-        failures.append(f"value checksum differs: source {src_sum}, target + dead letters {out_sum}; some value "
-                        "was changed, lost or duplicated")
-    return IntegrityReport(source_topic=plan.source_topic, target_topic=plan.target_topic, target_partitions=n,
-                           source_records=len(source), target_records=len(target), dead_letters=len(dead_letters),
-                           expected_dead_letters=len(expected_dead), source_checksum=src_sum,
-                           output_checksum=out_sum, partitions=tuple(rows), failures=tuple(failures),
-                           dead_letter_codes=dict(sorted(Counter(expected_dead.values()).items())),
-                           wrong_codes=len(wrong_code))
+        order = (k, at, got[at] if at < len(got) else None, want[at] if at < len(want) else None, len(got), len(want))
+    found = IntegrityFindings(
+        source_records=len(source), target_records=len(target), dead_letters=len(dead_letters),
+        expected_dead_letters=len(expected_dead), source_checksum=checksum(r.value for r in source),
+        output_checksum=checksum(r.value for r in (*target, *dead_letters)), partitions=tuple(rows),
+        dead_letter_codes=Counter(expected_dead.values()),
+        no_lineage=len(missing_lineage), no_lineage_at=_at(missing_lineage[0]) if missing_lineage else "",
+        extra_partitions=tuple(sorted(set(by_partition) - set(range(n)))),
+        duplicates=len(dups), duplicate_sample=tuple(dups[:SAMPLE]),
+        unknown=len(unknown), unknown_sample=tuple(unknown[:SAMPLE]),
+        lost=len(lost), lost_sample=tuple(lost[:SAMPLE]),
+        wrong_dead=len(wrong_dead), wrong_dead_sample=tuple(wrong_dead[:SAMPLE]),
+        dead_in_target=len(dead_in_target), dead_in_target_sample=tuple(dead_in_target[:SAMPLE]),
+        wrong_codes=len(wrong_code),
+        wrong_code=(_at(wrong_code[0]), wrong_code[0].lineage or "", wrong_code[0].code,
+                    expected_dead[wrong_code[0].lineage or ""]) if wrong_code else None,
+        wrong_keys=len(wrong_key),
+        wrong_key=(_at(wrong_key[0]), wrong_key[0].key, key_of[wrong_key[0].lineage or ""]) if wrong_key else None,
+        misplaced=None if off_home is None else (
+            off_home.key, _at(off_home), None if off_home.key is None else partition_for(off_home.key, n)),
+        split_keys=len(split), split=(min(split), tuple(sorted(keys_in[min(split)]))) if split else None,
+        order_breaks=len(broken), order=order)
+    return integrity_report(plan, found)
 
 
 # -- resume and cut-over -----------------------------------------------------------------------------------
 
+#: Copy modes, and the slices each writes in a transaction of its own: a direct slice is one source
+#: partition's records, a merged slice one output partition's (the dead-letter topic is one more).
+DIRECT, MERGED = "direct", "merged"
+
+
+#: The start of every backfill's marker group (:func:`backfill_id`): the copy's own bookkeeping, not a
+#: consumer of the source, so a cut-over translates no such group.
+MARKER_GROUP_PREFIX = "kafkaops-backfill-"
+
+
+def backfill_id(plan: BackfillPlan) -> str:
+    """The plan's name in Kafka: the transactional id prefix of its slices and its marker group,
+    ``kafkaops-backfill-<target>-<hash of the plan>`` (another plan into the same target gets another)."""
+    digest = hashlib.sha256(plan.to_json().encode()).hexdigest()[:12]
+    return f"{MARKER_GROUP_PREFIX}{plan.target_topic}-{digest}"
+
+
+def slices(plan: BackfillPlan, mode: str) -> list[tuple[str, int]]:
+    """The slices of ``mode``, each named by the topic partition of its commit marker: a direct slice
+    by its source partition, a merged slice by its output partition."""
+    if mode == DIRECT:
+        return [(plan.source_topic, p) for p, _, _ in plan.source_offsets]
+    return [(plan.target_topic, p) for p in range(plan.target_partitions)] + [(plan.dead_letter_topic, 0)]
+
+
 @dataclass(frozen=True)
-class ResumePoint:
-    """What an earlier run left in one output partition: ``written`` records, the last one's lineage.
-    With ``source_partition`` set, only the records copied from that source partition count (a
-    direct copy, where each source partition's records reach an output partition in offset order
-    but interleaved with other source partitions')."""
+class OutputCount:
+    """Committed records of one output partition whose lineage names one source topic partition
+    (``source_topic`` None: records without a lineage header), with the least and greatest source offset."""
 
     topic: str
     partition: int
-    written: int
-    last_lineage: str
-    source_partition: int | None = None
-
-    @property
-    def name(self) -> str:
-        where = f"{self.topic}-{self.partition}"
-        return where if self.source_partition is None else f"{where} (from source partition {self.source_partition})"
+    source_topic: str | None
+    source_partition: int | None
+    records: int
+    first_offset: int | None = None
+    last_offset: int | None = None
 
 
-def check_prefix(point: ResumePoint, planned_through_last: int) -> None:
-    """The output partition must hold exactly the plan's records up to its last lineage: a prefix.
-    Anything else (another writer, another plan) cannot be resumed without duplicates."""
-    if point.written != planned_through_last:
-        raise BackfillError(
-            f"{point.name} holds {point.written} record(s) ending at lineage "
-            f"{point.last_lineage}, but the plan puts {planned_through_last} record(s) there up to that lineage: "
-            "the partition is not a prefix of this backfill (another writer, or another plan). Delete the "
-            "target and dead-letter topics (or choose a new target topic) and run the backfill again")
+@dataclass(frozen=True)
+class CommittedOutput:
+    """What earlier runs of a plan committed: the copy they wrote (``None``: nothing) and how many
+    records. ``stale`` says the marker group counts records no longer there (the output was deleted
+    to switch to the merged copy before the markers were): forget the markers and start afresh."""
+
+    mode: str | None
+    records: int
+    stale: bool = False
+
+
+def committed_output(plan: BackfillPlan, markers: Mapping[tuple[str, int], int],
+                     counts: Iterable[OutputCount]) -> CommittedOutput:
+    """Check what a read_committed reader sees in the target and dead-letter topics against the plan's
+    commit markers (slice -> records committed, :func:`slices`): every record must carry this plan's
+    lineage, and each slice's records must number exactly its marker. Raises :class:`BackfillError`
+    naming the first partition that is not this plan's work."""
+    counts = list(counts)
+    group = backfill_id(plan)
+    fix = (f"delete the target and dead-letter topics' records and consumer group {group} (or choose a new "
+           "target topic) and run the backfill again")
+    ranges = {p: (s, e) for p, s, e in plan.source_offsets}
+    for c in counts:
+        where = f"{c.topic}-{c.partition}"
+        if c.source_topic is None:
+            raise BackfillError(f"{where} holds {c.records} record(s) without a {LINEAGE_HEADER} header: something "
+                                f"else wrote there; use an empty target topic, or {fix}")
+        start, end = ranges.get(c.source_partition, (0, 0)) if c.source_topic == plan.source_topic else (0, 0)
+        if not (start <= (c.first_offset or 0) and (c.last_offset or 0) < end):
+            lineage = format_lineage(c.source_topic, c.source_partition or 0, c.last_offset or 0)
+            raise BackfillError(f"{where} holds {c.records} record(s) up to lineage {lineage}, which this plan does "
+                                f"not hold: the topic was written by another plan; {fix}")
+    total = sum(c.records for c in counts)
+    direct = {s: n for s, n in markers.items() if s in set(slices(plan, DIRECT))}
+    merged = {s: n for s, n in markers.items() if s in set(slices(plan, MERGED))}
+    if total == 0:
+        return CommittedOutput(None, 0, stale=bool(markers))
+    if direct and merged:
+        raise BackfillError(f"consumer group {group} holds commit markers of both copies ({len(direct)} direct, "
+                            f"{len(merged)} merged slice(s)); no run leaves that: {fix}")
+    mode = MERGED if merged else DIRECT if direct else None
+    if mode is None:
+        raise BackfillError(f"{plan.target_topic} and {plan.dead_letter_topic} hold {total} record(s) of this plan "
+                            f"but consumer group {group} has no commit marker for them: written by another writer "
+                            f"(or a kafkaops without transactional writes), so a re-run would write them twice; {fix}")
+    found: Counter[tuple[str, int]] = Counter()
+    for c in counts:
+        found[(plan.source_topic, c.source_partition) if mode == DIRECT else (c.topic, c.partition)] += c.records
+    want = direct if mode == DIRECT else merged
+    for name in sorted(set(found) | set(want)):
+        if found[name] != want.get(name, 0):
+            raise BackfillError(f"the {mode} slice {name[0]}-{name[1]} has {found[name]} committed record(s) in the "
+                                f"output but its commit marker in consumer group {group} counts {want.get(name, 0)}: "
+                                f"not only this backfill wrote there; {fix}")
+    return CommittedOutput(mode, total)
 
 
 def translate_offsets(source_topic: str, committed: Mapping[int, int],

@@ -8,7 +8,7 @@
   how many keys of a bounded sample would change partition.
 * ``migrate``: create the target (``<topic>.v2`` or the next free version) with the new count and
   the source's topic configs, plus a one-partition dead-letter topic; run the rekey backfill
-  (:mod:`spark_apps.rekey_backfill`, local Spark in a subprocess); gate its integrity report with
+  (:mod:`spark_apps.rekey_backfill`, a Spark job on the run's Spark connection); gate its integrity report with
   ``expectations/backfill.json``; cut over: record, per consumer group of the source, its
   committed offsets translated to target offsets through the lineage headers (and with
   ``cutover_group_suffix`` commit them for ``<group><suffix>``).
@@ -307,26 +307,27 @@ def create_target(ctx: lifecycle.OperationContext, plan: PartitionPlan) -> dict[
     return {"target_created": created, "dead_letter_created": dlq}
 
 
-def run_backfill(ctx: lifecycle.OperationContext, plan: PartitionPlan, *, timeout_s: float = 3600.0
-                 ) -> dict[str, Any]:
-    """Run :mod:`spark_apps.rekey_backfill` (run + verify) in a local Spark subprocess; resume-safe."""
+def run_backfill(ctx: lifecycle.OperationContext, plan: PartitionPlan, *, launcher: spark.Launcher,
+                 timeout_s: float = 3600.0) -> dict[str, Any]:
+    """Submit :mod:`spark_apps.rekey_backfill` (run + verify) through ``launcher``; resume-safe. The
+    plan goes as JSON on its command line, the report comes back in the driver's output, the Spark
+    log into the store."""
     bf = BackfillPlan.from_dict(plan.backfill or {})
     log_artifact = f"backfill/{ctx.artifact_prefix}/spark-try{ctx.try_number or 1}.log"
     with tempfile.TemporaryDirectory(prefix="kafkaops-backfill-") as tmp:  # the task's own scratch space
-        work = Path(tmp)
-        plan_file, report_file, log_file = work / "plan.json", work / "report.json", work / "spark.log"
-        plan_file.write_text(bf.to_json())
-        args = ["run", "--verify", "--plan", str(plan_file), "--report", str(report_file)]
+        log_file = Path(tmp) / "spark.log"
+        args = ["run", "--verify", "--plan", bf.to_json()]
         ctx.fence(f"start the backfill into {bf.target_topic}")
 
         def started(argv: list[str]) -> None:  # the client config is in a file the argv names, never in it
-            ctx.audit.append("note", text=f"backfill started: {bf.source_topic} -> {bf.target_topic} (Spark log: "
+            ctx.audit.append("note", text=f"backfill started on Spark master {launcher.master} (connection "
+                                          f"{launcher.conn_id}): {bf.source_topic} -> {bf.target_topic} (Spark log: "
                                           f"artifact {log_artifact})", log_url=f"/kafkaops/artifacts/{log_artifact}",
                              argv=argv)
         try:
             # exit 3 is a finished run whose integrity check failed: the report says so and the gate fails on it
             result = spark.run_spark_app(
-                "rekey_backfill", args, output=report_file, log_file=log_file, timeout_s=timeout_s,
+                "rekey_backfill", args, launcher=launcher, log_file=log_file, timeout_s=timeout_s,
                 ok_exit_codes=None, what=f"backfill {bf.source_topic} -> {bf.target_topic}",
                 on_timeout="run it again: it resumes where it stopped", on_failure="it resumes safely when run again",
                 kafka_config=ctx.conn_config, on_start=started)
@@ -372,6 +373,8 @@ def cutover(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mappin
         snap = admin.snapshot(conn, topics=[bf.source_topic, bf.target_topic], sizes=False)
     committed: dict[str, dict[int, int]] = {}
     for g in snap.groups:
+        if g.group_id.startswith(backfill.MARKER_GROUP_PREFIX):  # a backfill's commit markers (the direct copy's
+            continue                                            # count source offsets): not a consumer
         offsets = {x.partition: x.committed for x in g.partitions if x.topic == bf.source_topic and x.committed}
         if offsets:
             committed[g.group_id] = offsets

@@ -17,6 +17,7 @@ from kafkaops.capacity import skew
 from kafkaops.model import Cluster
 from kafkaops.platform.partitioner import partition_for
 from kafkaops.capacity.history import ReviewHistory
+from tests.conftest import run_dag
 
 
 pytestmark = pytest.mark.integration
@@ -138,7 +139,9 @@ def test_the_spark_key_skew_job_matches_the_pure_helper(cluster) -> None:
     params = capacity_run.CapacityParams.from_params({"topics": [topic], "key_skew": True, "sample_records": 600,
                                                       "candidate_key_field": "id", "candidate_partitions": [3, 6]})
     snap = capacity_run.take_snapshot(cluster, params)
-    spark_result = capacity_run.run_key_skew(cluster, snap, params, "spark-check", master="local[1]")
+    from kafkaops.airflow.spark import SparkSubmitLauncher
+
+    spark_result = capacity_run.run_key_skew(cluster, snap, params, "spark-check", launcher=SparkSubmitLauncher())
     start, end = skew.sample_offsets(Cluster.from_dict(snap), topic, 600)
     sample = read_sample(cluster, start, end, topic)
     expected = skew.analyze(topic, sample, partitions=PARTITIONS, candidates=(3, 6), candidate_field="id")
@@ -156,9 +159,9 @@ def test_the_dag_runs_a_review_and_proposes_a_scale_out_run(cluster, airflow_db,
     with admin.connect(cluster) as conn:
         admin.create_topic(conn, "dag-topic", PARTITIONS, 1)
     datagen.produce(cluster, "dag-topic", datagen.DatagenSpec(records=300, keys=10, skew="hot", record_bytes=100))
-    dag = dagbag.dags["kafka_capacity_review"]
-    run = dag.test(run_conf={"topics": ["dag-topic"], "propose_scale_out": True, "disk_per_broker_gb": 1e-6,
-                             "scale_out_inventory": "spec.json"})
+    # run_dag: the session's mTLS and SASL_SSL tests ran this DAG with key_skew on; dag.test() would keep it
+    run = run_dag(dagbag, "kafka_capacity_review", topics=["dag-topic"], propose_scale_out=True,
+                  disk_per_broker_gb=1e-6, scale_out_inventory="spec.json")
     record = state.AuditLog.for_run("kafka_capacity_review", run.run_id).summary()
     assert record["outcome"] == "success", record
     [note] = [n for n in record["notes"] if "report" in n]

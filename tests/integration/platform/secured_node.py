@@ -7,8 +7,8 @@ Every certificate is self-signed with the JDK's keytool (SAN 127.0.0.1): the bro
 client's (trusted: its certificate is in the brokers' trust store) and a stranger's (not trusted).
 A client's key goes to librdkafka as an encrypted PEM file (``ssl.key.location`` and
 ``ssl.key.password``, which kafka-python reads too), written from keytool's PKCS#12 store by
-``cryptography``. :func:`secured_nodes` is the one fixture's body (``conftest.py``): the test modules
-share the nodes.
+``cryptography``. :func:`secured_nodes` is the body of the session fixture ``tls_nodes``
+(``tests/conftest.py``): the test modules of tests/integration and tests/dags share the nodes.
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from kafkaops.cli import datagen
 from kafkaops.platform import admin, provision, state, store
 from kafkaops.platform.partitioner import partition_for
 from kafkaops.platform.paths import jar_dir
-from tests.conftest import TEST_BROKER_CONFIG
+from tests.conftest import TEST_BROKER_CONFIG, committed_copy
 from tests.dags.conftest import kafka_default_connection
 from tests.dags.test_operation_dags import run
 from tests.integration.conftest import throttles_left
@@ -120,9 +120,9 @@ def test_migrate_rekeys_into_more_partitions_and_translates_offsets(dagbag, clus
         seqs.setdefault(r.key, []).append(json.loads(r.value)["seq"])
     assert {k: s for k, s in seqs.items() if s != list(range(len(s)))} == {}  # each key whole and in order
     cut = next(n for n in record["notes"] if "offset_translation" in n)["offset_translation"]
-    ends = admin.end_offsets(config, f"{LEDGER}.v2")
-    assert cut["billing"]["target"] == {str(p): e for p, (_, e) in ends.items()}
+    _, after = committed_copy(config, f"{LEDGER}.v2")
+    assert cut["billing"]["target"] == {str(p): e for p, e in after.items()}
     with admin.connect(spec.bootstrap) as conn:
         snap = admin.snapshot(conn, topics=[f"{LEDGER}.v2"], sizes=False)
     moved = {x.partition: x.committed for g in snap.groups if g.group_id == "billing.v2" for x in g.partitions}
-    assert moved == {p: e for p, (_, e) in ends.items()}
+    assert moved == after

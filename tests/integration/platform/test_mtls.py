@@ -15,16 +15,16 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from kafkaops.errors import ConfigError, KafkaAuthFailed
+from kafkaops.errors import ConfigError
 from kafkaops.platform import admin, lifecycle, store
 from tests.integration.platform.secured_node import KEY_PASSWORD, SecuredNodes
+from tests.integration.platform.test_secured import refused_at_begin
 from tests.store_fixtures import local_store  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -170,26 +170,14 @@ def test_begin_the_preflight_gate_and_finish_over_mtls(tls_nodes: SecuredNodes, 
 
 def test_an_untrusted_certificate_is_refused_at_begin_naming_the_connection(
         tls_nodes: SecuredNodes, local_store: store.Store, tmp_path: Path) -> None:
-    stranger = admin.connection_config(tls_nodes.mtls_config(tls_nodes.stranger_cert, tls_nodes.stranger_key),
-                                       name="Airflow connection 'kafka_stranger'")
-    ctx = lifecycle.OperationContext("kafka_rebalance", "mtls-stranger", stranger,
-                                     SimpleNamespace(kind="rebalance", dry_run=True))
-    started = time.monotonic()
-    with pytest.raises(KafkaAuthFailed) as refused:  # the brokers do not trust the client's certificate
-        lifecycle.begin(ctx, {"kafka_conn_id": "kafka_stranger"})
-    assert time.monotonic() - started < 10  # not begin's 15 s request timeout: refused at the first drop
-    assert refused.value.code == "_SSL" and "Airflow connection 'kafka_stranger'" in str(refused.value), \
-        (refused.value.code, str(refused.value))
-    record = json.dumps(local_store.events("kafka_rebalance", "mtls-stranger"), default=str)
-    assert "Airflow connection 'kafka_stranger'" in record and KEY_PASSWORD not in record
+    stranger = tls_nodes.mtls_config(tls_nodes.stranger_cert, tls_nodes.stranger_key)
+    refused = refused_at_begin(stranger, "kafka_stranger", "mtls-stranger", local_store)
+    assert refused.code == "_SSL", (refused.code, str(refused))  # the brokers do not trust the client's certificate
+    assert KEY_PASSWORD not in json.dumps(local_store.events("kafka_scale_out", "mtls-stranger"), default=str)
 
     untrusting = tls_nodes.mtls_config(tls_nodes.client_cert, tls_nodes.client_key, ca=tls_nodes.stranger_cert)
-    with admin.connect(untrusting, name="Airflow connection 'kafka_wrong_ca'") as conn:
-        started = time.monotonic()
-        with pytest.raises(KafkaAuthFailed) as untrusted:  # the client does not trust the brokers' certificate
-            admin.describe_cluster(conn)
-    assert time.monotonic() - started < 10 and untrusted.value.code == "_SSL", untrusted.value.code
-    assert "Airflow connection 'kafka_wrong_ca'" in str(untrusted.value)
+    untrusted = refused_at_begin(untrusting, "kafka_wrong_ca", "mtls-wrong-ca", local_store)
+    assert untrusted.code == "_SSL", untrusted.code  # the client does not trust the brokers' certificate
 
     wrong_key = {**tls_nodes.mtls_client, "ssl.key.password": "not-the-key-password"}
     with pytest.raises(ConfigError, match="Airflow connection 'kafka_wrong_key'.*ssl.key") as unreadable:

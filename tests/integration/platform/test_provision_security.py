@@ -1,8 +1,9 @@
 """The role's secured listeners, from inventory variables (the nodes of ``secured_node.py``, shared
-with test_mtls.py through the package's ``tls_nodes`` fixture): a SASL_SSL listener (SCRAM-SHA-512, the
-user created when the storage is formatted, also the brokers' own inter-broker login) and an mTLS
-listener, with self-signed certificates made by the JDK's keytool. The role's registration check passes
-only with the full client config; a wrong password and a client without a certificate are turned away."""
+with test_mtls.py and tests/dags/test_mtls_dags.py through the session's ``tls_nodes`` fixture): a
+SASL_SSL listener (SCRAM-SHA-512, the user created when the storage is formatted, also the brokers'
+own inter-broker login) and an mTLS listener, with self-signed certificates made by the JDK's
+keytool. The role's registration check passes only with the full client config; a wrong password
+and a client without a certificate are turned away."""
 from __future__ import annotations
 
 import pytest

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from kafkaops.airflow.spark import SparkSubmitLauncher
 from kafkaops.errors import KafkaAuthFailed
 from kafkaops.platform import admin, lifecycle, spark, store
 from tests.secured import PASSWORD, SecuredCluster, self_signed
@@ -138,10 +139,11 @@ def test_the_key_skew_spark_job_reads_sasl_ssl_with_its_config_in_a_file(
     monkeypatch.setattr(spark, "run_spark_app", recording)
     params = capacity_steps.CapacityParams(key_skew=True, skew_topic="skewed", sample_records=400)
     cluster = capacity_steps.take_snapshot(config, params)
-    result = capacity_steps.run_key_skew(config, cluster, params, "secured-run")
+    result = capacity_steps.run_key_skew(config, cluster, params, "secured-run", launcher=SparkSubmitLauncher())
     sampled = sum(int(e) - int(result["sample"]["start"][p]) for p, e in result["sample"]["end"].items())
     assert result["records"] == sampled > 0, seen["log"][-2000:]  # Spark read every sampled record
     assert "--kafka-config" in seen["argv"][0] and "--bootstrap" not in seen["argv"][0]
+    assert seen["argv"][0][seen["argv"][0].index("--kafka-config") + 1] == "kafka.properties"
     no_canary("the Spark argv", json.dumps(seen["argv"]))
     no_canary("the Spark log", seen["log"])
 
@@ -162,41 +164,43 @@ def test_the_rekey_backfill_copies_and_verifies_on_sasl_ssl(broker: SecuredClust
     with admin.connect(config) as conn:
         admin.create_topic(conn, plan.target_topic, 4, 1)
         admin.create_topic(conn, plan.dead_letter_topic, 1, 1)
-    plan_file, report, log_file = tmp_path / "plan.json", tmp_path / "report.json", tmp_path / "spark.log"
-    plan_file.write_text(plan.to_json())
+    log_file = tmp_path / "spark.log"
     argv: list[list[str]] = []
-    result = spark.run_spark_app("rekey_backfill", ["run", "--verify", "--plan", str(plan_file), "--report", str(report),
-                                                    "--driver-memory", "512m"],
-                                 output=report, log_file=log_file, timeout_s=600, what="backfill on SASL_SSL",
-                                 on_timeout="-", kafka_config=config, on_start=argv.append)
+    result = spark.run_spark_app("rekey_backfill", ["run", "--verify", "--plan", plan.to_json()],
+                                 launcher=SparkSubmitLauncher(), log_file=log_file, timeout_s=600,
+                                 what="backfill on SASL_SSL", on_timeout="-", kafka_config=config,
+                                 driver_memory="512m", on_start=argv.append)
     assert result["integrity"]["ok"], result["integrity"]
     assert result["integrity"]["target_records"] + result["integrity"]["dead_letters"] == 300
     no_canary("the backfill's argv", json.dumps(argv))
     no_canary("the backfill's Spark log", log_file.read_text(errors="replace"))
 
 
-def test_wrong_credentials_fail_begin_at_once_naming_the_connection(broker: SecuredCluster, local_store: Any,
-                                                                    tmp_path: Path) -> None:
-    wrong = admin.connection_config(broker.config(password="not-the-password"), name="Airflow connection 'kafka_x'")
-    ctx = lifecycle.OperationContext("kafka_scale_out", "secured-wrong", wrong,
-                                     SimpleNamespace(kind="scale_out", dry_run=True))
+def refused_at_begin(config: dict[str, str], conn_id: str, run_id: str, st: store.Store) -> KafkaAuthFailed:
+    """What ``begin`` raises with the client ``config`` of the Airflow connection ``conn_id``: a
+    KafkaAuthFailed within 10 s (not its 15 s request timeout) that names the connection, also in the
+    run's record."""
+    named = admin.connection_config(config, name=f"Airflow connection '{conn_id}'")
+    ctx = lifecycle.OperationContext("kafka_scale_out", run_id, named, SimpleNamespace(kind="scale_out", dry_run=True))
     started = time.monotonic()
     with pytest.raises(KafkaAuthFailed) as refused:
-        lifecycle.begin(ctx, {"kafka_conn_id": "kafka_x"})
+        lifecycle.begin(ctx, {"kafka_conn_id": conn_id})
     assert time.monotonic() - started < 10
-    message = str(refused.value)
-    assert "Airflow connection 'kafka_x'" in message and refused.value.code == "_AUTHENTICATION", message
-    assert "not-the-password" not in message
-    record = json.dumps(local_store.events("kafka_scale_out", "secured-wrong"), default=str)
-    assert "Airflow connection 'kafka_x'" in record and "not-the-password" not in record
+    assert f"Airflow connection '{conn_id}'" in str(refused.value), str(refused.value)
+    assert f"Airflow connection '{conn_id}'" in json.dumps(st.events("kafka_scale_out", run_id), default=str)
+    return refused.value
 
-    _, other_ca = self_signed(tmp_path, "stranger", "changeit")
-    with admin.connect(broker.config(ca_file=other_ca), name="Airflow connection 'kafka_y'") as conn:
-        started = time.monotonic()
-        with pytest.raises(KafkaAuthFailed) as untrusted:
-            admin.describe_cluster(conn)
-    assert time.monotonic() - started < 10 and untrusted.value.code == "_SSL"
-    assert "Airflow connection 'kafka_y'" in str(untrusted.value)
+
+def test_wrong_credentials_fail_begin_at_once_naming_the_connection(broker: SecuredCluster, local_store: Any,
+                                                                    tmp_path: Path) -> None:
+    wrong = refused_at_begin(broker.config(password="not-the-password"), "kafka_x", "secured-wrong", local_store)
+    assert wrong.code == "_AUTHENTICATION" and "not-the-password" not in str(wrong), (wrong.code, str(wrong))
+    record = json.dumps(local_store.events("kafka_scale_out", "secured-wrong"), default=str)
+    assert "not-the-password" not in record
+
+    _, other_ca = self_signed(tmp_path, "stranger", "changeit")  # the client does not trust the brokers
+    untrusted = refused_at_begin(broker.config(ca_file=other_ca), "kafka_y", "secured-untrusted", local_store)
+    assert untrusted.code == "_SSL", untrusted.code
 
     bad = kafkaops("snapshot", "--bootstrap-server", broker.bootstrap, "--kafka-config", str(_write(
         tmp_path / "wrong.json", broker.config(password="not-the-password"))), "--timeout", "5")

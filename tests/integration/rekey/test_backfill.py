@@ -1,6 +1,8 @@
 """The rekey backfill on a real cluster of its own (one broker): 3 -> 6 partitions with skewed keys,
-every invariant checked on the target read back with confluent-kafka; a re-run writes nothing; a
-run killed half-way (SIGKILL of its process group) and run again gives the exact result; records
+every invariant checked on the target read back read_committed (what consumers see) with
+confluent-kafka; a re-run writes nothing; a task attempt that dies mid-slice with its transaction
+open and is retried, and a run killed half-way (SIGKILL of its process group) and run again, both
+give the exact result; records
 without the key field land in the dead-letter topic with the reason code of docs/key-rules.md. Both
 copies are covered: the
 direct one (every new key in one source partition: by the record key, or by a value field equal to
@@ -13,10 +15,10 @@ import contextlib
 import json
 from collections import Counter
 import os
+import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -82,15 +84,46 @@ def read_back(spec: provision.ClusterSpec, plan: BackfillPlan
         return [OutputRecord(r.topic, r.partition, r.offset, r.key, r.value,
                              (r.header(backfill.LINEAGE_HEADER) or b"").decode() or None,
                              (r.header(backfill.CODE_HEADER) or b"").decode() or None)
-                for r in admin.read_topic(config, topic)]
+                for r in read_output(spec, topic, "read_committed")]
 
     return source, out(plan.target_topic), out(plan.dead_letter_topic)
 
 
 def written(spec: provision.ClusterSpec, plan: BackfillPlan) -> int:
+    """Offsets used in the target and dead-letter topics: records of every transaction, committed or
+    not, and the transactions' markers."""
     config = {"bootstrap.servers": spec.bootstrap}
     return sum(e - s for topic in (plan.target_topic, plan.dead_letter_topic)
                for s, e in admin.end_offsets(config, topic).values())
+
+
+def marked(spec: provision.ClusterSpec, plan: BackfillPlan) -> int:
+    """Rows the plan's commit markers count: its consumer group's committed offsets (not require-stable:
+    while a transaction holding a marker is open, the broker reports that partition unstable; then
+    this counts the marker as last committed)."""
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    # no Python log callback: librdkafka calling one after a short-lived client is gone is a crash risk
+    client = AdminClient({"bootstrap.servers": spec.bootstrap, "log_level": 3})
+    futures = client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(backfill.backfill_id(plan))],
+                                                 require_stable=False)
+    partitions = [tp for f in futures.values() for tp in f.result(30).topic_partitions]
+    assert not [tp for tp in partitions if tp.error], partitions
+    return sum(max(tp.offset, 0) for tp in partitions)
+
+
+def read_output(spec: provision.ClusterSpec, topic: str, isolation: str) -> list[admin.Record]:
+    """Every record of ``topic`` up to its end offsets now, read ``read_committed`` (what consumers
+    see) or ``read_uncommitted`` (aborted transactions' records too)."""
+    plain = {"bootstrap.servers": spec.bootstrap}
+    return list(admin.read_ranges({**plain, "isolation.level": isolation}, topic, admin.end_offsets(plain, topic)))
+
+
+def uncommitted(spec: provision.ClusterSpec, plan: BackfillPlan) -> int:
+    """Records in the target and dead-letter topics read_uncommitted: aborted transactions' included."""
+    return sum(len(read_output(spec, topic, "read_uncommitted"))
+               for topic in (plan.target_topic, plan.dead_letter_topic))
 
 
 def test_kafka_key_hash_on_the_jvm_is_partition_for(spark) -> None:
@@ -132,17 +165,63 @@ def test_rekey_3_to_6_partitions_keeps_every_invariant_and_a_rerun_writes_nothin
     assert report.dead_letter_codes == {"field:key": {"FIELD_MISSING": 1, "NOT_JSON": 1, "NULL_VALUE": 1},
                                         "field:seq": {"FIELD_MISSING": 3, "NOT_JSON": 1},
                                         "record_key": {keyrules.NO_KEY: 1}}[rule]
-    raw = admin.read_topic({"bootstrap.servers": cluster.bootstrap}, plan.dead_letter_topic)
+    raw = read_output(cluster, plan.dead_letter_topic, "read_committed")
     codes = Counter(r.header(backfill.CODE_HEADER).decode() for r in raw)
     assert codes == report.dead_letter_codes and report.wrong_codes == 0  # as written by the JVM side
     assert all(r.header(backfill.REASON_HEADER) for r in raw)  # and a free-text detail beside each code
 
+    assert (first["written"], first["skipped"]) == (RECORDS + 4, 0)
+    assert marked(cluster, plan) == RECORDS + 4
+    offsets = written(cluster, plan)
     again = rekey_backfill.run(spark, plan, cluster.bootstrap)
-    assert (again["already_written"], again["mode"]) == (RECORDS + 4, copy)
-    assert written(cluster, plan) == RECORDS + 4
+    assert (again["already_written"], again["mode"], again["written"], again["skipped"]) == \
+        (RECORDS + 4, copy, 0, RECORDS + 4)
+    assert written(cluster, plan) == offsets  # not one record, not one transaction
     assert backfill.check_integrity(plan, *read_back(cluster, plan)).ok
     spark_report = rekey_backfill.verify(spark, plan, cluster.bootstrap)  # Spark's own read-back agrees
     assert spark_report.ok and spark_report.totals() == report.totals()
+
+
+def _backfill_process(plan: BackfillPlan, tmp_path: Path, bootstrap: str, *args: str) -> subprocess.Popen:
+    """``python -m spark_apps.rekey_backfill run`` of ``plan`` in a process group of its own (its Python
+    and its JVM), this checkout's code, the log in ``tmp_path/spark.log``."""
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(plan.to_json())
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'plugins'}{os.pathsep}{REPO}"}
+    with (tmp_path / "spark.log").open("w") as log:
+        return subprocess.Popen([sys.executable, "-m", "spark_apps.rekey_backfill", "run", "--plan", str(plan_file),
+                                 "--bootstrap", bootstrap, "--driver-memory", "512m", *args],
+                                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _log_tail(tmp_path: Path) -> str:
+    return "\n".join((tmp_path / "spark.log").read_text(errors="replace").splitlines()[-15:])
+
+
+@pytest.mark.parametrize("rule", ["field:key", "field:seq"])
+def test_a_task_attempt_dying_mid_slice_is_retried_without_duplicates_or_gaps(cluster, tmp_path, rule) -> None:
+    """Each task's first attempt commits two chunks of 1000 rows, sends 500 more and dies with that
+    transaction open (as a lost executor leaves it). Spark retries the task (local[2,3]); the new
+    attempt fences the old one, whose 500 rows are aborted, and resumes after the committed 2000."""
+    plan = plan_for(cluster, f"{SOURCE}.retried.{rule.replace(':', '.')}", rule)
+    report = tmp_path / "report.json"
+    proc = _backfill_process(plan, tmp_path, cluster.bootstrap, "--master", "local[2,3]", "--report", str(report),
+                             "--kafka-option", "kafkaops.fail_after_rows=2500",
+                             "--kafka-option", "kafkaops.chunk.rows=1000")
+    assert proc.wait(600) == 0, _log_tail(tmp_path)
+    run = json.loads(report.read_text())["run"]
+    failed = len(set(re.findall(r"stops the first attempt of slice (\S+) here",
+                                (tmp_path / "spark.log").read_text(errors="replace"))))
+    assert (run["mode"], run["already_written"]) == (RULES[rule][0], 0)
+    assert failed >= 1 and run["skipped"] == 2000 * failed, (failed, run)  # each retried slice resumed at its marker
+    assert run["written"] + run["skipped"] == RECORDS + 4
+    source, target, dlq = read_back(cluster, plan)
+    integrity = backfill.check_integrity(plan, source, target, dlq)
+    assert integrity.ok, integrity.failures
+    assert (integrity.target_records, integrity.dead_letters) == RULES[rule][1:]
+    assert marked(cluster, plan) == RECORDS + 4
+    # the dead attempts' rows are in the log, aborted: read_uncommitted shows them, consumers do not
+    assert uncommitted(cluster, plan) >= RECORDS + 4 + 500 * failed
 
 
 @pytest.mark.parametrize("rule", list(RULES))
@@ -150,31 +229,26 @@ def test_a_run_killed_half_way_and_run_again_gives_the_exact_result(cluster, spa
     from spark_apps import rekey_backfill
 
     plan = plan_for(cluster, f"{SOURCE}.killed.{rule.replace(':', '.')}", rule)
-    plan_file = tmp_path / "plan.json"
-    plan_file.write_text(plan.to_json())
     slow = ["--kafka-option", "kafka.batch.size=2048", "--kafka-option", "kafka.linger.ms=0",
-            "--kafka-option", "kafka.max.in.flight.requests.per.connection=1"]
-    env = {**os.environ, "PYTHONPATH": f"{REPO / 'plugins'}{os.pathsep}{REPO}"}
-    log = (tmp_path / "spark.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "spark_apps.rekey_backfill", "run", "--plan", str(plan_file),
-                             "--bootstrap", cluster.bootstrap, "--driver-memory", "512m", *slow],
-                            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            "--kafka-option", "kafka.max.in.flight.requests.per.connection=1",
+            "--kafka-option", "kafkaops.chunk.rows=500"]
+    proc = _backfill_process(plan, tmp_path, cluster.bootstrap, *slow)
     try:
-        wait_for(lambda: written(cluster, plan) >= 2000 or proc.poll() is not None, timeout=240,
-                 what="the backfill subprocess to write 2000 records", interval=0.2)
+        wait_for(lambda: marked(cluster, plan) >= 2000 or proc.poll() is not None, timeout=240,
+                 what="the backfill subprocess to commit 2000 records", interval=0.5)
     finally:
         with contextlib.suppress(ProcessLookupError):  # the job's own process group: its Python and its JVM
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
-    time.sleep(1.0)
-    partial = written(cluster, plan)
-    log.close()
-    tail = "\n".join((tmp_path / "spark.log").read_text(errors="replace").splitlines()[-15:])
+    # the killed job's transactions: open ones are aborted, one it asked to commit is completed
+    rekey_backfill.fence(spark, plan, cluster.bootstrap)
+    partial = marked(cluster, plan)
     assert 0 < partial < RECORDS + 4, \
-        f"the kill came at {partial} records; the test needs a partial write. The job's log ends:\n{tail}"
+        f"the kill came at {partial} records; the test needs a partial write. The job's log ends:\n{_log_tail(tmp_path)}"
 
     resumed = rekey_backfill.run(spark, plan, cluster.bootstrap)
     assert (resumed["already_written"], resumed["mode"]) == (partial, RULES[rule][0])
+    assert resumed["written"] == RECORDS + 4 - partial
     report = backfill.check_integrity(plan, *read_back(cluster, plan))
     assert report.ok, report.failures
     assert report.target_records + report.dead_letters == RECORDS + 4
@@ -206,7 +280,7 @@ def test_record_keys_off_their_home_partition(cluster, spark, spanning) -> None:
     assert report.ok, report.failures
     assert (report.target_records, report.dead_letters) == (600, 0)
     again = rekey_backfill.run(spark, plan, cluster.bootstrap)
-    assert (again["already_written"], again["mode"]) == (600, first["mode"])
+    assert (again["already_written"], again["mode"], again["written"]) == (600, first["mode"], 0)
     assert report.totals() == backfill.check_integrity(plan, *read_back(cluster, plan)).totals()
 
 
@@ -226,36 +300,65 @@ def test_a_value_rule_whose_keys_span_partitions_past_the_sample_is_redone_merge
     assert (report.target_records, report.dead_letters) == (RECORDS, 4)
 
 
-def test_a_partial_direct_copy_of_keys_spanning_partitions_is_replaced_by_the_merged_copy(cluster, spark) -> None:
-    """A run that stopped during its direct copy, before it found keys in several source partitions,
-    leaves part of the direct copy in the target. The re-run chooses the merged copy, recognises
-    that output as this plan's own direct prefix, deletes it and writes the merged copy."""
+def _partial_direct_copy(spark, plan: BackfillPlan, bootstrap: str) -> int:
+    """Commit the first 3000 records of source partition 0 as the direct copy does (its slice's
+    marker counting them), as a run stopped during its direct pass leaves them; returns the count."""
     from pyspark.sql import functions as F
 
     from spark_apps import rekey_backfill
 
-    plan = plan_for(cluster, f"{SOURCE}.stopped.direct", "field:seq")
     rekey_backfill.register_functions(spark, plan)
-    partial = rekey_backfill.direct_frame(spark, plan, cluster.bootstrap).where(
+    partial = rekey_backfill.direct_frame(spark, plan, bootstrap).where(
         (F.col("src_partition") == 0) & (F.col("src_offset") < 3000))  # source partition 0's first records
-    rekey_backfill.write(rekey_backfill._sink_frame(partial, plan), cluster.bootstrap)
-    left = written(cluster, plan)
-    assert 0 < left < RECORDS
+    slices, rows, skipped = rekey_backfill.write(rekey_backfill._sink_frame(partial, plan), plan, bootstrap)
+    assert (slices, skipped) == (1, 0) and 0 < rows < RECORDS
+    return rows
+
+
+def test_a_partial_direct_copy_of_keys_spanning_partitions_is_replaced_by_the_merged_copy(cluster, spark) -> None:
+    """A run that stopped during its direct copy, before it found keys in several source partitions,
+    leaves part of the direct copy in the target. The re-run resumes the direct pass, which finds
+    them, deletes the direct copy and its markers, and writes the merged copy."""
+    from spark_apps import rekey_backfill
+
+    plan = plan_for(cluster, f"{SOURCE}.stopped.direct", "field:seq")
+    left = _partial_direct_copy(spark, plan, cluster.bootstrap)
     result = rekey_backfill.run(spark, plan, cluster.bootstrap)
-    assert (result["mode"], result["rewritten"], result["already_written"]) == ("merged", True, 0), result
+    assert (result["mode"], result["rewritten"], result["already_written"]) == ("merged", True, left), result
     report = backfill.check_integrity(plan, *read_back(cluster, plan))
     assert report.ok, report.failures
     assert (report.target_records, report.dead_letters) == (RECORDS, 4)
+    assert marked(cluster, plan) == RECORDS + 4  # the merged slices' markers only
 
 
-def test_a_target_written_by_something_else_is_refused(cluster, spark) -> None:
+def test_markers_of_output_deleted_to_switch_copies_are_forgotten(cluster, spark) -> None:
+    """A run that deleted the direct copy to write the merged one and stopped before it deleted the
+    markers: the re-run finds markers counting records no longer there, forgets them, starts afresh."""
     from spark_apps import rekey_backfill
 
-    plan = plan_for(cluster, f"{SOURCE}.foreign")
+    plan = plan_for(cluster, f"{SOURCE}.switched", "field:key")
+    _partial_direct_copy(spark, plan, cluster.bootstrap)
+    rekey_backfill._truncate_output(plan, cluster.bootstrap, {})
+    result = rekey_backfill.run(spark, plan, cluster.bootstrap)
+    assert (result["mode"], result["already_written"], result["written"]) == ("direct", 0, RECORDS + 4), result
+    report = backfill.check_integrity(plan, *read_back(cluster, plan))
+    assert report.ok, report.failures
+    assert report.target_records + report.dead_letters == RECORDS + 4
+
+
+@pytest.mark.parametrize(("lineage", "message"), [
+    (b"payments/0/999999", "another plan"),
+    (b"payments/0/0", "no commit marker"),  # this plan's lineage, but no transaction of it wrote the record
+    (None, "without a kafkaops.lineage header"),
+])
+def test_a_target_written_by_something_else_is_refused(cluster, spark, lineage, message) -> None:
+    from spark_apps import rekey_backfill
+
+    plan = plan_for(cluster, f"{SOURCE}.foreign.{lineage is None}.{len(lineage or b'')}")
     producer = Producer(admin.client_config({"bootstrap.servers": cluster.bootstrap}))
     producer.produce(plan.target_topic, key=b"x", value=b"y", partition=2,
-                     headers=[(backfill.LINEAGE_HEADER, b"payments/0/999999")])
+                     headers=[(backfill.LINEAGE_HEADER, lineage)] if lineage else None)
     assert producer.flush(30) == 0
-    with pytest.raises(backfill.BackfillError, match="another plan"):
+    with pytest.raises(backfill.BackfillError, match=message):
         rekey_backfill.run(spark, plan, cluster.bootstrap)
     assert written(cluster, replace(plan)) == 1

@@ -1,115 +1,153 @@
-"""The Spark-app launcher: the app's JSON back, the log's tail on failure, a timeout that stops it."""
+"""The Spark-app launcher: what a submission carries (no secret on its command line), the result
+back from the driver's output, the log's tail on failure, a timeout, an unreachable master."""
 from __future__ import annotations
 
-import json
 import os
+import socket
+import stat
 import sys
+import time
+import zipfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kafkaops.platform import spark
-
-APP = """
-import json, os, sys, time
-import kafkaops  # installed, as spark_apps is: the launcher adds nothing to the path
-action, output = sys.argv[1], sys.argv[2]
-print("app started with", action, flush=True)
-if action == "where":
-    open(output, "w").write(json.dumps({"cwd": os.getcwd(), "pythonpath": os.environ.get("PYTHONPATH")}))
-if action == "kafka-config":  # what the launcher handed over: the file's path, content and mode
-    path = sys.argv[sys.argv.index("--kafka-config") + 1]
-    open(output, "w").write(json.dumps({"path": path, "config": json.load(open(path)),
-                                        "mode": oct(os.stat(path).st_mode & 0o777)}))
-if action == "sleep":
-    time.sleep(60)
-if action in ("ok", "exit3"):
-    open(output, "w").write(json.dumps({"action": action}))
-if action == "crash":
-    raise SystemExit("boom: the executor lost its mind")
-sys.exit(3 if action == "exit3" else 0)
-"""
-
-
-@pytest.fixture
-def fake_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    script = tmp_path / "fake_app.py"
-    script.write_text(APP)
-    monkeypatch.setattr(spark, "spark_command", lambda app, args: [sys.executable, str(script), *args])
-    return tmp_path
-
-
-def launch(folder: Path, action: str, **kwargs: object) -> dict:
-    output = folder / "out.json"
-    options = {"timeout_s": 60, "what": "fake app of orders", "on_timeout": "lower sample_records", **kwargs}
-    return spark.run_spark_app("fake", [action, str(output)], output=output, log_file=folder / "logs" / "app.log",
-                               **options)
-
-
-def test_the_command_runs_an_app_of_spark_apps_as_a_module() -> None:
-    assert spark.spark_command("key_skew", ["--topic", "t"]) == [sys.executable, "-m", "spark_apps.key_skew",
-                                                                   "--topic", "t"]
-
-
-def test_the_app_runs_in_its_log_folder_with_the_callers_environment(fake_app: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """No checkout is assumed: the app's scratch files go next to its log, and its import path is the
-    caller's (an installed kafkaops and spark_apps), not a repository added by the launcher."""
-    monkeypatch.chdir("/")
-    callers = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(fake_app / "callers-own")]))
-    monkeypatch.setenv("PYTHONPATH", callers)
-    assert launch(fake_app, "where") == {"cwd": str(fake_app / "logs"), "pythonpath": callers}
-
-
-def test_a_run_returns_the_json_the_app_wrote_and_keeps_its_log(fake_app: Path) -> None:
-    assert launch(fake_app, "ok") == {"action": "ok"}
-    assert "app started with ok" in (fake_app / "logs" / "app.log").read_text()
-
-
-def test_a_crash_names_the_exit_code_and_ends_with_the_log(fake_app: Path) -> None:
-    (fake_app / "out.json").write_text(json.dumps({"stale": True}))  # an earlier run's result is not this run's
-    with pytest.raises(spark.SparkAppFailed) as caught:
-        launch(fake_app, "crash", on_failure="it resumes safely when run again")
-    message = str(caught.value)
-    assert message.startswith("fake app of orders failed (exit 1, no result); it resumes safely when run again; log ")
-    assert message.endswith("boom: the executor lost its mind\n") and "app.log ends: " in message
-    assert not (fake_app / "out.json").exists()
-
-
-def test_an_unexpected_exit_code_fails_even_with_a_result(fake_app: Path) -> None:
-    with pytest.raises(spark.SparkAppFailed, match=r"failed \(exit 3, result .*out.json \(not used\)\); log "):
-        launch(fake_app, "exit3")
-    assert launch(fake_app, "exit3", ok_exit_codes=(0, 3)) == {"action": "exit3"}
-    assert launch(fake_app, "exit3", ok_exit_codes=None) == {"action": "exit3"}
-
-
-def test_a_run_past_its_timeout_is_stopped_and_says_what_to_do(fake_app: Path) -> None:
-    with pytest.raises(spark.SparkAppFailed, match=r"^fake app of orders did not finish within 1 s and was stopped "
-                                                   r"\(log .*app.log\); lower sample_records$"):
-        launch(fake_app, "sleep", timeout_s=1)
-
 
 PASSWORD = "Spark-Canary-55"
 SECURED = {"bootstrap.servers": "k1:9093", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
            "sasl.username": "ops", "sasl.password": PASSWORD, "ssl.ca.location": "/etc/kafka/ca.pem"}
 
 
-def test_the_kafka_config_reaches_the_app_in_a_private_file_never_in_argv(fake_app: Path) -> None:
-    """The whole client config in a 0600 file the argv names; the argv (which the audit records)
-    holds no secret, and the file is gone when the app ends."""
-    argvs: list[list[str]] = []
-    got = launch(fake_app, "kafka-config", kafka_config=SECURED, on_start=argvs.append)
-    assert got["config"] == SECURED and got["mode"] == "0o600"
-    assert len(argvs) == 1 and PASSWORD not in " ".join(argvs[0]) and got["path"] in argvs[0]
-    assert not Path(got["path"]).exists() and not Path(got["path"]).parent.exists()
+class FakeLauncher:
+    """Plays spark-submit: keeps what it was handed (and the shipped files' content and mode while the
+    job runs), writes ``output`` lines to the log and exits with ``code``."""
+
+    conn_id = "spark_test"
+    master = "local[*]"
+
+    def __init__(self, output: str = "", code: int = 0, *, timeout: bool = False) -> None:
+        self.output, self.code, self.timeout = output, code, timeout
+        self.seen: dict[str, Any] = {}
+
+    def submit(self, submission: spark.Submission, *, env: Mapping[str, str], log_file: Path,
+               timeout_s: float) -> int:
+        self.seen = {"submission": submission, "env": dict(env), "log_file": log_file, "timeout_s": timeout_s,
+                     "files": {f: (Path(f).read_text(), stat.S_IMODE(os.stat(f).st_mode)) for f in submission.files},
+                     "zip": zipfile.ZipFile(submission.py_files).namelist()}
+        log_file.write_text(self.output)
+        if self.timeout:
+            raise TimeoutError("stopped")
+        return self.code
 
 
-def test_the_kafka_config_file_is_removed_when_the_app_fails(fake_app: Path) -> None:
-    argvs: list[list[str]] = []
-    with pytest.raises(spark.SparkAppFailed):
-        launch(fake_app, "crash", kafka_config=SECURED, on_start=argvs.append)
-    path = argvs[0][argvs[0].index("--kafka-config") + 1]
-    assert not Path(path).exists()
+def launch(launcher: FakeLauncher, folder: Path, **kwargs: Any) -> dict[str, Any]:
+    options = {"timeout_s": 60, "what": "fake app of orders", "on_timeout": "lower sample_records", **kwargs}
+    return spark.run_spark_app("key_skew", ["--topic", "orders"], launcher=launcher, log_file=folder / "logs" / "app.log",
+                               **options)
+
+
+def test_the_result_comes_back_from_the_apps_result_line_and_the_log_stays(tmp_path: Path) -> None:
+    launcher = FakeLauncher('starting\nkafkaops-result: {"records": 1}\n'
+                            '12:00:01 INFO py4j kafkaops-result: {"records": 2, "keys": [1]}\nstopped\n')
+    assert launch(launcher, tmp_path) == {"records": 2, "keys": [1]}  # the last one
+    assert "starting" in (tmp_path / "logs" / "app.log").read_text()
+    assert launcher.seen["log_file"] == tmp_path / "logs" / "app.log" and launcher.seen["timeout_s"] == 60
+
+
+def test_a_submission_is_the_apps_file_the_packages_as_one_zip_and_the_spark_jars(tmp_path: Path) -> None:
+    launcher, records = FakeLauncher('kafkaops-result: {}'), []
+    launch(launcher, tmp_path, on_start=records.append, driver_memory="512m")
+    sub: spark.Submission = launcher.seen["submission"]
+    assert Path(sub.application).name == "key_skew.py" and Path(sub.application).parent.name == "spark_apps"
+    assert {"kafkaops/platform/spark.py", "spark_apps/key_skew.py", "spark_apps/rekey_backfill.py",
+            "kafkaops/resources/__init__.py"} <= set(launcher.seen["zip"])
+    assert not [n for n in launcher.seen["zip"] if "__pycache__" in n or n.endswith(".pyc")]
+    assert "kafkaops-spark-udf.jar" in {Path(j).name for j in sub.jars} and all(j.endswith(".jar") for j in sub.jars)
+    assert sub.args == ("--topic", "orders") and sub.files == () and sub.name == "kafkaops-key-skew"
+    assert records == [["spark-submit", "--master", "local[*]", "--name", "kafkaops-key-skew", "--driver-memory", "512m",
+                        "--jars", ",".join(sub.jars), "--py-files", sub.py_files, sub.application, "--topic", "orders"]]
+    assert not Path(sub.py_files).exists()  # the scratch folder went with the run
+
+
+def test_spark_submit_runs_without_the_workers_secrets_and_finds_this_pyspark(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", "{}")
+    monkeypatch.setenv("PYSPARK_PYTHON", "/somewhere/python")
+    launcher = FakeLauncher('kafkaops-result: {}')
+    launch(launcher, tmp_path)
+    env = launcher.seen["env"]
+    assert "AIRFLOW_CONN_KAFKA_DEFAULT" not in env and "PYSPARK_PYTHON" not in env
+    assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
+    assert (Path(sys.executable).parent / "spark-submit").exists() and env["PYSPARK_DRIVER_PYTHON"] == sys.executable
+
+
+def test_the_kafka_config_goes_as_a_private_properties_file_never_in_argv(tmp_path: Path) -> None:
+    """The whole client config in a 0600 file shipped with --files; the argv names its base name only
+    and holds no secret; the file is gone when the job ends."""
+    launcher, records = FakeLauncher('kafkaops-result: {}'), []
+    launch(launcher, tmp_path, kafka_config={**SECURED, "ssl.ca.pem": "-----BEGIN\nA=B: C\n-----END\n"},
+           on_start=records.append)
+    sub: spark.Submission = launcher.seen["submission"]
+    [(shipped, (body, mode))] = launcher.seen["files"].items()
+    assert Path(shipped).name == "kafka.properties" and mode == 0o600
+    assert sub.args[-2:] == ("--kafka-config", "kafka.properties")
+    assert records[0][records[0].index("--files") + 1] == shipped and PASSWORD not in " ".join(records[0])
+    assert not Path(shipped).exists() and not Path(shipped).parent.exists()
+    copy = tmp_path / "kafka.properties"
+    copy.write_text(body)
+    assert spark.read_client_config(copy) == {**SECURED, "ssl.ca.pem": "-----BEGIN\nA=B: C\n-----END\n"}
+
+
+def test_a_crash_names_the_master_the_exit_code_and_ends_with_the_log(tmp_path: Path) -> None:
+    with pytest.raises(spark.SparkAppFailed) as caught:
+        launch(FakeLauncher("app started\nboom: the executor lost its mind\n", 1), tmp_path, kafka_config=SECURED,
+               on_failure="it resumes safely when run again")
+    message = str(caught.value)
+    assert message.startswith("fake app of orders on Spark master local[*] failed (exit 1, no result); it resumes "
+                              "safely when run again; log ")
+    assert message.endswith("boom: the executor lost its mind\n") and "app.log ends: " in message
+
+
+def test_an_unexpected_exit_code_fails_even_with_a_result(tmp_path: Path) -> None:
+    with pytest.raises(spark.SparkAppFailed, match=r"failed \(exit 3, a result \(not used\)\); log "):
+        launch(FakeLauncher('kafkaops-result: {"ok": false}', 3), tmp_path)
+    assert launch(FakeLauncher('kafkaops-result: {"ok": false}', 3), tmp_path, ok_exit_codes=(0, 3)) == {"ok": False}
+    assert launch(FakeLauncher('kafkaops-result: {"ok": false}', 3), tmp_path, ok_exit_codes=None) == {"ok": False}
+
+
+def test_a_job_past_its_timeout_says_what_to_do_and_leaves_no_config(tmp_path: Path) -> None:
+    launcher = FakeLauncher(timeout=True)
+    with pytest.raises(spark.SparkAppFailed, match=r"^fake app of orders did not finish within 60 s and was stopped "
+                                                   r"\(log .*app.log\); lower sample_records$"):
+        launch(launcher, tmp_path, kafka_config=SECURED)
+    assert not any(Path(f).exists() for f in launcher.seen["files"])
+
+
+def test_an_unreachable_master_fails_at_once_naming_it_and_the_connection(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    launcher = FakeLauncher('kafkaops-result: {}')
+    launcher.master = f"spark://127.0.0.1:{port}"
+    started = time.monotonic()
+    with pytest.raises(spark.SparkMasterUnreachable) as caught:
+        launch(launcher, tmp_path)
+    assert time.monotonic() - started < spark.MASTER_CONNECT_TIMEOUT_S + 1 and launcher.seen == {}
+    assert str(caught.value).startswith(f"Spark master spark://127.0.0.1:{port} of connection 'spark_test' is not "
+                                        f"reachable (127.0.0.1:{port}: ")
+    assert "nothing was submitted or created" in str(caught.value)
+
+
+@pytest.mark.parametrize(("master", "addresses"), [
+    ("local[*]", []), ("yarn", []), ("spark://m1:7077", [("m1", 7077)]), ("spark://m1", [("m1", 7077)]),
+    ("spark://m1:7077,m2:7078", [("m1", 7077), ("m2", 7078)]),
+    ("k8s://https://api.k8s:6443", [("api.k8s", 6443)]), ("k8s://api.k8s", [("api.k8s", 443)]),
+])
+def test_the_master_addresses_checked(master: str, addresses: list[tuple[str, int]]) -> None:
+    assert spark.master_addresses(master) == addresses
 
 
 def test_the_java_client_gets_the_same_security_settings(tmp_path: Path) -> None:
@@ -136,3 +174,29 @@ def test_a_secret_on_an_apps_command_line_is_refused() -> None:
     with pytest.raises(spark.ConfigError, match="kafka.sasl.jaas.config would put a secret on the command line") as err:
         spark.tuning_options([f"kafka.sasl.jaas.config=x password={PASSWORD}"])
     assert PASSWORD not in str(err.value)
+
+
+def test_an_encrypted_client_key_reaches_the_java_client_decrypted_as_pkcs8(tmp_path: Path) -> None:
+    """Kafka's Java client on Java 17 cannot decrypt a PBES2 (AES) PKCS#8 key ("PBES2
+    SecretKeyFactory not available"): the options carry the key decrypted, without its password."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    encrypted = tmp_path / "client.key.pem"
+    encrypted.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                            serialization.BestAvailableEncryption(b"key-pw-123")))
+    chain = tmp_path / "client.pem"
+    chain.write_text("-----BEGIN CERTIFICATE-----\nCERT\n-----END CERTIFICATE-----\n")
+    mtls = {"bootstrap.servers": "k1:9093", "security.protocol": "SSL", "ssl.certificate.location": str(chain),
+            "ssl.key.location": str(encrypted), "ssl.key.password": "key-pw-123"}
+    options = spark.spark_kafka_options(mtls)
+    pem = options["kafka.ssl.keystore.key"]
+    assert pem.startswith("-----BEGIN PRIVATE KEY-----") and "kafka.ssl.key.password" not in options
+    decrypted = serialization.load_pem_private_key(pem.encode(), None)
+    assert decrypted.private_numbers() == key.private_numbers()
+    with pytest.raises(spark.ConfigError, match=f"client key {encrypted}: ssl.key.password does not decrypt") as bad:
+        spark.spark_kafka_options({**mtls, "ssl.key.password": "not-the-key-pw"})
+    assert "not-the-key-pw" not in str(bad.value)
+    with pytest.raises(spark.ConfigError, match="encrypted and ssl.key.password is missing"):
+        spark.spark_kafka_options({k: v for k, v in mtls.items() if k != "ssl.key.password"})

@@ -167,11 +167,47 @@ def test_keys_spanning_source_partitions_merge_by_timestamp() -> None:
     assert expected[b"k"] == ["orders/0/0", "orders/0/1", "orders/1/0", "orders/1/1"]
 
 
-def test_a_resume_point_must_be_a_prefix() -> None:
-    point = backfill.ResumePoint("orders.v2", 3, written=10, last_lineage="orders/1/40")
-    backfill.check_prefix(point, 10)
-    with pytest.raises(BackfillError, match="orders.v2-3 holds 10 record.*plan puts 9"):
-        backfill.check_prefix(point, 9)
+def _counts(*rows: tuple) -> list[backfill.OutputCount]:
+    return [backfill.OutputCount(*row) for row in rows]
+
+
+def test_a_plan_has_its_own_slices_and_transactional_names() -> None:
+    assert backfill.slices(PLAN, backfill.DIRECT) == [("orders", 0), ("orders", 1), ("orders", 2)]
+    assert backfill.slices(PLAN, backfill.MERGED) == [("orders.v2", p) for p in range(6)] + [("orders.v2.dlq", 0)]
+    name = backfill.backfill_id(PLAN)
+    assert name.startswith("kafkaops-backfill-orders.v2-") and name == backfill.backfill_id(BackfillPlan.from_json(
+        PLAN.to_json()))
+    assert backfill.backfill_id(replace(PLAN, source_offsets=((0, 0, 101), (1, 0, 100), (2, 0, 100)))) != name
+
+
+def test_committed_output_takes_the_copy_its_markers_count() -> None:
+    direct = _counts(("orders.v2", 0, "orders", 0, 30, 0, 40), ("orders.v2", 3, "orders", 0, 10, 2, 50),
+                     ("orders.v2.dlq", 0, "orders", 1, 2, 7, 9))
+    got = backfill.committed_output(PLAN, {("orders", 0): 40, ("orders", 1): 2}, direct)
+    assert got == backfill.CommittedOutput("direct", 42)
+    merged = _counts(("orders.v2", 0, "orders", 0, 30, 0, 40), ("orders.v2", 0, "orders", 2, 5, 0, 4),
+                     ("orders.v2.dlq", 0, "orders", 1, 2, 7, 9))
+    assert backfill.committed_output(PLAN, {("orders.v2", 0): 35, ("orders.v2.dlq", 0): 2}, merged) == \
+        backfill.CommittedOutput("merged", 37)
+    assert backfill.committed_output(PLAN, {}, []) == backfill.CommittedOutput(None, 0)
+    # markers of records no longer there: the output was deleted (to switch copies) before the markers
+    assert backfill.committed_output(PLAN, {("orders", 0): 40}, []) == backfill.CommittedOutput(None, 0, stale=True)
+
+
+@pytest.mark.parametrize(("markers", "counts", "message"), [
+    ({}, [("orders.v2", 2, None, None, 1)], "orders.v2-2 holds 1 record.*without a kafkaops.lineage header"),
+    ({}, [("orders.v2", 2, "orders", 0, 1, 999_999, 999_999)], "orders.v2-2 .*lineage orders/0/999999.*another plan"),
+    ({}, [("orders.v2", 2, "payments", 0, 1, 5, 5)], "lineage payments/0/5.*another plan"),
+    ({}, [("orders.v2", 2, "orders", 0, 4, 0, 3)], "hold 4 record.*no commit marker.*twice"),
+    ({("orders", 0): 5}, [("orders.v2", 2, "orders", 0, 4, 0, 3)],
+     "direct slice orders-0 has 4 committed record.*marker in consumer group kafkaops-backfill-orders.v2-.* counts 5"),
+    ({("orders.v2", 2): 4}, [("orders.v2", 2, "orders", 0, 4, 0, 3), ("orders.v2", 1, "orders", 0, 1, 4, 4)],
+     "merged slice orders.v2-1 has 1 committed record.*counts 0"),
+    ({("orders", 0): 4, ("orders.v2", 2): 4}, [("orders.v2", 2, "orders", 0, 4, 0, 3)], "markers of both copies"),
+])
+def test_committed_output_refuses_what_this_plan_did_not_write(markers, counts, message) -> None:
+    with pytest.raises(BackfillError, match=message):
+        backfill.committed_output(PLAN, markers, _counts(*counts))
 
 
 def test_offset_translation_resumes_at_the_first_unconsumed_record() -> None:
@@ -225,3 +261,12 @@ def test_partition_params_refuse_bad_input() -> None:
                                                 "key_rule": "nope"})
     p = partitions.PartitionParams.from_params({"topic": "t", "new_partition_count": 6})
     assert p.dry_run is True and p.mode == "migrate" and p.kind == "partition_increase"
+
+
+@given(st.lists(st.one_of(st.none(), st.binary(max_size=40)), max_size=60))
+def test_the_checksum_sums_as_two_32_bit_halves(values: list[bytes | None]) -> None:
+    """What the Spark verify sums in 64-bit columns gives the checksum of check_integrity."""
+    halves = [backfill.digest_halves(v) for v in values]
+    assert all(0 <= h < 2**32 and 0 <= lo < 2**32 for h, lo in halves)
+    assert backfill.checksum_of_sums(sum(h for h, _ in halves), sum(lo for _, lo in halves)) == \
+        backfill.checksum(values)

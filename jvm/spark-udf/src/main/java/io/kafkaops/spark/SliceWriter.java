@@ -1,0 +1,314 @@
+package io.kafkaops.spark;
+
+import java.io.Serializable;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.Callback;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.Producer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.header.internals.RecordHeaders;
+import org.apache.spark.TaskContext;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.util.ArrayData;
+import org.apache.spark.sql.connector.write.DataWriter;
+import org.apache.spark.sql.connector.write.WriterCommitMessage;
+import org.apache.spark.sql.types.ArrayType;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.types.UTF8String;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * One task attempt of {@link TransactionalKafkaSink}: the rows of one slice, in the slice's order.
+ * The producer is made at the first row, which names the slice: fence, read the marker, skip the
+ * rows it counts, write the rest in chunked transactions, each committing the slice's new row count
+ * as the marker. No flush per row: the producer batches, a commit waits for the chunk's sends.
+ */
+final class SliceWriter implements DataWriter<InternalRow> {
+    private static final Logger LOG = LoggerFactory.getLogger(SliceWriter.class);
+
+    /** What an attempt did, for the driver's summary. */
+    record Done(String slice, long rows, long written, long skipped) implements WriterCommitMessage {
+    }
+
+    private final SliceConfig config;
+    private final Columns columns;
+    private final Clients clients;
+    private final Callback failures = (metadata, err) -> {
+        if (err != null) {
+            noteFailure(err);
+        }
+    };
+
+    private UTF8String sliceTopic;
+    private int slicePartition;
+    private String slice;
+    private TopicPartition marker;
+    private Producer<byte[], byte[]> producer;
+    private volatile Exception sendFailure;
+    private long committed;      // rows of the slice the marker held when this attempt began
+    private long position;       // rows of the slice seen so far
+    private long written;        // rows this attempt sent
+    private long inChunk;        // rows of the open transaction
+    private long chunkStarted;
+    private boolean inTransaction;
+    private boolean crashed;
+    private UTF8String lastTopic;
+    private String lastTopicName;
+
+    /** The Kafka clients of a writer: Kafka's own ({@link #kafka}), or test doubles. */
+    interface Clients {
+        /** A producer with {@code transactionalId}, its transactions not yet initialised. */
+        Producer<byte[], byte[]> producer(String transactionalId);
+
+        /** Rows of the slice that {@code marker} counts in the marker group (require-stable), 0 when none. */
+        long committed(TopicPartition marker);
+
+        static Clients kafka(SliceConfig config) {
+            return new Clients() {
+                @Override
+                public Producer<byte[], byte[]> producer(String transactionalId) {
+                    return new KafkaProducer<>(config.producer(transactionalId));
+                }
+
+                @Override
+                public long committed(TopicPartition marker) {
+                    try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(config.markerConsumer())) {
+                        // read_committed: committed offsets are read require-stable, none pending in a transaction
+                        OffsetAndMetadata done = consumer.committed(Set.of(marker), TransactionalKafkaSink.CALL_TIMEOUT)
+                                .get(marker);
+                        return done == null ? 0L : done.offset();
+                    }
+                }
+            };
+        }
+    }
+
+    SliceWriter(SliceConfig config, Columns columns) {
+        this(config, columns, Clients.kafka(config));
+    }
+
+    SliceWriter(SliceConfig config, Columns columns, Clients clients) {
+        this.config = config;
+        this.columns = columns;
+        this.clients = clients;
+    }
+
+    @Override
+    public void write(InternalRow row) {
+        if (slice == null) {
+            open(row.getUTF8String(columns.sliceTopic).copy(), row.getInt(columns.slicePartition));
+        } else if (row.getInt(columns.slicePartition) != slicePartition
+                || !row.getUTF8String(columns.sliceTopic).equals(sliceTopic)) {
+            throw new IllegalStateException("TransactionalKafkaSink: one Spark task holds rows of slice " + slice
+                    + " and of slice " + row.getUTF8String(columns.sliceTopic) + "-" + row.getInt(columns.slicePartition)
+                    + "; each slice must be the rows of one task (repartition by slice)");
+        }
+        position++;
+        if (position <= committed) {
+            return;
+        }
+        if (sendFailure != null) {
+            throw failed();
+        }
+        if (!inTransaction) {
+            producer.beginTransaction();
+            inTransaction = true;
+            inChunk = 0;
+            chunkStarted = System.nanoTime();
+        }
+        producer.send(record(row), failures);
+        written++;
+        inChunk++;
+        if (written == config.failAfterRows && attempt() == 0) {
+            producer.flush();  // the rows of the open transaction are in the log, as a dying executor leaves them
+            crashed = true;
+            throw new IllegalStateException("TransactionalKafkaSink: " + SliceConfig.FAIL_AFTER_ROWS + "="
+                    + config.failAfterRows + " stops the first attempt of slice " + slice + " here, its transaction "
+                    + "open (as a lost executor leaves it)");
+        }
+        if ((inChunk & 255) == 0 || inChunk >= config.chunkRows) {
+            if (config.chunkFull(inChunk, System.nanoTime() - chunkStarted)) {
+                commitChunk();
+            }
+        }
+    }
+
+    private void open(UTF8String topic, int partition) {
+        sliceTopic = topic;
+        slicePartition = partition;
+        slice = topic + "-" + partition;
+        marker = new TopicPartition(topic.toString(), partition);
+        producer = clients.producer(config.transactionalId(marker.topic(), partition));
+        producer.initTransactions();  // fences every older attempt of this slice and aborts its open transaction
+        committed = clients.committed(marker);
+        if (committed > 0) {
+            LOG.info("slice {} (attempt {}): {} row(s) committed before; writing from row {}", slice, attempt(),
+                    committed, committed + 1);
+        }
+    }
+
+    private void commitChunk() {
+        if (sendFailure != null) {
+            throw failed();
+        }
+        String meta = "kafkaops backfill slice " + slice + ": " + position + " row(s)";
+        producer.sendOffsetsToTransaction(Map.of(marker, new OffsetAndMetadata(position, meta)),
+                new ConsumerGroupMetadata(config.group));
+        producer.commitTransaction();  // waits for the chunk's sends; throws if one failed
+        inTransaction = false;
+        inChunk = 0;
+    }
+
+    @Override
+    public WriterCommitMessage commit() {
+        if (slice == null) {
+            return new Done(null, 0, 0, 0);
+        }
+        if (committed > position) {
+            throw new IllegalStateException("TransactionalKafkaSink: the marker of slice " + slice + " in group "
+                    + config.group + " counts " + committed + " row(s) but the slice has " + position + ": the marker "
+                    + "is another plan's; delete the group and the target topics, then run again");
+        }
+        if (inTransaction) {
+            commitChunk();
+        }
+        return new Done(slice, position, written, Math.min(committed, position));
+    }
+
+    @Override
+    public void abort() {
+        if (producer == null) {
+            return;
+        }
+        if (crashed) {  // as a killed executor: the transaction stays open until the next attempt fences it
+            producer.close(Duration.ZERO);
+            producer = null;
+            return;
+        }
+        if (inTransaction) {
+            try {
+                producer.abortTransaction();
+            } catch (KafkaException err) {  // fenced by a newer attempt, which aborted it already
+                LOG.warn("slice {}: aborting its transaction failed ({}); a newer attempt fenced it",
+                        slice, err.toString());
+            }
+            inTransaction = false;
+        }
+    }
+
+    @Override
+    public void close() {
+        if (producer != null) {
+            producer.close(TransactionalKafkaSink.CALL_TIMEOUT);
+            producer = null;
+        }
+    }
+
+    private void noteFailure(Exception err) {
+        if (sendFailure == null) {
+            sendFailure = err;
+        }
+    }
+
+    private IllegalStateException failed() {
+        return new IllegalStateException("TransactionalKafkaSink: sending a row of slice " + slice + " failed ("
+                + sendFailure + "); its open transaction is aborted, the committed rows stand", sendFailure);
+    }
+
+    private static int attempt() {
+        TaskContext context = TaskContext.get();
+        return context == null ? 0 : context.attemptNumber();
+    }
+
+    private ProducerRecord<byte[], byte[]> record(InternalRow row) {
+        if (row.isNullAt(columns.topic)) {
+            throw new IllegalStateException("TransactionalKafkaSink: a row of slice " + slice + " has no topic");
+        }
+        UTF8String topic = row.getUTF8String(columns.topic);
+        if (!topic.equals(lastTopic)) {
+            lastTopic = topic.copy();
+            lastTopicName = topic.toString();
+        }
+        Integer partition = columns.partition < 0 || row.isNullAt(columns.partition) ? null
+                : row.getInt(columns.partition);
+        byte[] key = row.isNullAt(columns.key) ? null : row.getBinary(columns.key);
+        byte[] value = row.isNullAt(columns.value) ? null : row.getBinary(columns.value);
+        List<Header> headers = null;
+        if (columns.headers >= 0 && !row.isNullAt(columns.headers)) {
+            ArrayData array = row.getArray(columns.headers);
+            headers = new ArrayList<>(array.numElements());
+            for (int i = 0; i < array.numElements(); i++) {
+                InternalRow h = array.getStruct(i, 2);
+                headers.add(new RecordHeader(h.getUTF8String(0).toString(), h.isNullAt(1) ? null : h.getBinary(1)));
+            }
+        }
+        return new ProducerRecord<>(lastTopicName, partition, null, key, value,
+                headers == null ? null : new RecordHeaders(headers));
+    }
+
+    /** Where the columns are in the written frame; checked on the driver before any task starts. */
+    record Columns(int topic, int partition, int key, int value, int headers, int sliceTopic, int slicePartition)
+            implements Serializable {
+        static Columns of(StructType schema) {
+            List<String> problems = new ArrayList<>();
+            int topic = find(schema, "topic", DataTypes.StringType, true, problems);
+            int partition = find(schema, "partition", DataTypes.IntegerType, false, problems);
+            int key = find(schema, "key", DataTypes.BinaryType, true, problems);
+            int value = find(schema, "value", DataTypes.BinaryType, true, problems);
+            int headers = find(schema, "headers", DataTypes.createArrayType(DataTypes.createStructType(new StructField[] {
+                DataTypes.createStructField("key", DataTypes.StringType, true),
+                DataTypes.createStructField("value", DataTypes.BinaryType, true)})), false, problems);
+            int sliceTopic = find(schema, "slice_topic", DataTypes.StringType, true, problems);
+            int slicePartition = find(schema, "slice_partition", DataTypes.IntegerType, true, problems);
+            if (!problems.isEmpty()) {
+                throw new IllegalArgumentException("TransactionalKafkaSink: the frame " + schema.simpleString()
+                        + " does not fit: " + String.join("; ", problems));
+            }
+            return new Columns(topic, partition, key, value, headers, sliceTopic, slicePartition);
+        }
+
+        private static int find(StructType schema, String name, DataType type, boolean required,
+                                List<String> problems) {
+            for (int i = 0; i < schema.fields().length; i++) {
+                StructField field = schema.fields()[i];
+                if (field.name().equals(name)) {
+                    if (!sameType(field.dataType(), type)) {
+                        problems.add("column " + name + " is " + field.dataType().simpleString() + ", not "
+                                + type.simpleString());
+                    }
+                    return i;
+                }
+            }
+            if (required) {
+                problems.add("column " + name + " (" + type.simpleString() + ") is missing");
+            }
+            return -1;
+        }
+
+        private static boolean sameType(DataType got, DataType want) {
+            if (got instanceof ArrayType a && want instanceof ArrayType b) {
+                return a.elementType() instanceof StructType s && b.elementType() instanceof StructType t
+                        && s.fields().length == t.fields().length
+                        && s.fields()[0].dataType().equals(t.fields()[0].dataType())
+                        && s.fields()[1].dataType().equals(t.fields()[1].dataType());
+            }
+            return got.equals(want);
+        }
+    }
+}

@@ -1,0 +1,168 @@
+package io.kafkaops.spark;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.MockProducer;
+import org.apache.kafka.clients.producer.Producer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.util.GenericArrayData;
+import org.apache.spark.unsafe.types.UTF8String;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The writer's resume logic against Kafka's MockProducer, whose transactions keep sends and offsets
+ * apart until a commit: a second attempt fences the first, resumes after its committed chunks, and
+ * the committed records are every row once, in order. (Real brokers: tests/integration/rekey.)
+ */
+class SliceWriterTest {
+    private static final String GROUP = "kafkaops-backfill-orders.v2-1a2b";
+    private static final TopicPartition MARKER = new TopicPartition("orders", 0);
+    private static final SliceWriter.Columns COLUMNS = new SliceWriter.Columns(0, 1, 2, 3, 4, 5, 6);
+
+    /** Transactional producers sharing what they committed, the newest of an id fencing the one before. */
+    private static final class Broker implements SliceWriter.Clients {
+        final Map<String, MockProducer<byte[], byte[]>> current = new HashMap<>();
+        final List<MockProducer<byte[], byte[]>> all = new ArrayList<>();
+
+        @Override
+        public Producer<byte[], byte[]> producer(String transactionalId) {
+            MockProducer<byte[], byte[]> older = current.get(transactionalId);
+            if (older != null && !older.closed()) {
+                older.fenceProducer();  // as initTransactions() with the same transactional id does
+            }
+            MockProducer<byte[], byte[]> p = new MockProducer<>(true, new ByteArraySerializer(),
+                    new ByteArraySerializer());
+            current.put(transactionalId, p);
+            all.add(p);
+            return p;
+        }
+
+        @Override
+        public long committed(TopicPartition marker) {
+            long rows = 0;
+            for (MockProducer<byte[], byte[]> p : all) {
+                for (Map<String, Map<TopicPartition, OffsetAndMetadata>> commit : p.consumerGroupOffsetsHistory()) {
+                    OffsetAndMetadata o = commit.getOrDefault(GROUP, Map.of()).get(marker);
+                    if (o != null) {
+                        rows = o.offset();
+                    }
+                }
+            }
+            return rows;
+        }
+
+        List<String> committedValues() {
+            List<String> out = new ArrayList<>();
+            for (MockProducer<byte[], byte[]> p : all) {
+                for (ProducerRecord<byte[], byte[]> r : p.history()) {
+                    out.add(new String(r.value(), StandardCharsets.UTF_8));
+                    assertArrayEquals(("orders/0/" + out.get(out.size() - 1)).getBytes(StandardCharsets.UTF_8),
+                            r.headers().lastHeader("kafkaops.lineage").value());
+                }
+            }
+            return out;
+        }
+    }
+
+    private static SliceWriter writer(Broker broker) {
+        Map<String, String> options = new HashMap<>();
+        options.put("kafka.bootstrap.servers", "127.0.0.1:9092");
+        options.put(SliceConfig.TRANSACTIONAL_ID_PREFIX, GROUP);
+        options.put(SliceConfig.MARKER_GROUP, GROUP);
+        options.put(SliceConfig.CHUNK_ROWS, "1000");
+        return new SliceWriter(SliceConfig.of(options), COLUMNS, broker);
+    }
+
+    private static InternalRow row(int i, int slicePartition) {
+        GenericArrayData headers = new GenericArrayData(new Object[] {new GenericInternalRow(new Object[] {
+            UTF8String.fromString("kafkaops.lineage"), ("orders/0/" + i).getBytes(StandardCharsets.UTF_8)})});
+        return new GenericInternalRow(new Object[] {UTF8String.fromString("orders.v2"), i % 6,
+            ("k" + i % 40).getBytes(StandardCharsets.UTF_8), Integer.toString(i).getBytes(StandardCharsets.UTF_8),
+            headers, UTF8String.fromString("orders"), slicePartition});
+    }
+
+    private static List<String> numbers(int n) {
+        List<String> out = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            out.add(Integer.toString(i));
+        }
+        return out;
+    }
+
+    @Test
+    void aNewAttemptFencesTheOldOneAndResumesAfterItsCommittedChunks() {
+        Broker broker = new Broker();
+        SliceWriter lost = writer(broker);
+        for (int i = 0; i < 1500; i++) {
+            lost.write(row(i, 0));  // a chunk of 1000 committed, 500 rows in a transaction left open
+        }
+        assertEquals(1000, broker.committed(MARKER));
+        assertEquals(numbers(1000), broker.committedValues());
+
+        SliceWriter retry = writer(broker);
+        for (int i = 0; i < 2500; i++) {
+            retry.write(row(i, 0));
+        }
+        assertEquals(new SliceWriter.Done("orders-0", 2500, 1500, 1000), retry.commit());
+        retry.close();
+        // the lost attempt can neither send nor commit any more
+        assertThrows(KafkaException.class, () -> lost.write(row(1500, 0)));
+        lost.abort();
+        lost.close();
+        assertEquals(numbers(2500), broker.committedValues());  // every row once, in order
+        assertEquals(2500, broker.committed(MARKER));
+        assertEquals(List.of(2000L, 2500L), broker.all.get(1).consumerGroupOffsetsHistory().stream()
+                .map(c -> c.get(GROUP).get(MARKER).offset()).toList());  // a chunk, then the rest at commit()
+
+        SliceWriter rerun = writer(broker);
+        for (int i = 0; i < 2500; i++) {
+            rerun.write(row(i, 0));
+        }
+        assertEquals(new SliceWriter.Done("orders-0", 2500, 0, 2500), rerun.commit());
+        rerun.close();
+        assertEquals(2500, broker.committedValues().size());
+        assertTrue(broker.all.get(2).consumerGroupOffsetsHistory().isEmpty());  // not one transaction
+    }
+
+    @Test
+    void aTaskHoldsOneSlice() {
+        SliceWriter writer = writer(new Broker());
+        writer.write(row(0, 0));
+        String message = assertThrows(IllegalStateException.class, () -> writer.write(row(1, 1))).getMessage();
+        assertTrue(message.contains("slice orders-0 and of slice orders-1"), message);
+        writer.abort();
+        writer.close();
+    }
+
+    @Test
+    void aMarkerCountingMoreRowsThanTheSliceHasIsRefused() {
+        Broker broker = new Broker();
+        SliceWriter first = writer(broker);
+        for (int i = 0; i < 1200; i++) {
+            first.write(row(i, 0));
+        }
+        first.commit();
+        first.close();
+        SliceWriter shorter = writer(broker);
+        for (int i = 0; i < 900; i++) {
+            shorter.write(row(i, 0));
+        }
+        String message = assertThrows(IllegalStateException.class, shorter::commit).getMessage();
+        assertTrue(message.contains("counts 1200 row(s) but the slice has 900"), message);
+    }
+}

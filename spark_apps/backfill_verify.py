@@ -1,0 +1,329 @@
+"""Verify a rekey backfill inside Spark: the invariants of
+:func:`kafkaops.rekey.backfill.check_integrity`, measured as Spark aggregations over the snapshot, the
+target and the dead-letter topic, so that only counts and the first failures of each kind
+(:data:`~kafkaops.rekey.backfill.SAMPLE`) reach the driver. The findings are worded by
+:func:`~kafkaops.rekey.backfill.integrity_report`, so the report equals check_integrity's on the same
+records (``tests/integration/rekey/test_backfill_verify.py`` holds them to it).
+
+Reads are ``read_committed``: the records a consumer of the target sees.
+
+* **The key re-check** stays independent of the JVM side that wrote the copy: the new key and reason
+  code of every snapshot record come from :mod:`kafkaops.platform.keyrules` (Python) in a
+  ``mapInArrow`` pass over Arrow batches, which also digests each value (:func:`~kafkaops.rekey.
+  backfill.digest_halves`; the checksums are sums of the two 32-bit halves). The values go no
+  further than that pass.
+* **Order**: per new key, the planned position of each lineage (``row_number`` over the key by the
+  order timestamp: a running ``max`` of the source timestamp per key and source partition, then
+  source partition and offset) against the position found in the target (``row_number`` over the key
+  by target partition and offset); a key breaks order where a position holds another lineage or
+  nothing. A key is split when its records sit in more than one target partition.
+* **Lineages**: a window over each lineage counts its copies (duplicates), a join with the snapshot
+  finds lineages of no snapshot record (foreign records) and, as an anti join, snapshot records
+  that reached neither topic (gaps).
+* **Placement**: ``kafka_key_hash(key) % N`` (jvm/spark-udf, Kafka's own ``Utils.murmur2``) against
+  the record's target partition.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from kafkaops.platform import keyrules
+from kafkaops.rekey import backfill
+from kafkaops.rekey.backfill import (CODE_HEADER, LINEAGE_HEADER, SAMPLE, BackfillPlan, IntegrityFindings,
+                                     IntegrityReport, PartitionIntegrity)
+
+#: The source and sink option that makes the reads see what a consumer sees: committed records only.
+READ_COMMITTED = {"kafka.isolation.level": "read_committed"}
+
+#: Each snapshot record after the Python pass: its new key and reason code by the Python key rules,
+#: and the halves of its value digest.
+SOURCE_SCHEMA = ("partition int, offset long, ts long, new_key binary, code string, "
+                 "digest_high long, digest_low long")
+#: Each target and dead-letter record after the Python pass (its value digested and dropped).
+OUTPUT_SCHEMA = ("topic string, partition int, offset long, key binary, lineage string, code string, "
+                 "digest_high long, digest_low long")
+
+
+def verify(spark: Any, plan: BackfillPlan, kafka: Any) -> IntegrityReport:
+    """The integrity report of ``plan``'s output in ``kafka`` (a librdkafka config or bootstrap servers)."""
+    return check(spark, plan, read_source(spark, plan, kafka), read_output(spark, plan, kafka))
+
+
+def read_source(spark: Any, plan: BackfillPlan, kafka: Any) -> Any:
+    """The snapshot as ``partition, offset, ts, key, value`` (``ts`` in epoch milliseconds)."""
+    from spark_apps import rekey_backfill
+
+    return rekey_backfill._snapshot(spark, plan, kafka, READ_COMMITTED)
+
+
+def read_output(spark: Any, plan: BackfillPlan, kafka: Any) -> Any:
+    """The target and dead-letter topics as ``topic, partition, offset, key, value, lineage, code``
+    (the lineage and reason-code headers as text, null where a record lacks one)."""
+    from pyspark.sql import functions as F
+
+    from spark_apps import rekey_backfill
+
+    frame = (spark.read.format("kafka").options(**rekey_backfill.kafka_options(kafka))
+             .option("subscribe", f"{plan.target_topic},{plan.dead_letter_topic}")
+             .option("startingOffsets", "earliest").option("endingOffsets", "latest")
+             .option("includeHeaders", "true").options(**READ_COMMITTED).load())
+
+    def header(name: str) -> Any:
+        return F.try_element_at(F.filter("headers", lambda h: h["key"] == F.lit(name)), F.lit(1))["value"]
+
+    return frame.select("topic", "partition", "offset", "key", "value",
+                        header(LINEAGE_HEADER).cast("string").alias("lineage"),
+                        header(CODE_HEADER).cast("string").alias("code"))
+
+
+# -- the Python passes (run in Spark's Python workers) ----------------------------------------------------
+
+def rekeyed(rule: str) -> Any:
+    """The ``mapInArrow`` function of the snapshot (:data:`SOURCE_SCHEMA`) under key rule ``rule``."""
+
+    def rekey(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        key_rule = keyrules.rule_of(rule)
+        for batch in batches:
+            keys, codes, high, low = [], [], [], []
+            for key, value in zip(batch.column("key").to_pylist(), batch.column("value").to_pylist()):
+                found = keyrules.extract(key, value, key_rule)
+                keys.append(found.key)
+                codes.append(found.code)
+                h, lo = backfill.digest_halves(value)
+                high.append(h)
+                low.append(lo)
+            yield pa.RecordBatch.from_arrays(
+                [batch.column("partition"), batch.column("offset"), batch.column("ts"), pa.array(keys, pa.binary()),
+                 pa.array(codes, pa.string()), pa.array(high, pa.int64()), pa.array(low, pa.int64())],
+                names=["partition", "offset", "ts", "new_key", "code", "digest_high", "digest_low"])
+
+    return rekey
+
+
+def digested(batches: Iterator[Any]) -> Iterator[Any]:
+    """The ``mapInArrow`` function of the output (:data:`OUTPUT_SCHEMA`): each value's digest halves."""
+    import pyarrow as pa
+
+    for batch in batches:
+        halves = [backfill.digest_halves(v) for v in batch.column("value").to_pylist()]
+        yield pa.RecordBatch.from_arrays(
+            [batch.column(c) for c in ("topic", "partition", "offset", "key", "lineage", "code")]
+            + [pa.array([h for h, _ in halves], pa.int64()), pa.array([lo for _, lo in halves], pa.int64())],
+            names=["topic", "partition", "offset", "key", "lineage", "code", "digest_high", "digest_low"])
+
+
+# -- the checks --------------------------------------------------------------------------------------------
+
+def check(spark: Any, plan: BackfillPlan, source: Any, output: Any) -> IntegrityReport:
+    """The integrity report of ``source`` (``partition, offset, ts, key, value``) copied into ``output``
+    (``topic, partition, offset, key, value, lineage, code``), as Spark jobs."""
+    from pyspark import StorageLevel
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from spark_apps import rekey_backfill
+
+    n = plan.target_partitions
+    rekey_backfill.register_key_hash(spark, n)
+    clock = Window.partitionBy("partition", "new_key").orderBy("offset").rowsBetween(Window.unboundedPreceding, 0)
+    snap = (source.select("partition", "offset", "ts", "key", "value")
+            .mapInArrow(rekeyed(plan.key_rule), SOURCE_SCHEMA)
+            .select("*", F.concat(F.lit(f"{plan.source_topic}/"), F.col("partition").cast("string"), F.lit("/"),
+                                  F.col("offset").cast("string")).alias("lineage"),
+                    F.max("ts").over(clock).alias("order_ts"))
+            .persist(StorageLevel.MEMORY_AND_DISK))
+    out = (output.select("topic", "partition", "offset", "key", "value", "lineage", "code")
+           .mapInArrow(digested, OUTPUT_SCHEMA)
+           .withColumn("is_target", F.col("topic") == F.lit(plan.target_topic))
+           .persist(StorageLevel.MEMORY_AND_DISK))
+    cached = [snap, out]
+    try:
+        per_key, positions = _keys(snap, out)
+        keyed = (per_key.persist(StorageLevel.MEMORY_AND_DISK), positions)
+        cached.append(per_key)
+        records = _records(snap, out, keyed, n).persist(StorageLevel.MEMORY_AND_DISK)
+        cached.append(records)
+        return backfill.integrity_report(plan, _findings(plan, snap, out, keyed, records))
+    finally:
+        for frame in cached:
+            frame.unpersist()
+
+
+def _keys(snap: Any, out: Any) -> Any:
+    """Per new key (planned or found in the target): ``n_want`` planned and ``n_got`` found records,
+    ``first_bad`` (1-based position of the first difference, null when none), ``low``/``high`` target
+    partition; and the positions themselves (``positions``: key, pos, want, got) for the example."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    planned = (snap.where(F.col("new_key").isNotNull())
+               .select(F.col("new_key").alias("key"), F.col("lineage").alias("want"),
+                       F.row_number().over(Window.partitionBy("new_key").orderBy("order_ts", "partition", "offset"))
+                       .alias("pos")))
+    found = (out.where(F.col("is_target") & F.col("key").isNotNull())
+             .select("key", "partition", F.coalesce("lineage", F.lit("?")).alias("got"),
+                     F.row_number().over(Window.partitionBy("key").orderBy("partition", "offset")).alias("pos")))
+    positions = planned.join(found, ["key", "pos"], "full")
+    differ = F.col("want").isNull() | F.col("got").isNull() | (F.col("want") != F.col("got"))
+    per_key = positions.groupBy("key").agg(
+        F.count("want").alias("n_want"), F.count("got").alias("n_got"),
+        F.min(F.when(differ, F.col("pos"))).alias("first_bad"),
+        F.min("partition").alias("low"), F.max("partition").alias("high"))
+    return per_key, positions
+
+
+def _records(snap: Any, out: Any, keyed: Any, n: int) -> Any:
+    """Each output record with what the checks need: its snapshot record (``s_found``, ``s_key``,
+    ``s_code``, ``s_dead``), its lineage's copies (``seen``; ``first``: the first copy, ``first_here``:
+    the first in its topic), its key's ``split``/``broken`` and whether it sits off its key's partition."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from spark_apps import rekey_backfill
+
+    per_key, _ = keyed
+    origin = snap.select("lineage", F.col("new_key").alias("s_key"), F.col("code").alias("s_code"),
+                         F.col("new_key").isNull().alias("s_dead"), F.lit(True).alias("s_found"))
+    lineage = Window.partitionBy("lineage")
+    flags = per_key.select("key", (F.col("low") != F.col("high")).alias("split"),
+                           F.col("first_bad").isNotNull().alias("broken"))
+    home = F.call_function(rekey_backfill.KAFKA_KEY_HASH, F.col("key"), F.col("partition")) % F.lit(n)
+    return (out.join(origin, "lineage", "left")
+            .select("*", F.count(F.lit(1)).over(lineage).alias("seen"),
+                    F.row_number().over(lineage.orderBy("topic", "partition", "offset")).alias("copy"),
+                    F.row_number().over(Window.partitionBy("lineage", "is_target").orderBy("partition", "offset"))
+                    .alias("copy_here"))
+            .join(flags, "key", "left")
+            .select("*", (F.col("lineage").isNotNull() & (F.col("copy") == 1)).alias("first"),
+                    (F.col("lineage").isNotNull() & (F.col("copy_here") == 1)).alias("first_here"),
+                    (F.col("is_target") & (F.col("key").isNull() | (home != F.col("partition")))).alias("off_home"),
+                    F.coalesce("s_found", F.lit(False)).alias("known"),
+                    F.coalesce(F.col("s_found") & F.col("s_dead"), F.lit(False)).alias("dead_in_source")))
+
+
+def _count(condition: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.sum(F.when(condition, 1).otherwise(0))
+
+
+def _at(row: Any) -> str:
+    return f"{row['topic']}-{row['partition']}@{row['offset']}"
+
+
+def _b(value: Any) -> bytes | None:
+    return None if value is None else bytes(value)
+
+
+def _findings(plan: BackfillPlan, snap: Any, out: Any, keyed: Any, records: Any) -> IntegrityFindings:
+    from pyspark.sql import functions as F
+
+    n = plan.target_partitions
+    per_key, positions = keyed
+    col, target = F.col, F.col("is_target")
+
+    # the snapshot: per reason code (null: keyed) its records and digest sums
+    codes = snap.groupBy(col("new_key").isNull().alias("dead"), "code").agg(
+        F.count(F.lit(1)).alias("n"), F.sum("digest_high").alias("high"), F.sum("digest_low").alias("low")).collect()
+    dead_codes = {r["code"] or "": r["n"] for r in codes if r["dead"]}
+
+    # per output partition: first per key, then per partition (a null key counts as one key, as in Python)
+    by_key = records.groupBy("topic", "partition", "is_target", "key").agg(
+        F.count(F.lit(1)).alias("records"), _count(col("off_home")).alias("misplaced"),
+        F.max(F.coalesce("split", F.lit(False))).alias("split"), F.max(F.coalesce("broken", F.lit(False))).alias("broken"),
+        _count(col("lineage").isNotNull() & (col("seen") > 1)).alias("duplicates"),
+        _count(col("lineage").isNotNull() & ~col("known")).alias("unknown"))
+    parts = {(r["topic"], r["partition"]): r for r in by_key.groupBy("topic", "partition", "is_target").agg(
+        F.sum("records").alias("records"), F.count(F.lit(1)).alias("keys"), F.sum("misplaced").alias("misplaced"),
+        _count(col("split") & col("key").isNotNull()).alias("split_keys"),
+        _count(col("broken") & col("key").isNotNull()).alias("order_breaks"),
+        F.sum("duplicates").alias("duplicates"), F.sum("unknown").alias("unknown")).collect()}
+
+    def row(topic: str, partition: int, is_target: bool) -> PartitionIntegrity:
+        r = parts.get((topic, partition))
+        if r is None:
+            return PartitionIntegrity(topic, partition, 0, 0, 0, 0, 0, 0, 0)
+        return PartitionIntegrity(topic=topic, partition=partition, records=r["records"], keys=r["keys"],
+                                  misplaced=r["misplaced"] if is_target else 0,
+                                  split_keys=r["split_keys"] if is_target else 0,
+                                  order_breaks=r["order_breaks"] if is_target else 0,
+                                  duplicate_lineages=r["duplicates"], unknown_lineages=r["unknown"])
+
+    dead_parts = sorted(p for t, p in parts if t == plan.dead_letter_topic)
+    rows = ([row(plan.target_topic, p, True) for p in range(n)]
+            + [row(plan.dead_letter_topic, p, False) for p in dead_parts or [0]])
+
+    total = records.agg(
+        _count(target).alias("target"), _count(~target).alias("dead"),
+        F.sum("digest_high").alias("high"), F.sum("digest_low").alias("low"),
+        _count(col("lineage").isNull()).alias("no_lineage"),
+        _count(col("first") & (col("seen") > 1)).alias("duplicates"),
+        _count(col("first") & ~col("known")).alias("unknown"),
+        _count(col("first_here") & ~target & ~col("dead_in_source")).alias("wrong_dead"),
+        _count(col("first_here") & target & col("dead_in_source")).alias("dead_in_target"),
+        _count(~target & col("dead_in_source") & ~col("code").eqNullSafe(F.coalesce("s_code", F.lit(""))))
+        .alias("wrong_codes"),
+        _count(target & col("known") & ~col("key").eqNullSafe(col("s_key"))).alias("wrong_keys"),
+        F.sort_array(F.collect_set(F.when(target & ((col("partition") >= n) | (col("partition") < 0)),
+                                          col("partition")))).alias("extra"),
+    ).first().asDict()
+    total = {k: 0 if v is None else v for k, v in total.items()}  # sums over no record are null
+    order_breaks, split_keys = (v or 0 for v in per_key.agg(_count(col("first_bad").isNotNull()).alias("broken"),
+                                                            _count(col("low") != col("high")).alias("split")).first())
+    lost = snap.join(out.where(col("lineage").isNotNull()).select("lineage"), "lineage", "left_anti")
+    n_lost = lost.count()
+
+    def first(frame: Any, *order: Any) -> Any:
+        return frame.orderBy(*order).first()
+
+    def lineages(condition: Any) -> tuple[str, ...]:
+        return tuple(r["lineage"] for r in records.where(condition).select("lineage").distinct()
+                     .orderBy("lineage").limit(SAMPLE).collect())
+
+    found: dict[str, Any] = {}
+    if total["no_lineage"]:
+        found["no_lineage_at"] = _at(first(records.where(col("lineage").isNull()), target.desc(), "partition", "offset"))
+    if total["duplicates"]:
+        found["duplicate_sample"] = lineages(col("first") & (col("seen") > 1))
+    if total["unknown"]:
+        found["unknown_sample"] = lineages(col("first") & ~col("known"))
+    if n_lost:
+        found["lost_sample"] = tuple(r["lineage"] for r in lost.orderBy("partition", "offset").limit(SAMPLE).collect())
+    if total["wrong_dead"]:
+        found["wrong_dead_sample"] = lineages(col("first_here") & ~target & ~col("dead_in_source"))
+    if total["dead_in_target"]:
+        found["dead_in_target_sample"] = lineages(col("first_here") & target & col("dead_in_source"))
+    if total["wrong_codes"]:
+        r = first(records.where(~target & col("dead_in_source") & ~col("code").eqNullSafe(F.coalesce("s_code", F.lit("")))),
+                  "partition", "offset")
+        found["wrong_code"] = (_at(r), r["lineage"], r["code"], r["s_code"] or "")
+    if total["wrong_keys"]:
+        r = first(records.where(target & col("known") & ~col("key").eqNullSafe(col("s_key"))), "partition", "offset")
+        found["wrong_key"] = (_at(r), _b(r["key"]), _b(r["s_key"]))
+    if any(p.misplaced for p in rows):
+        r = first(records.where(col("off_home")), "partition", "offset")
+        key = _b(r["key"])
+        found["misplaced"] = (key, _at(r), None if key is None else backfill.target_partition(key, n))
+    if split_keys:
+        k = _b(first(per_key.where(col("low") != col("high")), "key")["key"])
+        found["split"] = (k, tuple(r["partition"] for r in records.where(target & (col("key") == F.lit(k)))
+                                       .select("partition").distinct().orderBy("partition").collect()))
+    if order_breaks:
+        k = first(per_key.where(col("first_bad").isNotNull()), "key")
+        at = positions.where((col("key") == F.lit(_b(k["key"]))) & (col("pos") == k["first_bad"])).first()
+        found["order"] = (_b(k["key"]), k["first_bad"] - 1, at["got"], at["want"], k["n_got"], k["n_want"])
+
+    source_records = sum(r["n"] for r in codes)
+    return IntegrityFindings(
+        source_records=source_records, target_records=total["target"], dead_letters=total["dead"],
+        expected_dead_letters=sum(dead_codes.values()),
+        source_checksum=backfill.checksum_of_sums(sum(r["high"] or 0 for r in codes), sum(r["low"] or 0 for r in codes)),
+        output_checksum=backfill.checksum_of_sums(total["high"], total["low"]),
+        partitions=tuple(rows), dead_letter_codes=dead_codes, no_lineage=total["no_lineage"],
+        extra_partitions=tuple(total["extra"]), duplicates=total["duplicates"], unknown=total["unknown"],
+        lost=n_lost, wrong_dead=total["wrong_dead"], dead_in_target=total["dead_in_target"],
+        wrong_codes=total["wrong_codes"], wrong_keys=total["wrong_keys"], split_keys=split_keys,
+        order_breaks=order_breaks, **found)

@@ -1,0 +1,76 @@
+"""kafka_partition_increase's migrate with its rekey backfill submitted through the run's
+``spark_conn_id``: on the Spark standalone cluster of tests/spark.py, and on a master that is not
+there (refused before the target topic exists, naming the master and the connection)."""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from kafkaops.cli import datagen
+from kafkaops.platform import admin, provision, state
+from kafkaops.rekey import backfill
+from tests.conftest import TEST_BROKER_CONFIG, run_dag
+from tests.dags.conftest import kafka_default_connection
+from tests.spark import StandaloneSpark
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "invoices"
+RECORDS = 2_000
+
+
+@pytest.fixture(scope="module")
+def cluster(airflow_db) -> Iterator[provision.ClusterSpec]:
+    with provision.temporary_cluster("kafkaops-spark-dag-", brokers=1, controllers=1,
+                                     extra_config=TEST_BROKER_CONFIG) as spec, \
+            kafka_default_connection(spec.bootstrap):
+        with admin.connect(spec.bootstrap) as conn:
+            admin.create_topic(conn, TOPIC, 3, 1)
+            datagen.produce(conn.config, TOPIC, datagen.DatagenSpec(records=RECORDS, keys=100, record_bytes=200))
+        yield spec
+
+
+def run(dagbag, **conf):
+    dag_run = run_dag(dagbag, "kafka_partition_increase", **conf)
+    return dag_run, state.AuditLog.for_run("kafka_partition_increase", dag_run.run_id).summary()
+
+
+def topics(cluster: provision.ClusterSpec) -> set[str]:
+    with admin.connect(cluster.bootstrap) as conn:
+        return set(conn.admin.list_topics(timeout=10).topics)
+
+
+def test_an_unreachable_spark_master_fails_before_the_target_topic_exists(dagbag, cluster, monkeypatch) -> None:
+    port = provision.free_ports(1)[0]
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_GONE", json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1",
+                                                              "port": port}))
+    dag_run, record = run(dagbag, topic=TOPIC, new_partition_count=6, mode="migrate", target_topic=f"{TOPIC}.gone",
+                          spark_conn_id="spark_gone", dry_run=False, approval="auto_approve")
+    assert str(dag_run.state) == "failed" and record["outcome"] != "success", record
+    text = json.dumps(record)
+    assert f"Spark master spark://127.0.0.1:{port} of connection 'spark_gone' is not reachable" in text, text[-3000:]
+    assert not {f"{TOPIC}.gone", f"{TOPIC}.gone.dlq"} & topics(cluster)
+
+
+def test_migrate_runs_its_backfill_on_the_spark_standalone_cluster(dagbag, cluster, spark_standalone: StandaloneSpark,
+                                                                   monkeypatch) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_STANDALONE", json.dumps(spark_standalone.connection()))
+    monkeypatch.setenv("SPARK_CONF_DIR", str(spark_standalone.conf_dir))
+    before = {a["id"] for a in spark_standalone.applications()}
+    dag_run, record = run(dagbag, topic=TOPIC, new_partition_count=6, mode="migrate", key_rule="field:key",
+                          target_topic=f"{TOPIC}.v2", spark_conn_id="spark_standalone", dry_run=False,
+                          approval="auto_approve")
+    assert str(dag_run.state) == "success", record
+    assert [(g["gate"], g["ok"]) for g in record["gates"]] == [("preflight", True), ("backfill", True)]
+    started = next(n for n in record["notes"] if n.get("text", "").startswith("backfill started"))
+    assert started["argv"][:3] == ["spark-submit", "--master", spark_standalone.master_url], started
+    assert f"connection spark_standalone" in started["text"]
+    ran = [a for a in spark_standalone.applications() if a["id"] not in before]
+    assert [(a["name"], a["state"]) for a in ran] == [("kafkaops-rekey-backfill", "FINISHED")]
+    # the records a consumer sees (read_committed; the end offsets also count each transaction's commit marker)
+    config = {"bootstrap.servers": cluster.bootstrap}
+    ends = admin.end_offsets(config, f"{TOPIC}.v2")
+    copied = list(admin.read_ranges(config, f"{TOPIC}.v2", {p: (0, e) for p, (_, e) in ends.items()}))
+    assert len(copied) == len({r.header(backfill.LINEAGE_HEADER) for r in copied}) == RECORDS

@@ -1,0 +1,218 @@
+"""A Spark standalone cluster for the tests: a Master and two Workers from the pip pyspark
+distribution (``spark-class org.apache.spark.deploy.master.Master`` / ``...worker.Worker``) on
+127.0.0.1, free ports for each RPC and web UI.
+
+As root each Worker runs as a Unix user of its own (``kafkaops-spark1``, ``kafkaops-spark2``,
+created when missing) in a mount namespace of its own where ``/work`` (the repositories, the
+project's venv) is an empty tmpfs: only the pyspark distribution, bind-mounted read-only outside
+it, is there to start the JVM. So nothing on the driver's disk reaches an executor but what Spark
+ships (``--jars``, ``--py-files``, ``--files`` over the driver's file server), and the driver's private
+temp files (0700) are unreadable to the executors' users anyway. Each Worker has its own work and
+local dirs (``SPARK_WORKER_DIR``, ``SPARK_LOCAL_DIRS``) under a temp folder, owned by its user.
+Without root the Workers run as this user, with no namespace (the cluster works; the isolation is
+not there).
+
+spark-submit reads the deployment's defaults from ``SPARK_CONF_DIR``: tests point it at
+:attr:`StandaloneSpark.conf_dir` (executors of two users on one host must not read each other's
+shuffle files from disk). The fixture waits until both Workers registered (the Master's ``/json``), yields a
+:class:`StandaloneSpark`, and at session end stops every process it started and checks that no
+process of the Workers' users is left.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sysconfig
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+import pyspark
+from kafkaops.platform import provision
+
+WORKER_USERS = ("kafkaops-spark1", "kafkaops-spark2")
+REPO = Path(__file__).resolve().parents[1]
+#: Not visible to the Workers: the checkout (its venv, jars and caches with it), wherever it is cloned.
+HIDDEN = str(REPO)
+#: This venv's packages (pyarrow, ...), which the executors' Python workers need on their hosts.
+SITE_PACKAGES = sysconfig.get_paths()["purelib"]
+START_TIMEOUT_S = 120.0
+
+
+@dataclass
+class StandaloneSpark:
+    master_url: str
+    webui_url: str
+    users: tuple[str, ...]
+    isolated: bool
+    folder: Path
+    processes: list[subprocess.Popen] = field(default_factory=list)
+
+    def state(self) -> dict:
+        with urllib.request.urlopen(f"{self.webui_url}/json", timeout=5) as answer:
+            return json.load(answer)
+
+    @property
+    def conf_dir(self) -> Path:
+        """``SPARK_CONF_DIR`` for spark-submit: its ``spark-defaults.conf`` has what a cluster whose
+        executors are different users on one host needs (each reads only its own disk)."""
+        return self.folder / "conf"
+
+    def connection(self) -> dict[str, object]:
+        """An Airflow ``spark`` connection to this master (for ``AIRFLOW_CONN_<ID>``)."""
+        host, port = self.master_url.rsplit(":", 1)
+        return {"conn_type": "spark", "host": host, "port": int(port)}
+
+    def applications(self) -> list[dict]:
+        """Applications the Master has run (completed) or runs (active)."""
+        state = self.state()
+        return state.get("activeapps", []) + state.get("completedapps", [])
+
+
+def _java_home() -> str:
+    if os.environ.get("JAVA_HOME"):
+        return os.environ["JAVA_HOME"]
+    java = shutil.which("java")
+    if java is None:
+        pytest.skip("no java on PATH: the Spark standalone cluster needs a JDK 17+")
+    return str(Path(os.path.realpath(java)).parent.parent)
+
+
+def _ensure_user(name: str) -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True)
+        return pwd.getpwnam(name)
+
+
+def _wait_for_workers(spark: StandaloneSpark, count: int) -> None:
+    deadline, last = time.monotonic() + START_TIMEOUT_S, "no answer"
+    while time.monotonic() < deadline:
+        dead = [p.args for p in spark.processes if p.poll() is not None]
+        if dead:
+            raise RuntimeError(f"a Spark standalone process ended at start: {dead}; logs in {spark.folder}")
+        try:
+            state = spark.state()
+            alive = [w for w in state.get("workers", []) if w.get("state") == "ALIVE"]
+            if len(alive) >= count:
+                return
+            last = f"{len(alive)} worker(s) alive"
+        except OSError as err:
+            last = str(err)
+        time.sleep(1)
+    raise RuntimeError(f"the Spark standalone cluster did not register {count} workers in {START_TIMEOUT_S:.0f} s "
+                       f"({last}); logs in {spark.folder}")
+
+
+def _stop(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+
+
+def left_processes(users: tuple[str, ...]) -> dict[str, list[str]]:
+    """The live processes each of ``users`` still runs (``pid state command``), by user; zombies (ended,
+    waiting for PID 1 to reap them: an executor's shell whose Worker was stopped) are not counted."""
+    left = {}
+    for user in users:
+        found = subprocess.run(["ps", "-o", "pid=,stat=,args=", "-u", user], capture_output=True, text=True,
+                               check=False).stdout.splitlines()
+        alive = [line.strip() for line in found if line.split() and not line.split()[1].startswith("Z")]
+        if alive:
+            left[user] = alive
+    return left
+
+
+@contextmanager
+def standalone_cluster() -> Iterator[StandaloneSpark]:
+    """A Master and two Workers on 127.0.0.1 (module docstring), stopped when the block ends (the
+    session fixture ``spark_standalone`` of tests/conftest.py: after its last test)."""
+    java_home = _java_home()
+    spark_home = Path(pyspark.__file__).parent
+    isolated = os.geteuid() == 0 and shutil.which("unshare") is not None
+    users = tuple(_ensure_user(u).pw_name for u in WORKER_USERS) if isolated else ()
+    folder = Path(tempfile.mkdtemp(prefix="kafkaops-spark-standalone-"))
+    folder.chmod(0o755)
+    master_port, master_ui, *worker_ports = provision.free_ports(2 + 2 * len(WORKER_USERS))
+    base_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "JAVA_HOME": java_home, "SPARK_LOCAL_IP": "127.0.0.1",
+                "SPARK_NO_DAEMONIZE": "1", "LANG": "C.UTF-8"}
+    spark = StandaloneSpark(f"spark://127.0.0.1:{master_port}", f"http://127.0.0.1:{master_ui}", users, isolated,
+                            folder)
+    (folder / "conf").mkdir()
+    # executors on one host read each other's shuffle files from disk unless told not to; here each
+    # is another user, so they fetch them from each other's block manager as on separate hosts
+    (folder / "conf" / "spark-defaults.conf").write_text("spark.shuffle.readHostLocalDisk false\n"
+                                                         "spark.driver.host 127.0.0.1\n")
+    try:
+        master_log = (folder / "master.log").open("w")
+        spark.processes.append(subprocess.Popen(
+            [str(spark_home / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+             "--port", str(master_port), "--webui-port", str(master_ui)],
+            env={**base_env, "SPARK_HOME": str(spark_home), "HOME": str(folder)}, cwd=folder,
+            stdout=master_log, stderr=subprocess.STDOUT, start_new_session=True))
+        for n in range(len(WORKER_USERS)):
+            own = folder / f"worker{n + 1}"
+            (own / "work").mkdir(parents=True)
+            (own / "local").mkdir()
+            env = {**base_env, "HOME": str(own), "SPARK_WORKER_DIR": str(own / "work"),
+                   "SPARK_LOCAL_DIRS": str(own / "local")}
+            worker = ["bin/spark-class", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                      "--port", str(worker_ports[2 * n]), "--webui-port", str(worker_ports[2 * n + 1]),
+                      "--cores", "1", "--memory", "1g", "--work-dir", str(own / "work"), spark.master_url]
+            if isolated:
+                user = pwd.getpwnam(users[n])
+                for path in (own, own / "work", own / "local"):
+                    os.chown(path, user.pw_uid, user.pw_gid)
+                own.chmod(0o700)
+                visible_home = folder / f"spark-home{n + 1}"
+                visible_home.mkdir()
+                env["SPARK_HOME"] = str(visible_home)
+                # The Python packages the executors' Python workers import (pyarrow for the verify's Arrow
+                # pass), as an operator installs them on each Spark host: this venv's, read-only, outside
+                # the checkout. The project's own code still comes only through --py-files.
+                visible_site = folder / f"site-packages{n + 1}"
+                visible_site.mkdir()
+                env["PYTHONPATH"] = str(visible_site)
+                # the distribution bind-mounted outside the checkout, then the checkout hidden, then this user only
+                script = (f'mount --bind -o ro "{spark_home}" "{visible_home}" && '
+                          f'mount --bind -o remount,ro,bind "{visible_home}" && '
+                          f'mount --bind -o ro "{SITE_PACKAGES}" "{visible_site}" && '
+                          f'mount --bind -o remount,ro,bind "{visible_site}" && '
+                          f'mount -t tmpfs -o mode=0755,size=1m kafkaops-hidden {HIDDEN} && '
+                          f'cd "{visible_home}" && exec setpriv --reuid={user.pw_uid} --regid={user.pw_gid} '
+                          f'--init-groups "$@"')
+                command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "worker", *worker]
+            else:
+                env["SPARK_HOME"] = str(spark_home)
+                env["PYTHONPATH"] = SITE_PACKAGES
+                command = [str(spark_home / worker[0]), *worker[1:]]
+            log = (folder / f"worker{n + 1}.log").open("w")
+            spark.processes.append(subprocess.Popen(command, env=env, cwd=folder if not isolated else "/",
+                                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        _wait_for_workers(spark, len(WORKER_USERS))
+        yield spark
+    finally:
+        _stop(spark.processes)
+        left = left_processes(users)
+        for lines in left.values():  # the Workers' users run nothing but what this fixture started
+            for line in lines:
+                os.kill(int(line.split()[0]), signal.SIGKILL)
+        shutil.rmtree(folder, ignore_errors=True)
+        assert not left, f"processes left after the Spark standalone cluster stopped: {left}"
