@@ -1,4 +1,4 @@
-"""kafka_partition_increase end to end with dag.test() on a one-broker cluster of its own: migrate
+"""kafka_partition_increase end to end with dag.test() on the package's one-broker cluster: migrate
 (rekey backfill in a Spark subprocess, backfill gate, offsets translated and committed for the new
 group) and the in_place refusal of a keyed topic."""
 from __future__ import annotations
@@ -9,11 +9,9 @@ import pytest
 
 from kafkaops.platform import admin
 from kafkaops.platform import state, store
-from kafkaops.cli import datagen
 from kafkaops.platform import provision
-from tests.conftest import TEST_BROKER_CONFIG
 from tests.conftest import committed_copy, run_dag
-from tests.dags.conftest import kafka_default_connection
+from tests.dags.conftest import kafka_default_connection, keyed_topic
 
 pytestmark = pytest.mark.integration
 
@@ -22,16 +20,13 @@ RECORDS = 5_000
 
 
 @pytest.fixture(scope="module")
-def cluster(airflow_db) -> Iterator[provision.ClusterSpec]:
-    with provision.temporary_cluster("kafkaops-pi-dag-", brokers=1, controllers=1,
-                                     extra_config=TEST_BROKER_CONFIG) as spec, \
-            kafka_default_connection(spec.bootstrap):
-        with admin.connect(spec.bootstrap) as conn:
-            admin.create_topic(conn, TOPIC, 3, 1)
-            datagen.produce(conn.config, TOPIC, datagen.DatagenSpec(records=RECORDS, keys=100, record_bytes=200))
+def cluster(one_broker_cluster: provision.ClusterSpec) -> Iterator[provision.ClusterSpec]:
+    with kafka_default_connection(one_broker_cluster.bootstrap):
+        with admin.connect(one_broker_cluster.bootstrap) as conn:
+            keyed_topic(conn, TOPIC, RECORDS)
             ends = {p: e for p, (_, e) in admin.end_offsets(conn.config, TOPIC).items()}
             admin.commit_group_offsets(conn, "billing", TOPIC, ends)  # a group that has caught up
-        yield spec
+        yield one_broker_cluster
 
 
 def run(dagbag, **conf):

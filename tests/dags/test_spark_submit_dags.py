@@ -8,11 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from kafkaops.cli import datagen
 from kafkaops.platform import admin, provision, state
 from kafkaops.rekey import backfill
-from tests.conftest import TEST_BROKER_CONFIG, run_dag
-from tests.dags.conftest import kafka_default_connection
+from tests.conftest import committed_copy, run_dag
+from tests.dags.conftest import kafka_default_connection, keyed_topic
 from tests.spark import StandaloneSpark
 
 pytestmark = pytest.mark.integration
@@ -22,14 +21,11 @@ RECORDS = 2_000
 
 
 @pytest.fixture(scope="module")
-def cluster(airflow_db) -> Iterator[provision.ClusterSpec]:
-    with provision.temporary_cluster("kafkaops-spark-dag-", brokers=1, controllers=1,
-                                     extra_config=TEST_BROKER_CONFIG) as spec, \
-            kafka_default_connection(spec.bootstrap):
-        with admin.connect(spec.bootstrap) as conn:
-            admin.create_topic(conn, TOPIC, 3, 1)
-            datagen.produce(conn.config, TOPIC, datagen.DatagenSpec(records=RECORDS, keys=100, record_bytes=200))
-        yield spec
+def cluster(one_broker_cluster: provision.ClusterSpec) -> Iterator[provision.ClusterSpec]:
+    with kafka_default_connection(one_broker_cluster.bootstrap):
+        with admin.connect(one_broker_cluster.bootstrap) as conn:
+            keyed_topic(conn, TOPIC, RECORDS)
+        yield one_broker_cluster
 
 
 def run(dagbag, **conf):
@@ -70,7 +66,5 @@ def test_migrate_runs_its_backfill_on_the_spark_standalone_cluster(dagbag, clust
     ran = [a for a in spark_standalone.applications() if a["id"] not in before]
     assert [(a["name"], a["state"]) for a in ran] == [("kafkaops-rekey-backfill", "FINISHED")]
     # the records a consumer sees (read_committed; the end offsets also count each transaction's commit marker)
-    config = {"bootstrap.servers": cluster.bootstrap}
-    ends = admin.end_offsets(config, f"{TOPIC}.v2")
-    copied = list(admin.read_ranges(config, f"{TOPIC}.v2", {p: (0, e) for p, (_, e) in ends.items()}))
+    copied, _ = committed_copy({"bootstrap.servers": cluster.bootstrap}, f"{TOPIC}.v2")
     assert len(copied) == len({r.header(backfill.LINEAGE_HEADER) for r in copied}) == RECORDS

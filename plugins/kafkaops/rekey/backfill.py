@@ -29,7 +29,7 @@ import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from kafkaops.errors import KafkaOpsError
@@ -272,13 +272,11 @@ class PartitionIntegrity:
     unknown_lineages: int
 
 
-@dataclass(frozen=True)
-class IntegrityReport:
-    """The invariants of a backfill, measured; ``failures`` says in words what broke."""
+@dataclass(frozen=True, kw_only=True)
+class IntegrityCounts:
+    """What every read-back of a backfill counts: records on each side, dead letters, value
+    checksums and the partitions read (:class:`IntegrityFindings` before wording, :class:`IntegrityReport` after)."""
 
-    source_topic: str
-    target_topic: str
-    target_partitions: int
     source_records: int
     target_records: int
     dead_letters: int
@@ -286,11 +284,20 @@ class IntegrityReport:
     source_checksum: str
     output_checksum: str
     partitions: tuple[PartitionIntegrity, ...]
-    failures: tuple[str, ...]
     #: dead letters per reason code the rule gives their source records
     dead_letter_codes: Mapping[str, int] = field(default_factory=dict)
     #: dead letters whose code header is not the code the rule gives
     wrong_codes: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class IntegrityReport(IntegrityCounts):
+    """The invariants of a backfill, measured; ``failures`` says in words what broke."""
+
+    source_topic: str
+    target_topic: str
+    target_partitions: int
+    failures: tuple[str, ...]
 
     @property
     def ok(self) -> bool:
@@ -311,10 +318,10 @@ class IntegrityReport:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> IntegrityReport:
-        fields = {k: v for k, v in data.items() if k != "ok"}
-        fields["partitions"] = tuple(PartitionIntegrity(**p) for p in data["partitions"])
-        fields["failures"] = tuple(data["failures"])
-        return cls(**fields)
+        values = {k: v for k, v in data.items() if k != "ok"}
+        values["partitions"] = tuple(PartitionIntegrity(**p) for p in data["partitions"])
+        values["failures"] = tuple(data["failures"])
+        return cls(**values)
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per target partition and dead-letter partition, for the backfill gate."""
@@ -368,8 +375,8 @@ def checksum_of_sums(high: int, low: int) -> str:
     return f"{((int(high) << 32) + int(low)) & _MASK64:016x}"
 
 
-@dataclass(frozen=True)
-class IntegrityFindings:
+@dataclass(frozen=True, kw_only=True)
+class IntegrityFindings(IntegrityCounts):
     """What a read-back measured, before it is worded: the counts of each kind of failure and the
     first examples (:data:`SAMPLE`). :func:`check_integrity` finds them in Python over collected
     records, spark_apps/backfill_verify.py as Spark aggregations; :func:`integrity_report` words
@@ -381,14 +388,6 @@ class IntegrityFindings:
     partitions), ``order`` (key, first differing position, lineage found there, lineage planned
     there, records found, records planned)."""
 
-    source_records: int
-    target_records: int
-    dead_letters: int
-    expected_dead_letters: int
-    source_checksum: str
-    output_checksum: str
-    partitions: tuple[PartitionIntegrity, ...]
-    dead_letter_codes: Mapping[str, int]
     no_lineage: int = 0
     no_lineage_at: str = ""
     extra_partitions: tuple[int, ...] = ()
@@ -402,7 +401,6 @@ class IntegrityFindings:
     wrong_dead_sample: tuple[str, ...] = ()
     dead_in_target: int = 0
     dead_in_target_sample: tuple[str, ...] = ()
-    wrong_codes: int = 0
     wrong_code: tuple[str, str, str | None, str] | None = None
     wrong_keys: int = 0
     wrong_key: tuple[str, bytes | None, bytes | None] | None = None
@@ -465,13 +463,11 @@ def integrity_report(plan: BackfillPlan, found: IntegrityFindings) -> IntegrityR
     if found.source_checksum != found.output_checksum:
         failures.append(f"value checksum differs: source {found.source_checksum}, target + dead letters "
                         f"{found.output_checksum}; some value was changed, lost or duplicated")
-    return IntegrityReport(source_topic=plan.source_topic, target_topic=plan.target_topic, target_partitions=n,
-                           source_records=found.source_records, target_records=found.target_records,
-                           dead_letters=found.dead_letters, expected_dead_letters=found.expected_dead_letters,
-                           source_checksum=found.source_checksum, output_checksum=found.output_checksum,
-                           partitions=tuple(found.partitions), failures=tuple(failures),
-                           dead_letter_codes=dict(sorted(found.dead_letter_codes.items())),
-                           wrong_codes=found.wrong_codes)
+    counts = {f.name: getattr(found, f.name) for f in fields(IntegrityCounts)}
+    return IntegrityReport(**{**counts, "partitions": tuple(found.partitions),
+                              "dead_letter_codes": dict(sorted(found.dead_letter_codes.items()))},
+                           source_topic=plan.source_topic, target_topic=plan.target_topic, target_partitions=n,
+                           failures=tuple(failures))
 
 
 def _at(r: OutputRecord) -> str:

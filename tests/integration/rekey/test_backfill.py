@@ -1,4 +1,4 @@
-"""The rekey backfill on a real cluster of its own (one broker): 3 -> 6 partitions with skewed keys,
+"""The rekey backfill on the package's one-broker cluster (tests/integration/rekey/conftest.py): 3 -> 6 partitions with skewed keys,
 every invariant checked on the target read back read_committed (what consumers see) with
 confluent-kafka; a re-run writes nothing; a task attempt that dies mid-slice with its transaction
 open and is retried, and a run killed half-way (SIGKILL of its process group) and run again, both
@@ -19,7 +19,6 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,7 +32,8 @@ from kafkaops.cli import datagen
 from kafkaops.platform import provision
 from kafkaops.rekey.backfill import BackfillPlan, OutputRecord, SourceRecord
 from kafkaops.platform.partitioner import partition_for
-from tests.conftest import TEST_BROKER_CONFIG, wait_for
+from tests.conftest import wait_for
+from tests.integration.rekey.conftest import seed_source
 
 pytestmark = pytest.mark.integration
 
@@ -50,19 +50,10 @@ RULES = {"field:key": ("direct", RECORDS + 1, 3), "field:seq": ("merged", RECORD
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[provision.ClusterSpec]:
-    with provision.temporary_cluster("kafkaops-backfill-", brokers=1, controllers=1,
-                                     extra_config=TEST_BROKER_CONFIG) as spec:
-        with admin.connect(spec.bootstrap) as conn:
-            admin.create_topic(conn, SOURCE, 3, 1)
-            datagen.produce(conn.config, SOURCE, datagen.DatagenSpec(records=RECORDS, keys=300, skew="zipf",
-                                                                     record_bytes=250))
-            producer = Producer(admin.client_config({"bootstrap.servers": spec.bootstrap}))
-            for i, value in enumerate(BAD):
-                producer.produce(SOURCE, key=f"bad-{i}".encode(), value=value, partition=i % 3)
-            producer.produce(SOURCE, key=None, value=KEYLESS, partition=1)
-            assert producer.flush(30) == 0
-        yield spec
+def cluster(rekey_cluster: provision.ClusterSpec) -> provision.ClusterSpec:
+    seed_source(rekey_cluster, SOURCE, datagen.DatagenSpec(records=RECORDS, keys=300, skew="zipf", record_bytes=250),
+                BAD, keyless=KEYLESS)
+    return rekey_cluster
 
 
 def plan_for(spec: provision.ClusterSpec, target: str, rule: str = "field:key", source: str = SOURCE) -> BackfillPlan:

@@ -6,7 +6,6 @@ reason code), the Spark report names it and equals check_integrity's on the reco
 confluent-kafka. One SparkSession and one broker per module."""
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -17,7 +16,7 @@ from kafkaops.platform import admin, provision
 from kafkaops.platform.partitioner import partition_for
 from kafkaops.rekey import backfill
 from kafkaops.rekey.backfill import BackfillPlan, OutputRecord, SourceRecord
-from tests.conftest import TEST_BROKER_CONFIG
+from tests.integration.rekey.conftest import seed_source
 from tests.integration.rekey.test_backfill import plan_for, read_back
 from tests.unit.rekey.test_backfill import PLAN, copy, damaged, source_records
 
@@ -106,17 +105,9 @@ BAD = [b'{"id": -1}', b"not json", b'{"id": -2, "key": null}']
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[provision.ClusterSpec]:
-    with provision.temporary_cluster("kafkaops-verify-", brokers=1, controllers=1,
-                                     extra_config=TEST_BROKER_CONFIG) as spec:
-        with admin.connect(spec.bootstrap) as conn:
-            admin.create_topic(conn, SOURCE, 3, 1)
-            datagen.produce(conn.config, SOURCE, datagen.DatagenSpec(records=RECORDS, keys=60, record_bytes=120))
-        producer = Producer(admin.client_config({"bootstrap.servers": spec.bootstrap}))
-        for i, value in enumerate(BAD):
-            producer.produce(SOURCE, key=f"bad-{i}".encode(), value=value, partition=i % 3)
-        assert producer.flush(30) == 0
-        yield spec
+def cluster(rekey_cluster: provision.ClusterSpec) -> provision.ClusterSpec:
+    seed_source(rekey_cluster, SOURCE, datagen.DatagenSpec(records=RECORDS, keys=60, record_bytes=120), BAD)
+    return rekey_cluster
 
 
 def plain_write(frame, plan: BackfillPlan, bootstrap: str) -> None:
