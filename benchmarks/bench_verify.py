@@ -1,7 +1,7 @@
 """Backfill verify inside Spark (spark_apps/backfill_verify.py) against the driver-side verify it
 replaces (every record collected, then kafkaops.rekey.backfill.check_integrity), on the same data.
 
-Starts its own one-broker cluster through the kafka_broker role, writes ``--records`` keyed JSON
+Starts its own one-broker cluster, writes ``--records`` keyed JSON
 records of ``--record-bytes`` (datagen, 10,000 zipf keys) to a 3-partition topic, rekeys it into 6
 partitions by the value field ``key`` (``field:key``: the direct copy, the JSON key rule, so the
 Python key re-check parses every value), then in one local[2] SparkSession (driver 1g) times:
@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "plugins"), str(Path(__file__).resolve().parents[1]),
@@ -26,11 +24,11 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "plugins"), str(Path(_
 # Spark's Python workers import kafkaops and spark_apps from this checkout too
 os.environ["PYTHONPATH"] = os.pathsep.join([*sys.path[:2], *filter(None, [os.environ.get("PYTHONPATH")])])
 
-from bench_backfill import timed  # noqa: E402
+from bench_backfill import one_broker, timed  # noqa: E402
 from results import publish  # noqa: E402
 
 from kafkaops.cli import datagen  # noqa: E402
-from kafkaops.platform import admin, provision  # noqa: E402
+from kafkaops.platform import admin  # noqa: E402
 from kafkaops.rekey import backfill  # noqa: E402
 from kafkaops.rekey.backfill import BackfillPlan  # noqa: E402
 from spark_apps import backfill_verify, rekey_backfill  # noqa: E402
@@ -43,11 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-reference", action="store_true", help="skip the driver-side verify")
     parser.add_argument("--no-results", action="store_true")
     args = parser.parse_args(argv)
-    base = Path(tempfile.mkdtemp(prefix="kafkaops-bench-verify-"))
-    spec = provision.local_cluster_spec(base, brokers=1, controllers=1)
-    rows: list[str] = []
-    try:
-        provision.cluster_up(spec)
+    with one_broker("kafkaops-bench-verify-") as spec:
         config = {"bootstrap.servers": spec.bootstrap}
         with admin.connect(spec.bootstrap, timeout_s=60) as conn:
             admin.create_topic(conn, "src", 3, 1)
@@ -87,12 +81,6 @@ def main(argv: list[str] | None = None) -> int:
                 reference = f"| failed: {type(err).__name__}: {str(err).splitlines()[0][:200]} | | |"
             print(f"driver-side verify {reference}", flush=True)
         spark.stop()
-    finally:
-        try:
-            provision.cluster_down(spec, purge=True)
-        finally:
-            provision.kill_strays(base)
-            shutil.rmtree(base, ignore_errors=True)
     n = args.records
     rows = [
         f"{n} records of {args.record_bytes} bytes (10,000 zipf keys), rekeyed 3 -> 6 partitions by `field:key` "

@@ -307,7 +307,10 @@ def sink_options(plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str] |
     (:func:`kafkaops.rekey.backfill.backfill_id`)."""
     name = backfill.backfill_id(plan)
     return {**kafka_options(bootstrap), **PRODUCER_OPTIONS, **(options or {}),
-            "kafkaops.transactional.id.prefix": name, "kafkaops.marker.group": name}
+            "kafkaops.transactional.id.prefix": name, "kafkaops.marker.group": name,
+            # the sink builds each record's headers from the lineage columns (:func:`_sink_frame`)
+            "kafkaops.lineage.topic": plan.source_topic, "kafkaops.header.lineage": LINEAGE_HEADER,
+            "kafkaops.header.code": CODE_HEADER, "kafkaops.header.reason": REASON_HEADER}
 
 
 def _sink(spark: Any, call: str, *args: Any) -> Any:
@@ -381,27 +384,39 @@ def committed(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict[st
 # -- the job ---------------------------------------------------------------------------------------------
 
 def _sink_frame(frame: Any, plan: BackfillPlan, mode: str = backfill.DIRECT) -> Any:
-    """``topic, partition, key, value, headers`` for the sink: the lineage header on every record, the
-    reason code and detail on dead letters; and ``slice_topic, slice_partition``, the slice of ``mode``
-    the row belongs to (:func:`kafkaops.rekey.backfill.slices`: direct, its source partition; merged,
-    its output partition), which the task writing it must hold alone."""
+    """``topic, partition, key, value`` for the sink, the lineage columns ``lineage_partition,
+    lineage_offset, code, detail`` from which it builds each record's headers on the JVM (the lineage
+    header on every record, the reason code and detail on dead letters: :func:`with_headers` says
+    which), and ``slice_topic, slice_partition``, the slice of ``mode`` the row belongs to
+    (:func:`kafkaops.rekey.backfill.slices`: direct, its source partition; merged, its output
+    partition), which the task writing it must hold alone."""
     from pyspark.sql import functions as F
 
-    def header(name: str, value: Any) -> Any:
-        return F.struct(F.lit(name).alias("key"), value.cast("binary").alias("value"))
-
-    lineage = F.concat(F.lit(f"{plan.source_topic}/"), F.col("src_partition").cast("string"), F.lit("/"),
-                       F.col("src_offset").cast("string"))
-    headers = F.when(F.col("code").isNull(), F.array(header(LINEAGE_HEADER, lineage))) \
-        .otherwise(F.array(header(LINEAGE_HEADER, lineage), header(CODE_HEADER, F.col("code")),
-                           header(REASON_HEADER, F.col("detail"))))
     if mode == backfill.DIRECT:
         slice_topic, slice_partition = F.lit(plan.source_topic), F.col("src_partition")
     else:
         slice_topic, slice_partition = F.col("out_topic"), F.col("out_partition")
     return frame.select(F.col("out_topic").alias("topic"), F.col("out_partition").alias("partition"), "key", "value",
-                        headers.alias("headers"), slice_topic.alias("slice_topic"),
-                        slice_partition.cast("int").alias("slice_partition"))
+                        F.col("src_partition").cast("int").alias("lineage_partition"),
+                        F.col("src_offset").cast("long").alias("lineage_offset"), "code", "detail",
+                        slice_topic.alias("slice_topic"), slice_partition.cast("int").alias("slice_partition"))
+
+
+def with_headers(frame: Any, plan: BackfillPlan) -> Any:
+    """:func:`_sink_frame`'s rows as Spark's own Kafka sink takes them, ``topic, partition, key, value,
+    headers``, with the headers the transactional sink builds: ``kafkaops.lineage`` =
+    ``<source topic>/<partition>/<offset>`` on every record, the reason code and detail on dead letters."""
+    from pyspark.sql import functions as F
+
+    def header(name: str, value: Any) -> Any:
+        return F.struct(F.lit(name).alias("key"), value.cast("binary").alias("value"))
+
+    lineage = F.concat(F.lit(f"{plan.source_topic}/"), F.col("lineage_partition").cast("string"), F.lit("/"),
+                       F.col("lineage_offset").cast("string"))
+    headers = F.when(F.col("code").isNull(), F.array(header(LINEAGE_HEADER, lineage))) \
+        .otherwise(F.array(header(LINEAGE_HEADER, lineage), header(CODE_HEADER, F.col("code")),
+                           header(REASON_HEADER, F.col("detail"))))
+    return frame.select("topic", "partition", "key", "value", headers.alias("headers"))
 
 
 def output_frame(planned: Any, plan: BackfillPlan) -> Any:

@@ -45,6 +45,12 @@ def scale_out(dagbag, remote: RemoteCluster, ssh_conn_id: str):
                topics=[TOPIC], throttle_mb_per_s=50)
 
 
+def ssh_masters() -> list[str]:
+    """The SSH connection masters running now (``ssh: <control path> [mux]``)."""
+    found = subprocess.run(["pgrep", "-af", r"^ssh: .*\[mux\]"], capture_output=True, text=True).stdout
+    return found.splitlines()
+
+
 def cluster_now(remote: RemoteCluster):
     with admin.connect(remote.bootstrap, timeout_s=15) as conn:
         return (admin.snapshot(conn, topics=[TOPIC], sizes=False, groups=False), throttles_left(conn),
@@ -112,6 +118,10 @@ def test_a_drain_that_stops_its_broker_checks_the_ssh_login_at_begin(dagbag, rem
         key = tmp_path / "wrong_key"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
         monkeypatch.setenv("AIRFLOW_CONN_KAFKA_HOSTS_DRAIN", json.dumps(remote.connection("kafka-2", key=key)))
+        # a login with the right key just before: Ansible's default SSH master would outlive that run by 60 s
+        # and let the next one to kafka-2's user ride it, whatever key it brings
+        provision.run_playbook("hosts_login.yml", remote.path, limit="kafka-2")
+        assert not ssh_masters(), "an SSH connection master outlived its Ansible run"
     before, _, cluster_id = cluster_now(remote)
     assert before.replicas_per_broker().get(2), "broker 2 holds no replica: the drain would move nothing"
     remote.write(**{"kafka-2": remote.scale_out_vars("kafka-2")})  # its login from the connection alone

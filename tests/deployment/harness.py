@@ -67,9 +67,10 @@ COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", ".cache", "build", "*.egg-
 
 def shared_settings(*, metadata_url: str, store: Mapping[str, Any], broker_url: str, result_backend: str,
                     api_url: str, jwt_secret: str, fernet_key: str, secret_key: str, kafka_bootstrap: str,
-                    dags_folder: str, users: str) -> dict[str, str]:
+                    dags_folder: str, users: str, spark_master: str) -> dict[str, str]:
     """The environment every component gets: the settings docker-compose.yml's ``x-airflow`` block sets
-    too (addresses differ: compose uses service names)."""
+    too (addresses differ: compose uses service names). ``spark_master`` is ``spark_default``'s master, where
+    the Spark jobs (rekey backfill, key skew) run: ``local[*]`` here, the compose file's standalone Master there."""
     return {
         "AIRFLOW__CORE__EXECUTOR": EXECUTOR,
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": metadata_url,
@@ -106,6 +107,7 @@ def shared_settings(*, metadata_url: str, store: Mapping[str, Any], broker_url: 
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka",
                                                   "extra": {"bootstrap.servers": kafka_bootstrap}}),
         f"AIRFLOW_CONN_{STORE_CONN_ID.upper()}": json.dumps(dict(store)),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": spark_master}),
         "GX_ANALYTICS_ENABLED": "false",
     }
 
@@ -444,7 +446,7 @@ def deployment(*, kafka_bootstrap: str, worker_cache: Path, jars: Path, dag_ids:
             api_url=url, jwt_secret=secrets.token_urlsafe(32), fernet_key=Fernet.generate_key().decode(),
             secret_key=secrets.token_urlsafe(32), kafka_bootstrap=kafka_bootstrap,
             dags_folder=installation.resource("r.dags_folder()"),
-            users=",".join(f"{user}:{role}" for user, role in USERS.items()))
+            users=",".join(f"{user}:{role}" for user, role in USERS.items()), spark_master="local[*]")
         # Task logs stay on the worker (and the triggerer) that wrote them; the api-server reads them
         # from their log servers, on ports every component knows.
         worker_logs, trigger_logs = provision.free_ports(2)

@@ -253,6 +253,28 @@ def test_the_addresses_are_the_compose_services(shared: dict[str, str], services
         assert service_of_host(services, host)["image"].startswith("apache/kafka:"), host
 
 
+def test_spark_default_is_the_compose_spark_master_with_workers(shared: dict[str, str], services: dict[str, Any]) -> None:
+    _, fed = harness_settings()
+    (key,) = fed["spark_master"]
+    assert key == "AIRFLOW_CONN_SPARK_DEFAULT"
+    spark = json.loads(shared[key])
+    assert spark["conn_type"] == "spark", spark
+    master = urlsplit(spark["host"])
+    assert master.scheme == "spark" and master.port, f"spark_default's master is {spark['host']!r}, not spark://HOST:PORT"
+    server = service_of_host(services, master.hostname)
+    assert server["image"] == services["airflow-worker"]["image"], "the Master runs the kafkaops image (its pyspark)"
+    command = server["command"]
+    assert command[:2] == ["spark-class", "org.apache.spark.deploy.master.Master"], command
+    assert command[command.index("--port") + 1] == str(master.port) and command[command.index("--host") + 1] == \
+        master.hostname, command
+    workers = [name for name, service in services.items()
+               if service.get("command", [None, None])[:2] == ["spark-class", "org.apache.spark.deploy.worker.Worker"]]
+    assert workers, "no Spark Worker service"
+    for name in workers:
+        assert services[name]["command"][-1] == spark["host"], f"{name} registers with {services[name]['command'][-1]}"
+        assert services[name]["image"] == server["image"], name
+
+
 def test_the_store_is_its_own_database_on_the_airflow_postgres(shared: dict[str, str], services: dict[str, Any]) -> None:
     _, fed = harness_settings()
     (store_key,), (metadata_key,) = fed["store"], fed["metadata_url"]

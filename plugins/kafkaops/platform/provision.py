@@ -12,6 +12,7 @@ import shutil
 import logging
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 import uuid
@@ -327,13 +328,22 @@ def run_playbook(playbook: str, inventory: Mapping[str, Any] | str | Path, *,
         # Ansible's scratch space goes with the run, not into $HOME/.ansible of whichever worker ran it.
         env["ANSIBLE_HOME"] = str(Path(private_dir) / "ansible-home")  # the role needs only ansible.builtin
         env["ANSIBLE_LOCAL_TEMP"] = str(Path(private_dir) / "local-tmp")
+        # SSH connection masters (ControlPersist) are the run's own: Ansible keeps them in ~/.ansible/cp for
+        # 60 s by default, where the next run to the same user@host:port would ride one, logged in with
+        # whatever key opened it, not its own (a wrong key would pass a login check).
+        control_dir = Path(private_dir) / "cp"
+        control_dir.mkdir(mode=0o700)
+        env["ANSIBLE_SSH_CONTROL_PATH_DIR"] = str(control_dir)
         if _connects_locally(inv):
             env["ANSIBLE_REMOTE_TEMP"] = str(Path(private_dir) / "remote-tmp")
         log.info("ansible: running %s (limit %s)", playbook, limit or "all")
-        runner = ansible_runner.run(
-            private_data_dir=private_dir, project_dir=str(project), playbook=str(project / playbook),
-            inventory=inv, extravars=variables, envvars=env, limit=limit, quiet=True,
-            cmdline="--check" if check else None, timeout=900)
+        try:
+            runner = ansible_runner.run(
+                private_data_dir=private_dir, project_dir=str(project), playbook=str(project / playbook),
+                inventory=inv, extravars=variables, envvars=env, limit=limit, quiet=True,
+                cmdline="--check" if check else None, timeout=900)
+        finally:
+            close_ssh_masters(control_dir)
         failures, unreachable = [], []
         for event in runner.events:
             if event.get("event") in ("runner_on_failed", "runner_on_unreachable") and \
@@ -362,6 +372,19 @@ def run_playbook(playbook: str, inventory: Mapping[str, Any] | str | Path, *,
             raise ProvisionError(f"playbook {playbook} failed: {detail}")
         log.info("ansible: %s done, changed %s", playbook, changed)
         return ProvisionResult(ok=ok, changed=changed, failures=tuple(failures), status=runner.status)
+
+
+def close_ssh_masters(control_dir: Path) -> list[Path]:
+    """Stop the SSH connection masters whose sockets are in ``control_dir`` (``ssh -O exit``), so none
+    outlives the run that opened it; returns the sockets found."""
+    sockets = sorted(p for p in control_dir.glob("*") if p.is_socket())
+    for path in sockets:
+        try:
+            subprocess.run(["ssh", "-o", f"ControlPath={path}", "-O", "exit", "kafkaops-control-master"],
+                           capture_output=True, timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            log.warning("could not stop the SSH master of %s: %s", path.name, err)
+    return sockets
 
 
 def _connects_locally(inventory: Any) -> bool:

@@ -115,7 +115,7 @@ def plain_write(frame, plan: BackfillPlan, bootstrap: str) -> None:
     damage must land as written, which the backfill's transactional sink would refuse or skip."""
     from spark_apps import rekey_backfill
 
-    (rekey_backfill._sink_frame(frame, plan).select("topic", "partition", "key", "value", "headers")
+    (rekey_backfill.with_headers(rekey_backfill._sink_frame(frame, plan), plan)
      .write.format("kafka").option("kafka.bootstrap.servers", bootstrap).save())
 
 

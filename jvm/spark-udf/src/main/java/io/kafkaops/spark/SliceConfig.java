@@ -32,6 +32,15 @@ final class SliceConfig implements Serializable {
     static final String CHUNK_ROWS = "kafkaops.chunk.rows";
     /** Milliseconds a transaction may stay open before it commits (default {@value #DEFAULT_CHUNK_MS}). */
     static final String CHUNK_MS = "kafkaops.chunk.ms";
+    /**
+     * With lineage columns in the frame: the source topic each record's lineage header names
+     * ({@code <topic>/<lineage_partition>/<lineage_offset>}), and the names of the lineage, reason-code
+     * and reason-detail headers.
+     */
+    static final String LINEAGE_TOPIC = "kafkaops.lineage.topic";
+    static final String LINEAGE_HEADER = "kafkaops.header.lineage";
+    static final String CODE_HEADER = "kafkaops.header.code";
+    static final String REASON_HEADER = "kafkaops.header.reason";
     /** Tests only: the first attempt of each task dies after sending this many rows, its transaction open. */
     static final String FAIL_AFTER_ROWS = "kafkaops.fail_after_rows";
 
@@ -46,15 +55,21 @@ final class SliceConfig implements Serializable {
     final long chunkRows;
     final long chunkMs;
     final long failAfterRows;
+    final Headers headers;
+
+    /** The header names and lineage topic of frames with lineage columns; null when the options name none. */
+    record Headers(String lineageTopic, String lineage, String code, String reason) implements Serializable {
+    }
 
     private SliceConfig(HashMap<String, String> kafka, String prefix, String group, long chunkRows, long chunkMs,
-                        long failAfterRows) {
+                        long failAfterRows, Headers headers) {
         this.kafka = kafka;
         this.prefix = prefix;
         this.group = group;
         this.chunkRows = chunkRows;
         this.chunkMs = chunkMs;
         this.failAfterRows = failAfterRows;
+        this.headers = headers;
     }
 
     /** Reads the sink's options (case as given); throws naming what is missing or malformed. */
@@ -76,7 +91,13 @@ final class SliceConfig implements Serializable {
             throw new IllegalArgumentException("TransactionalKafkaSink: " + CHUNK_ROWS + " (" + chunkRows + ") and "
                     + CHUNK_MS + " (" + chunkMs + ") must be at least 1");
         }
-        return new SliceConfig(kafka, prefix, group, chunkRows, chunkMs, number(options, FAIL_AFTER_ROWS, -1L));
+        Headers headers = null;
+        if (options.containsKey(LINEAGE_TOPIC)) {
+            headers = new Headers(required(options, LINEAGE_TOPIC), required(options, LINEAGE_HEADER),
+                    required(options, CODE_HEADER), required(options, REASON_HEADER));
+        }
+        return new SliceConfig(kafka, prefix, group, chunkRows, chunkMs, number(options, FAIL_AFTER_ROWS, -1L),
+                headers);
     }
 
     private static String required(Map<String, String> options, String name) {

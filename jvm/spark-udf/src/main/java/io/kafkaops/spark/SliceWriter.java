@@ -1,11 +1,17 @@
 package io.kafkaops.spark;
 
 import java.io.Serializable;
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Executor;
 
 import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -38,9 +44,22 @@ import org.slf4j.LoggerFactory;
  * The producer is made at the first row, which names the slice: fence, read the marker, skip the
  * rows it counts, write the rest in chunked transactions, each committing the slice's new row count
  * as the marker. No flush per row: the producer batches, a commit waits for the chunk's sends.
+ *
+ * <p>Opening the slice (a producer, {@code initTransactions}, the marker read, the target's metadata:
+ * a few round trips to the coordinators) runs on a thread of its own while the task goes on reading
+ * its rows: they wait in memory, copied, up to {@link #MAX_WAITING_BYTES}, and are sent (or skipped,
+ * as the marker says) once the slice is open. Nothing is sent before the fence and the marker read.
  */
 final class SliceWriter implements DataWriter<InternalRow> {
     private static final Logger LOG = LoggerFactory.getLogger(SliceWriter.class);
+    /** Rows a task keeps while its slice opens, at most (estimated record sizes); then it waits for the open. */
+    static final long MAX_WAITING_BYTES = 16L << 20;
+    /** Opens each slice on a daemon thread of its own. */
+    private static final Executor OWN_THREAD = command -> {
+        Thread thread = new Thread(command, "kafkaops-slice-open");
+        thread.setDaemon(true);
+        thread.start();
+    };
 
     /** What an attempt did, for the driver's summary. */
     record Done(String slice, long rows, long written, long skipped) implements WriterCommitMessage {
@@ -49,6 +68,7 @@ final class SliceWriter implements DataWriter<InternalRow> {
     private final SliceConfig config;
     private final Columns columns;
     private final Clients clients;
+    private final Executor opener;
     private final Callback failures = (metadata, err) -> {
         if (err != null) {
             noteFailure(err);
@@ -70,6 +90,14 @@ final class SliceWriter implements DataWriter<InternalRow> {
     private boolean crashed;
     private UTF8String lastTopic;
     private String lastTopicName;
+    private final byte[] lineagePrefix;  // "<source topic>/" of lineage headers built here
+    private CompletableFuture<Opened> opening;  // until the slice is open: its producer and marker, coming
+    private final ArrayDeque<ProducerRecord<byte[], byte[]>> waiting = new ArrayDeque<>();  // rows taken meanwhile
+    private long waitingBytes;
+
+    /** An open slice: its producer, its transactions initialised (older attempts fenced), and its marker's rows. */
+    private record Opened(Producer<byte[], byte[]> producer, long committed) {
+    }
 
     /** The Kafka clients of a writer: Kafka's own ({@link #kafka}), or test doubles. */
     interface Clients {
@@ -100,19 +128,33 @@ final class SliceWriter implements DataWriter<InternalRow> {
     }
 
     SliceWriter(SliceConfig config, Columns columns) {
-        this(config, columns, Clients.kafka(config));
+        this(config, columns, Clients.kafka(config), OWN_THREAD);
     }
 
+    /** With {@code clients}, opening the slice in the calling thread (before the first row is taken). */
     SliceWriter(SliceConfig config, Columns columns, Clients clients) {
+        this(config, columns, clients, Runnable::run);
+    }
+
+    /** With {@code clients}, opening the slice on {@code opener}. */
+    SliceWriter(SliceConfig config, Columns columns, Clients clients, Executor opener) {
         this.config = config;
         this.columns = columns;
         this.clients = clients;
+        this.opener = opener;
+        if (columns.lineagePartition >= 0 && config.headers == null) {
+            throw new IllegalArgumentException("TransactionalKafkaSink: the frame has lineage columns but the options "
+                    + "name no " + SliceConfig.LINEAGE_TOPIC);
+        }
+        this.lineagePrefix = config.headers == null ? null
+                : (config.headers.lineageTopic() + "/").getBytes(StandardCharsets.US_ASCII);
     }
 
     @Override
     public void write(InternalRow row) {
         if (slice == null) {
-            open(row.getUTF8String(columns.sliceTopic).copy(), row.getInt(columns.slicePartition));
+            open(row.getUTF8String(columns.sliceTopic).copy(), row.getInt(columns.slicePartition),
+                    row.isNullAt(columns.topic) ? null : row.getUTF8String(columns.topic).toString());
         } else if (row.getInt(columns.slicePartition) != slicePartition
                 || !row.getUTF8String(columns.sliceTopic).equals(sliceTopic)) {
             throw new IllegalStateException("TransactionalKafkaSink: one Spark task holds rows of slice " + slice
@@ -120,9 +162,23 @@ final class SliceWriter implements DataWriter<InternalRow> {
                     + "; each slice must be the rows of one task (repartition by slice)");
         }
         position++;
+        if (opening != null) {
+            ProducerRecord<byte[], byte[]> record = record(row);  // a copy: Spark reuses the row
+            waiting.add(record);
+            waitingBytes += 64 + length(record.key()) + length(record.value()) + headerBytes(record);
+            if (opening.isDone() || waitingBytes >= MAX_WAITING_BYTES) {
+                opened();
+            }
+            return;
+        }
         if (position <= committed) {
             return;
         }
+        send(record(row));
+    }
+
+    /** Sends one row of the slice (the next after those sent) in the open transaction, opening one if none is. */
+    private void send(ProducerRecord<byte[], byte[]> record) {
         if (sendFailure != null) {
             throw failed();
         }
@@ -132,7 +188,7 @@ final class SliceWriter implements DataWriter<InternalRow> {
             inChunk = 0;
             chunkStarted = System.nanoTime();
         }
-        producer.send(record(row), failures);
+        producer.send(record, failures);
         written++;
         inChunk++;
         if (written == config.failAfterRows && attempt() == 0) {
@@ -149,18 +205,86 @@ final class SliceWriter implements DataWriter<InternalRow> {
         }
     }
 
-    private void open(UTF8String topic, int partition) {
+    private void open(UTF8String topic, int partition, String target) {
         sliceTopic = topic;
         slicePartition = partition;
         slice = topic + "-" + partition;
         marker = new TopicPartition(topic.toString(), partition);
-        producer = clients.producer(config.transactionalId(marker.topic(), partition));
-        producer.initTransactions();  // fences every older attempt of this slice and aborts its open transaction
-        committed = clients.committed(marker);
+        String transactionalId = config.transactionalId(marker.topic(), partition);
+        CompletableFuture<Opened> future = new CompletableFuture<>();
+        opening = future;
+        opener.execute(() -> {
+            Producer<byte[], byte[]> made = null;
+            try {
+                made = clients.producer(transactionalId);
+                made.initTransactions();  // fences every older attempt of this slice and aborts its open transaction
+                long rows = clients.committed(marker);  // after the fence: no older attempt commits any more
+                if (target != null) {
+                    made.partitionsFor(target);  // the target's metadata now, not at the first send
+                }
+                future.complete(new Opened(made, rows));
+            } catch (Throwable err) {
+                if (made != null) {
+                    made.close(Duration.ZERO);
+                }
+                future.completeExceptionally(err);
+            }
+        });
+        if (opening.isDone()) {  // opened in this thread
+            opened();
+        }
+    }
+
+    /** Waits until the slice is open, then sends the rows that waited, skipping those its marker counts. */
+    private void opened() {
+        Opened open = awaitOpen();
+        producer = open.producer();
+        committed = open.committed();
         if (committed > 0) {
             LOG.info("slice {} (attempt {}): {} row(s) committed before; writing from row {}", slice, attempt(),
                     committed, committed + 1);
         }
+        long at = position - waiting.size();  // the position of the row before the first that waited
+        waitingBytes = 0;
+        for (ProducerRecord<byte[], byte[]> record; (record = waiting.poll()) != null; ) {
+            if (++at > committed) {
+                send(record);
+            }
+        }
+    }
+
+    private Opened awaitOpen() {
+        CompletableFuture<Opened> future = opening;
+        opening = null;
+        try {
+            return future.get();
+        } catch (ExecutionException err) {
+            waiting.clear();
+            Throwable cause = err.getCause();
+            if (cause instanceof RuntimeException runtime) {
+                throw runtime;  // KafkaException (fenced, unauthorized, ...) as the producer threw it
+            }
+            throw new IllegalStateException("TransactionalKafkaSink: opening slice " + slice + " failed: " + cause,
+                    cause);
+        } catch (InterruptedException err) {  // the task was killed while its slice opened
+            Thread.currentThread().interrupt();
+            waiting.clear();
+            future.thenAccept(open -> open.producer().close(Duration.ZERO));
+            throw new IllegalStateException("TransactionalKafkaSink: interrupted while slice " + slice + " opened",
+                    err);
+        }
+    }
+
+    private static int length(byte[] bytes) {
+        return bytes == null ? 0 : bytes.length;
+    }
+
+    private static int headerBytes(ProducerRecord<byte[], byte[]> record) {
+        int bytes = 0;
+        for (Header header : record.headers()) {
+            bytes += 16 + header.key().length() + length(header.value());
+        }
+        return bytes;
     }
 
     private void commitChunk() {
@@ -180,6 +304,9 @@ final class SliceWriter implements DataWriter<InternalRow> {
         if (slice == null) {
             return new Done(null, 0, 0, 0);
         }
+        if (opening != null) {
+            opened();
+        }
         if (committed > position) {
             throw new IllegalStateException("TransactionalKafkaSink: the marker of slice " + slice + " in group "
                     + config.group + " counts " + committed + " row(s) but the slice has " + position + ": the marker "
@@ -193,6 +320,14 @@ final class SliceWriter implements DataWriter<InternalRow> {
 
     @Override
     public void abort() {
+        if (opening != null) {  // let the open finish, so its producer is closed below (its fence stands)
+            try {
+                producer = awaitOpen().producer();
+            } catch (RuntimeException err) {
+                LOG.warn("slice {}: its open failed too ({})", slice, err.toString());
+            }
+            waiting.clear();
+        }
         if (producer == null) {
             return;
         }
@@ -250,7 +385,16 @@ final class SliceWriter implements DataWriter<InternalRow> {
         byte[] key = row.isNullAt(columns.key) ? null : row.getBinary(columns.key);
         byte[] value = row.isNullAt(columns.value) ? null : row.getBinary(columns.value);
         List<Header> headers = null;
-        if (columns.headers >= 0 && !row.isNullAt(columns.headers)) {
+        if (columns.lineagePartition >= 0) {  // built here: the lineage, and a dead letter's code and detail
+            headers = new ArrayList<>(3);
+            headers.add(new RecordHeader(config.headers.lineage(),
+                    lineage(row.getInt(columns.lineagePartition), row.getLong(columns.lineageOffset))));
+            if (columns.code >= 0 && !row.isNullAt(columns.code)) {
+                headers.add(new RecordHeader(config.headers.code(), row.getUTF8String(columns.code).getBytes()));
+                headers.add(new RecordHeader(config.headers.reason(), columns.detail < 0 || row.isNullAt(columns.detail)
+                        ? null : row.getUTF8String(columns.detail).getBytes()));
+            }
+        } else if (columns.headers >= 0 && !row.isNullAt(columns.headers)) {
             ArrayData array = row.getArray(columns.headers);
             headers = new ArrayList<>(array.numElements());
             for (int i = 0; i < array.numElements(); i++) {
@@ -262,9 +406,29 @@ final class SliceWriter implements DataWriter<InternalRow> {
                 headers == null ? null : new RecordHeaders(headers));
     }
 
-    /** Where the columns are in the written frame; checked on the driver before any task starts. */
-    record Columns(int topic, int partition, int key, int value, int headers, int sliceTopic, int slicePartition)
-            implements Serializable {
+    /** {@code <source topic>/<partition>/<offset>} in ASCII (topic names are ASCII). */
+    private byte[] lineage(int partition, long offset) {
+        String tail = partition + "/" + offset;
+        byte[] out = Arrays.copyOf(lineagePrefix, lineagePrefix.length + tail.length());
+        for (int i = 0; i < tail.length(); i++) {
+            out[lineagePrefix.length + i] = (byte) tail.charAt(i);
+        }
+        return out;
+    }
+
+    /**
+     * Where the columns are in the written frame; checked on the driver before any task starts. The
+     * record headers come from {@code headers} (an array of key/value structs), or are built here from
+     * {@code lineage_partition}, {@code lineage_offset} and, for dead letters, {@code code} and
+     * {@code detail} (the options name the topic and the header names: {@link SliceConfig.Headers}).
+     */
+    record Columns(int topic, int partition, int key, int value, int headers, int sliceTopic, int slicePartition,
+                   int lineagePartition, int lineageOffset, int code, int detail) implements Serializable {
+        /** Columns without lineage ones: headers come from {@code headers}, if any. */
+        Columns(int topic, int partition, int key, int value, int headers, int sliceTopic, int slicePartition) {
+            this(topic, partition, key, value, headers, sliceTopic, slicePartition, -1, -1, -1, -1);
+        }
+
         static Columns of(StructType schema) {
             List<String> problems = new ArrayList<>();
             int topic = find(schema, "topic", DataTypes.StringType, true, problems);
@@ -276,11 +440,19 @@ final class SliceWriter implements DataWriter<InternalRow> {
                 DataTypes.createStructField("value", DataTypes.BinaryType, true)})), false, problems);
             int sliceTopic = find(schema, "slice_topic", DataTypes.StringType, true, problems);
             int slicePartition = find(schema, "slice_partition", DataTypes.IntegerType, true, problems);
+            int lineagePartition = find(schema, "lineage_partition", DataTypes.IntegerType, false, problems);
+            int lineageOffset = find(schema, "lineage_offset", DataTypes.LongType, lineagePartition >= 0, problems);
+            int code = find(schema, "code", DataTypes.StringType, false, problems);
+            int detail = find(schema, "detail", DataTypes.StringType, false, problems);
+            if (lineagePartition >= 0 && headers >= 0) {
+                problems.add("columns headers and lineage_partition both give the headers: keep one");
+            }
             if (!problems.isEmpty()) {
                 throw new IllegalArgumentException("TransactionalKafkaSink: the frame " + schema.simpleString()
                         + " does not fit: " + String.join("; ", problems));
             }
-            return new Columns(topic, partition, key, value, headers, sliceTopic, slicePartition);
+            return new Columns(topic, partition, key, value, headers, sliceTopic, slicePartition, lineagePartition,
+                    lineageOffset, code, detail);
         }
 
         private static int find(StructType schema, String name, DataType type, boolean required,

@@ -176,6 +176,10 @@ public final class TransactionalKafkaSink implements TableProvider {
         public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
             SliceConfig config = SliceConfig.of(info.options().asCaseSensitiveMap());
             SliceWriter.Columns columns = SliceWriter.Columns.of(info.schema());
+            if (columns.lineagePartition() >= 0 && config.headers == null) {
+                throw new IllegalArgumentException("TransactionalKafkaSink: the frame has lineage columns but the "
+                        + "options name no " + SliceConfig.LINEAGE_TOPIC + " (and header names)");
+            }
             return new WriteBuilder() {
                 @Override
                 public Write build() {

@@ -10,6 +10,9 @@ import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
 
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.MockProducer;
@@ -80,12 +83,16 @@ class SliceWriterTest {
     }
 
     private static SliceWriter writer(Broker broker) {
+        return new SliceWriter(config(), COLUMNS, broker);
+    }
+
+    private static SliceConfig config() {
         Map<String, String> options = new HashMap<>();
         options.put("kafka.bootstrap.servers", "127.0.0.1:9092");
         options.put(SliceConfig.TRANSACTIONAL_ID_PREFIX, GROUP);
         options.put(SliceConfig.MARKER_GROUP, GROUP);
         options.put(SliceConfig.CHUNK_ROWS, "1000");
-        return new SliceWriter(SliceConfig.of(options), COLUMNS, broker);
+        return SliceConfig.of(options);
     }
 
     private static InternalRow row(int i, int slicePartition) {
@@ -164,5 +171,80 @@ class SliceWriterTest {
         }
         String message = assertThrows(IllegalStateException.class, shorter::commit).getMessage();
         assertTrue(message.contains("counts 1200 row(s) but the slice has 900"), message);
+    }
+
+    @Test
+    void rowsTakenWhileTheSliceOpensWaitAndAreThenSentOrSkippedAsTheMarkerSays() throws Exception {
+        Broker broker = new Broker();
+        SliceWriter lost = writer(broker);
+        for (int i = 0; i < 1200; i++) {
+            lost.write(row(i, 0));  // a chunk of 1000 committed, 200 rows in a transaction left open
+        }
+        CountDownLatch release = new CountDownLatch(1);
+        ExecutorService pool = Executors.newSingleThreadExecutor();
+        try {
+            SliceWriter retry = new SliceWriter(config(), COLUMNS, broker, command -> pool.execute(() -> {
+                try {
+                    release.await();
+                } catch (InterruptedException err) {
+                    throw new IllegalStateException(err);
+                }
+                command.run();
+            }));
+            for (int i = 0; i < 1500; i++) {
+                retry.write(row(i, 0));  // the slice is not open: every row waits, none is sent, nothing fenced
+            }
+            assertEquals(1, broker.all.size());
+            assertEquals(numbers(1000), broker.committedValues());
+            release.countDown();
+            for (int i = 1500; i < 2500; i++) {
+                retry.write(row(i, 0));
+            }
+            assertEquals(new SliceWriter.Done("orders-0", 2500, 1500, 1000), retry.commit());
+            retry.close();
+        } finally {
+            pool.shutdownNow();
+        }
+        assertThrows(KafkaException.class, () -> lost.write(row(1200, 0)));  // fenced by the retry's open
+        assertEquals(numbers(2500), broker.committedValues());  // the 1000 committed before, then the rest once
+        assertEquals(2500, broker.committed(MARKER));
+    }
+
+    @Test
+    void lineageColumnsBecomeTheLineageHeaderAndADeadLetterCarriesItsCodeAndDetail() {
+        Map<String, String> options = new HashMap<>();
+        options.put("kafka.bootstrap.servers", "127.0.0.1:9092");
+        options.put(SliceConfig.TRANSACTIONAL_ID_PREFIX, GROUP);
+        options.put(SliceConfig.MARKER_GROUP, GROUP);
+        options.put(SliceConfig.LINEAGE_TOPIC, "orders");
+        options.put(SliceConfig.LINEAGE_HEADER, "kafkaops.lineage");
+        options.put(SliceConfig.CODE_HEADER, "kafkaops.dead_letter_code");
+        options.put(SliceConfig.REASON_HEADER, "kafkaops.dead_letter_reason");
+        // topic, partition, key, value, slice_topic, slice_partition, lineage_partition, lineage_offset, code, detail
+        SliceWriter.Columns columns = new SliceWriter.Columns(0, 1, 2, 3, -1, 4, 5, 6, 7, 8, 9);
+        Broker broker = new Broker();
+        SliceWriter writer = new SliceWriter(SliceConfig.of(options), columns, broker);
+        writer.write(new GenericInternalRow(new Object[] {UTF8String.fromString("orders.v2"), 4,
+            "k".getBytes(StandardCharsets.UTF_8), "{}".getBytes(StandardCharsets.UTF_8), UTF8String.fromString("orders"),
+            2, 2, 1234567890123L, null, null}));
+        writer.write(new GenericInternalRow(new Object[] {UTF8String.fromString("orders.v2.dlq"), 0, null,
+            "x".getBytes(StandardCharsets.UTF_8), UTF8String.fromString("orders"), 2, 2, 1234567890124L,
+            UTF8String.fromString("NOT_JSON"), UTF8String.fromString("not JSON at byte 0")}));
+        assertEquals(new SliceWriter.Done("orders-2", 2, 2, 0), writer.commit());
+        writer.close();
+        List<ProducerRecord<byte[], byte[]>> sent = broker.all.get(0).history();
+        assertEquals(2, sent.size());
+        assertEquals(1, sent.get(0).headers().toArray().length);
+        assertArrayEquals("orders/2/1234567890123".getBytes(StandardCharsets.US_ASCII),
+                sent.get(0).headers().lastHeader("kafkaops.lineage").value());
+        assertArrayEquals("orders/2/1234567890124".getBytes(StandardCharsets.US_ASCII),
+                sent.get(1).headers().lastHeader("kafkaops.lineage").value());
+        assertArrayEquals("NOT_JSON".getBytes(StandardCharsets.UTF_8),
+                sent.get(1).headers().lastHeader("kafkaops.dead_letter_code").value());
+        assertArrayEquals("not JSON at byte 0".getBytes(StandardCharsets.UTF_8),
+                sent.get(1).headers().lastHeader("kafkaops.dead_letter_reason").value());
+        Map<String, String> noTopic = new HashMap<>(options);
+        noTopic.remove(SliceConfig.LINEAGE_TOPIC);
+        assertThrows(IllegalArgumentException.class, () -> new SliceWriter(SliceConfig.of(noTopic), columns, broker));
     }
 }
