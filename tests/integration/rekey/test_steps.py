@@ -117,12 +117,11 @@ def test_the_merged_copy_gives_each_output_partition_a_task_of_its_own_in_order(
     planned = rekey_backfill.rekey_rows(spark.createDataFrame(rows, SCHEMA).repartition(2, "partition")
                                         .sortWithinPartitions("offset"), plan("field:account"), ordered=True)
     out = rekey_backfill.output_frame(planned, plan("field:account")).select(
-        "topic", "partition", F.spark_partition_id().alias("task"), "headers").collect()
+        "topic", "partition", F.spark_partition_id().alias("task"), "lineage_partition", "lineage_offset").collect()
     want = {(r[3], r[4]): r[2] for r in expected(sorted(rows), "field:account")}  # (partition, offset) -> order
     tasks: dict[int, list[tuple[int, int, int]]] = {}
     for r in out:
-        lineage = bytes(r.headers[0]["value"]).decode().split("/")
-        source = (int(lineage[1]), int(lineage[2]))
+        source = (r.lineage_partition, r.lineage_offset)  # the sink's lineage header: orders/<partition>/<offset>
         assert r.task == (r.partition if r.topic == "orders.v2" else 12), r
         tasks.setdefault(r.task, []).append((want[source], *source))
     assert len(out) == len(rows) and len(tasks) >= 10  # 40 keys over 12 partitions

@@ -82,7 +82,8 @@ final class SliceWriter implements DataWriter<InternalRow> {
     private Producer<byte[], byte[]> producer;
     private volatile Exception sendFailure;
     private long committed;      // rows of the slice the marker held when this attempt began
-    private long position;       // rows of the slice seen so far
+    private long position;       // rows of the slice seen so far (some may still wait for the open)
+    private long handled;        // rows of the slice sent or skipped so far: what a commit marker counts
     private long written;        // rows this attempt sent
     private long inChunk;        // rows of the open transaction
     private long chunkStarted;
@@ -172,13 +173,17 @@ final class SliceWriter implements DataWriter<InternalRow> {
             return;
         }
         if (position <= committed) {
+            handled = position;
             return;
         }
-        send(record(row));
+        send(record(row), position);
     }
 
-    /** Sends one row of the slice (the next after those sent) in the open transaction, opening one if none is. */
-    private void send(ProducerRecord<byte[], byte[]> record) {
+    /**
+     * Sends row {@code at} of the slice (the next after those handled) in the open transaction, opening
+     * one if none is; a chunk that is full then commits, its marker counting the rows up to {@code at}.
+     */
+    private void send(ProducerRecord<byte[], byte[]> record, long at) {
         if (sendFailure != null) {
             throw failed();
         }
@@ -189,6 +194,7 @@ final class SliceWriter implements DataWriter<InternalRow> {
             chunkStarted = System.nanoTime();
         }
         producer.send(record, failures);
+        handled = at;
         written++;
         inChunk++;
         if (written == config.failAfterRows && attempt() == 0) {
@@ -248,7 +254,9 @@ final class SliceWriter implements DataWriter<InternalRow> {
         waitingBytes = 0;
         for (ProducerRecord<byte[], byte[]> record; (record = waiting.poll()) != null; ) {
             if (++at > committed) {
-                send(record);
+                send(record, at);
+            } else {
+                handled = at;
             }
         }
     }
@@ -291,8 +299,8 @@ final class SliceWriter implements DataWriter<InternalRow> {
         if (sendFailure != null) {
             throw failed();
         }
-        String meta = "kafkaops backfill slice " + slice + ": " + position + " row(s)";
-        producer.sendOffsetsToTransaction(Map.of(marker, new OffsetAndMetadata(position, meta)),
+        String meta = "kafkaops backfill slice " + slice + ": " + handled + " row(s)";
+        producer.sendOffsetsToTransaction(Map.of(marker, new OffsetAndMetadata(handled, meta)),
                 new ConsumerGroupMetadata(config.group));
         producer.commitTransaction();  // waits for the chunk's sends; throws if one failed
         inTransaction = false;
@@ -313,6 +321,10 @@ final class SliceWriter implements DataWriter<InternalRow> {
                     + "is another plan's; delete the group and the target topics, then run again");
         }
         if (inTransaction) {
+            if (handled != position) {  // every row waiting was sent by opened(): nothing may be left behind
+                throw new IllegalStateException("TransactionalKafkaSink: slice " + slice + " handled " + handled
+                        + " of its " + position + " row(s) at its commit");
+            }
             commitChunk();
         }
         return new Done(slice, position, written, Math.min(committed, position));

@@ -191,23 +191,26 @@ class SliceWriterTest {
                 }
                 command.run();
             }));
-            for (int i = 0; i < 1500; i++) {
+            for (int i = 0; i < 2500; i++) {
                 retry.write(row(i, 0));  // the slice is not open: every row waits, none is sent, nothing fenced
             }
             assertEquals(1, broker.all.size());
             assertEquals(numbers(1000), broker.committedValues());
             release.countDown();
-            for (int i = 1500; i < 2500; i++) {
+            for (int i = 2500; i < 3000; i++) {
                 retry.write(row(i, 0));
             }
-            assertEquals(new SliceWriter.Done("orders-0", 2500, 1500, 1000), retry.commit());
+            assertEquals(new SliceWriter.Done("orders-0", 3000, 2000, 1000), retry.commit());
             retry.close();
         } finally {
             pool.shutdownNow();
         }
         assertThrows(KafkaException.class, () -> lost.write(row(1200, 0)));  // fenced by the retry's open
-        assertEquals(numbers(2500), broker.committedValues());  // the 1000 committed before, then the rest once
-        assertEquals(2500, broker.committed(MARKER));
+        assertEquals(numbers(3000), broker.committedValues());  // the 1000 committed before, then the rest once
+        assertEquals(3000, broker.committed(MARKER));
+        // a chunk committed while the waiting rows were sent counts the rows sent by then, not those taken
+        assertEquals(List.of(2000L, 3000L), broker.all.get(1).consumerGroupOffsetsHistory().stream()
+                .map(c -> c.get(GROUP).get(MARKER).offset()).toList());
     }
 
     @Test
