@@ -134,20 +134,28 @@ def spark_on(master: str) -> Iterator[Any]:
     standalone Master and two Workers of one core and 1 GiB each (tests/spark.py, the test suite's cluster:
     each Worker as a user of its own when run as root), started here and stopped after."""
     with ExitStack() as stack:
-        url = "local[2]"
+        url, conf = "local[2]", {}
         if master == "standalone":
             from tests.spark import standalone_cluster
 
             cluster = stack.enter_context(standalone_cluster())
-            os.environ["SPARK_CONF_DIR"] = str(cluster.conf_dir)
             url = cluster.master_url
-        spark = rekey_backfill.spark_session(url, driver_memory="1g")
+            os.environ.pop("PYSPARK_PYTHON", None)  # the local session's interpreter: not on the Workers' hosts
+            # its spark-defaults.conf, given here: a second session in this process reads no conf folder
+            conf = dict(line.split(None, 1) for line in (cluster.conf_dir / "spark-defaults.conf").read_text().splitlines()
+                        if line.strip())
+        spark = rekey_backfill.spark_session(url, driver_memory="1g", conf=conf)
         spark.sparkContext.setLogLevel("ERROR")
+        if master == "standalone":  # the verify's Python pass runs on the Workers, which see no checkout
+            from kafkaops.platform.spark import python_archive
+
+            folder = Path(tempfile.mkdtemp(prefix="kafkaops-bench-apps-"))
+            stack.callback(shutil.rmtree, folder, True)
+            spark.sparkContext.addPyFile(str(python_archive(folder)))
         try:
             yield spark
         finally:
             spark.stop()
-            os.environ.pop("SPARK_CONF_DIR", None)
 
 
 def measure(spark: Any, spec: provision.ClusterSpec, ranges: tuple, jobs: Sequence[str], rounds: int, tag: str,

@@ -123,18 +123,23 @@ PRODUCER_OPTIONS = {
 
 
 def spark_session(master: str | None = None, app: str = "kafkaops-rekey-backfill", *, driver_memory: str = "1g",
-                  shuffle_partitions: int = 4) -> Any:
+                  shuffle_partitions: int = 4, conf: Mapping[str, str] | None = None) -> Any:
     """The app's SparkSession. Under spark-submit (:mod:`kafkaops.platform.spark`) the master, the
     jars, the Python files and the driver's memory are spark-submit's: nothing here overrides them.
     A plain ``python -m spark_apps...`` run (tests, benchmarks) gets local Spark (``master``, else
-    ``local[2]``) with the Kafka connector jars of :data:`JARS_DIR`."""
+    ``local[2]``) with the Kafka connector jars of :data:`JARS_DIR`; ``conf``: more settings for it (a
+    session started after another in the same process reads no spark-defaults.conf again)."""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app)
     if not launched_by_spark_submit():
-        # Python workers, if a job ever starts one, run this interpreter (its venv has the project),
-        # not whatever python3 is on PATH; PySpark reads the variable when the context starts.
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        # Local Python workers, if a job ever starts one, run this interpreter (its venv has the project),
+        # not whatever python3 is on PATH; PySpark reads the variable when the context starts. Executors
+        # elsewhere run their own host's python3: this interpreter's path means nothing there.
+        if (master or "local[2]").startswith("local"):
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        else:
+            builder = builder.config("spark.pyspark.python", "python3")
         jars = sorted(str(p) for p in jar_dir("spark").glob("*.jar"))  # SetupError naming the setting when empty
         builder = (builder.master(master or "local[2]").config("spark.jars", ",".join(jars))
                    .config("spark.driver.memory", driver_memory)
@@ -142,6 +147,8 @@ def spark_session(master: str | None = None, app: str = "kafkaops-rekey-backfill
                    # costs CPU (measured: about 20 % of the merged copy's time on 2 cores)
                    .config("spark.shuffle.compress", "false")
                    .config("spark.shuffle.spill.compress", "false"))
+        for name, value in (conf or {}).items():
+            builder = builder.config(name, value)
     # A task attempt that dies (its executor lost, killed, fenced) is retried: the transactional sink
     # (TransactionalKafkaSink) makes a retry resume its slice from the committed marker, never write twice.
     return (builder
