@@ -12,8 +12,9 @@ the result with :func:`kafkaops.capacity.skew.summarize` (hottest keys, load now
 candidate partition count, placed by Kafka's Java partitioner). The cluster's client settings come
 in the ``--kafka-config`` file (as for the rekey backfill), or ``--bootstrap`` for one without security.
 It is submitted like the backfill (:func:`kafkaops.platform.spark.run_spark_app`); the result comes
-back as the ``kafkaops-result:`` line of the driver's output (``--output`` also writes it to a file,
-for local runs).
+back through the kafkaops store (``--store-config``, ``--result-artifact``) and as the
+``kafkaops-result:`` line of the driver's output (``--output`` also writes it to a file, for local
+runs).
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from kafkaops.capacity import skew
-from kafkaops.platform.spark import emit_result, read_client_config, tuning_options
+from kafkaops.platform.spark import add_exchange_arguments, app_store, deliver_result, read_client_config, tuning_options
 from spark_apps.rekey_backfill import NEW_KEY, Kafka, kafka_options, register_new_key, spark_session
 
 log = logging.getLogger("kafkaops.key_skew")
@@ -79,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--candidates", default=",".join(map(str, skew.DEFAULT_CANDIDATES)),
                         help="partition counts to try, comma separated")
     parser.add_argument("--output", help="also write the JSON result to this local file")
+    add_exchange_arguments(parser)
     parser.add_argument("--master", default="local[1]", help="local runs only (python -m); spark-submit's wins")
     parser.add_argument("--driver-memory", default="1g", help="local runs only; spark-submit's wins")
     parser.add_argument("--kafka-option", action="append", default=[], metavar="kafka.KEY=VALUE",
@@ -93,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     kafka: Kafka = read_client_config(args.kafka_config) if args.kafka_config else args.bootstrap
     try:
         c = counts(spark, kafka, args.topic, start, end, args.candidate_field, options)
+        store = app_store(args)  # its URL is a shipped file: read while the session runs
     finally:
         spark.stop()
     result = skew.summarize(args.topic, c["per_key"], partitions=args.partitions, per_partition_now=c["now"],
@@ -102,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     result["sample"] = {"start": start, "end": end}
     if args.output:
         Path(args.output).write_text(json.dumps(result, indent=1, sort_keys=True))
-    emit_result(result)
+    deliver_result(args, result, store)
     log.info("key skew of %s: %d records, %d keys, hottest %s", args.topic, result["records"], result["keys"],
              result["top_keys"][:1])
     return result

@@ -2,15 +2,18 @@
 each record on the partition Kafka's Java producer would give its key, per-key order kept, every
 record exactly once, also across re-runs and restarts after a crash.
 
-    spark-submit ... rekey_backfill.py run --plan '{...}' --kafka-config kafka.properties [--verify]
+    spark-submit ... rekey_backfill.py run --plan-artifact P --result-artifact R
+        --store-config kafkaops-store.properties --kafka-config kafka.properties [--verify]
     python -m spark_apps.rekey_backfill verify --plan plan.json --bootstrap host:9092 --report out.json
 
 :func:`kafkaops.platform.spark.run_spark_app` submits it (spark-submit through Airflow's Spark
-provider): the plan as JSON on its command line, the cluster's librdkafka client config (the Airflow
-connection's, SASL and SSL included) as ``kafka.properties`` shipped with ``--files`` (mode 0600),
-read by its base name; the result comes back as the ``kafkaops-result:`` line of the driver's
-output. ``--bootstrap`` alone reaches a cluster without security. Secrets never go on the command
-line. A plain ``python -m`` run (tests) starts local Spark itself.
+provider): the plan and the result travel through the kafkaops store as artifacts (its URL in
+``kafkaops-store.properties``), the cluster's librdkafka client config (the Airflow connection's,
+SASL and SSL included) as ``kafka.properties``, both shipped with ``--files`` (mode 0600) and read
+by their base names; the result is also printed as the ``kafkaops-result:`` line of the driver's
+output. ``--plan`` takes the plan itself (JSON or a file of it) for local runs; ``--bootstrap``
+alone reaches a cluster without security. Secrets never go on the command line. A plain
+``python -m`` run (tests) starts local Spark itself.
 
 Two copies, both reading exactly ``[start, end)`` of each source partition through Spark's Kafka
 source (``startingOffsets``/``endingOffsets`` JSON of the :class:`~kafkaops.rekey.backfill.BackfillPlan`)
@@ -85,7 +88,8 @@ from pathlib import Path
 from typing import Any
 
 from kafkaops.platform import keyrules
-from kafkaops.platform.spark import emit_result, read_client_config, spark_kafka_options, tuning_options
+from kafkaops.platform.spark import (add_exchange_arguments, deliver_result, read_client_config, read_input,
+                                     spark_kafka_options, tuning_options)
 from kafkaops.platform.paths import JARS, jar_dir
 from kafkaops.rekey import backfill
 from kafkaops.rekey.backfill import (CODE_HEADER, LINEAGE_HEADER, REASON_HEADER, BackfillPlan, OutputRecord,
@@ -633,7 +637,9 @@ def verify(spark: Any, plan: BackfillPlan, bootstrap: Kafka) -> backfill.Integri
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rekey_backfill", description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=("run", "verify"))
-    parser.add_argument("--plan", required=True, help="the BackfillPlan as JSON (or a file of it, for local runs)")
+    given = parser.add_mutually_exclusive_group(required=True)
+    given.add_argument("--plan", help="the BackfillPlan as JSON (or a file of it, for local runs)")
+    add_exchange_arguments(parser, "plan", group=given)
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--kafka-config", metavar="FILE", help="the cluster's librdkafka client config "
                        "(bootstrap.servers, security.protocol, sasl.*, ssl.*): kafka.properties shipped with "
@@ -650,11 +656,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "secrets are refused here: they come with --kafka-config")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    text = args.plan if args.plan.lstrip().startswith("{") else Path(args.plan).read_text()
-    plan = BackfillPlan.from_json(text)
     options = tuning_options(args.kafka_option)
     spark = spark_session(args.master, driver_memory=args.driver_memory)
     spark.sparkContext.setLogLevel("WARN")
+    if args.plan is None:
+        text = read_input(args, "plan")  # from the store (after the session: its URL is a shipped file)
+    else:
+        text = args.plan if args.plan.lstrip().startswith("{") else Path(args.plan).read_text()
+    plan = BackfillPlan.from_json(text)
     kafka: Kafka = read_client_config(args.kafka_config) if args.kafka_config else args.bootstrap
     result: dict[str, Any] = {}
     if args.command == "run":
@@ -665,7 +674,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.info("integrity of %s: %s", plan.target_topic, "ok" if report.ok else "; ".join(report.failures))
     if args.report:
         Path(args.report).write_text(json.dumps(result, indent=2, sort_keys=True))
-    emit_result(result)
+    deliver_result(args, result)
     ok = result.get("integrity", {}).get("ok", True)
     return 0 if ok else 3
 

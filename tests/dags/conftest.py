@@ -6,12 +6,13 @@ import json
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
 from kafkaops.cli import datagen
-from kafkaops.platform import admin, provision
-from tests.conftest import TEST_BROKER_CONFIG
+from kafkaops.platform import admin, provision, state
+from tests.conftest import TEST_BROKER_CONFIG, run_dag
 
 
 @contextmanager
@@ -43,3 +44,23 @@ def keyed_topic(conn: admin.KafkaConnection, topic: str, records: int) -> None:
     """``topic`` with 3 partitions and ``records`` datagen records of 100 keys (200 bytes each)."""
     admin.create_topic(conn, topic, 3, 1)
     datagen.produce(conn.config, topic, datagen.DatagenSpec(records=records, keys=100, record_bytes=200))
+
+
+@contextmanager
+def with_keyed_topic(cluster: provision.ClusterSpec, topic: str, records: int,
+                     caught_up_group: str | None = None) -> Iterator[provision.ClusterSpec]:
+    """``cluster`` as the DAGs' default connection, holding :func:`keyed_topic` ``topic`` (and, when named,
+    ``caught_up_group`` committed at its end offsets: a group that has read everything)."""
+    with kafka_default_connection(cluster.bootstrap):
+        with admin.connect(cluster.bootstrap) as conn:
+            keyed_topic(conn, topic, records)
+            if caught_up_group:
+                ends = {p: e for p, (_, e) in admin.end_offsets(conn.config, topic).items()}
+                admin.commit_group_offsets(conn, caught_up_group, topic, ends)
+        yield cluster
+
+
+def run_partition_increase(dagbag, **conf) -> tuple[Any, dict[str, Any]]:
+    """A kafka_partition_increase run of ``conf`` (:func:`tests.conftest.run_dag`) and its audit record's summary."""
+    dag_run = run_dag(dagbag, "kafka_partition_increase", **conf)
+    return dag_run, state.AuditLog.for_run("kafka_partition_increase", dag_run.run_id).summary()

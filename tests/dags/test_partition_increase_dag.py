@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import pytest
 
 from kafkaops.platform import admin
-from kafkaops.platform import state, store
+from kafkaops.platform import store
 from kafkaops.platform import provision
-from tests.conftest import committed_copy, run_dag
-from tests.dags.conftest import kafka_default_connection, keyed_topic
+from tests.conftest import committed_copy
+from tests.dags.conftest import run_partition_increase, with_keyed_topic
 
 pytestmark = pytest.mark.integration
 
@@ -21,17 +21,11 @@ RECORDS = 5_000
 
 @pytest.fixture(scope="module")
 def cluster(one_broker_cluster: provision.ClusterSpec) -> Iterator[provision.ClusterSpec]:
-    with kafka_default_connection(one_broker_cluster.bootstrap):
-        with admin.connect(one_broker_cluster.bootstrap) as conn:
-            keyed_topic(conn, TOPIC, RECORDS)
-            ends = {p: e for p, (_, e) in admin.end_offsets(conn.config, TOPIC).items()}
-            admin.commit_group_offsets(conn, "billing", TOPIC, ends)  # a group that has caught up
-        yield one_broker_cluster
+    with with_keyed_topic(one_broker_cluster, TOPIC, RECORDS, caught_up_group="billing") as spec:
+        yield spec
 
 
-def run(dagbag, **conf):
-    dag_run = run_dag(dagbag, "kafka_partition_increase", **conf)
-    return dag_run, state.AuditLog.for_run("kafka_partition_increase", dag_run.run_id).summary()
+run = run_partition_increase
 
 
 def test_in_place_on_a_keyed_topic_is_refused_naming_the_moved_keys(dagbag, cluster) -> None:

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from kafkaops.platform import admin, provision, state
+from kafkaops.platform import admin, provision, store
 from kafkaops.rekey import backfill
-from tests.conftest import committed_copy, run_dag
-from tests.dags.conftest import kafka_default_connection, keyed_topic
+from tests.conftest import committed_copy
+from tests.dags.conftest import run_partition_increase, with_keyed_topic
 from tests.spark import StandaloneSpark
 
 pytestmark = pytest.mark.integration
@@ -22,15 +22,11 @@ RECORDS = 2_000
 
 @pytest.fixture(scope="module")
 def cluster(one_broker_cluster: provision.ClusterSpec) -> Iterator[provision.ClusterSpec]:
-    with kafka_default_connection(one_broker_cluster.bootstrap):
-        with admin.connect(one_broker_cluster.bootstrap) as conn:
-            keyed_topic(conn, TOPIC, RECORDS)
-        yield one_broker_cluster
+    with with_keyed_topic(one_broker_cluster, TOPIC, RECORDS) as spec:
+        yield spec
 
 
-def run(dagbag, **conf):
-    dag_run = run_dag(dagbag, "kafka_partition_increase", **conf)
-    return dag_run, state.AuditLog.for_run("kafka_partition_increase", dag_run.run_id).summary()
+run = run_partition_increase
 
 
 def topics(cluster: provision.ClusterSpec) -> set[str]:
@@ -62,7 +58,14 @@ def test_migrate_runs_its_backfill_on_the_spark_standalone_cluster(dagbag, clust
     assert [(g["gate"], g["ok"]) for g in record["gates"]] == [("preflight", True), ("backfill", True)]
     started = next(n for n in record["notes"] if n.get("text", "").startswith("backfill started"))
     assert started["argv"][:3] == ["spark-submit", "--master", spark_standalone.master_url], started
-    assert f"connection spark_standalone" in started["text"]
+    assert "connection spark_standalone" in started["text"]
+    # the plan went to the driver, and the report came back, through the store: no JSON on the command line
+    argv, stored = started["argv"], store.current()
+    assert not [a for a in argv if a.lstrip().startswith("{")], argv
+    plan = json.loads(stored.artifact(argv[argv.index("--plan-artifact") + 1]).body)
+    assert (plan["source_topic"], plan["target_topic"], plan["key_rule"]) == (TOPIC, f"{TOPIC}.v2", "field:key")
+    report = json.loads(stored.artifact(argv[argv.index("--result-artifact") + 1]).body)
+    assert report["integrity"]["ok"] and report["integrity"]["target_records"] == RECORDS, report
     ran = [a for a in spark_standalone.applications() if a["id"] not in before]
     assert [(a["name"], a["state"]) for a in ran] == [("kafkaops-rekey-backfill", "FINISHED")]
     # the records a consumer sees (read_committed; the end offsets also count each transaction's commit marker)

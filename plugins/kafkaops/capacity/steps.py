@@ -20,6 +20,7 @@ from kafkaops.platform import admin
 from kafkaops.platform import params as form
 from kafkaops.platform import spark
 from kafkaops.platform import state
+from kafkaops.platform import store
 from kafkaops.capacity import review as capacity
 from kafkaops.capacity import report as capacity_report
 from kafkaops.capacity import skew
@@ -146,7 +147,8 @@ def append_history(cluster_data: Mapping[str, Any], run_id: str) -> dict[str, An
 
 def run_key_skew(conn_config: Mapping[str, str], cluster_data: Mapping[str, Any], params: CapacityParams,
                  run_id: str, *, launcher: spark.Launcher, timeout_s: float = 1800.0) -> dict[str, Any]:
-    """Submit ``spark_apps/key_skew.py`` through ``launcher`` over a bounded sample of the topic."""
+    """Submit ``spark_apps/key_skew.py`` through ``launcher`` over a bounded sample of the topic; its
+    result comes back through the kafkaops store (``capacity/<cluster>/<run>/key-skew/...``)."""
     cluster = Cluster.from_dict(cluster_data)
     topic = params.skew_target
     start, end = skew.sample_offsets(cluster, topic, params.sample_records)
@@ -157,9 +159,11 @@ def run_key_skew(conn_config: Mapping[str, str], cluster_data: Mapping[str, Any]
                 "--end", json.dumps(end), "--candidates", ",".join(map(str, params.candidate_partitions))]
         if params.candidate_key_field:
             args += ["--candidate-field", params.candidate_key_field]
+        exchange = spark.Exchange(store.current(), f"capacity/{safe_name(cluster.cluster_id or 'unknown')}/"
+                                                   f"{safe_name(run_id)}/key-skew")
         return spark.run_spark_app("key_skew", args, launcher=launcher, log_file=log_file, timeout_s=timeout_s,
                                    what=f"key skew of {topic}", on_timeout="lower sample_records",
-                                   kafka_config=conn_config)
+                                   kafka_config=conn_config, exchange=exchange)
 
 
 def make_review(cluster_data: Mapping[str, Any], params: CapacityParams, skew_result: Mapping[str, Any] | None

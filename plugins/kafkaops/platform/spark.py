@@ -12,11 +12,18 @@ by changing the connection). The platform layer imports no Airflow, so the launc
 Before anything is submitted the master must accept a TCP connection (:func:`check_master`), so a
 wrong or stopped ``spark://`` or ``k8s://`` master fails at once, naming it and the connection. The
 launcher runs spark-submit in the log file's folder with the driver's output into the log file and
-stops it after ``timeout_s``. The app prints its result as one ``kafkaops-result:`` JSON line
-(:func:`emit_result`), which comes back with the driver's output: no driver-local result file, so
-the driver may run on any host whose output spark-submit relays (client deploy mode, the only one
-Spark offers Python apps on a standalone cluster). Plans go in as JSON arguments. A run that times
-out, fails or prints no result raises :class:`SparkAppFailed` with the log's last lines.
+stops it after ``timeout_s``. A run that times out, fails or gives no result raises
+:class:`SparkAppFailed` with the log's last lines.
+
+Inputs and results travel through the kafkaops store when the caller gives an :class:`Exchange`
+(the Airflow tasks do): each input document (the backfill's plan) is an artifact the app reads
+(``--<name>-artifact``), and the app writes its result as an artifact (``--result-artifact``) that
+:func:`run_spark_app` reads back, so the driver may run on any host that reaches the store (client
+or cluster deploy mode), and nothing lies on a driver's disk. The store's URL, password included,
+reaches the app like the Kafka settings: a private ``kafkaops-store.properties`` shipped with
+``--files``, never on its command line. Without an exchange (local runs, benchmarks) the result is
+the ``kafkaops-result:`` JSON line of the driver's output (:func:`emit_result`), which the app
+always prints too.
 
 The Kafka client settings (the connection's whole librdkafka config, SASL and SSL included) reach
 the app in a file, never on its command line: ``kafka.properties`` (Java properties, mode 0600) in
@@ -30,6 +37,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import secrets
 import socket
 import sys
 import tempfile
@@ -160,15 +168,15 @@ def spark_kafka_options(config: Mapping[str, str]) -> dict[str, str]:
     return {f"kafka.{k}": v for k, v in java.items()}
 
 
-def write_kafka_properties(config: Mapping[str, str], folder: Path) -> Path:
-    """``config`` as Java properties in ``folder``/kafka.properties, readable by this user only
-    (created 0600, never wider)."""
+def write_kafka_properties(config: Mapping[str, str], folder: Path, name: str = KAFKA_PROPERTIES) -> Path:
+    """``config`` as Java properties in ``folder``/``name`` (kafka.properties), readable by this user
+    only (created 0600, never wider)."""
     from jproperties import Properties
 
     properties = Properties()
     for key, value in config.items():
         properties[key] = str(value)
-    path = folder / KAFKA_PROPERTIES
+    path = folder / name
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as out:
         properties.store(out, encoding="utf-8", timestamp=False)
@@ -187,8 +195,8 @@ def read_client_config(name: str | Path) -> dict[str, str]:
     try:
         body = path.read_bytes()
     except OSError as err:
-        raise ConfigError(f"cannot read the Kafka client settings {path}: {err.strerror}; the launcher ships "
-                          f"them as {KAFKA_PROPERTIES} with --files") from err
+        raise ConfigError(f"cannot read the settings file {path}: {err.strerror}; the launcher ships "
+                          f"them as {KAFKA_PROPERTIES} and {STORE_PROPERTIES} with --files") from err
     if path.suffix != ".properties":
         return json.loads(body)
     from jproperties import Properties
@@ -199,8 +207,75 @@ def read_client_config(name: str | Path) -> dict[str, str]:
 
 
 def emit_result(result: Mapping[str, Any]) -> None:
-    """Print the app's result as the one line :func:`run_spark_app` reads back (for the apps)."""
+    """Print the app's result as the one line :func:`run_spark_app` reads back without an
+    :class:`Exchange` (for the apps)."""
     print(RESULT_MARK + json.dumps(result, sort_keys=True), flush=True)
+
+
+# -- inputs and results through the store --------------------------------------------------------------
+
+#: The store's URL (``url``), as the app gets it: Java properties shipped with ``--files``, mode 0600.
+STORE_PROPERTIES = "kafkaops-store.properties"
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """Where a submission's input documents and its result travel: artifacts of ``store`` (a
+    :class:`kafkaops.platform.store.Store`) under ``prefix``, one folder per submission."""
+
+    store: Any
+    prefix: str
+
+
+def add_exchange_arguments(parser: Any, *inputs: str, group: Any = None) -> None:
+    """The arguments :func:`run_spark_app` gives an app with an :class:`Exchange` (for the apps):
+    ``--store-config``, ``--result-artifact`` and ``--<name>-artifact`` for each of ``inputs`` (in
+    ``group`` when given: a mutually exclusive group with the app's own way to take it)."""
+    parser.add_argument("--store-config", metavar="FILE", help=f"the kafkaops store's URL as {STORE_PROPERTIES} "
+                        "(shipped with --files, found by its base name): inputs and the result go through it")
+    parser.add_argument("--result-artifact", metavar="PATH", help="write the result to this artifact of the store")
+    for name in inputs:
+        (group or parser).add_argument(f"--{name}-artifact", metavar="PATH", help=f"read the {name} from this artifact of the "
+                            "store")
+
+
+def app_store(args: Any) -> Any:
+    """The store of an app run with ``--store-config`` (after the Spark session started), else None."""
+    if not getattr(args, "store_config", None):
+        return None
+    from kafkaops.platform import store
+
+    url = read_client_config(args.store_config).get("url")
+    if not url:
+        raise ConfigError(f"{args.store_config} names no store url")
+    # not open_store: the submitter prepared the schema, and Alembic's scripts cannot be read from the
+    # --py-files zip the driver imports kafkaops from
+    return store.Store(url, source="the Spark app's kafkaops store")
+
+
+def read_input(args: Any, name: str) -> str:
+    """The input document ``name`` of an app: the ``--<name>-artifact`` of its store (for the apps)."""
+    path = getattr(args, f"{name}_artifact")
+    found = app_store(args).artifact(path) if args.store_config else None
+    if found is None:
+        raise ConfigError(f"the {name} artifact {path} is not in the kafkaops store"
+                          + ("" if args.store_config else " (no --store-config)"))
+    return found.body.decode()
+
+
+def deliver_result(args: Any, result: Mapping[str, Any], store: Any = None) -> None:
+    """Print the app's result line (:func:`emit_result`) and, with ``--result-artifact``, store it
+    as that artifact of ``store`` (default :func:`app_store`, which needs the Spark session) (for the apps)."""
+    emit_result(result)
+    if getattr(args, "result_artifact", None):
+        body = json.dumps(result, sort_keys=True).encode()
+        (store or app_store(args)).put_artifact(args.result_artifact, body, "application/json")
+
+
+def stored_result(store: Any, path: str) -> dict[str, Any] | None:
+    """The result an app stored as the artifact ``path``, or None when it stored none."""
+    found = store.artifact(path)
+    return None if found is None else json.loads(found.body)
 
 
 def result_of(log_file: Path) -> dict[str, Any] | None:
@@ -350,16 +425,22 @@ def submit_env() -> dict[str, str]:
 def run_spark_app(app: str, args: Sequence[str], *, launcher: Launcher, log_file: Path, timeout_s: float,
                   what: str, on_timeout: str, on_failure: str = "", ok_exit_codes: Collection[int] | None = (0,),
                   kafka_config: Mapping[str, str] | None = None, driver_memory: str = "1g",
-                  on_start: Callable[[list[str]], None] | None = None) -> dict[str, Any]:
+                  on_start: Callable[[list[str]], None] | None = None, exchange: Exchange | None = None,
+                  inputs: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Submit ``spark_apps/<app>.py`` with ``args`` through ``launcher`` and return its result.
 
     ``what`` names the run in errors (``"key skew of orders"``); ``on_timeout`` and ``on_failure``
     say what to do next. The run failed when spark-submit exits with a code outside
-    ``ok_exit_codes`` (``None``: any code, the result alone decides) or the app printed no result.
+    ``ok_exit_codes`` (``None``: any code, the result alone decides) or the app gave no result.
     ``kafka_config`` (the librdkafka config of the cluster) reaches the app as ``kafka.properties``
     (module docstring); ``on_start`` gets the submission's command line just before it starts (to
-    record it: it holds no secret). An unreachable master raises before anything is submitted.
+    record it: it holds no secret). With an ``exchange`` each of ``inputs`` (name -> JSON text) is
+    stored as ``<prefix>/<submission>/<name>.json`` for the app's ``--<name>-artifact`` and the
+    result comes back as the artifact ``result.json`` beside them (module docstring). An
+    unreachable master raises before anything is submitted.
     """
+    if inputs and exchange is None:
+        raise ValueError("run_spark_app: inputs travel through the store: give an exchange")
     check_master(launcher.master, launcher.conn_id)
     jars = tuple(sorted(str(p) for p in jar_dir("spark").glob("*.jar")))
     log_file = log_file.absolute()
@@ -371,6 +452,16 @@ def run_spark_app(app: str, args: Sequence[str], *, launcher: Launcher, log_file
         if kafka_config is not None:
             files = (str(write_kafka_properties(kafka_config, Path(private))),)
             argv += ["--kafka-config", KAFKA_PROPERTIES]
+        result_path = None
+        if exchange is not None:  # a folder of its own: no earlier try's result can be taken for this one's
+            folder = f"{exchange.prefix.rstrip('/')}/{secrets.token_hex(6)}"
+            for name, text in (inputs or {}).items():
+                argv += [f"--{name}-artifact", exchange.store.put_artifact(f"{folder}/{name}.json", text.encode(),
+                                                                          "application/json")]
+            result_path = f"{folder}/result.json"
+            url = exchange.store.url.render_as_string(hide_password=False)
+            files += (str(write_kafka_properties({"url": url}, Path(private), STORE_PROPERTIES)),)
+            argv += ["--store-config", STORE_PROPERTIES, "--result-artifact", result_path]
         submission = Submission(app, app_file(app), str(python_archive(Path(private))), jars, files, tuple(argv),
                                 driver_memory)
         if on_start is not None:
@@ -380,7 +471,7 @@ def run_spark_app(app: str, args: Sequence[str], *, launcher: Launcher, log_file
         except TimeoutError as err:
             raise SparkAppFailed(f"{what} did not finish within {timeout_s:.0f} s and was stopped (log {log_file}); "
                                  f"{on_timeout}") from err
-    result = result_of(log_file)
+    result = result_of(log_file) if result_path is None else stored_result(exchange.store, result_path)
     if (ok_exit_codes is not None and code not in ok_exit_codes) or result is None:
         found = "no result" if result is None else "a result (not used)"
         next_step = f"{on_failure}; " if on_failure else ""

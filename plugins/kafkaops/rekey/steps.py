@@ -310,13 +310,13 @@ def create_target(ctx: lifecycle.OperationContext, plan: PartitionPlan) -> dict[
 def run_backfill(ctx: lifecycle.OperationContext, plan: PartitionPlan, *, launcher: spark.Launcher,
                  timeout_s: float = 3600.0) -> dict[str, Any]:
     """Submit :mod:`spark_apps.rekey_backfill` (run + verify) through ``launcher``; resume-safe. The
-    plan goes as JSON on its command line, the report comes back in the driver's output, the Spark
-    log into the store."""
+    plan and the result (the integrity report with it) travel through the store as artifacts
+    ``backfill/<operation>/spark-try<n>/<submission>/{plan,result}.json``, the Spark log goes there too."""
     bf = BackfillPlan.from_dict(plan.backfill or {})
     log_artifact = f"backfill/{ctx.artifact_prefix}/spark-try{ctx.try_number or 1}.log"
     with tempfile.TemporaryDirectory(prefix="kafkaops-backfill-") as tmp:  # the task's own scratch space
         log_file = Path(tmp) / "spark.log"
-        args = ["run", "--verify", "--plan", bf.to_json()]
+        args = ["run", "--verify"]
         ctx.fence(f"start the backfill into {bf.target_topic}")
 
         def started(argv: list[str]) -> None:  # the client config is in a file the argv names, never in it
@@ -330,7 +330,8 @@ def run_backfill(ctx: lifecycle.OperationContext, plan: PartitionPlan, *, launch
                 "rekey_backfill", args, launcher=launcher, log_file=log_file, timeout_s=timeout_s,
                 ok_exit_codes=None, what=f"backfill {bf.source_topic} -> {bf.target_topic}",
                 on_timeout="run it again: it resumes where it stopped", on_failure="it resumes safely when run again",
-                kafka_config=ctx.conn_config, on_start=started)
+                kafka_config=ctx.conn_config, on_start=started, inputs={"plan": bf.to_json()},
+                exchange=spark.Exchange(ctx.store, f"backfill/{ctx.artifact_prefix}/spark-try{ctx.try_number or 1}"))
         finally:
             if log_file.exists():
                 ctx.store.put_artifact(log_artifact, log_file.read_bytes(), "text/plain; charset=utf-8")

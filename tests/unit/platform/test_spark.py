@@ -2,6 +2,7 @@
 back from the driver's output, the log's tail on failure, a timeout, an unreachable master."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import stat
@@ -200,3 +201,103 @@ def test_an_encrypted_client_key_reaches_the_java_client_decrypted_as_pkcs8(tmp_
     assert "not-the-key-pw" not in str(bad.value)
     with pytest.raises(spark.ConfigError, match="encrypted and ssl.key.password is missing"):
         spark.spark_kafka_options({k: v for k, v in mtls.items() if k != "ssl.key.password"})
+
+
+class AppPlayingLauncher(FakeLauncher):
+    """Plays spark-submit and the app on the driver: parses the app's arguments as the apps do
+    (:func:`spark.add_exchange_arguments`), reads its plan from the store, stores ``result(plan)`` and
+    prints ``output`` (a result line the exchange must not take)."""
+
+    def __init__(self, result: Any, output: str = 'kafkaops-result: {"from": "stdout"}') -> None:
+        super().__init__(output)
+        self.result = result
+        self.plans: list[str] = []
+
+    def submit(self, submission: spark.Submission, *, env: Mapping[str, str], log_file: Path,
+               timeout_s: float) -> int:
+        import argparse
+
+        code = super().submit(submission, env=env, log_file=log_file, timeout_s=timeout_s)
+        parser = argparse.ArgumentParser()
+        parser.add_argument("command")
+        parser.add_argument("--kafka-config")
+        parser.add_argument("--verify", action="store_true")
+        spark.add_exchange_arguments(parser, "plan")
+        args = parser.parse_args(submission.args)
+        shipped = {Path(f).name: f for f in submission.files}
+        args.store_config = shipped[args.store_config]  # what SparkFiles finds by the base name on the driver
+        plan = spark.read_input(args, "plan")
+        self.plans.append(plan)
+        if self.result is not None:
+            spark.deliver_result(args, self.result(plan))
+        return code
+
+
+def test_with_an_exchange_the_plan_and_the_result_travel_through_the_store(tmp_path: Path) -> None:
+    """Nothing of the plan on the command line; the result is the one the app stored, not its output
+    line; the store's URL went in a private file, gone with the run; each submission has a folder."""
+    from kafkaops.platform import store as store_
+
+    store = store_.open_store(f"sqlite:///{tmp_path / 'kafkaops.db'}")
+    launcher, records = AppPlayingLauncher(lambda plan: {"copied": json.loads(plan)["topic"]}), []
+    plan = json.dumps({"topic": "orders", "partitions": 12})
+    options = {"timeout_s": 60, "what": "backfill of orders", "on_timeout": "run it again", "on_start": records.append,
+               "exchange": spark.Exchange(store, "backfill/op-1/spark-try1"), "inputs": {"plan": plan}}
+    result = spark.run_spark_app("rekey_backfill", ["run", "--verify"], launcher=launcher,
+                                 log_file=tmp_path / "spark.log", kafka_config=SECURED, **options)
+    assert result == {"copied": "orders"} and launcher.plans == [plan]
+    argv = records[0]
+    assert plan not in " ".join(argv) and "orders" not in " ".join(argv)
+    path = argv[argv.index("--plan-artifact") + 1]
+    assert path.startswith("backfill/op-1/spark-try1/") and path.endswith("/plan.json")
+    assert argv[argv.index("--result-artifact") + 1] == path.replace("plan.json", "result.json")
+    assert argv[argv.index("--store-config") + 1] == "kafkaops-store.properties"
+    (body, mode), = [v for f, v in launcher.seen["files"].items() if f.endswith("/kafkaops-store.properties")]
+    assert mode == 0o600 and str(tmp_path / "kafkaops.db") in body
+    assert not any(Path(f).exists() for f in launcher.seen["files"])
+    spark.run_spark_app("rekey_backfill", ["run", "--verify"], launcher=launcher, log_file=tmp_path / "spark.log",
+                        kafka_config=SECURED, **options)
+    second = [p for p in store.artifact_paths("backfill/op-1/spark-try1/") if p.endswith("/plan.json")]
+    assert len(second) == 2  # a folder per submission: a retry never reads an earlier try's result
+
+
+def test_with_an_exchange_an_app_that_stores_no_result_failed_whatever_it_printed(tmp_path: Path) -> None:
+    from kafkaops.platform import store as store_
+
+    store = store_.open_store(f"sqlite:///{tmp_path / 'kafkaops.db'}")
+    with pytest.raises(spark.SparkAppFailed, match=r"failed \(exit 0, no result\)"):
+        spark.run_spark_app("rekey_backfill", ["run"], launcher=AppPlayingLauncher(None), log_file=tmp_path / "a.log",
+                            timeout_s=60, what="backfill of orders", on_timeout="-",
+                            exchange=spark.Exchange(store, "backfill/op-2"), inputs={"plan": "{}"})
+    with pytest.raises(ValueError, match="inputs travel through the store"):
+        spark.run_spark_app("rekey_backfill", ["run"], launcher=FakeLauncher(), log_file=tmp_path / "a.log",
+                            timeout_s=60, what="-", on_timeout="-", inputs={"plan": "{}"})
+
+
+class UrlOnlyStore:
+    """A store as the launcher sees it (its URL, artifacts): a Postgres URL with a password, no server."""
+
+    def __init__(self) -> None:
+        import sqlalchemy as sa
+
+        self.url = sa.make_url(f"postgresql://kafkaops:{PASSWORD}@db.internal:5432/kafkaops")
+        self.stored: dict[str, bytes] = {}
+
+    def put_artifact(self, path: str, body: bytes, content_type: str | None = None) -> str:
+        self.stored[path] = body
+        return path
+
+    def artifact(self, path: str) -> None:
+        return None
+
+
+def test_the_stores_password_reaches_the_app_in_the_private_file_only(tmp_path: Path) -> None:
+    launcher, records, store = FakeLauncher(), [], UrlOnlyStore()
+    with pytest.raises(spark.SparkAppFailed, match="no result"):  # the fake app stored none
+        spark.run_spark_app("rekey_backfill", ["run"], launcher=launcher, log_file=tmp_path / "a.log", timeout_s=60,
+                            what="-", on_timeout="-", on_start=records.append, inputs={"plan": "{}"},
+                            exchange=spark.Exchange(store, "backfill/op-3"))
+    assert PASSWORD not in " ".join(records[0]) and PASSWORD not in json.dumps(launcher.seen["env"])
+    (body, mode), = [v for f, v in launcher.seen["files"].items() if f.endswith("/kafkaops-store.properties")]
+    assert mode == 0o600 and PASSWORD in body
+    assert not any(PASSWORD.encode() in b for b in store.stored.values())
