@@ -96,12 +96,31 @@ class PeakRss:
         self._thread.join()
 
 
-def timed(job: Callable[[], object]) -> tuple[float, int]:
+def tree_cpu() -> float:
+    """CPU seconds (user and system) so far of this process and every process under it: the driver,
+    the broker and, on standalone, the Master, the Workers and the executors."""
+    import psutil
+
+    total = 0.0
+    me = psutil.Process(os.getpid())
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def timed(job: Callable[[], object]) -> tuple[float, int, float]:
+    """Seconds, peak RSS and CPU seconds (:func:`tree_cpu`) of ``job``."""
     with PeakRss() as rss:
+        cpu = tree_cpu()
         started = time.monotonic()
         job()
         seconds = time.monotonic() - started
-    return seconds, rss.peak
+        cpu = tree_cpu() - cpu
+    return seconds, rss.peak, cpu
 
 
 JOBS = ("copy", "shuffled_copy", "record_key", "field:key", "field:seq")
@@ -160,8 +179,10 @@ def spark_on(master: str) -> Iterator[Any]:
 
 def measure(spark: Any, spec: provision.ClusterSpec, ranges: tuple, jobs: Sequence[str], rounds: int, tag: str,
             verify: bool) -> dict[str, Any]:
-    """Each job ``rounds`` times in turn (round 1 also warms up); its times, peak memory, copy mode, integrity."""
+    """Each job ``rounds`` times in turn (round 1 also warms up); its times, CPU seconds, peak memory, copy
+    mode, integrity."""
     times: dict[str, list[float]] = {job: [] for job in jobs}
+    cpus: dict[str, list[float]] = {job: [] for job in jobs}
     peaks: dict[str, int] = dict.fromkeys(jobs, 0)
     modes: dict[str, str] = {}
     verified: dict[str, str] = {}
@@ -178,31 +199,35 @@ def measure(spark: Any, spec: provision.ClusterSpec, ranges: tuple, jobs: Sequen
                     frame = frame.repartition(6, "key")
                 sink = frame.write.format("kafka").options(**rekey_backfill.kafka_options(spec.bootstrap)) \
                     .options(**rekey_backfill.PRODUCER_OPTIONS)  # Spark's own Kafka sink, the reference
-                seconds, peak = timed(sink.save)
+                seconds, peak, cpu = timed(sink.save)
             else:
                 plan = BackfillPlan("src", ranges, target, 6, job)
                 result: dict = {}
-                seconds, peak = timed(lambda: result.update(rekey_backfill.run(spark, plan, spec.bootstrap)))
+                seconds, peak, cpu = timed(lambda: result.update(rekey_backfill.run(spark, plan, spec.bootstrap)))
                 modes[job] = result["mode"]
                 if verify and rnd == rounds - 1:
                     report = rekey_backfill.verify(spark, plan, spec.bootstrap)
                     verified[job] = "ok" if report.ok else "FAILED: " + "; ".join(report.failures)
-            print(f"{tag} round {rnd + 1}: {job} {seconds:.1f} s, peak RSS {peak / 2**20:.0f} MiB", flush=True)
+            print(f"{tag} round {rnd + 1}: {job} {seconds:.1f} s, {cpu:.1f} CPU s, peak RSS {peak / 2**20:.0f} MiB",
+                  flush=True)
             times[job].append(seconds)
+            cpus[job].append(cpu)
             peaks[job] = max(peaks[job], peak)
-    return {"times": times, "peaks": peaks, "modes": modes, "verified": verified}
+    return {"times": times, "cpus": cpus, "peaks": peaks, "modes": modes, "verified": verified}
 
 
 def table(n: int, runs: Mapping[str, Mapping[str, Any]], perf: float) -> list[str]:
-    """One row per job and master: best seconds, records/s, peak memory, the ratio to the job's same-run
-    reference on the same master (:data:`REFERENCE`, :data:`TARGET`) and to ProducerPerformance."""
+    """One row per job and master: best seconds, the CPU seconds of that round (every process: driver,
+    broker, Spark's), records/s, peak memory, the ratio to the job's same-run reference on the same master
+    (:data:`REFERENCE`, :data:`TARGET`) and to ProducerPerformance."""
     labels = {"copy": "reference: plain Spark Kafka->Kafka copy into 6 partitions",
               "shuffled_copy": "reference: the same copy with a shuffle (repartition by key)",
               "record_key": "rekey by record key, partition increase",
               "field:key": "rekey by value field equal to the key `field:key`",
               "field:seq": "rekey by value field spanning partitions `field:seq`"}
-    lines = ["| Spark | job | seconds | records/s | peak RSS | vs its reference (>= 0.9) | vs ProducerPerformance |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| Spark | job | seconds | CPU s (all processes) | records/s | peak RSS | vs its reference (>= 0.9) "
+             "| vs ProducerPerformance |",
+             "|---|---|---|---|---|---|---|---|"]
     for master, run in runs.items():
         best = {job: min(t) for job, t in run["times"].items()}
         for job in JOBS:
@@ -214,9 +239,11 @@ def table(n: int, runs: Mapping[str, Mapping[str, Any]], perf: float) -> list[st
             if job in REFERENCE and REFERENCE[job] in best:
                 ratio = best[REFERENCE[job]] / best[job]
                 vs = f"{ratio:.2f} x {REFERENCE[job].replace('_', ' ')} ({'met' if ratio >= TARGET else 'MISSED'})"
-            lines.append(f"| {master} | {label} | {best[job]:.1f} | {rate:,.0f} | {run['peaks'][job] / 2**20:,.0f} MiB "
+            cpu = run["cpus"][job][run["times"][job].index(best[job])]
+            lines.append(f"| {master} | {label} | {best[job]:.1f} | {cpu:.1f} | {rate:,.0f} "
+                         f"| {run['peaks'][job] / 2**20:,.0f} MiB "
                          f"| {vs} | {rate / perf:.2f} |")
-    lines.append(f"| | reference: kafka ProducerPerformance (acks=all, own JVM) | | {perf:,.0f} | | | 1.00 |")
+    lines.append(f"| | reference: kafka ProducerPerformance (acks=all, own JVM) | | | {perf:,.0f} | | | 1.00 |")
     return lines
 
 
@@ -263,10 +290,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{' (reduced count: --records)' if n < 1_000_000 else ''}"
         + (f"; integrity {', '.join(f'{k} {v}' for k, v in verified.items())}" if verified else ""),
         "Peak RSS: this process and every process under it (local: the driver JVM running the tasks; standalone: "
-        "the driver, the Master, the Workers and their executors).",
+        "the driver, the Master, the Workers and their executors). CPU s: the user and system seconds of those "
+        "processes and the broker during the best round: on 2 cores the jobs share the CPU with the broker.",
         "",
         *table(n, runs, perf),
-        f"| | (datagen, confluent-kafka, for scale) | {gen.seconds:.1f} | {gen.records_per_second:,.0f} | | | |",
+        f"| | (datagen, confluent-kafka, for scale) | {gen.seconds:.1f} | | {gen.records_per_second:,.0f} | | | |",
     ]
     publish("Rekey backfill, local and standalone Spark", lines, save=not args.no_results)
     return 0

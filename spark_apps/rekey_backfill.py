@@ -174,6 +174,9 @@ def launched_by_spark_submit() -> bool:
 NEW_KEY = "kafkaops_new_key"
 #: Spark SQL function (jvm/spark-udf ``OrderClock``), the merged copy's order timestamp.
 ORDER_TS = "kafkaops_order_ts"
+#: Spark SQL function (jvm/spark-udf ``OrderedNewKey``): ``kafkaops_new_key`` with the order timestamp,
+#: what the merged copy by a value rule reads its keys with.
+NEW_KEY_ORDERED = "kafkaops_new_key_ordered"
 
 
 def register_key_hash(spark: Any, source_partitions: int) -> Any:
@@ -206,12 +209,21 @@ def register_functions(spark: Any, plan: BackfillPlan, spread: Any = None) -> An
     * ``kafkaops_order_ts(new_key, source_partition, offset, ts)`` (``OrderClock``): the order
       timestamp of :class:`kafkaops.rekey.backfill.OrderClock`; it keeps state per Spark task, so it is
       registered non-deterministic (evaluated once per row, in row order).
+    * ``kafkaops_new_key_ordered(value, source_partition, offset, ts)`` (a value rule;
+      ``OrderedNewKey``): the two above in one call, ``kafkaops_new_key``'s struct with ``order_ts``
+      (non-deterministic too): the merged copy parses and copies each value once.
     """
     away = register_key_hash(spark, source_partition_count(plan))
+    spark_udf = spark.sparkContext._jvm.io.kafkaops.spark
     if plan.rule.needs_value:
         register_new_key(spark, plan.rule, plan.target_partitions, spread)
+        try:
+            spark._jsparkSession.udf().register(NEW_KEY_ORDERED, spark_udf.OrderedNewKey.function(
+                list(plan.rule.steps), plan.rule.text, plan.target_partitions))
+        except Exception as err:  # py4j errors: the jar is missing or stale
+            raise _stale_jar(NEW_KEY_ORDERED, err) from err
     try:
-        spark._jsparkSession.udf().register(ORDER_TS, spark.sparkContext._jvm.io.kafkaops.spark.OrderClock.function())
+        spark._jsparkSession.udf().register(ORDER_TS, spark_udf.OrderClock.function())
     except Exception as err:  # py4j errors: the jar is missing or stale
         raise _stale_jar(ORDER_TS, err) from err
     return away
@@ -285,17 +297,23 @@ def rekey_rows(source: Any, plan: BackfillPlan, *, ordered: bool = False) -> Any
     partitions (:func:`write_direct` checks that)."""
     from pyspark.sql import functions as F
 
+    order = F.lit(0)
     if plan.rule.needs_value:
         # the struct in a column of its own: the projection below reads its fields, never calls it again
-        rows = source.select("*", F.call_function(NEW_KEY, F.col("value"), F.col("partition")).alias("new"))
+        new = (F.call_function(NEW_KEY_ORDERED, F.col("value"), F.col("partition"), F.col("offset"), F.col("ts"))
+               if ordered else F.call_function(NEW_KEY, F.col("value"), F.col("partition")))
+        rows = source.select("*", new.alias("new"))
         key, code, detail, out = F.col("new.key"), F.col("new.code"), F.col("new.detail"), F.col("new.partition")
+        if ordered:
+            order = F.col("new.order_ts")
     else:
         rows = source
         key = F.col("key")
         code = F.when(key.isNull(), F.lit(keyrules.NO_KEY))
         detail = F.when(key.isNull(), F.lit("the record has no key"))
         out = F.call_function(KAFKA_KEY_HASH, F.col("key"), F.col("partition")) % plan.target_partitions
-    order = F.call_function(ORDER_TS, key, F.col("partition"), F.col("offset"), F.col("ts")) if ordered else F.lit(0)
+        if ordered:
+            order = F.call_function(ORDER_TS, key, F.col("partition"), F.col("offset"), F.col("ts"))
     return rows.select(
         F.when(key.isNotNull(), F.lit(plan.target_topic)).otherwise(F.lit(plan.dead_letter_topic)).alias("out_topic"),
         F.coalesce(out, F.lit(0)).alias("out_partition"), order.cast("long").alias("order_ts"),
@@ -385,8 +403,10 @@ def committed(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict[st
     """What earlier runs of ``plan`` committed, checked against its markers
     (:func:`kafkaops.rekey.backfill.committed_output`; raises when the output is not only this plan's
     work). Empty topics need no Spark job; otherwise the slices are fenced first (:func:`fence`)."""
-    if _output_is_empty(plan, bootstrap, options or {}):
-        return backfill.CommittedOutput(None, 0, stale=bool(markers(spark, plan, bootstrap, options)))
+    state = _sink(spark, "outputState", sink_options(plan, bootstrap, options),
+                  [plan.target_topic, plan.dead_letter_topic])  # one Admin client: offsets and markers
+    if state.isEmpty():
+        return backfill.CommittedOutput(None, 0, stale=bool(dict(state.markers())))
     fence(spark, plan, bootstrap, options)
     return backfill.committed_output(plan, markers(spark, plan, bootstrap, options),
                                      output_counts(spark, plan, bootstrap))
@@ -437,10 +457,13 @@ def output_frame(planned: Any, plan: BackfillPlan) -> Any:
     Spark sort on a long prefix."""
     from pyspark.sql import functions as F
 
-    task = F.when(F.col("out_topic") == F.lit(plan.target_topic), F.col("out_partition")) \
-        .otherwise(F.lit(plan.target_partitions))
-    return _sink_frame(planned.repartitionById(plan.target_partitions + 1, task)
-                       .sortWithinPartitions("order_ts", "src_partition", "src_offset"), plan, backfill.MERGED)
+    # a dead letter is exactly a row with a reason code: the topic names stay out of the shuffle and the
+    # sort (fewer bytes moved and sorted), and come back after
+    task = F.when(F.col("code").isNull(), F.col("out_partition")).otherwise(F.lit(plan.target_partitions))
+    ordered = (planned.drop("out_topic").repartitionById(plan.target_partitions + 1, task)
+               .sortWithinPartitions("order_ts", "src_partition", "src_offset"))
+    topic = F.when(F.col("code").isNull(), F.lit(plan.target_topic)).otherwise(F.lit(plan.dead_letter_topic))
+    return _sink_frame(ordered.withColumn("out_topic", topic), plan, backfill.MERGED)
 
 
 def keys_in_several_partitions(spark: Any, plan: BackfillPlan, bootstrap: Kafka,
@@ -572,20 +595,6 @@ def _admin_config(kafka: Kafka) -> dict[str, str]:
     from kafkaops.platform import admin
 
     return admin.connection_config(kafka)
-
-
-def _output_is_empty(plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str]) -> bool:
-    """True when the target and dead-letter topics hold no record (their watermarks say so: a
-    metadata request, not a Spark job)."""
-    from kafkaops.platform import admin
-
-    topics = [plan.target_topic, plan.dead_letter_topic]
-    with admin.connect(_admin_config(bootstrap)) as conn:
-        # a topic created a moment ago may not be in the metadata yet: UnknownTopic is asked again
-        snap = admin.retrying(f"the metadata of {' and '.join(topics)}", attempts=None, deadline_s=10.0,
-                              first_wait_s=0.1, max_wait_s=1.0)(
-            admin.snapshot, conn, topics=topics, sizes=False, groups=False)
-    return all((p.end_offset or 0) == (p.start_offset or 0) for p in snap.partitions)
 
 
 def _truncate_output(plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str]) -> None:

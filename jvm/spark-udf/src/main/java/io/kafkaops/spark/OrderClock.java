@@ -1,9 +1,10 @@
 package io.kafkaops.spark;
 
-import java.nio.ByteBuffer;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.Map;
 
+import org.apache.kafka.common.utils.Utils;
 import org.apache.spark.sql.api.java.UDF4;
 import org.apache.spark.sql.expressions.UserDefinedFunction;
 import org.apache.spark.sql.functions;
@@ -35,23 +36,70 @@ public final class OrderClock implements UDF4<byte[], Integer, Long, Long, Long>
         return functions.udf(new OrderClock(), DataTypes.LongType).asNondeterministic();
     }
 
-    private static final class State {
-        final Map<Integer, Long> lastOffset = new HashMap<>();
-        final Map<Integer, Map<ByteBuffer, Long>> latest = new HashMap<>();
+    /** One task's clock: per source partition the last offset and each key's largest timestamp so far. */
+    static final class State {
+        private final Map<Integer, Partition> partitions = new HashMap<>();
+        private int current;
+        private Partition at;  // the partition of the last record: a task reads one, so nearly always this
+
+        /** The order timestamp of the record at {@code offset} of {@code partition} with {@code key} and {@code ts}. */
+        long next(byte[] key, int partition, long offset, long ts) {
+            if (at == null || partition != current) {
+                at = partitions.computeIfAbsent(partition, p -> new Partition());
+                current = partition;
+            }
+            if (at.seen && offset <= at.lastOffset) {
+                throw new IllegalStateException("source partition " + partition + ": offset " + offset + " came after "
+                        + at.lastOffset + "; records must arrive in offset order per partition (do not set "
+                        + "minPartitions or maxRecordsPerPartition on the Kafka source)");
+            }
+            at.seen = true;
+            at.lastOffset = offset;
+            if (key == null) {
+                return ts;
+            }
+            Key k = new Key(key);
+            long[] latest = at.latest.get(k);
+            if (latest == null) {
+                at.latest.put(k, new long[] {ts});
+                return ts;
+            }
+            if (ts > latest[0]) {
+                latest[0] = ts;
+            }
+            return latest[0];
+        }
+    }
+
+    private static final class Partition {
+        boolean seen;
+        long lastOffset;
+        final Map<Key, long[]> latest = new HashMap<>();  // mutable maxima: no boxing per record
+    }
+
+    /** A key in the clock's map, hashed by murmur2 (short numeric keys collide under {@code ByteBuffer}'s hash). */
+    private static final class Key {
+        final byte[] bytes;
+        final int hash;
+
+        Key(byte[] bytes) {
+            this.bytes = bytes;
+            this.hash = Utils.murmur2(bytes);
+        }
+
+        @Override
+        public int hashCode() {
+            return hash;
+        }
+
+        @Override
+        public boolean equals(Object other) {
+            return other instanceof Key k && k.hash == hash && Arrays.equals(k.bytes, bytes);
+        }
     }
 
     @Override
     public Long call(byte[] key, Integer partition, Long offset, Long ts) {
-        State state = tasks.get(State::new, done -> { });
-        Long last = state.lastOffset.put(partition, offset);
-        if (last != null && offset <= last) {
-            throw new IllegalStateException("source partition " + partition + ": offset " + offset + " came after "
-                    + last + "; records must arrive in offset order per partition (do not set minPartitions or "
-                    + "maxRecordsPerPartition on the Kafka source)");
-        }
-        if (key == null) {
-            return ts;
-        }
-        return state.latest.computeIfAbsent(partition, p -> new HashMap<>()).merge(ByteBuffer.wrap(key), ts, Math::max);
+        return tasks.get(State::new, done -> { }).next(key, partition, offset, ts);
     }
 }

@@ -418,14 +418,34 @@ final class SliceWriter implements DataWriter<InternalRow> {
                 headers == null ? null : new RecordHeaders(headers));
     }
 
-    /** {@code <source topic>/<partition>/<offset>} in ASCII (topic names are ASCII). */
+    /** {@code <source topic>/<partition>/<offset>} in ASCII (topic names are ASCII), digits written in place. */
     private byte[] lineage(int partition, long offset) {
-        String tail = partition + "/" + offset;
-        byte[] out = Arrays.copyOf(lineagePrefix, lineagePrefix.length + tail.length());
-        for (int i = 0; i < tail.length(); i++) {
-            out[lineagePrefix.length + i] = (byte) tail.charAt(i);
-        }
+        int p = digits(partition);
+        int o = digits(offset);
+        byte[] out = Arrays.copyOf(lineagePrefix, lineagePrefix.length + p + 1 + o);
+        putDigits(out, lineagePrefix.length + p, partition);
+        out[lineagePrefix.length + p] = '/';
+        putDigits(out, out.length, offset);
         return out;
+    }
+
+    /** Decimal digits of {@code n} (0 or more; a partition and an offset are never negative). */
+    static int digits(long n) {
+        int d = 1;
+        for (long v = n; v >= 10; v /= 10) {
+            d++;
+        }
+        return d;
+    }
+
+    /** Writes {@code n} in decimal ending just before {@code end}. */
+    private static void putDigits(byte[] out, int end, long n) {
+        long v = n;
+        int at = end;
+        do {
+            out[--at] = (byte) ('0' + v % 10);
+            v /= 10;
+        } while (v > 0);
     }
 
     /**

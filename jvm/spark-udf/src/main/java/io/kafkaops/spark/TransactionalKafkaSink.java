@@ -17,11 +17,16 @@ import java.util.concurrent.atomic.AtomicReference;
 
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.ListConsumerGroupOffsetsOptions;
+import org.apache.kafka.clients.admin.ListOffsetsResult;
+import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.errors.GroupIdNotFoundException;
 import org.apache.kafka.common.errors.GroupNotEmptyException;
+import org.apache.kafka.common.errors.UnknownTopicOrPartitionException;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.catalog.SupportsWrite;
 import org.apache.spark.sql.connector.catalog.Table;
@@ -86,23 +91,91 @@ public final class TransactionalKafkaSink implements TableProvider {
     /** The commit markers of the options' group: {@code "topic/partition" -> rows committed}, require-stable. */
     public static Map<String, Long> committed(Map<String, String> options) throws Exception {
         SliceConfig config = SliceConfig.of(options);
-        Map<String, Long> out = new HashMap<>();
         try (Admin admin = Admin.create(config.admin())) {
-            Map<TopicPartition, OffsetAndMetadata> offsets;
-            try {
-                offsets = admin.listConsumerGroupOffsets(config.group,
-                        new ListConsumerGroupOffsetsOptions().requireStable(true)).partitionsToOffsetAndMetadata()
-                        .get(60, TimeUnit.SECONDS);
-            } catch (ExecutionException err) {
-                if (err.getCause() instanceof GroupIdNotFoundException) {
-                    return out;
+            return markers(admin, config.group);
+        }
+    }
+
+    /** What a run finds before it writes: whether the output topics hold no record, and the markers. */
+    public static final class OutputState {
+        private final boolean empty;
+        private final Map<String, Long> markers;
+
+        OutputState(boolean empty, Map<String, Long> markers) {
+            this.empty = empty;
+            this.markers = markers;
+        }
+
+        /** True when every partition of the output topics has its end offset at its start (no record). */
+        public boolean isEmpty() {
+            return empty;
+        }
+
+        /** {@link #committed}'s markers. */
+        public Map<String, Long> markers() {
+            return markers;
+        }
+    }
+
+    /**
+     * Whether {@code topics} hold no record (their start and end offsets; a topic created a moment ago
+     * and not yet known to the broker answering is asked again for up to 10 s) and the group's markers:
+     * one Admin client, a few round trips, before any Spark job.
+     */
+    public static OutputState outputState(Map<String, String> options, List<String> topics) throws Exception {
+        SliceConfig config = SliceConfig.of(options);
+        try (Admin admin = Admin.create(config.admin())) {
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while (true) {
+                try {
+                    return new OutputState(holdsNoRecord(admin, topics), markers(admin, config.group));
+                } catch (ExecutionException err) {
+                    if (!(err.getCause() instanceof UnknownTopicOrPartitionException) || System.nanoTime() > deadline) {
+                        throw err;
+                    }
+                    Thread.sleep(100);
                 }
-                throw err;
             }
-            for (Map.Entry<TopicPartition, OffsetAndMetadata> e : offsets.entrySet()) {
-                if (e.getValue() != null) {
-                    out.put(e.getKey().topic() + "/" + e.getKey().partition(), e.getValue().offset());
-                }
+        }
+    }
+
+    private static boolean holdsNoRecord(Admin admin, List<String> topics) throws Exception {
+        Map<TopicPartition, OffsetSpec> earliest = new HashMap<>();
+        Map<TopicPartition, OffsetSpec> latest = new HashMap<>();
+        for (TopicDescription topic : admin.describeTopics(topics).allTopicNames().get(60, TimeUnit.SECONDS).values()) {
+            for (TopicPartitionInfo p : topic.partitions()) {
+                TopicPartition tp = new TopicPartition(topic.name(), p.partition());
+                earliest.put(tp, OffsetSpec.earliest());
+                latest.put(tp, OffsetSpec.latest());
+            }
+        }
+        var starts = admin.listOffsets(earliest).all();
+        var ends = admin.listOffsets(latest).all();
+        Map<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> first = starts.get(60, TimeUnit.SECONDS);
+        for (Map.Entry<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> end : ends.get(60, TimeUnit.SECONDS)
+                .entrySet()) {
+            if (end.getValue().offset() != first.get(end.getKey()).offset()) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    private static Map<String, Long> markers(Admin admin, String group) throws Exception {
+        Map<String, Long> out = new HashMap<>();
+        Map<TopicPartition, OffsetAndMetadata> offsets;
+        try {
+            offsets = admin.listConsumerGroupOffsets(group, new ListConsumerGroupOffsetsOptions().requireStable(true))
+                    .partitionsToOffsetAndMetadata().get(60, TimeUnit.SECONDS);
+        } catch (ExecutionException err) {
+            if (err.getCause() instanceof GroupIdNotFoundException) {
+                return out;
+            }
+            throw err;
+        }
+        for (Map.Entry<TopicPartition, OffsetAndMetadata> e : offsets.entrySet()) {
+            if (e.getValue() != null) {
+                out.put(e.getKey().topic() + "/" + e.getKey().partition(), e.getValue().offset());
             }
         }
         return out;
