@@ -96,14 +96,23 @@ class PeakRss:
         self._thread.join()
 
 
-def tree_cpu() -> float:
-    """CPU seconds (user and system) so far of this process and every process under it: the driver,
-    the broker and, on standalone, the Master, the Workers and the executors."""
+def broker_processes(spec: provision.ClusterSpec) -> list[Any]:
+    """The cluster's node JVMs (daemons of their own, not under this process)."""
+    import psutil
+
+    base = str(spec.base_dir)
+    return [p for p in psutil.process_iter(["cmdline"]) if any(base in arg for arg in (p.info["cmdline"] or []))
+            and any("kafka.Kafka" in arg for arg in p.info["cmdline"])]
+
+
+def tree_cpu(extra: Sequence[Any] = ()) -> float:
+    """CPU seconds (user and system) so far of this process, every process under it (the driver and, on
+    standalone, the Master, the Workers and the executors) and ``extra`` (the broker)."""
     import psutil
 
     total = 0.0
     me = psutil.Process(os.getpid())
-    for proc in [me, *me.children(recursive=True)]:
+    for proc in [me, *me.children(recursive=True), *extra]:
         try:
             times = proc.cpu_times()
             total += times.user + times.system
@@ -112,14 +121,14 @@ def tree_cpu() -> float:
     return total
 
 
-def timed(job: Callable[[], object]) -> tuple[float, int, float]:
-    """Seconds, peak RSS and CPU seconds (:func:`tree_cpu`) of ``job``."""
+def timed(job: Callable[[], object], brokers: Sequence[Any] = ()) -> tuple[float, int, float]:
+    """Seconds, peak RSS and CPU seconds (:func:`tree_cpu`, with ``brokers``) of ``job``."""
     with PeakRss() as rss:
-        cpu = tree_cpu()
+        cpu = tree_cpu(brokers)
         started = time.monotonic()
         job()
         seconds = time.monotonic() - started
-        cpu = tree_cpu() - cpu
+        cpu = tree_cpu(brokers) - cpu
     return seconds, rss.peak, cpu
 
 
@@ -186,6 +195,7 @@ def measure(spark: Any, spec: provision.ClusterSpec, ranges: tuple, jobs: Sequen
     peaks: dict[str, int] = dict.fromkeys(jobs, 0)
     modes: dict[str, str] = {}
     verified: dict[str, str] = {}
+    brokers = broker_processes(spec)
     for rnd in range(rounds):
         for job in jobs:
             target = f"out.{tag}.{job.replace(':', '.')}.{rnd}"
@@ -199,11 +209,12 @@ def measure(spark: Any, spec: provision.ClusterSpec, ranges: tuple, jobs: Sequen
                     frame = frame.repartition(6, "key")
                 sink = frame.write.format("kafka").options(**rekey_backfill.kafka_options(spec.bootstrap)) \
                     .options(**rekey_backfill.PRODUCER_OPTIONS)  # Spark's own Kafka sink, the reference
-                seconds, peak, cpu = timed(sink.save)
+                seconds, peak, cpu = timed(sink.save, brokers)
             else:
                 plan = BackfillPlan("src", ranges, target, 6, job)
                 result: dict = {}
-                seconds, peak, cpu = timed(lambda: result.update(rekey_backfill.run(spark, plan, spec.bootstrap)))
+                seconds, peak, cpu = timed(lambda: result.update(rekey_backfill.run(spark, plan, spec.bootstrap)),
+                                           brokers)
                 modes[job] = result["mode"]
                 if verify and rnd == rounds - 1:
                     report = rekey_backfill.verify(spark, plan, spec.bootstrap)
