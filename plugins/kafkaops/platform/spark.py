@@ -235,8 +235,8 @@ def add_exchange_arguments(parser: Any, *inputs: str, group: Any = None) -> None
                         "(shipped with --files, found by its base name): inputs and the result go through it")
     parser.add_argument("--result-artifact", metavar="PATH", help="write the result to this artifact of the store")
     for name in inputs:
-        (group or parser).add_argument(f"--{name}-artifact", metavar="PATH", help=f"read the {name} from this artifact of the "
-                            "store")
+        (group or parser).add_argument(f"--{name}-artifact", metavar="PATH",
+                                       help=f"read the {name} from this artifact of the store")
 
 
 def app_store(args: Any) -> Any:
@@ -256,7 +256,8 @@ def app_store(args: Any) -> Any:
 def read_input(args: Any, name: str) -> str:
     """The input document ``name`` of an app: the ``--<name>-artifact`` of its store (for the apps)."""
     path = getattr(args, f"{name}_artifact")
-    found = app_store(args).artifact(path) if args.store_config else None
+    store = app_store(args)
+    found = None if store is None else store.artifact(path)
     if found is None:
         raise ConfigError(f"the {name} artifact {path} is not in the kafkaops store"
                           + ("" if args.store_config else " (no --store-config)"))

@@ -313,7 +313,8 @@ def run_backfill(ctx: lifecycle.OperationContext, plan: PartitionPlan, *, launch
     plan and the result (the integrity report with it) travel through the store as artifacts
     ``backfill/<operation>/spark-try<n>/<submission>/{plan,result}.json``, the Spark log goes there too."""
     bf = BackfillPlan.from_dict(plan.backfill or {})
-    log_artifact = f"backfill/{ctx.artifact_prefix}/spark-try{ctx.try_number or 1}.log"
+    artifacts = f"backfill/{ctx.artifact_prefix}/spark-try{ctx.try_number or 1}"  # this try's log, plan, result
+    log_artifact = f"{artifacts}.log"
     with tempfile.TemporaryDirectory(prefix="kafkaops-backfill-") as tmp:  # the task's own scratch space
         log_file = Path(tmp) / "spark.log"
         args = ["run", "--verify"]
@@ -331,7 +332,7 @@ def run_backfill(ctx: lifecycle.OperationContext, plan: PartitionPlan, *, launch
                 ok_exit_codes=None, what=f"backfill {bf.source_topic} -> {bf.target_topic}",
                 on_timeout="run it again: it resumes where it stopped", on_failure="it resumes safely when run again",
                 kafka_config=ctx.conn_config, on_start=started, inputs={"plan": bf.to_json()},
-                exchange=spark.Exchange(ctx.store, f"backfill/{ctx.artifact_prefix}/spark-try{ctx.try_number or 1}"))
+                exchange=spark.Exchange(ctx.store, artifacts))
         finally:
             if log_file.exists():
                 ctx.store.put_artifact(log_artifact, log_file.read_bytes(), "text/plain; charset=utf-8")

@@ -38,9 +38,7 @@ public final class NewKey implements UDF2<byte[], Integer, Row> {
     private final PerTask<KeySpread.Collector> tasks = new PerTask<>();
 
     public NewKey(List<Object> steps, String ruleText, int partitions, CollectionAccumulator<Object> spread) {
-        if (partitions < 1) {
-            throw new IllegalArgumentException("kafkaops_new_key: target partition count " + partitions + " is below 1");
-        }
+        requirePartitions("kafkaops_new_key", partitions);
         this.rule = new KeyRule(steps, ruleText);
         this.partitions = partitions;
         this.spread = spread;
@@ -55,7 +53,19 @@ public final class NewKey implements UDF2<byte[], Integer, Row> {
         if (spread != null) {
             track(found.key, sourcePartition == null ? -1 : sourcePartition);
         }
-        return RowFactory.create(found.key, null, null, Utils.toPositive(Utils.murmur2(found.key)) % partitions);
+        return RowFactory.create(found.key, null, null, partitionOf(Utils.murmur2(found.key), partitions));
+    }
+
+    /** The partition Kafka's Java producer gives a key of this {@code Utils.murmur2} in a topic of {@code partitions}. */
+    static int partitionOf(int murmur2, int partitions) {
+        return Utils.toPositive(murmur2) % partitions;
+    }
+
+    /** Refuses a target partition count below 1, naming the function. */
+    static void requirePartitions(String function, int partitions) {
+        if (partitions < 1) {
+            throw new IllegalArgumentException(function + ": target partition count " + partitions + " is below 1");
+        }
     }
 
     private void track(byte[] key, int sourcePartition) {

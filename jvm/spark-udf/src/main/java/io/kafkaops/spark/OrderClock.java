@@ -44,6 +44,11 @@ public final class OrderClock implements UDF4<byte[], Integer, Long, Long, Long>
 
         /** The order timestamp of the record at {@code offset} of {@code partition} with {@code key} and {@code ts}. */
         long next(byte[] key, int partition, long offset, long ts) {
+            return next(key, key == null ? 0 : Utils.murmur2(key), partition, offset, ts);
+        }
+
+        /** {@link #next(byte[], int, long, long)} with the key's {@code Utils.murmur2} already computed. */
+        long next(byte[] key, int murmur2, int partition, long offset, long ts) {
             if (at == null || partition != current) {
                 at = partitions.computeIfAbsent(partition, p -> new Partition());
                 current = partition;
@@ -58,7 +63,7 @@ public final class OrderClock implements UDF4<byte[], Integer, Long, Long, Long>
             if (key == null) {
                 return ts;
             }
-            Key k = new Key(key);
+            Key k = new Key(key, murmur2);
             long[] latest = at.latest.get(k);
             if (latest == null) {
                 at.latest.put(k, new long[] {ts});
@@ -82,9 +87,9 @@ public final class OrderClock implements UDF4<byte[], Integer, Long, Long, Long>
         final byte[] bytes;
         final int hash;
 
-        Key(byte[] bytes) {
+        Key(byte[] bytes, int murmur2) {
             this.bytes = bytes;
-            this.hash = Utils.murmur2(bytes);
+            this.hash = murmur2;
         }
 
         @Override

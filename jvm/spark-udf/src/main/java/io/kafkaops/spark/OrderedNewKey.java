@@ -29,10 +29,7 @@ public final class OrderedNewKey implements UDF4<byte[], Integer, Long, Long, Ro
     private final PerTask<OrderClock.State> tasks = new PerTask<>();
 
     OrderedNewKey(List<Object> steps, String ruleText, int partitions) {
-        if (partitions < 1) {
-            throw new IllegalArgumentException("kafkaops_new_key_ordered: target partition count " + partitions
-                    + " is below 1");
-        }
+        NewKey.requirePartitions("kafkaops_new_key_ordered", partitions);
         this.rule = new KeyRule(steps, ruleText);
         this.partitions = partitions;
     }
@@ -45,10 +42,12 @@ public final class OrderedNewKey implements UDF4<byte[], Integer, Long, Long, Ro
     @Override
     public Row call(byte[] value, Integer sourcePartition, Long offset, Long ts) {
         KeyRule.Result found = rule.extract(value);
-        long order = tasks.get(OrderClock.State::new, done -> { }).next(found.key, sourcePartition, offset, ts);
+        OrderClock.State clock = tasks.get(OrderClock.State::new, done -> { });
         if (found.key == null) {
-            return RowFactory.create(null, found.code, found.detail, null, order);
+            return RowFactory.create(null, found.code, found.detail, null, clock.next(null, sourcePartition, offset, ts));
         }
-        return RowFactory.create(found.key, null, null, Utils.toPositive(Utils.murmur2(found.key)) % partitions, order);
+        int hash = Utils.murmur2(found.key);  // once: the partition and the clock's map both use it
+        return RowFactory.create(found.key, null, null, NewKey.partitionOf(hash, partitions),
+                clock.next(found.key, hash, sourcePartition, offset, ts));
     }
 }
