@@ -13,8 +13,8 @@ Reads are ``read_committed``: the records a consumer of the target sees.
   backfill.digest_halves`; the checksums are sums of the two 32-bit halves). The values go no
   further than that pass.
 * **Order**: per new key, the planned position of each lineage (``row_number`` over the key by the
-  order timestamp: a running ``max`` of the source timestamp per key and source partition, then
-  source partition and offset) against the position found in the target (``row_number`` over the key
+  copy's pass, the order timestamp: a running ``max`` of the source timestamp per key, source
+  partition and pass, then source partition and offset) against the position found in the target (``row_number`` over the key
   by target partition and offset); a key breaks order where a position holds another lineage or
   nothing. A key is split when its records sit in more than one target partition.
 * **Lineages**: a window over each lineage counts its copies (duplicates), a join with the snapshot
@@ -128,9 +128,16 @@ def check(spark: Any, plan: BackfillPlan, source: Any, output: Any) -> Integrity
 
     n = plan.target_partitions
     rekey_backfill.register_key_hash(spark, n)
-    clock = Window.partitionBy("partition", "new_key").orderBy("offset").rowsBetween(Window.unboundedPreceding, 0)
+    # a copy in passes (BackfillPlan.pass_starts): each pass has a clock of its own and comes after the last
+    copy_pass = F.lit(0)
+    for p, start in plan.pass_starts:
+        copy_pass = copy_pass + F.when((F.col("partition") == F.lit(p)) & (F.col("offset") >= F.lit(start)),
+                                       F.lit(1)).otherwise(F.lit(0))
+    clock = (Window.partitionBy("partition", "new_key", "copy_pass").orderBy("offset")
+             .rowsBetween(Window.unboundedPreceding, 0))
     snap = (source.select("partition", "offset", "ts", "key", "value")
             .mapInArrow(rekeyed(plan.key_rule), SOURCE_SCHEMA)
+            .withColumn("copy_pass", copy_pass)
             .select("*", F.concat(F.lit(f"{plan.source_topic}/"), F.col("partition").cast("string"), F.lit("/"),
                                   F.col("offset").cast("string")).alias("lineage"),
                     F.max("ts").over(clock).alias("order_ts"))
@@ -161,7 +168,8 @@ def _keys(snap: Any, out: Any) -> Any:
 
     planned = (snap.where(F.col("new_key").isNotNull())
                .select(F.col("new_key").alias("key"), F.col("lineage").alias("want"),
-                       F.row_number().over(Window.partitionBy("new_key").orderBy("order_ts", "partition", "offset"))
+                       F.row_number().over(Window.partitionBy("new_key").orderBy("copy_pass", "order_ts", "partition",
+                                                                                  "offset"))
                        .alias("pos")))
     found = (out.where(F.col("is_target") & F.col("key").isNotNull())
              .select("key", "partition", F.coalesce("lineage", F.lit("?")).alias("got"),

@@ -388,14 +388,20 @@ def output_counts(spark: Any, plan: BackfillPlan, bootstrap: Kafka) -> list[back
     lineage = F.element_at(F.filter("headers", lambda h: h["key"] == F.lit(LINEAGE_HEADER)), 1)["value"]
     # a topic name holds no '/': topic/partition/offset splits in three
     parts = F.split(lineage.cast("string"), "/")
+    # a copy in passes: records of the source before this pass's start are earlier passes' (checked apart)
+    starts = F.lit(-1)
+    for p, start, _ in plan.source_offsets:
+        starts = F.when((F.col("src_topic") == F.lit(plan.source_topic)) & (F.col("src_partition") == F.lit(p)),
+                        F.lit(start)).otherwise(starts)
     rows = (frame.select("topic", "partition", parts.getItem(0).alias("src_topic"),
                          parts.getItem(1).cast("int").alias("src_partition"),
                          parts.getItem(2).cast("long").alias("src_offset"))
-            .groupBy("topic", "partition", "src_topic", "src_partition")
+            .withColumn("earlier", F.coalesce(F.col("src_offset") < starts, F.lit(False)))
+            .groupBy("topic", "partition", "src_topic", "src_partition", "earlier")
             .agg(F.count(F.lit(1)).alias("n"), F.min("src_offset").alias("first"), F.max("src_offset").alias("last"))
             .collect())
     return [backfill.OutputCount(r["topic"], r["partition"], r["src_topic"], r["src_partition"], r["n"], r["first"],
-                                 r["last"]) for r in rows]
+                                 r["last"], bool(r["earlier"])) for r in rows]
 
 
 def committed(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str] | None = None
@@ -563,8 +569,19 @@ def run(spark: Any, plan: BackfillPlan, bootstrap: Kafka, *, kafka_options: dict
         log.info("backfill %s -> %s: %d record(s) of the %s copy were committed before; its slices resume",
                  plan.source_topic, plan.target_topic, before.records, before.mode)
     rewritten = False
-    if before.mode == backfill.MERGED or (before.mode is None and plan.rule.needs_value
-                                          and sample_spans(plan, bootstrap, options)):
+    if before.mode is None and plan.continues:  # a catch-up pass: earlier passes' records stay, so no rewrite
+        spanning = keys_in_several_partitions(spark, plan, bootstrap, options)
+        mode, why = ((backfill.MERGED, f"{spanning} key(s) of this pass have records in more than one source "
+                      "partition (an exact count before writing)") if spanning else
+                     (backfill.DIRECT, "every key of this pass has its records in one source partition (an exact "
+                      "count before writing)"))
+        log.info("backfill %s -> %s: catch-up pass, %s copy (%s)", plan.source_topic, plan.target_topic, mode, why)
+        if mode == backfill.MERGED:
+            counts = write_merged(spark, plan, bootstrap, options)
+        else:
+            counts = write_direct(spark, plan, bootstrap, options)[2]
+    elif before.mode == backfill.MERGED or (before.mode is None and plan.rule.needs_value
+                                            and sample_spans(plan, bootstrap, options)):
         mode, why = backfill.MERGED, ("the merged copy was begun before" if before.mode else
                                       "a sample of the source has a key in two source partitions")
         log.info("backfill %s -> %s: merged copy (%s)", plan.source_topic, plan.target_topic, why)
@@ -573,6 +590,10 @@ def run(spark: Any, plan: BackfillPlan, bootstrap: Kafka, *, kafka_options: dict
         log.info("backfill %s -> %s: direct copy", plan.source_topic, plan.target_topic)
         spanning, how, counts = write_direct(spark, plan, bootstrap, options)
         mode, why = backfill.DIRECT, f"every key's records are in one source partition ({how})"
+        if spanning and plan.continues:  # resuming a catch-up pass found direct: its count said no key spans
+            raise backfill.BackfillError(f"catch-up pass into {plan.target_topic}: {spanning} key(s) span source "
+                                         "partitions after the pass began as the direct copy; the pass's records "
+                                         "stay as written. Delete the target and start the migration again")
         if spanning:
             mode, why = backfill.MERGED, f"{spanning} key(s) have records in more than one source partition ({how})"
             log.warning("backfill %s -> %s: %s; the direct copy cannot keep their order: deleting it from "

@@ -21,6 +21,13 @@ key in its source partition up to and including its offset (a running maximum, s
 partition never swap even when producer clocks made timestamps go backwards), and records are
 ordered by ``(order timestamp, source partition, source offset)``. For a key living in one source
 partition this is exactly offset order. :class:`OrderClock` computes it while records stream by.
+
+**A copy in passes** (a live migration: the backfill, then catch-up passes while producers keep
+writing, :meth:`BackfillPlan.next_pass`) appends each pass after the one before: a pass copies
+``[end of the last pass, end now)`` of every partition, its clock starts afresh, and the whole copy's
+order is ``(pass, order timestamp, source partition, source offset)``. A pass accepts in the target
+what earlier passes of the same copy wrote (lineage between the copy's origin and the pass's start)
+and counts only its own records against its markers.
 """
 from __future__ import annotations
 
@@ -29,7 +36,7 @@ import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from kafkaops.errors import KafkaOpsError
@@ -103,10 +110,14 @@ class BackfillPlan:
     target_partitions: int
     key_rule: str = "record_key"
     dead_letter_topic: str = ""
+    #: A copy in passes (a live migration's backfill, then catch-up passes): ``(partition, offset)``
+    #: where each pass up to this plan's began (:meth:`next_pass`). Empty for a one-pass copy.
+    pass_starts: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         offsets = tuple(sorted((int(p), int(s), int(e)) for p, s, e in self.source_offsets))
         object.__setattr__(self, "source_offsets", offsets)
+        object.__setattr__(self, "pass_starts", tuple(sorted({(int(p), int(o)) for p, o in self.pass_starts})))
         if not self.dead_letter_topic:
             object.__setattr__(self, "dead_letter_topic", f"{self.target_topic}.dlq")
         problems = []
@@ -128,6 +139,10 @@ class BackfillPlan:
             problems.append(f"source offset range(s) {', '.join(bad)} are not 0 <= start <= end")
         if not offsets:
             problems.append("source_offsets is empty; snapshot the source's start and end offsets")
+        ends = {p: e for p, _, e in offsets}
+        stray = [f"{p}@{o}" for p, o in self.pass_starts if p not in ends or o < 0 or o > ends[p]]
+        if stray:
+            problems.append(f"pass start(s) {', '.join(stray)} lie outside the plan's partitions or past their end")
         try:
             KeyRule(self.key_rule)
         except KeyRuleError as err:
@@ -144,6 +159,34 @@ class BackfillPlan:
         """Offsets in the snapshot (an upper bound on records: compaction leaves gaps)."""
         return sum(e - s for _, s, e in self.source_offsets)
 
+    def origin(self, partition: int) -> int:
+        """Where the copy of ``partition`` began: its first pass's start (this plan's start for one pass)."""
+        start = next(s for p, s, _ in self.source_offsets if p == partition)
+        return min([start] + [o for p, o in self.pass_starts if p == partition])
+
+    @property
+    def continues(self) -> bool:
+        """Earlier passes copied part of the source into the target before this one."""
+        return any(self.origin(p) < s for p, s, _ in self.source_offsets)
+
+    def pass_of(self, partition: int, offset: int) -> int:
+        """The pass that copies ``partition``'s record at ``offset``: how many passes began at or
+        before it (0 for a one-pass copy). Every pass starts in every partition (an empty one where
+        the partition had nothing new), so the number is the same pass in every partition."""
+        return sum(1 for p, o in self.pass_starts if p == partition and o <= offset)
+
+    def next_pass(self, ends: Mapping[int, int]) -> BackfillPlan:
+        """The catch-up pass after this one: from this plan's ends to ``ends`` (partition -> end
+        offset, exclusive; a partition not named, or behind, gets an empty range)."""
+        starts = self.pass_starts or tuple((p, s) for p, s, _ in self.source_offsets)
+        return replace(self, source_offsets=tuple((p, e, max(e, int(ends.get(p, e)))) for p, _, e in self.source_offsets),
+                       pass_starts=starts + tuple((p, e) for p, _, e in self.source_offsets))
+
+    def whole_copy(self) -> BackfillPlan:
+        """All passes up to this one as one plan (each partition from its origin to this pass's
+        end), with the pass starts: what the final integrity gate checks."""
+        return replace(self, source_offsets=tuple((p, self.origin(p), e) for p, _, e in self.source_offsets))
+
     def offsets_json(self, which: str) -> str:
         """Spark's ``startingOffsets`` (``which='start'``) or ``endingOffsets`` (``'end'``, exclusive) JSON."""
         index = {"start": 1, "end": 2}[which]
@@ -153,7 +196,10 @@ class BackfillPlan:
         return {"source_topic": self.source_topic,
                 "source_offsets": [{"partition": p, "start": s, "end": e} for p, s, e in self.source_offsets],
                 "target_topic": self.target_topic, "target_partitions": self.target_partitions,
-                "key_rule": self.key_rule, "dead_letter_topic": self.dead_letter_topic}
+                "key_rule": self.key_rule, "dead_letter_topic": self.dead_letter_topic,
+                # a one-pass plan's dict (and so its backfill_id) stays as it was before passes
+                **({"pass_starts": [{"partition": p, "offset": o} for p, o in self.pass_starts]}
+                   if self.pass_starts else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BackfillPlan:
@@ -162,7 +208,8 @@ class BackfillPlan:
                        source_offsets=tuple((o["partition"], o["start"], o["end"]) for o in data["source_offsets"]),
                        target_topic=data["target_topic"], target_partitions=int(data["target_partitions"]),
                        key_rule=data.get("key_rule", "record_key"),
-                       dead_letter_topic=data.get("dead_letter_topic", ""))
+                       dead_letter_topic=data.get("dead_letter_topic", ""),
+                       pass_starts=tuple((o["partition"], o["offset"]) for o in data.get("pass_starts", ())))
         except (KeyError, TypeError) as err:
             raise BackfillError(f"cannot read a backfill plan from this dict ({err}); expected the shape of "
                                 "BackfillPlan.to_dict()") from err
@@ -196,10 +243,10 @@ class OrderClock:
     would be wrong."""
 
     def __init__(self) -> None:
-        self._latest: dict[tuple[int, bytes], int] = {}
+        self._latest: dict[tuple[int, bytes, int], int] = {}
         self._last_offset: dict[int, int] = {}
 
-    def tick(self, partition: int, offset: int, timestamp: int, key: bytes | None) -> int:
+    def tick(self, partition: int, offset: int, timestamp: int, key: bytes | None, copy_pass: int = 0) -> int:
         last = self._last_offset.get(partition)
         if last is not None and offset <= last:
             raise BackfillError(f"source partition {partition}: offset {offset} came after {last}; records "
@@ -208,7 +255,7 @@ class OrderClock:
         self._last_offset[partition] = offset
         if key is None:
             return timestamp
-        slot = (partition, key)
+        slot = (partition, key, copy_pass)  # each pass of a copy in passes keeps a clock of its own
         latest = max(self._latest.get(slot, timestamp), timestamp)
         self._latest[slot] = latest
         return latest
@@ -344,18 +391,19 @@ def expected_order(plan: BackfillPlan, source: Iterable[SourceRecord]
     lineage's reason code."""
     rule = plan.rule
     clock = OrderClock()
-    keyed: dict[bytes, list[tuple[tuple[int, int, int], str]]] = defaultdict(list)
+    keyed: dict[bytes, list[tuple[tuple[int, int, int, int], str]]] = defaultdict(list)
     key_of: dict[str, bytes | None] = {}
     dead: dict[str, str] = {}
     for r in sorted(source, key=lambda r: (r.partition, r.offset)):
         new_key, code, _ = extract(r.key, r.value, rule)
         lineage = format_lineage(plan.source_topic, r.partition, r.offset)
         key_of[lineage] = new_key
-        ts = clock.tick(r.partition, r.offset, r.timestamp, new_key)
+        copy_pass = plan.pass_of(r.partition, r.offset)
+        ts = clock.tick(r.partition, r.offset, r.timestamp, new_key, copy_pass)
         if new_key is None:
             dead[lineage] = code or ""
         else:
-            keyed[new_key].append((order_key(ts, r.partition, r.offset), lineage))
+            keyed[new_key].append(((copy_pass, *order_key(ts, r.partition, r.offset)), lineage))
     return {k: [lin for _, lin in sorted(v)] for k, v in keyed.items()}, key_of, dead
 
 
@@ -611,6 +659,8 @@ class OutputCount:
     records: int
     first_offset: int | None = None
     last_offset: int | None = None
+    #: these records' source offsets lie before the plan's start: an earlier pass's (or another plan's)
+    earlier: bool = False
 
 
 @dataclass(frozen=True)
@@ -641,10 +691,13 @@ def committed_output(plan: BackfillPlan, markers: Mapping[tuple[str, int], int],
             raise BackfillError(f"{where} holds {c.records} record(s) without a {LINEAGE_HEADER} header: something "
                                 f"else wrote there; use an empty target topic, or {fix}")
         start, end = ranges.get(c.source_partition, (0, 0)) if c.source_topic == plan.source_topic else (0, 0)
+        if c.earlier and c.source_topic == plan.source_topic and c.source_partition in ranges:
+            start, end = plan.origin(c.source_partition), start  # an earlier pass of this copy wrote them
         if not (start <= (c.first_offset or 0) and (c.last_offset or 0) < end):
             lineage = format_lineage(c.source_topic, c.source_partition or 0, c.last_offset or 0)
             raise BackfillError(f"{where} holds {c.records} record(s) up to lineage {lineage}, which this plan does "
                                 f"not hold: the topic was written by another plan; {fix}")
+    counts = [c for c in counts if not c.earlier]  # only this pass's records count against its markers
     total = sum(c.records for c in counts)
     direct = {s: n for s, n in markers.items() if s in set(slices(plan, DIRECT))}
     merged = {s: n for s, n in markers.items() if s in set(slices(plan, MERGED))}

@@ -167,6 +167,51 @@ def test_keys_spanning_source_partitions_merge_by_timestamp() -> None:
     assert expected[b"k"] == ["orders/0/0", "orders/0/1", "orders/1/0", "orders/1/1"]
 
 
+# -- a copy in passes --------------------------------------------------------------------------------------
+def test_a_catch_up_pass_starts_where_the_last_ended_and_the_whole_copy_spans_all_passes() -> None:
+    first = replace(PLAN, source_offsets=((0, 10, 100), (1, 0, 100), (2, 0, 100)))
+    second = first.next_pass({0: 150, 1: 100, 2: 130})
+    assert second.source_offsets == ((0, 100, 150), (1, 100, 100), (2, 100, 130))
+    assert second.pass_starts == ((0, 10), (0, 100), (1, 0), (1, 100), (2, 0), (2, 100))
+    assert second.continues and not first.continues and second.origin(0) == 10
+    third = second.next_pass({0: 160, 1: 90})  # a partition behind or not named: an empty range
+    assert third.source_offsets == ((0, 150, 160), (1, 100, 100), (2, 130, 130))
+    whole = third.whole_copy()
+    assert whole.source_offsets == ((0, 10, 160), (1, 0, 100), (2, 0, 130)) and whole.records == 150 + 100 + 130
+    assert [whole.pass_of(0, o) for o in (10, 99, 100, 149, 150)] == [1, 1, 2, 2, 3]
+    assert whole.pass_of(1, 99) == 1 and PLAN.pass_of(0, 50) == 0
+    assert BackfillPlan.from_json(third.to_json()) == third
+    assert "pass_starts" not in PLAN.to_dict()  # a one-pass plan keeps its name (backfill_id)
+    assert backfill.backfill_id(second) != backfill.backfill_id(third)
+    with pytest.raises(BackfillError, match="pass start.*outside"):
+        replace(PLAN, pass_starts=((5, 0),))
+
+
+def test_a_pass_orders_after_the_pass_before_whatever_the_timestamps() -> None:
+    plan = replace(PLAN, key_rule="record_key", source_offsets=((0, 0, 2), (1, 0, 2)),
+                   pass_starts=((0, 0), (0, 1), (1, 0), (1, 1)))
+    # pass 1: 0/0 (ts 50), 1/0 (ts 60); pass 2: 0/1 (ts 10, a clock gone backwards), 1/1 (ts 5)
+    source = [SourceRecord(0, 0, 50, b"k", b"a"), SourceRecord(1, 0, 60, b"k", b"b"),
+              SourceRecord(0, 1, 10, b"k", b"c"), SourceRecord(1, 1, 5, b"k", b"d")]
+    expected, _, _ = backfill.expected_order(plan, source)
+    assert expected[b"k"] == ["orders/0/0", "orders/1/0", "orders/1/1", "orders/0/1"]  # each pass's own clock
+    one_pass, _, _ = backfill.expected_order(replace(plan, pass_starts=()), source)
+    assert one_pass[b"k"] == ["orders/0/0", "orders/0/1", "orders/1/0", "orders/1/1"]
+
+
+def test_a_catch_up_pass_accepts_what_earlier_passes_wrote_and_counts_only_its_own() -> None:
+    second = replace(PLAN, source_offsets=((0, 0, 100), (1, 0, 100), (2, 0, 100))).next_pass(
+        {0: 120, 1: 110, 2: 100})
+    earlier = ("orders.v2", 0, "orders", 0, 60, 0, 99, True)
+    mine = ("orders.v2", 0, "orders", 0, 20, 100, 119, False)
+    got = backfill.committed_output(second, {("orders", 0): 20}, _counts(earlier, mine))
+    assert got == backfill.CommittedOutput("direct", 20)
+    assert backfill.committed_output(second, {}, _counts(earlier)) == backfill.CommittedOutput(None, 0)
+    with pytest.raises(BackfillError, match="another plan"):  # not of this copy: before its origin
+        backfill.committed_output(replace(second, pass_starts=((0, 50), (0, 100), (1, 0), (1, 100), (2, 0),
+                                                               (2, 100))), {}, _counts(earlier))
+
+
 def _counts(*rows: tuple) -> list[backfill.OutputCount]:
     return [backfill.OutputCount(*row) for row in rows]
 
