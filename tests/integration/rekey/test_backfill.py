@@ -353,3 +353,33 @@ def test_a_target_written_by_something_else_is_refused(cluster, spark, lineage, 
     with pytest.raises(backfill.BackfillError, match=message):
         rekey_backfill.run(spark, plan, cluster.bootstrap)
     assert written(cluster, replace(plan)) == 1
+
+
+@pytest.mark.parametrize("rule", list(RULES))
+def test_a_copy_in_passes_appends_each_catch_up_and_verifies_as_one_copy(cluster, spark, rule) -> None:
+    """A live migration's backfill: a first pass, records arriving, a catch-up pass from where the first
+    ended (a re-run of it writes nothing), then the whole copy checked as one: every record once, each
+    pass after the one before."""
+    from spark_apps import rekey_backfill
+
+    source = f"passes.{rule.replace(':', '.')}"
+    seed_source(cluster, source, datagen.DatagenSpec(records=3000, keys=50, record_bytes=200), BAD[:1])
+    first = plan_for(cluster, f"{source}.v2", rule, source)
+    assert rekey_backfill.run(spark, first, cluster.bootstrap)["written"] == 3001
+    with admin.connect(cluster.bootstrap) as conn:  # producers keep writing during the first pass
+        datagen.produce(conn.config, source, datagen.DatagenSpec(records=2000, keys=50, record_bytes=200, seed=7))
+    ends = {p: e for p, (_, e) in admin.end_offsets({"bootstrap.servers": cluster.bootstrap}, source).items()}
+    second = first.next_pass(ends)
+    assert second.records == 2000 and second.continues
+    done = rekey_backfill.run(spark, second, cluster.bootstrap)
+    assert (done["already_written"], done["written"], done["mode"]) == (0, 2000, RULES[rule][0])
+    again = rekey_backfill.run(spark, second, cluster.bootstrap)
+    assert (again["already_written"], again["written"]) == (2000, 0)
+    whole = second.whole_copy()
+    records = read_back(cluster, whole)
+    report = backfill.check_integrity(whole, *records)
+    assert report.ok, report.failures
+    assert report.source_records == 5001 and report.target_records + report.dead_letters == 5001
+    assert rekey_backfill.verify(spark, whole, cluster.bootstrap).totals() == report.totals()
+    with pytest.raises(backfill.BackfillError, match="another plan"):  # the first pass again: refused, not doubled
+        rekey_backfill.run(spark, first, cluster.bootstrap)
