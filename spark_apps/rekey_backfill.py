@@ -699,7 +699,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "run":
         result["run"] = run(spark, plan, kafka, kafka_options=options)
     if args.command == "verify" or args.verify:
-        report = verify(spark, plan, kafka)
+        report = verify(spark, plan.whole_copy(), kafka)  # a catch-up pass: every pass so far, as one copy
         result["integrity"] = report.to_dict()
         log.info("integrity of %s: %s", plan.target_topic, "ok" if report.ok else "; ".join(report.failures))
     if args.report:

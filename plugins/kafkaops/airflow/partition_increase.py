@@ -2,7 +2,10 @@
 
     begin (setup) -> preflight gate -> plan (in_place: refuses a keyed topic unless accepted)
       -> approval -> execute (in_place: create_partitions; migrate: target topics + rekey backfill)
-      -> verify (in_place: the new assignment; migrate: the backfill gate) -> cut-over (migrate)
+      -> [live: catch_up -> quiesce -> final_pass]
+      -> verify (in_place: the new assignment; migrate: the backfill gate, live: over the whole copy)
+      -> cut-over (migrate; live: after the groups settled, committed on the target)
+      -> [live: switch (a person) -> confirm (observed)] -> abandon (live, before the switch: roll back)
       -> finish (teardown: outcome into the audit record, cluster lock released)
 
 ``dags/kafka_partition_increase.py`` calls :func:`build_partition_increase_dag`; nothing here
@@ -13,11 +16,13 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from airflow.sdk import DAG, Param, get_current_context, task
+from airflow.sdk import DAG, Param, TriggerRule, get_current_context, task
+from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
 from kafkaops.platform import lifecycle
-from kafkaops.rekey import steps
+from kafkaops.rekey import migration, steps
+from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.airflow import spark
 from kafkaops.airflow.hooks import KafkaOpsHook
 from kafkaops.airflow.lifecycle import COMMON_PARAMS, RETRIED, operation_dag, text_param
@@ -46,6 +51,32 @@ PARAMS: dict[str, Param] = {
     "cutover_group_suffix": text_param("Cut-over group suffix", "migrate: when set, commit each source group's "
                                                                 "translated offsets on the target for group "
                                                                 "<group><suffix>; empty: only record them."),
+    "quiesce": Param("none", type="string", enum=list(migration.QUIESCE_MODES), title="Live cut-over",
+                     description="migrate while producers and consumers keep running. none: copy a snapshot and "
+                                 "translate offsets (switch when you like). manual: catch-up passes, then you stop "
+                                 "the producers when asked and kafkaops waits until the source stays still, copies "
+                                 "the rest, gates, commits the groups' offsets on the target and asks you to switch. "
+                                 "acl: the same, with a DENY Write ACL on the source for the principals below "
+                                 "(needs an authorizer; removed whatever happens)."),
+    "quiesce_principals": text_param("Producer principals (acl)", "quiesce=acl: comma-separated principals whose "
+                                                                  "writes to the source are denied, e.g. "
+                                                                  "User:orders-app."),
+    "catch_up_lag_records": Param(1000, type="integer", minimum=0, title="Catch-up lag threshold (records)",
+                                  description="Live: catch-up passes run until the source is at most this many "
+                                              "records ahead of the copy; then the producers are quiesced."),
+    "catch_up_budget_s": Param(600, type="integer", minimum=1, title="Catch-up budget (s)",
+                               description="Live: no catch-up pass starts after this many seconds."),
+    "quiet_s": Param(10, type="integer", minimum=1, title="Quiet period (s)",
+                     description="Live: the source's end offsets must stay still this long to count as quiesced."),
+    "quiesce_timeout_s": Param(900, type="integer", minimum=2, title="Quiesce timeout (s)",
+                               description="Live: producers (and consumers' groups) that have not stopped by then "
+                                           "abandon the migration: the source stays authoritative."),
+    "switch_timeout_s": Param(900, type="integer", minimum=1, title="Switch timeout (s)",
+                              description="Live: after the switch, how long to wait for the first write to reach "
+                                          "the target."),
+    "delete_target_on_abandon": Param(False, type="boolean", title="Delete the target if abandoned",
+                                      description="Live: when the migration is abandoned before the switch, delete "
+                                                  "the target topics (else they are kept and marked in the record)."),
     "spark_conn_id": spark.SPARK_CONN_PARAM,
     "approval": COMMON_PARAMS["approval"],
     "dry_run": Param(True, type="boolean", title="Dry run",
@@ -64,6 +95,45 @@ class PartitionApprovalOperator(KafkaOpsApprovalOperator):
 
     def operation_context(self, context: Any) -> lifecycle.OperationContext:
         return context_of(context)
+
+
+def live_only(ctx: lifecycle.OperationContext, plan: steps.PartitionPlan, step: str) -> None:
+    """Skip ``step`` unless the run is a live migration (migrate mode, quiesce manual or acl)."""
+    if plan.mode != "migrate" or not ctx.params.policy.live:
+        raise AirflowSkipException(f"{step}: only in a live migration (mode=migrate, quiesce manual or acl)")
+
+
+class SwitchOperator(ApprovalOperator):
+    """The switch, a person's step: the body names the topics and the offsets committed on the target.
+    Approve once producers and consumers run on the target; Reject abandons the migration (the source
+    stays authoritative). ``approval`` param auto_*: answered by the param, recorded as such."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(ignore_downstream_trigger_rules=False, **kwargs)
+
+    def execute(self, context: Any) -> Any:
+        ctx = context_of(context)
+        plan = steps.plan_of(context["ti"].xcom_pull(task_ids="plan"))
+        live_only(ctx, plan, "switch")
+        data = context["ti"].xcom_pull(task_ids="cutover") or {}
+        ctx.audit.append("note", text=migration.switch_request(data), action="switch", switch=data)
+        ctx.step(self.task_id, "started", mode=ctx.params.approval)
+        if ctx.params.approval == "manual":
+            return super().execute(context)
+        choice = self.APPROVE if ctx.params.approval == "auto_approve" else self.REJECT
+        event = {"chosen_options": [choice], "params_input": {}, "responded_at": dt.datetime.now(dt.timezone.utc),
+                 "responded_by_user": {"id": "kafkaops", "name": f"param approval={ctx.params.approval}"}}
+        return self.execute_complete(context, event)
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
+        ctx = context_of(context)
+        chosen = (event.get("chosen_options") or ["?"])[0]
+        user = event.get("responded_by_user") or {}
+        by = str(user.get("name") or user.get("id"))
+        ctx.audit.append("note", text=f"switch {'confirmed' if chosen == self.APPROVE else 'refused'} by {by}",
+                         switch_decision={"approved": chosen == self.APPROVE, "by": by})
+        ctx.step(self.task_id, "success", chosen=chosen)
+        return super().execute_complete(context, event)
 
 
 def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[str], doc_md: str) -> DAG:
@@ -96,25 +166,90 @@ def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[st
                 launcher = spark.launcher_of(get_current_context())
                 launcher.check()  # an unreachable master fails here, before the target topic exists
                 steps.create_target(ctx, plan)
-                return steps.run_backfill(ctx, plan, launcher=launcher)
+                # live: the gate checks the whole copy after the final pass
+                return steps.run_backfill(ctx, BackfillPlan.from_dict(plan.backfill or {}), launcher=launcher,
+                                          verify=not ctx.params.policy.live)
+
+        def passes(ctx: lifecycle.OperationContext) -> migration.RunPass:
+            launcher = spark.launcher_of(get_current_context())
+            return lambda bf, name, check: steps.run_backfill(ctx, bf, launcher=launcher, verify=check, name=name)
 
         @task
-        def verify(plan_data: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+        def catch_up(plan_data: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+            ctx = context_of(get_current_context())
+            plan = steps.plan_of(plan_data)
+            live_only(ctx, plan, "catch_up")
+            with recorded(ctx, "catch_up"):
+                return migration.catch_up(ctx, BackfillPlan.from_dict(result["run"]["plan"]), passes(ctx),
+                                          ctx.params.policy)
+
+        @task
+        def quiesce(plan_data: dict[str, Any], caught: dict[str, Any]) -> dict[str, Any]:
+            ctx = context_of(get_current_context())
+            live_only(ctx, steps.plan_of(plan_data), "quiesce")
+            with recorded(ctx, "quiesce"):
+                return migration.quiesce(ctx, BackfillPlan.from_dict(caught["backfill"]), ctx.params.policy)
+
+        @task
+        def final_pass(plan_data: dict[str, Any], caught: dict[str, Any], quiesced: dict[str, Any]
+                       ) -> dict[str, Any]:
+            ctx = context_of(get_current_context())
+            live_only(ctx, steps.plan_of(plan_data), "final_pass")
+            with recorded(ctx, "final_pass"):
+                return migration.final_pass(ctx, BackfillPlan.from_dict(caught["backfill"]), quiesced, passes(ctx),
+                                            len(caught["passes"]) + 2)
+
+        @task(trigger_rule=TriggerRule.NONE_FAILED)
+        def verify(plan_data: dict[str, Any], result: dict[str, Any], final: dict[str, Any] | None
+                   ) -> dict[str, Any]:
             ctx = context_of(get_current_context())
             plan = steps.plan_of(plan_data)
             with recorded(ctx, "verify"):
                 if plan.mode == "in_place":
                     return steps.verify_in_place(ctx, plan)
-                return steps.backfill_gate(ctx, result)
+                return steps.backfill_gate(ctx, final or result)  # live: the whole copy, after the final pass
 
-        @task
-        def cutover(plan_data: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+        @task(trigger_rule=TriggerRule.NONE_FAILED)
+        def cutover(plan_data: dict[str, Any], before: dict[str, Any], quiesced: dict[str, Any] | None
+                    ) -> dict[str, Any]:
             ctx = context_of(get_current_context())
             plan = steps.plan_of(plan_data)
             if plan.mode == "in_place":
                 raise AirflowSkipException("in_place: consumers keep their topic; nothing to cut over")
             with recorded(ctx, "cutover"):
-                return steps.cutover(ctx, plan, before)
+                return steps.cutover(ctx, plan, before, quiesced)
+
+        @task
+        def confirm(plan_data: dict[str, Any], quiesced: dict[str, Any], final: dict[str, Any],
+                    switched: dict[str, Any]) -> dict[str, Any]:
+            ctx = context_of(get_current_context())
+            live_only(ctx, steps.plan_of(plan_data), "confirm")
+            with recorded(ctx, "confirm"):
+                bf = BackfillPlan.from_dict(final["run"]["plan"])
+                try:
+                    return migration.confirm_switch(ctx, bf, quiesced, final["target_ends"], ctx.params.policy)
+                finally:
+                    migration.release_writes(ctx, bf.source_topic, ctx.params.policy)
+
+        @task(trigger_rule=TriggerRule.ALL_DONE)
+        def abandon(plan_data: dict[str, Any] | None) -> dict[str, Any]:
+            context = get_current_context()
+            ctx = context_of(context)
+            if not plan_data or ctx.params.dry_run:
+                raise AirflowSkipException("nothing was planned or changed")
+            plan = steps.plan_of(plan_data)
+            live_only(ctx, plan, "abandon")
+            decision = context["ti"].xcom_pull(task_ids="switch") or {}
+            bf = BackfillPlan.from_dict(plan.backfill or {})
+            if SwitchOperator.APPROVE in (decision.get("chosen_options") or []):
+                migration.release_writes(ctx, bf.source_topic, ctx.params.policy)  # confirm removed it: idempotent
+                raise AirflowSkipException("the switch was made: the target is authoritative, nothing to roll back")
+            failed = [t for t in failed_tasks(context) if t != "abandon"]
+            errors = {s["name"]: s.get("error") for s in ctx.audit.summary()["steps"] if s.get("status") == "failed"}
+            reason = ("; ".join(f"{t} failed: {errors.get(t) or 'see its log'}" for t in failed) if failed else
+                      "the switch was refused" if decision else "stopped before the switch")
+            with recorded(ctx, "abandon"):
+                return migration.abandon(ctx, bf, ctx.params.policy, reason)
 
         @task
         def finish(started: dict[str, Any]) -> dict[str, Any]:
@@ -132,9 +267,20 @@ def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[st
         planned >> approval
         result = execute.override(**RETRIED)(planned)
         approval >> result
-        verified = verify.override(**RETRIED)(planned, result)
-        switched = cutover.override(**RETRIED)(planned, before)
-        verified >> switched
+        caught = catch_up.override(**RETRIED)(planned, result)
+        quiesced = quiesce(planned, caught)  # not retried: a retry would ask the operator again
+        final = final_pass.override(**RETRIED)(planned, caught, quiesced)
+        verified = verify.override(**RETRIED)(planned, result, final)
+        translated = cutover.override(**RETRIED)(planned, before, quiesced)
+        verified >> translated
+        switch = SwitchOperator(
+            task_id="switch", subject="Switch producers and consumers to the target topic",
+            body="{{ (ti.xcom_pull(task_ids='cutover') or {}).get('switch_text', '') }}",
+            response_timeout=dt.timedelta(hours=24))
+        translated >> switch
+        confirmed = confirm(planned, quiesced, final, switch.output)  # waits on people: once
+        rolled_back = abandon(planned)
+        [confirmed, switch, quiesced, caught, final, verified, translated] >> rolled_back
         done = finish.override(**RETRIED)(started)
-        switched >> done.as_teardown(setups=started)
+        rolled_back >> done.as_teardown(setups=started)
     return dag

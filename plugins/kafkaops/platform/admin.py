@@ -914,6 +914,38 @@ def commit_group_offsets(conn: KafkaConnection, group_id: str, topic: str, offse
     retrying(what, attempts=attempts, first_wait_s=0.5, max_wait_s=3.0)(commit)
 
 
+# -- write ACLs (a live migration's quiesce) ---------------------------------------------------------------
+
+def _write_denials(topic: str, principals: Iterable[str]) -> list[Any]:
+    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+
+    return [AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, principal, "*", AclOperation.WRITE,
+                       AclPermissionType.DENY) for principal in sorted(set(principals))]
+
+
+def deny_writes(conn: KafkaConnection, topic: str, principals: Iterable[str]) -> int:
+    """A DENY Write ACL on ``topic`` for each principal (``User:<name>``): their producers get
+    TOPIC_AUTHORIZATION_FAILED. Needs an authorizer on the cluster. Returns how many were created."""
+    bindings = _write_denials(topic, principals)
+    what = f"DENY Write ACLs on {topic}"
+    futures = conn.admin.create_acls(bindings, request_timeout=conn.timeout_s)
+    for binding in bindings:
+        _result(futures[binding], conn, what)
+    return len(bindings)
+
+
+def allow_writes(conn: KafkaConnection, topic: str, principals: Iterable[str]) -> int:
+    """Remove the DENY Write ACLs :func:`deny_writes` created (idempotent); returns how many went."""
+    from confluent_kafka.admin import AclBindingFilter
+
+    filters = [AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host, b.operation,
+                                b.permission_type) for b in _write_denials(topic, principals)]
+    if not filters:
+        return 0
+    futures = conn.admin.delete_acls(filters, request_timeout=conn.timeout_s)
+    return sum(len(_result(futures[f], conn, f"removing DENY Write ACLs on {topic}")) for f in filters)
+
+
 # -- bounded reads of records ---------------------------------------------------------------------------
 # A sample of a topic (how many keys a partition increase would move), lineage headers of a backfill
 # target (the cut-over's offset translation), and whole ranges read back. Each read has an end: the

@@ -30,6 +30,7 @@ from typing import Any
 from kafkaops.platform import admin
 from kafkaops.platform import keyrules
 from kafkaops.rekey import backfill
+from kafkaops.rekey import migration
 from kafkaops.platform import lifecycle
 from kafkaops.platform import params as form
 from kafkaops.platform import spark
@@ -62,7 +63,25 @@ class PartitionParams:
     cutover_group_suffix: str = ""
     approval: str = "manual"
     dry_run: bool = True
+    quiesce: str = "none"
+    catch_up_lag_records: int = 1000
+    catch_up_budget_s: int = 600
+    quiet_s: int = 10
+    quiesce_timeout_s: int = 900
+    switch_timeout_s: int = 900
+    quiesce_principals: str = ""
+    delete_target_on_abandon: bool = False
     kind: str = KIND
+
+    @property
+    def policy(self) -> migration.LivePolicy:
+        """The live cut-over's limits (:mod:`kafkaops.rekey.migration`); ``quiesce=none``: no cut-over."""
+        return migration.LivePolicy(
+            quiesce=self.quiesce, catch_up_lag_records=self.catch_up_lag_records,
+            catch_up_budget_s=float(self.catch_up_budget_s), quiet_s=float(self.quiet_s),
+            quiesce_timeout_s=float(self.quiesce_timeout_s), switch_timeout_s=float(self.switch_timeout_s),
+            principals=tuple(p.strip() for p in self.quiesce_principals.split(",") if p.strip()),
+            delete_target_on_abandon=self.delete_target_on_abandon)
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> PartitionParams:
@@ -77,7 +96,15 @@ class PartitionParams:
                          sample_records=form.integer_of(params, "sample_records", 1000),
                          cutover_group_suffix=form.text_of(params, "cutover_group_suffix"),
                          approval=form.text_of(params, "approval", "manual"),
-                         dry_run=bool(True if params.get("dry_run") is None else params["dry_run"]))
+                         dry_run=bool(True if params.get("dry_run") is None else params["dry_run"]),
+                         quiesce=form.text_of(params, "quiesce", "none"),
+                         catch_up_lag_records=form.integer_of(params, "catch_up_lag_records", 1000),
+                         catch_up_budget_s=form.integer_of(params, "catch_up_budget_s", 600),
+                         quiet_s=form.integer_of(params, "quiet_s", 10),
+                         quiesce_timeout_s=form.integer_of(params, "quiesce_timeout_s", 900),
+                         switch_timeout_s=form.integer_of(params, "switch_timeout_s", 900),
+                         quiesce_principals=form.text_of(params, "quiesce_principals"),
+                         delete_target_on_abandon=bool(params.get("delete_target_on_abandon") or False))
         except ConfigError as err:
             raise ConfigError(f"bad partition-increase parameters: {err}; see the DAG's params form") from err
         result.validate()
@@ -101,6 +128,9 @@ class PartitionParams:
             keyrules.KeyRule(self.key_rule)
         except keyrules.KeyRuleError as err:
             problems.append(str(err))
+        problems += self.policy.problems()
+        if self.policy.live and self.mode != "migrate":
+            problems.append(f"quiesce={self.quiesce} is a live migration's cut-over; it needs mode=migrate")
         if problems:
             raise ConfigError("refusing the partition increase, nothing was changed: " + "; ".join(problems))
 
@@ -307,24 +337,27 @@ def create_target(ctx: lifecycle.OperationContext, plan: PartitionPlan) -> dict[
     return {"target_created": created, "dead_letter_created": dlq}
 
 
-def run_backfill(ctx: lifecycle.OperationContext, plan: PartitionPlan, *, launcher: spark.Launcher,
-                 timeout_s: float = 3600.0) -> dict[str, Any]:
-    """Submit :mod:`spark_apps.rekey_backfill` (run + verify) through ``launcher``; resume-safe. The
-    plan and the result (the integrity report with it) travel through the store as artifacts
-    ``backfill/<operation>/spark-try<n>/<submission>/{plan,result}.json``, the Spark log goes there too."""
-    bf = BackfillPlan.from_dict(plan.backfill or {})
-    artifacts = f"backfill/{ctx.artifact_prefix}/spark-try{ctx.try_number or 1}"  # this try's log, plan, result
+def run_backfill(ctx: lifecycle.OperationContext, bf: BackfillPlan, *, launcher: spark.Launcher,
+                 timeout_s: float = 3600.0, verify: bool = True, name: str = "backfill") -> dict[str, Any]:
+    """Submit :mod:`spark_apps.rekey_backfill` (run, and with ``verify`` the integrity check of the
+    whole copy so far) through ``launcher``; resume-safe. The plan and the result (the integrity report
+    with it) travel through the store as artifacts ``backfill/<operation>/<name>-try<n>/<submission>/
+    {plan,result}.json``, the Spark log goes there too (``name``: ``backfill``, or a live migration's
+    ``pass<k>``)."""
+    artifacts = f"backfill/{ctx.artifact_prefix}/{name}-try{ctx.try_number or 1}"  # this try's log, plan, result
+    if name == "backfill":
+        artifacts = f"backfill/{ctx.artifact_prefix}/spark-try{ctx.try_number or 1}"
     log_artifact = f"{artifacts}.log"
     with tempfile.TemporaryDirectory(prefix="kafkaops-backfill-") as tmp:  # the task's own scratch space
         log_file = Path(tmp) / "spark.log"
-        args = ["run", "--verify"]
+        args = ["run", "--verify"] if verify else ["run"]
         ctx.fence(f"start the backfill into {bf.target_topic}")
 
         def started(argv: list[str]) -> None:  # the client config is in a file the argv names, never in it
-            ctx.audit.append("note", text=f"backfill started on Spark master {launcher.master} (connection "
-                                          f"{launcher.conn_id}): {bf.source_topic} -> {bf.target_topic} (Spark log: "
-                                          f"artifact {log_artifact})", log_url=f"/kafkaops/artifacts/{log_artifact}",
-                             argv=argv)
+            ctx.audit.append("note", text=f"{name} started on Spark master {launcher.master} (connection "
+                                          f"{launcher.conn_id}): {bf.source_topic} -> {bf.target_topic}, "
+                                          f"{bf.records:,} offsets (Spark log: artifact {log_artifact})",
+                             log_url=f"/kafkaops/artifacts/{log_artifact}", argv=argv)
         try:
             # exit 3 is a finished run whose integrity check failed: the report says so and the gate fails on it
             result = spark.run_spark_app(
@@ -336,7 +369,8 @@ def run_backfill(ctx: lifecycle.OperationContext, plan: PartitionPlan, *, launch
         finally:
             if log_file.exists():
                 ctx.store.put_artifact(log_artifact, log_file.read_bytes(), "text/plain; charset=utf-8")
-    ctx.audit.append("note", text=f"backfill wrote {bf.target_topic}", run=result.get("run"))
+    ctx.audit.append("note", text=f"{name} wrote {(result.get('run') or {}).get('written', 0):,} record(s) to "
+                                  f"{bf.target_topic}", run=result.get("run"))
     return result
 
 
@@ -366,19 +400,39 @@ def verify_in_place(ctx: lifecycle.OperationContext, plan: PartitionPlan) -> dic
     return {"partitions": len(parts)}
 
 
-def cutover(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mapping[str, Any]) -> dict[str, Any]:
+def cutover(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mapping[str, Any],
+            quiesced: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Per consumer group of the source: committed source offsets -> target offsets (via lineage);
-    recorded in the audit, and committed for ``<group><suffix>`` when the suffix param is set."""
+    recorded in the audit, and committed for ``<group><suffix>`` when the suffix param is set.
+
+    A live migration (``quiesced``: the quiesce step's end offsets) first waits until every group read
+    the source to its quiesced end and has no member (:func:`kafkaops.rekey.migration.settle_groups`),
+    then commits each group's translation on the target, for the group itself unless a suffix is set:
+    its consumers restart on the target where they stopped. A group still active at the timeout stops
+    the cut-over (its position could still move); one not read to the end is translated and its
+    redelivered count stated."""
     p: PartitionParams = ctx.params  # type: ignore[assignment]
     bf = BackfillPlan.from_dict(plan.backfill or {})
+    settled: dict[str, str] = {}
+    if quiesced is not None:
+        ends = {int(k): int(v) for k, v in quiesced["ends"].items()}
+        settled = migration.settle_groups(ctx, bf.source_topic, ends, timeout_s=p.policy.quiesce_timeout_s)
+        active = sorted(g for g, how in settled.items() if how == "still active")
+        if active:
+            raise migration.MigrationAbandoned(
+                f"consumer group(s) {', '.join(active)} still have members on {bf.source_topic} "
+                f"{p.policy.quiesce_timeout_s:.0f} s after the quiesce: their position can still move, so no offset "
+                f"can be committed for them on {bf.target_topic}. Stop those consumers once they read to the end, "
+                "then trigger the migration again; nothing was switched")
     with ctx.connect() as conn:
         snap = admin.snapshot(conn, topics=[bf.source_topic, bf.target_topic], sizes=False)
     committed: dict[str, dict[int, int]] = {}
     for g in snap.groups:
         if g.group_id.startswith(backfill.MARKER_GROUP_PREFIX):  # a backfill's commit markers (the direct copy's
             continue                                            # count source offsets): not a consumer
-        offsets = {x.partition: x.committed for x in g.partitions if x.topic == bf.source_topic and x.committed}
-        if offsets:
+        on_source = [x for x in g.partitions if x.topic == bf.source_topic]
+        offsets = {x.partition: x.committed for x in on_source if x.committed}
+        if offsets or on_source:  # a group with no committed offset there: from the start of the target
             committed[g.group_id] = offsets
     ranges = {x.partition: (x.start_offset or 0, x.end_offset or 0) for x in snap.partitions_of(bf.target_topic)}
     lineage: dict[int, list[tuple[int, str]]] = {k: [] for k in ranges}
@@ -392,7 +446,11 @@ def cutover(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mappin
         translated[group] = {"source": {str(k): v for k, v in sorted(offsets.items())},
                              "target": {str(k): v["offset"] for k, v in table.items()},
                              "redelivered": sum(v["redelivered"] for v in table.values())}
-        if p.cutover_group_suffix:
+        if not offsets:
+            translated[group]["stated"] = "no committed offset on the source: starts at the start of the target"
+        if group in settled:
+            translated[group]["settled"] = settled[group]
+        if p.cutover_group_suffix or quiesced is not None:
             new_group = f"{group}{p.cutover_group_suffix}"
             with ctx.connect() as conn:
                 ctx.fence(f"commit offsets for group {new_group}")
@@ -401,17 +459,23 @@ def cutover(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mappin
             translated[group]["committed_for"] = new_group
     ctx.audit.append("note", text=f"cut-over of {len(translated)} consumer group(s) from {bf.source_topic} to "
                                   f"{bf.target_topic}", offset_translation=translated)
-    return {"target_topic": bf.target_topic, "groups": translated}
+    cut = {"source_topic": bf.source_topic, "target_topic": bf.target_topic, "groups": translated}
+    return {**cut, "switch_text": migration.switch_request(cut)} if quiesced is not None else cut
 
 
 def finish(ctx: lifecycle.OperationContext, cluster_id: str | None, *, failed_tasks: Iterable[str] = ()
            ) -> dict[str, Any]:
-    """:func:`kafkaops.platform.lifecycle.finish`, with outcome ``refused`` for an ordering-break refusal."""
+    """:func:`kafkaops.platform.lifecycle.finish`, with outcome ``refused`` for an ordering-break refusal
+    and ``abandoned`` for a live migration rolled back before the switch."""
     record = ctx.audit.summary()
-    refusal = next((n for n in record["notes"] if n.get("refused") and n["ts"] >= (record["started_at"] or 0)), None)
-    if refusal is None:
-        return lifecycle.finish(ctx, cluster_id, failed_tasks=failed_tasks)
-    return lifecycle.conclude(ctx, "refused", refusal["text"], cluster_id)
+    current = [n for n in record["notes"] if n["ts"] >= (record["started_at"] or 0)]
+    refusal = next((n for n in current if n.get("refused")), None)
+    if refusal is not None:
+        return lifecycle.conclude(ctx, "refused", refusal["text"], cluster_id)
+    abandoned = next((n for n in current if n.get("abandoned")), None)
+    if abandoned is not None:  # a live migration rolled back before the switch
+        return lifecycle.conclude(ctx, "abandoned", abandoned["text"], cluster_id)
+    return lifecycle.finish(ctx, cluster_id, failed_tasks=failed_tasks)
 
 
 def plan_of(plan_data: Mapping[str, Any]) -> PartitionPlan:

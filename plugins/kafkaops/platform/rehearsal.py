@@ -1,0 +1,88 @@
+"""A rehearsal of a live migration: :class:`kafkaops.platform.traffic.MigrationTraffic` plays the
+applications (keyed producers and a consumer group), and :class:`Operator` plays the person at the
+switch. It follows the run's record in the kafkaops store, as an operator reads it in the UI, and
+does what the record asks:
+
+* a note with ``action="stop_producers"`` (the quiesce): stop producing to the source, let the
+  consumer read to the source's end, stop it (its group is then empty);
+* a note with ``action="switch"``: producers to the target, the consumer group on the target from
+  the offsets kafkaops committed there.
+
+With ``quiesce=acl`` the producers are stopped by the ACL; the operator still stops them when asked,
+as an application that gets TOPIC_AUTHORIZATION_FAILED would be stopped by its owner.
+Used by tests/dags/test_live_migration_dag.py and benchmarks/bench_live_migration.py.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kafkaops.platform import store as store_
+from kafkaops.platform.traffic import MigrationTraffic
+
+log = logging.getLogger(__name__)
+
+
+class Operator:
+    """A thread that follows the newest run of ``dag_id`` started after it, and acts on its notes
+    (see the module docstring). :attr:`done` lists what it did, with the monotonic time; :attr:`error`
+    holds what went wrong (the test or bench raises it)."""
+
+    def __init__(self, traffic: MigrationTraffic, dag_id: str, *, store: store_.Store | None = None,
+                 poll_s: float = 0.2, on_switch: Callable[[str], None] | None = None) -> None:
+        self.traffic, self.dag_id, self.poll_s = traffic, dag_id, poll_s
+        self.store = store or store_.current()
+        self.on_switch = on_switch
+        self.done: list[tuple[str, float]] = []
+        self.error: BaseException | None = None
+        self._since = time.time()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._follow, name="kafkaops-rehearsal-operator", daemon=True)
+
+    def __enter__(self) -> Operator:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run_id(self) -> str | None:
+        for op in self.store.list_operations(self.dag_id, limit=5):
+            if (op.get("started_at") or 0) >= self._since - 1:
+                return op["run_id"]
+        return None
+
+    def _follow(self) -> None:
+        run_id, seen = None, 0
+        try:
+            while not self._stop.wait(self.poll_s):
+                run_id = run_id or self._run_id()
+                if run_id is None:
+                    continue
+                events = self.store.events(self.dag_id, run_id)
+                for e in events[seen:]:
+                    self._act(e.data)
+                seen = len(events)
+        except BaseException as err:  # reported to the caller, who raises it
+            log.exception("rehearsal operator failed")
+            self.error = err
+
+    def _act(self, data: dict[str, Any]) -> None:
+        action = data.get("action")
+        if action == "stop_producers" and not any(a == "stopped" for a, _ in self.done):
+            log.info("operator: stopping producers and draining the consumer of %s", self.traffic.source)
+            self.traffic.stop_producing()
+            self.traffic.drain_and_stop_consumer()
+            self.done.append(("stopped", time.monotonic()))
+        elif action == "switch" and not any(a == "switched" for a, _ in self.done):
+            target = data.get("switch", {}).get("target_topic")
+            log.info("operator: switching producers and consumers to %s", target)
+            self.traffic.switch_producers(target)
+            self.traffic.switch_consumer(target)
+            self.done.append(("switched", time.monotonic()))
+            if self.on_switch:
+                self.on_switch(target)

@@ -1,0 +1,347 @@
+"""Live migration: a partition increase by migration while producers and consumers keep running, with
+no record lost, duplicated or out of per-key order.
+
+    backfill (pass 1) -> catch-up passes (until the lag is below a threshold or the budget is spent)
+      -> quiesce the producers (manual: the operator stops them and kafkaops sees the end offsets stay
+         still; acl: a DENY Write ACL on the source for named principals, removed whatever happens)
+      -> final pass to the quiesced end offsets -> integrity gate over the whole copy
+      -> consumer groups settled (read to the end and stopped), offsets translated and committed on the target
+      -> switch (a person moves producers and consumers to the target)
+      -> confirmed by observation: writes reach the target and none reach the source
+    before the switch, any failure (or a refused switch): abandon, the source stays authoritative.
+
+The copy in passes is :meth:`kafkaops.rekey.backfill.BackfillPlan.next_pass`: each pass appends after
+the last, exactly once (its own transactional slices and markers), and the gate checks all passes as
+one copy ordered by pass. A consumer group that read the source to its quiesced end resumes on the
+target after the last copied record of every partition: every record once, in per-key order, also
+those produced during the catch-up passes (they are in the copy).
+
+The write-unavailable window is measured from the records themselves: the timestamp of the last
+record written to the source to the first written to the target after the switch.
+
+Pure decisions (:func:`lag`, :func:`stop_reason`, :class:`Stillness`) are separated from the steps,
+which take the run's :class:`kafkaops.platform.lifecycle.OperationContext` and append to its record.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kafkaops.errors import KafkaOpsError
+from kafkaops.platform import admin, lifecycle
+from kafkaops.rekey import backfill
+from kafkaops.rekey.backfill import BackfillPlan
+
+log = logging.getLogger(__name__)
+
+#: How producers are quiesced: ``none`` (a snapshot migration: no cut-over protocol), ``manual``
+#: (the operator stops them), ``acl`` (kafkaops denies Write on the source to named principals).
+QUIESCE_MODES = ("none", "manual", "acl")
+
+
+class MigrationAbandoned(KafkaOpsError):
+    """The live migration stopped before the switch; the source stays authoritative."""
+
+
+@dataclass(frozen=True)
+class LivePolicy:
+    """The operator's limits for the cut-over (the DAG's params)."""
+
+    quiesce: str = "none"
+    catch_up_lag_records: int = 1000
+    catch_up_budget_s: float = 600.0
+    max_catch_up_passes: int = 10
+    quiet_s: float = 10.0
+    quiesce_timeout_s: float = 900.0
+    switch_timeout_s: float = 900.0
+    principals: tuple[str, ...] = ()
+    delete_target_on_abandon: bool = False
+
+    @property
+    def live(self) -> bool:
+        return self.quiesce != "none"
+
+    def problems(self) -> list[str]:
+        found = []
+        if self.quiesce not in QUIESCE_MODES:
+            found.append(f"quiesce {self.quiesce!r} is unknown; use one of {', '.join(QUIESCE_MODES)}")
+        if self.quiesce == "acl" and not self.principals:
+            found.append("quiesce=acl needs the producers' principals (e.g. User:orders-app) in quiesce_principals")
+        bad = [p for p in self.principals if not p.startswith("User:") or len(p) <= len("User:")]
+        if bad:
+            found.append(f"quiesce_principals {bad} are not Kafka principals of the form User:<name>")
+        for name in ("catch_up_lag_records", "max_catch_up_passes"):
+            if getattr(self, name) < 0:
+                found.append(f"{name} is {getattr(self, name)}; give 0 or more")
+        for name in ("catch_up_budget_s", "quiet_s", "quiesce_timeout_s", "switch_timeout_s"):
+            if getattr(self, name) <= 0:
+                found.append(f"{name} is {getattr(self, name)}; give a number of seconds above 0")
+        if self.quiet_s >= self.quiesce_timeout_s:
+            found.append(f"quiet_s ({self.quiet_s}) must be shorter than quiesce_timeout_s ({self.quiesce_timeout_s})")
+        return found
+
+
+# -- pure decisions -----------------------------------------------------------------------------------------
+
+def lag(plan: BackfillPlan, ends: Mapping[int, int]) -> int:
+    """Records of the source past the end of ``plan`` (the last pass), given its end offsets now."""
+    return sum(max(0, int(ends.get(p, e)) - e) for p, _, e in plan.source_offsets)
+
+
+def stop_reason(remaining: int, passes: int, elapsed_s: float, policy: LivePolicy) -> str | None:
+    """Why the catch-up stops before another pass (None: run one). The final pass after the quiesce
+    copies what is left, so stopping early loses nothing: it only lengthens the write window."""
+    if remaining <= policy.catch_up_lag_records:
+        return f"the lag is {remaining:,} record(s), at or below the threshold of {policy.catch_up_lag_records:,}"
+    if passes >= policy.max_catch_up_passes:
+        return f"{passes} catch-up pass(es) ran, the most allowed; {remaining:,} record(s) left for the final pass"
+    if elapsed_s >= policy.catch_up_budget_s:
+        return (f"the catch-up budget of {policy.catch_up_budget_s:.0f} s is spent ({elapsed_s:.0f} s); "
+                f"{remaining:,} record(s) left for the final pass")
+    return None
+
+
+class Stillness:
+    """Whether a topic's end offsets stayed the same for ``quiet_s`` seconds: fed samples in time order."""
+
+    def __init__(self, quiet_s: float) -> None:
+        self.quiet_s = quiet_s
+        self.ends: dict[int, int] | None = None
+        self.since = 0.0
+
+    def see(self, now: float, ends: Mapping[int, int]) -> bool:
+        if self.ends != dict(ends):
+            self.ends, self.since = dict(ends), now
+            return False
+        return now - self.since >= self.quiet_s
+
+
+# -- steps (I/O) ----------------------------------------------------------------------------------------------
+
+def source_ends(ctx: lifecycle.OperationContext, topic: str) -> dict[int, int]:
+    return {p: e for p, (_, e) in admin.end_offsets(ctx.conn_config, topic).items()}
+
+
+RunPass = Callable[[BackfillPlan, str, bool], Mapping[str, Any]]
+"""Runs one pass (plan, artifact name, verify the whole copy after it) and returns the Spark app's result."""
+
+
+def catch_up(ctx: lifecycle.OperationContext, first: BackfillPlan, run_pass: RunPass, policy: LivePolicy, *,
+             clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+    """Catch-up passes after the backfill while producers keep writing, each from where the last
+    ended to the source's end offsets then, until :func:`stop_reason`. Returns the last pass's plan."""
+    plan, passes, started = first, [], clock()
+    while True:
+        ends = source_ends(ctx, plan.source_topic)
+        remaining = lag(plan, ends)
+        why = stop_reason(remaining, len(passes), clock() - started, policy)
+        if why:
+            break
+        plan = plan.next_pass(ends)
+        number = len(passes) + 2  # the backfill was pass 1
+        began = clock()
+        result = run_pass(plan, f"pass{number}", False)
+        row = {"pass": number, "lag_before": remaining, "records": plan.records,
+               "written": int((result.get("run") or {}).get("written", 0)), "seconds": round(clock() - began, 1),
+               "mode": (result.get("run") or {}).get("mode")}
+        passes.append(row)
+        ctx.audit.append("note", text=f"catch-up pass {number}: {row['written']:,} record(s) copied in "
+                                      f"{row['seconds']} s (lag was {remaining:,})", catch_up=row)
+        log.info("catch-up pass %d: %d record(s) in %.1f s, lag was %d", number, row["written"], row["seconds"],
+                 remaining)
+    ctx.audit.append("note", text=f"catch-up done after {len(passes)} pass(es): {why}", catch_up_done=True,
+                     lag=remaining, passes=len(passes))
+    return {"backfill": plan.to_dict(), "passes": passes, "lag": remaining, "why": why}
+
+
+def quiesce(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePolicy, *,
+            clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
+            ) -> dict[str, Any]:
+    """Stop the writes to the source and wait until its end offsets stay still for ``quiet_s``.
+
+    manual: the record asks the operator to stop the producers (and to let consumers read to the end,
+    then stop them); acl: a DENY Write ACL on the source for each principal (removed by
+    :func:`release_writes`, whatever happens later). Raises :class:`MigrationAbandoned` when the end
+    offsets still move after ``quiesce_timeout_s``."""
+    topic, target = plan.source_topic, plan.target_topic
+    asked_at = lifecycle.now()
+    if policy.quiesce == "acl":
+        with ctx.connect() as conn:
+            ctx.fence(f"deny writes to {topic}")
+            admin.deny_writes(conn, topic, policy.principals)
+        ctx.audit.append("note", text=f"writes to {topic} denied to {', '.join(policy.principals)} (ACL DENY Write); "
+                                      "the write window begins", action="writes_denied", acl=list(policy.principals))
+    ctx.audit.append("note", text=(
+        f"Stop every producer writing to {topic} now; the write window begins. Let the consumers of {topic} read "
+        f"to its end, then stop them: they restart on {target} at offsets kafkaops commits. Waiting up to "
+        f"{policy.quiesce_timeout_s:.0f} s for the end offsets of {topic} to stay still for {policy.quiet_s:.0f} s."),
+        action="stop_producers", topic=topic, target_topic=target)
+    still, began = Stillness(policy.quiet_s), clock()
+    while True:
+        ends = source_ends(ctx, topic)
+        if still.see(clock(), ends):
+            break
+        if clock() - began > policy.quiesce_timeout_s:
+            raise MigrationAbandoned(
+                f"{topic}'s end offsets still moved after {policy.quiesce_timeout_s:.0f} s (now {ends}): producers "
+                f"did not stop. The migration is abandoned: {topic} stays authoritative and nothing was switched; "
+                "stop the producers and trigger the migration again")
+        sleep(min(1.0, policy.quiet_s / 4))
+    settled_at = lifecycle.now()
+    data = {"how": policy.quiesce, "asked_at": asked_at, "settled_at": settled_at, "ends": ends}
+    ctx.audit.append("note", text=f"producers quiesced ({policy.quiesce}): {topic}'s end offsets stayed still for "
+                                  f"{policy.quiet_s:.0f} s, {settled_at - asked_at:.1f} s after asking",
+                     quiesce=data)
+    return data
+
+
+def final_pass(ctx: lifecycle.OperationContext, last: BackfillPlan, quiesced: Mapping[str, Any], run_pass: RunPass,
+               number: int) -> dict[str, Any]:
+    """The last pass, to the quiesced end offsets, with the integrity check of the whole copy; returns
+    the Spark app's result and the target's end offsets after it (where the switch's first writes begin)."""
+    plan = last.next_pass({int(p): int(e) for p, e in quiesced["ends"].items()})
+    result = dict(run_pass(plan, f"pass{number}", True))
+    target_ends = source_ends(ctx, plan.target_topic)
+    written = int((result.get("run") or {}).get("written", 0))
+    ctx.audit.append("note", text=f"final pass {number}: {written:,} record(s) copied up to the quiesced end offsets; "
+                                  f"the copy holds every record of {plan.source_topic} from "
+                                  f"{dict((p, plan.origin(p)) for p, _, _ in plan.source_offsets)} to "
+                                  f"{quiesced['ends']}", final_pass={"pass": number, "written": written,
+                                                                      "records": plan.records})
+    return {**result, "target_ends": target_ends}
+
+
+def switch_request(cut: Mapping[str, Any]) -> str:
+    """What the switch step asks of the operator: the topics and each group's committed target offsets."""
+    source, target = cut.get("source_topic", "the source"), cut.get("target_topic", "the target")
+    lines = [f"Move producers from {source} to {target} now, then start the consumers on {target}: their groups' "
+             f"offsets are committed there (the consumers must subscribe to {target}; nothing is read twice or "
+             f"skipped). Approve once they run; Reject abandons the migration ({source} stays authoritative).", ""]
+    groups = cut.get("groups") or {}
+    if groups:
+        lines += ["| group | committed for | target offsets (partition: offset) | redelivered |", "|---|---|---|---|"]
+        for group, g in sorted(groups.items()):
+            offsets = ", ".join(f"{p}: {o}" for p, o in sorted(g["target"].items(), key=lambda x: int(x[0])))
+            lines.append(f"| {group} | {g.get('committed_for', '-')} | {offsets} | {g['redelivered']} |")
+    else:
+        lines.append(f"No consumer group had offsets on {source}.")
+    return "\n".join(lines)
+
+
+def release_writes(ctx: lifecycle.OperationContext, topic: str, policy: LivePolicy) -> bool:
+    """Remove the quiesce's DENY Write ACLs (idempotent); True when there were any to remove."""
+    if policy.quiesce != "acl":
+        return False
+    with ctx.connect() as conn:
+        removed = admin.allow_writes(conn, topic, policy.principals)
+    if removed:
+        ctx.audit.append("note", text=f"writes to {topic} allowed again: {removed} DENY Write ACL(s) removed",
+                         action="writes_allowed")
+    return bool(removed)
+
+
+def settle_groups(ctx: lifecycle.OperationContext, topic: str, ends: Mapping[int, int], *, timeout_s: float,
+                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
+                  ) -> dict[str, str]:
+    """Wait until every consumer group of ``topic`` read it to ``ends`` and has no member (its offsets
+    can then be committed on the target and cannot move on). Returns group -> how it was left:
+    ``drained`` or, at the timeout, ``not drained`` / ``still active`` (the translation states it)."""
+    began = clock()
+    while True:
+        with ctx.connect() as conn:
+            snap = admin.snapshot(conn, topics=[topic], sizes=False)
+        states = {}
+        for g in snap.groups:
+            if g.group_id.startswith(backfill.MARKER_GROUP_PREFIX):
+                continue
+            committed = {x.partition: x.committed for x in g.partitions if x.topic == topic}
+            if not committed:
+                continue
+            drained = all((committed.get(p) or 0) >= e for p, e in ends.items())
+            states[g.group_id] = ("drained" if drained and g.members == 0 else
+                                  "still active" if g.members else "not drained")
+        if all(s == "drained" for s in states.values()) or clock() - began > timeout_s:
+            return states
+        sleep(1.0)
+
+
+def last_timestamp(ctx: lifecycle.OperationContext, topic: str, ends: Mapping[int, int]) -> int | None:
+    """The latest timestamp (ms) of the records just before ``ends``: when the last write landed."""
+    ranges = {p: (max(0, e - 1), e) for p, e in ends.items() if e > 0}
+    stamps = [r.timestamp for r in admin.read_ranges(ctx.conn_config, topic, ranges)] if ranges else []
+    return max(stamps) if stamps else None
+
+
+def confirm_switch(ctx: lifecycle.OperationContext, plan: BackfillPlan, quiesced: Mapping[str, Any],
+                   copied_ends: Mapping[int, int], policy: LivePolicy, *,
+                   clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
+                   ) -> dict[str, Any]:
+    """Observe the switch: writes reach the target past the copy (``copied_ends``) and none reach the
+    source past its quiesced end. Records the write-unavailable window from the records' timestamps."""
+    source, target = plan.source_topic, plan.target_topic
+    source_at = {int(p): int(e) for p, e in quiesced["ends"].items()}  # through XCom: JSON, partitions as text
+    copied_ends = {int(p): int(e) for p, e in copied_ends.items()}
+    began = clock()
+    while True:
+        now_source = source_ends(ctx, source)
+        stray = lag(replace_ends(plan, source_at), now_source)
+        if stray:
+            raise KafkaOpsError(
+                f"{stray} record(s) were written to {source} after the quiesce (end offsets {source_at} -> "
+                f"{now_source}): some producer still writes to the source, and those records are not in {target}. "
+                f"Stop it, then copy them: kafka_partition_increase cannot merge them into {target} in key order "
+                "once producers write there; see docs/live-migration.md")
+        now_target = source_ends(ctx, target)
+        arrived = {p: e - copied_ends.get(p, 0) for p, e in now_target.items() if e > copied_ends.get(p, 0)}
+        if arrived:
+            break
+        if clock() - began > policy.switch_timeout_s:
+            raise KafkaOpsError(f"no write reached {target} within {policy.switch_timeout_s:.0f} s of the switch: "
+                                f"producers were not moved to it. {source} has no new writes either; start the "
+                                f"producers on {target}")
+        sleep(1.0)
+    first_new = min((r.timestamp for r in admin.read_ranges(
+        ctx.conn_config, target, {p: (copied_ends.get(p, 0), e) for p, e in now_target.items()
+                                  if e > copied_ends.get(p, 0)})), default=None)
+    last_old = last_timestamp(ctx, source, source_at)
+    window = (first_new - last_old) / 1000.0 if first_new is not None and last_old is not None else None
+    data = {"write_window_s": window, "last_source_write_ms": last_old, "first_target_write_ms": first_new,
+            "target_partitions_written": sorted(arrived)}
+    ctx.audit.append("note", text=f"switch observed: writes reach {target}, none reach {source}; write-unavailable "
+                                  f"window {window:.1f} s" if window is not None else
+                     f"switch observed: writes reach {target}, none reach {source}", switch_observed=data)
+    return data
+
+
+def replace_ends(plan: BackfillPlan, ends: Mapping[int, int]) -> BackfillPlan:
+    """``plan`` ending at ``ends`` (for :func:`lag` against a quiesced end)."""
+    return backfill.BackfillPlan(plan.source_topic, tuple((p, s, int(ends.get(p, e))) for p, s, e in
+                                                          plan.source_offsets),
+                                 plan.target_topic, plan.target_partitions, plan.key_rule, plan.dead_letter_topic)
+
+
+def abandon(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePolicy, reason: str,
+            groups: Sequence[str] = ()) -> dict[str, Any]:
+    """Roll back before the switch: writes to the source allowed again, the target deleted (with
+    ``delete_target_on_abandon``) or kept and marked abandoned in the record; offsets committed on the
+    target for ``groups`` removed with it. The source stays authoritative."""
+    released = False
+    try:
+        released = release_writes(ctx, plan.source_topic, policy)
+    finally:
+        deleted = False
+        if policy.delete_target_on_abandon:
+            with ctx.connect() as conn:
+                ctx.fence(f"delete the abandoned target {plan.target_topic}")
+                admin.delete_topics(conn, [plan.target_topic, plan.dead_letter_topic])
+            deleted = True
+        what = ("deleted" if deleted else f"kept, not authoritative (delete it with kafka-topics --delete --topic "
+                                          f"{plan.target_topic} once inspected)")
+        ctx.audit.append("note", text=f"live migration abandoned: {reason}. {plan.source_topic} stays authoritative; "
+                                      f"target {plan.target_topic} {what}; producers and consumers stay on "
+                                      f"{plan.source_topic}", abandoned=True, target_deleted=deleted,
+                         writes_released=released, groups=list(groups))
+    return {"abandoned": True, "target_deleted": deleted, "reason": reason}

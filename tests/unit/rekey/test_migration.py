@@ -1,0 +1,67 @@
+"""The live migration's pure decisions: the lag behind the copy, when the catch-up stops, when a topic
+counts as still, the operator's limits refused before anything changes, and the switch request."""
+from __future__ import annotations
+
+import pytest
+
+from kafkaops.errors import ConfigError
+from kafkaops.rekey import migration
+from kafkaops.rekey.backfill import BackfillPlan
+from kafkaops.rekey.steps import PartitionParams
+
+PASS = BackfillPlan("orders", ((0, 0, 100), (1, 0, 50), (2, 0, 0)), "orders.v2", 12).next_pass({0: 120, 1: 50, 2: 7})
+
+
+def test_the_lag_counts_records_past_the_last_pass_and_never_goes_negative() -> None:
+    assert migration.lag(PASS, {0: 130, 1: 50, 2: 7}) == 10
+    assert migration.lag(PASS, {0: 120, 1: 40}) == 0  # a partition behind or unnamed: nothing to copy
+
+
+@pytest.mark.parametrize(("remaining", "passes", "elapsed", "words"), [
+    (1000, 0, 0.0, "at or below the threshold of 1,000"),
+    (5000, 10, 0.0, "10 catch-up pass(es) ran"),
+    (5000, 1, 700.0, "budget of 600 s is spent"),
+    (1001, 3, 10.0, None),
+])
+def test_the_catch_up_stops_at_the_threshold_the_pass_limit_or_the_budget(remaining, passes, elapsed, words) -> None:
+    why = migration.stop_reason(remaining, passes, elapsed, migration.LivePolicy(quiesce="manual"))
+    assert why is None if words is None else words in why
+
+
+def test_a_topic_is_still_once_its_end_offsets_stayed_the_same_for_the_quiet_period() -> None:
+    still = migration.Stillness(3.0)
+    assert not still.see(0.0, {0: 5})
+    assert not still.see(2.9, {0: 5})
+    assert not still.see(3.5, {0: 6})  # moved: the quiet period starts again
+    assert not still.see(6.0, {0: 6})
+    assert still.see(6.5, {0: 6})
+
+
+@pytest.mark.parametrize(("params", "words"), [
+    ({"quiesce": "sometimes"}, "quiesce 'sometimes' is unknown"),
+    ({"quiesce": "acl"}, "needs the producers' principals"),
+    ({"quiesce": "acl", "quiesce_principals": "orders-app"}, "not Kafka principals"),
+    ({"quiesce": "manual", "quiet_s": 900, "quiesce_timeout_s": 900}, "must be shorter than quiesce_timeout_s"),
+    ({"quiesce": "manual", "mode": "in_place"}, "needs mode=migrate"),
+    ({"quiesce": "manual", "switch_timeout_s": 0}, "switch_timeout_s is 0"),
+])
+def test_bad_live_limits_are_refused_before_anything_changes(params, words) -> None:
+    with pytest.raises(ConfigError, match="nothing was changed") as err:
+        PartitionParams.from_params({"topic": "orders", "new_partition_count": 12, **params})
+    assert words in str(err.value)
+
+
+def test_the_form_defaults_give_a_snapshot_migration_and_acl_principals_split() -> None:
+    p = PartitionParams.from_params({"topic": "orders", "new_partition_count": 12})
+    assert not p.policy.live and p.policy.quiesce == "none"
+    acl = PartitionParams.from_params({"topic": "orders", "new_partition_count": 12, "quiesce": "acl",
+                                       "quiesce_principals": "User:a, User:b"})
+    assert acl.policy.principals == ("User:a", "User:b") and acl.policy.live
+
+
+def test_the_switch_request_names_topics_groups_and_offsets_in_partition_order() -> None:
+    text = migration.switch_request({"source_topic": "orders", "target_topic": "orders.v2", "groups": {
+        "billing": {"target": {"10": 7, "2": 3}, "redelivered": 0, "committed_for": "billing"}}})
+    assert "from orders to orders.v2" in text and "Reject abandons" in text
+    assert "| billing | billing | 2: 3, 10: 7 | 0 |" in text
+    assert "No consumer group" in migration.switch_request({"source_topic": "s", "target_topic": "t", "groups": {}})
