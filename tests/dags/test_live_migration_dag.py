@@ -1,19 +1,22 @@
-"""kafka_partition_increase as a live migration (quiesce=manual), 3 -> 12 partitions, while keyed
+"""kafka_partition_increase as a live migration (quiesce=manual and acl), 3 -> 12 partitions, while keyed
 producers write ~2,000 records/s and a consumer group reads through the switch
 (kafkaops.platform.traffic.MigrationTraffic, with kafkaops.platform.rehearsal.Operator doing what the
 run's record asks). Afterwards, from the consumer's own log: nothing lost, duplicated or out of
-per-key order, for the record key (the direct copy) and a value field whose values span source
-partitions (``field:customer``: the merged copy). Also: producers that never stop abandon the run
+per-key order, for the record key (the direct copy, producers stopped by the operator) and a value
+field whose values span source partitions (``field:customer``: the merged copy, producers quiesced
+by a DENY Write ACL on a cluster with an authorizer). Also: producers that never stop abandon the run
 cleanly, the source staying authoritative."""
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from kafkaops.platform import admin, provision
+from kafkaops.airflow import pages
+from kafkaops.platform import admin, provision, state
 from kafkaops.platform.rehearsal import Operator
-from kafkaops.platform.traffic import MigrationTraffic
+from kafkaops.platform.traffic import MigrationReport, MigrationTraffic
 from tests.dags.conftest import kafka_default_connection, run_partition_increase
 
 pytestmark = pytest.mark.integration
@@ -29,29 +32,40 @@ def cluster(one_broker_cluster: provision.ClusterSpec) -> Iterator[provision.Clu
         yield one_broker_cluster
 
 
-@pytest.mark.parametrize("rule", ["record_key", "field:customer"])
-def test_a_live_migration_loses_duplicates_and_reorders_nothing(dagbag, cluster, rule) -> None:
-    topic = f"live.{rule.replace(':', '.')}"
+def test_a_live_migration_by_the_record_key_loses_duplicates_and_reorders_nothing(dagbag, cluster, tmp_path) -> None:
+    topic = "live.record_key"
     config = {"bootstrap.servers": cluster.bootstrap}
     with admin.connect(config) as conn:
         admin.create_topic(conn, topic, 3, 1)
     with MigrationTraffic(config, topic, group=f"{topic}.readers", rate_per_s=2000) as traffic:
         with Operator(traffic, "kafka_partition_increase") as operator:
-            dag_run, record = run_partition_increase(dagbag, topic=topic, key_rule=rule, **LIVE)
+            dag_run, record = run_partition_increase(dagbag, topic=topic, key_rule="record_key", **LIVE)
         assert operator.error is None, operator.error
         report = traffic.finish()
     assert str(dag_run.state) == "success", record
-    assert record["outcome"] == "success", record
     assert [a for a, _ in operator.done] == ["stopped", "switched"]
     assert report.ok and (report.lost, report.duplicated, report.out_of_order) == (0, 0, 0), str(report)
+    quiesced = next(n["quiesce"] for n in record["notes"] if "quiesce" in n)
+    assert quiesced["how"] == "manual" and quiesced["settled_at"] > quiesced["asked_at"]
+    assert_live_record(config, topic, record, report)
+    # the operator's view: the record page tells the cut-over as tables, in UTC, with units
+    page = pages.render_record(state.read_record("kafka_partition_increase", dag_run.run_id))
+    (tmp_path / "record.html").write_text(page)
+    for shown in ("Live cut-over", "the operator stopped the producers", "write-unavailable window",
+                  "confirmed by param approval=auto_approve", f"{topic}.readers", "catch-up", "final (after the quiesce)",
+                  "lag before (records)", "UTC"):
+        assert shown in page, shown
+
+
+def assert_live_record(config: dict, topic: str, record: dict, report: MigrationReport) -> None:
+    """What the operation record of a successful live migration of ``topic`` must show."""
+    assert record["outcome"] == "success", record
     target = f"{topic}.v2"
     assert report.received_by_topic[topic] > 0 and report.received_by_topic[target] > 0, str(report)
     assert [(g["gate"], g["ok"]) for g in record["gates"]] == [("preflight", True), ("backfill", True)]
     notes = record["notes"]
     catch_up = [n["catch_up"] for n in notes if "catch_up" in n]
     assert len(catch_up) == 1 and catch_up[0]["written"] > 0  # records produced during the backfill
-    quiesced = next(n["quiesce"] for n in notes if "quiesce" in n)
-    assert quiesced["how"] == "manual" and quiesced["settled_at"] > quiesced["asked_at"]
     cut = next(n["offset_translation"] for n in notes if "offset_translation" in n)
     assert cut[f"{topic}.readers"]["committed_for"] == f"{topic}.readers"
     assert cut[f"{topic}.readers"]["settled"] == "drained" and cut[f"{topic}.readers"]["redelivered"] == 0
@@ -85,3 +99,68 @@ def test_producers_that_never_stop_abandon_the_migration(dagbag, cluster) -> Non
         topics = conn.admin.list_topics(timeout=10).topics
     assert f"{topic}.v2" not in topics and topic in topics
     assert str(dag_run.state) in ("failed", "success")
+
+
+ADMIN, APP = "kafkaops-admin", "orders-app"
+
+
+@pytest.fixture(scope="module")
+def acl_cluster(airflow_db) -> Iterator[tuple[dict[str, str], dict[str, str]]]:
+    """One broker with an authorizer (StandardAuthorizer) on a SASL_PLAINTEXT listener: kafkaops' login
+    is a super user, the application's (``orders-app``) may use topics and groups named ``live.*``.
+    Yields the librdkafka config of kafkaops and of the application."""
+    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, ResourcePatternType,
+                                       ResourceType)
+
+    password = {ADMIN: uuid.uuid4().hex, APP: uuid.uuid4().hex}
+    inventory = {"kafka_broker_listeners": [{"name": "CLIENT", "port": "{{ kafka_broker_port }}",
+                                             "protocol": "SASL_PLAINTEXT"}],
+                 "kafka_broker_scram_users": [{"name": n, "password": p} for n, p in password.items()],
+                 "kafka_broker_super_users": [ADMIN]}
+
+    def login(user: str) -> dict[str, str]:
+        return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user,
+                "sasl.password": password[user]}
+
+    with provision.temporary_cluster("kafkaops-acl-", brokers=1, controllers=1, inventory_vars=inventory,
+                                     client_config=login(ADMIN)) as spec:
+        admin_config = {"bootstrap.servers": spec.bootstrap, **login(ADMIN)}
+        with admin.connect(admin_config) as conn:
+            grants = [AclBinding(kind, "live.", ResourcePatternType.PREFIXED, f"User:{APP}", "*", AclOperation.ALL,
+                                 AclPermissionType.ALLOW) for kind in (ResourceType.TOPIC, ResourceType.GROUP)]
+            for future in conn.admin.create_acls(grants).values():
+                future.result(30)
+        with kafka_default_connection(spec.bootstrap, login(ADMIN)):
+            yield admin_config, {"bootstrap.servers": spec.bootstrap, **login(APP)}
+
+
+def test_a_live_migration_by_a_value_field_with_the_acl_quiesce(dagbag, acl_cluster) -> None:
+    """The merged copy (customers span source partitions) under traffic, the producers quiesced by a DENY
+    Write ACL: their sends to the source are refused (unacknowledged, never lost), the ACL is gone after."""
+    from confluent_kafka.admin import AclBindingFilter, AclOperation, AclPermissionType, ResourcePatternType, \
+        ResourceType
+
+    admin_config, app_config = acl_cluster
+    topic = "live.field.customer"
+    with admin.connect(admin_config) as conn:
+        admin.create_topic(conn, topic, 3, 1)
+    with MigrationTraffic(app_config, topic, group=f"{topic}.readers", rate_per_s=2000) as traffic:
+        with Operator(traffic, "kafka_partition_increase", stop_producers=False) as operator:
+            dag_run, record = run_partition_increase(dagbag, topic=topic, key_rule="field:customer",
+                                                     **{**LIVE, "quiesce": "acl",
+                                                        "quiesce_principals": f"User:{APP}"})
+        assert operator.error is None, operator.error
+        report = traffic.finish()
+    assert str(dag_run.state) == "success", record
+    assert (report.lost, report.duplicated, report.out_of_order) == (0, 0, 0), str(report)
+    assert report.unacknowledged > 0 and "AUTHORIZATION" in " ".join(traffic.failures[:1]).upper(), str(report)
+    actions = [n.get("action") for n in record["notes"] if n.get("action")]
+    assert actions.index("writes_denied") < actions.index("stop_producers") < actions.index("switch") \
+        < actions.index("writes_allowed")
+    assert next(n["quiesce"] for n in record["notes"] if "quiesce" in n)["how"] == "acl"
+    assert next(n for n in record["notes"] if "run" in n and n["run"])["run"]["mode"] == "merged"
+    assert_live_record(admin_config, topic, record, report)
+    with admin.connect(admin_config) as conn:  # the DENY is gone; the application's grants stay
+        left = conn.admin.describe_acls(AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                                                         AclOperation.ANY, AclPermissionType.DENY)).result(30)
+    assert left == []

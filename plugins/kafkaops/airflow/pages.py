@@ -24,7 +24,7 @@ from kafkaops.platform import render
 from kafkaops.reassign.planner.errors import PlanInputError
 from kafkaops.reassign.planner.plan import ReassignmentPlan
 
-OUTCOME_CLASS = {"success": "ok", "dry_run": "ok", "running": "running"}
+OUTCOME_CLASS = {"success": "ok", "dry_run": "ok", "running": "running", "abandoned": "running"}
 RECORDS = "/kafkaops/records"
 ARTIFACTS = "/kafkaops/artifacts"
 _LEGACY_CAPACITY = "/kafkaops/capacity/"  # capacity report URLs from before the store
@@ -190,6 +190,55 @@ def _steps(record: Mapping[str, Any]) -> tuple[list[str], list[list[Any]]]:
              for s in record.get("steps") or ()])
 
 
+def _live(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A live migration's cut-over from its record's notes (None for any other run): the passes with
+    their lag and copied records, the quiesce, the offsets committed per group, the switch."""
+    notes = list(record.get("notes") or ())
+    if not any("quiesce" in n or "catch_up" in n or n.get("action") == "stop_producers" for n in notes):
+        return None
+    passes = []
+    for n in notes:
+        if "catch_up" in n:
+            c = n["catch_up"]
+            passes.append([c["pass"], "catch-up", f"{c['lag_before']:,}", f"{c['written']:,}", c.get("mode") or "",
+                           render.duration(c.get("seconds")), render.utc_time(n.get("ts"))])
+        elif "final_pass" in n:
+            f = n["final_pass"]
+            passes.append([f["pass"], "final (after the quiesce)", "", f"{f['written']:,}", "", "",
+                           render.utc_time(n.get("ts"))])
+    quiesce = next((n["quiesce"] for n in notes if "quiesce" in n), None)
+    groups = []
+    for n in notes:
+        for group, g in sorted((n.get("offset_translation") or {}).items()):
+            offsets = ", ".join(f"{p}: {o:,}" for p, o in sorted(g["target"].items(), key=lambda x: int(x[0])))
+            groups.append([group, g.get("committed_for") or "recorded only", g.get("settled") or "",
+                           offsets, g.get("redelivered", 0), g.get("stated") or ""])
+    decision = next((n for n in notes if "switch_decision" in n), None)
+    observed = next((n for n in notes if "switch_observed" in n), None)
+    abandoned = next((n for n in notes if n.get("abandoned")), None)
+    facts = []
+    if quiesce:
+        facts += [("quiesce", {"manual": "the operator stopped the producers",
+                               "acl": "a DENY Write ACL on the source"}.get(quiesce["how"], quiesce["how"])),
+                  ("producers asked to stop", render.utc_time(quiesce.get("asked_at"))),
+                  ("source still (end offsets unchanged)", render.utc_time(quiesce.get("settled_at")))]
+    if decision:
+        facts.append(("switch", f"{'confirmed' if decision['switch_decision']['approved'] else 'refused'} by "
+                                f"{decision['switch_decision']['by']} at {render.utc_time(decision.get('ts'))}"))
+    if observed:
+        window = observed["switch_observed"].get("write_window_s")
+        facts += [("switch observed", render.utc_time(observed.get("ts"))),
+                  ("write-unavailable window", "unknown" if window is None else f"{window:.1f} s (last source record "
+                                                                               "to first target record)")]
+    if abandoned:
+        facts.append(("abandoned", abandoned["text"]))
+    return {"passes": (["pass", "kind", "lag before (records)", "copied (records)", "copy", "took", "ended (UTC)"],
+                       passes),
+            "groups": (["group", "committed for", "settled", "target offsets (partition: offset)", "redelivered",
+                        "note"], groups),
+            "facts": facts}
+
+
 def render_record(record: Mapping[str, Any]) -> str:
     """An operation record (``state.read_record`` or ``state.summarize``) as one self-contained HTML page,
     from its kind's template (:data:`TEMPLATES`)."""
@@ -200,7 +249,7 @@ def render_record(record: Mapping[str, Any]) -> str:
     approval = record.get("approval")
     return _templates.get_template(template_of(record)).render(
         record=record, plan=plan, plan_facts=render.plan_facts(plan), reassignment=_reassignment_plan(plan),
-        partition_plan=_partition_plan(plan), report=report,
+        partition_plan=_partition_plan(plan), report=report, live=_live(record),
         docs=[artifact_href(g["docs_path"]) if g.get("docs_path") else None for g in record.get("gates") or ()],
         notes=notes, steps=_steps(record), batches=_batches(record), throttles=_throttles(record),
         params=[(name, _value(value)) for name, value in sorted((record.get("params") or {}).items())],

@@ -8,8 +8,9 @@ does what the record asks:
 * a note with ``action="switch"``: producers to the target, the consumer group on the target from
   the offsets kafkaops committed there.
 
-With ``quiesce=acl`` the producers are stopped by the ACL; the operator still stops them when asked,
-as an application that gets TOPIC_AUTHORIZATION_FAILED would be stopped by its owner.
+With ``quiesce=acl`` kafkaops stops the writes itself: an Operator made with ``stop_producers=False``
+leaves the producers running (their sends to the source are refused with TOPIC_AUTHORIZATION_FAILED,
+unacknowledged) and only drains and stops the consumer when asked.
 Used by tests/dags/test_live_migration_dag.py and benchmarks/bench_live_migration.py.
 """
 from __future__ import annotations
@@ -32,8 +33,10 @@ class Operator:
     holds what went wrong (the test or bench raises it)."""
 
     def __init__(self, traffic: MigrationTraffic, dag_id: str, *, store: store_.Store | None = None,
-                 poll_s: float = 0.2, on_switch: Callable[[str], None] | None = None) -> None:
+                 poll_s: float = 0.2, on_switch: Callable[[str], None] | None = None,
+                 stop_producers: bool = True) -> None:
         self.traffic, self.dag_id, self.poll_s = traffic, dag_id, poll_s
+        self.stop_producers = stop_producers
         self.store = store or store_.current()
         self.on_switch = on_switch
         self.done: list[tuple[str, float]] = []
@@ -74,13 +77,17 @@ class Operator:
     def _act(self, data: dict[str, Any]) -> None:
         action = data.get("action")
         if action == "stop_producers" and not any(a == "stopped" for a, _ in self.done):
-            log.info("operator: stopping producers and draining the consumer of %s", self.traffic.source)
-            self.traffic.stop_producing()
+            log.info("operator: %sdraining the consumer of %s", "stopping producers and " if self.stop_producers
+                     else "", self.traffic.source)
+            if self.stop_producers:
+                self.traffic.stop_producing()
             self.traffic.drain_and_stop_consumer()
             self.done.append(("stopped", time.monotonic()))
         elif action == "switch" and not any(a == "switched" for a, _ in self.done):
             target = data.get("switch", {}).get("target_topic")
             log.info("operator: switching producers and consumers to %s", target)
+            if not self.stop_producers:  # refused by the ACL until now: stop them to move them
+                self.traffic.stop_producing()
             self.traffic.switch_producers(target)
             self.traffic.switch_consumer(target)
             self.done.append(("switched", time.monotonic()))
