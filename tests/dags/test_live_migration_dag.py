@@ -87,7 +87,7 @@ def test_producers_that_never_stop_abandon_the_migration(dagbag, cluster) -> Non
     with MigrationTraffic(config, topic, group=f"{topic}.readers", rate_per_s=500) as traffic:
         # nobody follows the record: the producers keep writing through the quiesce
         dag_run, record = run_partition_increase(dagbag, topic=topic, key_rule="record_key",
-                                                 **{**LIVE, "quiesce_timeout_s": 8, "catch_up_budget_s": 1,
+                                                 **{**LIVE, "quiesce_timeout_s": 8, "catch_up_lag_records": 10**9,
                                                     "delete_target_on_abandon": True})
         report = traffic.finish()
     assert record["outcome"] == "abandoned", record

@@ -197,6 +197,11 @@ def _live(record: Mapping[str, Any]) -> dict[str, Any] | None:
     if not any("quiesce" in n or "catch_up" in n or n.get("action") == "stop_producers" for n in notes):
         return None
     passes = []
+    first = next((n for n in notes if (n.get("run") or {}).get("plan") and "pass_starts" not in n["run"]["plan"]),
+                 None)
+    if first:  # the backfill: pass 1
+        passes.append([1, "backfill", "", f"{first['run'].get('written', 0):,}", first["run"].get("mode") or "",
+                       render.duration(first["run"].get("seconds")), render.utc_time(first.get("ts"))])
     for n in notes:
         if "catch_up" in n:
             c = n["catch_up"]
@@ -204,8 +209,8 @@ def _live(record: Mapping[str, Any]) -> dict[str, Any] | None:
                            render.duration(c.get("seconds")), render.utc_time(n.get("ts"))])
         elif "final_pass" in n:
             f = n["final_pass"]
-            passes.append([f["pass"], "final (after the quiesce)", "", f"{f['written']:,}", "", "",
-                           render.utc_time(n.get("ts"))])
+            passes.append([f["pass"], "final (after the quiesce)", "", f"{f['written']:,}", f.get("mode") or "",
+                           render.duration(f.get("seconds")), render.utc_time(n.get("ts"))])
     quiesce = next((n["quiesce"] for n in notes if "quiesce" in n), None)
     groups = []
     for n in notes:
@@ -232,7 +237,9 @@ def _live(record: Mapping[str, Any]) -> dict[str, Any] | None:
                                                                                "to first target record)")]
     if abandoned:
         facts.append(("abandoned", abandoned["text"]))
-    return {"passes": (["pass", "kind", "lag before (records)", "copied (records)", "copy", "took", "ended (UTC)"],
+    return {"passes": (["pass", "kind", "lag before (records)", "copied (records)", "copy", "took (with the "
+                                                                                         "gate's check: final)",
+                        "ended (UTC)"],
                        passes),
             "groups": (["group", "committed for", "settled", "target offsets (partition: offset)", "redelivered",
                         "note"], groups),

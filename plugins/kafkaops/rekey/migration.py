@@ -209,8 +209,10 @@ def final_pass(ctx: lifecycle.OperationContext, last: BackfillPlan, quiesced: Ma
     ctx.audit.append("note", text=f"final pass {number}: {written:,} record(s) copied up to the quiesced end offsets; "
                                   f"the copy holds every record of {plan.source_topic} from "
                                   f"{dict((p, plan.origin(p)) for p, _, _ in plan.source_offsets)} to "
-                                  f"{quiesced['ends']}", final_pass={"pass": number, "written": written,
-                                                                      "records": plan.records})
+                                  f"{quiesced['ends']}", final_pass={
+                         "pass": number, "written": written, "records": plan.records,
+                         "mode": (result.get("run") or {}).get("mode"),
+                         "seconds": (result.get("run") or {}).get("seconds")})
     return {**result, "target_ends": target_ends}
 
 

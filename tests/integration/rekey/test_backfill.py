@@ -355,7 +355,7 @@ def test_a_target_written_by_something_else_is_refused(cluster, spark, lineage, 
     assert written(cluster, replace(plan)) == 1
 
 
-@pytest.mark.parametrize("rule", list(RULES))
+@pytest.mark.parametrize("rule", ["record_key", "field:seq"])  # the direct copy and the merged copy
 def test_a_copy_in_passes_appends_each_catch_up_and_verifies_as_one_copy(cluster, spark, rule) -> None:
     """A live migration's backfill: a first pass, records arriving, a catch-up pass from where the first
     ended (a re-run of it writes nothing), then the whole copy checked as one: every record once, each

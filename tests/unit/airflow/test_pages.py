@@ -143,6 +143,32 @@ def test_a_partition_increase_shows_its_plan_in_words_without_reassignment_secti
         assert absent not in text
 
 
+def test_an_abandoned_live_migration_shows_its_passes_quiesce_groups_and_why() -> None:
+    record = summarize(events_of([
+        ("started", {"operation": "partition_increase", "params": {"topic": "orders", "quiesce": "acl"}}),
+        ("note", {"text": "backfill wrote 9 record(s)", "run": {"plan": {"source_topic": "orders"}, "written": 9,
+                                                                 "mode": "merged", "seconds": 12.5}}),
+        ("note", {"text": "catch-up pass 2", "catch_up": {"pass": 2, "lag_before": 4200, "records": 4200,
+                                                          "written": 4200, "seconds": 20.0, "mode": "direct"}}),
+        ("note", {"text": "writes denied", "action": "writes_denied"}),
+        ("note", {"text": "producers quiesced", "quiesce": {"how": "acl", "asked_at": T0 + 3, "settled_at": T0 + 6,
+                                                            "ends": {"0": 5}}}),
+        ("note", {"text": "cut-over", "offset_translation": {"billing": {
+            "source": {}, "target": {"10": 0, "2": 0}, "redelivered": 0, "committed_for": "billing",
+            "settled": "drained", "stated": "no committed offset on the source: starts at the start of the target"}}}),
+        ("note", {"text": "switch refused by bob", "switch_decision": {"approved": False, "by": "bob"}}),
+        ("note", {"text": "live migration abandoned: the switch was refused. orders stays authoritative",
+                  "abandoned": True}),
+        ("outcome", {"outcome": "abandoned", "reason": "live migration abandoned: the switch was refused"})]))
+    text = text_of(render_record(record))
+    assert "partition_increase: abandoned" in text and "Live cut-over" in text
+    assert "quiesce a DENY Write ACL on the source" in text and "2026-11-23 09:40:15 UTC" in text
+    assert "1 backfill 9 merged 12.5 s" in text and "2 catch-up 4,200 4,200 direct 20.0 s" in text
+    assert "billing billing drained 2: 0, 10: 0 0 no committed offset on the source" in text
+    assert "switch refused by bob" in text and "abandoned live migration abandoned: the switch was refused" in text
+    assert "{" not in text.split("Live cut-over", 1)[1].split("Notes", 1)[0]  # tables, not JSON
+
+
 def capacity_record(report: bool = True) -> dict:
     kinds: list[tuple[str, dict]] = [
         ("started", {"operation": "capacity_review", "dag_id": "kafka_capacity_review", "run_id": "r1",
