@@ -14,11 +14,11 @@ touches Kafka at import time.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, NoReturn
 
 from airflow.sdk import DAG, Param, TriggerRule, get_current_context, task
 from airflow.providers.standard.operators.hitl import ApprovalOperator
-from airflow.sdk.exceptions import AirflowSkipException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from kafkaops.platform import lifecycle
 from kafkaops.rekey import migration, steps
@@ -204,16 +204,20 @@ def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[st
                    ) -> dict[str, Any]:
             ctx = context_of(get_current_context())
             plan = steps.plan_of(plan_data)
+            if result is None:  # execute did not run (a dry run, a rejected plan)
+                raise AirflowSkipException("nothing was executed: nothing to verify")
             with recorded(ctx, "verify"):
                 if plan.mode == "in_place":
                     return steps.verify_in_place(ctx, plan)
                 return steps.backfill_gate(ctx, final or result)  # live: the whole copy, after the final pass
 
         @task(trigger_rule=TriggerRule.NONE_FAILED)
-        def cutover(plan_data: dict[str, Any], before: dict[str, Any], quiesced: dict[str, Any] | None
-                    ) -> dict[str, Any]:
+        def cutover(plan_data: dict[str, Any], before: dict[str, Any], quiesced: dict[str, Any] | None,
+                    verified: dict[str, Any] | None) -> dict[str, Any]:
             ctx = context_of(get_current_context())
             plan = steps.plan_of(plan_data)
+            if verified is None:
+                raise AirflowSkipException("the copy was not verified (a dry run, or it was not made): no cut-over")
             if plan.mode == "in_place":
                 raise AirflowSkipException("in_place: consumers keep their topic; nothing to cut over")
             with recorded(ctx, "cutover"):
@@ -233,23 +237,37 @@ def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[st
 
         @task(trigger_rule=TriggerRule.ALL_DONE)
         def abandon(plan_data: dict[str, Any] | None) -> dict[str, Any]:
+            """The last step before finish (so the run's state is this step's): a live migration that
+            stopped before the switch is rolled back; any failed step fails the run."""
             context = get_current_context()
             ctx = context_of(context)
+            failed = [t for t in failed_tasks(context) if t != "abandon"]
+
+            def nothing_to_roll_back(why: str) -> NoReturn:
+                if failed:
+                    raise AirflowFailException(f"step(s) {', '.join(failed)} failed; {why}")
+                raise AirflowSkipException(why)
+
             if not plan_data or ctx.params.dry_run:
-                raise AirflowSkipException("nothing was planned or changed")
+                nothing_to_roll_back("nothing was planned or changed")
             plan = steps.plan_of(plan_data)
-            live_only(ctx, plan, "abandon")
+            if plan.mode != "migrate" or not ctx.params.policy.live:
+                nothing_to_roll_back("not a live migration: nothing to roll back")
             decision = context["ti"].xcom_pull(task_ids="switch") or {}
             bf = BackfillPlan.from_dict(plan.backfill or {})
             if SwitchOperator.APPROVE in (decision.get("chosen_options") or []):
                 migration.release_writes(ctx, bf.source_topic, ctx.params.policy)  # confirm removed it: idempotent
-                raise AirflowSkipException("the switch was made: the target is authoritative, nothing to roll back")
-            failed = [t for t in failed_tasks(context) if t != "abandon"]
+                nothing_to_roll_back("the switch was made: the target is authoritative, nothing to roll back")
             errors = {s["name"]: s.get("error") for s in ctx.audit.summary()["steps"] if s.get("status") == "failed"}
             reason = ("; ".join(f"{t} failed: {errors.get(t) or 'see its log'}" for t in failed) if failed else
                       "the switch was refused" if decision else "stopped before the switch")
+            final = context["ti"].xcom_pull(task_ids="final_pass") or {}
             with recorded(ctx, "abandon"):
-                return migration.abandon(ctx, bf, ctx.params.policy, reason)
+                done = migration.abandon(ctx, bf, ctx.params.policy, reason, copied_ends=final.get("target_ends"))
+            # rolled back as planned, but the migration did not happen: the run must not show green
+            raise AirflowFailException(f"live migration abandoned and rolled back ({reason}); the source stays "
+                                       f"authoritative, see the operation record (target deleted: "
+                                       f"{done['target_deleted']})")
 
         @task
         def finish(started: dict[str, Any]) -> dict[str, Any]:
@@ -267,12 +285,11 @@ def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[st
         planned >> approval
         result = execute.override(**RETRIED)(planned)
         approval >> result
-        caught = catch_up.override(**RETRIED)(planned, result)
+        caught = catch_up(planned, result)  # not retried: a retry would plan other passes than the ones written
         quiesced = quiesce(planned, caught)  # not retried: a retry would ask the operator again
         final = final_pass.override(**RETRIED)(planned, caught, quiesced)
         verified = verify.override(**RETRIED)(planned, result, final)
-        translated = cutover.override(**RETRIED)(planned, before, quiesced)
-        verified >> translated
+        translated = cutover.override(**RETRIED)(planned, before, quiesced, verified)
         switch = SwitchOperator(
             task_id="switch", subject="Switch producers and consumers to the target topic",
             body="{{ (ti.xcom_pull(task_ids='cutover') or {}).get('switch_text', '') }}",
@@ -280,7 +297,8 @@ def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[st
         translated >> switch
         confirmed = confirm(planned, quiesced, final, switch.output)  # waits on people: once
         rolled_back = abandon(planned)
-        [confirmed, switch, quiesced, caught, final, verified, translated] >> rolled_back
+        # not downstream of the switch itself: a rejected switch skips its direct downstream tasks
+        [confirmed, quiesced, caught, final, verified, translated] >> rolled_back
         done = finish.override(**RETRIED)(started)
         rolled_back >> done.as_teardown(setups=started)
     return dag

@@ -117,7 +117,8 @@ class BackfillPlan:
     def __post_init__(self) -> None:
         offsets = tuple(sorted((int(p), int(s), int(e)) for p, s, e in self.source_offsets))
         object.__setattr__(self, "source_offsets", offsets)
-        object.__setattr__(self, "pass_starts", tuple(sorted({(int(p), int(o)) for p, o in self.pass_starts})))
+        # duplicates kept: a pass that found a partition empty starts where the next one does, and both count
+        object.__setattr__(self, "pass_starts", tuple(sorted((int(p), int(o)) for p, o in self.pass_starts)))
         if not self.dead_letter_topic:
             object.__setattr__(self, "dead_letter_topic", f"{self.target_topic}.dlq")
         problems = []
@@ -142,7 +143,8 @@ class BackfillPlan:
         ends = {p: e for p, _, e in offsets}
         stray = [f"{p}@{o}" for p, o in self.pass_starts if p not in ends or o < 0 or o > ends[p]]
         if stray:
-            problems.append(f"pass start(s) {', '.join(stray)} lie outside the plan's partitions or past their end")
+            problems.append(f"pass start(s) {', '.join(stray)} lie outside the plan's partitions or past their end; "
+                            "build catch-up passes with BackfillPlan.next_pass")
         try:
             KeyRule(self.key_rule)
         except KeyRuleError as err:

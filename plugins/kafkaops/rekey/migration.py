@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -248,9 +248,10 @@ def release_writes(ctx: lifecycle.OperationContext, topic: str, policy: LivePoli
 def settle_groups(ctx: lifecycle.OperationContext, topic: str, ends: Mapping[int, int], *, timeout_s: float,
                   clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
                   ) -> dict[str, str]:
-    """Wait until every consumer group of ``topic`` read it to ``ends`` and has no member (its offsets
-    can then be committed on the target and cannot move on). Returns group -> how it was left:
-    ``drained`` or, at the timeout, ``not drained`` / ``still active`` (the translation states it)."""
+    """Wait until no consumer group of ``topic`` has a member (its offsets can then be committed on
+    the target and cannot move on). Returns group -> how it was left: ``drained`` (read to ``ends``),
+    ``not drained`` (stopped before the end: the translation states its redelivered count) or, at
+    the timeout, ``still active``."""
     began = clock()
     while True:
         with ctx.connect() as conn:
@@ -265,7 +266,8 @@ def settle_groups(ctx: lifecycle.OperationContext, topic: str, ends: Mapping[int
             drained = all((committed.get(p) or 0) >= e for p, e in ends.items())
             states[g.group_id] = ("drained" if drained and g.members == 0 else
                                   "still active" if g.members else "not drained")
-        if all(s == "drained" for s in states.values()) or clock() - began > timeout_s:
+        # a group without members cannot move any more: drained, or stopped early (translated, its redelivery said)
+        if all(s != "still active" for s in states.values()) or clock() - began > timeout_s:
             return states
         sleep(1.0)
 
@@ -282,11 +284,13 @@ def confirm_switch(ctx: lifecycle.OperationContext, plan: BackfillPlan, quiesced
                    clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
                    ) -> dict[str, Any]:
     """Observe the switch: writes reach the target past the copy (``copied_ends``) and none reach the
-    source past its quiesced end. Records the write-unavailable window from the records' timestamps."""
+    source past its quiesced end, also for ``quiet_s`` after the first write to the target (a producer
+    left behind shows up there; the ACL stays until then). Records the write-unavailable window from
+    the records' timestamps."""
     source, target = plan.source_topic, plan.target_topic
     source_at = {int(p): int(e) for p, e in quiesced["ends"].items()}  # through XCom: JSON, partitions as text
     copied_ends = {int(p): int(e) for p, e in copied_ends.items()}
-    began = clock()
+    began, first_seen = clock(), None
     while True:
         now_source = source_ends(ctx, source)
         stray = lag(replace_ends(plan, source_at), now_source)
@@ -298,9 +302,11 @@ def confirm_switch(ctx: lifecycle.OperationContext, plan: BackfillPlan, quiesced
                 "once producers write there; see docs/live-migration.md")
         now_target = source_ends(ctx, target)
         arrived = {p: e - copied_ends.get(p, 0) for p, e in now_target.items() if e > copied_ends.get(p, 0)}
-        if arrived:
-            break
-        if clock() - began > policy.switch_timeout_s:
+        if arrived and first_seen is None:
+            first_seen = clock()
+        if first_seen is not None and clock() - first_seen >= policy.quiet_s:
+            break  # writes reach the target and the source stayed still for the quiet period after them
+        if first_seen is None and clock() - began > policy.switch_timeout_s:
             raise KafkaOpsError(f"no write reached {target} within {policy.switch_timeout_s:.0f} s of the switch: "
                                 f"producers were not moved to it. {source} has no new writes either; start the "
                                 f"producers on {target}")
@@ -325,25 +331,39 @@ def replace_ends(plan: BackfillPlan, ends: Mapping[int, int]) -> BackfillPlan:
                                  plan.target_topic, plan.target_partitions, plan.key_rule, plan.dead_letter_topic)
 
 
-def abandon(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePolicy, reason: str,
-            groups: Sequence[str] = ()) -> dict[str, Any]:
+def abandon(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePolicy, reason: str, *,
+            copied_ends: Mapping[Any, int] | None = None) -> dict[str, Any]:
     """Roll back before the switch: writes to the source allowed again, the target deleted (with
-    ``delete_target_on_abandon``) or kept and marked abandoned in the record; offsets committed on the
-    target for ``groups`` removed with it. The source stays authoritative."""
-    released = False
+    ``delete_target_on_abandon``) or kept and marked abandoned in the record (with any offsets
+    committed there). The source stays authoritative. A target that holds writes past the copy
+    (``copied_ends``: someone switched producers before refusing the switch) is never deleted."""
+    released, acl_error = False, None
     try:
         released = release_writes(ctx, plan.source_topic, policy)
-    finally:
-        deleted = False
-        if policy.delete_target_on_abandon:
-            with ctx.connect() as conn:
-                ctx.fence(f"delete the abandoned target {plan.target_topic}")
-                admin.delete_topics(conn, [plan.target_topic, plan.dead_letter_topic])
-            deleted = True
-        what = ("deleted" if deleted else f"kept, not authoritative (delete it with kafka-topics --delete --topic "
-                                          f"{plan.target_topic} once inspected)")
-        ctx.audit.append("note", text=f"live migration abandoned: {reason}. {plan.source_topic} stays authoritative; "
-                                      f"target {plan.target_topic} {what}; producers and consumers stay on "
-                                      f"{plan.source_topic}", abandoned=True, target_deleted=deleted,
-                         writes_released=released, groups=list(groups))
-    return {"abandoned": True, "target_deleted": deleted, "reason": reason}
+    except KafkaOpsError as err:  # said in the record, and the step fails after it
+        acl_error = err
+    new_writes = 0
+    if copied_ends is not None:
+        ends = source_ends(ctx, plan.target_topic)
+        new_writes = sum(max(0, e - int(copied_ends.get(str(p), copied_ends.get(p, e)))) for p, e in ends.items())
+    deleted = False
+    if policy.delete_target_on_abandon and not new_writes:
+        with ctx.connect() as conn:
+            ctx.fence(f"delete the abandoned target {plan.target_topic}")
+            admin.delete_topics(conn, [plan.target_topic, plan.dead_letter_topic])
+        deleted = True
+    what = ("deleted" if deleted else
+            f"kept: it holds {new_writes:,} offset(s) written after the copy (producers were switched), so those "
+            "records exist only there; move them back before deleting it" if new_writes else
+            f"kept, not authoritative (delete it with kafka-topics --delete --topic {plan.target_topic} once inspected)")
+    acl = ("" if acl_error is None else
+           f" The DENY Write ACL on {plan.source_topic} could NOT be removed ({acl_error}): remove it with kafka-acls "
+           f"--remove --topic {plan.source_topic} --operation Write --deny-principal "
+           f"{' --deny-principal '.join(policy.principals)}, producers cannot write until then.")
+    ctx.audit.append("note", text=f"live migration abandoned: {reason}. {plan.source_topic} stays authoritative; "
+                                  f"target {plan.target_topic} {what}; producers and consumers stay on (or go back "
+                                  f"to) {plan.source_topic}.{acl}", abandoned=True, target_deleted=deleted,
+                     writes_released=released, target_new_writes=new_writes)
+    if acl_error is not None:
+        raise acl_error
+    return {"abandoned": True, "target_deleted": deleted, "reason": reason, "target_new_writes": new_writes}

@@ -431,8 +431,8 @@ def cutover(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mappin
         if g.group_id.startswith(backfill.MARKER_GROUP_PREFIX):  # a backfill's commit markers (the direct copy's
             continue                                            # count source offsets): not a consumer
         on_source = [x for x in g.partitions if x.topic == bf.source_topic]
-        offsets = {x.partition: x.committed for x in on_source if x.committed}
-        if offsets or on_source:  # a group with no committed offset there: from the start of the target
+        offsets = {x.partition: x.committed for x in on_source if x.committed is not None}
+        if offsets or (on_source and quiesced is not None):  # live: no committed offset = the target's start
             committed[g.group_id] = offsets
     ranges = {x.partition: (x.start_offset or 0, x.end_offset or 0) for x in snap.partitions_of(bf.target_topic)}
     lineage: dict[int, list[tuple[int, str]]] = {k: [] for k in ranges}

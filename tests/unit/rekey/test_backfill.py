@@ -180,6 +180,9 @@ def test_a_catch_up_pass_starts_where_the_last_ended_and_the_whole_copy_spans_al
     assert whole.source_offsets == ((0, 10, 160), (1, 0, 100), (2, 0, 130)) and whole.records == 150 + 100 + 130
     assert [whole.pass_of(0, o) for o in (10, 99, 100, 149, 150)] == [1, 1, 2, 2, 3]
     assert whole.pass_of(1, 99) == 1 and PLAN.pass_of(0, 50) == 0
+    # partition 1 had nothing new in passes 2 and 3: its later records still count as the same pass everywhere
+    fourth = third.next_pass({0: 170, 1: 105, 2: 140}).whole_copy()
+    assert [fourth.pass_of(0, 165), fourth.pass_of(1, 102), fourth.pass_of(2, 135)] == [4, 4, 4]
     assert BackfillPlan.from_json(third.to_json()) == third
     assert "pass_starts" not in PLAN.to_dict()  # a one-pass plan keeps its name (backfill_id)
     assert backfill.backfill_id(second) != backfill.backfill_id(third)
