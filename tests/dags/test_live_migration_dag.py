@@ -14,7 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from kafkaops.airflow import pages
-from kafkaops.platform import admin, provision, state
+from kafkaops.platform import admin, provision, state, store
+from kafkaops.rekey.steps import CAPACITY_DAG
 from kafkaops.platform.rehearsal import Operator
 from kafkaops.platform.traffic import MigrationReport, MigrationTraffic
 from tests.dags.conftest import kafka_default_connection, run_partition_increase
@@ -37,9 +38,16 @@ def test_a_live_migration_by_the_record_key_loses_duplicates_and_reorders_nothin
     config = {"bootstrap.servers": cluster.bootstrap}
     with admin.connect(config) as conn:
         admin.create_topic(conn, topic, 3, 1)
+    # a capacity review that measured the topic and recommended 6 partitions: shown at the approval
+    reviews = store.current()
+    reviews.start_operation(CAPACITY_DAG, "review-live", kind="capacity_review", triggered_by="cron", params={})
+    reviews.append_event(CAPACITY_DAG, "review-live", "note", {"text": "capacity report", "recommended": [
+        {"kind": "partitions", "subject": f"topic {topic}", "value": 6, "message": f"topic {topic}: 6 partitions"}]})
+    reviews.update_operation(CAPACITY_DAG, "review-live", state="finished", outcome="success")
     with MigrationTraffic(config, topic, group=f"{topic}.readers", rate_per_s=2000) as traffic:
         with Operator(traffic, "kafka_partition_increase") as operator:
-            dag_run, record = run_partition_increase(dagbag, topic=topic, key_rule="record_key", **LIVE)
+            dag_run, record = run_partition_increase(dagbag, topic=topic, key_rule="record_key",
+                                                     cutover_groups="late.readers", **LIVE)
         assert operator.error is None, operator.error
         report = traffic.finish()
     assert str(dag_run.state) == "success", record
@@ -48,6 +56,17 @@ def test_a_live_migration_by_the_record_key_loses_duplicates_and_reorders_nothin
     quiesced = next(n["quiesce"] for n in record["notes"] if "quiesce" in n)
     assert quiesced["how"] == "manual" and quiesced["settled_at"] > quiesced["asked_at"]
     assert_live_record(config, topic, record, report)
+    assert "recommends 6 partitions for live.record_key" in record["plan"]["summary"]
+    assert "you chose 12: allowed, but it is more than the review's count" in record["plan"]["summary"]
+    # a named group that never committed on the source: from the start of the target, and said so
+    late = next(n["offset_translation"] for n in record["notes"] if "offset_translation" in n)["late.readers"]
+    assert late["stated"].startswith("no committed offset on the source") and late["committed_for"] == "late.readers"
+    with admin.connect(config) as conn:
+        snap = admin.snapshot(conn, topics=[f"{topic}.v2"], sizes=False)
+    starts = {str(p.partition): p.start_offset or 0 for p in snap.partitions_of(f"{topic}.v2")}
+    assert late["target"] == starts
+    assert {x.partition: x.committed for g in snap.groups if g.group_id == "late.readers" for x in g.partitions} \
+        == {int(k): v for k, v in starts.items()}
     # the operator's view: the record page tells the cut-over as tables, in UTC, with units
     page = pages.render_record(state.read_record("kafka_partition_increase", dag_run.run_id))
     (tmp_path / "record.html").write_text(page)

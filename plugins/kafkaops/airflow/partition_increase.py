@@ -77,6 +77,10 @@ PARAMS: dict[str, Param] = {
     "delete_target_on_abandon": Param(False, type="boolean", title="Delete the target if abandoned",
                                       description="Live: when the migration is abandoned before the switch, delete "
                                                   "the target topics (else they are kept and marked in the record)."),
+    "cutover_groups": text_param("Consumer groups to carry over", "migrate: comma-separated groups to give offsets "
+                                                                  "on the target besides every group with offsets on "
+                                                                  "the source; one without a committed offset starts "
+                                                                  "at the start of the target (said in the record)."),
     "spark_conn_id": spark.SPARK_CONN_PARAM,
     "approval": COMMON_PARAMS["approval"],
     "dry_run": Param(True, type="boolean", title="Dry run",

@@ -183,7 +183,10 @@ def make_report(review_data: Mapping[str, Any], skew_result: Mapping[str, Any] |
     if log_ is not None:
         log_.append("note", text=f"capacity report: {paths.html_url}", url=paths.html_url, report=paths.to_dict(),
                     verdict=review.verdict, findings=[f.message for f in review.findings],
-                    recommendations=[r.message for r in review.recommendations])
+                    recommendations=[r.message for r in review.recommendations],
+                    # the same as values, for the steps that act on them (a partition increase's approval)
+                    recommended=[{"kind": r.kind, "subject": r.subject, "value": r.value, "message": r.message}
+                                 for r in review.recommendations])
     return paths.to_dict()
 
 

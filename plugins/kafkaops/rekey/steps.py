@@ -31,7 +31,7 @@ from kafkaops.platform import admin
 from kafkaops.platform import keyrules
 from kafkaops.rekey import backfill
 from kafkaops.rekey import migration
-from kafkaops.platform import lifecycle
+from kafkaops.platform import lifecycle, render, state
 from kafkaops.platform import params as form
 from kafkaops.platform import spark
 from kafkaops.rekey.backfill import BackfillPlan
@@ -71,7 +71,14 @@ class PartitionParams:
     switch_timeout_s: int = 900
     quiesce_principals: str = ""
     delete_target_on_abandon: bool = False
+    cutover_groups: str = ""
     kind: str = KIND
+
+    @property
+    def named_groups(self) -> tuple[str, ...]:
+        """Consumer groups the operator names for the cut-over (besides every group with offsets on the
+        source): one without a committed offset there starts at the start of the target."""
+        return tuple(sorted({g.strip() for g in self.cutover_groups.split(",") if g.strip()}))
 
     @property
     def policy(self) -> migration.LivePolicy:
@@ -104,7 +111,8 @@ class PartitionParams:
                          quiesce_timeout_s=form.integer_of(params, "quiesce_timeout_s", 900),
                          switch_timeout_s=form.integer_of(params, "switch_timeout_s", 900),
                          quiesce_principals=form.text_of(params, "quiesce_principals"),
-                         delete_target_on_abandon=bool(params.get("delete_target_on_abandon") or False))
+                         delete_target_on_abandon=bool(params.get("delete_target_on_abandon") or False),
+                         cutover_groups=form.text_of(params, "cutover_groups"))
         except ConfigError as err:
             raise ConfigError(f"bad partition-increase parameters: {err}; see the DAG's params form") from err
         result.validate()
@@ -309,9 +317,40 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
                              key_change={"sampled_records": len(sampled), "dead_letters_in_sample": dead},
                              target_configs=configs)
     data = {"plan": plan.to_dict(), "summary": plan.summary()}
+    advice = capacity_advice(ctx.store, p.topic, p.new_partition_count)
+    if advice is not None:  # shown at the approval; a count other than the review's is allowed
+        data["capacity_advice"] = advice
+        data["summary"] += f". {advice['text']}"
     ctx.audit.append("plan", **data)
-    log.info("plan: %s", plan.summary())
+    log.info("plan: %s", data["summary"])
     return data
+
+
+#: The DAG whose records hold the capacity reviews' recommendations (kafkaops.capacity.steps.make_report).
+CAPACITY_DAG = "kafka_capacity_review"
+
+
+def capacity_advice(store: Any, topic: str, chosen: int, *, reviews: int = 20) -> dict[str, Any] | None:
+    """The newest capacity review's partition recommendation for ``topic`` (of the last ``reviews``
+    finished reviews), beside the ``chosen`` count; None when no review recommended a count for it."""
+    for op in store.list_operations(CAPACITY_DAG, limit=reviews):
+        if op.get("outcome") != "success":
+            continue
+        for note in reversed(state.AuditLog(CAPACITY_DAG, op["run_id"], store=store).summary()["notes"]):
+            rec = next((r for r in note.get("recommended") or () if r.get("kind") == "partitions"
+                        and r.get("subject") == f"topic {topic}"), None)
+            if rec is None:
+                continue
+            value = int(rec["value"])
+            at = render.utc_time(note.get("ts"))
+            verdict = ("the same count" if chosen == value else
+                       f"you chose {chosen}: allowed, but it is {'fewer' if chosen < value else 'more'} than the "
+                       "review's count")
+            return {"run_id": op["run_id"], "at": note.get("ts"), "recommended": value, "chosen": chosen,
+                    "differs": chosen != value, "message": rec.get("message"),
+                    "text": f"The capacity review of {at} recommends {value} partitions for {topic} "
+                            f"({rec.get('message')}); {verdict}"}
+    return None
 
 
 def execute_in_place(ctx: lifecycle.OperationContext, plan: PartitionPlan) -> dict[str, Any]:
@@ -434,6 +473,8 @@ def cutover(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mappin
         offsets = {x.partition: x.committed for x in on_source if x.committed is not None}
         if offsets or (on_source and quiesced is not None):  # live: no committed offset = the target's start
             committed[g.group_id] = offsets
+    for group in p.named_groups:  # named by the operator: without a committed offset, from the target's start
+        committed.setdefault(group, {})
     ranges = {x.partition: (x.start_offset or 0, x.end_offset or 0) for x in snap.partitions_of(bf.target_topic)}
     lineage: dict[int, list[tuple[int, str]]] = {k: [] for k in ranges}
     if committed:
