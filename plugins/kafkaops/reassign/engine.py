@@ -536,20 +536,44 @@ def _refusal(partitions: int, submitted: int) -> str:
             "stay; run again to resume once this is mended)")
 
 
-def observe(conn: admin.KafkaConnection, desired: Mapping[Key, Iterable[int]], *, submitted: int = 0
-            ) -> Observation:
+def fenced_brokers(cluster: Cluster, desired: Mapping[Key, Sequence[int]]) -> list[int]:
+    """The brokers ``desired`` names that hold replicas on ``cluster`` but are not registered now:
+    fenced (a missed heartbeat under load) or restarting, unlike an id the cluster never had."""
+    named = {b for replicas in desired.values() for b in replicas}
+    return sorted(named & set(cluster.offline_broker_ids))
+
+
+def observe(conn: admin.KafkaConnection, desired: Mapping[Key, Iterable[int]], *, submitted: int = 0,
+            fenced_grace_s: float = 15.0) -> Observation:
     """Snapshot the desired partitions' topics and the reassignments in flight, and split the
     desired replicas by what is there (:func:`classify`). Refuses partitions or brokers the cluster
     lacks and moves of a desired partition in flight elsewhere, changing nothing; ``submitted``
-    (the batches this run submitted before) words the refusal."""
+    (the batches this run submitted before) words the refusal. A named broker that holds replicas
+    but is not registered (:func:`fenced_brokers`) is observed again for up to ``fenced_grace_s``
+    before the refusal: a broker fenced for a moment does not stop a run, an id never seen does at once."""
     desired = normalize(desired)
     refusal = _refusal(len(desired), submitted)
-    try:
-        before = admin.snapshot(conn, topics=sorted({t for t, _ in desired}), offsets=True, sizes=True, groups=False)
-    except UnknownTopic as err:
-        raise InvalidReassignment(f"{refusal}: {err}") from err
-    found, first = problems(before, desired)
+    deadline = time.monotonic() + fenced_grace_s
+    waited = False
+    while True:
+        try:
+            before = admin.snapshot(conn, topics=sorted({t for t, _ in desired}), offsets=True, sizes=True,
+                                    groups=False)
+        except UnknownTopic as err:
+            raise InvalidReassignment(f"{refusal}: {err}") from err
+        found, first = problems(before, desired)
+        fenced = fenced_brokers(before, desired)
+        if not (found and fenced) or time.monotonic() >= deadline:
+            break
+        if not waited:
+            log.warning("broker(s) %s hold replicas but are not registered (fenced, or restarting); "
+                        "observing again for up to %.0f s before refusing", fenced, fenced_grace_s)
+            waited = True
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
     if found:
+        if fenced:
+            found.insert(0, f"broker(s) {fenced} hold replicas but stayed unregistered for {fenced_grace_s:.0f} s; "
+                         "check their logs and `kafka-metadata-quorum.sh describe --status`, then run again")
         more = f"; and {len(found) - 20} more" if len(found) > 20 else ""
         raise InvalidReassignment(f"{refusal}: {'; '.join(found[:20])}{more}") from first
     in_flight = admin.list_partition_reassignments(conn)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,7 +173,8 @@ def quiesce(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePol
             ctx.fence(f"deny writes to {topic}")
             admin.deny_writes(conn, topic, policy.principals)
         ctx.audit.append("note", text=f"writes to {topic} denied to {', '.join(policy.principals)} (ACL DENY Write); "
-                                      "the write window begins", action="writes_denied", acl=list(policy.principals))
+                                      "the write window begins", action="writes_denied", acl=list(policy.principals),
+                         topic=topic)
     ctx.audit.append("note", text=(
         f"Stop every producer writing to {topic} now; the write window begins. Let the consumers of {topic} read "
         f"to its end, then stop them: they restart on {target} at offsets kafkaops commits. Waiting up to "
@@ -245,6 +246,37 @@ def release_writes(ctx: lifecycle.OperationContext, topic: str, policy: LivePoli
     return bool(removed)
 
 
+def release_left_writes(ctx: lifecycle.OperationContext, notes: Sequence[Mapping[str, Any]]) -> str | None:
+    """The finish teardown's safety net: when this run's record says a quiesce denied writes and no
+    step allowed them again after (the confirm or the rollback did not run to its end: a killed
+    worker, a timeout), remove the DENY Write ACLs now, since nothing else would. Returns what was
+    said in the record, or None when there was nothing to do. A failed removal is said with the
+    kafka-acls command and does not raise: the teardown must still conclude the run."""
+    denied = [n for n in notes if n.get("action") == "writes_denied" and n.get("topic")]
+    if not denied:
+        return None
+    last = denied[-1]
+    if any(n.get("action") == "writes_allowed" and n["ts"] >= last["ts"] for n in notes):
+        return None
+    topic, principals = str(last["topic"]), tuple(str(p) for p in last.get("acl") or ())
+    try:
+        with ctx.connect() as conn:
+            removed = admin.allow_writes(conn, topic, principals)
+    except KafkaOpsError as err:
+        text = (f"the DENY Write ACL on {topic} is still there: the step that removes it did not run to its end, "
+                f"and the finish could not remove it ({err}). Producers cannot write to {topic} until you run "
+                f"kafka-acls --remove --topic {topic} --operation Write --deny-principal "
+                f"{' --deny-principal '.join(principals)}")
+        ctx.audit.append("note", text=text, action="writes_left_denied", topic=topic)
+        log.error("%s", text)
+        return text
+    text = (f"writes to {topic} allowed again by the finish: {removed} DENY Write ACL(s) removed (the step that "
+            "removes them did not run to its end)")
+    ctx.audit.append("note", text=text, action="writes_allowed", topic=topic)
+    log.warning("%s", text)
+    return text
+
+
 def settle_groups(ctx: lifecycle.OperationContext, topic: str, ends: Mapping[int, int], *, timeout_s: float,
                   clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
                   ) -> dict[str, str]:
@@ -272,9 +304,16 @@ def settle_groups(ctx: lifecycle.OperationContext, topic: str, ends: Mapping[int
         sleep(1.0)
 
 
+TAIL = 16
+"""Offsets read at either side of the switch for the write window: a transaction's commit marker
+takes an offset but holds no record, so one offset may show nothing."""
+
+
 def last_timestamp(ctx: lifecycle.OperationContext, topic: str, ends: Mapping[int, int]) -> int | None:
-    """The latest timestamp (ms) of the records just before ``ends``: when the last write landed."""
-    ranges = {p: (max(0, e - 1), e) for p, e in ends.items() if e > 0}
+    """The latest timestamp (ms) of the records just before ``ends``: when the last write landed. It
+    reads the last :data:`TAIL` offsets of each partition, as with transactional producers the last
+    offsets are commit markers, which hold no record."""
+    ranges = {p: (max(0, e - TAIL), e) for p, e in ends.items() if e > 0}
     stamps = [r.timestamp for r in admin.read_ranges(ctx.conn_config, topic, ranges)] if ranges else []
     return max(stamps) if stamps else None
 
@@ -312,8 +351,8 @@ def confirm_switch(ctx: lifecycle.OperationContext, plan: BackfillPlan, quiesced
                                 f"producers on {target}")
         sleep(1.0)
     first_new = min((r.timestamp for r in admin.read_ranges(
-        ctx.conn_config, target, {p: (copied_ends.get(p, 0), e) for p, e in now_target.items()
-                                  if e > copied_ends.get(p, 0)})), default=None)
+        ctx.conn_config, target, {p: (copied_ends.get(p, 0), min(e, copied_ends.get(p, 0) + TAIL))
+                                  for p, e in now_target.items() if e > copied_ends.get(p, 0)})), default=None)
     last_old = last_timestamp(ctx, source, source_at)
     window = (first_new - last_old) / 1000.0 if first_new is not None and last_old is not None else None
     data = {"write_window_s": window, "last_source_write_ms": last_old, "first_target_write_ms": first_new,

@@ -510,6 +510,7 @@ def finish(ctx: lifecycle.OperationContext, cluster_id: str | None, *, failed_ta
     and ``abandoned`` for a live migration rolled back before the switch."""
     record = ctx.audit.summary()
     current = [n for n in record["notes"] if n["ts"] >= (record["started_at"] or 0)]
+    migration.release_left_writes(ctx, current)
     refusal = next((n for n in current if n.get("refused")), None)
     if refusal is not None:
         return lifecycle.conclude(ctx, "refused", refusal["text"], cluster_id)

@@ -23,8 +23,10 @@ from kafkaops.reassign.engine import (
     clock,
     execute,
     measure,
+    fenced_brokers,
     next_batch,
     normalize,
+    observe,
     plan_batches,
     plan_throttle_removal,
     problems,
@@ -338,3 +340,38 @@ def test_a_dry_run_changes_nothing(kafka: FakeKafka) -> None:
     report = execute(kafka.conn(), {("orders", p): (2, 3) for p in range(4)}, throttle_bytes_per_s=100)
     assert report.dry_run and len(report.batches) == 1 and report.submitted == ()
     assert kafka.submitted == [] and kafka.config_calls == []
+
+
+def test_fenced_brokers_are_those_holding_replicas_without_a_registration() -> None:
+    assert fenced_brokers(CLUSTER, {("orders", 0): (1, 9), ("orders", 1): (2, 99)}) == [9]
+    assert fenced_brokers(CLUSTER, {("orders", 0): (1, 2, 99)}) == []
+
+
+def test_a_broker_fenced_for_a_moment_is_observed_again_not_refused(kafka: FakeKafka, monkeypatch) -> None:
+    """Broker 2 misses its heartbeats (fenced under load) for two snapshots, then is back: the run goes on."""
+    kafka.online = {1, 3}
+    snapshot, calls = kafka.snapshot, []
+
+    def flapping(conn, **kw):
+        calls.append(1)
+        if len(calls) == 3:
+            kafka.online = {1, 2, 3}
+        return snapshot(conn, **kw)
+    monkeypatch.setattr(admin, "snapshot", flapping)
+    monkeypatch.setattr("kafkaops.reassign.engine.time.sleep", lambda s: None)
+    seen = observe(kafka.conn(), {("orders", 0): (2, 3)}, fenced_grace_s=60)
+    assert len(calls) == 3 and [m.key for m in seen.pending] == [("orders", 0)]
+
+
+def test_an_id_never_seen_is_refused_at_once_and_a_fenced_broker_after_the_grace(kafka: FakeKafka,
+                                                                                  monkeypatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr("kafkaops.reassign.engine.time.sleep", slept.append)
+    with pytest.raises(InvalidReassignment, match=r"name broker\(s\) \[99\] that are not registered"):
+        observe(kafka.conn(), {("orders", 0): (1, 99)}, fenced_grace_s=60)
+    assert slept == []
+    kafka.online = {1, 3}
+    with pytest.raises(InvalidReassignment, match=r"nothing was changed: broker\(s\) \[2\] hold replicas but "
+                                                  r"stayed unregistered for 0 s; check their logs"):
+        observe(kafka.conn(), {("orders", 0): (2, 3)}, fenced_grace_s=0.3)
+    assert kafka.submitted == []

@@ -1,0 +1,249 @@
+"""The live migration's steps that talk to Kafka, on an in-memory topic pair behind
+:mod:`kafkaops.platform.admin`'s functions: the rollback, the observed switch, the groups settling,
+and the finish's safety net for a DENY Write ACL left behind."""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from kafkaops.errors import KafkaOpsError, KafkaUnreachable
+from kafkaops.model import Cluster, ConsumerGroup, GroupPartitionLag
+from kafkaops.platform import admin
+from kafkaops.rekey import migration
+from kafkaops.rekey.backfill import BackfillPlan
+
+PLAN = BackfillPlan("orders", ((0, 0, 100), (1, 0, 50)), "orders.v2", 4)
+ACL = migration.LivePolicy(quiesce="acl", principals=("User:orders-app",), quiet_s=3, switch_timeout_s=20)
+
+
+class Clock:
+    """A clock that moves only when the step sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class Audit:
+    notes: list[dict[str, Any]] = field(default_factory=list)
+    _ts: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+
+    def append(self, kind: str, **data: Any) -> None:
+        self.notes.append({"kind": kind, "ts": float(next(self._ts)), **data})
+
+
+@dataclass
+class Ctx:
+    """The parts of an OperationContext the steps use."""
+
+    audit: Audit = field(default_factory=Audit)
+    conn_config: Mapping[str, str] = field(default_factory=dict)
+    fenced: list[str] = field(default_factory=list)
+
+    @contextmanager
+    def connect(self) -> Iterator[object]:
+        yield object()
+
+    def fence(self, action: str) -> int:
+        self.fenced.append(action)
+        return 1
+
+
+@dataclass
+class Topics:
+    """End offsets per topic; ``timestamps[(topic, partition, offset)]`` the records that exist (an
+    offset without one is a transaction marker); ``denied`` the DENY Write ACLs."""
+
+    ends: dict[str, dict[int, int]]
+    timestamps: dict[tuple[str, int, int], int] = field(default_factory=dict)
+    denied: set[tuple[str, str]] = field(default_factory=set)
+    acl_fails: bool = False
+    deleted: list[str] = field(default_factory=list)
+    groups: list[list[ConsumerGroup]] = field(default_factory=list)  # one list per snapshot, the last repeats
+    on_end_offsets: Any = None
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> Topics:
+        monkeypatch.setattr(admin, "end_offsets", self.end_offsets)
+        monkeypatch.setattr(admin, "read_ranges", self.read_ranges)
+        monkeypatch.setattr(admin, "allow_writes", self.allow_writes)
+        monkeypatch.setattr(admin, "delete_topics", self.delete_topics)
+        monkeypatch.setattr(admin, "snapshot", self.snapshot)
+        return self
+
+    def end_offsets(self, config: Any, topic: str) -> dict[int, tuple[int, int]]:
+        if self.on_end_offsets is not None:
+            self.on_end_offsets(topic)
+        return {p: (0, e) for p, e in self.ends[topic].items()}
+
+    def read_ranges(self, config: Any, topic: str, ranges: Mapping[int, tuple[int, int]]) -> Iterator[admin.Record]:
+        for p, (start, end) in sorted(ranges.items()):
+            for o in range(start, end):
+                ts = self.timestamps.get((topic, p, o))
+                if ts is not None:
+                    yield admin.Record(topic, p, o, ts, b"k", b"v")
+
+    def allow_writes(self, conn: Any, topic: str, principals: Any) -> int:
+        if self.acl_fails:
+            raise KafkaUnreachable("the cluster did not answer within 10 s")
+        gone = {(topic, p) for p in principals} & self.denied
+        self.denied -= gone
+        return len(gone)
+
+    def delete_topics(self, conn: Any, topics: Any) -> None:
+        self.deleted += list(topics)
+
+    def snapshot(self, conn: Any, **_: Any) -> Cluster:
+        groups = self.groups.pop(0) if len(self.groups) > 1 else self.groups[0]
+        return Cluster(brokers=(), partitions=(), groups=tuple(groups))
+
+
+def denied_note(ctx: Ctx) -> None:
+    ctx.audit.append("note", text="writes denied", action="writes_denied", acl=["User:orders-app"], topic="orders")
+
+
+# -- the finish's safety net ---------------------------------------------------------------------------------
+
+def test_the_finish_removes_a_deny_acl_no_step_removed(monkeypatch) -> None:
+    kafka = Topics({}, denied={("orders", "User:orders-app")}).install(monkeypatch)
+    ctx = Ctx()
+    denied_note(ctx)
+    said = migration.release_left_writes(ctx, ctx.audit.notes)
+    assert kafka.denied == set()
+    assert said is not None and "allowed again by the finish: 1 DENY Write ACL(s) removed" in said
+    assert ctx.audit.notes[-1]["action"] == "writes_allowed"
+    # the next finish (a retried teardown) has nothing to do
+    assert migration.release_left_writes(ctx, ctx.audit.notes) is None
+
+
+def test_the_finish_leaves_alone_what_a_step_already_allowed_or_never_denied(monkeypatch) -> None:
+    kafka = Topics({}, denied={("orders", "User:orders-app")}).install(monkeypatch)
+    ctx = Ctx()
+    assert migration.release_left_writes(ctx, ctx.audit.notes) is None
+    denied_note(ctx)
+    ctx.audit.append("note", text="writes allowed", action="writes_allowed")
+    assert migration.release_left_writes(ctx, ctx.audit.notes) is None
+    assert kafka.denied == {("orders", "User:orders-app")}  # untouched: the record says it was removed
+    denied_note(ctx)  # a later quiesce (a retried run) denied again: that one is not allowed yet
+    assert migration.release_left_writes(ctx, ctx.audit.notes) is not None and kafka.denied == set()
+
+
+def test_a_failed_removal_in_the_finish_is_said_with_the_command_and_does_not_raise(monkeypatch) -> None:
+    Topics({}, denied={("orders", "User:orders-app")}, acl_fails=True).install(monkeypatch)
+    ctx = Ctx()
+    denied_note(ctx)
+    said = migration.release_left_writes(ctx, ctx.audit.notes)
+    assert said is not None and ("kafka-acls --remove --topic orders --operation Write --deny-principal "
+                                 "User:orders-app") in said
+    assert "did not answer within 10 s" in said and ctx.audit.notes[-1]["action"] == "writes_left_denied"
+
+
+# -- the rollback ---------------------------------------------------------------------------------------------
+
+def test_abandon_allows_writes_and_deletes_a_target_nobody_wrote_to(monkeypatch) -> None:
+    kafka = Topics({"orders.v2": {0: 90, 1: 60}}, denied={("orders", "User:orders-app")}).install(monkeypatch)
+    ctx = Ctx()
+    policy = migration.LivePolicy(quiesce="acl", principals=("User:orders-app",), delete_target_on_abandon=True)
+    out = migration.abandon(ctx, PLAN, policy, "the switch was refused", copied_ends={"0": 90, "1": 60})
+    assert out == {"abandoned": True, "target_deleted": True, "reason": "the switch was refused",
+                   "target_new_writes": 0}
+    assert kafka.denied == set() and kafka.deleted == ["orders.v2", PLAN.dead_letter_topic]
+    note = ctx.audit.notes[-1]
+    assert note["abandoned"] and "orders stays authoritative; target orders.v2 deleted" in note["text"]
+
+
+def test_abandon_never_deletes_a_target_that_got_writes_after_the_copy(monkeypatch) -> None:
+    kafka = Topics({"orders.v2": {0: 95, 1: 60}}).install(monkeypatch)
+    ctx = Ctx()
+    policy = migration.LivePolicy(quiesce="manual", delete_target_on_abandon=True)
+    out = migration.abandon(ctx, PLAN, policy, "the switch was refused", copied_ends={"0": 90, "1": 60})
+    assert out["target_deleted"] is False and out["target_new_writes"] == 5 and kafka.deleted == []
+    assert "kept: it holds 5 offset(s) written after the copy" in ctx.audit.notes[-1]["text"]
+
+
+def test_abandon_says_a_failed_acl_removal_then_fails(monkeypatch) -> None:
+    kafka = Topics({"orders.v2": {0: 90, 1: 60}}, denied={("orders", "User:orders-app")},
+                   acl_fails=True).install(monkeypatch)
+    ctx = Ctx()
+    with pytest.raises(KafkaUnreachable):
+        migration.abandon(ctx, PLAN, ACL, "producers did not stop")
+    assert kafka.deleted == []  # delete_target_on_abandon is off: kept and said
+    text = ctx.audit.notes[-1]["text"]
+    assert "could NOT be removed" in text and "--deny-principal User:orders-app" in text and "kept, not authoritative" in text
+
+
+# -- the observed switch ------------------------------------------------------------------------------------
+
+def test_the_switch_is_confirmed_after_the_quiet_period_with_the_window_from_the_records(monkeypatch) -> None:
+    """The source's last offsets are commit markers (no record): the window comes from the last real record."""
+    clock = Clock()
+    kafka = Topics({"orders": {0: 100, 1: 50}, "orders.v2": {0: 90, 1: 60, 2: 40, 3: 10}},
+                   timestamps={("orders", 0, 97): 10_000, ("orders", 1, 48): 10_400,  # 98, 99, 49: markers
+                               ("orders.v2", 2, 40): 12_900, ("orders.v2", 2, 41): 13_000}).install(monkeypatch)
+
+    def switch_after_2_s(topic: str) -> None:
+        if clock.now >= 2 and topic == "orders.v2":
+            kafka.ends["orders.v2"][2] = 42
+    kafka.on_end_offsets = switch_after_2_s
+    out = migration.confirm_switch(Ctx(), PLAN, {"ends": {"0": 100, "1": 50}}, {"0": 90, "1": 60, "2": 40, "3": 10},
+                                   ACL, clock=clock, sleep=clock.sleep)
+    assert out["write_window_s"] == pytest.approx(2.5)
+    assert out["last_source_write_ms"] == 10_400 and out["first_target_write_ms"] == 12_900
+    assert out["target_partitions_written"] == [2] and clock.now >= 2 + ACL.quiet_s
+
+
+def test_a_write_to_the_source_after_the_quiesce_stops_the_confirm(monkeypatch) -> None:
+    clock = Clock()
+    kafka = Topics({"orders": {0: 100, 1: 50}, "orders.v2": {0: 90, 1: 60}}).install(monkeypatch)
+
+    def stray_after_1_s(topic: str) -> None:
+        if clock.now >= 1 and topic == "orders":
+            kafka.ends["orders"][1] = 53
+    kafka.on_end_offsets = stray_after_1_s
+    with pytest.raises(KafkaOpsError, match=r"3 record\(s\) were written to orders after the quiesce"):
+        migration.confirm_switch(Ctx(), PLAN, {"ends": {"0": 100, "1": 50}}, {"0": 90, "1": 60}, ACL,
+                                 clock=clock, sleep=clock.sleep)
+
+
+def test_no_write_on_the_target_by_the_switch_timeout_stops_the_confirm(monkeypatch) -> None:
+    clock = Clock()
+    Topics({"orders": {0: 100, 1: 50}, "orders.v2": {0: 90, 1: 60}}).install(monkeypatch)
+    with pytest.raises(KafkaOpsError, match="no write reached orders.v2 within 20 s"):
+        migration.confirm_switch(Ctx(), PLAN, {"ends": {"0": 100, "1": 50}}, {"0": 90, "1": 60}, ACL,
+                                 clock=clock, sleep=clock.sleep)
+    assert 20 < clock.now <= 22
+
+
+# -- the groups settling ------------------------------------------------------------------------------------
+
+def group(name: str, members: int, committed: Mapping[int, int | None], topic: str = "orders") -> ConsumerGroup:
+    return ConsumerGroup(name, "Stable" if members else "Empty", members,
+                         tuple(GroupPartitionLag(topic, p, c, None) for p, c in committed.items()))
+
+
+def test_groups_settle_once_none_has_a_member(monkeypatch) -> None:
+    clock = Clock()
+    Topics({}, groups=[
+        [group("billing", 2, {0: 80, 1: 50}), group("audit", 0, {0: 100, 1: 50}),
+         group("kafkaops-backfill-marker-x", 1, {0: 1}), group("other-topic", 1, {0: 3}, topic="payments")],
+        [group("billing", 0, {0: 95, 1: 50}), group("audit", 0, {0: 100, 1: 50})],
+    ]).install(monkeypatch)
+    states = migration.settle_groups(Ctx(), "orders", {0: 100, 1: 50}, timeout_s=60, clock=clock, sleep=clock.sleep)
+    assert states == {"billing": "not drained", "audit": "drained"} and clock.now == 1.0
+
+
+def test_a_group_still_consuming_at_the_timeout_is_said_so(monkeypatch) -> None:
+    clock = Clock()
+    Topics({}, groups=[[group("billing", 1, {0: 100, 1: 50})]]).install(monkeypatch)
+    states = migration.settle_groups(Ctx(), "orders", {0: 100, 1: 50}, timeout_s=5, clock=clock, sleep=clock.sleep)
+    assert states == {"billing": "still active"} and 5 < clock.now <= 7
