@@ -891,18 +891,31 @@ def create_partitions(conn: KafkaConnection, topic: str, new_total: int,
     return True
 
 
+#: The longest one request to commit a group's offsets may go unanswered before it is sent again.
+COMMIT_ATTEMPT_S = 15.0
+
+
 def commit_group_offsets(conn: KafkaConnection, group_id: str, topic: str, offsets: Mapping[int, int], *,
                          attempts: int = 10) -> None:
     """Set ``group_id``'s committed offsets on ``topic`` (partition -> next offset to read). The group
     must have no active members (Kafka refuses otherwise). A coordinator that is still loading or
-    moving (a fresh cluster creates ``__consumer_offsets`` on first use) is asked again."""
+    moving (a fresh cluster creates ``__consumer_offsets`` on first use) is asked again, and so is one
+    that did not answer within ``COMMIT_ATTEMPT_S``: setting the same offsets twice is harmless, and a
+    coordinator elected a moment ago may leave its first request unanswered. All attempts together
+    take at most ``attempts`` tries or twice the connection's timeout."""
     request = ConsumerGroupTopicPartitions(group_id, [TopicPartition(topic, int(p), int(o))
                                                       for p, o in sorted(offsets.items())])
     what = f"the committed offsets of group {group_id} on {topic}"
+    attempt_s = min(conn.timeout_s, COMMIT_ATTEMPT_S)
 
     def commit() -> None:
-        future = conn.admin.alter_consumer_group_offsets([request], request_timeout=conn.timeout_s)[group_id]
-        result = _result(future, conn, what)
+        future = conn.admin.alter_consumer_group_offsets([request], request_timeout=attempt_s)[group_id]
+        try:
+            result = _result(future, conn, what)
+        except KafkaUnreachable as err:
+            if err.code in ("_TIMED_OUT", "REQUEST_TIMED_OUT") and conn.refused is None:
+                err.retriable = True  # unanswered, not refused: the same request again is safe
+            raise
         failed = [(tp, classify(tp.error, what, conn)) for tp in result.topic_partitions if tp.error]
         if failed:
             raise _typed(KafkaOpsError, f"Kafka refused offsets of group {group_id} on {len(failed)} of "
@@ -911,7 +924,7 @@ def commit_group_offsets(conn: KafkaConnection, group_id: str, topic: str, offse
                                         "stop the group's consumers (an active group cannot be changed) and retry",
                          retriable=all(err.retriable for _, err in failed))
 
-    retrying(what, attempts=attempts, first_wait_s=0.5, max_wait_s=3.0)(commit)
+    retrying(what, attempts=attempts, deadline_s=2 * conn.timeout_s, first_wait_s=0.5, max_wait_s=3.0)(commit)
 
 
 # -- write ACLs (a live migration's quiesce) ---------------------------------------------------------------

@@ -141,3 +141,40 @@ def test_the_waits_grow_with_jitter_up_to_the_cap() -> None:
 def test_a_policy_needs_a_stop() -> None:
     with pytest.raises(KafkaOpsError, match="needs attempts or deadline_s"):
         admin.retrying("x", attempts=None)
+
+
+class _Committing:
+    """A connection whose coordinator leaves the first ``silent`` offset commits unanswered."""
+
+    def __init__(self, silent: int, refused: KafkaError | None = None) -> None:
+        self.silent, self.refused, self.timeouts = silent, refused, []
+        self.timeout_s, self.name, self.bootstrap, self.config = 60.0, "k1:9092", "k1:9092", {}
+        self.admin = SimpleNamespace(alter_consumer_group_offsets=self.alter, poll=lambda t: None)
+
+    def probe_tls(self) -> None:
+        pass
+
+    def alter(self, requests, request_timeout):
+        from concurrent.futures import Future
+
+        from confluent_kafka import TopicPartition
+        self.timeouts.append(request_timeout)
+        future: Future = Future()
+        if len(self.timeouts) <= self.silent:
+            future.set_exception(confluent(KafkaError._TIMED_OUT))
+        else:
+            future.set_result(SimpleNamespace(topic_partitions=[TopicPartition("orders", 0, 5)]))
+        return {requests[0].group_id: future}
+
+
+def test_an_unanswered_offset_commit_is_sent_again_with_a_short_request_timeout() -> None:
+    conn = _Committing(silent=2)
+    admin.commit_group_offsets(conn, "billing", "orders", {0: 5})  # type: ignore[arg-type]
+    assert conn.timeouts == [admin.COMMIT_ATTEMPT_S] * 3
+
+
+def test_an_offset_commit_whose_login_was_refused_is_not_sent_again() -> None:
+    conn = _Committing(silent=5, refused=KafkaError(KafkaError._TRANSPORT))
+    with pytest.raises(KafkaUnreachable):
+        admin.commit_group_offsets(conn, "billing", "orders", {0: 5})  # type: ignore[arg-type]
+    assert len(conn.timeouts) == 1
