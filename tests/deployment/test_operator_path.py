@@ -11,7 +11,11 @@ operator does:
 4. follows the run to success, never clearing a task;
 5. opens the run's Operation record tab and one gate's Data Docs from it;
 6. triggers kafka_reassign to drain the new broker and stop it, and approves that;
-7. triggers kafka_capacity_review and opens its report from the run's record.
+7. triggers kafka_capacity_review and opens its report from the run's record;
+8. runs a live migration (kafka_partition_increase, quiesce=manual) of a small topic with a
+   consumer group: approves the plan, reads the switch in Browse > Required Actions (the topics and
+   the group's offsets on the target), moves "the producers" (writes to the target), approves the
+   switch and reads the cut-over in the run's record.
 
 Every check is on what the browser shows; run states come from Airflow's REST API. The screenshots
 stay in the artifacts folder (listed at the end of the pytest run).
@@ -26,10 +30,11 @@ from urllib.parse import quote
 import pytest
 from selenium.webdriver.common.by import By
 
+from kafkaops.cli import datagen
 from kafkaops.platform import admin
 from tests.deployment.conftest import TOPIC, SpecCluster
 from tests.deployment.harness import Deployment
-from tests.deployment.runs import RUN_TIMEOUT_S, run_path, task_states, wait_for_run
+from tests.deployment.runs import RUN_TIMEOUT_S, run_path, task_states, wait_for_run, wait_for_task
 from tests.deployment.ui import AirflowUI
 
 pytestmark = [pytest.mark.deployment, pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(1800)]
@@ -175,5 +180,60 @@ def test_the_operators_path(deployed: Deployment, chrome: Any, deployment_cluste
         f"the capacity report lacks findings or UTC times:\n{report[:3000]}"
     chrome.switch_to.default_content()
 
+    # 8. a live migration: the plan approved, the switch read in Required Actions, the producers moved
+    live_migration(airflow, ui, deployment_cluster)
+
     took = time.monotonic() - began
     print(f"\nthe operator's path took {took:.0f} s (after {airflow.started_in:.0f} s to start the deployment); screenshots in {artifacts}")
+
+
+def live_migration(airflow: Deployment, ui: AirflowUI, cluster: SpecCluster) -> None:
+    """Step 8: ``payments`` (3 partitions, a group halfway through it) migrated live to 6 partitions."""
+    dag_id, source, group = "kafka_partition_increase", "payments", "payments.readers"
+    with cluster.connect() as conn:
+        admin.create_topic(conn, source, 3, 3)
+    datagen.produce(cluster.config, source, datagen.DatagenSpec(records=3000, keys=120, record_bytes=128, seed=18))
+    ends = {p: e for p, (_, e) in admin.end_offsets(cluster.config, source).items()}
+    with cluster.connect() as conn:
+        admin.commit_group_offsets(conn, group, source, {p: e // 2 for p, e in ends.items()})
+
+    run = ui.trigger(dag_id, texts={"topic": source}, choices={"quiesce": "manual"}, switches={"dry_run": False},
+                     name="live-migration")
+    conf = airflow.api("GET", run_path(dag_id, run))["conf"]
+    assert conf.get("topic") == source and conf.get("quiesce") == "manual" and conf.get("mode") == "migrate", \
+        f"the form sent {conf}"
+    wait_for_approval(airflow, dag_id, run)
+    text = ui.open_required_action(dag_id, run, timeout=120)
+    ui.shot("live-migration-approval")
+    assert source in text and re.search(r"\b6\b", text) and "Live cut-over (quiesce=manual)" in text, \
+        f"the plan's approval should name {source}, 6 partitions and the cut-over it will do:\n{text}"
+    ui.respond("Approve")
+
+    # the copy, the quiesce (nothing writes to payments: still at once), the final pass, the gate, the groups
+    wait_for_task(airflow, dag_id, run, "switch", {"awaiting_input"}, timeout=RUN_TIMEOUT_S, poll_s=3)
+    text = ui.open_required_action(dag_id, run, timeout=120, task_id="switch/")
+    ui.shot("live-migration-switch")
+    moved = re.search(rf"Move producers from {source} to (\S+) now", text)
+    assert moved, f"the switch should name the source and the target topic:\n{text}"
+    target = moved.group(1)
+    row = re.search(rf"{re.escape(group)}\s+{re.escape(group)}\s+((?:\d+: \d+,? ?)+)", text)
+    assert row, f"the switch should show {group}'s offsets on {target} as a table row:\n{text}"
+    offsets = dict(tuple(int(x) for x in pair.split(": ")) for pair in row.group(1).strip(" ,").split(", "))
+    with cluster.connect() as conn:
+        committed = {x.partition: x.committed for g in admin.snapshot(conn, topics=[target], sizes=False).groups
+                     if g.group_id == group for x in g.partitions if x.topic == target}
+    assert offsets == committed and len(offsets) == 6 and 0 < sum(offsets.values()) < sum(ends.values()), \
+        f"the switch shows {offsets}, the group has {committed} committed on {target}"
+    assert not re.search(r"\{[\"']|\['", text), f"the switch shows raw JSON or Python reprs:\n{text}"
+
+    datagen.produce(cluster.config, target, datagen.DatagenSpec(records=200, keys=120, record_bytes=128, seed=19))
+    ui.respond("Approve")
+    wait_for_run(airflow, dag_id, run)
+
+    ui.open_run_tab(dag_id, run, "Operation record")
+    ui.text_shown("Live cut-over")
+    record = ui.visible_text()
+    ui.shot("live-migration-record")
+    assert re.search(r"(?i)write window", record) and group in record and "operator" in record, \
+        f"the record's cut-over should show the write window, the group and who confirmed the switch:\n{record}"
+    ui.driver.switch_to.default_content()

@@ -99,11 +99,12 @@ class AirflowUI:
     # -- the Trigger form ---------------------------------------------------------------------------------
 
     def trigger(self, dag_id: str, *, choices: Mapping[str, str] = {}, switches: Mapping[str, bool] = {},
-                arrays: Mapping[str, Sequence[Any]] = {}, name: str = "") -> str:
+                arrays: Mapping[str, Sequence[Any]] = {}, texts: Mapping[str, str] = {}, name: str = "") -> str:
         """Open ``dag_id``'s Trigger form, keep every default but the given params, submit it; the run id.
 
         ``choices``: enum params (a drop-down); ``switches``: boolean params; ``arrays``: array params,
-        typed one value a line or, where Airflow shows a JSON editor, as JSON."""
+        typed one value a line or, where Airflow shows a JSON editor, as JSON; ``texts``: text and number
+        fields, typed over what they hold."""
         self.open(f"/dags/{dag_id}")
         self.click(self.wait(EC.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]")),
                              f"the Trigger button of {dag_id}"))
@@ -121,8 +122,10 @@ class AirflowUI:
                 self.set_lines(param, [str(v) for v in values])
             else:
                 self.set_json(param, list(values))
+        for param, text in texts.items():
+            self.set_text(param, text)
         self.shot(f"{name or dag_id}-trigger-form")
-        given = {**choices, **switches, **arrays}
+        given = {**choices, **switches, **arrays, **texts}
         submit = self.driver.find_element(By.CSS_SELECTOR, "[data-testid=trigger-dag-submit]")
         self.driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", submit)
         if not submit.is_enabled():
@@ -166,6 +169,16 @@ class AirflowUI:
         self.wait(lambda d: d.find_element(By.NAME, f"element_{param}").is_selected() == on,
                   f"the {param} switch {'on' if on else 'off'}", 10)
 
+    def set_text(self, param: str, text: str) -> None:
+        field = self.wait(EC.presence_of_element_located((By.CSS_SELECTOR, f"input[name=element_{param}]")),
+                          f"the {param} field")
+        self.click(field)
+        field.send_keys(Keys.CONTROL, "a")
+        field.send_keys(Keys.DELETE)
+        field.send_keys(text)
+        self.wait(lambda d: d.find_element(By.CSS_SELECTOR, f"input[name=element_{param}]").get_attribute("value")
+                  == text, f"{param} set to {text!r}", 10)
+
     def set_lines(self, param: str, values: Sequence[str]) -> None:
         area = self.wait(EC.presence_of_element_located((By.CSS_SELECTOR, f"textarea[name=element_{param}]")),
                          f"the {param} text area")
@@ -203,9 +216,10 @@ class AirflowUI:
 
     # -- Required actions ---------------------------------------------------------------------------------
 
-    def open_required_action(self, dag_id: str, run_id: str, timeout: float) -> str:
-        """Browse > Required Actions, the one of this run; its visible text once it shows a response."""
-        xpath = f"//a[contains(@href, {xpath_literal(f'/dags/{dag_id}/runs/{run_id}/tasks/')}) " \
+    def open_required_action(self, dag_id: str, run_id: str, timeout: float, task_id: str = "") -> str:
+        """Browse > Required Actions, the one of this run (of its ``task_id``, when the run has several);
+        its visible text once it shows a response."""
+        xpath = f"//a[contains(@href, {xpath_literal(f'/dags/{dag_id}/runs/{run_id}/tasks/{task_id}')}) " \
                 f"and contains(@href, '/required_actions')]"
 
         def listed(driver: WebDriver) -> WebElement | None:

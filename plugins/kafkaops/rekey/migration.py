@@ -217,6 +217,21 @@ def final_pass(ctx: lifecycle.OperationContext, last: BackfillPlan, quiesced: Ma
     return {**result, "target_ends": target_ends}
 
 
+def cutover_summary(policy: LivePolicy, topic: str) -> str:
+    """What the approval says of the cut-over the run will do after the copy, in the operator's terms."""
+    if not policy.live:
+        return (f"Snapshot copy (quiesce=none): records written to {topic} after the snapshot are not copied; "
+                "switch producers and consumers yourself afterwards, at the translated offsets")
+    stop = (f"kafkaops denies Write on {topic} to {', '.join(policy.principals)} (a DENY ACL, removed after the "
+            "switch or on rollback)" if policy.quiesce == "acl" else
+            f"you are asked (in the run's record) to stop the producers of {topic}")
+    return (f"Live cut-over (quiesce={policy.quiesce}): catch-up passes until the copy is at most "
+            f"{policy.catch_up_lag_records:,} records behind (up to {policy.max_catch_up_passes} passes, "
+            f"{policy.catch_up_budget_s:.0f} s); then {stop}, and writes pause until the switch. Abandoned, "
+            f"{topic} staying authoritative, if {topic} is not still for {policy.quiet_s:.0f} s within "
+            f"{policy.quiesce_timeout_s:.0f} s. The switch is a second approval, with the groups' offsets")
+
+
 def switch_request(cut: Mapping[str, Any]) -> str:
     """What the switch step asks of the operator: the topics and each group's committed target offsets."""
     source, target = cut.get("source_topic", "the source"), cut.get("target_topic", "the target")

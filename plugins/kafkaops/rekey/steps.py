@@ -317,6 +317,8 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
                              key_change={"sampled_records": len(sampled), "dead_letters_in_sample": dead},
                              target_configs=configs)
     data = {"plan": plan.to_dict(), "summary": plan.summary()}
+    if plan.mode == "migrate":
+        data["summary"] += f". {migration.cutover_summary(p.policy, p.topic)}"
     advice = capacity_advice(ctx.store, p.topic, p.new_partition_count)
     if advice is not None:  # shown at the approval; a count other than the review's is allowed
         data["capacity_advice"] = advice

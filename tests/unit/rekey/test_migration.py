@@ -91,3 +91,14 @@ def test_the_newest_capacity_review_of_the_topic_is_shown_beside_the_chosen_coun
     assert "The capacity review of 2026-11-23 09:40:13 UTC recommends 9 partitions for orders" in advice["text"]
     assert "you chose 12: allowed, but it is more than the review's count" in advice["text"]
     assert capacity_advice(local_store, "payments", 6)["text"].endswith("the same count")
+
+
+def test_the_approval_says_what_the_cut_over_will_do_in_each_quiesce_mode() -> None:
+    snapshot = migration.cutover_summary(migration.LivePolicy(), "orders")
+    assert "records written to orders after the snapshot are not copied" in snapshot
+    manual = migration.cutover_summary(migration.LivePolicy(quiesce="manual", catch_up_lag_records=5000), "orders")
+    assert manual.startswith("Live cut-over (quiesce=manual): catch-up passes until the copy is at most 5,000 records")
+    assert "you are asked (in the run's record) to stop the producers of orders" in manual
+    assert "not still for 10 s within 900 s" in manual and "second approval" in manual
+    acl = migration.cutover_summary(migration.LivePolicy(quiesce="acl", principals=("User:a", "User:b")), "orders")
+    assert "kafkaops denies Write on orders to User:a, User:b (a DENY ACL" in acl
