@@ -261,6 +261,12 @@ def release_writes(ctx: lifecycle.OperationContext, topic: str, policy: LivePoli
     return bool(removed)
 
 
+def acl_removal_command(topic: str, principals: Sequence[str]) -> str:
+    """The kafka-acls command that removes the quiesce's DENY Write ACLs by hand."""
+    return (f"kafka-acls --remove --topic {topic} --operation Write --deny-principal "
+            f"{' --deny-principal '.join(principals)}")
+
+
 def release_left_writes(ctx: lifecycle.OperationContext, notes: Sequence[Mapping[str, Any]]) -> str | None:
     """The finish teardown's safety net: when this run's record says a quiesce denied writes and no
     step allowed them again after (the confirm or the rollback did not run to its end: a killed
@@ -280,8 +286,7 @@ def release_left_writes(ctx: lifecycle.OperationContext, notes: Sequence[Mapping
     except KafkaOpsError as err:
         text = (f"the DENY Write ACL on {topic} is still there: the step that removes it did not run to its end, "
                 f"and the finish could not remove it ({err}). Producers cannot write to {topic} until you run "
-                f"kafka-acls --remove --topic {topic} --operation Write --deny-principal "
-                f"{' --deny-principal '.join(principals)}")
+                f"{acl_removal_command(topic, principals)}")
         ctx.audit.append("note", text=text, action="writes_left_denied", topic=topic)
         log.error("%s", text)
         return text
@@ -411,9 +416,8 @@ def abandon(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePol
             "records exist only there; move them back before deleting it" if new_writes else
             f"kept, not authoritative (delete it with kafka-topics --delete --topic {plan.target_topic} once inspected)")
     acl = ("" if acl_error is None else
-           f" The DENY Write ACL on {plan.source_topic} could NOT be removed ({acl_error}): remove it with kafka-acls "
-           f"--remove --topic {plan.source_topic} --operation Write --deny-principal "
-           f"{' --deny-principal '.join(policy.principals)}, producers cannot write until then.")
+           f" The DENY Write ACL on {plan.source_topic} could NOT be removed ({acl_error}): remove it with "
+           f"{acl_removal_command(plan.source_topic, policy.principals)}, producers cannot write until then.")
     ctx.audit.append("note", text=f"live migration abandoned: {reason}. {plan.source_topic} stays authoritative; "
                                   f"target {plan.target_topic} {what}; producers and consumers stay on (or go back "
                                   f"to) {plan.source_topic}.{acl}", abandoned=True, target_deleted=deleted,

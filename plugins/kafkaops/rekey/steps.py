@@ -335,7 +335,7 @@ CAPACITY_DAG = "kafka_capacity_review"
 def capacity_advice(store: Any, topic: str, chosen: int, *, reviews: int = 20) -> dict[str, Any] | None:
     """The newest capacity review's partition recommendation for ``topic`` (of the last ``reviews``
     finished reviews), beside the ``chosen`` count; None when no review recommended a count for it."""
-    for op in store.list_operations(CAPACITY_DAG, limit=reviews):
+    for op in state.list_records(CAPACITY_DAG, store=store, limit=reviews):
         if op.get("outcome") != "success":
             continue
         for note in reversed(state.AuditLog(CAPACITY_DAG, op["run_id"], store=store).summary()["notes"]):
