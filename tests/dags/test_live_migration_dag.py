@@ -38,12 +38,17 @@ def test_a_live_migration_by_the_record_key_loses_duplicates_and_reorders_nothin
     config = {"bootstrap.servers": cluster.bootstrap}
     with admin.connect(config) as conn:
         admin.create_topic(conn, topic, 3, 1)
-    # a capacity review that measured the topic and recommended 6 partitions: shown at the approval
+        cluster_id = admin.describe_cluster(conn)[0]
+    # a capacity review of this cluster that recommended 6 partitions for the topic: shown at the approval;
+    # a newer one of another cluster (the same topic name there) is not
     reviews = store.current()
-    reviews.start_operation(CAPACITY_DAG, "review-live", kind="capacity_review", triggered_by="cron", params={})
-    reviews.append_event(CAPACITY_DAG, "review-live", "note", {"text": "capacity report", "recommended": [
-        {"kind": "partitions", "subject": f"topic {topic}", "value": 6, "message": f"topic {topic}: 6 partitions"}]})
-    reviews.update_operation(CAPACITY_DAG, "review-live", state="finished", outcome="success")
+    for run_id, of, count in (("review-live", cluster_id, 6), ("review-elsewhere", "another-cluster", 48)):
+        reviews.start_operation(CAPACITY_DAG, run_id, kind="capacity_review", triggered_by="cron", params={})
+        recommended = [{"kind": "partitions", "subject": f"topic {topic}", "value": count,
+                        "message": f"topic {topic}: {count} partitions"}]
+        reviews.append_event(CAPACITY_DAG, run_id, "note",
+                             {"text": "capacity report", "cluster_id": of, "recommended": recommended})
+        reviews.update_operation(CAPACITY_DAG, run_id, state="finished", outcome="success")
     with MigrationTraffic(config, topic, group=f"{topic}.readers", rate_per_s=2000) as traffic:
         with Operator(traffic, "kafka_partition_increase") as operator:
             dag_run, record = run_partition_increase(dagbag, topic=topic, key_rule="record_key",
@@ -57,6 +62,7 @@ def test_a_live_migration_by_the_record_key_loses_duplicates_and_reorders_nothin
     assert quiesced["how"] == "manual" and quiesced["settled_at"] > quiesced["asked_at"]
     assert_live_record(config, topic, record, report)
     assert "recommends 6 partitions for live.record_key" in record["plan"]["summary"]
+    assert "48 partitions" not in record["plan"]["summary"]
     assert "you chose 12: allowed, but it is more than the review's count" in record["plan"]["summary"]
     # a named group that never committed on the source: from the start of the target, and said so
     late = next(n["offset_translation"] for n in record["notes"] if "offset_translation" in n)["late.readers"]

@@ -21,6 +21,7 @@ provisioner grows when it adds a broker on "this host" (brokers on other hosts o
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import os
@@ -286,6 +287,7 @@ class Deployment:
     redis_url: str
     passwords: dict[str, str] = field(repr=False)
     started_in: float = 0.0
+    began_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))
     _tokens: dict[str, str] = field(default_factory=dict, repr=False)
 
     # -- REST API

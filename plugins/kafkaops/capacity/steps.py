@@ -182,7 +182,7 @@ def make_report(review_data: Mapping[str, Any], skew_result: Mapping[str, Any] |
     paths = capacity_report.write_report(review, skew_result, run_id=run_id)
     if log_ is not None:
         log_.append("note", text=f"capacity report: {paths.html_url}", url=paths.html_url, report=paths.to_dict(),
-                    verdict=review.verdict, findings=[f.message for f in review.findings],
+                    cluster_id=review.cluster_id, verdict=review.verdict, findings=[f.message for f in review.findings],
                     recommendations=[r.message for r in review.recommendations],
                     # the same as values, for the steps that act on them (a partition increase's approval)
                     recommended=[{"kind": r.kind, "subject": r.subject, "value": r.value, "message": r.message}

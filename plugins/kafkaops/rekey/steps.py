@@ -319,7 +319,7 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
     data = {"plan": plan.to_dict(), "summary": plan.summary()}
     if plan.mode == "migrate":
         data["summary"] += f". {migration.cutover_summary(p.policy, p.topic)}"
-    advice = capacity_advice(ctx.store, p.topic, p.new_partition_count)
+    advice = capacity_advice(ctx.store, cluster.cluster_id, p.topic, p.new_partition_count)
     if advice is not None:  # shown at the approval; a count other than the review's is allowed
         data["capacity_advice"] = advice
         data["summary"] += f". {advice['text']}"
@@ -332,13 +332,17 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
 CAPACITY_DAG = "kafka_capacity_review"
 
 
-def capacity_advice(store: Any, topic: str, chosen: int, *, reviews: int = 20) -> dict[str, Any] | None:
-    """The newest capacity review's partition recommendation for ``topic`` (of the last ``reviews``
-    finished reviews), beside the ``chosen`` count; None when no review recommended a count for it."""
+def capacity_advice(store: Any, cluster_id: str | None, topic: str, chosen: int, *, reviews: int = 20
+                    ) -> dict[str, Any] | None:
+    """The newest capacity review of cluster ``cluster_id`` (of the last ``reviews`` finished reviews of
+    any cluster) that recommends a partition count for ``topic``, beside the ``chosen`` count; None when
+    none does. A review of another cluster (the same topic name elsewhere) is not advice for this one."""
     for op in state.list_records(CAPACITY_DAG, store=store, limit=reviews):
         if op.get("outcome") != "success":
             continue
         for note in reversed(state.AuditLog(CAPACITY_DAG, op["run_id"], store=store).summary()["notes"]):
+            if cluster_id is None or note.get("cluster_id") != cluster_id:
+                continue
             rec = next((r for r in note.get("recommended") or () if r.get("kind") == "partitions"
                         and r.get("subject") == f"topic {topic}"), None)
             if rec is None:

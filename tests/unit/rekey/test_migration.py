@@ -70,27 +70,32 @@ def test_the_switch_request_names_topics_groups_and_offsets_in_partition_order()
 def test_the_newest_capacity_review_of_the_topic_is_shown_beside_the_chosen_count(local_store) -> None:
     from kafkaops.rekey.steps import CAPACITY_DAG, capacity_advice
 
-    def review(run_id: str, at: float, outcome: str, recommended: list) -> None:
+    def review(run_id: str, at: float, outcome: str, recommended: list, cluster: str = "prod-a") -> None:
         local_store.start_operation(CAPACITY_DAG, run_id, kind="capacity_review", triggered_by="cron", params={},
                                     at=at)
         local_store.append_event(CAPACITY_DAG, run_id, "started", {"operation": "capacity_review"}, ts=at)
-        local_store.append_event(CAPACITY_DAG, run_id, "note", {"text": "capacity report", "recommended": recommended},
-                                 ts=at + 1)
+        local_store.append_event(CAPACITY_DAG, run_id, "note", {"text": "capacity report", "cluster_id": cluster,
+                                                                  "recommended": recommended}, ts=at + 1)
         local_store.update_operation(CAPACITY_DAG, run_id, state="finished", outcome=outcome)
 
     def partitions(topic: str, n: int) -> dict:
         return {"kind": "partitions", "subject": f"topic {topic}", "value": n,
                 "message": f"topic {topic}: {n} partitions = max(ceil(9000 / 1000) = 9, 4 consumers) rounded up"}
 
-    assert capacity_advice(local_store, "orders", 12) is None  # no review yet
+    assert capacity_advice(local_store, "prod-a", "orders", 12) is None  # no review yet
     review("r1", 1_795_426_812.0, "success", [partitions("orders", 9), partitions("payments", 6)])
     review("r2", 1_795_430_000.0, "failed", [partitions("orders", 30)])  # a failed review is not advice
     review("r3", 1_795_431_000.0, "success", [{"kind": "brokers", "subject": "cluster", "value": 4, "message": "x"}])
-    advice = capacity_advice(local_store, "orders", 12)
+    # the newest review recommending for "orders" is of another cluster: not advice for prod-a
+    review("r4", 1_795_432_000.0, "success", [partitions("orders", 48)], cluster="staging")
+    advice = capacity_advice(local_store, "prod-a", "orders", 12)
     assert (advice["run_id"], advice["recommended"], advice["differs"]) == ("r1", 9, True)
     assert "The capacity review of 2026-11-23 09:40:13 UTC recommends 9 partitions for orders" in advice["text"]
     assert "you chose 12: allowed, but it is more than the review's count" in advice["text"]
-    assert capacity_advice(local_store, "payments", 6)["text"].endswith("the same count")
+    assert capacity_advice(local_store, "prod-a", "payments", 6)["text"].endswith("the same count")
+    assert capacity_advice(local_store, "staging", "orders", 48)["run_id"] == "r4"
+    assert capacity_advice(local_store, "staging", "payments", 6) is None
+    assert capacity_advice(local_store, None, "orders", 12) is None  # a cluster without an id matches none
 
 
 def test_the_approval_says_what_the_cut_over_will_do_in_each_quiesce_mode() -> None:
