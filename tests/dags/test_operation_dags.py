@@ -1,6 +1,7 @@
 """The kafkaops DAGs end to end with dag.test() on a real cluster of their own."""
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import signal
@@ -328,10 +329,15 @@ def test_an_unreachable_store_fails_the_run_at_begin_before_kafka_is_touched(dag
         {"conn_type": "postgres", "host": "127.0.0.1", "port": port, "login": "kafkaops", "password": "s3cret-pw",
          "schema": "kafkaops"}))
     before = assignment(spec)
+    # begin retries a store that does not answer (3 retries, as deployed); 1 s apart and doubling here,
+    # not 10 s (70 s of waiting that tells nothing more)
+    monkeypatch.setattr(dagbag.dags["kafka_reassign"].get_task("begin"), "retry_delay", dt.timedelta(seconds=1))
     dag_run = run_dag(dagbag, "kafka_reassign", operation="rebalance", dry_run=False, approval="auto_approve",
                       inventory=str(spec_path))
     assert str(dag_run.state) == "failed"
     states = {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
+    tries = {ti.task_id: ti.try_number for ti in dag_run.get_task_instances()}
+    assert tries["begin"] == 4, f"begin was tried {tries['begin']} times, not 1 + 3 retries"
     assert states["begin"] == "failed" and states["preflight_gate"] == "upstream_failed", states
     assert states["execute_batches"] in ("upstream_failed", "skipped", "None"), states
     assert assignment(spec) == before
