@@ -169,23 +169,22 @@ class AirflowUI:
         self.wait(lambda d: d.find_element(By.NAME, f"element_{param}").is_selected() == on,
                   f"the {param} switch {'on' if on else 'off'}", 10)
 
-    def set_text(self, param: str, text: str) -> None:
-        field = self.wait(EC.presence_of_element_located((By.CSS_SELECTOR, f"input[name=element_{param}]")),
-                          f"the {param} field")
+    def _replace(self, tag: str, param: str, text: str) -> None:
+        """Select all of the param's ``tag`` field (input, textarea) and type ``text`` over it."""
+        field = self.wait(EC.presence_of_element_located((By.CSS_SELECTOR, f"{tag}[name=element_{param}]")),
+                          f"the {param} {tag}")
         self.click(field)
         field.send_keys(Keys.CONTROL, "a")
         field.send_keys(Keys.DELETE)
         field.send_keys(text)
-        self.wait(lambda d: d.find_element(By.CSS_SELECTOR, f"input[name=element_{param}]").get_attribute("value")
+        self.wait(lambda d: d.find_element(By.CSS_SELECTOR, f"{tag}[name=element_{param}]").get_attribute("value")
                   == text, f"{param} set to {text!r}", 10)
 
+    def set_text(self, param: str, text: str) -> None:
+        self._replace("input", param, text)
+
     def set_lines(self, param: str, values: Sequence[str]) -> None:
-        area = self.wait(EC.presence_of_element_located((By.CSS_SELECTOR, f"textarea[name=element_{param}]")),
-                         f"the {param} text area")
-        self.click(area)
-        area.send_keys(Keys.CONTROL, "a")
-        area.send_keys(Keys.DELETE)
-        area.send_keys("\n".join(values))
+        self._replace("textarea", param, "\n".join(values))
 
     def set_json(self, param: str, value: Any) -> None:
         """Type ``value`` into the param's JSON editor (Monaco) as an operator would, and check what it holds."""

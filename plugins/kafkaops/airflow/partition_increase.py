@@ -285,7 +285,7 @@ def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[st
         planned = plan.override(**RETRIED)(before)
         approval = PartitionApprovalOperator(
             task_id="approval", kind=steps.KIND, subject="Approve the kafkaops partition increase",
-            body="{{ ti.xcom_pull(task_ids='plan')['summary'] }}", response_timeout=dt.timedelta(hours=24))
+            body="{{ ti.xcom_pull(task_ids='plan')['approval'] }}", response_timeout=dt.timedelta(hours=24))
         planned >> approval
         result = execute.override(**RETRIED)(planned)
         approval >> result

@@ -260,6 +260,73 @@ class PartitionPlan:
                    target_configs=data.get("target_configs") or {})
 
 
+def approval_markdown(plan: PartitionPlan, params: PartitionParams, advice: Mapping[str, Any] | None = None
+                      ) -> str:
+    """The approval body: the plan as a table (the topic now and after), the keys, the capacity review's
+    advice, the cut-over and the steps that follow approval, in the order the DAG runs them."""
+    policy = params.policy
+    if plan.mode == "in_place":
+        lines = [f"Grow **{plan.topic}** in place: {plan.current_partitions} → {plan.new_partitions} partitions.", ""]
+        lines += ["| | Now | After |", "|---|---|---|",
+                  f"| Topic | {plan.topic} | {plan.topic} (grown in place) |",
+                  f"| Partitions | {plan.current_partitions} | {plan.new_partitions} |",
+                  f"| Replication factor | {plan.replication_factor} | {plan.replication_factor} |", "",
+                  "#### New partitions", "| partition | replicas (the first leads) |", "|---|---|",
+                  *(f"| {plan.current_partitions + i} | {', '.join(map(str, r))} |"
+                    for i, r in enumerate(plan.assignment)), "",
+                  "#### Keys", str(plan.key_change.get("summary") or "No key change was measured") + ".", ""]
+    else:
+        bf = BackfillPlan.from_dict(plan.backfill or {})
+        sampled = int(plan.key_change.get("sampled_records") or 0)
+        dead = int(plan.key_change.get("dead_letters_in_sample") or 0)
+        lines = [f"Migrate **{plan.topic}** into **{bf.target_topic}**: {plan.current_partitions} → "
+                 f"{plan.new_partitions} partitions, keyed by {bf.key_rule}.", ""]
+        lines += ["| | Source | Target |", "|---|---|---|",
+                  f"| Topic | {plan.topic} | {bf.target_topic} |",
+                  f"| Partitions | {plan.current_partitions} | {plan.new_partitions} |",
+                  f"| Replication factor | {plan.replication_factor} | {plan.replication_factor} |",
+                  f"| Records | {bf.records:,} in the snapshot | {bf.records:,} less dead letters, "
+                  f"then {'the catch-up passes' if policy.live else 'nothing more'} |",
+                  f"| Key | as written | {bf.key_rule}, placed as Kafka's partitioner places it |",
+                  f"| Dead letters | - | {bf.dead_letter_topic}: records without a key ({dead:,} of {sampled:,} "
+                  "sampled) |", ""]
+    lines += ["#### Capacity review",
+              (advice or {}).get("text", f"No capacity review of this cluster recommends a partition count for "
+                                         f"{plan.topic}") + ".", ""]
+    if plan.mode == "in_place":
+        lines += ["#### What follows",
+                  f"1. Add partitions {plan.current_partitions}-{plan.new_partitions - 1} to {plan.topic}; its "
+                  "records stay where they are, so the keys above change partition for new records only."]
+        return "\n".join(lines)
+    bf = BackfillPlan.from_dict(plan.backfill or {})
+    named, suffix = params.named_groups, params.cutover_group_suffix
+    also = (f" (also {', '.join(named)}: from the target's start if they have no offset on {plan.topic})"
+            if named else "")
+    if policy.live:
+        groups = (f"Wait until each consumer group of {plan.topic}{also} read it to the end and has no member, then "
+                  f"commit its translated offsets on {bf.target_topic} for " +
+                  (f"<group>{suffix}." if suffix else "the group itself."))
+    elif suffix:
+        groups = (f"Translate each consumer group's offsets on {plan.topic}{also} to {bf.target_topic} and commit "
+                  f"them for <group>{suffix}.")
+    else:
+        groups = (f"Translate each consumer group's offsets on {plan.topic}{also} to {bf.target_topic}, into the "
+                  "record (cutover_group_suffix is empty: nothing is committed).")
+    steps_ = [f"Create {bf.target_topic} ({plan.new_partitions} partitions, replication factor "
+              f"{plan.replication_factor}, the source's topic configs) and {bf.dead_letter_topic}.",
+              "Copy the snapshot with Spark, each record once (transactions), each key's records in order.",
+              *([f"Catch-up passes copy what producers wrote since, then writes to {plan.topic} stop "
+                 f"({policy.quiesce} quiesce) and a final pass copies the rest."] if policy.live else []),
+              "Verify the copy (the integrity gate): every record once, each key in the partition Kafka "
+              "gives it, per-key order kept.",
+              groups,
+              *([f"The switch: a second approval, when producers and consumers move to {bf.target_topic}."]
+                if policy.live else [])]
+    lines += ["#### Cut-over", migration.cutover_summary(policy, plan.topic) + ".", "",
+              "#### What follows", *(f"{i}. {text}" for i, text in enumerate(steps_, 1))]
+    return "\n".join(lines)
+
+
 def integrity_frames(report: backfill.IntegrityReport) -> dict[str, Any]:
     """The frames of the backfill gate: ``partitions`` (one row per output partition) and ``totals``."""
     import pandas as pd
@@ -323,7 +390,8 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
     if advice is not None:  # shown at the approval; a count other than the review's is allowed
         data["capacity_advice"] = advice
         data["summary"] += f". {advice['text']}"
-    ctx.audit.append("plan", **data)
+    data["approval"] = approval_markdown(plan, p, advice)
+    ctx.audit.append("plan", **{k: v for k, v in data.items() if k != "approval"})
     log.info("plan: %s", data["summary"])
     return data
 
