@@ -171,7 +171,7 @@ def test_the_operators_path(deployed: Deployment, chrome: Any, deployment_cluste
     # tick). A tick that came during the session, while the DAG was paused, is the next run Airflow
     # computed when it parsed the file (once an hour here); unpausing runs it: a session that crosses
     # midnight (UTC) sees that daily run too.
-    assert all(kind == "scheduled" and _utc(logical) > airflow.began_at for _, kind, logical in others), \
+    assert all(kind == "scheduled" and dt.datetime.fromisoformat(logical) > airflow.began_at for _, kind, logical in others), \
         f"triggering the review by hand started other runs too (deployment began {airflow.began_at}): {others}"
     ui.open_run_tab("kafka_capacity_review", review, "Operation record")
     ui.text_shown(review)
@@ -243,8 +243,3 @@ def live_migration(airflow: Deployment, ui: AirflowUI, cluster: SpecCluster) -> 
     assert re.search(r"(?i)write window", record) and group in record and "operator" in record, \
         f"the record's cut-over should show the write window, the group and who confirmed the switch:\n{record}"
     ui.driver.switch_to.default_content()
-
-
-def _utc(stamp: str) -> dt.datetime:
-    """An API time stamp (ISO 8601, ``Z`` or an offset) as an aware datetime."""
-    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))

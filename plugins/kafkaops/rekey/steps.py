@@ -263,42 +263,26 @@ class PartitionPlan:
 def approval_markdown(plan: PartitionPlan, params: PartitionParams, advice: Mapping[str, Any] | None = None
                       ) -> str:
     """The approval body: the plan as a table (the topic now and after), the keys, the capacity review's
-    advice, the cut-over and the steps that follow approval, in the order the DAG runs them."""
-    policy = params.policy
-    if plan.mode == "in_place":
-        lines = [f"Grow **{plan.topic}** in place: {plan.current_partitions} → {plan.new_partitions} partitions.", ""]
-        lines += ["| | Now | After |", "|---|---|---|",
-                  f"| Topic | {plan.topic} | {plan.topic} (grown in place) |",
-                  f"| Partitions | {plan.current_partitions} | {plan.new_partitions} |",
-                  f"| Replication factor | {plan.replication_factor} | {plan.replication_factor} |", "",
-                  "#### New partitions", "| partition | replicas (the first leads) |", "|---|---|",
-                  *(f"| {plan.current_partitions + i} | {', '.join(map(str, r))} |"
-                    for i, r in enumerate(plan.assignment)), "",
-                  "#### Keys", str(plan.key_change.get("summary") or "No key change was measured") + ".", ""]
-    else:
-        bf = BackfillPlan.from_dict(plan.backfill or {})
-        sampled = int(plan.key_change.get("sampled_records") or 0)
-        dead = int(plan.key_change.get("dead_letters_in_sample") or 0)
-        lines = [f"Migrate **{plan.topic}** into **{bf.target_topic}**: {plan.current_partitions} → "
-                 f"{plan.new_partitions} partitions, keyed by {bf.key_rule}.", ""]
-        lines += ["| | Source | Target |", "|---|---|---|",
-                  f"| Topic | {plan.topic} | {bf.target_topic} |",
-                  f"| Partitions | {plan.current_partitions} | {plan.new_partitions} |",
-                  f"| Replication factor | {plan.replication_factor} | {plan.replication_factor} |",
-                  f"| Records | {bf.records:,} in the snapshot | {bf.records:,} less dead letters, "
-                  f"then {'the catch-up passes' if policy.live else 'nothing more'} |",
-                  f"| Key | as written | {bf.key_rule}, placed as Kafka's partitioner places it |",
-                  f"| Dead letters | - | {bf.dead_letter_topic}: records without a key ({dead:,} of {sampled:,} "
-                  "sampled) |", ""]
-    lines += ["#### Capacity review",
+    advice, then (a migration) the cut-over, and the steps that follow approval in the order the DAG runs them."""
+    review = ["#### Capacity review",
               (advice or {}).get("text", f"No capacity review of this cluster recommends a partition count for "
                                          f"{plan.topic}") + ".", ""]
     if plan.mode == "in_place":
-        lines += ["#### What follows",
-                  f"1. Add partitions {plan.current_partitions}-{plan.new_partitions - 1} to {plan.topic}; its "
-                  "records stay where they are, so the keys above change partition for new records only."]
-        return "\n".join(lines)
-    bf = BackfillPlan.from_dict(plan.backfill or {})
+        return "\n".join([
+            f"Grow **{plan.topic}** in place: {plan.current_partitions} → {plan.new_partitions} partitions.", "",
+            "| | Now | After |", "|---|---|---|",
+            f"| Topic | {plan.topic} | {plan.topic} (grown in place) |",
+            f"| Partitions | {plan.current_partitions} | {plan.new_partitions} |",
+            f"| Replication factor | {plan.replication_factor} | {plan.replication_factor} |", "",
+            "#### New partitions", "| partition | replicas (the first leads) |", "|---|---|",
+            *(f"| {plan.current_partitions + i} | {', '.join(map(str, r))} |" for i, r in enumerate(plan.assignment)),
+            "", "#### Keys", str(plan.key_change.get("summary") or "No key change was measured") + ".", "",
+            *review, "#### What follows",
+            f"1. Add partitions {plan.current_partitions}-{plan.new_partitions - 1} to {plan.topic}; its records stay "
+            "where they are, so the keys above change partition for new records only."])
+    policy, bf = params.policy, BackfillPlan.from_dict(plan.backfill or {})
+    sampled = int(plan.key_change.get("sampled_records") or 0)
+    dead = int(plan.key_change.get("dead_letters_in_sample") or 0)
     named, suffix = params.named_groups, params.cutover_group_suffix
     also = (f" (also {', '.join(named)}: from the target's start if they have no offset on {plan.topic})"
             if named else "")
@@ -322,9 +306,19 @@ def approval_markdown(plan: PartitionPlan, params: PartitionParams, advice: Mapp
               groups,
               *([f"The switch: a second approval, when producers and consumers move to {bf.target_topic}."]
                 if policy.live else [])]
-    lines += ["#### Cut-over", migration.cutover_summary(policy, plan.topic) + ".", "",
-              "#### What follows", *(f"{i}. {text}" for i, text in enumerate(steps_, 1))]
-    return "\n".join(lines)
+    return "\n".join([
+        f"Migrate **{plan.topic}** into **{bf.target_topic}**: {plan.current_partitions} → {plan.new_partitions} "
+        f"partitions, keyed by {bf.key_rule}.", "",
+        "| | Source | Target |", "|---|---|---|",
+        f"| Topic | {plan.topic} | {bf.target_topic} |",
+        f"| Partitions | {plan.current_partitions} | {plan.new_partitions} |",
+        f"| Replication factor | {plan.replication_factor} | {plan.replication_factor} |",
+        f"| Records | {bf.records:,} in the snapshot | {bf.records:,} less dead letters, "
+        f"then {'the catch-up passes' if policy.live else 'nothing more'} |",
+        f"| Key | as written | {bf.key_rule}, placed as Kafka's partitioner places it |",
+        f"| Dead letters | - | {bf.dead_letter_topic}: records without a key ({dead:,} of {sampled:,} sampled) |", "",
+        *review, "#### Cut-over", migration.cutover_summary(policy, plan.topic) + ".", "",
+        "#### What follows", *(f"{i}. {text}" for i, text in enumerate(steps_, 1))])
 
 
 def integrity_frames(report: backfill.IntegrityReport) -> dict[str, Any]:
@@ -390,10 +384,9 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
     if advice is not None:  # shown at the approval; a count other than the review's is allowed
         data["capacity_advice"] = advice
         data["summary"] += f". {advice['text']}"
-    data["approval"] = approval_markdown(plan, p, advice)
-    ctx.audit.append("plan", **{k: v for k, v in data.items() if k != "approval"})
+    ctx.audit.append("plan", **data)
     log.info("plan: %s", data["summary"])
-    return data
+    return {**data, "approval": approval_markdown(plan, p, advice)}  # the body, derived: not in the record
 
 
 #: The DAG whose records hold the capacity reviews' recommendations (kafkaops.capacity.steps.make_report).
