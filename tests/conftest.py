@@ -44,6 +44,9 @@ from kafkaops.platform import store as store_  # noqa: E402
 from tests import postgres, secured, sessions, spark  # noqa: E402
 from tests.sshd import remote_cluster, remote_sshd  # noqa: E402,F401  (one sshd, one remote cluster per session)
 
+# Every test: no librdkafka client left alive or freed by the garbage collector (tests/clients.py).
+pytest_plugins = ["tests.clients"]
+
 # Fast failure detection for tests that stop brokers: fenced after 3 s without heartbeats.
 TEST_BROKER_CONFIG = {
     "broker.heartbeat.interval.ms": 500,

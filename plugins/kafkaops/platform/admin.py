@@ -10,6 +10,7 @@ that is asked again goes through the one policy of :func:`retrying`.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -132,35 +133,78 @@ AUTH_FAILURES = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTIC
                            KafkaError.CLUSTER_AUTHORIZATION_FAILED})
 
 
+class _ErrorReports:
+    """What librdkafka tells a connection's error callback. The client's config holds this small object's
+    bound method, never the connection's: a callback that pointed back at the connection would make the
+    connection and its client a reference cycle, which only Python's cyclic garbage collector frees, at
+    whatever moment and on whatever thread a later allocation triggers it. On one of librdkafka's own
+    threads (the background thread that completes an admin request's future) that collection destroys
+    the client from its own thread, and librdkafka aborts the process ("calling rd_kafka_destroy() from
+    librdkafka owned thread is prohibited"); inside another client's call it can deadlock."""
+
+    __slots__ = ("refused", "dropped")
+
+    def __init__(self) -> None:
+        self.refused: KafkaError | None = None
+        self.dropped = False
+
+    def on_error(self, err: KafkaError) -> None:
+        if err.code() in AUTH_FAILURES:
+            self.refused = err
+        elif err.code() == KafkaError._TRANSPORT:
+            self.dropped = True
+
+
 @dataclass
 class KafkaConnection:
-    """Admin clients for one cluster. Create with :func:`connect`; close with :meth:`close`.
+    """Admin clients for one cluster. Create with :func:`connect`; close with :meth:`close` (or use it
+    as a context manager), which releases the librdkafka client there and then: nothing but this
+    object holds it, and its callbacks hold nothing of this object (:class:`_ErrorReports`).
     A refused login or TLS handshake, which librdkafka only reports to its error callback while it
     keeps retrying, is kept in ``refused`` and ends the request waiting on it (:func:`_result`)."""
 
     config: ClientConfig = field(repr=False)
     timeout_s: float = DEFAULT_TIMEOUT_S
-    admin: AdminClient = field(init=False, repr=False)
-    refused: KafkaError | None = field(default=None, init=False)
-    dropped: bool = field(default=False, init=False)
-    """A connection dropped (``_TRANSPORT``) since the last TLS probe (:meth:`probe_tls`)."""
+    _reports: _ErrorReports = field(default_factory=_ErrorReports, init=False, repr=False)
+    _admin: AdminClient | None = field(default=None, init=False, repr=False)
     _legacy: Any = field(default=None, init=False, repr=False)
     _probed: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         try:
-            self.admin = AdminClient(client_config({"socket.connection.setup.timeout.ms": int(self.timeout_s * 1000),
-                                                    "error_cb": self._on_error, **self.config}))
+            self._admin = AdminClient(client_config({"socket.connection.setup.timeout.ms": int(self.timeout_s * 1000),
+                                                     "error_cb": self._reports.on_error, **self.config}))
         except KafkaException as err:  # a setting librdkafka rejects: an unknown key, an unreadable certificate
             said = err.args[0].str() if err.args and isinstance(err.args[0], KafkaError) else str(err)
             raise ConfigError(f"the Kafka client config of {self.name} does not work: "
                               f"{redaction.scrub(said, self.config)}; fix the connection's settings") from None
 
+    @property
+    def admin(self) -> AdminClient:
+        """The confluent-kafka admin client; only while the connection is open. Use it in an expression
+        (``conn.admin.list_topics(...)``), never keep it: a reference kept elsewhere would outlive
+        :meth:`close`."""
+        if self._admin is None:
+            raise KafkaOpsError(f"the connection to Kafka at {self.name} is closed; open another with "
+                                "kafkaops.platform.admin.connect")
+        return self._admin
+
+    @property
+    def closed(self) -> bool:
+        return self._admin is None
+
+    @property
+    def refused(self) -> KafkaError | None:
+        return self._reports.refused
+
+    @property
+    def dropped(self) -> bool:
+        """A connection dropped (``_TRANSPORT``) since the client started."""
+        return self._reports.dropped
+
     def _on_error(self, err: KafkaError) -> None:
-        if err.code() in AUTH_FAILURES:
-            self.refused = err
-        elif err.code() == KafkaError._TRANSPORT:
-            self.dropped = True
+        """The error callback's effect, as librdkafka would call it (for tests of the classification)."""
+        self._reports.on_error(err)
 
     def probe_tls(self) -> None:
         """After a dropped connection, once: whether the TLS endpoint turns this client's certificate away
@@ -172,7 +216,8 @@ class KafkaConnection:
         self._probed = True
         reason = tls_refusal(self.config, timeout_s=min(self.timeout_s, 5.0))
         if reason:
-            self.refused = KafkaError(KafkaError._SSL, f"TLS with {self.bootstrap.split(',')[0]} failed: {reason}")
+            self._reports.refused = KafkaError(KafkaError._SSL,
+                                               f"TLS with {self.bootstrap.split(',')[0]} failed: {reason}")
 
     @property
     def bootstrap(self) -> str:
@@ -205,10 +250,23 @@ class KafkaConnection:
                                        f"{redaction.scrub(str(err), self.config)}") from err
         return self._legacy
 
+    def drop_legacy_admin(self) -> None:
+        """Close kafka-python's client, so the next :meth:`legacy_admin` builds one with fresh metadata."""
+        legacy, self._legacy = self._legacy, None
+        if legacy is not None:
+            legacy.close()
+
     def close(self) -> None:
-        if self._legacy is not None:
-            self._legacy.close()
-            self._legacy = None
+        """Close kafka-python's client and release librdkafka's here, in the caller's thread: its threads
+        are joined before this returns (requests still in flight end with ``_DESTROY``). Idempotent."""
+        client, self._admin = self._admin, None
+        try:
+            self.drop_legacy_admin()
+        finally:
+            if client is not None and sys.getrefcount(client) > 2:  # this frame's name and the call's argument
+                log.warning("the admin client of %s is still referenced elsewhere after close(); it is released "
+                            "when that reference goes", self.name)
+            del client
 
     def __enter__(self) -> KafkaConnection:
         return self
@@ -588,7 +646,7 @@ def _legacy_call(conn: KafkaConnection, what: str, call: Callable[[Any], _T], at
         except Exception as err:
             typed = classify(err, what, conn)
             if typed.retriable:
-                conn.close()
+                conn.drop_legacy_admin()
             raise typed from err
 
     return retrying(what, attempts=attempts, first_wait_s=1.0, max_wait_s=2.0)(once)

@@ -27,10 +27,14 @@ def test_kafka_python_connects_quietly_and_our_logs_stay(kafka_logger, monkeypat
         def __init__(self, **kwargs: object) -> None:
             seen["level"] = logging.getLogger("kafka.conn").getEffectiveLevel()
 
+        def close(self) -> None:
+            seen["closed"] = True
+
     monkeypatch.setattr("kafka.admin.KafkaAdminClient", Client)
     caplog.set_level(logging.INFO)
-    admin.connect("127.0.0.1:1").legacy_admin()
-    assert seen["level"] == logging.WARNING
+    with admin.connect("127.0.0.1:1") as conn:
+        conn.legacy_admin()
+    assert seen["level"] == logging.WARNING and seen["closed"]
     logging.getLogger("kafka.conn").info("<BrokerConnection ...>: connecting")
     logging.getLogger("kafkaops.reassign.engine").info("batch 1/2")
     assert [r.getMessage() for r in caplog.records] == ["batch 1/2"]

@@ -55,8 +55,8 @@ SASL_ONLY = {k: v for k, v in CONFIG.items() if not k.startswith("ssl.")} | {"se
 
 
 def test_a_connection_and_its_config_errors_show_no_secret() -> None:
-    conn = admin.connect(SASL_ONLY, name="Airflow connection 'kafka_secure'")
-    assert PASSWORD not in repr(conn) and conn.name == "k1:9093 (Airflow connection 'kafka_secure')"
+    with admin.connect(SASL_ONLY, name="Airflow connection 'kafka_secure'") as conn:
+        assert PASSWORD not in repr(conn) and conn.name == "k1:9093 (Airflow connection 'kafka_secure')"
     with pytest.raises(ConfigError) as err:
         admin.connection_config({k: v for k, v in CONFIG.items() if k != "bootstrap.servers"}, name="--kafka-config x")
     assert "(--kafka-config x)" in str(err.value) and PASSWORD not in str(err.value)
@@ -67,8 +67,9 @@ def test_a_connection_and_its_config_errors_show_no_secret() -> None:
 
 @pytest.mark.parametrize("code", [KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL])
 def test_a_refused_login_or_handshake_is_an_auth_error_naming_the_connection(code: int) -> None:
-    conn = admin.connect(SASL_ONLY, name="Airflow connection 'kafka_secure'")
-    err = admin.classify(KafkaError(code, f"SASL failed for password {PASSWORD}"), "the cluster description", conn)
+    with admin.connect(SASL_ONLY, name="Airflow connection 'kafka_secure'") as conn:
+        err = admin.classify(KafkaError(code, f"SASL failed for password {PASSWORD}"), "the cluster description",
+                             conn)
     assert type(err) is KafkaAuthFailed and not err.retriable and err.code == KafkaError(code).name()
     assert "Airflow connection 'kafka_secure'" in str(err) and PASSWORD not in str(err)
     assert "sasl.username/sasl.password" in str(err)
@@ -77,9 +78,9 @@ def test_a_refused_login_or_handshake_is_an_auth_error_naming_the_connection(cod
 def test_a_timeout_after_a_refused_login_is_the_refusal() -> None:
     """librdkafka keeps retrying a refused login; the request then times out. The refusal, which its
     error callback reported, is the cause kafkaops names."""
-    conn = admin.connect(SASL_ONLY)
-    conn._on_error(KafkaError(KafkaError._AUTHENTICATION, "bad credentials"))
-    err = admin.classify(KafkaError(KafkaError._TIMED_OUT, "timed out"), "the cluster description", conn)
+    with admin.connect(SASL_ONLY) as conn:
+        conn._on_error(KafkaError(KafkaError._AUTHENTICATION, "bad credentials"))
+        err = admin.classify(KafkaError(KafkaError._TIMED_OUT, "timed out"), "the cluster description", conn)
     assert type(err) is KafkaAuthFailed and err.code == "_AUTHENTICATION"
 
 
