@@ -53,3 +53,9 @@ class SetupError(KafkaOpsError):
 
 class NotFound(KafkaOpsError):
     """Something asked for by name that the store does not hold: a run's record."""
+
+
+class WaitTimedOut(KafkaOpsError):
+    """A wait on Kafka (or another server) reached its deadline: the message names what was awaited,
+    how long it waited of how long it may, what state it left behind and what to run next. The wait
+    already used its whole deadline, so it is not asked again by :func:`kafkaops.platform.admin.retrying`."""

@@ -144,3 +144,17 @@ def test_a_refused_switch_or_any_failure_before_it_reaches_the_rollback(dagbag) 
     assert {"catch_up", "quiesce", "final_pass", "verify", "cutover", "confirm"} <= abandon.upstream_task_ids
     assert "switch" in {t.task_id for t in abandon.get_flat_relatives(upstream=True)}  # it runs after the switch
     assert dag.task_dict["finish"].is_teardown
+
+
+LONG = {"kafka_partition_increase": {"execute", "catch_up", "quiesce", "final_pass", "confirm"}}
+
+
+@pytest.mark.parametrize("dag_id", sorted(DAG_IDS))
+def test_every_task_has_an_execution_timeout(dagbag, dag_id: str) -> None:
+    """Every task ends: Airflow stops one that overran its execution_timeout (kafkaops.airflow.lifecycle), an
+    hour, or six for a partition increase's Spark passes and waits for producers."""
+    from kafkaops.airflow.lifecycle import LONG_TASK_TIMEOUT, TASK_TIMEOUT
+
+    found = {t.task_id: t.execution_timeout for t in dagbag.dags[dag_id].tasks}
+    expected = {t: LONG_TASK_TIMEOUT if t in LONG.get(dag_id, ()) else TASK_TIMEOUT for t in found}
+    assert found == expected

@@ -37,7 +37,23 @@ from kafkaops.airflow.operators import (KafkaOpsApprovalOperator, ReassignmentBa
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ARGS = {"owner": "kafkaops", "retries": 0, "retry_delay": dt.timedelta(minutes=1)}
+# Airflow's execution_timeout, the backstop behind each step's own deadlines (a Kafka wait's, Ansible's 900 s,
+# a Spark run's timeout_s): Airflow 3.3's task runner arms a SIGALRM (airflow.sdk.execution_time.timeout) that
+# raises AirflowTaskTimeout in the task's main thread, and nothing else stops a task that overran it (the
+# supervisor kills a task only when the API server says it should not run, or heartbeats fail). A handler runs
+# only between Python bytecodes, so kafkaops waits call Kafka in slices of at most a second
+# (kafkaops.platform.waits). A deferred task's wait in the triggerer is not bounded by it (its trigger is:
+# a stall timeout, an approval's response_timeout); each execute and resume is.
+TASK_TIMEOUT = dt.timedelta(hours=1)
+"""Every kafkaops task (:data:`DEFAULT_ARGS`): snapshots, gates, throttles, a provision (Ansible up to
+900 s, then up to 300 s for the registration), a capacity review's key skew (Spark, up to 1,800 s)."""
+LONG_TASK_TIMEOUT = dt.timedelta(hours=6)
+"""A partition increase's tasks that run Spark passes (a backfill up to 3,600 s, a catch-up's passes within
+its budget) or wait for producers to stop or move (quiesce_timeout_s, switch_timeout_s); their params
+should stay well inside it."""
+
+DEFAULT_ARGS = {"owner": "kafkaops", "retries": 0, "retry_delay": dt.timedelta(minutes=1),
+                "execution_timeout": TASK_TIMEOUT}
 
 # The tasks that wait on or touch the cluster (or the store) retry: Airflow 3.3 can mark a deferrable
 # task failed although its trigger fired (apache/airflow#72716, #71580), and an API call, a broker

@@ -25,7 +25,7 @@ from kafkaops.rekey import migration, steps
 from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.airflow import spark
 from kafkaops.airflow.hooks import KafkaOpsHook
-from kafkaops.airflow.lifecycle import COMMON_PARAMS, RETRIED, operation_dag, text_param
+from kafkaops.airflow.lifecycle import COMMON_PARAMS, LONG_TASK_TIMEOUT, RETRIED, operation_dag, text_param
 from kafkaops.airflow.operators import KafkaOpsApprovalOperator, failed_tasks, recorded, run_fields
 
 PARAMS: dict[str, Param] = {
@@ -160,7 +160,7 @@ def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[st
             with recorded(ctx, "plan"):
                 return steps.make_plan(ctx, before)
 
-        @task
+        @task(execution_timeout=LONG_TASK_TIMEOUT)
         def execute(plan_data: dict[str, Any]) -> dict[str, Any]:
             ctx = context_of(get_current_context())
             plan = steps.plan_of(plan_data)
@@ -178,7 +178,7 @@ def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[st
             launcher = spark.launcher_of(get_current_context())
             return lambda bf, name, check: steps.run_backfill(ctx, bf, launcher=launcher, verify=check, name=name)
 
-        @task
+        @task(execution_timeout=LONG_TASK_TIMEOUT)
         def catch_up(plan_data: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
             ctx = context_of(get_current_context())
             plan = steps.plan_of(plan_data)
@@ -187,14 +187,14 @@ def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[st
                 return migration.catch_up(ctx, BackfillPlan.from_dict(result["run"]["plan"]), passes(ctx),
                                           ctx.params.policy)
 
-        @task
+        @task(execution_timeout=LONG_TASK_TIMEOUT)
         def quiesce(plan_data: dict[str, Any], caught: dict[str, Any]) -> dict[str, Any]:
             ctx = context_of(get_current_context())
             live_only(ctx, steps.plan_of(plan_data), "quiesce")
             with recorded(ctx, "quiesce"):
                 return migration.quiesce(ctx, BackfillPlan.from_dict(caught["backfill"]), ctx.params.policy)
 
-        @task
+        @task(execution_timeout=LONG_TASK_TIMEOUT)
         def final_pass(plan_data: dict[str, Any], caught: dict[str, Any], quiesced: dict[str, Any]
                        ) -> dict[str, Any]:
             ctx = context_of(get_current_context())
@@ -227,7 +227,7 @@ def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[st
             with recorded(ctx, "cutover"):
                 return steps.cutover(ctx, plan, before, quiesced)
 
-        @task
+        @task(execution_timeout=LONG_TASK_TIMEOUT)
         def confirm(plan_data: dict[str, Any], quiesced: dict[str, Any], final: dict[str, Any],
                     switched: dict[str, Any]) -> dict[str, Any]:
             ctx = context_of(get_current_context())

@@ -109,6 +109,11 @@ class SparkSubmitLauncher:
         except AirflowException:
             process = getattr(hook, "_submit_sp", None)  # the provider keeps its Popen there
             code = process.returncode if process is not None and process.returncode is not None else 1
+        except BaseException:
+            # the task stops (execution_timeout's AirflowTaskTimeout, SIGTERM): spark-submit runs in a session of
+            # its own, so it would outlive the task and go on writing; stop it and the driver it started
+            _stop(hook)
+            raise
         finally:
             timer.cancel()
         if timed_out.is_set():

@@ -45,8 +45,9 @@ class ReassignmentProgressTrigger(BaseTrigger):
         last_change = time.monotonic()
         lines = ProgressLog(every_s=self.log_every_s)
         while True:
-            try:
-                status = await asyncio.to_thread(progress_of, config, self.spec, self.started_at)
+            try:  # a poll that hangs counts as no answer: the stall timeout below still ends the wait
+                status = await asyncio.wait_for(asyncio.to_thread(progress_of, config, self.spec, self.started_at),
+                                                timeout=self.stall_timeout_s)
             except Exception as err:  # a broker or the bootstrap may be down for a while: keep polling
                 self.log.warning("progress poll failed: %s", err)
                 status = None

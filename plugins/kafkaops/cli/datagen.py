@@ -20,6 +20,7 @@ from typing import Any
 
 from kafkaops.cli.options import add_local_connection, kafka_config
 from kafkaops.errors import ConfigError, KafkaOpsError
+from kafkaops.platform import waits
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +122,16 @@ def producer_config(connection: Mapping[str, str]) -> dict[str, Any]:
                           "compression.type": "none", "message.timeout.ms": 120_000})
 
 
-def produce(connection: Mapping[str, str], topic: str, spec: DatagenSpec) -> DatagenResult:
-    """Write ``spec``'s records to ``topic``; raise if any record was not acknowledged."""
+#: How long :func:`produce` waits for the last acknowledgements (librdkafka gives up on a record after
+#: its ``message.timeout.ms``, 120 s, so a longer wait would not help).
+FLUSH_TIMEOUT_S = 120.0
+
+
+def produce(connection: Mapping[str, str], topic: str, spec: DatagenSpec, *,
+            flush_timeout_s: float = FLUSH_TIMEOUT_S) -> DatagenResult:
+    """Write ``spec``'s records to ``topic``; raise if any record was not acknowledged. The final
+    wait for acknowledgements ends after ``flush_timeout_s`` (:class:`kafkaops.errors.WaitTimedOut`),
+    in slices of at most a second (:mod:`kafkaops.platform.waits`)."""
     from confluent_kafka import Producer
 
     producer = Producer(producer_config(connection))
@@ -148,10 +157,20 @@ def produce(connection: Mapping[str, str], topic: str, spec: DatagenSpec) -> Dat
             except BufferError:
                 producer.poll(0.05)
         producer.poll(0)
-    remaining = producer.flush(120)
+    deadline = waits.Deadline(flush_timeout_s)
+    remaining = waits.flush(producer, deadline)
     seconds = time.monotonic() - started
-    if remaining or failures:
-        raise KafkaOpsError(f"datagen to {topic}: {remaining} records unacknowledged and {len(failures)} failed "
+    if remaining:
+        producer.purge()
+        raise deadline.timed_out(
+            f"the acknowledgements of {spec.records} datagen record(s) to {topic} at "
+            f"{connection.get('bootstrap.servers')}",
+            state=f"{remaining} record(s) were still unacknowledged and were purged ({len(failures)} failed, "
+                  f"first: {failures[:1]}); the others may be in {topic}",
+            then="check that the brokers are up and reachable and min.insync.replicas, then run the same datagen "
+                 "again (the same seed writes the same records)")
+    if failures:
+        raise KafkaOpsError(f"datagen to {topic}: {len(failures)} of {spec.records} records failed "
                             f"(first: {failures[:1]}); check the cluster's health and min.insync.replicas")
     log.info("datagen: %d records, %d bytes to %s in %.2f s", spec.records, total_bytes, topic, seconds)
     return DatagenResult(topic=topic, records=spec.records, bytes=total_bytes, seconds=seconds,
