@@ -41,11 +41,17 @@ from kafkaops.platform import admin  # noqa: E402
 
 from kafkaops.platform import provision  # noqa: E402
 from kafkaops.platform import store as store_  # noqa: E402
-from tests import postgres, secured, sessions, spark  # noqa: E402
+from tests import postgres, secured, sessions, spark, watchdog  # noqa: E402
 from tests.sshd import remote_cluster, remote_sshd  # noqa: E402,F401  (one sshd, one remote cluster per session)
 
 # Every test: no librdkafka client left alive or freed by the garbage collector (tests/clients.py).
 pytest_plugins = ["tests.clients"]
+
+# Should this process die before its teardowns ran (kill -9 too), its watchdog stops every temporary
+# cluster's brokers and removes the temp folders (tests/watchdog.py).
+if watchdog.kafka_folder not in provision.TEMPORARY_CLUSTER_GUARDS:  # imported once, but cheap to be sure
+    provision.TEMPORARY_CLUSTER_GUARDS.append(watchdog.kafka_folder)
+watchdog.guard(watchdog.rmtree(_AIRFLOW_HOME), name="AIRFLOW_HOME")
 
 # Fast failure detection for tests that stop brokers: fenced after 3 s without heartbeats.
 TEST_BROKER_CONFIG = {

@@ -3,8 +3,8 @@
 :func:`temporary_postgres` runs ``initdb`` in a new temp dir (trust auth, listening on 127.0.0.1
 only, its unix socket inside the temp dir), starts the server with ``pg_ctl`` on a free loopback
 port, creates a database and yields its SQLAlchemy URL; afterwards it stops the server and deletes
-the dir, also when the block fails. Backstops: an ``atexit`` hook, and a watchdog process that
-stops the server when this process is gone however it ended (even ``kill -9``).
+the dir, also when the block fails. Backstops: an ``atexit`` hook, and the session's watchdog
+(tests/watchdog.py), which stops the server when this process is gone however it ended (even ``kill -9``).
 
 PostgreSQL refuses to run as root: as root, the server runs as the system user ``kafkaops-pg``
 (created with ``useradd --system`` when missing), through ``runuser``.
@@ -12,7 +12,6 @@ PostgreSQL refuses to run as root: as root, the server runs as the system user `
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import os
 import pwd
@@ -20,7 +19,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
@@ -31,6 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 from kafkaops.platform.provision import free_ports
+from tests import watchdog
 
 log = logging.getLogger(__name__)
 
@@ -47,18 +46,6 @@ SETTINGS = {
     "full_page_writes": "off",
     "log_min_messages": "warning",
 }
-
-# Runs as its own process: waits for EOF on stdin (the test process closed it, or died), then stops
-# the server if it still runs and removes the dir.
-_WATCHDOG = """
-import json, os, shutil, subprocess, sys
-stop, data, root = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
-sys.stdin.buffer.read()
-if os.path.exists(os.path.join(data, "postmaster.pid")):
-    subprocess.run(stop, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
-shutil.rmtree(root, ignore_errors=True)
-"""
-
 
 class PostgresNotFound(RuntimeError):
     """No PostgreSQL server binaries (initdb, pg_ctl) on this machine."""
@@ -109,7 +96,7 @@ class Server:
         self.root, self.bindir, self.user = root, bindir or find_bindir(), user
         self.data, self.sock, self.logfile = root / "data", root / "sock", root / "postgres.log"
         self.port: int | None = None
-        self._watchdog: subprocess.Popen[bytes] | None = None
+        self._guard: watchdog.Guard | None = None
 
     def _cmd(self, tool: str, *args: str) -> list[str]:
         cmd = [str(self.bindir / tool), *args]
@@ -150,9 +137,11 @@ class Server:
                     raise
 
     def _watch(self) -> None:
+        """Should this process die first: the server stopped (then killed, should pg_ctl fail), the dir removed."""
         stop = self._cmd("pg_ctl", "stop", "-D", str(self.data), "-m", "immediate", "-w", "-t", "30")
-        self._watchdog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, json.dumps(stop), str(self.data),
-                                           str(self.root)], stdin=subprocess.PIPE, start_new_session=True)
+        self._guard = watchdog.guard(watchdog.run(stop, if_exists=self.data / "postmaster.pid"),
+                                     watchdog.cmdline("postgres", f"-D {self.data}"), watchdog.rmtree(self.root),
+                                     name=f"postgres {self.root}")
 
     def stop(self) -> None:
         """Stop the server (immediate: the data is thrown away) and remove the dir. Idempotent."""
@@ -165,10 +154,9 @@ class Server:
                     self._kill()
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
-            if self._watchdog is not None:
-                self._watchdog.stdin.close()  # type: ignore[union-attr]
-                self._watchdog.wait(60)
-                self._watchdog = None
+            if self._guard is not None:
+                self._guard.release()
+                self._guard = None
 
     def _kill(self) -> None:
         try:

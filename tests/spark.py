@@ -39,6 +39,7 @@ import pytest
 
 import pyspark
 from kafkaops.platform import provision
+from tests import watchdog
 
 WORKER_USERS = ("kafkaops-spark1", "kafkaops-spark2")
 REPO = Path(__file__).resolve().parents[1]
@@ -150,6 +151,14 @@ def standalone_cluster() -> Iterator[StandaloneSpark]:
     users = tuple(_ensure_user(u).pw_name for u in WORKER_USERS) if isolated else ()
     folder = Path(tempfile.mkdtemp(prefix="kafkaops-spark-standalone-"))
     folder.chmod(0o755)
+    guard = watchdog.guard(watchdog.rmtree(folder), name=f"spark {folder}")
+
+    def watch() -> None:
+        """Should this process die first: the Master's and Workers' process groups, whatever the Workers' users
+        run (their executors), the folder."""
+        guard.update(*(watchdog.group(p) for p in spark.processes), *(watchdog.user(u) for u in users),
+                     watchdog.rmtree(folder))
+
     master_port, master_ui, *worker_ports = provision.free_ports(2 + 2 * len(WORKER_USERS))
     base_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "JAVA_HOME": java_home, "SPARK_LOCAL_IP": "127.0.0.1",
                 "SPARK_NO_DAEMONIZE": "1", "LANG": "C.UTF-8"}
@@ -167,6 +176,7 @@ def standalone_cluster() -> Iterator[StandaloneSpark]:
              "--port", str(master_port), "--webui-port", str(master_ui)],
             env={**base_env, "SPARK_HOME": str(spark_home), "HOME": str(folder)}, cwd=folder,
             stdout=master_log, stderr=subprocess.STDOUT, start_new_session=True))
+        watch()
         for n in range(len(WORKER_USERS)):
             own = folder / f"worker{n + 1}"
             (own / "work").mkdir(parents=True)
@@ -206,6 +216,7 @@ def standalone_cluster() -> Iterator[StandaloneSpark]:
             log = (folder / f"worker{n + 1}.log").open("w")
             spark.processes.append(subprocess.Popen(command, env=env, cwd=folder if not isolated else "/",
                                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            watch()
         _wait_for_workers(spark, len(WORKER_USERS))
         yield spark
     finally:
@@ -215,4 +226,5 @@ def standalone_cluster() -> Iterator[StandaloneSpark]:
             for line in lines:
                 os.kill(int(line.split()[0]), signal.SIGKILL)
         shutil.rmtree(folder, ignore_errors=True)
+        guard.release()
         assert not left, f"processes left after the Spark standalone cluster stopped: {left}"

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import pytest
 import yaml
 
+from tests import watchdog
 from tests.sessions import stops_early
 
 if TYPE_CHECKING:
@@ -160,6 +161,17 @@ def temporary_sshd(addresses: Iterable[str], *, hidden: Iterable[Path] = (),
     port = _free_port(addresses)
     process: subprocess.Popen[str] | None = None
     created: list[str] = []
+    modes = {path: stat.S_IMODE(path.stat().st_mode) for path in dict.fromkeys(p.resolve() for p in hidden)
+             if path.exists()}
+    guard = watchdog.guard(watchdog.rmtree(base), name=f"sshd {base}")
+
+    def watch() -> None:
+        """Should this process die first: sshd, then every process of the users, the users and the group, the
+        modes, the folder."""
+        guard.update(*([watchdog.pid(process.pid)] if process else []), *(watchdog.user(u) for u in created),
+                     *(watchdog.run(["userdel", "-f", u]) for u in created), watchdog.run(["groupdel", GROUP]),
+                     *(watchdog.chmod(path, mode) for path, mode in modes.items()), watchdog.rmtree(base))
+
     try:
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(etc / "host_key"))
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "kafkaops-tests", "-f", str(etc / "client_key"))
@@ -168,6 +180,7 @@ def temporary_sshd(addresses: Iterable[str], *, hidden: Iterable[Path] = (),
             subprocess.run(["userdel", "-f", host.user], capture_output=True)  # a crashed run's leftover
             _run("useradd", "-m", "-d", str(host.home), "-s", "/bin/sh", "-G", GROUP, host.user)
             created.append(host.user)
+            watch()
             _run("usermod", "-p", "*", host.user)  # no password, not locked: sshd refuses locked accounts
             host.home.chmod(0o750)
             (authorized / host.user).write_text((etc / "client_key.pub").read_text())
@@ -187,6 +200,7 @@ def temporary_sshd(addresses: Iterable[str], *, hidden: Iterable[Path] = (),
         _run(str(SSHD), "-t", "-f", str(config))
         process = subprocess.Popen([str(SSHD), "-D", "-e", "-f", str(config)], stdout=subprocess.DEVNULL,
                                    stderr=open(base / "sshd.log", "w"), text=True)
+        watch()
         sshd = Sshd(port=port, client_key=etc / "client_key", hosts=hosts, base=base)
         deadline = time.monotonic() + 20
         while sshd.ssh(hosts[0], "true", timeout=10).returncode != 0:
@@ -216,6 +230,7 @@ def temporary_sshd(addresses: Iterable[str], *, hidden: Iterable[Path] = (),
             subprocess.run(["userdel", "-f", user], capture_output=True)
         subprocess.run(["groupdel", GROUP], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
+        guard.release()
 
 
 def _without_java(host: RemoteHost) -> None:

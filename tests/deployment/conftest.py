@@ -25,6 +25,7 @@ from kafkaops.cli import datagen
 from kafkaops.platform import admin, provision
 from kafkaops.platform.paths import JARS
 from tests.conftest import TEST_BROKER_CONFIG, RunningCluster
+from tests import watchdog
 from tests.deployment import harness
 
 REPO = Path(__file__).resolve().parents[2]
@@ -113,13 +114,22 @@ def chrome(artifacts: Path) -> Iterator[Any]:
     from selenium.webdriver.chrome.service import Service
 
     profile = Path(tempfile.mkdtemp(prefix="kafkaops-chromium-"))
+    # should this process die first: chromedriver's process group, Chromium (by its profile), the profile
+    guard = watchdog.guard(watchdog.cmdline(f"--user-data-dir={profile}"), watchdog.rmtree(profile), name="chromium")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in (*CHROME_FLAGS, f"--user-data-dir={profile}"):
         options.add_argument(flag)
     service = Service(executable_path=CHROMEDRIVER, log_output=str(artifacts / "chromedriver.log"),
                       popen_kw={"start_new_session": True})
-    driver = webdriver.Chrome(service=service, options=options)
+    try:
+        driver = webdriver.Chrome(service=service, options=options)
+    except BaseException:
+        shutil.rmtree(profile, ignore_errors=True)
+        guard.release()
+        raise
+    guard.update(watchdog.group(service.process), watchdog.cmdline(f"--user-data-dir={profile}"),
+                 watchdog.rmtree(profile))
     driver.set_page_load_timeout(60)
     try:
         yield driver
@@ -129,6 +139,7 @@ def chrome(artifacts: Path) -> Iterator[Any]:
         finally:
             harness.stop_group(service.process, timeout=10)
             shutil.rmtree(profile, ignore_errors=True)
+            guard.release()
 
 
 # -- reports -------------------------------------------------------------------------------------------------

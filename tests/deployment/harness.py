@@ -44,7 +44,7 @@ import pytest
 import sqlalchemy as sa
 
 from kafkaops.platform import provision
-from tests import postgres
+from tests import postgres, watchdog
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +159,7 @@ def redis_server(root: Path) -> Iterator[str]:
                                     "--appendonly", "no", "--dir", str(root), "--daemonize", "no"],
                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    start_new_session=True)
+    guard = watchdog.guard(watchdog.group(process), name=f"redis {port}")  # should this process die first
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -175,6 +176,7 @@ def redis_server(root: Path) -> Iterator[str]:
         yield f"redis://127.0.0.1:{port}/0"
     finally:
         stop_group(process, timeout=10)
+        guard.release()
 
 
 @contextmanager
@@ -428,6 +430,9 @@ def deployment(*, kafka_bootstrap: str, worker_cache: Path, jars: Path, dag_ids:
     logs = logs or root / "logs"
     began = time.monotonic()
     with ExitStack() as stack:
+        # should this process die first: every process of the components (by their AIRFLOW_HOME), the folder
+        stack.enter_context(watchdog.guarding(watchdog.environ("AIRFLOW_HOME", f"{root}/"), watchdog.rmtree(root),
+                                              name=f"deployment {root}"))
         stack.callback(shutil.rmtree, root, ignore_errors=True)
         databases = stack.enter_context(postgres_databases("airflow", "kafkaops"))
         redis_url = stack.enter_context(redis_server(root / "redis"))

@@ -16,8 +16,8 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -504,6 +504,12 @@ def _inventory(spec: ClusterSpec | None) -> tuple[Mapping[str, Any] | Path, dict
     return spec.inventory(), {}
 
 
+#: Context managers entered around each :func:`temporary_cluster`'s life, each given the cluster's new
+#: folder before anything starts in it, left after the cluster is gone: a test suite registers there what
+#: stops the cluster should its own process be killed before its teardown runs (tests/watchdog.py).
+TEMPORARY_CLUSTER_GUARDS: list[Callable[[Path], AbstractContextManager[Any]]] = []
+
+
 @contextmanager
 def temporary_cluster(prefix: str = "kafkaops-", *, client_config: Mapping[str, Any] | None = None,
                       **spec_args: Any) -> Iterator[ClusterSpec]:
@@ -514,17 +520,20 @@ def temporary_cluster(prefix: str = "kafkaops-", *, client_config: Mapping[str, 
     base = Path(tempfile.mkdtemp(prefix=prefix))
     atexit.register(kill_strays, base)
     spec = local_cluster_spec(base, **spec_args)
-    try:
-        cluster_up(spec, client_config=client_config)
-        yield spec
-    finally:
+    with ExitStack() as guards:
+        for guard in TEMPORARY_CLUSTER_GUARDS:
+            guards.enter_context(guard(base))
         try:
-            cluster_down(spec, purge=True)
-        except ProvisionError as err:
-            log.warning("cluster_down of %s failed (%s); killing its processes", base, err)
+            cluster_up(spec, client_config=client_config)
+            yield spec
         finally:
-            kill_strays(base)  # also nodes added to the cluster after it started
-            shutil.rmtree(base, ignore_errors=True)
+            try:
+                cluster_down(spec, purge=True)
+            except ProvisionError as err:
+                log.warning("cluster_down of %s failed (%s); killing its processes", base, err)
+            finally:
+                kill_strays(base)  # also nodes added to the cluster after it started
+                shutil.rmtree(base, ignore_errors=True)
 
 
 def node_pid(spec: ClusterSpec, node_id: int) -> int | None:

@@ -25,6 +25,7 @@ from confluent_kafka.admin import AdminClient
 
 from kafkaops.platform import provision
 from kafkaops.platform.paths import jar_dir
+from tests import watchdog
 
 #: The brokers' key and trust stores, and the SCRAM user's password.
 PASSWORD = "Sc3ret-0f-the-t3st"
@@ -136,15 +137,16 @@ class SecuredNodes:
 def secured_nodes() -> Iterator[SecuredNodes]:
     """The two nodes, up (the role's first run kept in ``first_run``); removed with everything of theirs."""
     base = Path(tempfile.mkdtemp(prefix="kafkaops-secured-"))
-    try:
-        nodes = SecuredNodes(base)
-        nodes.first_run = provision.run_playbook("cluster_up.yml", nodes.inventory)  # checks: SASL_SSL
-        yield nodes
-    finally:
+    with watchdog.kafka_folder(base):  # should this process die first
         try:
-            if (base / "inventory.yml").exists():
-                provision.run_playbook("cluster_down.yml", base / "inventory.yml",
-                                       extravars={"kafka_broker_down_state": "absent"})
+            nodes = SecuredNodes(base)
+            nodes.first_run = provision.run_playbook("cluster_up.yml", nodes.inventory)  # checks: SASL_SSL
+            yield nodes
         finally:
-            provision.kill_strays(base)
-            shutil.rmtree(base, ignore_errors=True)
+            try:
+                if (base / "inventory.yml").exists():
+                    provision.run_playbook("cluster_down.yml", base / "inventory.yml",
+                                           extravars={"kafka_broker_down_state": "absent"})
+            finally:
+                provision.kill_strays(base)
+                shutil.rmtree(base, ignore_errors=True)
