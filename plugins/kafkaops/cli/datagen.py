@@ -147,21 +147,24 @@ def produce(connection: Mapping[str, str], topic: str, spec: DatagenSpec, *,
     started = time.monotonic()
     total_bytes = 0
     keys: Counter[str] = Counter()
-    for key, value in generate_records(spec):
-        total_bytes += len(key) + len(value)
-        keys[key.decode()] += 1
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        producer.poll(0)
-    deadline = waits.Deadline(flush_timeout_s)
-    remaining = waits.flush(producer, deadline)
+    deadline: waits.Deadline | None = None
+    remaining = 0
+    try:
+        for key, value in generate_records(spec):
+            total_bytes += len(key) + len(value)
+            keys[key.decode()] += 1
+            while True:
+                try:
+                    producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            producer.poll(0)
+        deadline = waits.Deadline(flush_timeout_s)
+    finally:  # the producer is closed here, also when producing failed (then without waiting for acks)
+        remaining = waits.close_producer(producer, deadline or waits.Deadline(0))
     seconds = time.monotonic() - started
-    if remaining:
-        producer.purge()
+    if remaining and deadline is not None:
         raise deadline.timed_out(
             f"the acknowledgements of {spec.records} datagen record(s) to {topic} at "
             f"{connection.get('bootstrap.servers')}",

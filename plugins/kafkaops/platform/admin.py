@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
@@ -24,7 +25,7 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
 
 from kafkaops.errors import ConfigError, KafkaAuthFailed, KafkaOpsError, KafkaUnreachable, TopicExists, UnknownTopic
 from kafkaops.model import Broker, Cluster, ConsumerGroup, GroupPartitionLag, PartitionAssignment, Reassignment
-from kafkaops.platform import redaction
+from kafkaops.platform import redaction, waits
 
 log = logging.getLogger(__name__)
 
@@ -469,7 +470,7 @@ def _result(future: Any, conn: KafkaConnection, what: str) -> Any:
 def _topic_metadata(conn: KafkaConnection, name: str) -> Any | None:
     """The brokers' metadata of topic ``name``; None when it lacks the topic."""
     try:
-        return conn.admin.list_topics(topic=name, timeout=conn.timeout_s).topics.get(name)
+        return waits.list_topics(conn.admin, waits.Deadline(conn.timeout_s), name).topics.get(name)
     except KafkaException as err:
         raise classify(err, f"the metadata of topic {name}", conn) from err
 
@@ -487,7 +488,7 @@ def snapshot(conn: KafkaConnection, *, topics: Iterable[str] | None = None, incl
     started = time.monotonic()
     cluster_id, controller_id, brokers = describe_cluster(conn)
     try:
-        metadata = conn.admin.list_topics(timeout=conn.timeout_s)
+        metadata = waits.list_topics(conn.admin, waits.Deadline(conn.timeout_s))
     except KafkaException as err:
         raise classify(err, "the topic metadata", conn) from err
     wanted = None if topics is None else list(dict.fromkeys(topics))
@@ -518,10 +519,21 @@ def snapshot(conn: KafkaConnection, *, topics: Iterable[str] | None = None, incl
     for p in partitions:
         wanted_dirs.setdefault(p.topic, []).append(p.partition)
     # Log-dir sizes (kafka-python, decoded in Python) overlap with the offset look-ups (librdkafka).
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    # The pool is shut down without waiting: a look-up that outlived its bound must not hold this wait.
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafkaops-log-dirs")
+    try:
         sizes_job = pool.submit(_log_dir_sizes, conn, wanted_dirs, sorted(registered)) if sizes else None
         start_offsets, end_offsets = (_list_offsets(conn, partitions) if offsets and partitions else ({}, {}))
-        size_of, disks = sizes_job.result() if sizes_job is not None else ({}, {})
+        bound = waits.Deadline(3 * conn.timeout_s + 10)  # _legacy_call's 3 attempts, each within the timeout
+        try:
+            size_of, disks = sizes_job.result(timeout=bound.remaining()) if sizes_job is not None else ({}, {})
+        except FuturesTimeout:
+            raise bound.timed_out(f"the log dir sizes of brokers {sorted(registered)} on {conn.name}",
+                                  state="nothing changed on the cluster",
+                                  then="check the brokers' DescribeLogDirs answers, or snapshot without sizes") \
+                from None
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
     all_brokers = [_with_disk(b, disks.get(b.id)) for b in all_brokers]
     partitions = [PartitionAssignment(topic=p.topic, partition=p.partition, replicas=p.replicas, leader=p.leader,
                                       isr=p.isr, start_offset=start_offsets.get(p.key),

@@ -27,12 +27,13 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
 from kafkaops.errors import KafkaOpsError
+from kafkaops.platform import waits
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +207,7 @@ class TrafficCheck:
         consumer = Consumer(client_config({**self.config, "group.id": self.group_id, "enable.auto.commit": True,
                                            "auto.offset.reset": "earliest"}))
         try:
-            meta = consumer.list_topics(self.topic, timeout=15)
+            meta = waits.list_topics(consumer, waits.Deadline(15), self.topic)
             partitions = sorted(meta.topics[self.topic].partitions) if self.topic in meta.topics else []
             if not partitions or meta.topics[self.topic].error is not None:
                 raise TrafficError(f"traffic check: topic {self.topic} has no partitions in the metadata of "
@@ -244,6 +245,15 @@ class TrafficCheck:
                     self.acked.append(found)
 
         started = time.monotonic()
+        try:
+            self._send(producer, seqs, on_delivery, started)
+        finally:
+            left = waits.close_producer(producer, waits.Deadline(60))
+        if left:
+            self.failures.append(f"{left} records still unacknowledged after 60 s")
+
+    def _send(self, producer: Any, seqs: Counter[int], on_delivery: Callable[[Any, Any], None],
+              started: float) -> None:
         while not self._stop_producing.is_set():
             k = self.sent % self.keys
             key = f"traffic-{k:03d}"
@@ -259,9 +269,6 @@ class TrafficCheck:
             ahead = self.sent / self.rate_per_s - (time.monotonic() - started)
             if ahead > 0:
                 time.sleep(ahead)
-        left = producer.flush(60)
-        if left:
-            self.failures.append(f"{left} records still unacknowledged after 60 s")
 
     def _consume(self, consumer: Any) -> None:
         next_offset: dict[int, int] = {}
@@ -699,7 +706,7 @@ class MigrationTraffic:
 
         probe = Consumer(client_config({**self.config, "group.id": f"kafkaops-probe-{self.run}"}))
         try:
-            meta = probe.list_topics(topic, timeout=15)
+            meta = waits.list_topics(probe, waits.Deadline(15), topic)
         finally:
             probe.close()
         found = meta.topics.get(topic)
@@ -759,11 +766,7 @@ class MigrationTraffic:
         except Exception as err:  # a fatal producer error (e.g. the idempotent producer's): report, stop
             writing.error = f"{type(err).__name__}: {err}"
         finally:
-            writing.left = producer.flush(writing.flush_timeout_s)
-            if writing.left:
-                producer.purge()
-                producer.flush(1.0)
-            producer.close()
+            writing.left = waits.close_producer(producer, waits.Deadline(writing.flush_timeout_s))
 
     def _delivered(self, err: Any, msg: Any) -> None:
         found = decode(msg.value(), self.run)

@@ -73,3 +73,19 @@ def list_topics(client: Any, deadline: Deadline, topic: str | None = None) -> An
             code = err.args[0].code() if err.args and isinstance(err.args[0], KafkaError) else None
             if code not in unanswered or deadline.expired():
                 raise
+
+
+def close_producer(producer: Any, deadline: Deadline) -> int:
+    """Flush ``producer`` until ``deadline`` (:func:`flush`), purge what is still unacknowledged (its
+    delivery callbacks then report ``_PURGE_QUEUE``), and close it: ``close()`` flushes whatever is
+    outstanding without a bound, so it comes only once nothing is. The records purged (0 when all
+    were acknowledged)."""
+    left = 0
+    try:
+        left = flush(producer, deadline)
+        if left:
+            producer.purge()
+            producer.flush(0.5)  # serves the purged records' delivery callbacks
+    finally:
+        producer.close()
+    return left
