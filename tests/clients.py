@@ -71,8 +71,9 @@ class _Client:
     def __init__(self, kind: str) -> None:
         self.kind = kind
         frames = [f for f in traceback.extract_stack(limit=16)[:-3]
-                  if not f.filename.endswith("tests/clients.py") and "-packages/" not in f.filename]
-        self.made_at = " <- ".join(f"{os.path.relpath(f.filename)}:{f.lineno}" for f in reversed(frames[-3:]))
+                  if not f.filename.endswith("tests/clients.py") and "-packages/" not in f.filename
+                  and not f.filename.startswith("<")]
+        self.made_at = " <- ".join(f"{os.path.relpath(f.filename)}:{f.lineno}" for f in reversed(frames[-5:]))
         self.closed = False
 
 
@@ -80,7 +81,7 @@ class _Guard:
     def __init__(self) -> None:
         self.collecting: int | None = None  # the thread running a collection
         self.freed: list[str] = []
-        self._refs: set[weakref.ref[Any]] = set()
+        self._refs: dict[weakref.ref[Any], _Client] = {}
         self._lock = threading.Lock()
 
     def on_gc(self, phase: str, info: dict[str, Any]) -> None:
@@ -90,14 +91,19 @@ class _Guard:
         state = _Client(kind)
 
         def gone(ref: weakref.ref[Any]) -> None:
-            self._refs.discard(ref)
+            self._refs.pop(ref, None)
             if self.collecting == threading.get_ident() and not state.closed:
                 with self._lock:
                     self.freed.append(f"a {state.kind} made at {state.made_at} (on thread "
                                       f"{threading.current_thread().name})")
 
-        self._refs.add(weakref.ref(client, gone))
+        self._refs[weakref.ref(client, gone)] = state
         return state
+
+    def open_clients(self) -> list[str]:
+        """Where the clients still referenced and not closed were made."""
+        return [f"a {state.kind} made at {state.made_at}" for ref, state in list(self._refs.items())
+                if ref() is not None and not state.closed]
 
     def take(self) -> list[str]:
         with self._lock:
@@ -179,6 +185,6 @@ def librdkafka_clients_released() -> Iterator[None]:
     if after > before and not _wider_fixture_started:
         problems.append(f"{after - before} librdkafka client(s) still alive after the test ({before} before, "
                         f"{after} after): close each Producer/Consumer and each KafkaConnection in the code path "
-                        "that made it")
+                        f"that made it; open now: {'; '.join(_guard.open_clients()) or 'none the guard followed'}")
     if problems:
         pytest.fail("; ".join(problems), pytrace=False)

@@ -91,7 +91,8 @@ def test_unreachable_bootstrap_fails_fast_with_a_clear_error() -> None:
     port = provision.free_ports(1)[0]
     started = time.monotonic()
     with pytest.raises(KafkaUnreachable, match=f"127.0.0.1:{port}.*check bootstrap.servers"):
-        admin.snapshot(admin.connect(f"127.0.0.1:{port}", timeout_s=3))
+        with admin.connect(f"127.0.0.1:{port}", timeout_s=3) as conn:
+            admin.snapshot(conn)
     assert time.monotonic() - started < 15
 
 
