@@ -3,7 +3,6 @@ project's Ansible role on free loopback ports, in a temp dir, once per test sess
 from __future__ import annotations
 
 import atexit
-import contextlib
 import copy
 import os
 import re
@@ -81,11 +80,30 @@ def wait_for(predicate: Callable[[], object], *, timeout: float, what: str, inte
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
 
 
+def _loadgroup(config: pytest.Config) -> bool:
+    """Whether pytest-xdist hands out tests by xdist_group (``-n N --dist loadgroup``, as make runs them)."""
+    return getattr(config.option, "dist", "no") == "loadgroup"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the process that reports: pytest, or xdist's controller
+        from tests.timing import Timing
+
+        config.pluginmanager.register(Timing(config.rootpath), "kafkaops-timing")
+
+
 # Session fixtures that keep servers running: their tests together, each stopped after its last test
-# (tests/sessions.py).
-@pytest.hookimpl(trylast=True)  # after -k/-m deselection: the order that runs
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[Any]) -> None:
-    items[:] = sessions.ordered(items)
+# (tests/sessions.py). Under xdist's loadgroup, tests sharing an expensive fixture form one group (one
+# worker), the heaviest groups handed out first.
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[Any]) -> Any:
+    if _loadgroup(config):
+        sessions.mark_groups(items)  # before xdist appends each test's group to its node id
+    result = yield
+    items[:] = sessions.ordered(items)  # after -k/-m deselection: the order that runs
+    if _loadgroup(config):
+        items[:] = sessions.by_weight(items, config.rootpath)
+    return result
 
 
 @pytest.hookimpl(trylast=True)  # after the test's own fixtures were torn down
@@ -192,9 +210,19 @@ def dagbag():
 
 def run_dag(dagbag: Any, dag_id: str, **conf: Any) -> Any:
     """``dag.test()`` with every param given: ``conf`` over the DAG's defaults as the session loaded
-    them. dag.test() leaves a run's conf in the DAG's params, so without this an earlier run's values
-    (another module's inventory, topics, ssh_conn_id) would become the next run's defaults."""
-    return dagbag.dags[dag_id].test(run_conf={**copy.deepcopy(_LOADED_PARAMS[dag_id]), **conf})
+    them; afterwards the DAG's params are as they were. Airflow's process_params copies the DAG's (and
+    each task's) Param objects into a task's ParamsDict and resolves the run's conf on them, so a run
+    writes its conf into the DAG's own Params: without the restore an earlier run's values (dry_run
+    False, another module's inventory, topics, ssh_conn_id) would become the next run's defaults, and
+    a later test reading ``dag.params`` (test_dag_integrity) would see them."""
+    dag = dagbag.dags[dag_id]
+    params = {id(p): p for d in (dag.params, *(t.params for t in dag.tasks)) for p in map(d.get_param, d)}
+    saved = [(p, copy.deepcopy(p.value)) for p in params.values()]
+    try:
+        return dag.test(run_conf={**copy.deepcopy(_LOADED_PARAMS[dag_id]), **conf})
+    finally:
+        for param, value in saved:
+            param.value = value
 
 
 def committed_copy(config: Any, topic: str) -> tuple[list[admin.Record], dict[int, int]]:
