@@ -82,7 +82,8 @@ def wait_for(predicate: Callable[[], object], *, timeout: float, what: str, inte
 
 def _loadgroup(config: pytest.Config) -> bool:
     """Whether pytest-xdist hands out tests by xdist_group (``-n N --dist loadgroup``, as make runs them)."""
-    return getattr(config.option, "dist", "no") == "loadgroup"
+    # an xdist worker has dist "no" and loadgroup set (xdist.remote.setup_config)
+    return getattr(config.option, "loadgroup", False) or getattr(config.option, "dist", "no") == "loadgroup"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -185,13 +186,32 @@ def store(store_url: str) -> store_.Store:
 # -- Airflow: one migrated metadata DB and one DagBag for every test that runs a DAG ---------------------------
 
 @pytest.fixture(scope="session")
-def airflow_db() -> Path:
-    """The session's throw-away AIRFLOW_HOME with its SQLite metadata DB migrated: one for every DAG test."""
+def airflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's throw-away AIRFLOW_HOME with its SQLite metadata DB migrated: one for every DAG test.
+    Each xdist worker has a home of its own; the first to get here migrates, the others copy its fresh DB
+    (``airflow db migrate`` takes half a minute of CPU)."""
+    import fcntl
+
     home = Path(os.environ["AIRFLOW_HOME"])
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        _migrate_airflow_db()
+        return home
+    shared = tmp_path_factory.getbasetemp().parent  # the run's, above each worker's own basetemp
+    template = shared / "airflow-metadata-template.db"
+    with open(shared / "airflow-metadata-template.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if template.exists():
+            shutil.copyfile(template, home / "airflow.db")
+        else:
+            _migrate_airflow_db()
+            shutil.copyfile(home / "airflow.db", template)
+    return home
+
+
+def _migrate_airflow_db() -> None:
     result = subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], capture_output=True,
                             text=True, env=os.environ.copy(), timeout=300)
     assert result.returncode == 0, f"airflow db migrate failed: {result.stderr[-2000:]}"
-    return home
 
 
 _LOADED_PARAMS: dict[str, dict[str, Any]] = {}

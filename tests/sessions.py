@@ -198,13 +198,29 @@ def group_of(item: Any) -> str | None:
     return "_".join(sorted(map(str, marks))) if marks else None
 
 
+def _name_group(item: Any, group: str) -> None:
+    """Append ``@group`` to the test's node id, which is what xdist's LoadGroupScheduling groups by. xdist's
+    worker does so itself (xdist.remote, ``item._nodeid``), but pytest 9 keeps a node id in ``item._id``, a
+    NodeId, and no longer reads ``_nodeid``: without this every test would be a work unit of its own."""
+    nodeid = f"{item.nodeid}@{group}"
+    if hasattr(item, "_id"):
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(nodeid)
+    else:
+        item._nodeid = nodeid
+
+
 def by_weight(items: list[Any], root: Any) -> list[Any]:
     """``items`` in work units (a group's tests, or one test), the longest expected unit first; each unit's
     tests in their order. Also remembers each early-stop fixture's last test again."""
     known = _durations(root)
     units: dict[str, list[Any]] = {}
     for item in items:
-        units.setdefault(group_of(item) or item.nodeid, []).append(item)
+        group = group_of(item)
+        if group and not item.nodeid.endswith("@" + group):
+            _name_group(item, group)
+        units.setdefault(group or item.nodeid, []).append(item)
     weight = {unit: sum(estimate(i.nodeid, known) for i in its) for unit, its in units.items()}
     order = sorted(units, key=lambda unit: -weight[unit])  # stable: equal weights keep the collection's order
     items = [item for unit in order for item in units[unit]]
