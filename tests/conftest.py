@@ -35,6 +35,11 @@ os.environ.update({
     "PYTHONPATH": os.pathsep.join([str(_REPO / "plugins"), str(_REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
 })
 atexit.register(shutil.rmtree, _AIRFLOW_HOME, True)
+# An xdist worker runs from execnet's bootstrap: a __main__ with neither __file__ nor __spec__, which
+# pyspark.sql.connect (Great Expectations imports it) takes for a doctest run and leaves with sys.exit(0).
+# An empty file as __main__'s: harmless for multiprocessing's spawn too, which runs it in a child.
+if os.environ.get("PYTEST_XDIST_WORKER") and not hasattr(sys.modules["__main__"], "__file__"):
+    sys.modules["__main__"].__file__ = str(Path(__file__).with_name("__init__.py"))
 
 from kafkaops.platform import admin  # noqa: E402
 
