@@ -123,8 +123,10 @@ def stop_after(item: Any) -> None:
 #: Where measured test durations (seconds by node id) come from: the committed table, then this
 #: checkout's last runs (tests/timing.py writes it), which win.
 DURATIONS_FILES = ("tests/durations.json", ".cache/test-durations.json")
-#: A test without a measured duration: unit tests are quick, anything else starts something.
-DEFAULT_S = {"tests/unit": 0.2}
+#: A test without a measured duration, by the longest matching prefix of its node id: unit tests are quick,
+#: the rest start or drive clusters, DAG runs and Airflow deployments.
+DEFAULT_S = {"tests/unit": 0.2, "tests/deployment/test_compose.py": 0.5, "tests/deployment": 120.0,
+             "tests/dags": 30.0, "tests/integration": 15.0}
 DEFAULT_OTHER_S = 5.0
 
 
@@ -190,7 +192,8 @@ def estimate(nodeid: str, known: dict[str, float]) -> float:
     nodeid = nodeid.rsplit("@", 1)[0] if nodeid.rfind("@") > nodeid.rfind("]") else nodeid
     if nodeid in known:
         return known[nodeid]
-    return next((s for prefix, s in DEFAULT_S.items() if nodeid.startswith(prefix + "/")), DEFAULT_OTHER_S)
+    return next((DEFAULT_S[p] for p in sorted(DEFAULT_S, key=len, reverse=True) if nodeid.startswith(p)),
+                DEFAULT_OTHER_S)
 
 
 def group_of(item: Any) -> str | None:
