@@ -11,15 +11,26 @@ export KAFKAOPS_CACHE := $(or $(KAFKAOPS_CACHE),$(CURDIR)/.cache)
 export KAFKAOPS_JARS := $(JARS_DIR)
 JARS_STAMP := $(JARS_DIR)/.stamp
 PYTEST_ARGS ?=
+# pytest-xdist: TEST_WORKERS processes, each test group (tests sharing a cluster or another expensive fixture,
+# tests/sessions.py) on one worker, the heaviest groups first; a worker that crashes is reported and replaced,
+# the others go on. xdist gives the crashed test's unit to the replacement, crashed test first, so a test that
+# always crashes would crash every replacement: after 2 replacements the run stops. TEST_WORKERS=0 runs in
+# this process, one test after another. 3 workers: measured on 2 cores, the cluster tests leave half the CPU
+# idle with 3 workers (brokers, DAG runs and Spark wait), and 3 workers' brokers, JVMs and Spark peaked at
+# 5.4 GB of 24.
+TEST_WORKERS ?= 3
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --max-worker-restart 2)
 # Airflow's Spark provider (the Spark jobs' SparkSubmitHook), without its dependencies: they are pyspark-client,
 # whose files overlap pyspark 4.2.0's, and the Spark Connect client's grpcio-status, which kafkaops does not use.
 SPARK_PROVIDER := apache-airflow-providers-apache-spark==6.3.4
 
-.PHONY: setup postgres redis sshd browser e2e demo test lint-imports test-unit test-integration cluster-up cluster-down airflow bench clean help
+.PHONY: setup postgres redis sshd browser e2e demo test test-quick quick-pytest test-java lint lint-imports test-unit test-integration cluster-up cluster-down airflow bench clean help
 
 help:
 	@echo "make demo          set up, start the local 3-broker cluster, run the main job, stop it"
-	@echo "make test          set up, check the layer contracts (lint-imports) and run every test (Java, unit, real-cluster integration)"
+	@echo "make test          set up, lint (ruff, mypy, lint-imports) and run every test (Java, unit, real-cluster integration), TEST_WORKERS in parallel"
+	@echo "make test-quick    the fast inner loop (a few minutes): lint, the Java unit tests, the Python unit tests and the DAG integrity tests"
+	@echo "make lint          ruff, mypy and the layer contracts (lint-imports), as pyproject.toml configures them"
 	@echo "make setup         .venv/ with pinned packages, and the Kafka/Spark jars from Maven Central"
 	@echo "make postgres      the PostgreSQL server binaries the store tests start a throw-away server from (apt-get, as root)"
 	@echo "make redis         Debian's redis-server, Celery's broker in the deployment tests (apt-get, as root)"
@@ -105,8 +116,26 @@ browser:
 demo: setup
 	$(PY) -m kafkaops demo
 
-test: setup postgres redis sshd browser lint-imports
-	$(PY) -m pytest $(PYTEST_ARGS)
+test: setup postgres redis sshd browser lint
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
+
+# What a change is checked with before make test: no cluster starts. The three parts run side by side.
+test-quick: setup
+	@start=$$(date +%s); $(MAKE) --no-print-directory -j3 --output-sync=target lint test-java quick-pytest; \
+	  status=$$?; echo "test-quick: $$(( $$(date +%s) - start )) s"; exit $$status
+
+quick-pytest: setup
+	$(PY) -m pytest $(XDIST) tests/unit tests/dags/test_dag_integrity.py $(PYTEST_ARGS)
+
+# The JUnit tests of the Spark UDF jar (make setup's package runs them too, when it builds the jars).
+test-java:
+	@command -v mvn >/dev/null || { echo "error: mvn not found; install Maven 3.8+ (e.g. apt-get install maven)"; exit 1; }
+	mvn -q -B -f jvm/spark-udf/pom.xml test -Djars.dir=$(JARS_DIR)
+	@cat jvm/spark-udf/target/surefire-reports/*.txt | grep -h "Tests run" | sed 's/^/java: /'
+
+lint: lint-imports
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 e2e: setup postgres redis browser
 	$(PY) -m pytest -m deployment tests/deployment $(PYTEST_ARGS)
@@ -116,10 +145,10 @@ lint-imports: setup
 	PYTHONPATH=plugins:. $(VENV)/bin/lint-imports --no-logo --no-cache
 
 test-unit: setup
-	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) tests/unit $(PYTEST_ARGS)
 
 test-integration: setup postgres
-	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) tests/integration $(PYTEST_ARGS)
 
 cluster-up: setup
 	$(PY) -m kafkaops cluster up

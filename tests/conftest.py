@@ -3,7 +3,6 @@ project's Ansible role on free loopback ports, in a temp dir, once per test sess
 from __future__ import annotations
 
 import atexit
-import contextlib
 import copy
 import os
 import re
@@ -36,6 +35,11 @@ os.environ.update({
     "PYTHONPATH": os.pathsep.join([str(_REPO / "plugins"), str(_REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
 })
 atexit.register(shutil.rmtree, _AIRFLOW_HOME, True)
+# An xdist worker runs from execnet's bootstrap: a __main__ with neither __file__ nor __spec__, which
+# pyspark.sql.connect (Great Expectations imports it) takes for a doctest run and leaves with sys.exit(0).
+# An empty file as __main__'s: harmless for multiprocessing's spawn too, which runs it in a child.
+if os.environ.get("PYTEST_XDIST_WORKER") and not hasattr(sys.modules["__main__"], "__file__"):
+    sys.modules["__main__"].__file__ = str(Path(__file__).with_name("__init__.py"))
 
 from kafkaops.platform import admin  # noqa: E402
 
@@ -90,11 +94,31 @@ def wait_for(predicate: Callable[[], object], *, timeout: float, what: str, inte
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
 
 
+def _loadgroup(config: pytest.Config) -> bool:
+    """Whether pytest-xdist hands out tests by xdist_group (``-n N --dist loadgroup``, as make runs them)."""
+    # an xdist worker has dist "no" and loadgroup set (xdist.remote.setup_config)
+    return getattr(config.option, "loadgroup", False) or getattr(config.option, "dist", "no") == "loadgroup"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the process that reports: pytest, or xdist's controller
+        from tests.timing import Timing
+
+        config.pluginmanager.register(Timing(config.rootpath), "kafkaops-timing")
+
+
 # Session fixtures that keep servers running: their tests together, each stopped after its last test
-# (tests/sessions.py).
-@pytest.hookimpl(trylast=True)  # after -k/-m deselection: the order that runs
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[Any]) -> None:
-    items[:] = sessions.ordered(items)
+# (tests/sessions.py). Under xdist's loadgroup, tests sharing an expensive fixture form one group (one
+# worker), the heaviest groups handed out first.
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[Any]) -> Any:
+    if _loadgroup(config):
+        sessions.mark_groups(items)  # before xdist appends each test's group to its node id
+    result = yield
+    items[:] = sessions.ordered(items)  # after -k/-m deselection: the order that runs
+    if _loadgroup(config):
+        items[:] = sessions.by_weight(items, config.rootpath)
+    return result
 
 
 @pytest.hookimpl(trylast=True)  # after the test's own fixtures were torn down
@@ -176,13 +200,32 @@ def store(store_url: str) -> store_.Store:
 # -- Airflow: one migrated metadata DB and one DagBag for every test that runs a DAG ---------------------------
 
 @pytest.fixture(scope="session")
-def airflow_db() -> Path:
-    """The session's throw-away AIRFLOW_HOME with its SQLite metadata DB migrated: one for every DAG test."""
+def airflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's throw-away AIRFLOW_HOME with its SQLite metadata DB migrated: one for every DAG test.
+    Each xdist worker has a home of its own; the first to get here migrates, the others copy its fresh DB
+    (``airflow db migrate`` takes half a minute of CPU)."""
+    import fcntl
+
     home = Path(os.environ["AIRFLOW_HOME"])
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        _migrate_airflow_db()
+        return home
+    shared = tmp_path_factory.getbasetemp().parent  # the run's, above each worker's own basetemp
+    template = shared / "airflow-metadata-template.db"
+    with open(shared / "airflow-metadata-template.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if template.exists():
+            shutil.copyfile(template, home / "airflow.db")
+        else:
+            _migrate_airflow_db()
+            shutil.copyfile(home / "airflow.db", template)
+    return home
+
+
+def _migrate_airflow_db() -> None:
     result = subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], capture_output=True,
                             text=True, env=os.environ.copy(), timeout=300)
     assert result.returncode == 0, f"airflow db migrate failed: {result.stderr[-2000:]}"
-    return home
 
 
 _LOADED_PARAMS: dict[str, dict[str, Any]] = {}
@@ -201,9 +244,19 @@ def dagbag():
 
 def run_dag(dagbag: Any, dag_id: str, **conf: Any) -> Any:
     """``dag.test()`` with every param given: ``conf`` over the DAG's defaults as the session loaded
-    them. dag.test() leaves a run's conf in the DAG's params, so without this an earlier run's values
-    (another module's inventory, topics, ssh_conn_id) would become the next run's defaults."""
-    return dagbag.dags[dag_id].test(run_conf={**copy.deepcopy(_LOADED_PARAMS[dag_id]), **conf})
+    them; afterwards the DAG's params are as they were. Airflow's process_params copies the DAG's (and
+    each task's) Param objects into a task's ParamsDict and resolves the run's conf on them, so a run
+    writes its conf into the DAG's own Params: without the restore an earlier run's values (dry_run
+    False, another module's inventory, topics, ssh_conn_id) would become the next run's defaults, and
+    a later test reading ``dag.params`` (test_dag_integrity) would see them."""
+    dag = dagbag.dags[dag_id]
+    params = {id(p): p for d in (dag.params, *(t.params for t in dag.tasks)) for p in map(d.get_param, d)}
+    saved = [(p, copy.deepcopy(p.value)) for p in params.values()]
+    try:
+        return dag.test(run_conf={**copy.deepcopy(_LOADED_PARAMS[dag_id]), **conf})
+    finally:
+        for param, value in saved:
+            param.value = value
 
 
 def committed_copy(config: Any, topic: str) -> tuple[list[admin.Record], dict[int, int]]:

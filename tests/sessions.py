@@ -4,6 +4,7 @@ share the machine's two cores with the rest of the run. tests/conftest.py's hook
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +30,53 @@ def stops_early(name: str) -> Iterator[contextlib.ExitStack]:
             _stoppers.pop(name, None)
 
 
+def run_suffix() -> str:
+    """This pytest process's short name (its pid in base 36, at most 5 characters): the suffix of the Unix
+    users tests/sshd.py and tests/spark.py create, so two runs on one machine, or two xdist workers of
+    one, never share one; :func:`remove_stale_users` tells a dead run's users by it."""
+    digits, n, out = "0123456789abcdefghijklmnopqrstuvwxyz", os.getpid(), ""
+    while True:
+        n, r = divmod(n, 36)
+        out = digits[r] + out
+        if not n:
+            return out
+
+
+def remove_stale_users(user_prefix: str, group_prefix: str | None = None) -> None:
+    """Remove the users ``<user_prefix><n>-<suffix>`` (and groups ``<group_prefix><suffix>``) whose pytest
+    process (:func:`run_suffix`) is gone: what a killed run left. Their processes are killed first."""
+    import grp
+    import pwd
+    import re
+    import signal
+    import subprocess
+    import time
+
+    def dead(suffix: str) -> bool:
+        try:
+            return not os.path.exists(f"/proc/{int(suffix, 36)}")
+        except ValueError:
+            return False
+
+    stale = [u for u in pwd.getpwall()
+             if (m := re.fullmatch(re.escape(user_prefix) + r"\d+-([0-9a-z]+)", u.pw_name)) and dead(m[1])]
+    if stale:
+        uids = {u.pw_uid for u in stale}
+        for proc in os.listdir("/proc"):
+            try:
+                if proc.isdigit() and os.stat(f"/proc/{proc}").st_uid in uids:
+                    os.kill(int(proc), signal.SIGKILL)
+            except OSError:
+                continue
+        time.sleep(0.2)
+        for user in stale:
+            subprocess.run(["userdel", "-f", user.pw_name], capture_output=True)
+    if group_prefix:
+        for group in grp.getgrall():
+            if group.gr_name.startswith(group_prefix) and dead(group.gr_name[len(group_prefix):]):
+                subprocess.run(["groupdel", group.gr_name], capture_output=True)
+
+
 def _uses(item: Any, name: str) -> bool:
     return name in getattr(item, "fixturenames", ())
 
@@ -47,11 +95,7 @@ def ordered(items: list[Any]) -> list[Any]:
     """The session's tests, each grouped fixture's together; remembers each fixture's last test."""
     for name in GROUPED_FIXTURES:
         items = grouped(items, name)
-    _last_user.clear()
-    for item in items:
-        for name in EARLY_STOP_FIXTURES:
-            if _uses(item, name):
-                _last_user[name] = item.nodeid
+    _remember_last_users(items)
     return items
 
 
@@ -60,3 +104,148 @@ def stop_after(item: Any) -> None:
     for name in reversed(list(_stoppers)):
         if _last_user.get(name) == item.nodeid:
             _stoppers.pop(name).close()
+
+
+# -- pytest-xdist: which tests share a worker, and in which order the work units start ----------------------
+#
+# Under ``--dist loadgroup`` xdist sends each xdist_group to one worker as one work unit, and every test
+# without a group as a unit of its own. :func:`mark_groups` gives each test the group of everything it
+# shares an expensive fixture with (union-find): the session fixtures of EARLY_STOP_FIXTURES (so each
+# starts on one worker only, and its last test, which :func:`ordered` computes over the whole
+# collection, is also the last that worker runs of it: :func:`stop_after` stays right), and every
+# package-, module- or class-scoped fixture (own_cluster, one_broker_cluster, rekey_cluster, the Kafka
+# 3.9 cluster, the deployment, a module's SparkSession: started once, not once per worker that got one
+# of their tests). Cheap session fixtures (the AIRFLOW_HOME's metadata DB, the DagBag, PostgreSQL) are
+# started by each worker that needs them. :func:`by_weight` then puts the heaviest units first in the
+# collection, which is the order xdist hands them out in with ``--no-loadscope-reorder``
+# (LoadScopeScheduling.schedule otherwise sorts them by their number of tests).
+
+#: Where measured test durations (seconds by node id) come from: the committed table, then this
+#: checkout's last runs (tests/timing.py writes it), which win.
+DURATIONS_FILES = ("tests/durations.json", ".cache/test-durations.json")
+#: A test without a measured duration, by the longest matching prefix of its node id: unit tests are quick,
+#: the rest start or drive clusters, DAG runs and Airflow deployments.
+DEFAULT_S = {"tests/unit": 0.2, "tests/deployment/test_compose.py": 0.5, "tests/deployment": 120.0,
+             "tests/dags": 30.0, "tests/integration": 15.0}
+DEFAULT_OTHER_S = 5.0
+
+
+def _group_keys(item: Any) -> list[str]:
+    keys = [name for name in EARLY_STOP_FIXTURES if _uses(item, name)]
+    info = getattr(item, "_fixtureinfo", None)
+    for name, defs in (info.name2fixturedefs.items() if info else ()):
+        if name not in item.fixturenames or not defs:
+            continue
+        scope = defs[-1].scope
+        if scope == "package":
+            keys.append(f"{name}:{defs[-1].baseid or '.'}")
+        elif scope in ("module", "class"):
+            keys.append(item.nodeid.split("::", 1)[0] if scope == "module" else item.nodeid.rsplit("::", 1)[0])
+    return keys
+
+
+def groups(items: list[Any]) -> dict[Any, str]:
+    """Each test that shares an expensive fixture with another, and the name of their group."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    keys = {item: _group_keys(item) for item in items}
+    for its_keys in keys.values():
+        for key in its_keys[1:]:
+            parent[find(key)] = find(its_keys[0])
+    members: dict[str, list[str]] = {}
+    for its_keys in keys.values():
+        for key in its_keys:
+            members.setdefault(find(key), []).append(key)
+    # a readable, stable name: the first of its session fixtures, else of its other keys ('@' ends a node id's group)
+    name = {root: min(ks, key=lambda k: (":" in k or "/" in k, k)).replace("@", "_") for root, ks in members.items()}
+    return {item: name[find(its_keys[0])] for item, its_keys in keys.items() if its_keys}
+
+
+def mark_groups(items: list[Any]) -> None:
+    import pytest
+
+    for item, name in groups(items).items():
+        item.add_marker(pytest.mark.xdist_group(name))
+
+
+def _durations(root: Any) -> dict[str, float]:
+    import json
+    from pathlib import Path
+
+    known: dict[str, float] = {}
+    for name in DURATIONS_FILES:
+        try:
+            known.update(json.loads((Path(root) / name).read_text()))
+        except (OSError, ValueError):
+            continue
+    return known
+
+
+def estimate(nodeid: str, known: dict[str, float]) -> float:
+    """A test's expected seconds (setup, call and teardown): measured, or the default of its folder."""
+    nodeid = nodeid.rsplit("@", 1)[0] if nodeid.rfind("@") > nodeid.rfind("]") else nodeid
+    if nodeid in known:
+        return known[nodeid]
+    return next((DEFAULT_S[p] for p in sorted(DEFAULT_S, key=len, reverse=True) if nodeid.startswith(p)),
+                DEFAULT_OTHER_S)
+
+
+def group_of(item: Any) -> str | None:
+    marks = [m.args[0] if m.args else m.kwargs.get("name", "default") for m in item.iter_markers("xdist_group")]
+    return "_".join(sorted(map(str, marks))) if marks else None
+
+
+def _name_group(item: Any, group: str) -> None:
+    """Append ``@group`` to the test's node id, which is what xdist's LoadGroupScheduling groups by. xdist's
+    worker does so itself (xdist.remote, ``item._nodeid``), but pytest 9 keeps a node id in ``item._id``, a
+    NodeId, and no longer reads ``_nodeid``: without this every test would be a work unit of its own."""
+    nodeid = f"{item.nodeid}@{group}"
+    if hasattr(item, "_id"):
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(nodeid)
+    else:
+        item._nodeid = nodeid
+
+
+def by_weight(items: list[Any], root: Any) -> list[Any]:
+    """``items`` in work units (a group's tests, or one test), the longest expected unit first; each unit's
+    tests in their order. Also remembers each early-stop fixture's last test again."""
+    known = _durations(root)
+    units: dict[str, list[Any]] = {}
+    for item in items:
+        group = group_of(item)
+        if group and not item.nodeid.endswith("@" + group):
+            _name_group(item, group)
+        units.setdefault(group or item.nodeid, []).append(item)
+    weight = {unit: sum(estimate(i.nodeid, known) for i in its) for unit, its in units.items()}
+    order = sorted(units, key=lambda unit: -weight[unit])  # stable: equal weights keep the collection's order
+    items = [item for unit in order for item in units[unit]]
+    _remember_last_users(items)
+    return items
+
+
+def _remember_last_users(items: list[Any]) -> None:
+    _last_user.clear()
+    for item in items:
+        for name in EARLY_STOP_FIXTURES:
+            if _uses(item, name):
+                _last_user[name] = item.nodeid
+
+
+def unit_weights(items: list[Any], root: Any) -> list[tuple[str, int, float]]:
+    """(unit, tests, expected seconds) of the groups, heaviest first: what ``--collect-only`` shows."""
+    known = _durations(root)
+    units: dict[str, list[Any]] = {}
+    for item in items:
+        name = group_of(item)
+        if name:
+            units.setdefault(name, []).append(item)
+    rows = [(name, len(its), sum(estimate(i.nodeid, known) for i in its)) for name, its in units.items()]
+    return sorted(rows, key=lambda row: -row[2])

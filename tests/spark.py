@@ -2,8 +2,9 @@
 distribution (``spark-class org.apache.spark.deploy.master.Master`` / ``...worker.Worker``) on
 127.0.0.1, free ports for each RPC and web UI.
 
-As root each Worker runs as a Unix user of its own (``kafkaops-spark1``, ``kafkaops-spark2``,
-created when missing) in a mount namespace of its own where ``/work`` (the repositories, the
+As root each Worker runs as a Unix user of its own (``kafkaops-spark1-<run>``, ``kafkaops-spark2-<run>``:
+this pytest process's suffix, :func:`tests.sessions.run_suffix`, so two runs or two xdist workers never
+share one; created at the start, removed at the end) in a mount namespace of its own where ``/work`` (the repositories, the
 project's venv) is an empty tmpfs: only the pyspark distribution, bind-mounted read-only outside
 it, is there to start the JVM. So nothing on the driver's disk reaches an executor but what Spark
 ships (``--jars``, ``--py-files``, ``--files`` over the driver's file server), and the driver's private
@@ -40,8 +41,16 @@ import pytest
 import pyspark
 from kafkaops.platform import provision
 from tests import watchdog
+from tests.sessions import remove_stale_users, run_suffix
 
-WORKER_USERS = ("kafkaops-spark1", "kafkaops-spark2")
+USER_PREFIX = "kafkaops-spark"
+WORKER_COUNT = 2
+
+
+def worker_users() -> tuple[str, ...]:
+    """This run's Workers' users (at most 22 characters, within Unix's 32)."""
+    return tuple(f"{USER_PREFIX}{n + 1}-{run_suffix()}" for n in range(WORKER_COUNT))
+
 REPO = Path(__file__).resolve().parents[1]
 #: Not visible to the Workers: the checkout (its venv, jars and caches with it), wherever it is cloned.
 HIDDEN = str(REPO)
@@ -148,7 +157,9 @@ def standalone_cluster() -> Iterator[StandaloneSpark]:
     java_home = _java_home()
     spark_home = Path(pyspark.__file__).parent
     isolated = os.geteuid() == 0 and shutil.which("unshare") is not None
-    users = tuple(_ensure_user(u).pw_name for u in WORKER_USERS) if isolated else ()
+    if isolated:
+        remove_stale_users(USER_PREFIX)  # a crashed run's leftovers
+    users = tuple(_ensure_user(u).pw_name for u in worker_users()) if isolated else ()
     folder = Path(tempfile.mkdtemp(prefix="kafkaops-spark-standalone-"))
     folder.chmod(0o755)
     guard = watchdog.guard(watchdog.rmtree(folder), name=f"spark {folder}")
@@ -159,7 +170,7 @@ def standalone_cluster() -> Iterator[StandaloneSpark]:
         guard.update(*(watchdog.group(p) for p in spark.processes), *(watchdog.user(u) for u in users),
                      watchdog.rmtree(folder))
 
-    master_port, master_ui, *worker_ports = provision.free_ports(2 + 2 * len(WORKER_USERS))
+    master_port, master_ui, *worker_ports = provision.free_ports(2 + 2 * WORKER_COUNT)
     base_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "JAVA_HOME": java_home, "SPARK_LOCAL_IP": "127.0.0.1",
                 "SPARK_NO_DAEMONIZE": "1", "LANG": "C.UTF-8"}
     spark = StandaloneSpark(f"spark://127.0.0.1:{master_port}", f"http://127.0.0.1:{master_ui}", users, isolated,
@@ -177,7 +188,7 @@ def standalone_cluster() -> Iterator[StandaloneSpark]:
             env={**base_env, "SPARK_HOME": str(spark_home), "HOME": str(folder)}, cwd=folder,
             stdout=master_log, stderr=subprocess.STDOUT, start_new_session=True))
         watch()
-        for n in range(len(WORKER_USERS)):
+        for n in range(WORKER_COUNT):
             own = folder / f"worker{n + 1}"
             (own / "work").mkdir(parents=True)
             (own / "local").mkdir()
@@ -217,7 +228,7 @@ def standalone_cluster() -> Iterator[StandaloneSpark]:
             spark.processes.append(subprocess.Popen(command, env=env, cwd=folder if not isolated else "/",
                                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
             watch()
-        _wait_for_workers(spark, len(WORKER_USERS))
+        _wait_for_workers(spark, WORKER_COUNT)
         yield spark
     finally:
         _stop(spark.processes)
@@ -226,5 +237,9 @@ def standalone_cluster() -> Iterator[StandaloneSpark]:
             for line in lines:
                 os.kill(int(line.split()[0]), signal.SIGKILL)
         shutil.rmtree(folder, ignore_errors=True)
+        if left:
+            time.sleep(0.5)  # userdel refuses a user whose killed processes are still going
+        for user in users:
+            subprocess.run(["userdel", "-f", user], capture_output=True)
         guard.release()
         assert not left, f"processes left after the Spark standalone cluster stopped: {left}"

@@ -1,6 +1,8 @@
 """Remote hosts on this machine, reached over real SSH: Debian's sshd with a config of its own on a free
 port of each host's loopback address, a generated host key and client key, and one Unix user per "host"
-(``kafkaops-host2`` owns 127.0.0.2, and so on), whose home is the host's only writable folder.
+(``kafkaops-host2-<run>`` owns 127.0.0.2, and so on), whose home is the host's only writable folder. The
+users and their group carry the suffix of this pytest process (:func:`tests.sessions.run_suffix`), so two
+runs on one machine (or two xdist workers) never share a user, a key or an ``AllowGroups``.
 
 The checkout and the controller's caches are made unreadable to those users for the session, so a role
 that relied on the controller's paths fails. Everything is undone at the end: sshd stopped, every process
@@ -35,13 +37,20 @@ import pytest
 import yaml
 
 from tests import watchdog
-from tests.sessions import stops_early
+from tests.sessions import remove_stale_users, run_suffix, stops_early
 
 if TYPE_CHECKING:
     from kafkaops.platform import provision as provision_
 
 SSHD = Path("/usr/sbin/sshd")
-GROUP = "kafkaops-hosts"
+USER_PREFIX = "kafkaops-host"
+GROUP_PREFIX = "kafkaops-hosts-"
+
+
+def host_user(address: str) -> str:
+    """This run's user of the host on ``address``: ``kafkaops-host7-<run>`` for 127.0.0.7 (at most 21
+    characters, within Unix's 32)."""
+    return f"{USER_PREFIX}{address.rsplit('.', 1)[1]}-{run_suffix()}"
 
 
 def missing() -> str | None:
@@ -157,7 +166,8 @@ def temporary_sshd(addresses: Iterable[str], *, hidden: Iterable[Path] = (),
     for folder, mode in ((etc, 0o700), (homes, 0o755), (authorized, 0o755)):
         folder.mkdir(mode=mode)
         folder.chmod(mode)
-    hosts = tuple(RemoteHost(user=f"kafkaops-host{a.rsplit('.', 1)[1]}", address=a, home=homes / a) for a in addresses)
+    hosts = tuple(RemoteHost(user=host_user(a), address=a, home=homes / a) for a in addresses)
+    group = GROUP_PREFIX + run_suffix()
     port = _free_port(addresses)
     process: subprocess.Popen[str] | None = None
     created: list[str] = []
@@ -169,16 +179,16 @@ def temporary_sshd(addresses: Iterable[str], *, hidden: Iterable[Path] = (),
         """Should this process die first: sshd, then every process of the users, the users and the group, the
         modes, the folder."""
         guard.update(*([watchdog.pid(process.pid)] if process else []), *(watchdog.user(u) for u in created),
-                     *(watchdog.run(["userdel", "-f", u]) for u in created), watchdog.run(["groupdel", GROUP]),
+                     *(watchdog.run(["userdel", "-f", u]) for u in created), watchdog.run(["groupdel", group]),
                      *(watchdog.chmod(path, mode) for path, mode in modes.items()), watchdog.rmtree(base))
 
     try:
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(etc / "host_key"))
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "kafkaops-tests", "-f", str(etc / "client_key"))
-        subprocess.run(["groupadd", "-f", GROUP], check=True, capture_output=True)
+        remove_stale_users(USER_PREFIX, GROUP_PREFIX)  # a crashed run's leftovers
+        subprocess.run(["groupadd", "-f", group], check=True, capture_output=True)
         for host in hosts:
-            subprocess.run(["userdel", "-f", host.user], capture_output=True)  # a crashed run's leftover
-            _run("useradd", "-m", "-d", str(host.home), "-s", "/bin/sh", "-G", GROUP, host.user)
+            _run("useradd", "-m", "-d", str(host.home), "-s", "/bin/sh", "-G", group, host.user)
             created.append(host.user)
             watch()
             _run("usermod", "-p", "*", host.user)  # no password, not locked: sshd refuses locked accounts
@@ -191,7 +201,7 @@ def temporary_sshd(addresses: Iterable[str], *, hidden: Iterable[Path] = (),
         config.write_text("\n".join([
             *(f"ListenAddress {a}:{port}" for a in addresses),
             f"HostKey {etc / 'host_key'}", f"PidFile {etc / 'sshd.pid'}",
-            f"AuthorizedKeysFile {authorized}/%u", f"AllowGroups {GROUP}",
+            f"AuthorizedKeysFile {authorized}/%u", f"AllowGroups {group}",
             "PubkeyAuthentication yes", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
             "PermitRootLogin no", "UsePAM no", "PermitUserEnvironment PATH",
             "StrictModes no",  # its folders sit in /tmp, which is world-writable (the keys stay root-only)
@@ -228,7 +238,7 @@ def temporary_sshd(addresses: Iterable[str], *, hidden: Iterable[Path] = (),
         _kill_user_processes(uids)  # a session that forked while sshd went down
         for user in created:
             subprocess.run(["userdel", "-f", user], capture_output=True)
-        subprocess.run(["groupdel", GROUP], capture_output=True)
+        subprocess.run(["groupdel", group], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
         guard.release()
 

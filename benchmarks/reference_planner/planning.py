@@ -47,7 +47,7 @@ def lower_bound_moves(cluster: Cluster, new_brokers: Sequence[int | Broker], *,
 def _build(kind: str, base: Cluster, topo: Topology, work: Placement, lower_bound: int,
            excluded: Sequence[int]) -> ReassignmentPlan:
     moves = []
-    for p, reps, size in zip(base.partitions, work.reps, work.sizes):
+    for p, reps, _size in zip(base.partitions, work.reps, work.sizes):
         after = tuple(reps)
         if after != p.replicas:
             moves.append(Move(p.topic, p.partition, p.replicas, after, p.size_bytes))

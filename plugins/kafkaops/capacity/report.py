@@ -14,7 +14,6 @@ import io
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from kafkaops.capacity.review import Review

@@ -185,7 +185,7 @@ def _gx() -> Any:
         if fileless and not hasattr(sys, "ps1"):
             sys.ps1 = ""
             try:
-                import great_expectations
+                import great_expectations  # noqa: F401
             finally:
                 del sys.ps1
     import great_expectations as gx

@@ -141,8 +141,8 @@ def what_follows(plan: ReassignmentPlan, params: ApprovalParams) -> list[str]:
         one = len(plan.new_brokers) == 1
         lines.append(f"- {_brokers_word(plan.new_brokers).capitalize()} {'is' if one else 'are'} new: provisioned "
                      f"and registered, {'it holds' if one else 'they hold'} replicas once these moves ran.")
-    lines.append(f"- Approving sets the throttle, moves the partitions in batches, verifies them, removes the "
-                 f"throttle (also on failure), elects the preferred leaders and runs the post-move gate.")
+    lines.append("- Approving sets the throttle, moves the partitions in batches, verifies them, removes the "
+                 "throttle (also on failure), elects the preferred leaders and runs the post-move gate.")
     drained = plan.drained
     if drained:
         if params.stop_drained:

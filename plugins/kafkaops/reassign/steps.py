@@ -12,11 +12,10 @@ record. Airflow-specific wiring lives in :mod:`kafkaops.airflow`; nothing here i
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import math
 import time
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kafkaops.cli import datagen
-from kafkaops.platform import admin, provision, state, store
+from kafkaops.platform import admin, provision, store
 from kafkaops.platform.partitioner import partition_for
 from kafkaops.platform.paths import jar_dir
 from tests.conftest import TEST_BROKER_CONFIG, committed_copy

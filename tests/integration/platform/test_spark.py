@@ -53,7 +53,7 @@ def test_the_workers_run_as_their_own_users_and_see_no_repository(spark_standalo
     if not spark_standalone.isolated:
         pytest.skip("not root: the Workers run as this user")
     workers = spark_standalone.processes[1:]
-    for process, user in zip(workers, spark_standalone.users):
+    for _process, user in zip(workers, spark_standalone.users):
         jvm = subprocess.run(["pgrep", "-u", user, "-f", "org.apache.spark.deploy.worker.Worker"],
                              capture_output=True, text=True, check=True).stdout.split()
         assert len(jvm) == 1, f"{user} runs {jvm}"

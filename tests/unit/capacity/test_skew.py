@@ -57,7 +57,7 @@ def test_field_key_reads_a_candidate_by_the_key_rules() -> None:
     assert skew.field_key(b"not json", "a") is None and skew.field_key(b"{}", "a") is None
     assert skew.field_key(b'{"c": {"id": "c7"}}', "jsonpath:$.c.id") == b"c7"
     assert skew.candidate_rule("account_id").text == "field:account_id"
-    with pytest.raises(skew.SkewError, match="candidate key field 'jsonpath:\$\.\.x' is not a key rule"):
+    with pytest.raises(skew.SkewError, match=r"candidate key field 'jsonpath:\$\.\.x' is not a key rule"):
         skew.candidate_rule("jsonpath:$..x")
 
 
