@@ -115,6 +115,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if _loadgroup(config):
         sessions.mark_groups(items)  # before xdist appends each test's group to its node id
     result = yield
+    if os.environ.get("KAFKAOPS_TEST_SHUFFLE"):  # a shuffled order, to find tests that depend on another
+        items[:] = sessions.shuffled(items, os.environ["KAFKAOPS_TEST_SHUFFLE"])
     items[:] = sessions.ordered(items)  # after -k/-m deselection: the order that runs
     if _loadgroup(config):
         items[:] = sessions.by_weight(items, config.rootpath)

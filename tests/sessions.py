@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -89,6 +90,30 @@ def grouped(items: list[Any], name: str) -> list[Any]:
     first = items.index(users[0])
     rest = [item for item in items if not _uses(item, name)]
     return rest[:first] + users + rest[first:]
+
+
+def shuffled(items: list[Any], seed: str) -> list[Any]:
+    """``items`` in an order drawn from ``seed`` (every xdist worker draws the same): the modules in a new
+    order, and within each module its classes and loose tests, each class's tests too. A module's (or a
+    class's) tests stay together, so a fixture of that scope still starts once. A test that passes only
+    after another one fails in some seed: ``KAFKAOPS_TEST_SHUFFLE=<seed> make test`` (tests/conftest.py)."""
+    rng = random.Random(seed)
+    modules: dict[str, dict[str, list[Any]]] = {}
+    for item in items:
+        path, _, rest = item.nodeid.partition("::")
+        block = rest.split("::")[0] if "::" in rest else ""  # a class's tests, or "" for the loose ones
+        modules.setdefault(path, {}).setdefault(block, []).append(item)
+    order = list(modules)
+    rng.shuffle(order)
+    result: list[Any] = []
+    for path in order:
+        blocks = list(modules[path].items())
+        rng.shuffle(blocks)
+        for _, tests in blocks:
+            tests = list(tests)
+            rng.shuffle(tests)
+            result += tests
+    return result
 
 
 def ordered(items: list[Any]) -> list[Any]:
