@@ -147,8 +147,6 @@ def produce(connection: Mapping[str, str], topic: str, spec: DatagenSpec, *,
     started = time.monotonic()
     total_bytes = 0
     keys: Counter[str] = Counter()
-    deadline: waits.Deadline | None = None
-    remaining = 0
     try:
         for key, value in generate_records(spec):
             total_bytes += len(key) + len(value)
@@ -161,10 +159,11 @@ def produce(connection: Mapping[str, str], topic: str, spec: DatagenSpec, *,
                     producer.poll(0.05)
             producer.poll(0)
         deadline = waits.Deadline(flush_timeout_s)
-    finally:  # the producer is closed here, also when producing failed (then without waiting for acks)
-        remaining = waits.close_producer(producer, deadline or waits.Deadline(0))
+        remaining = waits.flush(producer, deadline)
+    finally:  # closed here, also when producing or the wait failed: what is left is purged, not flushed
+        waits.close_producer(producer, waits.Deadline(0))
     seconds = time.monotonic() - started
-    if remaining and deadline is not None:
+    if remaining:
         raise deadline.timed_out(
             f"the acknowledgements of {spec.records} datagen record(s) to {topic} at "
             f"{connection.get('bootstrap.servers')}",

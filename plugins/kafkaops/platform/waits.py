@@ -76,16 +76,17 @@ def list_topics(client: Any, deadline: Deadline, topic: str | None = None) -> An
 
 
 def close_producer(producer: Any, deadline: Deadline) -> int:
-    """Flush ``producer`` until ``deadline`` (:func:`flush`), purge what is still unacknowledged (its
-    delivery callbacks then report ``_PURGE_QUEUE``), and close it: ``close()`` flushes whatever is
-    outstanding without a bound, so it comes only once nothing is. The records purged (0 when all
-    were acknowledged)."""
+    """Flush ``producer`` until ``deadline`` (:func:`flush`), then close it; the records left unacknowledged
+    (0 when all were). Whatever ends the flush (the deadline, an exception such as Airflow's timeout
+    signal), what is still queued or in flight is purged first (its delivery callbacks report
+    ``_PURGE_QUEUE`` or ``_PURGE_INFLIGHT``): ``close()`` flushes what it finds without a bound (up to
+    ``message.timeout.ms``), so it must find nothing."""
     left = 0
     try:
         left = flush(producer, deadline)
-        if left:
+    finally:
+        if len(producer):
             producer.purge()
             producer.flush(0.5)  # serves the purged records' delivery callbacks
-    finally:
         producer.close()
     return left

@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Producer
 
 from kafkaops.cli import datagen
-from kafkaops.platform import admin, provision
+from kafkaops.platform import admin, provision, waits
 from tests.conftest import TEST_BROKER_CONFIG
 
 
@@ -31,4 +31,4 @@ def seed_source(spec: provision.ClusterSpec, topic: str, generated: datagen.Data
         producer.produce(topic, key=f"bad-{i}".encode(), value=value, partition=i % 3)
     if keyless is not None:
         producer.produce(topic, key=None, value=keyless, partition=1)
-    assert producer.flush(30) == 0, f"seeding {topic}: records still unsent after 30 s"
+    assert waits.close_producer(producer, waits.Deadline(30)) == 0, f"seeding {topic}: records still unsent after 30 s"

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from kafkaops.platform import admin
+from kafkaops.platform import admin, waits
 from kafkaops.platform import keyrules
 from kafkaops.rekey import backfill
 from kafkaops.cli import datagen
@@ -263,7 +263,7 @@ def test_record_keys_off_their_home_partition(cluster, spark, spanning) -> None:
         partition = (home + 1 + (i // 40) % 2) % 3 if spanning else (home + 1) % 3
         producer.produce(topic, key=key, value=json.dumps({"i": i}).encode(), partition=partition)
         producer.poll(0)
-    assert producer.flush(30) == 0
+    assert waits.close_producer(producer, waits.Deadline(30)) == 0
     plan = plan_for(cluster, f"{topic}.v2", "record_key", source=topic)
     first = rekey_backfill.run(spark, plan, cluster.bootstrap)
     assert (first["mode"], first["rewritten"]) == (("merged", True) if spanning else ("direct", False)), first
@@ -349,7 +349,7 @@ def test_a_target_written_by_something_else_is_refused(cluster, spark, lineage, 
     producer = Producer(admin.client_config({"bootstrap.servers": cluster.bootstrap}))
     producer.produce(plan.target_topic, key=b"x", value=b"y", partition=2,
                      headers=[(backfill.LINEAGE_HEADER, lineage)] if lineage else None)
-    assert producer.flush(30) == 0
+    assert waits.close_producer(producer, waits.Deadline(30)) == 0
     with pytest.raises(backfill.BackfillError, match=message):
         rekey_backfill.run(spark, plan, cluster.bootstrap)
     assert written(cluster, replace(plan)) == 1

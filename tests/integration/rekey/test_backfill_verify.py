@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Producer
 
 from kafkaops.cli import datagen
-from kafkaops.platform import admin, provision
+from kafkaops.platform import admin, provision, waits
 from kafkaops.platform.partitioner import partition_for
 from kafkaops.rekey import backfill
 from kafkaops.rekey.backfill import BackfillPlan, OutputRecord, SourceRecord
@@ -147,7 +147,7 @@ def copy_with(spark, spec: provision.ClusterSpec, plan: BackfillPlan, damage: st
         producer.produce(plan.target_topic, key=b"intruder", value=b"{}", partition=0)
         producer.produce(plan.target_topic, key=b"intruder", value=b"{}", partition=0,
                          headers=[(backfill.LINEAGE_HEADER, f"{SOURCE}/0/999999".encode())])
-        assert producer.flush(30) == 0
+        assert waits.close_producer(producer, waits.Deadline(30)) == 0
     return at
 
 
