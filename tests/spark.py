@@ -166,9 +166,9 @@ def standalone_cluster() -> Iterator[StandaloneSpark]:
 
     def watch() -> None:
         """Should this process die first: the Master's and Workers' process groups, whatever the Workers' users
-        run (their executors), the folder."""
+        run (their executors), the users themselves (this run's names), the folder."""
         guard.update(*(watchdog.group(p) for p in spark.processes), *(watchdog.user(u) for u in users),
-                     watchdog.rmtree(folder))
+                     *(watchdog.run(["userdel", "-f", u]) for u in users), watchdog.rmtree(folder))
 
     master_port, master_ui, *worker_ports = provision.free_ports(2 + 2 * WORKER_COUNT)
     base_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "JAVA_HOME": java_home, "SPARK_LOCAL_IP": "127.0.0.1",

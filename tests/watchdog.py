@@ -230,6 +230,15 @@ def _say(text: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} kafkaops test watchdog {os.getpid()}: {text}", file=sys.stderr, flush=True)
 
 
+def _is_watchdog(pid: int) -> bool:
+    """Whether ``pid`` is another pytest process's watchdog (an xdist worker's, below the controller): it is
+    left to clean up after its own pytest, never killed as one of this one's descendants."""
+    try:
+        return Path(__file__).name.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 class _Watchdog:
     def __init__(self, parent: int) -> None:
         self.parent = parent
@@ -264,7 +273,7 @@ class _Watchdog:
         todo = [self.parent, *seen]
         while todo:
             for child, started in children.get(todo.pop(), ()):
-                if child != os.getpid() and child not in seen:
+                if child != os.getpid() and child not in seen and not _is_watchdog(child):
                     seen[child] = started
                     todo.append(child)
         self.seen = seen
