@@ -114,30 +114,25 @@ class _Guard:
 _guard = _Guard()
 
 
-class Producer(confluent_kafka.Producer):
+class _Followed:
+    """Producer and Consumer, followed by the guard: the kind named by the class, closed at ``close()``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._guarded = _guard.follow(self, type(self).__name__)
+
+    def close(self, *args: Any, **kwargs: Any) -> Any:
+        result = super().close(*args, **kwargs)  # type: ignore[misc]
+        self._guarded.closed = True
+        return result
+
+
+class Producer(_Followed, confluent_kafka.Producer):
     """confluent-kafka's Producer, followed by the guard."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._guarded = _guard.follow(self, "Producer")
 
-    def close(self, *args: Any, **kwargs: Any) -> Any:
-        result = super().close(*args, **kwargs)
-        self._guarded.closed = True
-        return result
-
-
-class Consumer(confluent_kafka.Consumer):
+class Consumer(_Followed, confluent_kafka.Consumer):
     """confluent-kafka's Consumer, followed by the guard."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._guarded = _guard.follow(self, "Consumer")
-
-    def close(self, *args: Any, **kwargs: Any) -> Any:
-        result = super().close(*args, **kwargs)
-        self._guarded.closed = True
-        return result
 
 
 _admin_init = AdminClient.__init__
