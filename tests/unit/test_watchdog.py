@@ -106,3 +106,44 @@ def test_a_normal_exit_carries_out_what_is_still_registered(sleeps, tmp_path: Pa
             (watchdog.pid(released.pid), True)], end="exit")
     assert not wait_gone([registered.pid], 1)
     assert not folder.exists() and watchdog.alive(released.pid)
+
+
+# An xdist controller and its worker, each with a watchdog: the worker (argv[1] == "worker") registers the pid
+# argv[2]; the controller starts the worker and waits until its watchdog has seen the worker's tree.
+NESTED = """
+import json, os, subprocess, sys, time
+sys.path.insert(0, {repo!r})
+from tests import watchdog
+if sys.argv[1] == "worker":
+    watchdog.guard(watchdog.pid(int(sys.argv[2])), name="worker's")
+    print(json.dumps([watchdog.watchdog_pid()]), flush=True)
+    time.sleep(300)
+watchdog.guard(watchdog.rmtree(sys.argv[3]), name="controller's")
+worker = subprocess.Popen([sys.executable, "-c", sys.argv[4], "worker", sys.argv[2]], stdout=subprocess.PIPE)
+inner = json.loads(worker.stdout.readline())[0]
+time.sleep(watchdog.SCAN_INTERVAL_S + 0.5)  # the controller's watchdog saw the worker and the worker's watchdog
+print(json.dumps([watchdog.watchdog_pid(), worker.pid, inner]), flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_killed_controller_leaves_its_workers_watchdogs_to_clean_up(sleeps, tmp_path: Path) -> None:
+    """SIGKILL to an xdist controller: its watchdog kills the workers (its descendants) but not their watchdogs,
+    which then stop what each worker registered (the worker's session cluster, in a real run)."""
+    registered = sleeps[0]
+    folder = tmp_path / "controller"
+    folder.mkdir()
+    script = NESTED.format(repo=str(REPO))
+    process = subprocess.Popen([sys.executable, "-c", script, "controller", str(registered.pid), str(folder), script],
+                               stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        outer, worker, inner = json.loads(process.stdout.readline())  # type: ignore[union-attr]
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert not wait_gone([outer, worker, inner], 30), "a watchdog or the worker did not finish"
+    assert not watchdog.alive(registered.pid), "the worker's watchdog was killed before it cleaned up"
+    assert not folder.exists()
