@@ -56,20 +56,27 @@ def sleeps() -> Iterator[list[subprocess.Popen[bytes]]]:
         process.wait()
 
 
-def parent(actions: list[tuple[dict, bool]], *, end: str = "kill") -> tuple[int, int]:
-    """Run the stand-in with ``actions``; SIGKILL it once it is ready (``end="kill"``) or let it exit.
-    Returns its watchdog's pid and its own child's, once the watchdog is done."""
-    process = subprocess.Popen([sys.executable, "-c", PARENT.format(repo=str(REPO)), json.dumps(actions),
-                                "block" if end == "kill" else "exit"], stdout=subprocess.PIPE, start_new_session=True)
+def _ready_then_end(process: subprocess.Popen[bytes], *, kill: bool) -> list[int]:
+    """The pids the stand-in prints once it is ready; then SIGKILL it (``kill``) or let it exit. Its process
+    group is killed should it still run afterwards."""
     try:
-        dog, child = json.loads(process.stdout.readline())  # type: ignore[union-attr]
-        if end == "kill":
+        pids = json.loads(process.stdout.readline())  # type: ignore[union-attr]
+        if kill:
             os.kill(process.pid, signal.SIGKILL)
         process.wait(30)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+    return pids
+
+
+def parent(actions: list[tuple[dict, bool]], *, end: str = "kill") -> tuple[int, int]:
+    """Run the stand-in with ``actions``; SIGKILL it once it is ready (``end="kill"``) or let it exit.
+    Returns its watchdog's pid and its own child's, once the watchdog is done."""
+    process = subprocess.Popen([sys.executable, "-c", PARENT.format(repo=str(REPO)), json.dumps(actions),
+                                "block" if end == "kill" else "exit"], stdout=subprocess.PIPE, start_new_session=True)
+    dog, child = _ready_then_end(process, kill=end == "kill")
     assert not wait_gone([dog], 20), "the watchdog did not finish"
     return dog, child
 
@@ -136,14 +143,7 @@ def test_a_killed_controller_leaves_its_workers_watchdogs_to_clean_up(sleeps, tm
     script = NESTED.format(repo=str(REPO))
     process = subprocess.Popen([sys.executable, "-c", script, "controller", str(registered.pid), str(folder), script],
                                stdout=subprocess.PIPE, start_new_session=True)
-    try:
-        outer, worker, inner = json.loads(process.stdout.readline())  # type: ignore[union-attr]
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait(30)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    outer, worker, inner = _ready_then_end(process, kill=True)
     assert not wait_gone([outer, worker, inner], 30), "a watchdog or the worker did not finish"
     assert not watchdog.alive(registered.pid), "the worker's watchdog was killed before it cleaned up"
     assert not folder.exists()
