@@ -467,6 +467,19 @@ def _result(future: Any, conn: KafkaConnection, what: str) -> Any:
         raise classify(err, what, conn) from err
 
 
+def _cluster_metadata(conn: KafkaConnection) -> Any:
+    """The brokers' metadata of every topic, asked in slices of a second (:func:`waits.list_topics`)."""
+    try:
+        return waits.list_topics(conn.admin, waits.Deadline(conn.timeout_s))
+    except KafkaException as err:
+        raise classify(err, "the topic metadata", conn) from err
+
+
+def topic_names(conn: KafkaConnection) -> set[str]:
+    """The names of the cluster's topics, internal ones included."""
+    return set(_cluster_metadata(conn).topics)
+
+
 def _topic_metadata(conn: KafkaConnection, name: str) -> Any | None:
     """The brokers' metadata of topic ``name``; None when it lacks the topic."""
     try:
@@ -487,10 +500,7 @@ def snapshot(conn: KafkaConnection, *, topics: Iterable[str] | None = None, incl
     """An immutable picture of the live cluster. Unknown ``topics`` raise :class:`UnknownTopic`."""
     started = time.monotonic()
     cluster_id, controller_id, brokers = describe_cluster(conn)
-    try:
-        metadata = waits.list_topics(conn.admin, waits.Deadline(conn.timeout_s))
-    except KafkaException as err:
-        raise classify(err, "the topic metadata", conn) from err
+    metadata = _cluster_metadata(conn)
     wanted = None if topics is None else list(dict.fromkeys(topics))
     if wanted is not None:
         missing = [t for t in wanted if t not in metadata.topics]

@@ -27,15 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaException
-
 from kafkaops.platform import admin
 from kafkaops.platform import keyrules
 from kafkaops.rekey import backfill
 from kafkaops.rekey import migration
 from kafkaops.platform import lifecycle, render, state
 from kafkaops.platform import params as form
-from kafkaops.platform import spark, waits
+from kafkaops.platform import spark
 from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.errors import ConfigError, KafkaOpsError
 from kafkaops.model import Cluster
@@ -370,10 +368,7 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
                              key_change={**change.__dict__, "summary": change.summary()})
     else:
         with ctx.connect() as conn:
-            try:  # in slices of a second: a SIGALRM (execution_timeout) is honoured meanwhile
-                topics = waits.list_topics(conn.admin, waits.Deadline(conn.timeout_s)).topics
-            except KafkaException as err:
-                raise admin.classify(err, "the topic names", conn) from err
+            topics = admin.topic_names(conn)
             configs = admin.describe_configs(conn, "topic", [p.topic])[p.topic]
         target = p.target_topic or backfill.next_target_topic(p.topic, topics)
         bf = BackfillPlan(p.topic, tuple((k, s, e) for k, (s, e) in sorted(ranges.items())), target,
