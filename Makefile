@@ -10,6 +10,7 @@ JARS_DIR := $(CURDIR)/.cache/jars
 export KAFKAOPS_CACHE := $(or $(KAFKAOPS_CACHE),$(CURDIR)/.cache)
 export KAFKAOPS_JARS := $(JARS_DIR)
 JARS_STAMP := $(JARS_DIR)/.stamp
+JVM_ARCHIVES := $(JARS_DIR)/cds/.stamp
 PYTEST_ARGS ?=
 # pytest-xdist: TEST_WORKERS processes, each test group (tests sharing a cluster or another expensive fixture,
 # tests/sessions.py) on one worker, the heaviest groups first; a worker that crashes is reported and replaced,
@@ -121,8 +122,15 @@ demo: setup
 test: setup postgres redis sshd browser
 	@$(MAKE) --no-print-directory -j2 lint all-pytest
 
-all-pytest: setup
+all-pytest: setup $(JVM_ARCHIVES)
 	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
+
+# Class-data archives of a broker's and a Spark driver's JVM, made once per jar cache and venv: the tests'
+# JVMs start on a third of the CPU (tests/jvm.py). pytest runs without them too, only slower.
+$(JVM_ARCHIVES): $(VENV_STAMP) $(JARS_STAMP)
+	rm -rf $(JARS_DIR)/cds
+	$(PY) -m tests.jvm
+	touch $@
 
 # What a change is checked with before make test: no cluster starts. The three parts run side by side.
 test-quick: setup

@@ -45,7 +45,7 @@ from kafkaops.platform import admin  # noqa: E402
 
 from kafkaops.platform import provision  # noqa: E402
 from kafkaops.platform import store as store_  # noqa: E402
-from tests import postgres, secured, sessions, spark, watchdog  # noqa: E402
+from tests import jvm, postgres, secured, sessions, spark, watchdog  # noqa: E402
 from tests.sshd import remote_cluster, remote_sshd  # noqa: E402,F401  (one sshd, one remote cluster per session)
 
 # Every test: no librdkafka client left alive or freed by the garbage collector (tests/clients.py).
@@ -56,6 +56,12 @@ pytest_plugins = ["tests.clients"]
 if watchdog.kafka_folder not in provision.TEMPORARY_CLUSTER_GUARDS:  # imported once, but cheap to be sure
     provision.TEMPORARY_CLUSTER_GUARDS.append(watchdog.kafka_folder)
 watchdog.guard(watchdog.rmtree(_AIRFLOW_HOME), name="AIRFLOW_HOME")
+
+# Lean JVMs (quick compiler, serial collector, a class-data archive when `make test` made one): the tests'
+# brokers, and every spark-submit's driver (a local session's too), start and idle on less of the two
+# cores (tests/jvm.py). A test's own kafka_broker_jvm_opts wins; SPARK_SUBMIT_OPTS set outside wins.
+provision.INVENTORY_DEFAULTS.setdefault("kafka_broker_jvm_opts", jvm.broker_opts())
+os.environ.setdefault("SPARK_SUBMIT_OPTS", jvm.spark_opts())
 
 # Fast failure detection for tests that stop brokers: fenced after 3 s without heartbeats.
 TEST_BROKER_CONFIG = {

@@ -155,17 +155,27 @@ DEFAULT_S = {"tests/unit": 0.2, "tests/deployment/test_compose.py": 0.5, "tests/
 DEFAULT_OTHER_S = 5.0
 
 
+#: Package-scoped fixtures cheap enough to start once per test module that uses them (a one-broker cluster:
+#: about 15 s of CPU with the tests' lean JVMs), so their modules need not all queue on one worker: the
+#: longest of them (a live migration under traffic, the Spark backfill's) run side by side.
+PER_MODULE_FIXTURES = ("one_broker_cluster", "rekey_cluster")
+
+
 def _group_keys(item: Any) -> list[str]:
     keys = [name for name in EARLY_STOP_FIXTURES if _uses(item, name)]
     info = getattr(item, "_fixtureinfo", None)
+    module = item.nodeid.split("::", 1)[0]
     for name, defs in (info.name2fixturedefs.items() if info else ()):
         if name not in item.fixturenames or not defs:
             continue
         scope = defs[-1].scope
-        if scope == "package":
+        if scope == "package" and name in PER_MODULE_FIXTURES:
+            keys.append(f"{name}:{module}")
+        elif scope == "package":
             keys.append(f"{name}:{defs[-1].baseid or '.'}")
         elif scope in ("module", "class"):
-            keys.append(item.nodeid.split("::", 1)[0] if scope == "module" else item.nodeid.rsplit("::", 1)[0])
+            # the fixture of this module (class): its tests together, a module's other tests free to go elsewhere
+            keys.append(f"{module if scope == 'module' else item.nodeid.rsplit('::', 1)[0]}@{name}")
     return keys
 
 

@@ -40,7 +40,7 @@ import pytest
 
 import pyspark
 from kafkaops.platform import provision
-from tests import watchdog
+from tests import jvm, watchdog
 from tests.sessions import remove_stale_users, run_suffix
 
 USER_PREFIX = "kafkaops-spark"
@@ -172,14 +172,17 @@ def standalone_cluster() -> Iterator[StandaloneSpark]:
 
     master_port, master_ui, *worker_ports = provision.free_ports(2 + 2 * WORKER_COUNT)
     base_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "JAVA_HOME": java_home, "SPARK_LOCAL_IP": "127.0.0.1",
-                "SPARK_NO_DAEMONIZE": "1", "LANG": "C.UTF-8"}
+                "SPARK_NO_DAEMONIZE": "1", "LANG": "C.UTF-8",
+                # the Master's and Workers' JVMs lean, as the executors' below (tests/jvm.py)
+                "SPARK_DAEMON_JAVA_OPTS": jvm.LEAN}
     spark = StandaloneSpark(f"spark://127.0.0.1:{master_port}", f"http://127.0.0.1:{master_ui}", users, isolated,
                             folder)
     (folder / "conf").mkdir()
     # executors on one host read each other's shuffle files from disk unless told not to; here each
     # is another user, so they fetch them from each other's block manager as on separate hosts
     (folder / "conf" / "spark-defaults.conf").write_text("spark.shuffle.readHostLocalDisk false\n"
-                                                         "spark.driver.host 127.0.0.1\n")
+                                                         "spark.driver.host 127.0.0.1\n"
+                                                         f"spark.executor.extraJavaOptions {jvm.LEAN}\n")
     try:
         master_log = (folder / "master.log").open("w")
         spark.processes.append(subprocess.Popen(

@@ -44,7 +44,7 @@ class Timing:
     def pytest_runtest_logreport(self, report: Any) -> None:
         start, stop = getattr(report, "start", None), getattr(report, "stop", None)
         where = folder(report.nodeid.split("::", 1)[0])
-        if start is not None and stop is not None:
+        if start and stop:  # a crashed worker's report of its test has 0 for both
             span = self.span.setdefault(where, [start, stop])
             span[0], span[1] = min(span[0], start), max(span[1], stop)
         self.busy[where] = self.busy.get(where, 0.0) + report.duration

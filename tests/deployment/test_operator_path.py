@@ -91,6 +91,7 @@ def test_the_operators_path(deployed: Deployment, chrome: Any, deployment_cluste
         f"the form sent {conf}"
 
     # 3. Required Actions: read the plan, approve
+    ui.park()
     wait_for_approval(airflow, "kafka_scale_out", run)
     ui.open_run_tab("kafka_scale_out", run, "Operation record")  # mid-run: a page, not an error
     ui.text_shown(run)
@@ -106,6 +107,7 @@ def test_the_operators_path(deployed: Deployment, chrome: Any, deployment_cluste
     ui.shot("scale-out-approved")
 
     # 4. to success with no Clear
+    ui.park()
     wait_for_run(airflow, "kafka_scale_out", run)
     ui.open(f"/dags/kafka_scale_out/runs/{quote(run, safe='')}")
     ui.text_shown("Success")
@@ -146,6 +148,7 @@ def test_the_operators_path(deployed: Deployment, chrome: Any, deployment_cluste
     drained = new[0]
     drain = ui.trigger("kafka_reassign", switches={"dry_run": False, "stop_drained": True},
                        arrays={"drain_brokers": [drained]}, choices={"operation": "drain"}, name="drain")
+    ui.park()
     wait_for_approval(airflow, "kafka_reassign", drain)
     text = ui.open_required_action("kafka_reassign", drain, timeout=120)
     ui.shot("drain-approval")
@@ -153,6 +156,7 @@ def test_the_operators_path(deployed: Deployment, chrome: Any, deployment_cluste
     assert re.search(rf"(?i)\bstop\w*\b[^.\n]*\b{drained}\b|\b{drained}\b[^.\n]*\bstop", text), \
         f"the drain approval does not say that broker {drained} will be stopped:\n{text}"
     ui.respond("Approve")
+    ui.park()
     wait_for_run(airflow, "kafka_reassign", drain)
     ui.open_run_tab("kafka_reassign", drain, "Operation record")
     ui.text_shown(drain)
@@ -164,6 +168,7 @@ def test_the_operators_path(deployed: Deployment, chrome: Any, deployment_cluste
 
     # 7. the capacity review and its report
     review = ui.trigger("kafka_capacity_review", name="capacity-review")
+    ui.park()
     wait_for_run(airflow, "kafka_capacity_review", review)
     runs = airflow.api("GET", "/dags/kafka_capacity_review/dagRuns")["dag_runs"]
     others = [(r["dag_run_id"], r["run_type"], r["logical_date"]) for r in runs if r["dag_run_id"] != review]
@@ -208,6 +213,7 @@ def live_migration(airflow: Deployment, ui: AirflowUI, cluster: SpecCluster) -> 
     conf = airflow.api("GET", run_path(dag_id, run))["conf"]
     assert conf.get("topic") == source and conf.get("quiesce") == "manual" and conf.get("mode") == "migrate", \
         f"the form sent {conf}"
+    ui.park()
     wait_for_approval(airflow, dag_id, run)
     text = ui.open_required_action(dag_id, run, timeout=120)
     ui.shot("live-migration-approval")
@@ -216,6 +222,7 @@ def live_migration(airflow: Deployment, ui: AirflowUI, cluster: SpecCluster) -> 
     ui.respond("Approve")
 
     # the copy, the quiesce (nothing writes to payments: still at once), the final pass, the gate, the groups
+    ui.park()
     wait_for_task(airflow, dag_id, run, "switch", {"awaiting_input"}, timeout=RUN_TIMEOUT_S, poll_s=3)
     text = ui.open_required_action(dag_id, run, timeout=120, task_id="switch/")
     ui.shot("live-migration-switch")
@@ -234,6 +241,7 @@ def live_migration(airflow: Deployment, ui: AirflowUI, cluster: SpecCluster) -> 
 
     datagen.produce(cluster.config, target, datagen.DatagenSpec(records=200, keys=120, record_bytes=128, seed=19))
     ui.respond("Approve")
+    ui.park()
     wait_for_run(airflow, dag_id, run)
 
     ui.open_run_tab(dag_id, run, "Operation record")

@@ -40,3 +40,38 @@ def test_a_seed_draws_one_order_and_another_seed_another() -> None:
     assert first == [i.nodeid for i in sessions.shuffled(ITEMS, "42")]
     others = {tuple(i.nodeid for i in sessions.shuffled(ITEMS, str(seed))) for seed in range(20)}
     assert len(others) > 10 and tuple(i.nodeid for i in ITEMS) != tuple(first)
+
+
+class _Item(SimpleNamespace):
+    __hash__ = object.__hash__  # a test item is a dict key of sessions.groups
+
+
+def _item(nodeid: str, **fixtures: str) -> _Item:
+    """A stand-in test using ``fixtures`` (name -> scope), each defined in tests/dags/conftest.py."""
+    defs = {name: [SimpleNamespace(scope=scope, baseid="tests/dags")] for name, scope in fixtures.items()}
+    return _Item(nodeid=nodeid, fixturenames=tuple(fixtures), _fixtureinfo=SimpleNamespace(name2fixturedefs=defs))
+
+
+def test_groups_follow_the_fixtures_tests_share() -> None:
+    live = "tests/dags/test_live.py"
+    items = [
+        # one module: two tests on its cluster fixture, one on another module fixture of its own
+        a := _item(f"{live}::test_a", cluster="module", one_broker_cluster="package"),
+        b := _item(f"{live}::test_b", cluster="module", one_broker_cluster="package"),
+        acl := _item(f"{live}::test_acl", acl_cluster="module"),
+        # another module on the same per-module package fixture, and one on the session's Spark cluster
+        pi := _item("tests/dags/test_pi.py::test_x", one_broker_cluster="package"),
+        s1 := _item("tests/dags/test_submit.py::test_1", one_broker_cluster="package", spark_standalone="session"),
+        s2 := _item("tests/integration/test_spark.py::test_2", spark_standalone="session", kafka_cluster="session"),
+        k := _item("tests/integration/test_k.py::test_3", kafka_cluster="session"),
+        # a package fixture not in PER_MODULE_FIXTURES: every module that uses it together
+        d1 := _item("tests/dags/test_d1.py::test_1", deployed="package"),
+        d2 := _item("tests/dags/test_d2.py::test_1", deployed="package"),
+        free := _item("tests/unit/test_free.py::test_1"),
+    ]
+    group = sessions.groups(items)
+    assert group[a] == group[b] != group[acl]
+    assert len({group[a], group[acl], group[pi], group[s1], group[d1]}) == 5
+    assert group[s1] == group[s2] == group[k] == "kafka_cluster"
+    assert group[d1] == group[d2]
+    assert free not in group

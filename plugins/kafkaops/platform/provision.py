@@ -184,7 +184,8 @@ class ClusterSpec:
         controllers = {n.hostname: host_vars(n) for n in self.nodes if n.is_controller}
         others = {n.hostname: host_vars(n) for n in self.nodes if not n.is_controller}
         return {"all": {
-            "vars": {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+            "vars": {**INVENTORY_DEFAULTS,
+                     "ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}",
                      "kafka_broker_classpath_dir": broker_jars(self.kafka_version),
                      "kafka_broker_provisioner": "process",
                      "kafka_broker_cluster_id": self.cluster_id,
@@ -503,6 +504,10 @@ def _inventory(spec: ClusterSpec | None) -> tuple[Mapping[str, Any] | Path, dict
         return LOCAL_INVENTORY, {"kafka_broker_base_dir": str(LOCAL_BASE_DIR)}
     return spec.inventory(), {}
 
+
+#: Role variables every :meth:`ClusterSpec.inventory` starts from, below everything the spec sets:
+#: empty in production; the test harness gives its brokers lean JVMs (``kafka_broker_jvm_opts``, tests/jvm.py).
+INVENTORY_DEFAULTS: dict[str, Any] = {}
 
 #: Context managers entered around each :func:`temporary_cluster`'s life, each given the cluster's new
 #: folder before anything starts in it, left after the cluster is gone: a test suite registers there what

@@ -1,0 +1,132 @@
+"""Lean JVMs for the tests' brokers and Spark drivers: the quick compiler, the serial collector and a
+class-data-sharing archive of the classes a broker (a Spark driver) loads, made once per jar cache.
+
+The suite is bound by the machine's two cores, and a third of its CPU went to JVMs starting up and
+idling: measured on 2 cores, a 3-broker cluster took 26.8 s of CPU to come up with the role's default
+options (G1, both compilers) and 10.8 s lean with the archive, and 8.2 s against 5.5 s per idle minute; a
+small spark-submit job 21.7 s against 7.0 s (benchmarks/RESULTS.md). None of this is the product's
+choice: production brokers keep the role's ``kafka_broker_jvm_opts`` and Spark jobs their cluster's
+settings; the benchmarks start their own JVMs with those defaults.
+
+``python -m tests.jvm`` (``make test`` runs it) writes the archives into ``<jar cache>/cds``: a broker's
+from a one-node cluster started through the role and stopped (the JVM writes the classes it loaded when it
+exits), a Spark driver's from a small local job. Without them the options are the same minus the archive.
+An archive made by another JVM or for other jars is ignored by the JVM (``-Xlog:cds*=off`` keeps it
+quiet): a Kafka 3.9 node runs without one."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+#: The quick compiler only and the serial collector: short-lived, small JVMs start on less CPU.
+LEAN = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: The Spark job the driver's archive is taken from: a session, a DataFrame, a shuffle, SQL functions.
+_SPARK_JOB = textwrap.dedent("""
+    from pyspark.sql import SparkSession, functions as F
+    spark = SparkSession.builder.appName("kafkaops-cds").config("spark.ui.enabled", "false").getOrCreate()
+    df = spark.range(0, 100000).select((F.col("id") % 97).alias("k"), F.sha2(F.col("id").cast("string"), 256).alias("v"))
+    print(df.groupBy("k").agg(F.count("*"), F.max("v")).orderBy("k").limit(3).collect())
+    spark.stop()
+""")
+
+
+def archive_dir() -> Path:
+    from kafkaops.platform import paths  # after KAFKAOPS_CACHE is set (tests/conftest.py, main)
+
+    return paths.JARS / "cds"
+
+
+def broker_archive() -> Path:
+    return archive_dir() / "broker.jsa"
+
+
+def spark_archive() -> Path:
+    return archive_dir() / "spark-driver.jsa"
+
+
+def opts(archive: Path) -> str:
+    """:data:`LEAN`, with ``archive`` when it has been made."""
+    if archive.is_file():
+        return f"{LEAN} -XX:SharedArchiveFile={archive} -Xlog:cds*=off"
+    return LEAN
+
+
+def broker_opts() -> str:
+    """The tests' brokers' ``kafka_broker_jvm_opts``."""
+    return f"{opts(broker_archive())} -Djava.awt.headless=true"
+
+
+def spark_opts() -> str:
+    """The tests' ``SPARK_SUBMIT_OPTS``: the options of every spark-submit's JVM, a local driver's too."""
+    return opts(spark_archive())
+
+
+def make_broker_archive(target: Path) -> None:
+    """Start a one-node cluster through the role with ``-XX:ArchiveClassesAtExit``, use it, stop it."""
+    from kafkaops.platform import admin, provision
+
+    partial = target.with_suffix(".partial")
+    partial.unlink(missing_ok=True)
+    vars_ = {"kafka_broker_jvm_opts": f"{LEAN} -XX:ArchiveClassesAtExit={partial} -Djava.awt.headless=true"}
+    with provision.temporary_cluster("kafkaops-cds-", brokers=1, controllers=1, inventory_vars=vars_) as spec:
+        config = {"bootstrap.servers": spec.bootstrap}
+        with admin.connect(config) as conn:
+            admin.create_topic(conn, "cds", 3, 1)
+        from confluent_kafka import Producer
+
+        from kafkaops.platform import waits
+
+        producer = Producer(config)
+        try:
+            for i in range(1000):
+                producer.produce("cds", key=str(i % 10).encode(), value=b"x" * 100)
+        finally:
+            waits.close_producer(producer, waits.Deadline(60))
+        records = admin.read_ranges(config, "cds", {p: (0, e) for p, (_, e) in admin.end_offsets(config, "cds").items()})
+        sum(1 for _ in records)
+    _publish(partial, target)
+
+
+def make_spark_archive(target: Path) -> None:
+    """Run a small local Spark job whose driver writes its classes when it exits."""
+    partial = target.with_suffix(".partial")
+    partial.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="kafkaops-cds-") as folder:
+        job = Path(folder) / "job.py"
+        job.write_text(_SPARK_JOB)
+        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+               "PYSPARK_PYTHON": sys.executable, "SPARK_SUBMIT_OPTS": f"{LEAN} -XX:ArchiveClassesAtExit={partial}"}
+        subprocess.run(["spark-submit", "--master", "local[2]", str(job)], cwd=folder, env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)
+    _publish(partial, target)
+
+
+def _publish(partial: Path, target: Path) -> None:
+    if not partial.is_file() or partial.stat().st_size == 0:
+        raise RuntimeError(f"the JVM wrote no class-data archive at {partial}")
+    os.replace(partial, target)
+
+
+def main() -> int:
+    # the checkout's jar cache, as under make and pytest (tests/conftest.py)
+    os.environ.setdefault("KAFKAOPS_CACHE", str(Path(__file__).resolve().parents[1] / ".cache"))
+    archive_dir().mkdir(parents=True, exist_ok=True)
+    from concurrent.futures import ThreadPoolExecutor
+
+    # side by side: the Spark job in a thread (a subprocess), the broker here (Ansible wants the main thread)
+    with ThreadPoolExecutor(1) as pool:
+        spark = pool.submit(make_spark_archive, spark_archive()) if not spark_archive().is_file() else None
+        if not broker_archive().is_file():
+            make_broker_archive(broker_archive())
+        if spark is not None:
+            spark.result()
+    print(f"tests.jvm: class-data archives in {archive_dir()}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
