@@ -975,6 +975,34 @@ def create_partitions(conn: KafkaConnection, topic: str, new_total: int,
 COMMIT_ATTEMPT_S = 15.0
 
 
+def _group_coordinator_ready(conn: KafkaConnection, group_id: str, topic: str, partitions: list[int],
+                             timeout_s: float, what: str) -> None:
+    """Return once ``group_id``'s coordinator answers: its committed offsets read through a consumer (the
+    group protocol's own coordinator lookup, bounded by ``timeout_s``), never through the admin API.
+
+    librdkafka's admin requests to a group coordinator (AlterConsumerGroupOffsets, ListConsumerGroupOffsets,
+    DescribeConsumerGroups) abort the process when one times out while its coordinator lookup is still
+    going on and that lookup ends later: the lookup's callback finds the request's once-only reply object
+    already freed (``rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt > 0'``, from
+    ``rd_kafka_admin_coord_response_parse`` on librdkafka's main thread; librdkafka 2.16, unfixed upstream,
+    confluentinc/librdkafka#5397 describes the same use-after-free). A fresh cluster creates
+    ``__consumer_offsets`` on the first lookup, and under load that took longer than the commit's
+    15 s request timeout: the abort of issue 29 (a core dump of tests/integration/platform/test_kafka_39.py
+    under CPU load showed that stack). Once the coordinator has answered this consumer, the admin request's
+    lookup answers at once. A lookup that does not end in ``timeout_s`` is a retriable timeout, and no
+    admin request was sent."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(client_config({**conn.config, "group.id": group_id, "enable.auto.commit": False,
+                                       "socket.connection.setup.timeout.ms": int(timeout_s * 1000)}))
+    try:
+        consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=timeout_s)
+    except KafkaException as err:
+        raise classify(err, what, conn) from err
+    finally:
+        consumer.close()
+
+
 def commit_group_offsets(conn: KafkaConnection, group_id: str, topic: str, offsets: Mapping[int, int], *,
                          attempts: int = 10) -> None:
     """Set ``group_id``'s committed offsets on ``topic`` (partition -> next offset to read). The group
@@ -989,8 +1017,9 @@ def commit_group_offsets(conn: KafkaConnection, group_id: str, topic: str, offse
     attempt_s = min(conn.timeout_s, COMMIT_ATTEMPT_S)
 
     def commit() -> None:
-        future = conn.admin.alter_consumer_group_offsets([request], request_timeout=attempt_s)[group_id]
         try:
+            _group_coordinator_ready(conn, group_id, topic, sorted(offsets), attempt_s, what)
+            future = conn.admin.alter_consumer_group_offsets([request], request_timeout=attempt_s)[group_id]
             result = _result(future, conn, what)
         except KafkaUnreachable as err:
             if err.code in ("_TIMED_OUT", "REQUEST_TIMED_OUT") and conn.refused is None:

@@ -167,14 +167,50 @@ class _Committing:
         return {requests[0].group_id: future}
 
 
-def test_an_unanswered_offset_commit_is_sent_again_with_a_short_request_timeout() -> None:
+@pytest.fixture
+def coordinator_lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The group coordinator lookups commit_group_offsets makes through a consumer (no cluster here: each
+    answers at once), by group."""
+    asked: list[str] = []
+    monkeypatch.setattr(admin, "_group_coordinator_ready", lambda conn, group, *a: asked.append(group))
+    return asked
+
+
+def test_an_unanswered_offset_commit_is_sent_again_with_a_short_request_timeout(coordinator_lookups) -> None:
     conn = _Committing(silent=2)
     admin.commit_group_offsets(conn, "billing", "orders", {0: 5})  # type: ignore[arg-type]
     assert conn.timeouts == [admin.COMMIT_ATTEMPT_S] * 3
 
 
-def test_an_offset_commit_whose_login_was_refused_is_not_sent_again() -> None:
+def test_an_offset_commit_whose_login_was_refused_is_not_sent_again(coordinator_lookups) -> None:
     conn = _Committing(silent=5, refused=KafkaError(KafkaError._TRANSPORT))
     with pytest.raises(KafkaUnreachable):
         admin.commit_group_offsets(conn, "billing", "orders", {0: 5})  # type: ignore[arg-type]
     assert len(conn.timeouts) == 1
+
+
+def test_no_admin_offset_commit_is_sent_before_the_group_coordinator_answered(monkeypatch) -> None:
+    """librdkafka aborts the process when an admin request to a group coordinator times out during its
+    coordinator lookup (admin._group_coordinator_ready): the lookup is the consumer's, and while it times
+    out no admin request is sent; once it answers, the commit goes out."""
+    answers = [KafkaException(KafkaError(KafkaError._TIMED_OUT)), KafkaException(KafkaError(KafkaError._TIMED_OUT))]
+    sent_at: list[int] = []
+
+    class Lookup:
+        def __init__(self, config):
+            assert config["group.id"] == "billing" and config["enable.auto.commit"] is False
+        def committed(self, partitions, timeout):
+            if answers:
+                raise answers.pop(0)
+            return partitions
+        def close(self):
+            pass
+
+    import confluent_kafka
+    monkeypatch.setattr(confluent_kafka, "Consumer", Lookup)
+    conn = _Committing(silent=0)
+    original = conn.alter
+    conn.admin.alter_consumer_group_offsets = lambda r, request_timeout: (sent_at.append(len(answers)),
+                                                                          original(r, request_timeout))[1]
+    admin.commit_group_offsets(conn, "billing", "orders", {0: 5})  # type: ignore[arg-type]
+    assert sent_at == [0] and conn.timeouts == [admin.COMMIT_ATTEMPT_S]
