@@ -25,7 +25,7 @@ from kafkaops.cli import datagen
 from kafkaops.platform import admin, provision
 from kafkaops.platform.paths import JARS
 from tests.conftest import TEST_BROKER_CONFIG, RunningCluster
-from tests import watchdog
+from tests import jvm, watchdog
 from tests.deployment import harness
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,7 +61,10 @@ class SpecCluster(RunningCluster):
 def deployment_cluster() -> Iterator[SpecCluster]:
     """Three brokers on free loopback ports with ``orders`` (6 partitions, RF 3, about 8 MB of keyed
     records), so each broker a scale-out adds has replicas to receive."""
-    with provision.temporary_cluster("kafkaops-deploy-", brokers=3, extra_config=TEST_BROKER_CONFIG) as spec:
+    # the lean JVM in the spec itself: the brokers a scale-out adds are started by the deployment's Celery
+    # worker, which reads this spec and knows nothing of the session's provision.INVENTORY_DEFAULTS
+    with provision.temporary_cluster("kafkaops-deploy-", brokers=3, extra_config=TEST_BROKER_CONFIG,
+                                     inventory_vars={"kafka_broker_jvm_opts": jvm.broker_opts()}) as spec:
         cache = spec.base_dir / "worker-cache"
         cache.mkdir()
         cluster = SpecCluster(spec, cache=cache)
