@@ -118,13 +118,23 @@ def main() -> int:
     from concurrent.futures import ThreadPoolExecutor
 
     # side by side: the Spark job in a thread (a subprocess), the broker here (Ansible wants the main thread)
+    failed: list[str] = []  # the tests run without an archive, only slower: say so, do not stop
     with ThreadPoolExecutor(1) as pool:
-        spark = pool.submit(make_spark_archive, spark_archive()) if not spark_archive().is_file() else None
-        if not broker_archive().is_file():
-            make_broker_archive(broker_archive())
-        if spark is not None:
-            spark.result()
-    print(f"tests.jvm: class-data archives in {archive_dir()}", flush=True)
+        spark = None if spark_archive().is_file() else pool.submit(make_spark_archive, spark_archive())
+        try:
+            if not broker_archive().is_file():
+                make_broker_archive(broker_archive())
+        except Exception as err:
+            failed.append(f"{broker_archive().name}: {err}")
+        try:
+            if spark is not None:
+                spark.result()
+        except Exception as err:
+            failed.append(f"{spark_archive().name}: {err}")
+    for failure in failed:
+        print(f"tests.jvm: warning: no class-data archive {failure}; the tests' JVMs start without it", flush=True)
+    print(f"tests.jvm: class-data archives in {archive_dir()}: "
+          f"{', '.join(p.name for p in sorted(archive_dir().glob('*.jsa'))) or 'none'}", flush=True)
     return 0
 
 
