@@ -24,6 +24,8 @@ from pathlib import Path
 
 #: The quick compiler only and the serial collector: short-lived, small JVMs start on less CPU.
 LEAN = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: What the role's default ``kafka_broker_jvm_opts`` sets besides the collector, kept.
+_BROKER_PROPERTIES = "-Djava.awt.headless=true"
 #: The Spark job the driver's archive is taken from: a session, a DataFrame, a shuffle, SQL functions.
 _SPARK_JOB = textwrap.dedent("""
     from pyspark.sql import SparkSession, functions as F
@@ -57,7 +59,7 @@ def opts(archive: Path) -> str:
 
 def broker_opts() -> str:
     """The tests' brokers' ``kafka_broker_jvm_opts``."""
-    return f"{opts(broker_archive())} -Djava.awt.headless=true"
+    return f"{opts(broker_archive())} {_BROKER_PROPERTIES}"
 
 
 def spark_opts() -> str:
@@ -67,27 +69,18 @@ def spark_opts() -> str:
 
 def make_broker_archive(target: Path) -> None:
     """Start a one-node cluster through the role with ``-XX:ArchiveClassesAtExit``, use it, stop it."""
+    from kafkaops.cli import datagen
     from kafkaops.platform import admin, provision
 
     partial = target.with_suffix(".partial")
     partial.unlink(missing_ok=True)
-    vars_ = {"kafka_broker_jvm_opts": f"{LEAN} -XX:ArchiveClassesAtExit={partial} -Djava.awt.headless=true"}
+    vars_ = {"kafka_broker_jvm_opts": f"{LEAN} -XX:ArchiveClassesAtExit={partial} {_BROKER_PROPERTIES}"}
     with provision.temporary_cluster("kafkaops-cds-", brokers=1, controllers=1, inventory_vars=vars_) as spec:
-        config = {"bootstrap.servers": spec.bootstrap}
-        with admin.connect(config) as conn:
+        with admin.connect(spec.bootstrap) as conn:  # a topic written and read: the classes of both paths
             admin.create_topic(conn, "cds", 3, 1)
-        from confluent_kafka import Producer
-
-        from kafkaops.platform import waits
-
-        producer = Producer(config)
-        try:
-            for i in range(1000):
-                producer.produce("cds", key=str(i % 10).encode(), value=b"x" * 100)
-        finally:
-            waits.close_producer(producer, waits.Deadline(60))
-        records = admin.read_ranges(config, "cds", {p: (0, e) for p, (_, e) in admin.end_offsets(config, "cds").items()})
-        sum(1 for _ in records)
+            datagen.produce(conn.config, "cds", datagen.DatagenSpec(records=1000, keys=10, record_bytes=100))
+        ends = admin.end_offsets(conn.config, "cds")
+        sum(1 for _ in admin.read_ranges(conn.config, "cds", {p: (0, e) for p, (_, e) in ends.items()}))
     _publish(partial, target)
 
 
@@ -100,8 +93,10 @@ def make_spark_archive(target: Path) -> None:
         job.write_text(_SPARK_JOB)
         env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
                "PYSPARK_PYTHON": sys.executable, "SPARK_SUBMIT_OPTS": f"{LEAN} -XX:ArchiveClassesAtExit={partial}"}
-        subprocess.run(["spark-submit", "--master", "local[2]", str(job)], cwd=folder, env=env, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)
+        done = subprocess.run(["spark-submit", "--master", "local[2]", str(job)], cwd=folder, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600)
+        if done.returncode:
+            raise RuntimeError(f"spark-submit exited with {done.returncode}: {done.stderr[-1500:]}")
     _publish(partial, target)
 
 

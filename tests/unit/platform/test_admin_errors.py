@@ -180,13 +180,14 @@ def test_an_unanswered_offset_commit_is_sent_again_with_a_short_request_timeout(
     conn = _Committing(silent=2)
     admin.commit_group_offsets(conn, "billing", "orders", {0: 5})  # type: ignore[arg-type]
     assert conn.timeouts == [admin.COMMIT_ATTEMPT_S] * 3
+    assert coordinator_lookups == ["billing"] * 3  # each attempt finds the coordinator before its request
 
 
 def test_an_offset_commit_whose_login_was_refused_is_not_sent_again(coordinator_lookups) -> None:
     conn = _Committing(silent=5, refused=KafkaError(KafkaError._TRANSPORT))
     with pytest.raises(KafkaUnreachable):
         admin.commit_group_offsets(conn, "billing", "orders", {0: 5})  # type: ignore[arg-type]
-    assert len(conn.timeouts) == 1
+    assert len(conn.timeouts) == 1 and coordinator_lookups == ["billing"]
 
 
 def test_no_admin_offset_commit_is_sent_before_the_group_coordinator_answered(monkeypatch) -> None:
@@ -209,8 +210,10 @@ def test_no_admin_offset_commit_is_sent_before_the_group_coordinator_answered(mo
     import confluent_kafka
     monkeypatch.setattr(confluent_kafka, "Consumer", Lookup)
     conn = _Committing(silent=0)
-    original = conn.alter
-    conn.admin.alter_consumer_group_offsets = lambda r, request_timeout: (sent_at.append(len(answers)),
-                                                                          original(r, request_timeout))[1]
+    def alter(requests, request_timeout):  # notes how many lookups were still to time out when it was sent
+        sent_at.append(len(answers))
+        return conn.alter(requests, request_timeout)
+
+    conn.admin.alter_consumer_group_offsets = alter
     admin.commit_group_offsets(conn, "billing", "orders", {0: 5})  # type: ignore[arg-type]
     assert sent_at == [0] and conn.timeouts == [admin.COMMIT_ATTEMPT_S]
