@@ -119,7 +119,10 @@ demo: setup
 
 # Lint (a cold mypy takes 2-3 minutes of one core) runs beside the tests, not before them; make test fails
 # when either does.
-test: setup postgres redis sshd browser
+# The venv and the jars are made side by side (pip works on one core, Maven beside it).
+test:
+	@$(MAKE) --no-print-directory -j2 --output-sync=target setup
+	@$(MAKE) --no-print-directory postgres redis sshd browser
 	@$(MAKE) --no-print-directory -j2 lint all-pytest
 
 all-pytest: setup $(JVM_ARCHIVES)

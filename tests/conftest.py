@@ -61,10 +61,13 @@ watchdog.guard(watchdog.rmtree(_AIRFLOW_HOME), name="AIRFLOW_HOME")
 # brokers, and every spark-submit's driver (a local session's too), start and idle on less of the two
 # cores (tests/jvm.py). A test's own kafka_broker_jvm_opts wins; SPARK_SUBMIT_OPTS set outside wins.
 provision.INVENTORY_DEFAULTS.setdefault("kafka_broker_jvm_opts", jvm.broker_opts())
+provision.INVENTORY_DEFAULTS.setdefault("kafka_broker_extra_config", dict(jvm.BROKER_CONFIG))
 os.environ.setdefault("SPARK_SUBMIT_OPTS", jvm.spark_opts())
 
-# Fast failure detection for tests that stop brokers: fenced after 3 s without heartbeats.
+# Fast failure detection for tests that stop brokers: fenced after 3 s without heartbeats. With the idle
+# settings of tests/jvm.py in it too: a spec carries them to the brokers other processes add.
 TEST_BROKER_CONFIG = {
+    **jvm.BROKER_CONFIG,
     "broker.heartbeat.interval.ms": 500,
     "broker.session.timeout.ms": 3000,
     "replica.lag.time.max.ms": 5000,

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import pytest
 import yaml
 
-from tests import watchdog
+from tests import jvm, watchdog
 from tests.sessions import remove_stale_users, run_suffix, stops_early
 
 if TYPE_CHECKING:
@@ -319,7 +319,9 @@ class RemoteCluster:
             "vars": {"kafka_broker_cluster_id": self.cluster_id, "kafka_broker_heap": "256m",
                      "kafka_broker_port": self.port, "kafka_broker_controller_port": self.controller_port,
                      "kafka_broker_default_replication_factor": 2, "kafka_broker_offsets_topic_partitions": 3,
-                     "kafka_broker_extra_config": self.broker_config},
+                     "kafka_broker_extra_config": self.broker_config,
+                     # lean, without the archive: the hosts' brokers run their own copy of the jars
+                     **jvm.broker_vars(archive=False)},
             "children": {"kafka_cluster": {"children": {
                 "kafka_controllers": {"hosts": {"kafka-1": self.host_vars("kafka-1")}},
                 "kafka_brokers": {"hosts": {"kafka-2": self.host_vars("kafka-2", kafka_broker_process_roles=["broker"]),

@@ -64,7 +64,7 @@ def deployment_cluster() -> Iterator[SpecCluster]:
     # the lean JVM in the spec itself: the brokers a scale-out adds are started by the deployment's Celery
     # worker, which reads this spec and knows nothing of the session's provision.INVENTORY_DEFAULTS
     with provision.temporary_cluster("kafkaops-deploy-", brokers=3, extra_config=TEST_BROKER_CONFIG,
-                                     inventory_vars={"kafka_broker_jvm_opts": jvm.broker_opts()}) as spec:
+                                     inventory_vars=jvm.broker_vars()) as spec:
         cache = spec.base_dir / "worker-cache"
         cache.mkdir()
         cluster = SpecCluster(spec, cache=cache)

@@ -193,7 +193,9 @@ class ClusterSpec:
                      "kafka_broker_heap": self.heap,
                      "kafka_broker_default_replication_factor": min(3, len(self.nodes)),
                      "kafka_broker_offsets_topic_partitions": 6,
-                     "kafka_broker_extra_config": dict(self.extra_config),
+                     # the defaults' server settings under the spec's own
+                     "kafka_broker_extra_config": {**INVENTORY_DEFAULTS.get("kafka_broker_extra_config", {}),
+                                                   **self.extra_config},
                      **self.inventory_vars},
             "children": {"kafka_cluster": {
                 "hosts": others,
@@ -505,8 +507,9 @@ def _inventory(spec: ClusterSpec | None) -> tuple[Mapping[str, Any] | Path, dict
     return spec.inventory(), {}
 
 
-#: Role variables every :meth:`ClusterSpec.inventory` starts from, below everything the spec sets:
-#: empty in production; the test harness gives its brokers lean JVMs (``kafka_broker_jvm_opts``, tests/jvm.py).
+#: Role variables every :meth:`ClusterSpec.inventory` starts from, below everything the spec sets (their
+#: ``kafka_broker_extra_config`` below the spec's extra config, key by key): empty in production; the test
+#: harness gives its brokers lean JVMs and idle settings (``kafka_broker_jvm_opts``, tests/jvm.py).
 INVENTORY_DEFAULTS: dict[str, Any] = {}
 
 #: Context managers entered around each :func:`temporary_cluster`'s life, each given the cluster's new

@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient
 
 from kafkaops.platform import provision
 from kafkaops.platform.paths import jar_dir
-from tests import watchdog
+from tests import jvm, watchdog
 
 #: The brokers' key and trust stores, and the SCRAM user's password.
 PASSWORD = "Sc3ret-0f-the-t3st"
@@ -100,7 +100,8 @@ class SecuredNodes:
                      "kafka_broker_ssl_keystore_password": PASSWORD,
                      "kafka_broker_ssl_truststore_path": str(self.truststore),
                      "kafka_broker_ssl_truststore_password": PASSWORD,
-                     "kafka_broker_check_client_config": self.sasl_client},
+                     "kafka_broker_check_client_config": self.sasl_client,
+                     "kafka_broker_extra_config": dict(jvm.BROKER_CONFIG), **jvm.broker_vars()},
             "children": {"kafka_cluster": {
                 "hosts": {"kafka-2": self._host_vars(2, ["broker"])},
                 "children": {"kafka_controllers": {"hosts": {

@@ -28,6 +28,17 @@ def test_inventory_puts_controllers_in_their_group(tmp_path: Path) -> None:
     assert spec.inventory()["all"]["vars"]["kafka_broker_default_replication_factor"] == 2
 
 
+def test_the_defaults_server_settings_are_under_the_specs_key_by_key(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(provision, "INVENTORY_DEFAULTS", {
+        "kafka_broker_heap": "128m", "kafka_broker_extra_config": {"num.io.threads": 2, "num.network.threads": 2}})
+    spec = provision.local_cluster_spec(tmp_path, brokers=1, controllers=1, extra_config={"num.io.threads": 4})
+    inventory_vars = spec.inventory()["all"]["vars"]
+    assert inventory_vars["kafka_broker_extra_config"] == {"num.io.threads": 4, "num.network.threads": 2}
+    assert inventory_vars["kafka_broker_heap"] == spec.heap  # the spec's own value wins
+    assert provision.INVENTORY_DEFAULTS["kafka_broker_extra_config"] == {"num.io.threads": 2, "num.network.threads": 2}
+
+
 def test_adding_a_node_with_a_taken_id_is_refused(tmp_path: Path) -> None:
     spec = provision.local_cluster_spec(tmp_path, brokers=3)
     with pytest.raises(ProvisionError, match=r"node 2 .* the id is taken"):
