@@ -16,9 +16,9 @@ PYTEST_ARGS ?=
 # tests/sessions.py) on one worker, the heaviest groups first; a worker that crashes is reported and replaced,
 # the others go on. xdist gives the crashed test's unit to the replacement, crashed test first, so a test that
 # always crashes would crash every replacement: after 2 replacements the run stops. TEST_WORKERS=0 runs in
-# this process, one test after another. 3 workers: measured on 2 cores, the cluster tests leave half the CPU
-# idle with 3 workers (brokers, DAG runs and Spark wait), and 3 workers' brokers, JVMs and Spark peaked at
-# 5.4 GB of 24.
+# this process, one test after another. 3 workers: measured on 2 cores, one process leaves half the CPU idle
+# (brokers, DAG runs and Spark wait), 3 keep it 93 % busy, and 4 took 3.4 minutes longer than 3 (more work
+# for the same tests: everything waits longer on the two cores; benchmarks/RESULTS.md).
 TEST_WORKERS ?= 3
 XDIST := $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --max-worker-restart 2)
 # Airflow's Spark provider (the Spark jobs' SparkSubmitHook), without its dependencies: they are pyspark-client,
