@@ -1,5 +1,6 @@
 """Lean JVMs for the tests' brokers and Spark drivers: the quick compiler, the serial collector and a
-class-data-sharing archive of the classes a broker (a Spark driver) loads, made once per jar cache.
+class-data-sharing archive of the classes a broker (a Spark driver) loads, made once per jar cache; and
+server settings that cut what an idle test broker spends (:data:`BROKER_CONFIG`).
 
 The suite is bound by the machine's two cores, and a third of its CPU went to JVMs starting up and
 idling: measured on 2 cores, a 3-broker cluster took 26.8 s of CPU to come up with the role's default
