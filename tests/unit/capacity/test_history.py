@@ -4,7 +4,9 @@ from __future__ import annotations
 import pytest
 
 from kafkaops.capacity.review import CapacityError, ReviewPoint
+from kafkaops.capacity import steps as capacity_steps
 from kafkaops.capacity.history import ReviewHistory
+from kafkaops.model import Broker, Cluster, PartitionAssignment
 
 
 def point(t: float, lag: int = 0) -> ReviewPoint:
@@ -30,16 +32,17 @@ def test_an_unreadable_point_is_skipped(local_store, caplog) -> None:
     assert "unreadable" in caplog.text
 
 
-def test_a_failed_snapshot_leaves_the_history_unchanged(local_store) -> None:
+def test_a_snapshot_without_a_time_leaves_the_history_unchanged(local_store) -> None:
+    """The review step's own path: a snapshot that was never stamped (not taken by admin.snapshot) is refused
+    before the store is written, and the points already there stay as they were."""
     h = ReviewHistory("abc")
     h.append(point(1.0))
     before = h.points()
-
-    def unreachable():
-        raise ConnectionError("cluster down")
-    with pytest.raises(ConnectionError):
-        h.append(ReviewPoint.of(unreachable()))
-    assert h.points() == before
+    untaken = Cluster(brokers=(Broker(1),), partitions=(PartitionAssignment("o", 0, (1,), end_offset=20),),
+                      cluster_id="abc", taken_at=None)
+    with pytest.raises(CapacityError, match="snapshot of cluster abc has no taken_at"):
+        capacity_steps.append_history(untaken.to_dict(), "r2")
+    assert h.points() == before and len(local_store.capacity_points("abc")) == 1
 
 
 def test_a_point_of_another_cluster_is_refused(local_store) -> None:
