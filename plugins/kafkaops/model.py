@@ -13,8 +13,8 @@ from typing import Any
 
 from kafkaops.errors import KafkaOpsError, UnknownTopic
 
-#: A partition: ``(topic, partition)``.
-Key = tuple[str, int]
+#: A partition by name: ``(topic, partition)``, as Kafka's clients call it.
+TopicPartition = tuple[str, int]
 
 
 class ModelError(KafkaOpsError):
@@ -101,7 +101,7 @@ class Move:
     size_bytes: int | None = None
 
     @property
-    def key(self) -> Key:
+    def key(self) -> TopicPartition:
         return (self.topic, self.partition)
 
     @property
@@ -158,7 +158,7 @@ class Reassignment:
     removing: tuple[int, ...]
 
     @property
-    def key(self) -> Key:
+    def key(self) -> TopicPartition:
         return (self.topic, self.partition)
 
     @property

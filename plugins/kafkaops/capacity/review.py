@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from kafkaops.errors import KafkaOpsError
-from kafkaops.model import Cluster, Key
+from kafkaops.model import Cluster, TopicPartition
 
 
 RULES = ("disk_use", "replicas_per_broker", "idle_consumers", "lag_growing", "partitions_not_multiple_of_brokers",
@@ -62,8 +62,8 @@ class ReviewPoint:
     """What one review keeps of a snapshot: end offsets and sizes per partition, lag per group."""
 
     taken_at: float
-    offsets: Mapping[Key, int | None]
-    sizes: Mapping[Key, int | None] = field(default_factory=dict)
+    offsets: Mapping[TopicPartition, int | None]
+    sizes: Mapping[TopicPartition, int | None] = field(default_factory=dict)
     lags: Mapping[str, int] = field(default_factory=dict)
     cluster_id: str | None = None
     run_id: str | None = None

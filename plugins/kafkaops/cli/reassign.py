@@ -33,7 +33,7 @@ from kafkaops.reassign import engine
 from kafkaops.reassign import verify
 from kafkaops.errors import KafkaOpsError, UnknownTopic
 from kafkaops.reassign.engine import ExecutionReport, InvalidReassignment
-from kafkaops.model import Cluster, Key, ModelError
+from kafkaops.model import Cluster, TopicPartition, ModelError
 from kafkaops.reassign.planner.errors import PlanInputError
 from kafkaops.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, fail, one_line  # noqa: F401
 from kafkaops.cli.options import add_store, add_timeout, kafka_config, store_target
@@ -84,7 +84,7 @@ def add_cancel_arguments(parser: argparse.ArgumentParser) -> None:
 
 # -- pure parts -----------------------------------------------------------------------------------------
 
-def read_plan(path: str | Path) -> dict[Key, tuple[int, ...]]:
+def read_plan(path: str | Path) -> dict[TopicPartition, tuple[int, ...]]:
     """PLAN.json as desired replicas ``{(topic, partition): (broker, ...)}``; bad files raise PlanInputError."""
     return {(topic, partition): replicas for topic, partition, replicas in read_assignment(path)}
 
@@ -116,7 +116,7 @@ def read_before(path: str | Path) -> Cluster:
         raise PlanInputError(f"--before {path.name}: {err}") from err
 
 
-def missing_partitions(cluster: Cluster, desired: Iterable[Key]) -> list[str]:
+def missing_partitions(cluster: Cluster, desired: Iterable[TopicPartition]) -> list[str]:
     """The partitions of ``desired`` that ``cluster`` lacks, as ``topic-N`` (with the topic's count)."""
     found = []
     for topic, partition in desired:
@@ -143,7 +143,7 @@ def batch_lines(report: ExecutionReport, *, executing: bool = False) -> list[str
     return lines
 
 
-def plan_brokers_and_topics(desired: Mapping[Key, Sequence[int]], cluster: Cluster
+def plan_brokers_and_topics(desired: Mapping[TopicPartition, Sequence[int]], cluster: Cluster
                             ) -> tuple[set[int], set[str]]:
     """Brokers that hold or get a replica of a planned partition, and the planned topics."""
     brokers, topics = engine.throttle_scope(engine.moves_for(cluster, desired))
@@ -168,7 +168,7 @@ class _Runner:
             return fail(self.name, error, self.err)
 
 
-def _observed(conn: admin.KafkaConnection, desired: Mapping[Key, Sequence[int]]) -> Cluster:
+def _observed(conn: admin.KafkaConnection, desired: Mapping[TopicPartition, Sequence[int]]) -> Cluster:
     """A snapshot of the planned topics; partitions the cluster lacks raise InvalidReassignment."""
     topics = sorted({t for t, _ in desired})
     try:

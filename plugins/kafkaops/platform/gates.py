@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kafkaops.errors import KafkaOpsError
-from kafkaops.model import Cluster, Key
+from kafkaops.model import Cluster, TopicPartition
 from kafkaops.platform import datadocs
 from kafkaops.resources import suites
 
@@ -96,12 +96,12 @@ def typed_frame(rows: list[dict[str, Any]], dtypes: Mapping[str, str]) -> pd.Dat
     return frame.astype(dict(dtypes)).reset_index(drop=True)
 
 
-def partition_keys(in_flight: Iterable[Key | Any]) -> set[Key]:
+def partition_keys(in_flight: Iterable[TopicPartition | Any]) -> set[TopicPartition]:
     """Keys of reassignments in flight: ``(topic, partition)`` tuples or values with ``.key``."""
     return {tuple(getattr(r, "key", r)) for r in in_flight}  # type: ignore[misc]
 
 
-def preflight_frames(cluster: Cluster, in_flight: Iterable[Key | Any] = ()) -> dict[str, pd.DataFrame]:
+def preflight_frames(cluster: Cluster, in_flight: Iterable[TopicPartition | Any] = ()) -> dict[str, pd.DataFrame]:
     """The frames of the preflight gate: ``brokers`` (one row per broker), ``partitions`` (one
     per partition, plus any partition with a reassignment ``in_flight`` the snapshot lacks) and
     ``cluster`` (one row)."""

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from kafkaops.model import Key, Move
+from kafkaops.model import TopicPartition, Move
 from kafkaops.platform.render import human_bytes
 from kafkaops.reassign.engine import clock, plan_batches
 from kafkaops.reassign.planner.plan import ReassignmentPlan
@@ -50,12 +50,12 @@ class Traffic:
     eta_s: float
 
 
-def _sender(move: Move, leaders: Mapping[Key, int | None]) -> int:
+def _sender(move: Move, leaders: Mapping[TopicPartition, int | None]) -> int:
     leader = leaders.get(move.key)
     return leader if leader is not None and leader >= 0 and leader in move.before else move.before[0]
 
 
-def _flows(moves: Iterable[Move], leaders: Mapping[Key, int | None]) -> tuple[dict[int, int], dict[int, int]]:
+def _flows(moves: Iterable[Move], leaders: Mapping[TopicPartition, int | None]) -> tuple[dict[int, int], dict[int, int]]:
     bytes_in: dict[int, int] = {}
     bytes_out: dict[int, int] = {}
     for m in moves:
@@ -69,7 +69,7 @@ def _flows(moves: Iterable[Move], leaders: Mapping[Key, int | None]) -> tuple[di
 
 
 def traffic(moves: Iterable[Move], *, throttle_bytes_per_s: float, max_moves_per_broker: int, max_moves_total: int,
-            leaders: Mapping[Key, int | None] | None = None) -> Traffic:
+            leaders: Mapping[TopicPartition, int | None] | None = None) -> Traffic:
     """Bytes in and out per broker for ``moves`` and the ETA at the throttle: per batch of the
     engine's batching, the busiest broker's larger direction over the throttle, summed over the
     batches. ``leaders`` are the partitions' current leaders (default: the first replica)."""

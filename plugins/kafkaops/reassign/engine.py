@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kafkaops.errors import KafkaOpsError, UnknownTopic
-from kafkaops.model import Cluster, Key, Move, Reassignment
+from kafkaops.model import Cluster, TopicPartition, Move, Reassignment
 from kafkaops.platform import admin, store
 from kafkaops.platform.render import human_bytes
 
@@ -86,7 +86,7 @@ class ThrottlesLeft(ReassignmentError):
         self.removal = removal
 
 
-def _name(key: Key) -> str:
+def _name(key: TopicPartition) -> str:
     return f"{key[0]}-{key[1]}"
 
 
@@ -99,7 +99,7 @@ class Observation:
     still to submit (``pending``), on the cluster ``before`` (sizes included)."""
 
     before: Cluster
-    done: tuple[Key, ...]
+    done: tuple[TopicPartition, ...]
     resumed: tuple[Move, ...]
     pending: tuple[Move, ...]
 
@@ -117,7 +117,7 @@ class Batch:
         return f"batch {self.index}/{self.of}"
 
     @property
-    def keys(self) -> tuple[Key, ...]:
+    def keys(self) -> tuple[TopicPartition, ...]:
         return tuple(m.key for m in self.moves)
 
     @property
@@ -318,10 +318,10 @@ class ExecutionReport:
     a run has the batches it submitted."""
 
     dry_run: bool
-    already_done: tuple[Key, ...]
+    already_done: tuple[TopicPartition, ...]
     resumed: tuple[Move, ...]
     batches: tuple[Batch, ...]
-    submitted: tuple[Key, ...] = ()
+    submitted: tuple[TopicPartition, ...] = ()
     throttles: ThrottleRecord = ThrottleRecord()
     progress: Progress | None = None
     seconds: float = 0.0
@@ -347,9 +347,9 @@ class ExecutionReport:
 
 # -- pure steps ---------------------------------------------------------------------------------------
 
-def normalize(desired: Mapping[Key, Iterable[int]]) -> dict[Key, tuple[int, ...]]:
+def normalize(desired: Mapping[TopicPartition, Iterable[int]]) -> dict[TopicPartition, tuple[int, ...]]:
     """The desired map with int broker ids, sorted by partition; bad shapes raise InvalidReassignment."""
-    result: dict[Key, tuple[int, ...]] = {}
+    result: dict[TopicPartition, tuple[int, ...]] = {}
     for key, replicas in desired.items():
         try:
             topic, partition = key
@@ -361,7 +361,7 @@ def normalize(desired: Mapping[Key, Iterable[int]]) -> dict[Key, tuple[int, ...]
     return dict(sorted(result.items()))
 
 
-def problems(cluster: Cluster, desired: Mapping[Key, Sequence[int]]) -> tuple[list[str], Exception | None]:
+def problems(cluster: Cluster, desired: Mapping[TopicPartition, Sequence[int]]) -> tuple[list[str], Exception | None]:
     """What makes ``desired`` impossible on ``cluster`` (and the first underlying error)."""
     found: list[str] = []
     first: Exception | None = None
@@ -388,8 +388,8 @@ def problems(cluster: Cluster, desired: Mapping[Key, Sequence[int]]) -> tuple[li
     return found, first
 
 
-def classify(cluster: Cluster, in_flight: Mapping[Key, Reassignment], desired: Mapping[Key, Sequence[int]]
-             ) -> tuple[tuple[Key, ...], tuple[Move, ...], tuple[Move, ...], list[str]]:
+def classify(cluster: Cluster, in_flight: Mapping[TopicPartition, Reassignment], desired: Mapping[TopicPartition, Sequence[int]]
+             ) -> tuple[tuple[TopicPartition, ...], tuple[Move, ...], tuple[Move, ...], list[str]]:
     """Split ``desired`` by what is observed: already done, in flight to the desired replicas
     (resumed), still to submit (pending), and in flight elsewhere (conflicts, as messages)."""
     done, resumed, pending, conflicts = [], [], [], []
@@ -442,7 +442,7 @@ def next_batch(seen: Observation, *, max_moves_per_broker: int, max_moves_total:
     return replace(batches[0], index=submitted + 1, of=submitted + len(batches))
 
 
-def measure(moves: Iterable[Move], cluster: Cluster, in_flight: Mapping[Key, Reassignment],
+def measure(moves: Iterable[Move], cluster: Cluster, in_flight: Mapping[TopicPartition, Reassignment],
             replica_sizes: Mapping[tuple[str, int, int], int], elapsed_s: float | None = None) -> Progress:
     """Progress of ``moves`` on an observed cluster; ``replica_sizes`` are the adding replicas' bytes so far."""
     done = moving = bytes_done = bytes_total = total = 0
@@ -459,7 +459,7 @@ def measure(moves: Iterable[Move], cluster: Cluster, in_flight: Mapping[Key, Rea
     return Progress(done, total, moving, bytes_done, bytes_total, elapsed_s)
 
 
-def moves_for(before: Cluster, desired: Mapping[Key, Iterable[int]]) -> tuple[Move, ...]:
+def moves_for(before: Cluster, desired: Mapping[TopicPartition, Iterable[int]]) -> tuple[Move, ...]:
     """Every desired partition as a move from its replicas in ``before`` (no-op moves included)."""
     result = []
     for key, after in normalize(desired).items():
@@ -536,14 +536,14 @@ def _refusal(partitions: int, submitted: int) -> str:
             "stay; run again to resume once this is mended)")
 
 
-def fenced_brokers(cluster: Cluster, desired: Mapping[Key, Sequence[int]]) -> list[int]:
+def fenced_brokers(cluster: Cluster, desired: Mapping[TopicPartition, Sequence[int]]) -> list[int]:
     """The brokers ``desired`` names that hold replicas on ``cluster`` but are not registered now:
     fenced (a missed heartbeat under load) or restarting, unlike an id the cluster never had."""
     named = {b for replicas in desired.values() for b in replicas}
     return sorted(named & set(cluster.offline_broker_ids))
 
 
-def observe(conn: admin.KafkaConnection, desired: Mapping[Key, Iterable[int]], *, submitted: int = 0,
+def observe(conn: admin.KafkaConnection, desired: Mapping[TopicPartition, Iterable[int]], *, submitted: int = 0,
             fenced_grace_s: float = 15.0) -> Observation:
     """Snapshot the desired partitions' topics and the reassignments in flight, and split the
     desired replicas by what is there (:func:`classify`). Refuses partitions or brokers the cluster
@@ -717,8 +717,8 @@ def _left_message(removal: ThrottleRemoval, cluster_id: str | None) -> str:
             "run kafkaops.reassign.engine.remove_throttles(conn, record) once the brokers answer")
 
 
-def cancel(conn: admin.KafkaConnection, partitions: Iterable[Key], *,
-           throttles: ThrottleRecord | None = None) -> tuple[Key, ...]:
+def cancel(conn: admin.KafkaConnection, partitions: Iterable[TopicPartition], *,
+           throttles: ThrottleRecord | None = None) -> tuple[TopicPartition, ...]:
     """Revert the reassignments in flight of ``partitions`` (finished ones stay) and remove their
     throttles: ``throttles`` if given, else the ones such moves get. Returns the partitions reverted."""
     in_flight = admin.list_partition_reassignments(conn, list(partitions))
@@ -749,7 +749,7 @@ class Executor:
     the caller no longer holds the cluster's lock (:meth:`kafkaops.platform.store.Store.check_fence`).
     """
 
-    def __init__(self, conn: admin.KafkaConnection, desired: Mapping[Key, Iterable[int]], *,
+    def __init__(self, conn: admin.KafkaConnection, desired: Mapping[TopicPartition, Iterable[int]], *,
                  throttle_bytes_per_s: int, max_moves_per_broker: int = 5, max_moves_total: int = 20,
                  dry_run: bool = True, batch_timeout_s: float | None = None, poll_interval_s: float = 2.0,
                  on_throttles: Callable[[ThrottleRecord], None] | None = None,
@@ -909,7 +909,7 @@ class Executor:
                 return wrong
             time.sleep(0.5)
 
-    def _stalled(self, in_flight: Mapping[Key, Reassignment], label: str, timeout: float) -> ReassignmentStalled:
+    def _stalled(self, in_flight: Mapping[TopicPartition, Reassignment], label: str, timeout: float) -> ReassignmentStalled:
         cluster = admin.snapshot(self.conn, topics=sorted({t for t, _ in in_flight}), offsets=False, sizes=False,
                                  groups=False)
         details = []
@@ -924,7 +924,7 @@ class Executor:
             "revert them with kafkaops.reassign.engine.cancel(conn, partitions)")
 
 
-def execute(conn: admin.KafkaConnection, desired: Mapping[Key, Iterable[int]], *, throttle_bytes_per_s: int,
+def execute(conn: admin.KafkaConnection, desired: Mapping[TopicPartition, Iterable[int]], *, throttle_bytes_per_s: int,
             dry_run: bool = True, **options: Any) -> ExecutionReport:
     """:meth:`Executor.execute` in one call; ``options`` are the other :class:`Executor` arguments."""
     return Executor(conn, desired, throttle_bytes_per_s=throttle_bytes_per_s, dry_run=dry_run,

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from kafkaops.errors import KafkaOpsError
-from kafkaops.model import Cluster, Key
+from kafkaops.model import Cluster, TopicPartition
 from kafkaops.platform.gates import GateError, id_list, partition_keys, typed_frame
 from kafkaops.reassign.planner.goals import Goals
 from kafkaops.reassign.planner.plan import ReassignmentPlan
@@ -68,8 +68,8 @@ PARTITION_DTYPES = {"name": "object", "topic": "object", "partition": "int64", "
                     "max_bytes": "Int64"}
 
 
-def _partition_columns(partitions: Sequence[Any], after: Mapping[Key, Any], rack: Mapping[int, str | None],
-                       racks: int, copies: Mapping[Key, int], so_far: Mapping[Key, int],
+def _partition_columns(partitions: Sequence[Any], after: Mapping[TopicPartition, Any], rack: Mapping[int, str | None],
+                       racks: int, copies: Mapping[TopicPartition, int], so_far: Mapping[TopicPartition, int],
                        before_n: dict[int, int], after_n: dict[int, int]) -> dict[str, Any]:
     """The plan gate's partition rows as typed column arrays (a million partitions build in seconds,
     where a dict per row takes minutes); the texts and rack facts of a replica set are worked out
@@ -170,8 +170,8 @@ def plan_frame(plan: ReassignmentPlan, cluster: Cluster, max_bytes: int | None =
     return {"partitions": partitions, "brokers": brokers}
 
 
-def post_move_frame(before: Cluster, after: Cluster, desired: Mapping[Key, Iterable[int]] | ReassignmentPlan,
-                    *, in_flight: Iterable[Key | Any] = ()) -> pd.DataFrame:
+def post_move_frame(before: Cluster, after: Cluster, desired: Mapping[TopicPartition, Iterable[int]] | ReassignmentPlan,
+                    *, in_flight: Iterable[TopicPartition | Any] = ()) -> pd.DataFrame:
     """One row per partition of ``before`` or ``after``: replicas against the plan ``desired``
     (a plan, or replicas by key), replicas missing from the ISR (planned partitions), health,
     end offsets before and after, and whether a reassignment is still ``in_flight``."""

@@ -27,7 +27,7 @@ from kafkaops.platform.lifecycle import APPROVAL_MODES, OperationContext
 from kafkaops.platform import provision
 from kafkaops.reassign import verify
 from kafkaops.errors import ConfigError, KafkaOpsError
-from kafkaops.model import Broker, Cluster, Key
+from kafkaops.model import Broker, Cluster, TopicPartition
 from kafkaops.reassign.planner import plan_drain, plan_rebalance, plan_scale_out
 from kafkaops.reassign.planner.plan import ReassignmentPlan
 
@@ -264,7 +264,7 @@ def approval_text(plan_data: Mapping[str, Any], params: OperationParams) -> str:
 
 # -- execution ---------------------------------------------------------------------------------------------
 
-def desired_of(plan_data: Mapping[str, Any]) -> dict[Key, tuple[int, ...]]:
+def desired_of(plan_data: Mapping[str, Any]) -> dict[TopicPartition, tuple[int, ...]]:
     return {(p["topic"], int(p["partition"])): tuple(p["replicas"]) for p in plan_data["kafka_json"]["partitions"]}
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from kafkaops.platform import admin
 from kafkaops.errors import KafkaOpsError
-from kafkaops.model import Cluster, Key
+from kafkaops.model import Cluster, TopicPartition
 
 
 
@@ -40,11 +40,11 @@ class VerificationResult:
         return f"reassignment not verified, {len(self.failures)} failure(s): {shown}{more}"
 
 
-def verify_reassignment(before: Cluster, after: Cluster, desired: Mapping[Key, Iterable[int]],
-                        in_flight: Iterable[Key]) -> VerificationResult:
+def verify_reassignment(before: Cluster, after: Cluster, desired: Mapping[TopicPartition, Iterable[int]],
+                        in_flight: Iterable[TopicPartition]) -> VerificationResult:
     """Check ``after`` against the plan ``desired``, the reassignments ``in_flight`` and ``before``."""
     failures: list[Failure] = []
-    reported: set[Key] = set()
+    reported: set[TopicPartition] = set()
     for key, planned in sorted(desired.items()):
         planned = tuple(planned)
         name = f"{key[0]}-{key[1]}"
@@ -83,7 +83,7 @@ def _offsets_gone_back(before: Cluster, after: Cluster) -> list[Failure]:
     return failures
 
 
-def verify_live(conn: admin.KafkaConnection, desired: Mapping[Key, Iterable[int]], before: Cluster
+def verify_live(conn: admin.KafkaConnection, desired: Mapping[TopicPartition, Iterable[int]], before: Cluster
                 ) -> VerificationResult:
     """:func:`verify_reassignment` against a snapshot of the whole live cluster (internal topics
     included) and the reassignments in flight there."""

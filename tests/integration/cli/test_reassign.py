@@ -22,7 +22,7 @@ from kafkaops.platform import admin
 from kafkaops.cli import datagen
 from kafkaops.cli.main import build_parser, main
 from kafkaops.errors import UnknownTopic
-from kafkaops.model import Cluster, Key
+from kafkaops.model import Cluster, TopicPartition
 from tests.conftest import RunningCluster, wait_for
 from tests.integration.conftest import throttles_left, wait_for_no_throttles
 
@@ -59,13 +59,13 @@ def partitions_of(conn: admin.KafkaConnection, topic: str) -> tuple[object, ...]
         return ()
 
 
-def write_plan(path: Path, desired: Mapping[Key, Sequence[int]]) -> str:
+def write_plan(path: Path, desired: Mapping[TopicPartition, Sequence[int]]) -> str:
     path.write_text(json.dumps({"version": 1, "partitions": [
         {"topic": t, "partition": p, "replicas": list(r)} for (t, p), r in desired.items()]}))
     return str(path)
 
 
-def replicas(conn: admin.KafkaConnection, topic: str) -> dict[Key, tuple[int, ...]]:
+def replicas(conn: admin.KafkaConnection, topic: str) -> dict[TopicPartition, tuple[int, ...]]:
     return {p.key: p.replicas for p in admin.snapshot(conn, topics=[topic], offsets=False, sizes=False,
                                                       groups=False).partitions}
 
@@ -156,12 +156,12 @@ def test_a_plan_naming_missing_partitions_is_refused_by_every_command(kafka_clus
     assert admin.list_partition_reassignments(kafka_conn) == {} and throttles_left(kafka_conn) == {}
 
 
-def _slow_plan(conn: admin.KafkaConnection, topic: str, tmp_path: Path) -> tuple[str, dict[Key, tuple[int, ...]]]:
+def _slow_plan(conn: admin.KafkaConnection, topic: str, tmp_path: Path) -> tuple[str, dict[TopicPartition, tuple[int, ...]]]:
     create(conn, topic, [(1, 2)], records=5000, record_bytes=500)  # ~2.5 MB: minutes at 50 kB/s
     return write_plan(tmp_path / "plan.json", {(topic, 0): (1, 3)}), {(topic, 0): (1, 2)}
 
 
-def _assert_reverted(conn: admin.KafkaConnection, topic: str, start: Mapping[Key, tuple[int, ...]]) -> None:
+def _assert_reverted(conn: admin.KafkaConnection, topic: str, start: Mapping[TopicPartition, tuple[int, ...]]) -> None:
     wait_for(lambda: healthy(conn), timeout=60, what="nothing in flight and nothing under-replicated")
     assert replicas(conn, topic) == start
     wait_for_no_throttles(conn)

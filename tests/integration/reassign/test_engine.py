@@ -18,9 +18,9 @@ from kafkaops.platform import admin
 from kafkaops.cli import datagen
 from kafkaops.reassign import engine
 from kafkaops.reassign import verify
-from kafkaops.reassign.engine import Key, ReassignmentCancelled, ReassignmentError
+from kafkaops.reassign.engine import ReassignmentCancelled, ReassignmentError
 from kafkaops.errors import UnknownTopic
-from kafkaops.model import Cluster
+from kafkaops.model import Cluster, TopicPartition
 from tests.conftest import wait_for
 from tests.integration.conftest import GrowableCluster, Traffic, throttles_left, wait_for_no_throttles
 
@@ -46,7 +46,7 @@ def fill(conn: admin.KafkaConnection, topic: str, partitions: int, rf: int, reco
     return admin.snapshot(conn, topics=[topic], groups=False)
 
 
-def replace_second(snap: Cluster, topic: str, partitions: int) -> dict[Key, tuple[int, ...]]:
+def replace_second(snap: Cluster, topic: str, partitions: int) -> dict[TopicPartition, tuple[int, ...]]:
     """Each partition keeps its leader and swaps its second replica for a broker it lacks."""
     desired = {}
     for p in snap.partitions_of(topic)[:partitions]:
@@ -55,7 +55,7 @@ def replace_second(snap: Cluster, topic: str, partitions: int) -> dict[Key, tupl
     return desired
 
 
-def assert_verified(conn: admin.KafkaConnection, desired: Mapping[Key, tuple[int, ...]], before: Cluster) -> None:
+def assert_verified(conn: admin.KafkaConnection, desired: Mapping[TopicPartition, tuple[int, ...]], before: Cluster) -> None:
     result = wait_for(lambda: (r := verify.verify_live(conn, desired, before)).ok and r, timeout=30,
                       what="the reassignment to verify")
     assert isinstance(result, verify.VerificationResult) and result.failures == ()
@@ -124,7 +124,7 @@ def test_a_broker_is_drained_to_zero_replicas_in_capped_batches(
     wait_for_no_throttles(own_conn)
 
 
-def _slow_move(own_conn: admin.KafkaConnection, name: str) -> tuple[str, Cluster, dict[Key, tuple[int, ...]]]:
+def _slow_move(own_conn: admin.KafkaConnection, name: str) -> tuple[str, Cluster, dict[TopicPartition, tuple[int, ...]]]:
     topic = f"{name}-{time.monotonic_ns() % 10**6}"
     snap = fill(own_conn, topic, partitions=2, rf=2, records=8000, record_bytes=500)  # ~2 MB a partition
     return topic, snap, replace_second(snap, topic, 2)

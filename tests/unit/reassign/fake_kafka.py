@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kafkaops.errors import KafkaOpsError, KafkaUnreachable, UnknownTopic
-from kafkaops.model import Broker, Cluster, Key, PartitionAssignment, Reassignment
+from kafkaops.model import Broker, Cluster, TopicPartition, PartitionAssignment, Reassignment
 from kafkaops.platform import admin
 
 
@@ -33,17 +33,17 @@ class FakeKafka:
     ``configs[(resource, name)]`` the dynamic configs. A submitted move is in flight for
     ``polls`` listings of reassignments, then done."""
 
-    replicas: dict[Key, tuple[int, ...]]
+    replicas: dict[TopicPartition, tuple[int, ...]]
     online: set[int]
-    sizes: dict[Key, int] = field(default_factory=dict)
+    sizes: dict[TopicPartition, int] = field(default_factory=dict)
     configs: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     polls: int = 1
     cluster_id: str = "fake-cluster"
     refusing: set[int] = field(default_factory=set)  # brokers whose config changes fail
     unreachable: bool = False
-    submitted: list[dict[Key, tuple[int, ...] | None]] = field(default_factory=list)
+    submitted: list[dict[TopicPartition, tuple[int, ...] | None]] = field(default_factory=list)
     config_calls: list[tuple[str, dict[str, list[tuple[str, str, str | None]]]]] = field(default_factory=list)
-    _moving: dict[Key, tuple[tuple[int, ...], tuple[int, ...], int]] = field(default_factory=dict)
+    _moving: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...], int]] = field(default_factory=dict)
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeKafka:
         for name in ("connect", "describe_cluster", "snapshot", "list_partition_reassignments",
@@ -83,8 +83,8 @@ class FakeKafka:
         brokers = tuple(Broker(b, online=b in self.online) for b in sorted(named))
         return Cluster(brokers=brokers, partitions=tuple(parts), cluster_id=self.cluster_id)
 
-    def list_partition_reassignments(self, conn: Any, partitions: Iterable[Key] | None = None
-                                     ) -> dict[Key, Reassignment]:
+    def list_partition_reassignments(self, conn: Any, partitions: Iterable[TopicPartition] | None = None
+                                     ) -> dict[TopicPartition, Reassignment]:
         for key, (original, target, left) in list(self._moving.items()):
             if left <= 0:
                 self.replicas[key] = target
@@ -100,7 +100,7 @@ class FakeKafka:
                                           tuple(b for b in target if b not in original), removing)
         return found
 
-    def alter_partition_reassignments(self, conn: Any, reassignments: Mapping[Key, Iterable[int] | None]) -> None:
+    def alter_partition_reassignments(self, conn: Any, reassignments: Mapping[TopicPartition, Iterable[int] | None]) -> None:
         self.submitted.append({k: None if r is None else tuple(r) for k, r in reassignments.items()})
         for key, target in reassignments.items():
             if target is None:
@@ -139,7 +139,7 @@ class FakeKafka:
                 else:  # SUBTRACT
                     values[op.key] = ",".join(x for x in items if x not in op.value.split(","))
 
-    def replica_sizes(self, conn: Any, partitions: Iterable[Key], brokers: Iterable[int]
+    def replica_sizes(self, conn: Any, partitions: Iterable[TopicPartition], brokers: Iterable[int]
                       ) -> dict[tuple[str, int, int], int]:
         return {}
 
