@@ -1,4 +1,4 @@
-"""``python -m kafkaops``: plan, run, verify and cancel partition reassignments of a live Kafka
+"""``kafkaops`` (or ``python -m kafkaops``): plan, run, verify and cancel partition reassignments of a live Kafka
 cluster; read the operation records and cluster locks in the kafkaops store; and run the local
 cluster, test data and the demo.
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -52,8 +53,10 @@ def _command(sub: Any, name: str, add_arguments: Callable[[argparse.ArgumentPars
     parser.set_defaults(func=run)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m kafkaops", description=DESCRIPTION, epilog=EPILOG,
+def build_parser(prog: str = "python -m kafkaops") -> argparse.ArgumentParser:
+    """The parser of every command; ``prog`` is how the user called it (``kafkaops``, the console script, or
+    ``python -m kafkaops``)."""
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="log what kafkaops does (debug) on stderr")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
@@ -124,11 +127,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = "python -m kafkaops") -> int:
+    args = build_parser(prog).parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args) or 0)
     except (KafkaOpsError, KeyboardInterrupt) as error:
         return exits.fail(args.command, error)
+
+
+def script() -> None:
+    """The ``kafkaops`` console script ([project.scripts] in pyproject.toml)."""
+    sys.exit(main(prog="kafkaops"))

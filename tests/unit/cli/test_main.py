@@ -1,9 +1,13 @@
-"""``python -m kafkaops``: one parser, one subparser per command, one exit-code table."""
+"""``kafkaops`` and ``python -m kafkaops``: one parser, one subparser per command, one exit-code table."""
 from __future__ import annotations
 
+import argparse
 import io
 import re
+import subprocess
+import sys
 from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
 
 import pytest
 
@@ -39,6 +43,33 @@ def test_every_command_has_a_summary_a_description_and_its_own_options() -> None
         assert command.format_help().startswith(f"usage: python -m kafkaops {name} "), name
     assert "--throttle-mb" in sub.choices["execute"].format_help()
     assert "--throttle-mb" not in sub.choices["verify"].format_help()
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def test_every_command_and_subcommand_answers_help_as_the_console_script() -> None:
+    seen = []
+    stack = [("kafkaops", build_parser("kafkaops"))]
+    while stack:
+        path, parser = stack.pop()
+        with pytest.raises(SystemExit) as caught, redirect_stdout(io.StringIO()) as out:
+            parser.parse_args(["--help"])
+        assert caught.value.code == 0 and out.getvalue().startswith(f"usage: {path}"), path
+        seen.append(path)
+        stack.extend((f"{path} {name}", sub) for name, sub in _subparsers(parser).items())
+    assert {"kafkaops records list", "kafkaops lock break", "kafkaops store upgrade"} <= set(seen), seen
+
+
+def test_the_console_script_is_installed_beside_the_interpreter() -> None:
+    script = Path(sys.executable).parent / "kafkaops"
+    assert script.is_file(), f"{script} missing: make setup installs the package with its [project.scripts]"
+    done = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("usage: kafkaops "), done.stderr
 
 
 def test_a_usage_error_is_bad_input() -> None:
