@@ -48,7 +48,7 @@ from kafkaops.cli import datagen  # noqa: E402
 
 from kafkaops.platform import provision  # noqa: E402
 
-from kafkaops.platform import admin  # noqa: E402
+from kafkaops.platform.kafka import connection, records, topics  # noqa: E402
 from kafkaops.rekey.backfill import BackfillPlan  # noqa: E402
 from kafkaops.platform.paths import jar_dir  # noqa: E402
 from spark_apps import rekey_backfill  # noqa: E402
@@ -199,9 +199,9 @@ def measure(spark: Any, spec: provision.ClusterSpec, ranges: tuple, jobs: Sequen
     for rnd in range(rounds):
         for job in jobs:
             target = f"out.{tag}.{job.replace(':', '.')}.{rnd}"
-            with admin.connect(spec.bootstrap, timeout_s=60) as conn:
-                admin.create_topic(conn, target, 6, 1)  # every job writes the same 6-partition layout
-                admin.create_topic(conn, f"{target}.dlq", 1, 1)
+            with connection.connect(spec.bootstrap, timeout_s=60) as conn:
+                topics.create_topic(conn, target, 6, 1)  # every job writes the same 6-partition layout
+                topics.create_topic(conn, f"{target}.dlq", 1, 1)
             if job in ("copy", "shuffled_copy"):
                 frame = rekey_backfill._source(spark, BackfillPlan("src", ranges, target, 6), spec.bootstrap, {})
                 frame = frame.selectExpr(f"'{target}' AS topic", "key", "value")
@@ -279,12 +279,12 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, dict[str, Any]] = {}
     with one_broker("kafkaops-bench-backfill-") as spec:
         config = {"bootstrap.servers": spec.bootstrap}
-        with admin.connect(spec.bootstrap, timeout_s=60) as conn:
-            admin.create_topic(conn, "src", 3, 1)
-            admin.create_topic(conn, "perf", 3, 1)
+        with connection.connect(spec.bootstrap, timeout_s=60) as conn:
+            topics.create_topic(conn, "src", 3, 1)
+            topics.create_topic(conn, "perf", 3, 1)
         gen = datagen.produce(config, "src", datagen.DatagenSpec(records=args.records, keys=10_000,
                                                                  record_bytes=args.record_bytes))
-        ranges = tuple((p, s, e) for p, (s, e) in sorted(admin.end_offsets(config, "src").items()))
+        ranges = tuple((p, s, e) for p, (s, e) in sorted(records.end_offsets(config, "src").items()))
         for master in masters:
             with spark_on(master) as spark:
                 runs[master] = measure(spark, spec, ranges, jobs, args.rounds, master, args.verify)

@@ -38,7 +38,7 @@ from confluent_kafka.admin import NewTopic  # noqa: E402
 from kafka_generate import JavaRandom, place_topic, replica_moves, topic_outcomes  # noqa: E402
 from results import publish  # noqa: E402
 
-from kafkaops.platform import admin  # noqa: E402
+from kafkaops.platform.kafka import connection, metadata  # noqa: E402
 
 from kafkaops.platform import provision  # noqa: E402
 from kafkaops.model import Broker, Cluster  # noqa: E402
@@ -103,7 +103,7 @@ def compare(cluster: Cluster, brokers: Sequence[Broker], proposals: list[Proposa
             "in_support": all(dist.get(m, 0) > 0 for m in real)}
 
 
-def create_topics(conn: admin.KafkaConnection, old: Sequence[Broker]) -> None:
+def create_topics(conn: connection.KafkaConnection, old: Sequence[Broker]) -> None:
     """Topics placed the way Kafka 4 creates them on the ``old`` brokers (the placer, seeded)."""
     new = []
     for i, (name, (partitions, rf)) in enumerate(TOPICS.items()):
@@ -120,12 +120,12 @@ def measure(args: argparse.Namespace) -> list[str]:
         started = time.monotonic()
         provision.cluster_up(spec)
         up_s = time.monotonic() - started
-        with admin.connect(spec.bootstrap, timeout_s=30) as conn:
-            registered = sorted(admin.describe_cluster(conn)[2])
+        with connection.connect(spec.bootstrap, timeout_s=30) as conn:
+            registered = sorted(metadata.describe_cluster(conn)[2])
             create_topics(conn, [b for b in registered if b.id != 4])
             deadline = time.monotonic() + 60
             while True:  # new topics reach every broker's metadata a moment later
-                cluster = admin.snapshot(conn, topics=list(TOPICS), offsets=False, groups=False)
+                cluster = metadata.snapshot(conn, topics=list(TOPICS), offsets=False, groups=False)
                 if len(cluster.partitions) == sum(p for p, _ in TOPICS.values()) or time.monotonic() > deadline:
                     break
                 time.sleep(0.5)

@@ -33,7 +33,8 @@ sys.path[:0] = [str(ROOT / "plugins"), str(ROOT), str(Path(__file__).resolve().p
 import tests.conftest as testing  # noqa: E402  (a throw-away AIRFLOW_HOME and the jars' cache)
 from results import publish  # noqa: E402
 
-from kafkaops.platform import admin, provision, state  # noqa: E402
+from kafkaops.platform import provision, state  # noqa: E402
+from kafkaops.platform.kafka import connection, topics  # noqa: E402
 from kafkaops.platform.rehearsal import Operator  # noqa: E402
 from kafkaops.platform.traffic import MigrationTraffic  # noqa: E402
 
@@ -60,8 +61,8 @@ def phases(record: dict[str, Any]) -> dict[str, float]:
 def migrate(bag: Any, spec: provision.ClusterSpec, rule: str, rate: float, warmup_s: float) -> dict[str, Any]:
     topic = f"bench.live.{rule.replace(':', '.')}"
     config = {"bootstrap.servers": spec.bootstrap}
-    with admin.connect(config) as conn:
-        admin.create_topic(conn, topic, 3, 1)
+    with connection.connect(config) as conn:
+        topics.create_topic(conn, topic, 3, 1)
     with MigrationTraffic(config, topic, group=f"{topic}.readers", rate_per_s=rate) as traffic:
         time.sleep(warmup_s)
         began = time.monotonic()
@@ -86,9 +87,9 @@ def migrate(bag: Any, spec: provision.ClusterSpec, rule: str, rate: float, warmu
 def bare_switch(spec: provision.ClusterSpec, rate: float) -> float:
     """The reference: stop, drain and switch at once to an empty 12-partition topic (no copy, no gate)."""
     config = {"bootstrap.servers": spec.bootstrap}
-    with admin.connect(config) as conn:
-        admin.create_topic(conn, "bench.bare", 3, 1)
-        admin.create_topic(conn, "bench.bare.v2", 12, 1)
+    with connection.connect(config) as conn:
+        topics.create_topic(conn, "bench.bare", 3, 1)
+        topics.create_topic(conn, "bench.bare.v2", 12, 1)
     with MigrationTraffic(config, "bench.bare", group="bench.bare.readers", rate_per_s=rate) as traffic:
         time.sleep(5)
         traffic.stop_producing()

@@ -28,7 +28,8 @@ os.environ.setdefault("KAFKAOPS_CACHE", str(ROOT / ".cache"))  # the checkout's 
 from results import publish  # noqa: E402
 
 from kafkaops.cli import datagen  # noqa: E402
-from kafkaops.platform import admin, provision, state, store  # noqa: E402
+from kafkaops.platform import provision, state, store  # noqa: E402
+from kafkaops.platform.kafka import connection, topics  # noqa: E402
 from kafkaops.platform.paths import JARS  # noqa: E402
 from tests.conftest import TEST_BROKER_CONFIG  # noqa: E402
 from tests.deployment import harness  # noqa: E402
@@ -81,8 +82,8 @@ def main() -> int:
         cache = spec.base_dir / "worker-cache"
         cache.mkdir()
         spec.save(cache / "local-cluster.json")
-        with admin.connect(spec.bootstrap) as conn:
-            admin.create_topic(conn, "orders", 6, 3)
+        with connection.connect(spec.bootstrap) as conn:
+            topics.create_topic(conn, "orders", 6, 3)
         datagen.produce({"bootstrap.servers": spec.bootstrap}, "orders",
                         datagen.DatagenSpec(records=args.mb * 1000, keys=2000, skew="zipf", record_bytes=1000, seed=7))
         with harness.deployment(kafka_bootstrap=spec.bootstrap, worker_cache=cache, jars=JARS,

@@ -1,7 +1,7 @@
 """Snapshot speed on 10,000 partitions (target: at most 2 s).
 
 Starts its own 3-broker cluster through the kafka_broker role, creates 200 topics of 50
-partitions (RF 1, a few records each), and times ``admin.snapshot`` (metadata, start and end
+partitions (RF 1, a few records each), and times ``metadata.snapshot`` (metadata, start and end
 offsets, log-dir sizes, consumer groups) against two references measured in the same run:
   - a bare metadata request (confluent-kafka list_topics): the floor of any snapshot;
   - Kafka's own ``kafka-topics --describe`` (org.apache.kafka.tools.TopicCommand, from the
@@ -25,7 +25,7 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import NewTopic  # noqa: E402
 from results import publish  # noqa: E402
 
-from kafkaops.platform import admin  # noqa: E402
+from kafkaops.platform.kafka import connection, metadata  # noqa: E402
 
 from kafkaops.platform import provision  # noqa: E402
 from kafkaops.platform.paths import jar_dir  # noqa: E402
@@ -53,26 +53,26 @@ def main(argv: list[str] | None = None) -> int:
                                                                        "log.index.size.max.bytes": 1 << 16})
     try:
         provision.cluster_up(spec)
-        with admin.connect(spec.bootstrap, timeout_s=60) as conn:
+        with connection.connect(spec.bootstrap, timeout_s=60) as conn:
             names = [f"bench-{i:04d}" for i in range(args.topics)]
             for chunk in range(0, len(names), 50):
                 futures = conn.admin.create_topics([NewTopic(n, args.partitions, 1) for n in names[chunk:chunk + 50]])
                 for f in futures.values():
                     f.result()
-            producer = Producer(admin.client_config({"bootstrap.servers": spec.bootstrap, "linger.ms": 50}))
+            producer = Producer(connection.client_config({"bootstrap.servers": spec.bootstrap, "linger.ms": 50}))
             for n in names:
                 for p in range(0, args.partitions, 5):
                     producer.produce(n, value=b"x" * 100, partition=p)
             producer.flush(120)
             deadline = time.monotonic() + 120
             while True:  # created topics reach every broker's metadata cache a little later
-                first = admin.snapshot(conn)
+                first = metadata.snapshot(conn)
                 complete = sum(1 for p in first.partitions if p.end_offset is not None)
                 if complete == total or time.monotonic() > deadline:
                     break
                 time.sleep(1)
             assert complete == total, f"expected {total} partitions with offsets, snapshot has {complete}"
-            ours = timed(lambda: admin.snapshot(conn), args.repeat)
+            ours = timed(lambda: metadata.snapshot(conn), args.repeat)
             bare = timed(lambda: conn.admin.list_topics(timeout=60), args.repeat)
             cmd = ["java", "-Xmx512m", "-cp", f"{jar_dir('tools')}/*", "org.apache.kafka.tools.TopicCommand",
                    "--bootstrap-server", spec.bootstrap, "--describe"]

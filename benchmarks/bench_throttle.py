@@ -7,7 +7,7 @@ Starts 2 brokers through the kafka_broker role, fills two single-replica partiti
 with ``--mb`` MB each (datagen, 1000-byte records), then moves each to broker 2: the first
 unthrottled (a bare reassignment: the reference, loopback speed), the second with
 :class:`kafkaops.reassign.engine.Executor` at ``--throttle-mb`` MB/s. The copy is sampled through
-``admin.replica_sizes`` (bytes of the adding replica over time); the observed rate is the slope
+``metadata.replica_sizes`` (bytes of the adding replica over time); the observed rate is the slope
 of a least-squares fit between 10% and 90% copied, and the end-to-end rate counts from submit to
 done. Prints observed / throttle (target >= 0.9 when the throttle binds) and observed /
 unthrottled.
@@ -28,7 +28,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "plugins"), str(Path(_
 from confluent_kafka.admin import NewTopic  # noqa: E402
 from results import publish  # noqa: E402
 
-from kafkaops.platform import admin  # noqa: E402
+from kafkaops.platform.kafka import connection, metadata, reassignments  # noqa: E402
 
 from kafkaops.cli import datagen  # noqa: E402
 
@@ -52,7 +52,7 @@ def slope(samples: list[Sample], size: int, low: float = 0.1, high: float = 0.9)
     return sum((t - mean_t) * (b - mean_b) for t, b in window) / var if var else None
 
 
-def fill(conn: admin.KafkaConnection, topic: str, mb: int) -> int:
+def fill(conn: connection.KafkaConnection, topic: str, mb: int) -> int:
     """A one-partition topic on broker 1 holding about ``mb`` MB; returns its bytes on disk."""
     for future in conn.admin.create_topics([NewTopic(topic, 1, replica_assignment=[[1]])],
                                            request_timeout=30).values():
@@ -60,32 +60,32 @@ def fill(conn: admin.KafkaConnection, topic: str, mb: int) -> int:
     time.sleep(1)  # the new partition's leader reaches the producer's metadata
     datagen.produce(conn.config, topic, datagen.DatagenSpec(records=mb * 1000, keys=100, skew="uniform",
                                                             record_bytes=1000, seed=3))
-    return admin.replica_sizes(conn, [(topic, 0)], [1])[(topic, 0, 1)]
+    return metadata.replica_sizes(conn, [(topic, 0)], [1])[(topic, 0, 1)]
 
 
-def sample_until(conn: admin.KafkaConnection, topic: str, done: threading.Event | None, interval_s: float
+def sample_until(conn: connection.KafkaConnection, topic: str, done: threading.Event | None, interval_s: float
                  ) -> tuple[list[Sample], float]:
     """Samples of the copy to broker 2 from now until the move is done; and the seconds it took."""
     started = time.monotonic()
     samples: list[Sample] = []
     while True:
-        copied = admin.replica_sizes(conn, [(topic, 0)], [2]).get((topic, 0, 2), 0)
+        copied = metadata.replica_sizes(conn, [(topic, 0)], [2]).get((topic, 0, 2), 0)
         samples.append((time.monotonic() - started, copied))
-        finished = done.is_set() if done is not None else not admin.list_partition_reassignments(conn, [(topic, 0)])
+        finished = done.is_set() if done is not None else not reassignments.list_partition_reassignments(conn, [(topic, 0)])
         if finished:
             return samples, time.monotonic() - started
         time.sleep(interval_s)
 
 
-def unthrottled(conn: admin.KafkaConnection, topic: str) -> tuple[list[Sample], float]:
-    admin.alter_partition_reassignments(conn, {(topic, 0): [2]})
+def unthrottled(conn: connection.KafkaConnection, topic: str) -> tuple[list[Sample], float]:
+    reassignments.alter_partition_reassignments(conn, {(topic, 0): [2]})
     return sample_until(conn, topic, None, 0.02)
 
 
-def throttled(conn: admin.KafkaConnection, topic: str, rate: int) -> tuple[list[Sample], float, engine.ThrottleRecord]:
+def throttled(conn: connection.KafkaConnection, topic: str, rate: int) -> tuple[list[Sample], float, engine.ThrottleRecord]:
     finished = threading.Event()
     outcome: list[object] = []
-    run = engine.Executor(admin.connect(conn.config, timeout_s=30), {(topic, 0): (2,)}, throttle_bytes_per_s=rate,
+    run = engine.Executor(connection.connect(conn.config, timeout_s=30), {(topic, 0): (2,)}, throttle_bytes_per_s=rate,
                             dry_run=False, poll_interval_s=0.25)
 
     def target() -> None:
@@ -99,7 +99,7 @@ def throttled(conn: admin.KafkaConnection, topic: str, rate: int) -> tuple[list[
 
     worker = threading.Thread(target=target, daemon=True)
     worker.start()
-    while not admin.list_partition_reassignments(conn, [(topic, 0)]) and not finished.is_set():
+    while not reassignments.list_partition_reassignments(conn, [(topic, 0)]) and not finished.is_set():
         time.sleep(0.05)  # from the submit on, as the unthrottled move is timed
     samples, seconds = sample_until(conn, topic, finished, 0.25)
     worker.join()
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = provision.local_cluster_spec(base, brokers=2, controllers=1, extra_config=extra)
     try:
         provision.cluster_up(spec)
-        with admin.connect(spec.bootstrap, timeout_s=30) as conn:
+        with connection.connect(spec.bootstrap, timeout_s=30) as conn:
             free_size = fill(conn, "reference", args.mb)
             slow_size = fill(conn, "throttled", args.mb)
             free_samples, free_s = unthrottled(conn, "reference")

@@ -28,7 +28,7 @@ from bench_backfill import one_broker, timed  # noqa: E402
 from results import publish  # noqa: E402
 
 from kafkaops.cli import datagen  # noqa: E402
-from kafkaops.platform import admin  # noqa: E402
+from kafkaops.platform.kafka import connection, records, topics  # noqa: E402
 from kafkaops.rekey import backfill  # noqa: E402
 from kafkaops.rekey.backfill import BackfillPlan  # noqa: E402
 from spark_apps import backfill_verify, rekey_backfill  # noqa: E402
@@ -43,13 +43,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with one_broker("kafkaops-bench-verify-") as spec:
         config = {"bootstrap.servers": spec.bootstrap}
-        with admin.connect(spec.bootstrap, timeout_s=60) as conn:
-            admin.create_topic(conn, "src", 3, 1)
-            admin.create_topic(conn, "out", 6, 1)
-            admin.create_topic(conn, "out.dlq", 1, 1)
+        with connection.connect(spec.bootstrap, timeout_s=60) as conn:
+            topics.create_topic(conn, "src", 3, 1)
+            topics.create_topic(conn, "out", 6, 1)
+            topics.create_topic(conn, "out.dlq", 1, 1)
         datagen.produce(config, "src", datagen.DatagenSpec(records=args.records, keys=10_000,
                                                            record_bytes=args.record_bytes))
-        ranges = tuple((p, s, e) for p, (s, e) in sorted(admin.end_offsets(config, "src").items()))
+        ranges = tuple((p, s, e) for p, (s, e) in sorted(records.end_offsets(config, "src").items()))
         plan = BackfillPlan("src", ranges, "out", 6, "field:key")
         spark = rekey_backfill.spark_session("local[2]", driver_memory="1g")
         spark.sparkContext.setLogLevel("ERROR")

@@ -492,11 +492,11 @@ def sample_spans(plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str]) 
     """True when the first :data:`SAMPLE_RECORDS` records of each source partition already show a new
     key in two source partitions (so a direct copy by a value rule would be thrown away); False
     says nothing for sure, the direct copy then checks every key as it goes."""
-    from kafkaops.platform import admin
+    from kafkaops.platform.kafka import records
 
     head = {p: (s, min(e, s + SAMPLE_RECORDS)) for p, s, e in plan.source_offsets}
     home: dict[bytes, int] = {}
-    for r in admin.read_ranges(_admin_config(bootstrap), plan.source_topic, head):
+    for r in records.read_ranges(_admin_config(bootstrap), plan.source_topic, head):
         key = keyrules.extract_key(r.key, r.value, plan.rule)
         if key is not None and home.setdefault(key, r.partition) != r.partition:
             return True
@@ -613,16 +613,16 @@ def run(spark: Any, plan: BackfillPlan, bootstrap: Kafka, *, kafka_options: dict
 
 def _admin_config(kafka: Kafka) -> dict[str, str]:
     """The librdkafka config of ``kafka`` (the admin calls and record reads of the driver)."""
-    from kafkaops.platform import admin
+    from kafkaops.platform.kafka import connection
 
-    return admin.connection_config(kafka)
+    return connection.connection_config(kafka)
 
 
 def _truncate_output(plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str]) -> None:
-    from kafkaops.platform import admin
+    from kafkaops.platform.kafka import connection, topics
 
-    with admin.connect(_admin_config(bootstrap)) as conn:
-        admin.truncate_topics(conn, [plan.target_topic, plan.dead_letter_topic])
+    with connection.connect(_admin_config(bootstrap)) as conn:
+        topics.truncate_topics(conn, [plan.target_topic, plan.dead_letter_topic])
 
 
 def read_back(spark: Any, plan: BackfillPlan, bootstrap: Kafka

@@ -6,7 +6,7 @@ It fails a test
   no ``close()``; only its last reference going releases it) or a Producer/Consumer before its
   ``close()``. Such a client was in a reference cycle, and the collector runs wherever a later
   allocation triggers it, also on one of librdkafka's own threads, where destroying the client aborts
-  the process (:mod:`kafkaops.platform.admin` tells how). Each client made in the test session is
+  the process (:mod:`kafkaops.platform.kafka.connection` tells how). Each client made in the test session is
   followed by a weak reference whose callback notes whether a collection is running when it fires;
   Producer and Consumer are subclassed (their C types take no weak reference) and installed on
   ``confluent_kafka`` before the test modules import them.

@@ -41,7 +41,7 @@ atexit.register(shutil.rmtree, _AIRFLOW_HOME, True)
 if os.environ.get("PYTEST_XDIST_WORKER") and not hasattr(sys.modules["__main__"], "__file__"):
     sys.modules["__main__"].__file__ = str(Path(__file__).with_name("__init__.py"))
 
-from kafkaops.platform import admin  # noqa: E402
+from kafkaops.platform.kafka import connection, records  # noqa: E402
 
 from kafkaops.platform import provision  # noqa: E402
 from kafkaops.platform import store as store_  # noqa: E402
@@ -87,8 +87,8 @@ class RunningCluster:
     def config(self) -> dict[str, str]:
         return {"bootstrap.servers": self.bootstrap}
 
-    def connect(self, timeout_s: float = 15.0) -> admin.KafkaConnection:
-        return admin.connect(self.config, timeout_s=timeout_s)
+    def connect(self, timeout_s: float = 15.0) -> connection.KafkaConnection:
+        return connection.connect(self.config, timeout_s=timeout_s)
 
 
 def wait_for(predicate: Callable[[], object], *, timeout: float, what: str, interval: float = 0.5) -> object:
@@ -172,7 +172,7 @@ def tls_nodes() -> Iterator[Any]:
 
 
 @pytest.fixture
-def kafka_conn(kafka_cluster: RunningCluster) -> Iterator[admin.KafkaConnection]:
+def kafka_conn(kafka_cluster: RunningCluster) -> Iterator[connection.KafkaConnection]:
     with kafka_cluster.connect() as conn:
         yield conn
 
@@ -270,13 +270,13 @@ def run_dag(dagbag: Any, dag_id: str, **conf: Any) -> Any:
             param.value = value
 
 
-def committed_copy(config: Any, topic: str) -> tuple[list[admin.Record], dict[int, int]]:
+def committed_copy(config: Any, topic: str) -> tuple[list[records.Record], dict[int, int]]:
     """What a consumer sees of a backfill's target (read_committed, librdkafka's default): its records,
     and per partition the offset after its last record (the transactional sink's commit markers take
     offsets too, so this is not the end offset; it is where a consumer that read everything resumes)."""
-    ends = admin.end_offsets(config, topic)
-    records = list(admin.read_ranges(config, topic, {p: (0, e) for p, (_, e) in ends.items()}))
+    ends = records.end_offsets(config, topic)
+    read = list(records.read_ranges(config, topic, {p: (0, e) for p, (_, e) in ends.items()}))
     after = {p: 0 for p in ends}
-    for r in records:
+    for r in read:
         after[r.partition] = max(after[r.partition], r.offset + 1)
-    return records, after
+    return read, after

@@ -85,17 +85,18 @@ def spark_opts() -> str:
 def make_broker_archive(target: Path) -> None:
     """Start a one-node cluster through the role with ``-XX:ArchiveClassesAtExit``, use it, stop it."""
     from kafkaops.cli import datagen
-    from kafkaops.platform import admin, provision
+    from kafkaops.platform import provision
+    from kafkaops.platform.kafka import connection, records, topics
 
     partial = target.with_suffix(".partial")
     partial.unlink(missing_ok=True)
     vars_ = {"kafka_broker_jvm_opts": f"{LEAN} -XX:ArchiveClassesAtExit={partial} {_BROKER_PROPERTIES}"}
     with provision.temporary_cluster("kafkaops-cds-", brokers=1, controllers=1, inventory_vars=vars_) as spec:
-        with admin.connect(spec.bootstrap) as conn:  # a topic written and read: the classes of both paths
-            admin.create_topic(conn, "cds", 3, 1)
+        with connection.connect(spec.bootstrap) as conn:  # a topic written and read: the classes of both paths
+            topics.create_topic(conn, "cds", 3, 1)
             datagen.produce(conn.config, "cds", datagen.DatagenSpec(records=1000, keys=10, record_bytes=100))
-        ends = admin.end_offsets(conn.config, "cds")
-        sum(1 for _ in admin.read_ranges(conn.config, "cds", {p: (0, e) for p, (_, e) in ends.items()}))
+        ends = records.end_offsets(conn.config, "cds")
+        sum(1 for _ in records.read_ranges(conn.config, "cds", {p: (0, e) for p, (_, e) in ends.items()}))
     _publish(partial, target)
 
 

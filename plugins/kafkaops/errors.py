@@ -7,7 +7,7 @@ class KafkaOpsError(Exception):
 
     ``code`` names the Kafka error behind it, when there is one (a librdkafka code name such as
     ``NOT_COORDINATOR``, or a kafka-python error class); ``retriable`` says whether asking again
-    may succeed. :func:`kafkaops.platform.admin.retrying` asks again only when it is true.
+    may succeed. :func:`kafkaops.platform.kafka.errors.retrying` asks again only when it is true.
     """
 
     code: str | None = None
@@ -58,4 +58,5 @@ class NotFound(KafkaOpsError):
 class WaitTimedOut(KafkaOpsError):
     """A wait on Kafka (or another server) reached its deadline: the message names what was awaited,
     how long it waited of how long it may, what state it left behind and what to run next. The wait
-    already used its whole deadline, so it is not asked again by :func:`kafkaops.platform.admin.retrying`."""
+    already used its whole deadline, so it is not asked again by
+    :func:`kafkaops.platform.kafka.errors.retrying`."""

@@ -1,8 +1,8 @@
 """The cluster as a value: brokers, partition assignments, offsets, sizes, consumer lag, and the
 moves that change it (:class:`Move` planned, :class:`Reassignment` in flight).
 
-Frozen dataclasses, no I/O. ``kafkaops.platform.admin.snapshot`` builds a :class:`Cluster` from a live
-cluster; the planner builds one from Kafka's reassignment JSON. Everything else reads these.
+Frozen dataclasses, no I/O. ``kafkaops.platform.kafka.metadata.snapshot`` builds a :class:`Cluster` from a
+live cluster; the planner builds one from Kafka's reassignment JSON. Everything else reads these.
 """
 from __future__ import annotations
 

@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from kafkaops.cli import datagen
-from kafkaops.platform import admin, provision, state
+from kafkaops.platform import provision, state
+from kafkaops.platform.kafka import connection, offsets, topics
+from kafkaops.platform.kafka.records import end_offsets
 from tests.conftest import TEST_BROKER_CONFIG, run_dag
 
 
@@ -40,9 +42,9 @@ def one_broker_cluster(airflow_db) -> Iterator[provision.ClusterSpec]:
         yield spec
 
 
-def keyed_topic(conn: admin.KafkaConnection, topic: str, records: int) -> None:
+def keyed_topic(conn: connection.KafkaConnection, topic: str, records: int) -> None:
     """``topic`` with 3 partitions and ``records`` datagen records of 100 keys (200 bytes each)."""
-    admin.create_topic(conn, topic, 3, 1)
+    topics.create_topic(conn, topic, 3, 1)
     datagen.produce(conn.config, topic, datagen.DatagenSpec(records=records, keys=100, record_bytes=200))
 
 
@@ -52,11 +54,11 @@ def with_keyed_topic(cluster: provision.ClusterSpec, topic: str, records: int,
     """``cluster`` as the DAGs' default connection, holding :func:`keyed_topic` ``topic`` (and, when named,
     ``caught_up_group`` committed at its end offsets: a group that has read everything)."""
     with kafka_default_connection(cluster.bootstrap):
-        with admin.connect(cluster.bootstrap) as conn:
+        with connection.connect(cluster.bootstrap) as conn:
             keyed_topic(conn, topic, records)
             if caught_up_group:
-                ends = {p: e for p, (_, e) in admin.end_offsets(conn.config, topic).items()}
-                admin.commit_group_offsets(conn, caught_up_group, topic, ends)
+                ends = {p: e for p, (_, e) in end_offsets(conn.config, topic).items()}
+                offsets.commit_group_offsets(conn, caught_up_group, topic, ends)
         yield cluster
 
 

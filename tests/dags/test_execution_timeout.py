@@ -19,7 +19,8 @@ import pytest
 
 from kafkaops.cli import datagen
 from kafkaops.errors import WaitTimedOut
-from kafkaops.platform import admin, provision
+from kafkaops.platform import provision
+from kafkaops.platform.kafka import records, topics
 
 TIMEOUT_S = 3
 GRACE_S = 1.5
@@ -79,13 +80,13 @@ def test_a_flush_to_an_unreachable_cluster_stops_at_the_execution_timeout(airflo
 
 def test_a_read_of_records_that_never_come_stops_at_the_execution_timeout(airflow_db, kafka_cluster,
                                                                           topic_name: str) -> None:
-    """A bounded read (admin.read_ranges, 120 s) of offsets 0..5 of an empty topic of the session's real
+    """A bounded read (records.read_ranges, 120 s) of offsets 0..5 of an empty topic of the session's real
     cluster: the records never come; the task's 3 s execution_timeout stops it."""
     with kafka_cluster.connect() as conn:
-        admin.create_topic(conn, topic_name, 1, 1)
+        topics.create_topic(conn, topic_name, 1, 1)
 
     def read() -> None:
-        list(admin.read_ranges(kafka_cluster.config, topic_name, {0: (0, 5)}))
+        list(records.read_ranges(kafka_cluster.config, topic_name, {0: (0, 5)}))
 
     stopped_by, seconds, state = run_with_timeout("kafkaops_timeout_read", read)
     assert (stopped_by, state) == ("AirflowTaskTimeout", "failed")

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from kafkaops.airflow import pages
-from kafkaops.platform import admin, provision, state, store
+from kafkaops.platform import provision, state, store
+from kafkaops.platform.kafka import connection, metadata, topics
 from kafkaops.rekey.steps import CAPACITY_DAG
 from kafkaops.platform.rehearsal import Operator
 from kafkaops.platform.traffic import MigrationReport, MigrationTraffic
@@ -36,9 +37,9 @@ def cluster(one_broker_cluster: provision.ClusterSpec) -> Iterator[provision.Clu
 def test_a_live_migration_by_the_record_key_loses_duplicates_and_reorders_nothing(dagbag, cluster, tmp_path) -> None:
     topic = "live.record_key"
     config = {"bootstrap.servers": cluster.bootstrap}
-    with admin.connect(config) as conn:
-        admin.create_topic(conn, topic, 3, 1)
-        cluster_id = admin.describe_cluster(conn)[0]
+    with connection.connect(config) as conn:
+        topics.create_topic(conn, topic, 3, 1)
+        cluster_id = metadata.describe_cluster(conn)[0]
     # a capacity review of this cluster that recommended 6 partitions for the topic: shown at the approval;
     # a newer one of another cluster (the same topic name there) is not
     reviews = store.current()
@@ -67,8 +68,8 @@ def test_a_live_migration_by_the_record_key_loses_duplicates_and_reorders_nothin
     # a named group that never committed on the source: from the start of the target, and said so
     late = next(n["offset_translation"] for n in record["notes"] if "offset_translation" in n)["late.readers"]
     assert late["stated"].startswith("no committed offset on the source") and late["committed_for"] == "late.readers"
-    with admin.connect(config) as conn:
-        snap = admin.snapshot(conn, topics=[f"{topic}.v2"], sizes=False)
+    with connection.connect(config) as conn:
+        snap = metadata.snapshot(conn, topics=[f"{topic}.v2"], sizes=False)
     starts = {str(p.partition): p.start_offset or 0 for p in snap.partitions_of(f"{topic}.v2")}
     assert late["target"] == starts
     assert {x.partition: x.committed for g in snap.groups if g.group_id == "late.readers" for x in g.partitions} \
@@ -100,15 +101,15 @@ def assert_live_record(config: dict, topic: str, record: dict, report: Migration
         (observed, report.write_window_s)
     decision = next(n["switch_decision"] for n in notes if "switch_decision" in n)
     assert decision == {"approved": True, "by": "param approval=auto_approve"}
-    with admin.connect(config) as conn:
-        assert len(admin.snapshot(conn, topics=[target], sizes=False, groups=False).partitions) == 12
+    with connection.connect(config) as conn:
+        assert len(metadata.snapshot(conn, topics=[target], sizes=False, groups=False).partitions) == 12
 
 
 def test_producers_that_never_stop_abandon_the_migration(dagbag, cluster) -> None:
     topic = "live.unstoppable"
     config = {"bootstrap.servers": cluster.bootstrap}
-    with admin.connect(config) as conn:
-        admin.create_topic(conn, topic, 3, 1)
+    with connection.connect(config) as conn:
+        topics.create_topic(conn, topic, 3, 1)
     with MigrationTraffic(config, topic, group=f"{topic}.readers", rate_per_s=500) as traffic:
         # nobody follows the record: the producers keep writing through the quiesce
         dag_run, record = run_partition_increase(dagbag, topic=topic, key_rule="record_key",
@@ -120,9 +121,9 @@ def test_producers_that_never_stop_abandon_the_migration(dagbag, cluster) -> Non
     abandoned = next(n for n in record["notes"] if n.get("abandoned"))
     assert abandoned["target_deleted"] is True and f"{topic} stays authoritative" in abandoned["text"]
     assert report.ok and report.received_by_topic.get(f"{topic}.v2", 0) == 0  # the applications never left
-    with admin.connect(config) as conn:
-        topics = conn.admin.list_topics(timeout=10).topics
-    assert f"{topic}.v2" not in topics and topic in topics
+    with connection.connect(config) as conn:
+        listed = conn.admin.list_topics(timeout=10).topics
+    assert f"{topic}.v2" not in listed and topic in listed
 
 
 ADMIN, APP = "kafkaops-admin", "orders-app"
@@ -149,7 +150,7 @@ def acl_cluster(airflow_db) -> Iterator[tuple[dict[str, str], dict[str, str]]]:
     with provision.temporary_cluster("kafkaops-acl-", brokers=1, controllers=1, inventory_vars=inventory,
                                      client_config=login(ADMIN)) as spec:
         admin_config = {"bootstrap.servers": spec.bootstrap, **login(ADMIN)}
-        with admin.connect(admin_config) as conn:
+        with connection.connect(admin_config) as conn:
             grants = [AclBinding(kind, "live.", ResourcePatternType.PREFIXED, f"User:{APP}", "*", AclOperation.ALL,
                                  AclPermissionType.ALLOW) for kind in (ResourceType.TOPIC, ResourceType.GROUP)]
             for future in conn.admin.create_acls(grants).values():
@@ -166,8 +167,8 @@ def test_a_live_migration_by_a_value_field_with_the_acl_quiesce(dagbag, acl_clus
 
     admin_config, app_config = acl_cluster
     topic = "live.field.customer"
-    with admin.connect(admin_config) as conn:
-        admin.create_topic(conn, topic, 3, 1)
+    with connection.connect(admin_config) as conn:
+        topics.create_topic(conn, topic, 3, 1)
     with MigrationTraffic(app_config, topic, group=f"{topic}.readers", rate_per_s=2000) as traffic:
         with Operator(traffic, "kafka_partition_increase", stop_producers=False) as operator:
             dag_run, record = run_partition_increase(dagbag, topic=topic, key_rule="field:customer",
@@ -184,7 +185,7 @@ def test_a_live_migration_by_a_value_field_with_the_acl_quiesce(dagbag, acl_clus
     assert next(n["quiesce"] for n in record["notes"] if "quiesce" in n)["how"] == "acl"
     assert next(n for n in record["notes"] if "run" in n and n["run"])["run"]["mode"] == "merged"
     assert_live_record(admin_config, topic, record, report)
-    with admin.connect(admin_config) as conn:  # the DENY is gone; the application's grants stay
+    with connection.connect(admin_config) as conn:  # the DENY is gone; the application's grants stay
         left = conn.admin.describe_acls(AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
                                                          AclOperation.ANY, AclPermissionType.DENY)).result(30)
     assert left == []
@@ -195,8 +196,8 @@ def test_a_dry_run_plans_and_changes_nothing(dagbag, cluster, mode) -> None:
     """Dry run is the default: planned (and for a live migration nothing asked of the operator), no step
     after the approval runs, nothing is created."""
     topic = f"live.dry.{mode}"
-    with admin.connect({"bootstrap.servers": cluster.bootstrap}) as conn:
-        admin.create_topic(conn, topic, 3, 1)
+    with connection.connect({"bootstrap.servers": cluster.bootstrap}) as conn:
+        topics.create_topic(conn, topic, 3, 1)
     with kafka_default_connection(cluster.bootstrap):  # whichever module fixture set the connection last
         dag_run, record = run_partition_increase(dagbag, topic=topic, key_rule="record_key",
                                                  **{**LIVE, "mode": mode, "dry_run": True,
@@ -205,6 +206,6 @@ def test_a_dry_run_plans_and_changes_nothing(dagbag, cluster, mode) -> None:
     assert str(dag_run.state) == "success" and record["outcome"] == "dry_run", record
     assert not [s for s in record["steps"] if s["status"] == "failed"], record["steps"]
     assert not [n for n in record["notes"] if n.get("action")]  # nobody was asked to stop anything
-    with admin.connect({"bootstrap.servers": cluster.bootstrap}) as conn:
-        topics = conn.admin.list_topics(timeout=10).topics
-        assert f"{topic}.v2" not in topics and len(topics[topic].partitions) == 3
+    with connection.connect({"bootstrap.servers": cluster.bootstrap}) as conn:
+        listed = conn.admin.list_topics(timeout=10).topics
+        assert f"{topic}.v2" not in listed and len(listed[topic].partitions) == 3

@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from kafkaops.platform import admin, store
+from kafkaops.platform import store
+from kafkaops.platform.kafka import connection, metadata
 from tests.dags.conftest import kafka_default_connection
 from tests.dags.test_operation_dags import run
 from tests.dags.test_secured_dags import Recorder, _captured, airflow_rows, spark_event_logs
@@ -38,7 +39,7 @@ def nodes(airflow_db, tls_nodes: SecuredNodes) -> Iterator[SecuredNodes]:
     """The mTLS listener as the DAGs' kafka_default connection, and TOPIC's 4 partitions on broker 1 only."""
     settings = {k: v for k, v in tls_nodes.mtls_client.items() if k != "bootstrap.servers"}
     with kafka_default_connection(tls_nodes.mtls_bootstrap, settings):
-        with admin.connect(tls_nodes.mtls_client, timeout_s=30.0) as conn:
+        with connection.connect(tls_nodes.mtls_client, timeout_s=30.0) as conn:
             create(conn, TOPIC, [[1], [1], [1], [1]], records=RECORDS)
         yield tls_nodes
 
@@ -68,8 +69,8 @@ def test_a_rebalance_moves_replicas_with_its_gates_and_trigger_over_mtls(runs, n
     assert record["plan"]["replica_moves"] >= 1 and record["throttles_set"] and record["throttles_removed"]
     deferred = [json.loads(t) for t in runs["recorder"].triggers]
     assert deferred and all(kwargs["kafka_conn_id"] == "kafka_default" for _, kwargs in deferred), deferred
-    with admin.connect(nodes.mtls_client) as conn:
-        after = admin.snapshot(conn, topics=[TOPIC], sizes=False, groups=False)
+    with connection.connect(nodes.mtls_client) as conn:
+        after = metadata.snapshot(conn, topics=[TOPIC], sizes=False, groups=False)
         assert throttles_left(conn) == {}
     assert after.replicas_per_broker().get(2, 0) >= 1, after.replicas_per_broker()
     assert sum(p.end_offset for p in after.partitions) == RECORDS and not after.under_replicated
@@ -85,8 +86,8 @@ def test_a_capacity_review_with_its_spark_key_skew_over_mtls(runs, nodes: Secure
     st = store.current()
     assert st.artifact(note["report"]["html"]).body.startswith(b"<!")
     report = json.loads(st.artifact(note["report"]["json"]).body)
-    with admin.connect(nodes.mtls_client) as conn:
-        cluster_id = admin.describe_cluster(conn)[0]
+    with connection.connect(nodes.mtls_client) as conn:
+        cluster_id = metadata.describe_cluster(conn)[0]
     assert report["review"]["cluster_id"] == cluster_id
     skew = report["key_skew"]  # Spark's Java client read every record of the sample over mTLS
     assert skew["topic"] == TOPIC and skew["records"] == RECORDS and skew["keys"] == 50, skew

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kafkaops.platform import admin
+from kafkaops.platform.kafka import connection, metadata, reassignments, topics
 from kafkaops.platform import state, store
 from kafkaops.cli import datagen
 from kafkaops.reassign import engine
@@ -33,8 +33,8 @@ def cluster(airflow_db) -> Iterator[tuple[provision.ClusterSpec, Path]]:
                                      extra_config=TEST_BROKER_CONFIG) as spec, \
             kafka_default_connection(spec.bootstrap):
         spec_path = spec.save(spec.base_dir / "spec.json")
-        with admin.connect(spec.bootstrap) as conn:
-            admin.create_topic(conn, TOPIC, 6, 3)
+        with connection.connect(spec.bootstrap) as conn:
+            topics.create_topic(conn, TOPIC, 6, 3)
             datagen.produce(conn.config, TOPIC, datagen.DatagenSpec(records=20_000, keys=200, record_bytes=250))
         yield spec, spec_path
 
@@ -46,8 +46,8 @@ def run(dagbag, dag_id: str, **conf):
 
 
 def assignment(spec: provision.ClusterSpec) -> dict:
-    with admin.connect(spec.bootstrap) as conn:
-        snap = admin.snapshot(conn, topics=[TOPIC], sizes=False, groups=False)
+    with connection.connect(spec.bootstrap) as conn:
+        snap = metadata.snapshot(conn, topics=[TOPIC], sizes=False, groups=False)
     return {p.key: p.replicas for p in snap.partitions}
 
 
@@ -60,15 +60,15 @@ def test_a_rejected_approval_leaves_the_cluster_unchanged(dagbag, cluster) -> No
     assert record["approval"]["approved"] is False
     assert [g["gate"] for g in record["gates"]] == ["preflight", "plan"]
     assert assignment(spec) == before
-    with admin.connect(spec.bootstrap) as conn:
+    with connection.connect(spec.bootstrap) as conn:
         assert throttles_left(conn) == {}
-        assert store.current().lease(admin.describe_cluster(conn)[0]).free
+        assert store.current().lease(metadata.describe_cluster(conn)[0]).free
 
 
 def test_a_run_is_refused_while_another_holds_the_cluster(dagbag, cluster) -> None:
     spec, spec_path = cluster
-    with admin.connect(spec.bootstrap) as conn:
-        cluster_id = admin.describe_cluster(conn)[0]
+    with connection.connect(spec.bootstrap) as conn:
+        cluster_id = metadata.describe_cluster(conn)[0]
     store.current().start_operation("kafka_scale_out", "manual__other-run", kind="scale_out", triggered_by="t",
                                     params={})
     store.current().acquire(cluster_id, "kafka_scale_out", "manual__other-run")
@@ -89,8 +89,8 @@ def test_the_lock_of_a_run_airflow_says_has_ended_is_taken_over_and_its_token_is
     ended, _ = run(dagbag, "kafka_reassign", operation="rebalance", dry_run=True, inventory=str(spec_path))
     assert str(ended.state) == "success"
     st = store.current()
-    with admin.connect(spec.bootstrap) as conn:
-        cluster_id = admin.describe_cluster(conn)[0]
+    with connection.connect(spec.bootstrap) as conn:
+        cluster_id = metadata.describe_cluster(conn)[0]
     stale = st.acquire(cluster_id, "kafka_reassign", ended.run_id)  # as if its finish never ran
     dag_run, record = run(dagbag, "kafka_reassign", operation="rebalance", dry_run=True, inventory=str(spec_path))
     assert str(dag_run.state) == "success", record
@@ -105,24 +105,24 @@ def test_the_lock_of_a_run_airflow_says_has_ended_is_taken_over_and_its_token_is
 
 def test_a_failing_preflight_gate_stops_the_run_before_anything_is_provisioned(dagbag, cluster) -> None:
     spec, spec_path = cluster
-    with admin.connect(spec.bootstrap) as conn:
+    with connection.connect(spec.bootstrap) as conn:
         # a reassignment in flight (a copy crawling under a 1 kB/s throttle) fails the preflight gate
-        admin.create_topic(conn, "crawl", 1, 1)
+        topics.create_topic(conn, "crawl", 1, 1)
         datagen.produce(conn.config, "crawl", datagen.DatagenSpec(records=4000, keys=10, record_bytes=500))
-        snap = admin.snapshot(conn, topics=["crawl"], groups=False)
+        snap = metadata.snapshot(conn, topics=["crawl"], groups=False)
         source = snap.partitions[0].replicas[0]
         moving = {("crawl", 0): (next(b for b in snap.broker_ids if b != source),)}
         throttles = engine.plan_throttles(conn, engine.moves_for(snap, moving))
         engine.set_throttles(conn, throttles, 1000)
-        admin.alter_partition_reassignments(conn, moving)
+        reassignments.alter_partition_reassignments(conn, moving)
         try:
             nodes_before = len(provision.ClusterSpec.load(spec_path).nodes)
             dag_run, record = run(dagbag, "kafka_scale_out", dry_run=False, approval="auto_approve",
                                   inventory=str(spec_path), add_brokers=1)
         finally:
             engine.cancel(conn, list(moving), throttles=throttles)
-            admin.delete_topics(conn, ["crawl"])
-        wait_for(lambda: not admin.list_partition_reassignments(conn), timeout=30, what="the cancel")
+            topics.delete_topics(conn, ["crawl"])
+        wait_for(lambda: not reassignments.list_partition_reassignments(conn), timeout=30, what="the cancel")
     assert str(dag_run.state) == "failed"
     assert record["outcome"] == "failed"
     assert record["gates"][0]["gate"] == "preflight" and not record["gates"][0]["ok"]
@@ -142,10 +142,10 @@ def test_throttles_are_removed_when_the_batches_fail(dagbag, cluster, monkeypatc
 
     spec, spec_path = cluster
     topic = f"lopsided-{int(worker_died)}"
-    with admin.connect(spec.bootstrap) as conn:  # every replica on broker 1: the rebalance has moves to throttle
-        admin.create_topic(conn, topic, 6, 1)
-        admin.alter_partition_reassignments(conn, {(topic, n): (1,) for n in range(6)})
-        wait_for(lambda: not admin.list_partition_reassignments(conn), timeout=30, what=f"{topic} onto broker 1")
+    with connection.connect(spec.bootstrap) as conn:  # every replica on broker 1: the rebalance has moves to throttle
+        topics.create_topic(conn, topic, 6, 1)
+        reassignments.alter_partition_reassignments(conn, {(topic, n): (1,) for n in range(6)})
+        wait_for(lambda: not reassignments.list_partition_reassignments(conn), timeout=30, what=f"{topic} onto broker 1")
 
     def broken(ctx, plan_data):
         raise ConfigError("no batch today (the test's failure)")
@@ -156,11 +156,11 @@ def test_throttles_are_removed_when_the_batches_fail(dagbag, cluster, monkeypatc
     try:
         dag_run, record = run(dagbag, "kafka_reassign", operation="rebalance", dry_run=False,
                               approval="auto_approve", inventory=str(spec_path), topics=[topic])
-        with admin.connect(spec.bootstrap) as conn:
+        with connection.connect(spec.bootstrap) as conn:
             left = throttles_left(conn)
     finally:
-        with admin.connect(spec.bootstrap) as conn:
-            admin.delete_topics(conn, [topic])
+        with connection.connect(spec.bootstrap) as conn:
+            topics.delete_topics(conn, [topic])
     assert str(dag_run.state) == "failed" and record["outcome"] == "failed", record
     steps_by_name = {s["name"]: s for s in record["steps"]}
     assert steps_by_name["execute_batches"]["status"] == "failed"
@@ -171,8 +171,8 @@ def test_throttles_are_removed_when_the_batches_fail(dagbag, cluster, monkeypatc
                   if e.kind == "throttle_removed"]
     assert removed_by == ["finish" if worker_died else "execute_batches"]
     assert left == {}
-    with admin.connect(spec.bootstrap) as conn:
-        assert store.current().lease(admin.describe_cluster(conn)[0]).free
+    with connection.connect(spec.bootstrap) as conn:
+        assert store.current().lease(metadata.describe_cluster(conn)[0]).free
 
 
 def test_scale_out_3_to_4_brokers_under_traffic_loses_nothing(dagbag, cluster) -> None:
@@ -188,8 +188,8 @@ def test_scale_out_3_to_4_brokers_under_traffic_loses_nothing(dagbag, cluster) -
     assert record["throttles_set"] and record["throttles_removed"]
     grown = provision.ClusterSpec.load(spec_path)
     assert [n.node_id for n in grown.nodes] == [1, 2, 3, 4]
-    with admin.connect(grown.bootstrap) as conn:
-        snap = admin.snapshot(conn, topics=[TOPIC], sizes=False, groups=False)
+    with connection.connect(grown.bootstrap) as conn:
+        snap = metadata.snapshot(conn, topics=[TOPIC], sizes=False, groups=False)
         assert throttles_left(conn) == {}
     # broker 4 joins rack-a (the racks cycle); RF 3 over 3 racks puts one replica of each of the 6
     # partitions in rack-a, so brokers 1 and 4 share those 6 evenly, and only 3 replicas move
@@ -209,15 +209,15 @@ def test_a_broker_killed_mid_move_stalls_the_wait_and_the_retry_completes_the_ru
     import threading
 
     spec, spec_path = cluster
-    with admin.connect(spec.bootstrap) as conn:  # enough data that a throttled copy takes a while
+    with connection.connect(spec.bootstrap) as conn:  # enough data that a throttled copy takes a while
         datagen.produce(conn.config, TOPIC, datagen.DatagenSpec(records=30_000, keys=200, record_bytes=500, seed=5))
     events: dict[str, object] = {}
 
     def saboteur() -> None:
         deadline = time.monotonic() + 240
-        with admin.connect(spec.bootstrap) as conn:
+        with connection.connect(spec.bootstrap) as conn:
             while time.monotonic() < deadline and "killed" not in events:
-                moving = admin.list_partition_reassignments(conn)
+                moving = reassignments.list_partition_reassignments(conn)
                 if any(5 in r.adding for r in moving.values()):
                     time.sleep(1.0)
                     grown = provision.ClusterSpec.load(spec_path)
@@ -268,9 +268,9 @@ def test_a_broker_killed_mid_move_stalls_the_wait_and_the_retry_completes_the_ru
     assert record["outcome"] == "success"
     [execute] = [s for s in record["steps"] if s["name"] == "execute_batches"]  # one row per step, its last try
     assert execute["status"] == "success" and execute["tries"] >= 2 and execute["try_number"] >= 2, execute
-    with admin.connect(spec.bootstrap) as conn:
+    with connection.connect(spec.bootstrap) as conn:
         assert throttles_left(conn) == {}
-        snap = admin.snapshot(conn, topics=[TOPIC], sizes=False, groups=False)
+        snap = metadata.snapshot(conn, topics=[TOPIC], sizes=False, groups=False)
     assert snap.replicas_per_broker()[5] > 0 and not snap.under_replicated
 
 
@@ -286,19 +286,19 @@ def broker_5(cluster) -> int:
         grown.save(spec_path)
     elif provision.node_pid(grown, 5) is None:
         provision.cluster_up(grown)
-    with admin.connect(spec.bootstrap) as conn:
-        wait_for(lambda: 5 in [b.id for b in admin.describe_cluster(conn)[2]], timeout=60,
+    with connection.connect(spec.bootstrap) as conn:
+        wait_for(lambda: 5 in [b.id for b in metadata.describe_cluster(conn)[2]], timeout=60,
                  what="broker 5 to register")
-        snap = admin.snapshot(conn, topics=[TOPIC], sizes=False, groups=False)
+        snap = metadata.snapshot(conn, topics=[TOPIC], sizes=False, groups=False)
         if not snap.replicas_per_broker().get(5):
             rack_b = [p for p in snap.partitions if 2 in p.replicas and p.leader != 2][:2]
-            admin.alter_partition_reassignments(conn, {p.key: tuple(5 if b == 2 else b for b in p.replicas)
-                                                       for p in rack_b})
-            wait_for(lambda: not admin.list_partition_reassignments(conn), timeout=120,
+            reassignments.alter_partition_reassignments(conn, {p.key: tuple(5 if b == 2 else b for b in p.replicas)
+                                                              for p in rack_b})
+            wait_for(lambda: not reassignments.list_partition_reassignments(conn), timeout=120,
                      what="two partitions to move onto broker 5")
-        wait_for(lambda: not admin.snapshot(conn, topics=[TOPIC], sizes=False, groups=False).under_replicated,
+        wait_for(lambda: not metadata.snapshot(conn, topics=[TOPIC], sizes=False, groups=False).under_replicated,
                  timeout=60, what=f"{TOPIC} fully replicated with broker 5")
-        assert admin.snapshot(conn, topics=[TOPIC], sizes=False, groups=False).replicas_per_broker().get(5)
+        assert metadata.snapshot(conn, topics=[TOPIC], sizes=False, groups=False).replicas_per_broker().get(5)
     return 5
 
 
@@ -310,8 +310,8 @@ def test_draining_a_broker_empties_it_and_stops_it_through_the_role(dagbag, clus
                           dry_run=False, approval="auto_approve", inventory=str(spec_path), throttle_mb_per_s=50)
     assert str(dag_run.state) == "success", record
     assert record["outcome"] == "success" and all(g["ok"] for g in record["gates"])
-    with admin.connect(spec.bootstrap) as conn:
-        snap = admin.snapshot(conn, include_internal=True, sizes=False, groups=False)
+    with connection.connect(spec.bootstrap) as conn:
+        snap = metadata.snapshot(conn, include_internal=True, sizes=False, groups=False)
         assert throttles_left(conn) == {}
     assert snap.replicas_per_broker().get(5, 0) == 0
     assert not snap.under_replicated
@@ -341,7 +341,7 @@ def test_an_unreachable_store_fails_the_run_at_begin_before_kafka_is_touched(dag
     assert states["begin"] == "failed" and states["preflight_gate"] == "upstream_failed", states
     assert states["execute_batches"] in ("upstream_failed", "skipped", "None"), states
     assert assignment(spec) == before
-    with admin.connect(spec.bootstrap) as conn:
+    with connection.connect(spec.bootstrap) as conn:
         assert throttles_left(conn) == {}
     assert store.current().operation("kafka_reassign", dag_run.run_id) is None  # nothing reached the default store
     from kafkaops.airflow.hooks import kafkaops_store

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kafkaops.platform import admin
+from kafkaops.platform.kafka import connection, metadata
 from kafkaops.platform import store
 from kafkaops.platform import provision
 from tests.conftest import committed_copy
@@ -34,9 +34,9 @@ def test_in_place_on_a_keyed_topic_is_refused_naming_the_moved_keys(dagbag, clus
     assert str(dag_run.state) == "failed"
     assert record["outcome"] == "refused", record
     assert "distinct keys" in record["outcome_reason"] and "mode=migrate" in record["outcome_reason"]
-    with admin.connect(cluster.bootstrap) as conn:
-        assert len(admin.snapshot(conn, topics=[TOPIC], sizes=False, groups=False).partitions) == 3
-        assert store.current().lease(admin.describe_cluster(conn)[0]).free
+    with connection.connect(cluster.bootstrap) as conn:
+        assert len(metadata.snapshot(conn, topics=[TOPIC], sizes=False, groups=False).partitions) == 3
+        assert store.current().lease(metadata.describe_cluster(conn)[0]).free
 
 
 def test_migrate_rekeys_gates_and_translates_offsets(dagbag, cluster) -> None:
@@ -51,7 +51,7 @@ def test_migrate_rekeys_gates_and_translates_offsets(dagbag, cluster) -> None:
     copied, after = committed_copy(config, f"{TOPIC}.v2")
     assert len(copied) == RECORDS
     assert cut["billing"]["target"] == {str(p): e for p, e in after.items()}
-    with admin.connect(cluster.bootstrap) as conn:
-        snap = admin.snapshot(conn, topics=[f"{TOPIC}.v2"], sizes=False)
+    with connection.connect(cluster.bootstrap) as conn:
+        snap = metadata.snapshot(conn, topics=[f"{TOPIC}.v2"], sizes=False)
     moved = {x.partition: x.committed for g in snap.groups if g.group_id == "billing.v2" for x in g.partitions}
     assert moved == after

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kafkaops.platform import admin, provision, store
+from kafkaops.platform import provision, store
+from kafkaops.platform.kafka import connection, metadata
 from tests.dags.test_operation_dags import run
 from tests.integration.cli.test_reassign import create
 from tests.integration.conftest import throttles_left
@@ -34,7 +35,7 @@ def remote(airflow_db, remote_cluster: RemoteCluster) -> Iterator[RemoteCluster]
     with pytest.MonkeyPatch.context() as env:
         env.setenv("AIRFLOW_CONN_KAFKA_REMOTE", json.dumps(
             {"conn_type": "kafka", "extra": {"bootstrap.servers": remote_cluster.bootstrap}}))
-        with admin.connect(remote_cluster.bootstrap, timeout_s=15) as conn:
+        with connection.connect(remote_cluster.bootstrap, timeout_s=15) as conn:
             create(conn, TOPIC, [[1, 2], [2, 1], [1, 2], [2, 1], [1, 2], [2, 1]], records=RECORDS)
         yield remote_cluster
 
@@ -62,9 +63,9 @@ def files_of(home: Path) -> dict[str, tuple[int, int]]:
 
 
 def cluster_now(remote: RemoteCluster):
-    with admin.connect(remote.bootstrap, timeout_s=15) as conn:
-        return (admin.snapshot(conn, topics=[TOPIC], sizes=False, groups=False), throttles_left(conn),
-                admin.describe_cluster(conn)[0])
+    with connection.connect(remote.bootstrap, timeout_s=15) as conn:
+        return (metadata.snapshot(conn, topics=[TOPIC], sizes=False, groups=False), throttles_left(conn),
+                metadata.describe_cluster(conn)[0])
 
 
 @pytest.mark.parametrize("bad", ["wrong key", "closed port"])

@@ -24,7 +24,8 @@ import pytest
 import structlog
 
 from kafkaops.cli import datagen
-from kafkaops.platform import admin, state, store
+from kafkaops.platform import state, store
+from kafkaops.platform.kafka import connection, metadata, offsets, records, topics
 from tests.conftest import committed_copy, run_dag
 from tests.dags.conftest import kafka_default_connection
 from tests.integration.conftest import throttles_left
@@ -76,11 +77,11 @@ def cluster(airflow_db, secured_cluster: SecuredCluster) -> Iterator[SecuredClus
     config = secured_cluster.config()
     settings = {k: v for k, v in config.items() if k != "bootstrap.servers"}
     with kafka_default_connection(secured_cluster.bootstrap, settings):
-        with admin.connect(config, timeout_s=60.0) as conn:  # the group coordinator loads slowly on a busy machine
-            admin.create_topic(conn, TOPIC, 3, 2)
+        with connection.connect(config, timeout_s=60.0) as conn:  # the group coordinator loads slowly on a busy machine
+            topics.create_topic(conn, TOPIC, 3, 2)
             datagen.produce(conn.config, TOPIC, datagen.DatagenSpec(records=RECORDS, keys=100, record_bytes=200))
-            ends = {p: e for p, (_, e) in admin.end_offsets(conn.config, TOPIC).items()}
-            admin.commit_group_offsets(conn, "billing", TOPIC, ends)
+            ends = {p: e for p, (_, e) in records.end_offsets(conn.config, TOPIC).items()}
+            offsets.commit_group_offsets(conn, "billing", TOPIC, ends)
         yield secured_cluster
 
 
@@ -180,8 +181,8 @@ def test_a_scale_out_adds_a_fourth_secured_broker_through_the_role(runs, cluster
     assert str(dag_run.state) == "success" and record["outcome"] == "success", (runs["log"], record)
     assert [n.node_id for n in cluster.spec.nodes] == [1, 2, 3, 4]
     config = cluster.config()
-    with admin.connect(config) as conn:
-        snap = admin.snapshot(conn, topics=[TOPIC], sizes=False, groups=False)
+    with connection.connect(config) as conn:
+        snap = metadata.snapshot(conn, topics=[TOPIC], sizes=False, groups=False)
         assert throttles_left(conn) == {}
     assert snap.replicas_per_broker().get(4, 0) > 0, snap.replicas_per_broker()
     assert record["plan"]["replica_moves"] > 0 and all(g["ok"] for g in record["gates"])

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from kafkaops.platform import admin, provision, store
+from kafkaops.platform import provision, store
+from kafkaops.platform.kafka import connection
 from kafkaops.rekey import backfill
 from tests.conftest import committed_copy
 from tests.dags.conftest import run_partition_increase, with_keyed_topic
@@ -30,7 +31,7 @@ run = run_partition_increase
 
 
 def topics(cluster: provision.ClusterSpec) -> set[str]:
-    with admin.connect(cluster.bootstrap) as conn:
+    with connection.connect(cluster.bootstrap) as conn:
         return set(conn.admin.list_topics(timeout=10).topics)
 
 

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 
 from kafkaops.cli import datagen
-from kafkaops.platform import admin, provision
+from kafkaops.platform import provision
+from kafkaops.platform.kafka import topics
 from kafkaops.platform.paths import JARS
 from tests.conftest import TEST_BROKER_CONFIG, RunningCluster
 from tests import jvm, watchdog
@@ -70,7 +71,7 @@ def deployment_cluster() -> Iterator[SpecCluster]:
         cluster = SpecCluster(spec, cache=cache)
         spec.save(cluster.spec_file)
         with cluster.connect() as conn:
-            admin.create_topic(conn, TOPIC, 6, 3)
+            topics.create_topic(conn, TOPIC, 6, 3)
         datagen.produce(cluster.config, TOPIC, datagen.DatagenSpec(records=32_000, keys=500, skew="zipf",
                                                                    record_bytes=256, seed=14))
         yield cluster

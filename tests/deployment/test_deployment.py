@@ -17,7 +17,8 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from kafkaops.platform import admin, provision, state, store
+from kafkaops.platform import provision, state, store
+from kafkaops.platform.kafka import metadata
 from tests import postgres
 from tests.deployment import harness
 from tests.deployment.conftest import TOPIC, SpecCluster
@@ -58,7 +59,7 @@ def record(d: harness.Deployment, dag_id: str, run_id: str, *, user: str = "oper
 
 def brokers(cluster: SpecCluster) -> list[int]:
     with cluster.connect() as conn:
-        return sorted(b.id for b in admin.describe_cluster(conn)[2])
+        return sorted(b.id for b in metadata.describe_cluster(conn)[2])
 
 
 def assert_no_throttle(cluster: SpecCluster) -> None:

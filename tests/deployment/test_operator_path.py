@@ -32,7 +32,7 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from kafkaops.cli import datagen
-from kafkaops.platform import admin
+from kafkaops.platform.kafka import metadata, offsets, records, topics
 from tests.deployment.conftest import TOPIC, SpecCluster
 from tests.deployment.harness import Deployment
 from tests.deployment.runs import RUN_TIMEOUT_S, run_path, task_states, wait_for_run, wait_for_task
@@ -84,7 +84,7 @@ def test_the_operators_path(deployed: Deployment, chrome: Any, deployment_cluste
 
     # 2. scale-out from the Trigger form: the defaults, not a dry run, the topic
     with deployment_cluster.connect() as conn:
-        brokers_before = sorted(b.id for b in admin.describe_cluster(conn)[2])
+        brokers_before = sorted(b.id for b in metadata.describe_cluster(conn)[2])
     run = ui.trigger("kafka_scale_out", switches={"dry_run": False}, arrays={"topics": [TOPIC]}, name="scale-out")
     conf = airflow.api("GET", run_path("kafka_scale_out", run))["conf"]
     assert conf.get("dry_run") is False and conf.get("topics") == [TOPIC] and conf.get("approval") == "manual", \
@@ -113,7 +113,7 @@ def test_the_operators_path(deployed: Deployment, chrome: Any, deployment_cluste
     ui.text_shown("Success")
     ui.shot("scale-out-succeeded")
     with deployment_cluster.connect() as conn:
-        brokers_after = sorted(b.id for b in admin.describe_cluster(conn)[2])
+        brokers_after = sorted(b.id for b in metadata.describe_cluster(conn)[2])
     new = sorted(set(brokers_after) - set(brokers_before))
     assert len(new) == 1, f"the scale-out should add one broker: before {brokers_before}, after {brokers_after}"
 
@@ -163,7 +163,7 @@ def test_the_operators_path(deployed: Deployment, chrome: Any, deployment_cluste
     ui.shot("drain-record")
     chrome.switch_to.default_content()
     with deployment_cluster.connect() as conn:
-        left = sorted(b.id for b in admin.describe_cluster(conn)[2])
+        left = sorted(b.id for b in metadata.describe_cluster(conn)[2])
     assert drained not in left, f"broker {drained} still registered after its drain and stop: {left}"
 
     # 7. the capacity review and its report
@@ -202,11 +202,11 @@ def live_migration(airflow: Deployment, ui: AirflowUI, cluster: SpecCluster) -> 
     """Step 8: ``payments`` (3 partitions, a group halfway through it) migrated live to 6 partitions."""
     dag_id, source, group = "kafka_partition_increase", "payments", "payments.readers"
     with cluster.connect() as conn:
-        admin.create_topic(conn, source, 3, 3)
+        topics.create_topic(conn, source, 3, 3)
     datagen.produce(cluster.config, source, datagen.DatagenSpec(records=3000, keys=120, record_bytes=128, seed=18))
-    ends = {p: e for p, (_, e) in admin.end_offsets(cluster.config, source).items()}
+    ends = {p: e for p, (_, e) in records.end_offsets(cluster.config, source).items()}
     with cluster.connect() as conn:
-        admin.commit_group_offsets(conn, group, source, {p: e // 2 for p, e in ends.items()})
+        offsets.commit_group_offsets(conn, group, source, {p: e // 2 for p, e in ends.items()})
 
     run = ui.trigger(dag_id, texts={"topic": source}, choices={"quiesce": "manual"}, switches={"dry_run": False},
                      name="live-migration")
@@ -231,12 +231,12 @@ def live_migration(airflow: Deployment, ui: AirflowUI, cluster: SpecCluster) -> 
     target = moved.group(1)
     row = re.search(rf"{re.escape(group)}\s+{re.escape(group)}\s+((?:\d+: \d+,? ?)+)", text)
     assert row, f"the switch should show {group}'s offsets on {target} as a table row:\n{text}"
-    offsets = dict(tuple(int(x) for x in pair.split(": ")) for pair in row.group(1).strip(" ,").split(", "))
+    shown = dict(tuple(int(x) for x in pair.split(": ")) for pair in row.group(1).strip(" ,").split(", "))
     with cluster.connect() as conn:
-        committed = {x.partition: x.committed for g in admin.snapshot(conn, topics=[target], sizes=False).groups
+        committed = {x.partition: x.committed for g in metadata.snapshot(conn, topics=[target], sizes=False).groups
                      if g.group_id == group for x in g.partitions if x.topic == target}
-    assert offsets == committed and len(offsets) == 6 and 0 < sum(offsets.values()) < sum(ends.values()), \
-        f"the switch shows {offsets}, the group has {committed} committed on {target}"
+    assert shown == committed and len(shown) == 6 and 0 < sum(shown.values()) < sum(ends.values()), \
+        f"the switch shows {shown}, the group has {committed} committed on {target}"
     assert not re.search(r"\{[\"']|\['", text), f"the switch shows raw JSON or Python reprs:\n{text}"
 
     datagen.produce(cluster.config, target, datagen.DatagenSpec(records=200, keys=120, record_bytes=128, seed=19))

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from kafkaops.platform import admin, traffic
+from kafkaops.platform import traffic
+from kafkaops.platform.kafka import configs, connection, metadata
 from kafkaops.reassign import engine
 from kafkaops.platform import provision
 from tests.conftest import TEST_BROKER_CONFIG, RunningCluster
@@ -48,20 +49,20 @@ def own_cluster() -> Iterator[GrowableCluster]:
 
 
 @pytest.fixture
-def own_conn(own_cluster: GrowableCluster) -> Iterator[admin.KafkaConnection]:
+def own_conn(own_cluster: GrowableCluster) -> Iterator[connection.KafkaConnection]:
     with own_cluster.connect() as conn:
         yield conn
 
 
-def throttles_left(conn: admin.KafkaConnection) -> dict[str, dict[str, str]]:
+def throttles_left(conn: connection.KafkaConnection) -> dict[str, dict[str, str]]:
     """Every replication throttle config set on any broker or topic of the cluster."""
-    cluster = admin.snapshot(conn, include_internal=True, offsets=False, sizes=False, groups=False)
-    brokers = admin.describe_configs(conn, "broker", cluster.broker_ids, keys=engine.RATE_KEYS)
-    topics = admin.describe_configs(conn, "topic", cluster.topics, keys=engine.REPLICA_KEYS)
+    cluster = metadata.snapshot(conn, include_internal=True, offsets=False, sizes=False, groups=False)
+    brokers = configs.describe_configs(conn, "broker", cluster.broker_ids, keys=engine.RATE_KEYS)
+    topics = configs.describe_configs(conn, "topic", cluster.topics, keys=engine.REPLICA_KEYS)
     return {**{f"broker {b}": c for b, c in brokers.items() if c}, **{f"topic {t}": c for t, c in topics.items() if c}}
 
 
-def wait_for_no_throttles(conn: admin.KafkaConnection, timeout: float = 20.0) -> None:
+def wait_for_no_throttles(conn: connection.KafkaConnection, timeout: float = 20.0) -> None:
     """Configs reach every broker a moment after they change: poll, then name what is left."""
     deadline = time.monotonic() + timeout
     while (left := throttles_left(conn)) and time.monotonic() < deadline:

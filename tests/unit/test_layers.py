@@ -36,5 +36,6 @@ def test_dag_files_only_wire_kafkaops_airflow(path: Path) -> None:
 
 def test_the_check_sees_a_deeper_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad_dag.py"
-    bad.write_text("from kafkaops.airflow.lifecycle import build_operation_dag\nfrom kafkaops.platform import admin\n")
-    assert "kafkaops.platform" in imported_modules(bad)
+    bad.write_text("from kafkaops.airflow.lifecycle import build_operation_dag\n"
+                   "from kafkaops.platform.kafka import metadata\n")
+    assert "kafkaops.platform.kafka" in imported_modules(bad)

@@ -29,13 +29,14 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from kafkaops.errors import ConfigError
-from kafkaops.platform import admin, redaction, store
+from kafkaops.platform import redaction, store
+from kafkaops.platform.kafka import connection
 
 STORE_CONN_ID = "kafkaops_store"
 _DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306}
 
 
-def config_from_connection(conn: Any) -> admin.ClientConfig:
+def config_from_connection(conn: Any) -> connection.ClientConfig:
     """The librdkafka config of an Airflow Connection object (pure: no lookups). Its ``repr`` and
     every error about it show no secret; its ``source`` names the connection."""
     if conn.conn_type and conn.conn_type != "kafka":
@@ -53,7 +54,7 @@ def config_from_connection(conn: Any) -> admin.ClientConfig:
         config["sasl.username"] = conn.login
     if conn.password and not config.get("sasl.password"):
         config["sasl.password"] = conn.password
-    return admin.connection_config(config, name=f"Airflow connection '{conn.conn_id}'")
+    return connection.connection_config(config, name=f"Airflow connection '{conn.conn_id}'")
 
 
 def mask_config(config: Mapping[str, Any]) -> None:
@@ -66,7 +67,7 @@ def mask_config(config: Mapping[str, Any]) -> None:
         mask_secret(value)
 
 
-async def aget_config(conn_id: str) -> admin.ClientConfig:
+async def aget_config(conn_id: str) -> connection.ClientConfig:
     """:func:`config_from_connection` of the connection ``conn_id``, read without blocking the
     triggerer's event loop, its secrets registered with the masker."""
     from airflow.sdk.log import amask_secret
@@ -92,7 +93,7 @@ class KafkaOpsHook(KafkaBaseHook):
     def __init__(self, kafka_config_id: str = KafkaBaseHook.default_conn_name) -> None:
         super().__init__(kafka_config_id)
 
-    def get_config(self) -> admin.ClientConfig:
+    def get_config(self) -> connection.ClientConfig:
         config = config_from_connection(self.get_connection(self.kafka_config_id))
         mask_config(config)
         return config
@@ -100,8 +101,8 @@ class KafkaOpsHook(KafkaBaseHook):
     def _build_config(self) -> dict[str, Any]:
         return dict(self.get_config())
 
-    def connect(self, timeout_s: float = admin.DEFAULT_TIMEOUT_S) -> admin.KafkaConnection:
-        return admin.connect(self.get_config(), timeout_s=timeout_s)
+    def connect(self, timeout_s: float = connection.DEFAULT_TIMEOUT_S) -> connection.KafkaConnection:
+        return connection.connect(self.get_config(), timeout_s=timeout_s)
 
 
 def store_url_from_connection(conn: Any) -> sa.URL:

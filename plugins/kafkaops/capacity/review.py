@@ -72,7 +72,7 @@ class ReviewPoint:
     def of(cls, cluster: Cluster, run_id: str | None = None) -> ReviewPoint:
         if cluster.taken_at is None:
             raise CapacityError(f"snapshot of cluster {cluster.cluster_id} has no taken_at; take it with "
-                                "kafkaops.platform.admin.snapshot (which stamps the time) before a review")
+                                "kafkaops.platform.kafka.metadata.snapshot (which stamps the time) before a review")
         return cls(taken_at=cluster.taken_at, offsets={p.key: p.end_offset for p in cluster.partitions},
                    sizes={p.key: p.size_bytes for p in cluster.partitions},
                    lags={g.group_id: g.total_lag for g in cluster.groups}, cluster_id=cluster.cluster_id,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kafkaops.platform import admin
+from kafkaops.platform.kafka import connection, metadata
 from kafkaops.platform import params as form
 from kafkaops.platform import spark
 from kafkaops.platform import state
@@ -131,8 +131,8 @@ def record(dag_id: str, run_id: str, **kwargs: Any) -> state.AuditLog:
 def take_snapshot(conn_config: Mapping[str, str], params: CapacityParams, log_: state.AuditLog | None = None
                   ) -> dict[str, Any]:
     """A snapshot of the cluster (offsets, sizes, groups) as a dict. Raises before anything is stored."""
-    with admin.connect(conn_config) as conn:
-        cluster = admin.snapshot(conn, topics=params.topics or None)
+    with connection.connect(conn_config) as conn:
+        cluster = metadata.snapshot(conn, topics=params.topics or None)
     if log_ is not None:
         log_.append("snapshot", stage="before", cluster=cluster.to_dict())
     return cluster.to_dict()

@@ -135,7 +135,7 @@ def _kafka(args: argparse.Namespace) -> str:
     from airflow.sdk.exceptions import AirflowNotFoundException
 
     from kafkaops.airflow.hooks import KafkaOpsHook
-    from kafkaops.platform import admin
+    from kafkaops.platform.kafka import metadata
 
     try:
         connection = KafkaOpsHook(args.kafka).connect(timeout_s=args.timeout)
@@ -143,7 +143,7 @@ def _kafka(args: argparse.Namespace) -> str:
         raise ConfigError(f"there is no Airflow connection '{args.kafka}': create it (type kafka, extras "
                           "{\"bootstrap.servers\": \"host:9092\"}) or name another with --kafka") from err
     with connection as conn:
-        cluster_id, controller, brokers = admin.describe_cluster(conn)
+        cluster_id, controller, brokers = metadata.describe_cluster(conn)
     return (f"cluster {cluster_id} at {conn.bootstrap}: {len(brokers)} broker(s) "
             f"({', '.join(str(b.id) for b in sorted(brokers, key=lambda b: b.id))}), controller {controller}")
 

@@ -115,7 +115,7 @@ class DatagenResult:
 
 def producer_config(connection: Mapping[str, str]) -> dict[str, Any]:
     """Producer settings kafkaops uses for keyed data: no loss, no duplicates, Java placement."""
-    from kafkaops.platform.admin import client_config
+    from kafkaops.platform.kafka.connection import client_config
 
     return client_config({**connection, "acks": "all", "enable.idempotence": True,
                           "partitioner": "murmur2_random", "linger.ms": 20, "batch.size": 1_000_000,
@@ -203,13 +203,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Create the topic (with --partitions), write the records, print where they went."""
-    from kafkaops.platform import admin
+    from kafkaops.platform.kafka import connection, topics
 
     spec = DatagenSpec(records=args.records, keys=args.keys, skew=args.skew, zipf_s=args.zipf_s,
                        hot_share=args.hot_share, record_bytes=args.record_bytes, seed=args.seed)
-    with admin.connect(kafka_config(args), timeout_s=args.timeout) as conn:
+    with connection.connect(kafka_config(args), timeout_s=args.timeout) as conn:
         if args.partitions:
-            admin.create_topic(conn, args.topic, args.partitions, args.replication_factor)
+            topics.create_topic(conn, args.topic, args.partitions, args.replication_factor)
         result = produce(conn.config, args.topic, spec)
     print(f"produced {result.records} records ({result.bytes} bytes) to {result.topic} in {result.seconds:.2f} s; "
           f"per partition {dict(result.per_partition)}; hottest keys {list(result.per_key_top)}")

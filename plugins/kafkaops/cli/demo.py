@@ -31,7 +31,8 @@ from typing import Any, TextIO
 from kafkaops.cli import datagen
 from kafkaops.errors import KafkaOpsError
 from kafkaops.model import Cluster
-from kafkaops.platform import admin, provision, state, traffic
+from kafkaops.platform import provision, state, traffic
+from kafkaops.platform.kafka import connection, metadata, topics
 from kafkaops.platform import store as store_
 from kafkaops.platform.partitioner import partition_for
 from kafkaops.platform.paths import CACHE
@@ -316,9 +317,9 @@ def _after(cluster: Cluster, *, partitions: bool = True) -> str:
     return "\n".join(out)
 
 
-def _fill(conn: admin.KafkaConnection, records: int) -> None:
+def _fill(conn: connection.KafkaConnection, records: int) -> None:
     """The skewed ``orders`` topic (kept from an earlier demo when the cluster kept it)."""
-    if not admin.create_topic(conn, TOPIC, 3, 3):
+    if not topics.create_topic(conn, TOPIC, 3, 3):
         return
     result = datagen.produce(conn.config, TOPIC, datagen.DatagenSpec(
         records=records, keys=500, skew="hot", hot_share=0.4, record_bytes=300, seed=7))
@@ -331,9 +332,9 @@ def _fill(conn: admin.KafkaConnection, records: int) -> None:
 def _tell(spec: provision.ClusterSpec, spec_path: Path, records: int, out: TextIO) -> int:
     """The story: before, the scale-out under traffic, after, the traffic check, the drain."""
     config = {"bootstrap.servers": spec.bootstrap}
-    with admin.connect(config) as conn:
+    with connection.connect(config) as conn:
         _fill(conn, records)
-        print("\n== before\n" + render_snapshot(admin.snapshot(conn)), flush=True)
+        print("\n== before\n" + render_snapshot(metadata.snapshot(conn)), flush=True)
     print(f"\npreparing Airflow in {os.environ.get('AIRFLOW_HOME', AIRFLOW_HOME)} (airflow db migrate) ...", flush=True)
     env = _airflow_env(spec.bootstrap, out)
     with traffic.TrafficCheck(config, TOPIC, keys=40, rate_per_s=200) as check:
@@ -365,8 +366,8 @@ def _tell(spec: provision.ClusterSpec, spec_path: Path, records: int, out: TextI
     if drained.get("outcome") == "success":  # stopped by the run: remove their folders, the spec forgets them
         provision.cluster_down(grown, limit=[grown.node(b).hostname for b in new], purge=True)
         spec.save(spec_path)
-    with admin.connect(config) as conn:
-        print("\n== after the drain\n" + _after(admin.snapshot(conn, groups=False), partitions=False), flush=True)
+    with connection.connect(config) as conn:
+        print("\n== after the drain\n" + _after(metadata.snapshot(conn, groups=False), partitions=False), flush=True)
     print(f"\nboth runs' operation records: `make airflow`, then the DAG run's \"Operation record\" tab "
           f"(AIRFLOW_HOME {os.environ['AIRFLOW_HOME']})")
     return 0 if drained.get("outcome") == "success" and report.ok else 1

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from kafkaops.errors import ConfigError, NotFound
 
 if TYPE_CHECKING:
-    from kafkaops.platform.admin import ClientConfig
+    from kafkaops.platform.kafka.connection import ClientConfig
     from kafkaops.platform.store import Store
 
 LOCAL_BOOTSTRAP = "127.0.0.1:19092,127.0.0.1:19094,127.0.0.1:19096"  # playbooks/inventory/local.yml
@@ -52,7 +52,7 @@ def add_local_connection(parser: argparse.ArgumentParser) -> None:
 def kafka_config(args: argparse.Namespace, *, default: str | None = LOCAL_BOOTSTRAP) -> ClientConfig:
     """The client config the command connects with: ``--kafka-conn``'s or ``--kafka-config``'s settings,
     ``--bootstrap-server`` overriding their servers (``default`` when nothing names any)."""
-    from kafkaops.platform import admin
+    from kafkaops.platform.kafka import connection
 
     bootstrap = getattr(args, "bootstrap_server", None)
     if getattr(args, "kafka_conn", None):
@@ -77,7 +77,7 @@ def kafka_config(args: argparse.Namespace, *, default: str | None = LOCAL_BOOTST
         settings["bootstrap.servers"] = bootstrap
     elif not settings.get("bootstrap.servers") and default:
         settings["bootstrap.servers"] = default
-    return admin.connection_config(settings, name=name)
+    return connection.connection_config(settings, name=name)
 
 
 def airflow_connection_config(conn_id: str) -> ClientConfig:

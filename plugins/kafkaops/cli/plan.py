@@ -5,7 +5,7 @@
     kafkaops plan --bootstrap-server HOST:PORT [--brokers 1,2,3,4] [--topic T ...] ... --output PLAN.json
 
 Brokers in ``--brokers`` that hold no replica are new: that is a scale-out. With ``--drain`` it
-is a drain; otherwise a rebalance. Live, brokers, racks and sizes come from ``admin.snapshot``;
+is a drain; otherwise a rebalance. Live, brokers, racks and sizes come from ``metadata.snapshot``;
 ``--brokers`` may then add ids not registered yet (new brokers) and ``--topic`` restricts the plan
 to those topics, balanced among themselves. Wire it up with :func:`add_arguments` and :func:`run`;
 ``run`` returns the exit code (:mod:`kafkaops.cli.exits`: 2 bad input, 3 infeasible) and prints one
@@ -92,11 +92,11 @@ def source_cluster(args: argparse.Namespace) -> Cluster:
     racks = parse_racks(args.racks) if args.racks else None
     topics = getattr(args, "topic", None)
     if getattr(args, "bootstrap_server", None):
-        from kafkaops.platform import admin
+        from kafkaops.platform.kafka import connection, metadata
 
         brokers = parse_brokers(args.brokers) if args.brokers else None
-        with admin.connect(kafka_config(args), timeout_s=args.timeout) as conn:
-            snap = admin.snapshot(conn, topics=topics, offsets=False, groups=False)
+        with connection.connect(kafka_config(args), timeout_s=args.timeout) as conn:
+            snap = metadata.snapshot(conn, topics=topics, offsets=False, groups=False)
         sizes = read_sizes(args.sizes) if args.sizes else None
         return live_cluster(snap, brokers, racks, sizes, source=args.bootstrap_server)
     if not args.brokers:

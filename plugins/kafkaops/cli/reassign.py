@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from kafkaops.platform import admin, store
+from kafkaops.platform import store
+from kafkaops.platform.kafka import connection, metadata, reassignments
 from kafkaops.reassign import engine
 from kafkaops.reassign import verify
 from kafkaops.errors import KafkaOpsError, UnknownTopic
@@ -168,11 +169,11 @@ class _Runner:
             return fail(self.name, error, self.err)
 
 
-def _observed(conn: admin.KafkaConnection, desired: Mapping[TopicPartition, Sequence[int]]) -> Cluster:
+def _observed(conn: connection.KafkaConnection, desired: Mapping[TopicPartition, Sequence[int]]) -> Cluster:
     """A snapshot of the planned topics; partitions the cluster lacks raise InvalidReassignment."""
     topics = sorted({t for t, _ in desired})
     try:
-        cluster = admin.snapshot(conn, topics=topics, offsets=False, sizes=False, groups=False)
+        cluster = metadata.snapshot(conn, topics=topics, offsets=False, sizes=False, groups=False)
     except UnknownTopic as err:
         raise InvalidReassignment(f"nothing was changed: {err}") from err
     missing = missing_partitions(cluster, desired)
@@ -227,7 +228,7 @@ def run_execute(args: argparse.Namespace, out: TextIO | None = None, err: TextIO
         if not desired:
             runner.say(f"{args.plan} lists no partition; nothing to do")
             return EXIT_OK
-        with admin.connect(kafka_config(args), timeout_s=args.timeout) as conn:
+        with connection.connect(kafka_config(args), timeout_s=args.timeout) as conn:
             run = engine.Executor(conn, desired, throttle_bytes_per_s=rate,
                                     max_moves_per_broker=args.max_moves_per_broker,
                                     max_moves_total=args.max_moves_total, dry_run=not args.execute,
@@ -241,7 +242,7 @@ def run_execute(args: argparse.Namespace, out: TextIO | None = None, err: TextIO
             moves = engine.moves_for(report.before, desired)
             with cluster_lock(args, report.before.cluster_id or "unknown", runner.say) as lock:
                 run.fence = lock.fence
-                with admin.connect(kafka_config(args), timeout_s=args.timeout) as monitor:
+                with connection.connect(kafka_config(args), timeout_s=args.timeout) as monitor:
                     code = supervise(run, lambda: str(engine.progress(monitor, moves)), runner.say,
                                      interval_s=args.poll_interval, conn=monitor)
                 lock.outcome = "success" if code == EXIT_OK else "failed"
@@ -251,7 +252,7 @@ def run_execute(args: argparse.Namespace, out: TextIO | None = None, err: TextIO
 
 
 def supervise(run: engine.Executor, progress: Callable[[], str], say: Callable[[str], None], *,
-              interval_s: float = 2.0, conn: admin.KafkaConnection | None = None) -> int:
+              interval_s: float = 2.0, conn: connection.KafkaConnection | None = None) -> int:
     """Run ``run.execute()`` in a worker thread, printing ``progress()`` every ``interval_s``.
     Ctrl-C cancels the run (the executor reverts the moves in flight and removes its throttles);
     a second Ctrl-C stops waiting for that and removes the recorded throttles through ``conn``."""
@@ -308,10 +309,10 @@ def run_verify(args: argparse.Namespace, out: TextIO | None = None, err: TextIO 
     def body() -> int:
         desired = read_plan(args.plan)
         before = read_before(args.before) if args.before else None
-        with admin.connect(kafka_config(args), timeout_s=args.timeout) as conn:
+        with connection.connect(kafka_config(args), timeout_s=args.timeout) as conn:
             _observed(conn, desired)
             if before is None:  # nothing to compare offsets with: the current picture stands in
-                before = admin.snapshot(conn, include_internal=True, offsets=True, sizes=False, groups=False)
+                before = metadata.snapshot(conn, include_internal=True, offsets=True, sizes=False, groups=False)
             result = verify.verify_live(conn, desired, before)
         if result.ok:
             runner.say(f"{len(desired)} partition(s): {result}")
@@ -331,14 +332,14 @@ def run_cancel(args: argparse.Namespace, out: TextIO | None = None, err: TextIO 
 
     def body() -> int:
         desired = read_plan(args.plan)
-        with admin.connect(kafka_config(args), timeout_s=args.timeout) as conn:
+        with connection.connect(kafka_config(args), timeout_s=args.timeout) as conn:
             cluster = _observed(conn, desired)
-            in_flight = admin.list_partition_reassignments(conn, list(desired))
+            in_flight = reassignments.list_partition_reassignments(conn, list(desired))
             brokers, topics = plan_brokers_and_topics(desired, cluster)
             for moving in in_flight.values():
                 brokers.update(moving.replicas)
             reverted = engine.cancel(conn, list(desired))
-            others = admin.list_partition_reassignments(conn)
+            others = reassignments.list_partition_reassignments(conn)
             busy = {b for r in others.values() for b in r.replicas}
             clear_brokers = sorted(brokers - busy)
             clear_topics = sorted(topics - {t for t, _ in others})

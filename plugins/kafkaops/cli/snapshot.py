@@ -16,10 +16,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kafkaops.platform import admin
+    from kafkaops.platform.kafka import connection, metadata
     from kafkaops.platform.render import render_snapshot
 
-    with admin.connect(kafka_config(args), timeout_s=args.timeout) as conn:
-        cluster = admin.snapshot(conn, topics=args.topic or None)
+    with connection.connect(kafka_config(args), timeout_s=args.timeout) as conn:
+        cluster = metadata.snapshot(conn, topics=args.topic or None)
     print(json.dumps(cluster.to_dict(), indent=2) if args.json else render_snapshot(cluster))
     return 0

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from kafkaops.errors import KafkaOpsError
-from kafkaops.platform import admin, gates, state, store
+from kafkaops.platform import gates, state, store
+from kafkaops.platform.kafka import connection, metadata, reassignments
 from kafkaops.platform.paths import safe_name
 
 log = logging.getLogger(__name__)
@@ -74,8 +75,8 @@ class OperationContext(Generic[P]):
     def artifact_prefix(self) -> str:
         return f"{safe_name(self.dag_id)}/{safe_name(self.run_id)}"
 
-    def connect(self) -> admin.KafkaConnection:
-        return admin.connect(self.conn_config, timeout_s=15.0)
+    def connect(self) -> connection.KafkaConnection:
+        return connection.connect(self.conn_config, timeout_s=15.0)
 
     def fence(self, action: str) -> int:
         """Check, just before ``action`` changes the cluster, that this run still holds its lock
@@ -107,7 +108,7 @@ def begin(ctx: OperationContext[Any], raw_params: Mapping[str, Any],
         for check in checks:
             check()
         with ctx.connect() as conn:
-            cluster_id, controller, brokers = admin.describe_cluster(conn)
+            cluster_id, controller, brokers = metadata.describe_cluster(conn)
         lease = ctx.store.acquire(cluster_id, ctx.dag_id, ctx.run_id, run_ended=ctx.run_ended)
     except KafkaOpsError as err:
         conclude(ctx, "refused", str(err))
@@ -185,8 +186,8 @@ def _passed_before(ctx: OperationContext[Any], name: str) -> bool:
 def preflight(ctx: OperationContext[Any]) -> dict[str, Any]:
     """The cluster before: snapshot it, record it, and gate it (online, replicated, idle)."""
     with ctx.connect() as conn:
-        cluster = admin.snapshot(conn, include_internal=True)
-        in_flight = admin.list_partition_reassignments(conn)
+        cluster = metadata.snapshot(conn, include_internal=True)
+        in_flight = reassignments.list_partition_reassignments(conn)
     ctx.audit.append("snapshot", stage="before", cluster=cluster.to_dict())
     log.info("cluster before: %d broker(s), %d online; %d topic(s), %d partition(s); %d reassignment(s) in flight",
              len(cluster.brokers), len(cluster.online_broker_ids), len(cluster.topics), len(cluster.partitions),

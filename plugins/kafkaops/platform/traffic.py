@@ -164,7 +164,7 @@ def decode(value: bytes | None, run: str) -> tuple[str, int] | None:
 
 def producer_config(config: Mapping[str, str]) -> dict[str, Any]:
     """No loss, no duplicates, Java's placement: acks=all with the idempotent producer."""
-    from kafkaops.platform.admin import client_config
+    from kafkaops.platform.kafka.connection import client_config
 
     return client_config({**config, "acks": "all", "enable.idempotence": True, "partitioner": "murmur2_random",
                           "linger.ms": 5, "message.timeout.ms": 120_000})
@@ -202,7 +202,7 @@ class TrafficCheck:
         """Start the consumer, wait until its group assigned it the topic, then start producing."""
         from confluent_kafka import Consumer, TopicPartition
 
-        from kafkaops.platform.admin import client_config
+        from kafkaops.platform.kafka.connection import client_config
 
         consumer = Consumer(client_config({**self.config, "group.id": self.group_id, "enable.auto.commit": True,
                                            "auto.offset.reset": "earliest"}))
@@ -320,11 +320,11 @@ class TrafficCheck:
 
     def _delete_group(self) -> None:
         """Leave no group behind (the next snapshot of the cluster would list it); best effort."""
-        from kafkaops.platform import admin
+        from kafkaops.platform.kafka import connection, offsets
 
         try:
-            with admin.connect(self.config) as conn:
-                admin.delete_consumer_group(conn, self.group_id)
+            with connection.connect(self.config) as conn:
+                offsets.delete_consumer_group(conn, self.group_id)
         except KafkaOpsError as err:  # the report stands; a group left behind is only clutter
             log.warning("traffic check %s: could not delete its consumer group %s: %s", self.run, self.group_id, err)
 
@@ -575,9 +575,9 @@ class MigrationTraffic:
             raise TrafficError(f"migration traffic {self.run}: no consumer of group {self.group} is running "
                                f"(phase {self.phase}); nothing to drain")
         if ends is None:
-            from kafkaops.platform import admin
+            from kafkaops.platform.kafka import records
 
-            ends = {p: e for p, (s, e) in admin.end_offsets(self.config, reading.topic).items() if e > s}
+            ends = {p: e for p, (s, e) in records.end_offsets(self.config, reading.topic).items() if e > s}
         reading.drain_to = {int(p): int(e) for p, e in ends.items()}
         deadline = time.monotonic() + timeout_s
         while not reading.drained.is_set() and reading.thread.is_alive() and time.monotonic() < deadline:
@@ -702,7 +702,7 @@ class MigrationTraffic:
         """The topic's partitions, from a consumer's metadata (a consumer never auto-creates a topic)."""
         from confluent_kafka import Consumer
 
-        from kafkaops.platform.admin import client_config
+        from kafkaops.platform.kafka.connection import client_config
 
         probe = Consumer(client_config({**self.config, "group.id": f"kafkaops-probe-{self.run}"}))
         try:
@@ -788,7 +788,7 @@ class MigrationTraffic:
     def _start_reading(self, topic: str, timeout_s: float) -> None:
         from confluent_kafka import Consumer
 
-        from kafkaops.platform.admin import client_config
+        from kafkaops.platform.kafka.connection import client_config
 
         self._partitions(topic)
         reading = _Reading(topic)

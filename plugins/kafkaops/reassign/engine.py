@@ -25,8 +25,8 @@ Throttles are set the way Kafka's ``kafka-reassign-partitions`` sets them (the r
 broker of the moving partitions, the existing replicas as leader-throttled and the adding replicas
 as follower-throttled), recorded, and removed at the end, on error and on cancel. A rate that
 cannot be removed (its broker is down) goes into the throttle ledger of
-:mod:`kafkaops.platform.state`; the next run on the cluster deletes it. Only
-:mod:`kafkaops.platform.admin` talks to Kafka.
+:mod:`kafkaops.platform.state`; the next run on the cluster deletes it. Only the adapter,
+:mod:`kafkaops.platform.kafka`, talks to Kafka.
 """
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ from typing import Any
 
 from kafkaops.errors import KafkaOpsError, UnknownTopic
 from kafkaops.model import Cluster, TopicPartition, Move, Reassignment
-from kafkaops.platform import admin, store
+from kafkaops.platform import store
+from kafkaops.platform.kafka import configs, connection, metadata, reassignments
 from kafkaops.platform.render import human_bytes
 
 log = logging.getLogger(__name__)
@@ -292,9 +293,9 @@ class ThrottleRemoval:
         """The throttle ledger after: every rate that stays, the run's and earlier runs'."""
         return _by_broker(set(self.keep) | set(self.carried))
 
-    def broker_ops(self, broker: int) -> list[admin.ConfigOp]:
-        return ([admin.ConfigOp(k, "SET", v) for b, k, v in self.restore if b == broker]
-                + [admin.ConfigOp(k, "DELETE") for b, k in self.delete if b == broker])
+    def broker_ops(self, broker: int) -> list[configs.ConfigOp]:
+        return ([configs.ConfigOp(k, "SET", v) for b, k, v in self.restore if b == broker]
+                + [configs.ConfigOp(k, "DELETE") for b, k in self.delete if b == broker])
 
     def failed(self, brokers: Iterable[int], error: str) -> ThrottleRemoval:
         """This removal with the changes of ``brokers`` not made: their rates stay (kept)."""
@@ -543,7 +544,7 @@ def fenced_brokers(cluster: Cluster, desired: Mapping[TopicPartition, Sequence[i
     return sorted(named & set(cluster.offline_broker_ids))
 
 
-def observe(conn: admin.KafkaConnection, desired: Mapping[TopicPartition, Iterable[int]], *, submitted: int = 0,
+def observe(conn: connection.KafkaConnection, desired: Mapping[TopicPartition, Iterable[int]], *, submitted: int = 0,
             fenced_grace_s: float = 15.0) -> Observation:
     """Snapshot the desired partitions' topics and the reassignments in flight, and split the
     desired replicas by what is there (:func:`classify`). Refuses partitions or brokers the cluster
@@ -557,8 +558,8 @@ def observe(conn: admin.KafkaConnection, desired: Mapping[TopicPartition, Iterab
     waited = False
     while True:
         try:
-            before = admin.snapshot(conn, topics=sorted({t for t, _ in desired}), offsets=True, sizes=True,
-                                    groups=False)
+            before = metadata.snapshot(conn, topics=sorted({t for t, _ in desired}), offsets=True, sizes=True,
+                                      groups=False)
         except UnknownTopic as err:
             raise InvalidReassignment(f"{refusal}: {err}") from err
         found, first = problems(before, desired)
@@ -576,7 +577,7 @@ def observe(conn: admin.KafkaConnection, desired: Mapping[TopicPartition, Iterab
                          "check their logs and `kafka-metadata-quorum.sh describe --status`, then run again")
         more = f"; and {len(found) - 20} more" if len(found) > 20 else ""
         raise InvalidReassignment(f"{refusal}: {'; '.join(found[:20])}{more}") from first
-    in_flight = admin.list_partition_reassignments(conn)
+    in_flight = reassignments.list_partition_reassignments(conn)
     done, resumed, pending, conflicts = classify(before, in_flight, desired)
     if conflicts:
         raise ReassignmentConflict(f"{refusal}: {'; '.join(conflicts[:20])}")
@@ -587,29 +588,29 @@ def observe(conn: admin.KafkaConnection, desired: Mapping[TopicPartition, Iterab
     return Observation(before, done, resumed, pending)
 
 
-def submit(conn: admin.KafkaConnection, batch: Batch) -> None:
+def submit(conn: connection.KafkaConnection, batch: Batch) -> None:
     """Hand ``batch``'s moves to Kafka, which then copies on its own."""
-    admin.alter_partition_reassignments(conn, {m.key: m.after for m in batch.moves})
+    reassignments.alter_partition_reassignments(conn, {m.key: m.after for m in batch.moves})
     log.info("batch %d/%d: %d partitions moving, %d bytes to copy", batch.index, batch.of, len(batch.moves),
              batch.bytes)
 
 
-def progress(conn: admin.KafkaConnection, moves: Sequence[Move], *, elapsed_s: float | None = None) -> Progress:
+def progress(conn: connection.KafkaConnection, moves: Sequence[Move], *, elapsed_s: float | None = None) -> Progress:
     """How far ``moves`` got (:func:`measure` on the live cluster), without blocking on them: for
     a polling trigger as for a progress line. ``elapsed_s`` since the run started gives the rate."""
     keys = [m.key for m in moves]
     if not keys:
         return Progress(0, 0, 0, 0, 0, elapsed_s)
-    in_flight = admin.list_partition_reassignments(conn, keys)
-    cluster = admin.snapshot(conn, topics=sorted({t for t, _ in keys}), offsets=False, sizes=False, groups=False)
+    in_flight = reassignments.list_partition_reassignments(conn, keys)
+    cluster = metadata.snapshot(conn, topics=sorted({t for t, _ in keys}), offsets=False, sizes=False, groups=False)
     moving = [m for m in moves if m.key in in_flight and m.adding]
     # a dead adding broker cannot say how far it got: count it as no progress, not as an error
     online = set(cluster.online_broker_ids)
-    sizes = admin.replica_sizes(conn, [m.key for m in moving], {b for m in moving for b in m.adding} & online)
+    sizes = metadata.replica_sizes(conn, [m.key for m in moving], {b for m in moving for b in m.adding} & online)
     return measure(moves, cluster, in_flight, sizes, elapsed_s)
 
 
-def plan_throttles(conn: admin.KafkaConnection, moves: Iterable[Move], *, inherit: bool = False,
+def plan_throttles(conn: connection.KafkaConnection, moves: Iterable[Move], *, inherit: bool = False,
                    ledger: Ledger | None = None) -> ThrottleRecord:
     """The record of the throttles ``moves`` need, with the rate values to restore read from the
     brokers. With ``inherit`` (resuming a killed run) every rate found set is the killed run's, and
@@ -618,29 +619,29 @@ def plan_throttles(conn: admin.KafkaConnection, moves: Iterable[Move], *, inheri
     brokers, entries = throttle_entries(moves)
     if not brokers:
         return ThrottleRecord()
-    rates = admin.describe_configs(conn, "broker", brokers, keys=RATE_KEYS)
-    topics = admin.describe_configs(conn, "topic", sorted({t for t, _ in entries}), keys=REPLICA_KEYS)
+    rates = configs.describe_configs(conn, "broker", brokers, keys=RATE_KEYS)
+    topics = configs.describe_configs(conn, "topic", sorted({t for t, _ in entries}), keys=REPLICA_KEYS)
     record = ThrottleRecord(
         rates=tuple((b, k, None if inherit else rates[str(b)].get(k)) for b in brokers for k in RATE_KEYS),
         replicas=tuple((t, k, tuple(e)) for (t, k), e in entries.items() if topics[t].get(k) != "*"))
     return record.inheriting(ledger or {})
 
 
-def set_throttles(conn: admin.KafkaConnection, record: ThrottleRecord, throttle_bytes_per_s: int) -> None:
+def set_throttles(conn: connection.KafkaConnection, record: ThrottleRecord, throttle_bytes_per_s: int) -> None:
     """Set the rates on the record's brokers and add its entries to its topics (other values stay)."""
     rate = str(int(throttle_bytes_per_s))
-    broker_ops: dict[str | int, list[admin.ConfigOp]] = {}
+    broker_ops: dict[str | int, list[configs.ConfigOp]] = {}
     for broker, key, _ in record.rates:
-        broker_ops.setdefault(broker, []).append(admin.ConfigOp(key, "SET", rate))
-    topic_ops: dict[str | int, list[admin.ConfigOp]] = {}
+        broker_ops.setdefault(broker, []).append(configs.ConfigOp(key, "SET", rate))
+    topic_ops: dict[str | int, list[configs.ConfigOp]] = {}
     for topic, key, items in record.replicas:
-        topic_ops.setdefault(topic, []).append(admin.ConfigOp(key, "APPEND", ",".join(items)))
-    admin.incremental_alter_configs(conn, "broker", broker_ops)
-    admin.incremental_alter_configs(conn, "topic", topic_ops)
+        topic_ops.setdefault(topic, []).append(configs.ConfigOp(key, "APPEND", ",".join(items)))
+    configs.incremental_alter_configs(conn, "broker", broker_ops)
+    configs.incremental_alter_configs(conn, "topic", topic_ops)
     log.info("throttle %s B/s set on %d broker(s) and %d topic(s)", rate, len(broker_ops), len(topic_ops))
 
 
-def remove_throttles(conn: admin.KafkaConnection, record: ThrottleRecord | None, *, brokers: Iterable[int] = (),
+def remove_throttles(conn: connection.KafkaConnection, record: ThrottleRecord | None, *, brokers: Iterable[int] = (),
                      topics: Iterable[str] = (), cluster_id: str | None = None) -> ThrottleRemoval:
     """Undo ``record`` (or, without one, every throttle on ``brokers`` and ``topics``) as
     :func:`plan_throttle_removal` decides on the cluster's throttle ledger and its brokers online
@@ -653,7 +654,7 @@ def remove_throttles(conn: admin.KafkaConnection, record: ThrottleRecord | None,
     removal: ThrottleRemoval | None = None
     undone: set[int] = set()
     try:
-        found_id, _, registered = admin.describe_cluster(conn)
+        found_id, _, registered = metadata.describe_cluster(conn)
         if cluster_id is None:
             cluster_id = found_id
             ledger = store.current().throttle_ledger(cluster_id)
@@ -661,7 +662,7 @@ def remove_throttles(conn: admin.KafkaConnection, record: ThrottleRecord | None,
         undone = set(removal.brokers)
         for broker in removal.brokers:
             try:
-                admin.incremental_alter_configs(conn, "broker", {broker: removal.broker_ops(broker)})
+                configs.incremental_alter_configs(conn, "broker", {broker: removal.broker_ops(broker)})
             except KafkaOpsError as err:
                 removal = removal.failed([broker], f"broker {broker}: {err}")
             undone.discard(broker)
@@ -679,15 +680,15 @@ def remove_throttles(conn: admin.KafkaConnection, record: ThrottleRecord | None,
     return removal
 
 
-def _remove_topic_throttles(conn: admin.KafkaConnection, removal: ThrottleRemoval) -> ThrottleRemoval:
+def _remove_topic_throttles(conn: connection.KafkaConnection, removal: ThrottleRemoval) -> ThrottleRemoval:
     """Take the removal's entries out of its topics (a list with nothing else left is deleted) and
     delete the lists of its ``clear_topics``; a topic deleted meanwhile took its throttles along."""
-    ops: dict[str | int, list[admin.ConfigOp]] = {
-        t: [admin.ConfigOp(k, "DELETE") for k in REPLICA_KEYS] for t in removal.clear_topics}
+    ops: dict[str | int, list[configs.ConfigOp]] = {
+        t: [configs.ConfigOp(k, "DELETE") for k in REPLICA_KEYS] for t in removal.clear_topics}
     failures: list[str] = []
     for topic in sorted({t for t, _, _ in removal.replicas} - set(removal.clear_topics)):
         try:
-            current = admin.describe_configs(conn, "topic", [topic], keys=REPLICA_KEYS)[topic]
+            current = configs.describe_configs(conn, "topic", [topic], keys=REPLICA_KEYS)[topic]
         except UnknownTopic:
             continue
         except KafkaOpsError as err:
@@ -696,10 +697,10 @@ def _remove_topic_throttles(conn: admin.KafkaConnection, removal: ThrottleRemova
         for t, key, items in removal.replicas:
             if t == topic:
                 remaining = [x for x in _items(current.get(key)) if x not in items]
-                ops.setdefault(topic, []).append(
-                    admin.ConfigOp(key, "SUBTRACT", ",".join(items)) if remaining else admin.ConfigOp(key, "DELETE"))
+                ops.setdefault(topic, []).append(configs.ConfigOp(key, "SUBTRACT", ",".join(items)) if remaining
+                                                 else configs.ConfigOp(key, "DELETE"))
     try:
-        admin.incremental_alter_configs(conn, "topic", ops)
+        configs.incremental_alter_configs(conn, "topic", ops)
     except KafkaOpsError as err:
         failures.append(str(err))
     return replace(removal, failures=removal.failures + tuple(failures)) if failures else removal
@@ -717,17 +718,17 @@ def _left_message(removal: ThrottleRemoval, cluster_id: str | None) -> str:
             "run kafkaops.reassign.engine.remove_throttles(conn, record) once the brokers answer")
 
 
-def cancel(conn: admin.KafkaConnection, partitions: Iterable[TopicPartition], *,
+def cancel(conn: connection.KafkaConnection, partitions: Iterable[TopicPartition], *,
            throttles: ThrottleRecord | None = None) -> tuple[TopicPartition, ...]:
     """Revert the reassignments in flight of ``partitions`` (finished ones stay) and remove their
     throttles: ``throttles`` if given, else the ones such moves get. Returns the partitions reverted."""
-    in_flight = admin.list_partition_reassignments(conn, list(partitions))
+    in_flight = reassignments.list_partition_reassignments(conn, list(partitions))
     record = throttles
     if record is None:
         record = plan_throttles(conn, [Move(r.topic, r.partition, r.original, r.target) for r in in_flight.values()],
                                 inherit=True)
     try:
-        admin.alter_partition_reassignments(conn, dict.fromkeys(in_flight))
+        reassignments.alter_partition_reassignments(conn, dict.fromkeys(in_flight))
     finally:
         remove_throttles(conn, record)
     log.info("cancelled %d reassignment(s) in flight", len(in_flight))
@@ -749,7 +750,7 @@ class Executor:
     the caller no longer holds the cluster's lock (:meth:`kafkaops.platform.store.Store.check_fence`).
     """
 
-    def __init__(self, conn: admin.KafkaConnection, desired: Mapping[TopicPartition, Iterable[int]], *,
+    def __init__(self, conn: connection.KafkaConnection, desired: Mapping[TopicPartition, Iterable[int]], *,
                  throttle_bytes_per_s: int, max_moves_per_broker: int = 5, max_moves_total: int = 20,
                  dry_run: bool = True, batch_timeout_s: float | None = None, poll_interval_s: float = 2.0,
                  on_throttles: Callable[[ThrottleRecord], None] | None = None,
@@ -875,9 +876,9 @@ class Executor:
         deadline = time.monotonic() + timeout
         lines = ProgressLog()
         while True:
-            in_flight = admin.list_partition_reassignments(self.conn, keys)
+            in_flight = reassignments.list_partition_reassignments(self.conn, keys)
             if self._cancelled.is_set():
-                admin.alter_partition_reassignments(self.conn, dict.fromkeys(in_flight))
+                reassignments.alter_partition_reassignments(self.conn, dict.fromkeys(in_flight))
                 raise ReassignmentCancelled(
                     f"cancelled during {label}: reverted {len(in_flight)} move(s) in flight "
                     f"({', '.join(_name(k) for k in in_flight) or 'none'}); finished moves stay; run again with "
@@ -901,8 +902,8 @@ class Executor:
         """Moves whose replicas differ from the plan, given ``settle_s`` for metadata to catch up."""
         deadline = time.monotonic() + settle_s
         while True:
-            cluster = admin.snapshot(self.conn, topics=sorted({m.topic for m in moves}), offsets=False, sizes=False,
-                                     groups=False)
+            cluster = metadata.snapshot(self.conn, topics=sorted({m.topic for m in moves}), offsets=False, sizes=False,
+                                       groups=False)
             wrong = [f"{m.name}: replicas {list(cluster.partition(*m.key).replicas)} but plan {list(m.after)}"
                      for m in moves if cluster.partition(*m.key).replicas != m.after]
             if not wrong or time.monotonic() > deadline:
@@ -910,8 +911,8 @@ class Executor:
             time.sleep(0.5)
 
     def _stalled(self, in_flight: Mapping[TopicPartition, Reassignment], label: str, timeout: float) -> ReassignmentStalled:
-        cluster = admin.snapshot(self.conn, topics=sorted({t for t, _ in in_flight}), offsets=False, sizes=False,
-                                 groups=False)
+        cluster = metadata.snapshot(self.conn, topics=sorted({t for t, _ in in_flight}), offsets=False, sizes=False,
+                                   groups=False)
         details = []
         for key, moving in in_flight.items():
             p = cluster.partition(*key)
@@ -924,8 +925,8 @@ class Executor:
             "revert them with kafkaops.reassign.engine.cancel(conn, partitions)")
 
 
-def execute(conn: admin.KafkaConnection, desired: Mapping[TopicPartition, Iterable[int]], *, throttle_bytes_per_s: int,
-            dry_run: bool = True, **options: Any) -> ExecutionReport:
+def execute(conn: connection.KafkaConnection, desired: Mapping[TopicPartition, Iterable[int]], *,
+            throttle_bytes_per_s: int, dry_run: bool = True, **options: Any) -> ExecutionReport:
     """:meth:`Executor.execute` in one call; ``options`` are the other :class:`Executor` arguments."""
     return Executor(conn, desired, throttle_bytes_per_s=throttle_bytes_per_s, dry_run=dry_run,
                     **options).execute()

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kafkaops.platform import admin
+from kafkaops.platform.kafka import connection, metadata, reassignments
 from kafkaops.reassign import approval, engine
 from kafkaops.platform import lifecycle
 from kafkaops.platform import params as form
@@ -189,8 +189,8 @@ def _chosen_brokers(ctx: OperationContext) -> tuple[int, ...]:
 
 def registered_brokers(conn_config: Mapping[str, str]) -> list[int]:
     """The broker ids the controller has registered."""
-    with admin.connect(conn_config, timeout_s=10.0) as conn:
-        return sorted(b.id for b in admin.describe_cluster(conn)[2])
+    with connection.connect(conn_config, timeout_s=10.0) as conn:
+        return sorted(b.id for b in metadata.describe_cluster(conn)[2])
 
 
 def wait_until_registered(ctx: OperationContext, new_brokers: Sequence[Mapping[str, Any]], *,
@@ -284,8 +284,8 @@ def set_throttles(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[s
             ctx.audit.append("note", text=f"the throttles an earlier try set are still on brokers "
                                           f"{list(record.brokers)}: set again, to be removed as first recorded")
         else:
-            cluster_id = admin.describe_cluster(conn)[0]
-            before = admin.snapshot(conn, topics=sorted({t for t, _ in desired}), groups=False)
+            cluster_id = metadata.describe_cluster(conn)[0]
+            before = metadata.snapshot(conn, topics=sorted({t for t, _ in desired}), groups=False)
             record = engine.plan_throttles(conn, engine.moves_for(before, desired),
                                            ledger=ctx.store.throttle_ledger(cluster_id))
             ctx.fence("set throttles")
@@ -340,7 +340,7 @@ def next_batch(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str,
     with ctx.connect() as conn:
         # a move in flight is waited for whatever its target: e.g. on a retry after a broker died
         # mid-move, which observing would refuse as a broker that is not registered
-        waiting = sorted(admin.list_partition_reassignments(conn, list(desired)))
+        waiting = sorted(reassignments.list_partition_reassignments(conn, list(desired)))
         if not waiting:
             submitted = len(ctx.audit.summary()["batches"])
             seen = engine.observe(conn, desired, submitted=submitted)
@@ -375,9 +375,9 @@ def progress_of(conn_config: Mapping[str, str], spec: Mapping[str, Any], started
     """Progress of the partitions of a :func:`wait_spec` (for the polling trigger), JSON-safe."""
     desired = {(e["topic"], int(e["partition"])): tuple(e["replicas"]) for e in spec["partitions"]}
     moves = engine.moves_for(Cluster.from_dict(spec["before"]), desired)
-    with admin.connect(conn_config, timeout_s=10.0) as conn:
+    with connection.connect(conn_config, timeout_s=10.0) as conn:
         prog = engine.progress(conn, moves, elapsed_s=max(time.time() - started_at, 0.0))
-        in_flight = admin.list_partition_reassignments(conn, list(desired)) if not prog.done else {}
+        in_flight = reassignments.list_partition_reassignments(conn, list(desired)) if not prog.done else {}
     return {"done": prog.done, "text": str(prog), "partitions_done": prog.partitions_done,
             "partitions_total": prog.partitions_total, "bytes_done": prog.bytes_done, "bytes_total": prog.bytes_total,
             "percent": round(prog.percent, 1), "eta_s": prog.eta_s,
@@ -398,7 +398,7 @@ def elect_leaders(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[s
     with ctx.connect() as conn:
         if keys:
             ctx.fence("elect preferred leaders")
-            admin.elect_preferred_leaders(conn, keys)
+            reassignments.elect_preferred_leaders(conn, keys)
     ctx.audit.append("note", text=f"preferred leaders elected on {len(keys)} partition(s)")
     return {"partitions": len(keys)}
 
@@ -410,8 +410,8 @@ def post_move_gate(ctx: OperationContext, plan_data: Mapping[str, Any], before: 
     from kafkaops.reassign import frames  # pandas: only the tasks that gate import it
 
     with ctx.connect() as conn:
-        after = admin.snapshot(conn, include_internal=True)
-        in_flight = admin.list_partition_reassignments(conn)
+        after = metadata.snapshot(conn, include_internal=True)
+        in_flight = reassignments.list_partition_reassignments(conn)
     ctx.audit.append("snapshot", stage="after", cluster=after.to_dict())
     return lifecycle.gate(ctx, "post_move", frames.post_move_frame(Cluster.from_dict(before), after, desired_of(plan_data),
                                                         in_flight=in_flight))
@@ -422,7 +422,7 @@ def record_after(ctx: OperationContext, why: str) -> None:
     snapshot. A cluster that cannot be read leaves that earlier snapshot in place, and the record says so."""
     try:
         with ctx.connect() as conn:
-            after = admin.snapshot(conn, include_internal=True)
+            after = metadata.snapshot(conn, include_internal=True)
     except KafkaOpsError as err:
         ctx.audit.append("note", text=f"the cluster after {why} could not be read ({err}); \"cluster after\" "
                                       "shows it as the post-move gate saw it, before that")

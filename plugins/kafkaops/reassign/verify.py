@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from kafkaops.platform import admin
+from kafkaops.platform.kafka import connection, metadata, reassignments
 from kafkaops.errors import KafkaOpsError
 from kafkaops.model import Cluster, TopicPartition
 
@@ -83,9 +83,9 @@ def _offsets_gone_back(before: Cluster, after: Cluster) -> list[Failure]:
     return failures
 
 
-def verify_live(conn: admin.KafkaConnection, desired: Mapping[TopicPartition, Iterable[int]], before: Cluster
+def verify_live(conn: connection.KafkaConnection, desired: Mapping[TopicPartition, Iterable[int]], before: Cluster
                 ) -> VerificationResult:
     """:func:`verify_reassignment` against a snapshot of the whole live cluster (internal topics
     included) and the reassignments in flight there."""
-    after = admin.snapshot(conn, include_internal=True, offsets=True, sizes=False, groups=False)
-    return verify_reassignment(before, after, desired, admin.list_partition_reassignments(conn))
+    after = metadata.snapshot(conn, include_internal=True, offsets=True, sizes=False, groups=False)
+    return verify_reassignment(before, after, desired, reassignments.list_partition_reassignments(conn))

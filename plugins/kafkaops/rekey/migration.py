@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafkaops.errors import KafkaOpsError
-from kafkaops.platform import admin, lifecycle
+from kafkaops.platform import lifecycle
+from kafkaops.platform.kafka import acls, metadata, records, topics
 from kafkaops.rekey import backfill
 from kafkaops.rekey.backfill import BackfillPlan
 
@@ -122,7 +123,7 @@ class Stillness:
 # -- steps (I/O) ----------------------------------------------------------------------------------------------
 
 def source_ends(ctx: lifecycle.OperationContext, topic: str) -> dict[int, int]:
-    return {p: e for p, (_, e) in admin.end_offsets(ctx.conn_config, topic).items()}
+    return {p: e for p, (_, e) in records.end_offsets(ctx.conn_config, topic).items()}
 
 
 RunPass = Callable[[BackfillPlan, str, bool], Mapping[str, Any]]
@@ -171,7 +172,7 @@ def quiesce(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePol
     if policy.quiesce == "acl":
         with ctx.connect() as conn:
             ctx.fence(f"deny writes to {topic}")
-            admin.deny_writes(conn, topic, policy.principals)
+            acls.deny_writes(conn, topic, policy.principals)
         ctx.audit.append("note", text=f"writes to {topic} denied to {', '.join(policy.principals)} (ACL DENY Write); "
                                       "the write window begins", action="writes_denied", acl=list(policy.principals),
                          topic=topic)
@@ -254,7 +255,7 @@ def release_writes(ctx: lifecycle.OperationContext, topic: str, policy: LivePoli
     if policy.quiesce != "acl":
         return False
     with ctx.connect() as conn:
-        removed = admin.allow_writes(conn, topic, policy.principals)
+        removed = acls.allow_writes(conn, topic, policy.principals)
     if removed:
         ctx.audit.append("note", text=f"writes to {topic} allowed again: {removed} DENY Write ACL(s) removed",
                          action="writes_allowed")
@@ -282,7 +283,7 @@ def release_left_writes(ctx: lifecycle.OperationContext, notes: Sequence[Mapping
     topic, principals = str(last["topic"]), tuple(str(p) for p in last.get("acl") or ())
     try:
         with ctx.connect() as conn:
-            removed = admin.allow_writes(conn, topic, principals)
+            removed = acls.allow_writes(conn, topic, principals)
     except KafkaOpsError as err:
         text = (f"the DENY Write ACL on {topic} is still there: the step that removes it did not run to its end, "
                 f"and the finish could not remove it ({err}). Producers cannot write to {topic} until you run "
@@ -307,7 +308,7 @@ def settle_groups(ctx: lifecycle.OperationContext, topic: str, ends: Mapping[int
     began = clock()
     while True:
         with ctx.connect() as conn:
-            snap = admin.snapshot(conn, topics=[topic], sizes=False)
+            snap = metadata.snapshot(conn, topics=[topic], sizes=False)
         states = {}
         for g in snap.groups:
             if g.group_id.startswith(backfill.MARKER_GROUP_PREFIX):
@@ -334,7 +335,7 @@ def last_timestamp(ctx: lifecycle.OperationContext, topic: str, ends: Mapping[in
     reads the last :data:`TAIL` offsets of each partition, as with transactional producers the last
     offsets are commit markers, which hold no record."""
     ranges = {p: (max(0, e - TAIL), e) for p, e in ends.items() if e > 0}
-    stamps = [r.timestamp for r in admin.read_ranges(ctx.conn_config, topic, ranges)] if ranges else []
+    stamps = [r.timestamp for r in records.read_ranges(ctx.conn_config, topic, ranges)] if ranges else []
     return max(stamps) if stamps else None
 
 
@@ -370,7 +371,7 @@ def confirm_switch(ctx: lifecycle.OperationContext, plan: BackfillPlan, quiesced
                                 f"producers were not moved to it. {source} has no new writes either; start the "
                                 f"producers on {target}")
         sleep(1.0)
-    first_new = min((r.timestamp for r in admin.read_ranges(
+    first_new = min((r.timestamp for r in records.read_ranges(
         ctx.conn_config, target, {p: (copied_ends.get(p, 0), min(e, copied_ends.get(p, 0) + TAIL))
                                   for p, e in now_target.items() if e > copied_ends.get(p, 0)})), default=None)
     last_old = last_timestamp(ctx, source, source_at)
@@ -409,7 +410,7 @@ def abandon(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePol
     if policy.delete_target_on_abandon and not new_writes:
         with ctx.connect() as conn:
             ctx.fence(f"delete the abandoned target {plan.target_topic}")
-            admin.delete_topics(conn, [plan.target_topic, plan.dead_letter_topic])
+            topics.delete_topics(conn, [plan.target_topic, plan.dead_letter_topic])
         deleted = True
     what = ("deleted" if deleted else
             f"kept: it holds {new_writes:,} offset(s) written after the copy (producers were switched), so those "

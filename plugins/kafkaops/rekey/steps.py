@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kafkaops.platform import admin
+from kafkaops.platform.kafka import configs, metadata, offsets, records, topics
 from kafkaops.platform import keyrules
 from kafkaops.rekey import backfill
 from kafkaops.rekey import migration
@@ -354,7 +354,7 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
     ranges = {x.partition: (x.start_offset or 0, x.end_offset or 0) for x in parts}
     rf = max(x.replication_factor for x in parts)
     per_partition = max(1, -(-p.sample_records // current))
-    sampled = admin.sample(ctx.conn_config, p.topic, ranges, per_partition)
+    sampled = records.sample(ctx.conn_config, p.topic, ranges, per_partition)
     if p.mode == "in_place":
         change = key_change((r.key for r in sampled), current, p.new_partition_count)
         if change.keyed and not p.accept_ordering_break:
@@ -368,15 +368,15 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
                              key_change={**change.__dict__, "summary": change.summary()})
     else:
         with ctx.connect() as conn:
-            topics = admin.topic_names(conn)
-            configs = admin.describe_configs(conn, "topic", [p.topic])[p.topic]
+            topics = metadata.topic_names(conn)
+            topic_configs = configs.describe_configs(conn, "topic", [p.topic])[p.topic]
         target = p.target_topic or backfill.next_target_topic(p.topic, topics)
         bf = BackfillPlan(p.topic, tuple((k, s, e) for k, (s, e) in sorted(ranges.items())), target,
                           p.new_partition_count, p.key_rule)
         dead = sum(1 for r in sampled if keyrules.extract_key(r.key, r.value, bf.rule) is None)
         plan = PartitionPlan("migrate", p.topic, current, p.new_partition_count, rf, backfill=bf.to_dict(),
                              key_change={"sampled_records": len(sampled), "dead_letters_in_sample": dead},
-                             target_configs=configs)
+                             target_configs=topic_configs)
     data = {"plan": plan.to_dict(), "summary": plan.summary()}
     if plan.mode == "migrate":
         data["summary"] += f". {migration.cutover_summary(p.policy, p.topic)}"
@@ -423,7 +423,7 @@ def capacity_advice(store: Any, cluster_id: str | None, topic: str, chosen: int,
 def execute_in_place(ctx: lifecycle.OperationContext, plan: PartitionPlan) -> dict[str, Any]:
     with ctx.connect() as conn:
         ctx.fence(f"add partitions to {plan.topic}")
-        grown = admin.create_partitions(conn, plan.topic, plan.new_partitions, plan.assignment)
+        grown = topics.create_partitions(conn, plan.topic, plan.new_partitions, plan.assignment)
     ctx.audit.append("note", text=f"{plan.topic}: {'grown' if grown else 'already had'} {plan.new_partitions} "
                                   "partitions")
     return {"grown": grown}
@@ -434,9 +434,9 @@ def create_target(ctx: lifecycle.OperationContext, plan: PartitionPlan) -> dict[
     bf = BackfillPlan.from_dict(plan.backfill or {})
     with ctx.connect() as conn:
         ctx.fence(f"create the target topic {bf.target_topic}")
-        created = admin.create_topic(conn, bf.target_topic, bf.target_partitions, plan.replication_factor,
+        created = topics.create_topic(conn, bf.target_topic, bf.target_partitions, plan.replication_factor,
                                      plan.target_configs)
-        dlq = admin.create_topic(conn, bf.dead_letter_topic, 1, plan.replication_factor)
+        dlq = topics.create_topic(conn, bf.dead_letter_topic, 1, plan.replication_factor)
     ctx.audit.append("note", text=f"target {bf.target_topic} ({bf.target_partitions} partitions) "
                                   f"{'created' if created else 'exists'}; dead-letter {bf.dead_letter_topic} "
                                   f"{'created' if dlq else 'exists'}")
@@ -490,7 +490,7 @@ def backfill_gate(ctx: lifecycle.OperationContext, result: Mapping[str, Any]) ->
 
 def verify_in_place(ctx: lifecycle.OperationContext, plan: PartitionPlan) -> dict[str, Any]:
     with ctx.connect() as conn:
-        snap = admin.snapshot(conn, topics=[plan.topic], sizes=False, groups=False)
+        snap = metadata.snapshot(conn, topics=[plan.topic], sizes=False, groups=False)
     parts = snap.partitions_of(plan.topic)
     problems = []
     if len(parts) != plan.new_partitions:
@@ -531,30 +531,30 @@ def cutover(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mappin
                 f"can be committed for them on {bf.target_topic}. Stop those consumers once they read to the end, "
                 "then trigger the migration again; nothing was switched")
     with ctx.connect() as conn:
-        snap = admin.snapshot(conn, topics=[bf.source_topic, bf.target_topic], sizes=False)
+        snap = metadata.snapshot(conn, topics=[bf.source_topic, bf.target_topic], sizes=False)
     committed: dict[str, dict[int, int]] = {}
     for g in snap.groups:
         if g.group_id.startswith(backfill.MARKER_GROUP_PREFIX):  # a backfill's commit markers (the direct copy's
             continue                                            # count source offsets): not a consumer
         on_source = [x for x in g.partitions if x.topic == bf.source_topic]
-        offsets = {x.partition: x.committed for x in on_source if x.committed is not None}
-        if offsets or (on_source and quiesced is not None):  # live: no committed offset = the target's start
-            committed[g.group_id] = offsets
+        source_offsets = {x.partition: x.committed for x in on_source if x.committed is not None}
+        if source_offsets or (on_source and quiesced is not None):  # live: no committed offset = the target's start
+            committed[g.group_id] = source_offsets
     for group in p.named_groups:  # named by the operator: without a committed offset, from the target's start
         committed.setdefault(group, {})
     ranges = {x.partition: (x.start_offset or 0, x.end_offset or 0) for x in snap.partitions_of(bf.target_topic)}
     lineage: dict[int, list[tuple[int, str]]] = {k: [] for k in ranges}
     if committed:
-        for r in admin.read_ranges(ctx.conn_config, bf.target_topic, ranges):
+        for r in records.read_ranges(ctx.conn_config, bf.target_topic, ranges):
             value = r.header(backfill.LINEAGE_HEADER)
             lineage[r.partition].append((r.offset, value.decode() if value else f"?/{-1}/-1"))
     translated = {}
-    for group, offsets in sorted(committed.items()):
-        table = backfill.translate_offsets(bf.source_topic, offsets, lineage)
-        translated[group] = {"source": {str(k): v for k, v in sorted(offsets.items())},
+    for group, source_offsets in sorted(committed.items()):
+        table = backfill.translate_offsets(bf.source_topic, source_offsets, lineage)
+        translated[group] = {"source": {str(k): v for k, v in sorted(source_offsets.items())},
                              "target": {str(k): v["offset"] for k, v in table.items()},
                              "redelivered": sum(v["redelivered"] for v in table.values())}
-        if not offsets:
+        if not source_offsets:
             translated[group]["stated"] = "no committed offset on the source: starts at the start of the target"
         if group in settled:
             translated[group]["settled"] = settled[group]
@@ -562,8 +562,8 @@ def cutover(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mappin
             new_group = f"{group}{p.cutover_group_suffix}"
             with ctx.connect() as conn:
                 ctx.fence(f"commit offsets for group {new_group}")
-                admin.commit_group_offsets(conn, new_group, bf.target_topic,
-                                           {k: v["offset"] for k, v in table.items()})
+                offsets.commit_group_offsets(conn, new_group, bf.target_topic,
+                                            {k: v["offset"] for k, v in table.items()})
             translated[group]["committed_for"] = new_group
     ctx.audit.append("note", text=f"cut-over of {len(translated)} consumer group(s) from {bf.source_topic} to "
                                   f"{bf.target_topic}", offset_translation=translated)

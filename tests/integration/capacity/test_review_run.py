@@ -8,7 +8,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from kafkaops.platform import admin
+from kafkaops.platform.kafka import connection, topics
 from kafkaops.capacity import review as capacity
 from kafkaops.capacity import steps as capacity_run
 from kafkaops.cli import datagen
@@ -58,8 +58,8 @@ def read_sample(config: dict[str, str], start: dict[int, int], end: dict[int, in
 
 
 def test_review_names_the_hot_partition_hot_key_lagging_group_and_the_formulas(cluster, local_store) -> None:
-    with admin.connect(cluster) as conn:
-        admin.create_topic(conn, TOPIC, PARTITIONS, 2)
+    with connection.connect(cluster) as conn:
+        topics.create_topic(conn, TOPIC, PARTITIONS, 2)
     spec = datagen.DatagenSpec(records=3000, keys=50, skew="hot", hot_share=0.7, record_bytes=200, seed=1)
     datagen.produce(cluster, TOPIC, spec)
     consume_and_commit(cluster, 500)
@@ -131,8 +131,8 @@ def test_an_unreachable_cluster_leaves_the_history_unchanged(local_store) -> Non
 @pytest.mark.slow
 def test_the_spark_key_skew_job_matches_the_pure_helper(cluster) -> None:
     topic = "skewed"
-    with admin.connect(cluster) as conn:
-        admin.create_topic(conn, topic, PARTITIONS, 1)
+    with connection.connect(cluster) as conn:
+        topics.create_topic(conn, topic, PARTITIONS, 1)
     datagen.produce(cluster, topic, datagen.DatagenSpec(records=900, keys=30, skew="hot", hot_share=0.6,
                                                         record_bytes=120, seed=9))
     params = capacity_run.CapacityParams.from_params({"topics": [topic], "key_skew": True, "sample_records": 600,
@@ -155,8 +155,8 @@ def test_the_dag_runs_a_review_and_proposes_a_scale_out_run(cluster, airflow_db,
 
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT",
                        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": cluster["bootstrap.servers"]}}))
-    with admin.connect(cluster) as conn:
-        admin.create_topic(conn, "dag-topic", PARTITIONS, 1)
+    with connection.connect(cluster) as conn:
+        topics.create_topic(conn, "dag-topic", PARTITIONS, 1)
     datagen.produce(cluster, "dag-topic", datagen.DatagenSpec(records=300, keys=10, skew="hot", record_bytes=100))
     # run_dag: the session's mTLS and SASL_SSL tests ran this DAG with key_skew on; dag.test() would keep it
     run = run_dag(dagbag, "kafka_capacity_review", topics=["dag-topic"], propose_scale_out=True,

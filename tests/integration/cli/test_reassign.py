@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import NewTopic
 
-from kafkaops.platform import admin
+from kafkaops.platform.kafka import connection, metadata, reassignments
 from kafkaops.cli import datagen
 from kafkaops.cli.main import build_parser, main
 from kafkaops.errors import UnknownTopic
@@ -38,7 +38,7 @@ def cli(*argv: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def create(conn: admin.KafkaConnection, topic: str, assignment: Sequence[Sequence[int]], records: int,
+def create(conn: connection.KafkaConnection, topic: str, assignment: Sequence[Sequence[int]], records: int,
            record_bytes: int = 200) -> Cluster:
     """A topic with exactly ``assignment``, filled with ``records`` records."""
     for future in conn.admin.create_topics([NewTopic(topic, len(assignment), replica_assignment=[
@@ -48,13 +48,13 @@ def create(conn: admin.KafkaConnection, topic: str, assignment: Sequence[Sequenc
     time.sleep(1)
     datagen.produce(conn.config, topic, datagen.DatagenSpec(records=records, keys=50, skew="uniform",
                                                             record_bytes=record_bytes, seed=9))
-    return admin.snapshot(conn, topics=[topic], groups=False)
+    return metadata.snapshot(conn, topics=[topic], groups=False)
 
 
-def partitions_of(conn: admin.KafkaConnection, topic: str) -> tuple[object, ...]:
+def partitions_of(conn: connection.KafkaConnection, topic: str) -> tuple[object, ...]:
     """The topic's partitions, none while the metadata has not caught up with its creation."""
     try:
-        return admin.snapshot(conn, topics=[topic], offsets=False, sizes=False, groups=False).partitions
+        return metadata.snapshot(conn, topics=[topic], offsets=False, sizes=False, groups=False).partitions
     except UnknownTopic:
         return ()
 
@@ -65,18 +65,18 @@ def write_plan(path: Path, desired: Mapping[TopicPartition, Sequence[int]]) -> s
     return str(path)
 
 
-def replicas(conn: admin.KafkaConnection, topic: str) -> dict[TopicPartition, tuple[int, ...]]:
-    return {p.key: p.replicas for p in admin.snapshot(conn, topics=[topic], offsets=False, sizes=False,
-                                                      groups=False).partitions}
+def replicas(conn: connection.KafkaConnection, topic: str) -> dict[TopicPartition, tuple[int, ...]]:
+    return {p.key: p.replicas for p in metadata.snapshot(conn, topics=[topic], offsets=False, sizes=False,
+                                                        groups=False).partitions}
 
 
-def healthy(conn: admin.KafkaConnection) -> bool:
-    return not admin.list_partition_reassignments(conn) and not admin.snapshot(
+def healthy(conn: connection.KafkaConnection) -> bool:
+    return not reassignments.list_partition_reassignments(conn) and not metadata.snapshot(
         conn, include_internal=True, offsets=False, sizes=False, groups=False).under_replicated
 
 
 def test_live_plan_reads_the_cluster_and_restricts_to_topics(kafka_cluster: RunningCluster,
-                                                             kafka_conn: admin.KafkaConnection, topic_name: str,
+                                                             kafka_conn: connection.KafkaConnection, topic_name: str,
                                                              tmp_path: Path) -> None:
     create(kafka_conn, topic_name, [(1, 2), (2, 1), (1, 2)], records=300)
     output = tmp_path / "plan.json"
@@ -102,7 +102,7 @@ def test_live_plan_reads_the_cluster_and_restricts_to_topics(kafka_cluster: Runn
 
 
 def test_dry_run_changes_nothing_then_execute_moves_and_verifies(kafka_cluster: RunningCluster,
-                                                                 kafka_conn: admin.KafkaConnection,
+                                                                 kafka_conn: connection.KafkaConnection,
                                                                  topic_name: str, tmp_path: Path) -> None:
     bootstrap = kafka_cluster.bootstrap
     create(kafka_conn, topic_name, [(1, 2), (2, 1), (1, 2), (2, 1)], records=2000, record_bytes=300)
@@ -123,7 +123,7 @@ def test_dry_run_changes_nothing_then_execute_moves_and_verifies(kafka_cluster: 
     code, out, err = cli("execute", "--bootstrap-server", bootstrap, "--plan", output, "--throttle-mb", "10")
     assert code == 0 and err == ""
     assert f"would submit {len(desired)}" in out and "batch 1/1" in out and "dry run: nothing changed" in out
-    assert replicas(kafka_conn, topic_name) == start and admin.list_partition_reassignments(kafka_conn) == {}
+    assert replicas(kafka_conn, topic_name) == start and reassignments.list_partition_reassignments(kafka_conn) == {}
     assert throttles_left(kafka_conn) == {}
 
     code, out, err = cli("execute", "--bootstrap-server", bootstrap, "--plan", output, "--throttle-mb", "10",
@@ -144,7 +144,7 @@ def test_dry_run_changes_nothing_then_execute_moves_and_verifies(kafka_cluster: 
 
 
 def test_a_plan_naming_missing_partitions_is_refused_by_every_command(kafka_cluster: RunningCluster,
-                                                                      kafka_conn: admin.KafkaConnection,
+                                                                      kafka_conn: connection.KafkaConnection,
                                                                       topic_name: str, tmp_path: Path) -> None:
     create(kafka_conn, topic_name, [(1, 2)], records=10)
     plan = write_plan(tmp_path / "plan.json", {(topic_name, 0): (2, 3), (topic_name, 5): (1, 3)})
@@ -153,22 +153,22 @@ def test_a_plan_naming_missing_partitions_is_refused_by_every_command(kafka_clus
         assert code == 2 and err.count("\n") == 1, (argv, err)
         assert f"{topic_name}-5" in err and "nothing was changed" in err and "0..0" in err
     assert replicas(kafka_conn, topic_name) == {(topic_name, 0): (1, 2)}
-    assert admin.list_partition_reassignments(kafka_conn) == {} and throttles_left(kafka_conn) == {}
+    assert reassignments.list_partition_reassignments(kafka_conn) == {} and throttles_left(kafka_conn) == {}
 
 
-def _slow_plan(conn: admin.KafkaConnection, topic: str, tmp_path: Path) -> tuple[str, dict[TopicPartition, tuple[int, ...]]]:
+def _slow_plan(conn: connection.KafkaConnection, topic: str, tmp_path: Path) -> tuple[str, dict[TopicPartition, tuple[int, ...]]]:
     create(conn, topic, [(1, 2)], records=5000, record_bytes=500)  # ~2.5 MB: minutes at 50 kB/s
     return write_plan(tmp_path / "plan.json", {(topic, 0): (1, 3)}), {(topic, 0): (1, 2)}
 
 
-def _assert_reverted(conn: admin.KafkaConnection, topic: str, start: Mapping[TopicPartition, tuple[int, ...]]) -> None:
+def _assert_reverted(conn: connection.KafkaConnection, topic: str, start: Mapping[TopicPartition, tuple[int, ...]]) -> None:
     wait_for(lambda: healthy(conn), timeout=60, what="nothing in flight and nothing under-replicated")
     assert replicas(conn, topic) == start
     wait_for_no_throttles(conn)
 
 
 def test_cancel_reverts_an_in_flight_slow_move_and_clears_throttles(kafka_cluster: RunningCluster,
-                                                                    kafka_conn: admin.KafkaConnection,
+                                                                    kafka_conn: connection.KafkaConnection,
                                                                     topic_name: str, tmp_path: Path) -> None:
     bootstrap = kafka_cluster.bootstrap
     plan, start = _slow_plan(kafka_conn, topic_name, tmp_path)
@@ -177,7 +177,7 @@ def test_cancel_reverts_an_in_flight_slow_move_and_clears_throttles(kafka_cluste
     out, err, codes = io.StringIO(), io.StringIO(), []
     worker = threading.Thread(target=lambda: codes.append(args.func(args, out, err)), daemon=True)
     worker.start()
-    wait_for(lambda: (topic_name, 0) in admin.list_partition_reassignments(kafka_conn), timeout=30,
+    wait_for(lambda: (topic_name, 0) in reassignments.list_partition_reassignments(kafka_conn), timeout=30,
              what="the move to be in flight")
     wait_for(lambda: "broker 3" in throttles_left(kafka_conn), timeout=20, what="broker 3 to be throttled")
 
@@ -195,7 +195,7 @@ def test_cancel_reverts_an_in_flight_slow_move_and_clears_throttles(kafka_cluste
 
 
 def test_ctrl_c_of_execute_reverts_the_move_and_removes_the_throttles(kafka_cluster: RunningCluster,
-                                                                      kafka_conn: admin.KafkaConnection,
+                                                                      kafka_conn: connection.KafkaConnection,
                                                                       topic_name: str, tmp_path: Path) -> None:
     plan, start = _slow_plan(kafka_conn, topic_name, tmp_path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), os.environ.get("PYTHONPATH", "")])}
@@ -204,7 +204,7 @@ def test_ctrl_c_of_execute_reverts_the_move_and_removes_the_throttles(kafka_clus
                              "0.5", "--execute"], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: (topic_name, 0) in admin.list_partition_reassignments(kafka_conn), timeout=60,
+        wait_for(lambda: (topic_name, 0) in reassignments.list_partition_reassignments(kafka_conn), timeout=60,
                  what="the move to be in flight")
         wait_for(lambda: "broker 3" in throttles_left(kafka_conn), timeout=20, what="broker 3 to be throttled")
         proc.send_signal(signal.SIGINT)

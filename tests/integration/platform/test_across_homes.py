@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from kafkaops.platform import admin, provision, store
+from kafkaops.platform import provision, store
+from kafkaops.platform.kafka import connection, topics
 from kafkaops.platform.paths import JARS
 from tests import jvm
 from tests.conftest import TEST_BROKER_CONFIG
@@ -33,8 +34,8 @@ def spec() -> Iterator[provision.ClusterSpec]:
     # the lean JVM in the spec: the scale-out's broker is started by a step in another process
     with provision.temporary_cluster("kafkaops-homes-", brokers=3, controllers=1,
                                      extra_config=TEST_BROKER_CONFIG, inventory_vars=jvm.broker_vars()) as spec:
-        with admin.connect(spec.bootstrap) as conn:
-            admin.create_topic(conn, "homes", 6, 2)
+        with connection.connect(spec.bootstrap) as conn:
+            topics.create_topic(conn, "homes", 6, 2)
         yield spec
 
 
@@ -107,7 +108,7 @@ def test_a_scale_out_across_homes_is_recorded_whole_and_excludes_a_second_run(sp
     assert record["batches"] and record["throttles_set"] and record["throttles_removed"]
     assert record["before"] and record["after"] and record["outcome"] == "success"
     assert st.lease(cluster_id).free
-    with admin.connect(spec.bootstrap) as conn:
+    with connection.connect(spec.bootstrap) as conn:
         wait_for_no_throttles(conn)
     assert not [p for home in first.homes + second.homes for p in home.rglob("*")], "a step wrote to its home"
 
@@ -115,15 +116,15 @@ def test_a_scale_out_across_homes_is_recorded_whole_and_excludes_a_second_run(sp
 def test_a_failing_middle_step_gives_failed_releases_the_lock_and_leaves_no_throttle(spec, postgres_url,
                                                                                        tmp_path) -> None:
     st = store.open_store(postgres_url)
-    with admin.connect(spec.bootstrap) as conn:
-        admin.create_topic(conn, "homes-b", 6, 2)  # a fresh topic is unbalanced after a broker was added
+    with connection.connect(spec.bootstrap) as conn:
+        topics.create_topic(conn, "homes-b", 6, 2)  # a fresh topic is unbalanced after a broker was added
     run = Homes(tmp_path, postgres_url, spec, "rebalance",
                 {"dry_run": False, "approval": "auto_approve", "topics": ["homes-b"], "throttle_mb_per_s": 1.0})
     cluster_id = run.step("begin")["cluster_id"]
     before = run.step("preflight_gate")
     plan = run.step("plan", before=before)
     throttles = run.step("set_throttles", plan=plan)
-    with admin.connect(spec.bootstrap) as conn:
+    with connection.connect(spec.bootstrap) as conn:
         assert throttles_left(conn), "set_throttles set nothing"
     if plan["moves"]:
         error = run.step("verify", ok=False, plan=plan, before=before)  # nothing moved: verification fails
@@ -134,7 +135,7 @@ def test_a_failing_middle_step_gives_failed_releases_the_lock_and_leaves_no_thro
     assert done["outcome"] == "failed" and "verify" in done["reason"], done
     assert st.operation(DAG, run.run_id)["outcome"] == "failed"
     assert st.lease(cluster_id).free
-    with admin.connect(spec.bootstrap) as conn:
+    with connection.connect(spec.bootstrap) as conn:
         wait_for_no_throttles(conn)
 
 

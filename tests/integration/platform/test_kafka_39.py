@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from kafkaops.cli import datagen
-from kafkaops.platform import admin, provision, store
+from kafkaops.platform import provision, store
+from kafkaops.platform.kafka import connection, metadata, offsets, records, topics
 from kafkaops.platform.partitioner import partition_for
 from kafkaops.platform.paths import jar_dir
 from tests.conftest import TEST_BROKER_CONFIG, committed_copy
@@ -51,10 +52,10 @@ def cluster(airflow_db) -> Iterator[tuple[provision.ClusterSpec, Path]]:
                                      extra_config=TEST_BROKER_CONFIG) as spec, \
             kafka_default_connection(spec.bootstrap):
         spec_path = spec.save(spec.base_dir / "spec.json")
-        with admin.connect(spec.bootstrap) as conn:
-            admin.create_topic(conn, ORDERS, 6, 3)
+        with connection.connect(spec.bootstrap) as conn:
+            topics.create_topic(conn, ORDERS, 6, 3)
             datagen.produce(conn.config, ORDERS, datagen.DatagenSpec(records=3_000, keys=100, record_bytes=200))
-            admin.create_topic(conn, LEDGER, 3, 3)
+            topics.create_topic(conn, LEDGER, 3, 3)
             datagen.produce(conn.config, LEDGER, datagen.DatagenSpec(records=LEDGER_RECORDS, keys=100,
                                                                      record_bytes=200))
         yield spec, spec_path
@@ -71,8 +72,8 @@ def test_the_cluster_runs_kafka_3_9_with_its_own_config(cluster) -> None:
     voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in spec.nodes)
     assert f"controller.quorum.voters={voters}\n" in server
     assert "share.coordinator" not in server  # a 4.x setting a 3.9 broker would warn about
-    with admin.connect(spec.bootstrap) as conn:
-        _, controller, brokers = admin.describe_cluster(conn)
+    with connection.connect(spec.bootstrap) as conn:
+        _, controller, brokers = metadata.describe_cluster(conn)
     # the module's three nodes are registered brokers (the scale-out test, which may run first in a shuffled
     # order, adds broker 4); a KRaft cluster names any live broker its "controller" to clients, 4 too
     ids = {b.id for b in brokers}
@@ -91,10 +92,10 @@ def test_scale_out_adds_a_3_9_broker_and_moves_replicas_onto_it(dagbag, cluster)
     grown = provision.ClusterSpec.load(spec_path)
     assert [n.node_id for n in grown.nodes] == [1, 2, 3, 4] and grown.kafka_version == "3.9"
     assert running_release(grown, 4) == kafka_39_release()
-    with admin.connect(grown.bootstrap) as conn:
-        snap = admin.snapshot(conn, topics=[ORDERS], sizes=False, groups=False)
+    with connection.connect(grown.bootstrap) as conn:
+        snap = metadata.snapshot(conn, topics=[ORDERS], sizes=False, groups=False)
         assert throttles_left(conn) == {}
-        assert store.current().lease(admin.describe_cluster(conn)[0]).free
+        assert store.current().lease(metadata.describe_cluster(conn)[0]).free
     # as on 4.x: broker 4 joins rack-a, so it and broker 1 share rack-a's 6 replicas; 3 moves
     assert snap.replicas_per_broker() == {1: 3, 2: 6, 3: 6, 4: 3}
     assert record["plan"]["replica_moves"] == 3
@@ -103,17 +104,17 @@ def test_scale_out_adds_a_3_9_broker_and_moves_replicas_onto_it(dagbag, cluster)
 
 def test_migrate_rekeys_into_more_partitions_and_translates_offsets(dagbag, cluster) -> None:
     spec, _ = cluster
-    with admin.connect(spec.bootstrap, timeout_s=60) as conn:  # a group that has caught up
-        ends = {p: e for p, (_, e) in admin.end_offsets(conn.config, LEDGER).items()}
-        admin.commit_group_offsets(conn, "billing", LEDGER, ends)
+    with connection.connect(spec.bootstrap, timeout_s=60) as conn:  # a group that has caught up
+        ends = {p: e for p, (_, e) in records.end_offsets(conn.config, LEDGER).items()}
+        offsets.commit_group_offsets(conn, "billing", LEDGER, ends)
     dag_run, record = run(dagbag, "kafka_partition_increase", topic=LEDGER, new_partition_count=6, mode="migrate",
                           key_rule="field:key", dry_run=False, approval="auto_approve", cutover_group_suffix=".v2")
     assert str(dag_run.state) == "success", record
     assert record["outcome"] == "success", record
     assert [(g["gate"], g["ok"]) for g in record["gates"]] == [("preflight", True), ("backfill", True)]
     config = {"bootstrap.servers": spec.bootstrap}
-    source = admin.read_topic(config, LEDGER)
-    target = admin.read_topic(config, f"{LEDGER}.v2")
+    source = records.read_topic(config, LEDGER)
+    target = records.read_topic(config, f"{LEDGER}.v2")
     assert len(target) == len(source) == LEDGER_RECORDS
     assert Counter(r.key for r in target) == Counter(json.loads(r.value)["key"].encode() for r in source)
     misplaced = [(r.key, r.partition) for r in target if r.partition != partition_for(r.key, 6)]
@@ -125,7 +126,7 @@ def test_migrate_rekeys_into_more_partitions_and_translates_offsets(dagbag, clus
     cut = next(n for n in record["notes"] if "offset_translation" in n)["offset_translation"]
     _, after = committed_copy(config, f"{LEDGER}.v2")
     assert cut["billing"]["target"] == {str(p): e for p, e in after.items()}
-    with admin.connect(spec.bootstrap) as conn:
-        snap = admin.snapshot(conn, topics=[f"{LEDGER}.v2"], sizes=False)
+    with connection.connect(spec.bootstrap) as conn:
+        snap = metadata.snapshot(conn, topics=[f"{LEDGER}.v2"], sizes=False)
     moved = {x.partition: x.committed for g in snap.groups if g.group_id == "billing.v2" for x in g.partitions}
     assert moved == after

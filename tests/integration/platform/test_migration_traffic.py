@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from kafkaops.platform import admin, partitioner, provision, traffic
+from kafkaops.platform import partitioner, provision, traffic
+from kafkaops.platform.kafka import offsets, records, topics
 from tests.conftest import TEST_BROKER_CONFIG, RunningCluster
 
 
@@ -27,7 +28,7 @@ def copy_topic(config: dict[str, str], source: str, target: str) -> int:
     and value (Java's murmur2 placement, acks=all, idempotent), flushed; returns how many."""
     from confluent_kafka import Producer
 
-    records = admin.read_topic(config, source)
+    copied = records.read_topic(config, source)
     producer = Producer(traffic.producer_config(config))
     failed: list[str] = []
 
@@ -35,7 +36,7 @@ def copy_topic(config: dict[str, str], source: str, target: str) -> int:
         if err is not None:
             failed.append(str(err))
 
-    for r in records:
+    for r in copied:
         while True:
             try:
                 producer.produce(target, key=r.key, value=r.value, on_delivery=delivered)
@@ -45,7 +46,7 @@ def copy_topic(config: dict[str, str], source: str, target: str) -> int:
         producer.poll(0)
     assert producer.flush(30) == 0 and not failed, failed[:3]
     producer.close()
-    return len(records)
+    return len(copied)
 
 
 def migrate(cluster: RunningCluster, name: str, *, translated: bool, source_s: float, target_s: float
@@ -54,16 +55,16 @@ def migrate(cluster: RunningCluster, name: str, *, translated: bool, source_s: f
     quiet; the group's offsets on T at T's end offsets (``translated``) or at 0."""
     source, target, group = f"{name}-s", f"{name}-t", f"{name}-group"
     with cluster.connect() as conn:
-        admin.create_topic(conn, source, 3, 1)
-        admin.create_topic(conn, target, 12, 1)
+        topics.create_topic(conn, source, 3, 1)
+        topics.create_topic(conn, target, 12, 1)
         with traffic.MigrationTraffic(cluster.config, source, group=group, keys=200, rate_per_s=2000) as harness:
             time.sleep(source_s)
             harness.stop_producing()
             harness.drain_and_stop_consumer()
             copied = copy_topic(cluster.config, source, target)
-            ends = {p: e for p, (_, e) in admin.end_offsets(cluster.config, target).items()}
+            ends = {p: e for p, (_, e) in records.end_offsets(cluster.config, target).items()}
             assert sum(ends.values()) == copied
-            admin.commit_group_offsets(conn, group, target, ends if translated else {p: 0 for p in ends})
+            offsets.commit_group_offsets(conn, group, target, ends if translated else {p: 0 for p in ends})
             harness.switch_producers(target)
             harness.switch_consumer(target)
             time.sleep(target_s)
@@ -110,7 +111,7 @@ def test_offsets_left_at_zero_on_the_target_are_caught_as_duplicates(one_broker:
 def test_an_error_inside_the_block_still_stops_every_thread(one_broker: RunningCluster) -> None:
     source = f"migerr-{uuid.uuid4().hex[:6]}"
     with one_broker.connect() as conn:
-        admin.create_topic(conn, source, 3, 1)
+        topics.create_topic(conn, source, 3, 1)
     with pytest.raises(traffic.TrafficError, match="create it first"):
         with traffic.MigrationTraffic(one_broker.config, source, group=f"{source}-group", rate_per_s=500) as harness:
             time.sleep(0.5)

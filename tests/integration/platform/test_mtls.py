@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 
 from kafkaops.errors import ConfigError
-from kafkaops.platform import admin, lifecycle, store
+from kafkaops.platform import lifecycle, store
+from kafkaops.platform.kafka import connection, metadata, reassignments, topics
 from tests.integration.platform.secured_node import KEY_PASSWORD, SecuredNodes
 from tests.integration.platform.test_secured import refused_at_begin
 from tests.store_fixtures import local_store  # noqa: F401
@@ -98,8 +99,8 @@ def test_the_cli_generates_snapshots_plans_moves_and_verifies_over_mtls(
     assert ran.returncode == 0, ran.stderr
     verified = kafkaops("verify", *where, "--plan", str(plan_file), "--before", str(before_file), env=mtls_conn)
     assert verified.returncode == 0, verified.stderr + verified.stdout
-    with admin.connect(tls_nodes.mtls_client, name=f"Airflow connection '{CONN_ID}'") as kafka:
-        after = admin.snapshot(kafka, topics=["mtls-orders"])
+    with connection.connect(tls_nodes.mtls_client, name=f"Airflow connection '{CONN_ID}'") as kafka:
+        after = metadata.snapshot(kafka, topics=["mtls-orders"])
     assert {p.replicas for p in after.partitions} == {(1,)}
     assert sum(p.end_offset for p in after.partitions) == 400
 
@@ -116,14 +117,14 @@ def test_the_trigger_reads_the_connection_by_its_id(tls_nodes: SecuredNodes, mtl
     from kafkaops.cli.datagen import DatagenSpec, produce
     from kafkaops.reassign import steps
 
-    config = admin.connection_config(tls_nodes.mtls_client, name=f"Airflow connection '{CONN_ID}'")
-    with admin.connect(config) as kafka:
-        admin.create_topic(kafka, "mtls-moved", 1, 1)
+    config = connection.connection_config(tls_nodes.mtls_client, name=f"Airflow connection '{CONN_ID}'")
+    with connection.connect(config) as kafka:
+        topics.create_topic(kafka, "mtls-moved", 1, 1)
         produce(config, "mtls-moved", DatagenSpec(records=200, keys=20, seed=5))
-        before = admin.snapshot(kafka, topics=["mtls-moved"]).to_dict()
+        before = metadata.snapshot(kafka, topics=["mtls-moved"]).to_dict()
         (source,) = before["partitions"][0]["replicas"]
         target = 3 - source
-        admin.alter_partition_reassignments(kafka, {("mtls-moved", 0): [target]})
+        reassignments.alter_partition_reassignments(kafka, {("mtls-moved", 0): [target]})
     plan = {"kafka_json": {"version": 1, "partitions": [{"topic": "mtls-moved", "partition": 0,
                                                           "replicas": [target]}]}}
     caplog.set_level(logging.DEBUG)
@@ -136,8 +137,8 @@ def test_the_trigger_reads_the_connection_by_its_id(tls_nodes: SecuredNodes, mtl
 
     moved = asyncio.run(first_event(progress))
     assert moved["status"] == "done", moved
-    with admin.connect(config) as kafka:
-        assert admin.snapshot(kafka, topics=["mtls-moved"]).partitions[0].replicas == (target,)
+    with connection.connect(config) as kafka:
+        assert metadata.snapshot(kafka, topics=["mtls-moved"]).partitions[0].replicas == (target,)
     kind, kwargs = progress.serialize()
     assert kwargs["kafka_conn_id"] == CONN_ID and not any(k.startswith(("ssl", "security")) for k in kwargs)
     no_key_password(f"the kwargs of {kind}", json.dumps(kwargs))
@@ -181,7 +182,7 @@ def test_an_untrusted_certificate_is_refused_at_begin_naming_the_connection(
 
     wrong_key = {**tls_nodes.mtls_client, "ssl.key.password": "not-the-key-password"}
     with pytest.raises(ConfigError, match="Airflow connection 'kafka_wrong_key'.*ssl.key") as unreadable:
-        admin.connect(wrong_key, name="Airflow connection 'kafka_wrong_key'")
+        connection.connect(wrong_key, name="Airflow connection 'kafka_wrong_key'")
     assert "not-the-key-password" not in str(unreadable.value)
 
     env = conn_env("kafka_stranger", tls_nodes.mtls_config(tls_nodes.stranger_cert, tls_nodes.stranger_key))

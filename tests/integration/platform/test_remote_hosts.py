@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from kafkaops.errors import HostUnreachable, ProvisionError
-from kafkaops.platform import admin, provision
+from kafkaops.platform import provision
+from kafkaops.platform.kafka import connection, metadata
 from tests.sshd import ADDRESSES, NO_JAVA, REPO, SPARE, RemoteCluster
 
 pytestmark = pytest.mark.integration
@@ -34,9 +35,9 @@ def test_brokers_run_as_their_host_users_from_their_hosts_folders(remote: Remote
         denied = remote.server.ssh(host, f"ls {REPO}")
         assert denied.returncode != 0 and "Permission denied" in denied.stderr, denied
         remote.assert_runs_there(name)
-    with admin.connect({"bootstrap.servers": remote.bootstrap}, timeout_s=15) as conn:
+    with connection.connect({"bootstrap.servers": remote.bootstrap}, timeout_s=15) as conn:
         # and registered (the session's DAG test may have added broker 6 already)
-        assert {1, 2} <= {b.id for b in admin.describe_cluster(conn)[2]}
+        assert {1, 2} <= {b.id for b in metadata.describe_cluster(conn)[2]}
 
 
 def test_a_second_run_changes_nothing(remote: RemoteCluster) -> None:
@@ -53,7 +54,7 @@ def test_a_scale_out_adds_a_remote_broker_and_moves_replicas_onto_it(remote: Rem
     from tests.integration.cli.test_reassign import create
 
     topic = f"remote-{uuid.uuid4().hex[:6]}"
-    with admin.connect({"bootstrap.servers": remote.bootstrap}, timeout_s=15) as conn:
+    with connection.connect({"bootstrap.servers": remote.bootstrap}, timeout_s=15) as conn:
         create(conn, topic, [[1, 2], [2, 1], [1, 2], [2, 1]], records=400)
     provision.run_playbook("cluster_up.yml", remote.path, limit="kafka-3", ssh=remote.login())
     remote.assert_runs_there("kafka-3")
@@ -62,8 +63,8 @@ def test_a_scale_out_adds_a_remote_broker_and_moves_replicas_onto_it(remote: Rem
                 "--output", str(plan)]) == 0
     assert cli(["execute", "--bootstrap-server", remote.bootstrap, "--plan", str(plan), "--throttle-mb", "50",
                 "--execute"]) == 0
-    with admin.connect({"bootstrap.servers": remote.bootstrap}, timeout_s=15) as conn:
-        cluster = admin.snapshot(conn, topics=[topic], groups=False)
+    with connection.connect({"bootstrap.servers": remote.bootstrap}, timeout_s=15) as conn:
+        cluster = metadata.snapshot(conn, topics=[topic], groups=False)
     on_new = [p for p in cluster.partitions if 3 in p.replicas]
     assert on_new, f"no replica of {topic} moved onto the remote broker 3: {cluster.partitions}"
     assert sum(p.end_offset for p in cluster.partitions) == 400

@@ -20,7 +20,8 @@ import pytest
 
 from kafkaops.airflow.spark import SparkSubmitLauncher
 from kafkaops.errors import KafkaAuthFailed
-from kafkaops.platform import admin, lifecycle, spark, store
+from kafkaops.platform import lifecycle, spark, store
+from kafkaops.platform.kafka import connection, metadata, records, topics
 from tests.secured import PASSWORD, SecuredCluster, self_signed
 from tests.store_fixtures import local_store  # noqa: F401
 
@@ -99,9 +100,9 @@ def test_an_airflow_connection_feeds_the_cli_and_the_triggers(broker: SecuredClu
 
     from kafkaops.reassign import steps
 
-    with admin.connect(broker.config()) as kafka:
-        admin.create_topic(kafka, "moved", 1, 1)
-        before = admin.snapshot(kafka, topics=["moved"]).to_dict()
+    with connection.connect(broker.config()) as kafka:
+        topics.create_topic(kafka, "moved", 1, 1)
+        before = metadata.snapshot(kafka, topics=["moved"]).to_dict()
     where = before["partitions"][0]["replicas"]  # the trigger waits for a plan already in place
     plan = {"kafka_json": {"version": 1, "partitions": [{"topic": "moved", "partition": 0, "replicas": where}]}}
     caplog.set_level(logging.DEBUG)
@@ -121,9 +122,9 @@ def test_the_key_skew_spark_job_reads_sasl_ssl_with_its_config_in_a_file(
         broker: SecuredCluster, monkeypatch: pytest.MonkeyPatch) -> None:
     from kafkaops.capacity import steps as capacity_steps
 
-    config = admin.connection_config(broker.config(), name="Airflow connection 'kafka_secure'")
-    with admin.connect(config) as conn:
-        admin.create_topic(conn, "skewed", 2, 1)
+    config = connection.connection_config(broker.config(), name="Airflow connection 'kafka_secure'")
+    with connection.connect(config) as conn:
+        topics.create_topic(conn, "skewed", 2, 1)
     from kafkaops.cli.datagen import DatagenSpec, produce
 
     produce(config, "skewed", DatagenSpec(records=400, keys=20, skew="hot", seed=7))
@@ -155,15 +156,15 @@ def test_the_rekey_backfill_copies_and_verifies_on_sasl_ssl(broker: SecuredClust
     from kafkaops.rekey.backfill import BackfillPlan
 
     config = broker.config()
-    with admin.connect(config) as conn:
-        admin.create_topic(conn, "payments", 2, 1)
+    with connection.connect(config) as conn:
+        topics.create_topic(conn, "payments", 2, 1)
     produce(config, "payments", DatagenSpec(records=300, keys=30, skew="zipf", seed=3))
-    ranges = admin.end_offsets(config, "payments")
+    ranges = records.end_offsets(config, "payments")
     plan = BackfillPlan("payments", tuple((p, s, e) for p, (s, e) in sorted(ranges.items())), "payments.v2", 4,
                         "record_key")
-    with admin.connect(config) as conn:
-        admin.create_topic(conn, plan.target_topic, 4, 1)
-        admin.create_topic(conn, plan.dead_letter_topic, 1, 1)
+    with connection.connect(config) as conn:
+        topics.create_topic(conn, plan.target_topic, 4, 1)
+        topics.create_topic(conn, plan.dead_letter_topic, 1, 1)
     log_file = tmp_path / "spark.log"
     argv: list[list[str]] = []
     result = spark.run_spark_app("rekey_backfill", ["run", "--verify", "--plan", plan.to_json()],
@@ -180,7 +181,7 @@ def refused_at_begin(config: dict[str, str], conn_id: str, run_id: str, st: stor
     """What ``begin`` raises with the client ``config`` of the Airflow connection ``conn_id``: a
     KafkaAuthFailed within 10 s (not its 15 s request timeout) that names the connection, also in the
     run's record."""
-    named = admin.connection_config(config, name=f"Airflow connection '{conn_id}'")
+    named = connection.connection_config(config, name=f"Airflow connection '{conn_id}'")
     ctx = lifecycle.OperationContext("kafka_scale_out", run_id, named, SimpleNamespace(kind="scale_out", dry_run=True))
     started = time.monotonic()
     with pytest.raises(KafkaAuthFailed) as refused:

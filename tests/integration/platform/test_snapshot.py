@@ -6,7 +6,7 @@ import time
 import pytest
 from confluent_kafka import Consumer
 
-from kafkaops.platform import admin
+from kafkaops.platform.kafka import configs, connection, metadata, topics
 from kafkaops.cli import datagen
 from kafkaops.platform import provision
 from kafkaops.errors import KafkaUnreachable, UnknownTopic
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_snapshot_names_the_cluster_its_brokers_and_racks(kafka_cluster: RunningCluster, kafka_conn) -> None:
-    cluster = admin.snapshot(kafka_conn)
+    cluster = metadata.snapshot(kafka_conn)
     assert cluster.cluster_id == kafka_cluster.spec.cluster_id
     assert cluster.controller_id in {1, 2, 3}
     assert {(b.id, b.port, b.rack, b.online) for b in cluster.brokers} == {
@@ -26,12 +26,12 @@ def test_snapshot_names_the_cluster_its_brokers_and_racks(kafka_cluster: Running
 
 
 def test_snapshot_holds_topics_offsets_and_sizes_that_were_produced(kafka_conn, topic_name: str) -> None:
-    assert admin.create_topic(kafka_conn, topic_name, 3, 3) is True
-    assert admin.create_topic(kafka_conn, topic_name, 3, 3) is False  # idempotent
+    assert topics.create_topic(kafka_conn, topic_name, 3, 3) is True
+    assert topics.create_topic(kafka_conn, topic_name, 3, 3) is False  # idempotent
     spec = datagen.DatagenSpec(records=3000, keys=50, skew="hot", hot_share=0.5, record_bytes=200, seed=3)
     produced = datagen.produce(kafka_conn.config, topic_name, spec)
 
-    cluster = admin.snapshot(kafka_conn, topics=[topic_name])
+    cluster = metadata.snapshot(kafka_conn, topics=[topic_name])
     assert cluster.topics == (topic_name,)
     parts = cluster.partitions_of(topic_name)
     assert [p.partition for p in parts] == [0, 1, 2]
@@ -49,7 +49,7 @@ def test_snapshot_holds_topics_offsets_and_sizes_that_were_produced(kafka_conn, 
 
 
 def test_snapshot_reports_consumer_lag(kafka_conn, topic_name: str) -> None:
-    admin.create_topic(kafka_conn, topic_name, 1, 3)
+    topics.create_topic(kafka_conn, topic_name, 1, 3)
     datagen.produce(kafka_conn.config, topic_name, datagen.DatagenSpec(records=400, keys=20, seed=1))
     group = f"{topic_name}-group"
     consumer = Consumer({"bootstrap.servers": kafka_conn.bootstrap, "group.id": group,
@@ -64,7 +64,7 @@ def test_snapshot_reports_consumer_lag(kafka_conn, topic_name: str) -> None:
     consumer.commit(asynchronous=False)
     consumer.close()
 
-    cluster = admin.snapshot(kafka_conn, topics=[topic_name])
+    cluster = metadata.snapshot(kafka_conn, topics=[topic_name])
     lag = cluster.group(group)
     assert lag.total_lag == 400 - consumed
     assert [(x.topic, x.partition, x.committed, x.end_offset) for x in lag.partitions] == [
@@ -74,34 +74,34 @@ def test_snapshot_reports_consumer_lag(kafka_conn, topic_name: str) -> None:
 
 def test_unknown_topic_is_named(kafka_conn) -> None:
     with pytest.raises(UnknownTopic, match="no-such-topic"):
-        admin.snapshot(kafka_conn, topics=["no-such-topic"])
+        metadata.snapshot(kafka_conn, topics=["no-such-topic"])
 
 
 def test_a_missing_topic_is_typed_by_its_error_code_in_every_admin_call(kafka_conn, topic_name: str) -> None:
     # kafkaops.reassign.engine.remove_throttles relies on describe_configs of a deleted topic raising UnknownTopic
     with pytest.raises(UnknownTopic, match="UNKNOWN_TOPIC_OR_PART") as info:
-        admin.describe_configs(kafka_conn, "topic", [topic_name])
+        configs.describe_configs(kafka_conn, "topic", [topic_name])
     assert info.value.code == "UNKNOWN_TOPIC_OR_PART"
-    admin.delete_topics(kafka_conn, [topic_name])  # nothing to delete is not an error
+    topics.delete_topics(kafka_conn, [topic_name])  # nothing to delete is not an error
     with pytest.raises(UnknownTopic, match=topic_name):
-        admin.create_partitions(kafka_conn, topic_name, 4)
+        topics.create_partitions(kafka_conn, topic_name, 4)
 
 
 def test_unreachable_bootstrap_fails_fast_with_a_clear_error() -> None:
     port = provision.free_ports(1)[0]
     started = time.monotonic()
     with pytest.raises(KafkaUnreachable, match=f"127.0.0.1:{port}.*check bootstrap.servers"):
-        with admin.connect(f"127.0.0.1:{port}", timeout_s=3) as conn:
-            admin.snapshot(conn)
+        with connection.connect(f"127.0.0.1:{port}", timeout_s=3) as conn:
+            metadata.snapshot(conn)
     assert time.monotonic() - started < 15
 
 
 def test_a_killed_broker_shows_offline_with_under_replicated_partitions(
         kafka_cluster: RunningCluster, kafka_conn, topic_name: str) -> None:
-    admin.create_topic(kafka_conn, topic_name, 3, 3)
+    topics.create_topic(kafka_conn, topic_name, 3, 3)
     datagen.produce(kafka_conn.config, topic_name, datagen.DatagenSpec(records=300, keys=30, seed=2))
     # not the active controller: its loss would stall the metadata answers while a new one is elected
-    controller = admin.snapshot(kafka_conn, topics=[topic_name], sizes=False, groups=False).controller_id
+    controller = metadata.snapshot(kafka_conn, topics=[topic_name], sizes=False, groups=False).controller_id
     victim = max(b for b in (1, 2, 3) if b != controller)
     pid = provision.node_pid(kafka_cluster.spec, victim)
     assert pid is not None
@@ -114,7 +114,7 @@ def test_a_killed_broker_shows_offline_with_under_replicated_partitions(
             # broker, and a long-lived client keeps asking the dead one until its metadata refreshes
             try:
                 with kafka_cluster.connect(timeout_s=5) as fresh:
-                    snap = admin.snapshot(fresh, topics=[topic_name], sizes=False, groups=False)
+                    snap = metadata.snapshot(fresh, topics=[topic_name], sizes=False, groups=False)
             except KafkaUnreachable:  # a moment without answers while the cluster notices the loss
                 return None
             return snap if victim in snap.offline_broker_ids and snap.under_replicated else None
@@ -130,7 +130,7 @@ def test_a_killed_broker_shows_offline_with_under_replicated_partitions(
     def healed():
         try:
             with kafka_cluster.connect(timeout_s=5) as fresh:
-                return not admin.snapshot(fresh, topics=[topic_name], sizes=False, groups=False).under_replicated
+                return not metadata.snapshot(fresh, topics=[topic_name], sizes=False, groups=False).under_replicated
         except KafkaUnreachable:
             return False
 

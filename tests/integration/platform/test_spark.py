@@ -18,7 +18,8 @@ from kafkaops.capacity import skew
 from kafkaops.capacity import steps as capacity_steps
 from kafkaops.cli import datagen
 from kafkaops.model import Cluster
-from kafkaops.platform import admin, spark
+from kafkaops.platform import spark
+from kafkaops.platform.kafka import connection, records, topics
 from kafkaops.rekey.backfill import LINEAGE_HEADER, BackfillPlan
 from tests.spark import HIDDEN, StandaloneSpark
 
@@ -68,8 +69,8 @@ def test_the_key_skew_job_runs_on_the_standalone_cluster(kafka_cluster, launcher
                                                          spark_standalone: StandaloneSpark, topic_name: str,
                                                          tmp_path: Path) -> None:
     config = kafka_cluster.config
-    with admin.connect(config) as conn:
-        admin.create_topic(conn, topic_name, 3, 1)
+    with connection.connect(config) as conn:
+        topics.create_topic(conn, topic_name, 3, 1)
     datagen.produce(config, topic_name, datagen.DatagenSpec(records=900, keys=30, skew="hot", hot_share=0.6,
                                                             record_bytes=120, seed=9))
     params = capacity_steps.CapacityParams.from_params({"topics": [topic_name], "key_skew": True,
@@ -88,7 +89,7 @@ def test_the_key_skew_job_runs_on_the_standalone_cluster(kafka_cluster, launcher
 
     start, end = skew.sample_offsets(Cluster.from_dict(snap), topic_name, 600)
     sample = [(r.key, r.value, r.partition) for r in
-              admin.read_ranges(config, topic_name, {p: (start[p], end[p]) for p in start})]
+              records.read_ranges(config, topic_name, {p: (start[p], end[p]) for p in start})]
     expected = skew.analyze(topic_name, sample, partitions=3, candidates=(3, 6), candidate_field="id")
     assert result.pop("sample") == {"start": {str(p): o for p, o in start.items()},
                                     "end": {str(p): o for p, o in end.items()}}
@@ -108,15 +109,15 @@ def keyed_topic_and_plan(config: dict, topic: str, partitions: int, new_partitio
                          data: datagen.DatagenSpec) -> BackfillPlan:
     """``topic`` with ``data``, and the backfill plan of its partition increase by the record key (target
     and dead-letter topics created)."""
-    with admin.connect(config) as conn:
-        admin.create_topic(conn, topic, partitions, 1)
+    with connection.connect(config) as conn:
+        topics.create_topic(conn, topic, partitions, 1)
     datagen.produce(config, topic, data)
-    ranges = admin.end_offsets(config, topic)
+    ranges = records.end_offsets(config, topic)
     plan = BackfillPlan(topic, tuple((p, s, e) for p, (s, e) in sorted(ranges.items())), f"{topic}.v2",
                         new_partitions, "record_key")
-    with admin.connect(config) as conn:
-        admin.create_topic(conn, plan.target_topic, new_partitions, 1)
-        admin.create_topic(conn, plan.dead_letter_topic, 1, 1)
+    with connection.connect(config) as conn:
+        topics.create_topic(conn, plan.target_topic, new_partitions, 1)
+        topics.create_topic(conn, plan.dead_letter_topic, 1, 1)
     return plan
 
 
@@ -154,8 +155,8 @@ def test_an_executor_killed_mid_write_leaves_no_duplicate_and_no_gap(
     rerun resumes its slice from the committed marker (the transactional sink fenced the dead attempt),
     and the target read read_committed holds every record once, in order (the verify inside the job)."""
     config = kafka_cluster.config
-    records = 120_000
-    plan = keyed_topic_and_plan(config, topic_name, 4, 8, datagen.DatagenSpec(records=records, keys=500, skew="zipf",
+    total = 120_000
+    plan = keyed_topic_and_plan(config, topic_name, 4, 8, datagen.DatagenSpec(records=total, keys=500, skew="zipf",
                                                                               record_bytes=200, seed=11))
     killed: list[int] = []
     stop = threading.Event()
@@ -163,9 +164,9 @@ def test_an_executor_killed_mid_write_leaves_no_duplicate_and_no_gap(
     def kill_an_executor_once_writing() -> None:
         """Kill -9 the first executor once the target has records (committed or not) and before the copy ends."""
         while not stop.is_set():
-            written = sum(end for _, end in admin.end_offsets(config, plan.target_topic).values())
+            written = sum(end for _, end in records.end_offsets(config, plan.target_topic).values())
             pids = executor_pids(spark_standalone.users)
-            if 0 < written < records and pids:
+            if 0 < written < total and pids:
                 os.kill(pids[0], signal.SIGKILL)
                 killed.append(pids[0])
                 return
@@ -184,9 +185,9 @@ def test_an_executor_killed_mid_write_leaves_no_duplicate_and_no_gap(
     assert killed, "no executor was killed while the copy wrote: the test proved nothing"
     integrity = result["integrity"]
     assert integrity["ok"], integrity
-    assert integrity["target_records"] + integrity["dead_letters"] == records
+    assert integrity["target_records"] + integrity["dead_letters"] == total
     # what a consumer sees (librdkafka reads read_committed by default): every planned record exactly once
-    committed = admin.read_ranges(config, plan.target_topic, {p: (0, e) for p, (_, e) in
-                                                               admin.end_offsets(config, plan.target_topic).items()})
+    committed = records.read_ranges(config, plan.target_topic, {p: (0, e) for p, (_, e) in
+                                                               records.end_offsets(config, plan.target_topic).items()})
     lineages = [r.header(LINEAGE_HEADER) for r in committed]
-    assert len(lineages) == len(set(lineages)) == records
+    assert len(lineages) == len(set(lineages)) == total

@@ -5,16 +5,17 @@ from __future__ import annotations
 import time
 
 from kafkaops.cli import datagen
-from kafkaops.platform import admin, traffic
+from kafkaops.platform import traffic
+from kafkaops.platform.kafka import connection, metadata, reassignments, topics
 from kafkaops.reassign import engine
 from tests.conftest import RunningCluster, wait_for
 
 
 def test_traffic_through_a_reassignment_loses_duplicates_and_reorders_nothing(
-        kafka_cluster: RunningCluster, kafka_conn: admin.KafkaConnection, topic_name: str) -> None:
-    admin.create_topic(kafka_conn, topic_name, 3, 2)
+        kafka_cluster: RunningCluster, kafka_conn: connection.KafkaConnection, topic_name: str) -> None:
+    topics.create_topic(kafka_conn, topic_name, 3, 2)
     datagen.produce(kafka_cluster.config, topic_name, datagen.DatagenSpec(records=2000, keys=50, record_bytes=200))
-    before = admin.snapshot(kafka_conn, topics=[topic_name], groups=False)
+    before = metadata.snapshot(kafka_conn, topics=[topic_name], groups=False)
     brokers = set(before.broker_ids)
     # each partition gets the broker it lacks, as its new preferred leader: data moves and leaders change
     desired = {p.key: (next(iter(sorted(brokers - set(p.replicas)))), p.replicas[0]) for p in before.partitions}
@@ -24,12 +25,12 @@ def test_traffic_through_a_reassignment_loses_duplicates_and_reorders_nothing(
         report = engine.execute(kafka_conn, desired, throttle_bytes_per_s=5_000_000, dry_run=False,
                                 poll_interval_s=0.5)
         assert sorted(report.submitted) == sorted(desired) and report.progress is not None and report.progress.done
-        admin.elect_preferred_leaders(kafka_conn, list(desired))
-        wait_for(lambda: all(p.leader == p.replicas[0] for p in admin.snapshot(
+        reassignments.elect_preferred_leaders(kafka_conn, list(desired))
+        wait_for(lambda: all(p.leader == p.replicas[0] for p in metadata.snapshot(
             kafka_conn, topics=[topic_name], offsets=False, sizes=False, groups=False).partitions),
             timeout=30, what=f"every partition of {topic_name} to be led by its new first replica")
         time.sleep(1.0)  # keep producing across the leader changes
-        reading = {g.group_id: g for g in admin.snapshot(kafka_conn, topics=[topic_name]).groups}
+        reading = {g.group_id: g for g in metadata.snapshot(kafka_conn, topics=[topic_name]).groups}
         assert reading[check.group_id].members == 1, reading
     result = check.stop()
 
@@ -39,7 +40,7 @@ def test_traffic_through_a_reassignment_loses_duplicates_and_reorders_nothing(
     assert (result.lost, result.duplicated, result.out_of_order) == (0, 0, 0)
     # the consumer read this check's records only, from its own group, which it deleted at the end
     assert len(check.received) == result.received and check.group_id.startswith("kafkaops-traffic-")
-    assert check.group_id not in {g.group_id for g in admin.snapshot(kafka_conn).groups}
+    assert check.group_id not in {g.group_id for g in metadata.snapshot(kafka_conn).groups}
 
 
 def test_a_missing_topic_is_refused_naming_it(kafka_cluster: RunningCluster, topic_name: str) -> None:

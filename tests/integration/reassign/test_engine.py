@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kafkaops.platform import admin
+from kafkaops.platform.kafka import configs, connection, metadata, reassignments, topics
 from kafkaops.cli import datagen
 from kafkaops.reassign import engine
 from kafkaops.reassign import verify
@@ -29,21 +29,21 @@ pytestmark = pytest.mark.integration
 PLUGINS = Path(__file__).resolve().parents[3] / "plugins"
 
 
-def whole(conn: admin.KafkaConnection, **kwargs: bool) -> Cluster:
-    return admin.snapshot(conn, include_internal=True, groups=False, **kwargs)
+def whole(conn: connection.KafkaConnection, **kwargs: bool) -> Cluster:
+    return metadata.snapshot(conn, include_internal=True, groups=False, **kwargs)
 
 
-def ensure_broker_4(cluster: GrowableCluster, conn: admin.KafkaConnection) -> None:
+def ensure_broker_4(cluster: GrowableCluster, conn: connection.KafkaConnection) -> None:
     if not cluster.has_node(4):
         cluster.add_broker(4, rack="rack-b")
-    wait_for(lambda: any(b.id == 4 for b in admin.describe_cluster(conn)[2]), timeout=60, what="broker 4 to register")
+    wait_for(lambda: any(b.id == 4 for b in metadata.describe_cluster(conn)[2]), timeout=60, what="broker 4 to register")
 
 
-def fill(conn: admin.KafkaConnection, topic: str, partitions: int, rf: int, records: int, record_bytes: int) -> Cluster:
-    admin.create_topic(conn, topic, partitions, rf)
+def fill(conn: connection.KafkaConnection, topic: str, partitions: int, rf: int, records: int, record_bytes: int) -> Cluster:
+    topics.create_topic(conn, topic, partitions, rf)
     datagen.produce(conn.config, topic, datagen.DatagenSpec(records=records, keys=200, skew="uniform",
                                                             record_bytes=record_bytes, seed=5))
-    return admin.snapshot(conn, topics=[topic], groups=False)
+    return metadata.snapshot(conn, topics=[topic], groups=False)
 
 
 def replace_second(snap: Cluster, topic: str, partitions: int) -> dict[TopicPartition, tuple[int, ...]]:
@@ -55,14 +55,14 @@ def replace_second(snap: Cluster, topic: str, partitions: int) -> dict[TopicPart
     return desired
 
 
-def assert_verified(conn: admin.KafkaConnection, desired: Mapping[TopicPartition, tuple[int, ...]], before: Cluster) -> None:
+def assert_verified(conn: connection.KafkaConnection, desired: Mapping[TopicPartition, tuple[int, ...]], before: Cluster) -> None:
     result = wait_for(lambda: (r := verify.verify_live(conn, desired, before)).ok and r, timeout=30,
                       what="the reassignment to verify")
     assert isinstance(result, verify.VerificationResult) and result.failures == ()
 
 
 def test_scale_out_onto_a_broker_added_by_the_role_under_load_loses_nothing(
-        own_cluster: GrowableCluster, own_conn: admin.KafkaConnection) -> None:
+        own_cluster: GrowableCluster, own_conn: connection.KafkaConnection) -> None:
     topic = f"scale-out-{time.monotonic_ns() % 10**6}"
     fill(own_conn, topic, partitions=6, rf=2, records=3000, record_bytes=400)  # on brokers 1-3
     result = own_cluster.add_broker(4, rack="rack-b")
@@ -76,7 +76,7 @@ def test_scale_out_onto_a_broker_added_by_the_role_under_load_loses_nothing(
 
         dry = engine.execute(own_conn, desired, throttle_bytes_per_s=1_000_000, max_moves_per_broker=2)
         assert dry.dry_run and dry.submitted == () and [len(b.moves) for b in dry.batches] == [2, 1]
-        assert admin.list_partition_reassignments(own_conn) == {}
+        assert reassignments.list_partition_reassignments(own_conn) == {}
         assert all(whole(own_conn, offsets=False, sizes=False).partition(*k).replicas == before.partition(*k).replicas
                    for k in desired)
 
@@ -90,17 +90,17 @@ def test_scale_out_onto_a_broker_added_by_the_role_under_load_loses_nothing(
         assert_verified(own_conn, desired, before)
         wait_for_no_throttles(own_conn)
 
-        admin.elect_preferred_leaders(own_conn, [p.key for p in before.partitions_of(topic)])
+        reassignments.elect_preferred_leaders(own_conn, [p.key for p in before.partitions_of(topic)])
         wait_for(lambda: all(p.leader == p.replicas[0] for p in
-                             admin.snapshot(own_conn, topics=[topic], offsets=False, sizes=False,
-                                            groups=False).partitions),
+                             metadata.snapshot(own_conn, topics=[topic], offsets=False, sizes=False,
+                                              groups=False).partitions),
                  timeout=30, what=f"every partition of {topic} to be led by its first replica")
         time.sleep(2)  # keep producing across the leader changes
     traffic.check(at_least=500)
 
 
 def test_a_broker_is_drained_to_zero_replicas_in_capped_batches(
-        own_cluster: GrowableCluster, own_conn: admin.KafkaConnection) -> None:
+        own_cluster: GrowableCluster, own_conn: connection.KafkaConnection) -> None:
     ensure_broker_4(own_cluster, own_conn)
     topic = f"drain-{time.monotonic_ns() % 10**6}"
     fill(own_conn, topic, partitions=4, rf=2, records=1000, record_bytes=300)
@@ -124,7 +124,7 @@ def test_a_broker_is_drained_to_zero_replicas_in_capped_batches(
     wait_for_no_throttles(own_conn)
 
 
-def _slow_move(own_conn: admin.KafkaConnection, name: str) -> tuple[str, Cluster, dict[TopicPartition, tuple[int, ...]]]:
+def _slow_move(own_conn: connection.KafkaConnection, name: str) -> tuple[str, Cluster, dict[TopicPartition, tuple[int, ...]]]:
     topic = f"{name}-{time.monotonic_ns() % 10**6}"
     snap = fill(own_conn, topic, partitions=2, rf=2, records=8000, record_bytes=500)  # ~2 MB a partition
     return topic, snap, replace_second(snap, topic, 2)
@@ -132,7 +132,7 @@ def _slow_move(own_conn: admin.KafkaConnection, name: str) -> tuple[str, Cluster
 
 @pytest.mark.parametrize("how", ["engine.cancel", "standalone cancel()"])
 def test_cancel_mid_way_leaves_a_healthy_cluster_without_throttles(
-        own_cluster: GrowableCluster, own_conn: admin.KafkaConnection, how: str) -> None:
+        own_cluster: GrowableCluster, own_conn: connection.KafkaConnection, how: str) -> None:
     topic, before, desired = _slow_move(own_conn, "cancel")
     run = engine.Executor(own_cluster.connect(), desired, throttle_bytes_per_s=50_000, dry_run=False,
                             poll_interval_s=0.5)
@@ -150,7 +150,7 @@ def test_cancel_mid_way_leaves_a_healthy_cluster_without_throttles(
         thread = threading.Thread(target=target, daemon=True)
         started = time.time()
         thread.start()
-        wait_for(lambda: set(admin.list_partition_reassignments(own_conn)) == set(desired), timeout=30,
+        wait_for(lambda: set(reassignments.list_partition_reassignments(own_conn)) == set(desired), timeout=30,
                  what="both moves to be in flight")
         adding = {k: v[1] for k, v in desired.items()}
         wait_for(lambda: all(f"{p}:{b}" in throttles_left(own_conn).get(f"topic {topic}", {}).get(
@@ -171,17 +171,17 @@ def test_cancel_mid_way_leaves_a_healthy_cluster_without_throttles(
         if how == "engine.cancel":
             assert isinstance(outcome[0], ReassignmentCancelled) and "reverted 2 move(s)" in str(outcome[0])
 
-        wait_for(lambda: admin.list_partition_reassignments(own_conn) == {}, timeout=30, what="nothing in flight")
+        wait_for(lambda: reassignments.list_partition_reassignments(own_conn) == {}, timeout=30, what="nothing in flight")
         wait_for(lambda: not whole(own_conn, offsets=False, sizes=False).under_replicated, timeout=60,
                  what="no under-replicated partition")
-        after = admin.snapshot(own_conn, topics=[topic], offsets=False, sizes=False, groups=False)
+        after = metadata.snapshot(own_conn, topics=[topic], offsets=False, sizes=False, groups=False)
         assert {k: after.partition(*k).replicas for k in desired} == {k: before.partition(*k).replicas for k in desired}
         wait_for_no_throttles(own_conn)
     traffic.check(at_least=100)
 
 
 def test_a_stalled_batch_names_its_partitions_and_the_replicas_missing_from_the_isr(
-        own_conn: admin.KafkaConnection) -> None:
+        own_conn: connection.KafkaConnection) -> None:
     topic, before, desired = _slow_move(own_conn, "stall")
     with pytest.raises(engine.ReassignmentStalled) as caught:
         engine.execute(own_conn, desired, throttle_bytes_per_s=50_000, dry_run=False, batch_timeout_s=2,
@@ -193,27 +193,27 @@ def test_a_stalled_batch_names_its_partitions_and_the_replicas_missing_from_the_
     # the throttles are gone (so the moves, still in flight, may finish any moment); cancel cleans up
     wait_for_no_throttles(own_conn)
     engine.cancel(own_conn, desired)
-    wait_for(lambda: admin.list_partition_reassignments(own_conn) == {}, timeout=30, what="nothing in flight")
+    wait_for(lambda: reassignments.list_partition_reassignments(own_conn) == {}, timeout=30, what="nothing in flight")
     wait_for(lambda: not whole(own_conn, offsets=False, sizes=False).under_replicated, timeout=60,
              what="no under-replicated partition after the cancel")
-    after = admin.snapshot(own_conn, topics=[topic], offsets=False, sizes=False, groups=False)
+    after = metadata.snapshot(own_conn, topics=[topic], offsets=False, sizes=False, groups=False)
     assert all(after.partition(*k).replicas in (before.partition(*k).replicas, v) for k, v in desired.items())
 
 
 RUN_EXECUTOR = """
 import json, logging, sys
-from kafkaops.platform import admin
+from kafkaops.platform.kafka import configs, connection, metadata, reassignments, topics
 from kafkaops.reassign import engine
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 desired = {(t, p): tuple(r) for t, p, r in json.loads(sys.argv[2])}
-with admin.connect(sys.argv[1], timeout_s=15) as conn:
+with connection.connect(sys.argv[1], timeout_s=15) as conn:
     report = engine.execute(conn, desired, throttle_bytes_per_s=int(sys.argv[3]), dry_run=False, poll_interval_s=0.5)
 print(json.dumps(report.to_dict()))
 """
 
 
 def test_a_killed_run_is_resumed_without_resubmitting(
-        own_cluster: GrowableCluster, own_conn: admin.KafkaConnection, tmp_path: Path) -> None:
+        own_cluster: GrowableCluster, own_conn: connection.KafkaConnection, tmp_path: Path) -> None:
     topic, before, desired = _slow_move(own_conn, "resume")
     args = json.dumps([[t, p, list(r)] for (t, p), r in desired.items()])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")]))}
@@ -221,7 +221,7 @@ def test_a_killed_run_is_resumed_without_resubmitting(
         proc = subprocess.Popen([sys.executable, "-c", RUN_EXECUTOR, own_cluster.bootstrap, args, "50000"],
                                 stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
-            wait_for(lambda: set(admin.list_partition_reassignments(own_conn)) == set(desired), timeout=60,
+            wait_for(lambda: set(reassignments.list_partition_reassignments(own_conn)) == set(desired), timeout=60,
                      what=f"the subprocess's moves to be in flight (log: {tmp_path / 'run.log'})")
             wait_for(lambda: f"topic {topic}" in throttles_left(own_conn), timeout=20, what="its throttles")
         finally:
@@ -229,7 +229,7 @@ def test_a_killed_run_is_resumed_without_resubmitting(
             proc.wait(30)
         assert proc.returncode == -signal.SIGKILL
         # killed: the moves and their throttles are still there
-        assert set(admin.list_partition_reassignments(own_conn)) == set(desired)
+        assert set(reassignments.list_partition_reassignments(own_conn)) == set(desired)
         assert f"topic {topic}" in throttles_left(own_conn)
 
         report = engine.execute(own_conn, desired, throttle_bytes_per_s=20_000_000, dry_run=False,
@@ -244,9 +244,9 @@ def test_a_killed_run_is_resumed_without_resubmitting(
     traffic.check(at_least=100)
 
 
-def test_bad_input_is_refused_before_any_change(own_conn: admin.KafkaConnection) -> None:
+def test_bad_input_is_refused_before_any_change(own_conn: connection.KafkaConnection) -> None:
     topic = f"refuse-{time.monotonic_ns() % 10**6}"
-    admin.create_topic(own_conn, topic, 2, 2)
+    topics.create_topic(own_conn, topic, 2, 2)
     cases = {
         ((topic, 7), (1, 2)): f"partition {topic}-7 does not exist; {topic} has partitions 0..1",
         ((topic, 0), (1, 99)): f"{topic}-0: replicas \\[1, 99\\] name broker\\(s\\) \\[99\\] that are not registered",
@@ -256,22 +256,22 @@ def test_bad_input_is_refused_before_any_change(own_conn: admin.KafkaConnection)
     for (key, replicas), message in cases.items():
         with pytest.raises(engine.InvalidReassignment, match=message):
             engine.execute(own_conn, {key: replicas}, throttle_bytes_per_s=1_000, dry_run=False)
-    assert admin.list_partition_reassignments(own_conn) == {}
+    assert reassignments.list_partition_reassignments(own_conn) == {}
     assert throttles_left(own_conn) == {}
 
 
-def test_the_throttles_of_a_topic_deleted_meanwhile_are_removed_without_error(own_conn: admin.KafkaConnection) -> None:
+def test_the_throttles_of_a_topic_deleted_meanwhile_are_removed_without_error(own_conn: connection.KafkaConnection) -> None:
     topic = f"deleted-{time.monotonic_ns() % 10**6}"
     snap = fill(own_conn, topic, partitions=1, rf=1, records=10, record_bytes=100)
     source = snap.partitions[0].replicas[0]
     moves = engine.moves_for(snap, {(topic, 0): (next(b for b in snap.online_broker_ids if b != source),)})
     record = engine.plan_throttles(own_conn, moves)
     engine.set_throttles(own_conn, record, 1_000_000)
-    admin.delete_topics(own_conn, [topic])
-    wait_for(lambda: topic not in admin.snapshot(own_conn, offsets=False, sizes=False, groups=False).topics,
+    topics.delete_topics(own_conn, [topic])
+    wait_for(lambda: topic not in metadata.snapshot(own_conn, offsets=False, sizes=False, groups=False).topics,
              timeout=30, what=f"{topic} to be deleted")
     with pytest.raises(UnknownTopic):
-        admin.describe_configs(own_conn, "topic", [topic])
+        configs.describe_configs(own_conn, "topic", [topic])
     removal = engine.remove_throttles(own_conn, record)
     assert removal.failures == () and removal.keep == ()
     wait_for_no_throttles(own_conn)

@@ -8,7 +8,8 @@ import pytest
 from confluent_kafka import Producer
 
 from kafkaops.cli import datagen
-from kafkaops.platform import admin, provision, waits
+from kafkaops.platform import provision, waits
+from kafkaops.platform.kafka import connection, topics
 from tests.conftest import TEST_BROKER_CONFIG
 
 
@@ -23,10 +24,10 @@ def seed_source(spec: provision.ClusterSpec, topic: str, generated: datagen.Data
                 bad: Sequence[bytes], *, keyless: bytes | None = None) -> None:
     """``topic`` (3 partitions): the ``generated`` datagen records, then each ``bad`` value keyed ``bad-<i>``
     on partition i % 3, and ``keyless`` (a value without a record key) on partition 1."""
-    with admin.connect(spec.bootstrap) as conn:
-        admin.create_topic(conn, topic, 3, 1)
+    with connection.connect(spec.bootstrap) as conn:
+        topics.create_topic(conn, topic, 3, 1)
         datagen.produce(conn.config, topic, generated)
-    producer = Producer(admin.client_config({"bootstrap.servers": spec.bootstrap}))
+    producer = Producer(connection.client_config({"bootstrap.servers": spec.bootstrap}))
     for i, value in enumerate(bad):
         producer.produce(topic, key=f"bad-{i}".encode(), value=value, partition=i % 3)
     if keyless is not None:

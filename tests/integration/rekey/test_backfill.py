@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from kafkaops.platform import admin, waits
+from kafkaops.platform import waits
+from kafkaops.platform.kafka import connection, records, topics
 from kafkaops.platform import keyrules
 from kafkaops.rekey import backfill
 from kafkaops.cli import datagen
@@ -57,11 +58,11 @@ def cluster(rekey_cluster: provision.ClusterSpec) -> provision.ClusterSpec:
 
 
 def plan_for(spec: provision.ClusterSpec, target: str, rule: str = "field:key", source: str = SOURCE) -> BackfillPlan:
-    ranges = admin.end_offsets({"bootstrap.servers": spec.bootstrap}, source)
+    ranges = records.end_offsets({"bootstrap.servers": spec.bootstrap}, source)
     plan = BackfillPlan(source, tuple((p, s, e) for p, (s, e) in sorted(ranges.items())), target, 6, rule)
-    with admin.connect(spec.bootstrap) as conn:
-        admin.create_topic(conn, plan.target_topic, 6, 1)
-        admin.create_topic(conn, plan.dead_letter_topic, 1, 1)
+    with connection.connect(spec.bootstrap) as conn:
+        topics.create_topic(conn, plan.target_topic, 6, 1)
+        topics.create_topic(conn, plan.dead_letter_topic, 1, 1)
     return plan
 
 
@@ -69,7 +70,7 @@ def read_back(spec: provision.ClusterSpec, plan: BackfillPlan
               ) -> tuple[list[SourceRecord], list[OutputRecord], list[OutputRecord]]:
     config = {"bootstrap.servers": spec.bootstrap}
     source = [SourceRecord(r.partition, r.offset, r.timestamp, r.key, r.value) for r in
-              admin.read_ranges(config, plan.source_topic, {p: (s, e) for p, s, e in plan.source_offsets})]
+              records.read_ranges(config, plan.source_topic, {p: (s, e) for p, s, e in plan.source_offsets})]
 
     def out(topic: str) -> list[OutputRecord]:
         return [OutputRecord(r.topic, r.partition, r.offset, r.key, r.value,
@@ -85,7 +86,7 @@ def written(spec: provision.ClusterSpec, plan: BackfillPlan) -> int:
     not, and the transactions' markers."""
     config = {"bootstrap.servers": spec.bootstrap}
     return sum(e - s for topic in (plan.target_topic, plan.dead_letter_topic)
-               for s, e in admin.end_offsets(config, topic).values())
+               for s, e in records.end_offsets(config, topic).values())
 
 
 def marked(spec: provision.ClusterSpec, plan: BackfillPlan) -> int:
@@ -104,11 +105,11 @@ def marked(spec: provision.ClusterSpec, plan: BackfillPlan) -> int:
     return sum(max(tp.offset, 0) for tp in partitions)
 
 
-def read_output(spec: provision.ClusterSpec, topic: str, isolation: str) -> list[admin.Record]:
+def read_output(spec: provision.ClusterSpec, topic: str, isolation: str) -> list[records.Record]:
     """Every record of ``topic`` up to its end offsets now, read ``read_committed`` (what consumers
     see) or ``read_uncommitted`` (aborted transactions' records too)."""
     plain = {"bootstrap.servers": spec.bootstrap}
-    return list(admin.read_ranges({**plain, "isolation.level": isolation}, topic, admin.end_offsets(plain, topic)))
+    return list(records.read_ranges({**plain, "isolation.level": isolation}, topic, records.end_offsets(plain, topic)))
 
 
 def uncommitted(spec: provision.ClusterSpec, plan: BackfillPlan) -> int:
@@ -254,9 +255,9 @@ def test_record_keys_off_their_home_partition(cluster, spark, spanning) -> None:
     from spark_apps import rekey_backfill
 
     topic = f"moved.{'spanning' if spanning else 'consistent'}"
-    with admin.connect(cluster.bootstrap) as conn:
-        admin.create_topic(conn, topic, 3, 1)
-    producer = Producer(admin.client_config({"bootstrap.servers": cluster.bootstrap}))
+    with connection.connect(cluster.bootstrap) as conn:
+        topics.create_topic(conn, topic, 3, 1)
+    producer = Producer(connection.client_config({"bootstrap.servers": cluster.bootstrap}))
     for i in range(600):
         key = f"acct-{i % 40}".encode()
         home = partition_for(key, 3)
@@ -346,7 +347,7 @@ def test_a_target_written_by_something_else_is_refused(cluster, spark, lineage, 
     from spark_apps import rekey_backfill
 
     plan = plan_for(cluster, f"{SOURCE}.foreign.{lineage is None}.{len(lineage or b'')}")
-    producer = Producer(admin.client_config({"bootstrap.servers": cluster.bootstrap}))
+    producer = Producer(connection.client_config({"bootstrap.servers": cluster.bootstrap}))
     producer.produce(plan.target_topic, key=b"x", value=b"y", partition=2,
                      headers=[(backfill.LINEAGE_HEADER, lineage)] if lineage else None)
     assert waits.close_producer(producer, waits.Deadline(30)) == 0
@@ -366,9 +367,9 @@ def test_a_copy_in_passes_appends_each_catch_up_and_verifies_as_one_copy(cluster
     seed_source(cluster, source, datagen.DatagenSpec(records=3000, keys=50, record_bytes=200), BAD[:1])
     first = plan_for(cluster, f"{source}.v2", rule, source)
     assert rekey_backfill.run(spark, first, cluster.bootstrap)["written"] == 3001
-    with admin.connect(cluster.bootstrap) as conn:  # producers keep writing during the first pass
+    with connection.connect(cluster.bootstrap) as conn:  # producers keep writing during the first pass
         datagen.produce(conn.config, source, datagen.DatagenSpec(records=2000, keys=50, record_bytes=200, seed=7))
-    ends = {p: e for p, (_, e) in admin.end_offsets({"bootstrap.servers": cluster.bootstrap}, source).items()}
+    ends = {p: e for p, (_, e) in records.end_offsets({"bootstrap.servers": cluster.bootstrap}, source).items()}
     second = first.next_pass(ends)
     assert second.records == 2000 and second.continues
     done = rekey_backfill.run(spark, second, cluster.bootstrap)
@@ -376,8 +377,8 @@ def test_a_copy_in_passes_appends_each_catch_up_and_verifies_as_one_copy(cluster
     again = rekey_backfill.run(spark, second, cluster.bootstrap)
     assert (again["already_written"], again["written"]) == (2000, 0)
     whole = second.whole_copy()
-    records = read_back(cluster, whole)
-    report = backfill.check_integrity(whole, *records)
+    read = read_back(cluster, whole)
+    report = backfill.check_integrity(whole, *read)
     assert report.ok, report.failures
     assert report.source_records == 5001 and report.target_records + report.dead_letters == 5001
     assert rekey_backfill.verify(spark, whole, cluster.bootstrap).totals() == report.totals()

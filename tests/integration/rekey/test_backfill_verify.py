@@ -12,7 +12,8 @@ import pytest
 from confluent_kafka import Producer
 
 from kafkaops.cli import datagen
-from kafkaops.platform import admin, provision, waits
+from kafkaops.platform import provision, waits
+from kafkaops.platform.kafka import connection
 from kafkaops.platform.partitioner import partition_for
 from kafkaops.rekey import backfill
 from kafkaops.rekey.backfill import BackfillPlan, OutputRecord, SourceRecord
@@ -143,7 +144,7 @@ def copy_with(spark, spec: provision.ClusterSpec, plan: BackfillPlan, damage: st
         moved = rows.where(this).withColumn("out_partition", (F.col("out_partition") + 1) % plan.target_partitions)
         plain_write(moved, plan, spec.bootstrap)
     elif damage == "foreign":
-        producer = Producer(admin.client_config({"bootstrap.servers": spec.bootstrap}))
+        producer = Producer(connection.client_config({"bootstrap.servers": spec.bootstrap}))
         producer.produce(plan.target_topic, key=b"intruder", value=b"{}", partition=0)
         producer.produce(plan.target_topic, key=b"intruder", value=b"{}", partition=0,
                          headers=[(backfill.LINEAGE_HEADER, f"{SOURCE}/0/999999".encode())])

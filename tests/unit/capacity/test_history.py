@@ -33,7 +33,7 @@ def test_an_unreadable_point_is_skipped(local_store, caplog) -> None:
 
 
 def test_a_snapshot_without_a_time_leaves_the_history_unchanged(local_store) -> None:
-    """The review step's own path: a snapshot that was never stamped (not taken by admin.snapshot) is refused
+    """The review step's own path: a snapshot that was never stamped (not taken by metadata.snapshot) is refused
     before the store is written, and the points already there stay as they were."""
     h = ReviewHistory("abc")
     h.append(point(1.0))

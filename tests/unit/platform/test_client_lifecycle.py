@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from kafkaops.platform import admin
+from kafkaops.errors import KafkaOpsError
+from kafkaops.platform.kafka import connection
 from kafkaops.platform.provision import free_ports
 from tests.clients import client_threads
 
@@ -32,7 +33,7 @@ def _run(script: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[st
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(_REPO / "plugins"), str(_REPO)])}
     prelude = textwrap.dedent(f"""
         import gc, os, sys, time
-        from kafkaops.platform import admin
+        from kafkaops.platform.kafka import connection
         NOBODY = "127.0.0.1:{free_ports(1)[0]}"
         def rdk_main():
             n = 0
@@ -54,7 +55,7 @@ def test_close_releases_the_admin_client_at_once_without_the_collector() -> None
     gc.disable()  # nothing but close() may release them
     try:
         before = client_threads()
-        connections = [admin.connect(f"127.0.0.1:{free_ports(1)[0]}", timeout_s=2) for _ in range(10)]
+        connections = [connection.connect(f"127.0.0.1:{free_ports(1)[0]}", timeout_s=2) for _ in range(10)]
         deadline = time.monotonic() + 10  # a client's thread takes its name a moment after it starts
         while client_threads() < before + 10 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -70,9 +71,9 @@ def test_close_releases_the_admin_client_at_once_without_the_collector() -> None
 
 
 def test_a_closed_connection_names_itself_when_used() -> None:
-    with admin.connect("127.0.0.1:1", name="Airflow connection 'kafka_default'") as conn:
+    with connection.connect("127.0.0.1:1", name="Airflow connection 'kafka_default'") as conn:
         pass
-    with pytest.raises(admin.KafkaOpsError, match=r"127\.0\.0\.1:1 \(Airflow connection 'kafka_default'\) is closed"):
+    with pytest.raises(KafkaOpsError, match=r"127\.0\.0\.1:1 \(Airflow connection 'kafka_default'\) is closed"):
         conn.admin.list_topics(timeout=1)
 
 
@@ -82,7 +83,7 @@ def test_a_collection_on_librdkafka_s_background_thread_does_not_abort() -> None
     from its own thread: librdkafka aborts."""
     child = _run("""
         for _ in range(3):
-            conn = admin.connect(NOBODY, timeout_s=2)
+            conn = connection.connect(NOBODY, timeout_s=2)
             future = conn.admin.describe_cluster(request_timeout=1)
             future.add_done_callback(lambda _f: gc.collect())
             conn.close()
@@ -101,7 +102,7 @@ def test_a_collection_inside_consume_and_its_callbacks_neither_hangs_nor_finds_a
     child = _run("""
         from confluent_kafka import Consumer
         for _ in range(5):
-            conn = admin.connect(NOBODY, timeout_s=2)
+            conn = connection.connect(NOBODY, timeout_s=2)
             conn.admin.describe_cluster(request_timeout=1)
             conn.close()
         orphans = rdk_main()
@@ -109,7 +110,7 @@ def test_a_collection_inside_consume_and_its_callbacks_neither_hangs_nor_finds_a
         def on_error(err):
             collections.append(gc.collect())
         consumer = Consumer({"bootstrap.servers": NOBODY, "group.id": "g", "error_cb": on_error,
-                             "logger": admin._QuietLibrdkafkaLog()})
+                             "logger": connection._QuietLibrdkafkaLog()})
         try:
             consumer.subscribe(["t"])
             deadline = time.monotonic() + 4

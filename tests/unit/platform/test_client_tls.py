@@ -20,7 +20,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from kafkaops.errors import ConfigError, KafkaAuthFailed, KafkaUnreachable
-from kafkaops.platform import admin, redaction
+from kafkaops.platform import redaction
+from kafkaops.platform.kafka import connection, metadata
 
 KEY_PASSWORD = "Key-Canary-3b7f"
 
@@ -113,12 +114,12 @@ def test_where_the_certificate_and_key_are_is_not_secret(key: str) -> None:
 
 def test_an_mtls_config_shows_its_files_and_masks_the_key_password(tmp_path: Path,
                                                                   certificates: dict[str, Path]) -> None:
-    config = admin.connection_config({"bootstrap.servers": "k1:9093", "security.protocol": "SSL",
-                                      "ssl.certificate.location": str(certificates["client_cert"]),
-                                      "ssl.key.location": str(certificates["client_key"]),
-                                      "ssl.key.password": KEY_PASSWORD, "ssl.keystore.password": KEY_PASSWORD,
-                                      "ssl.key.pem": "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIF"},
-                                     name="Airflow connection 'kafka_mtls'")
+    config = connection.connection_config({"bootstrap.servers": "k1:9093", "security.protocol": "SSL",
+                                          "ssl.certificate.location": str(certificates["client_cert"]),
+                                          "ssl.key.location": str(certificates["client_key"]),
+                                          "ssl.key.password": KEY_PASSWORD, "ssl.keystore.password": KEY_PASSWORD,
+                                          "ssl.key.pem": "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIF"},
+                                         name="Airflow connection 'kafka_mtls'")
     shown = repr(config)
     assert KEY_PASSWORD not in shown and "MIIF" not in shown and str(certificates["client_key"]) in shown
     assert redaction.redacted(config)["ssl.key.password"] == redaction.MASK
@@ -126,14 +127,14 @@ def test_an_mtls_config_shows_its_files_and_masks_the_key_password(tmp_path: Pat
 
 
 def test_kafka_python_gets_the_certificate_key_and_password() -> None:
-    args = admin.kafka_python_args({"bootstrap.servers": "k1:9093,k2:9093", "security.protocol": "ssl",
-                                    "ssl.ca.location": "/ca.pem", "ssl.certificate.location": "/client.pem",
-                                    "ssl.key.location": "/client.key.pem", "ssl.key.password": KEY_PASSWORD})
+    args = connection.kafka_python_args({"bootstrap.servers": "k1:9093,k2:9093", "security.protocol": "ssl",
+                                        "ssl.ca.location": "/ca.pem", "ssl.certificate.location": "/client.pem",
+                                        "ssl.key.location": "/client.key.pem", "ssl.key.password": KEY_PASSWORD})
     assert args == {"bootstrap_servers": ["k1:9093", "k2:9093"], "security_protocol": "SSL", "ssl_cafile": "/ca.pem",
                     "ssl_certfile": "/client.pem", "ssl_keyfile": "/client.key.pem", "ssl_password": KEY_PASSWORD}
     with pytest.raises(ConfigError, match="ssl.keystore.location") as refused:
-        admin.kafka_python_args({"bootstrap.servers": "k1:9093", "ssl.keystore.location": "/ks.p12",
-                                 "ssl.keystore.password": KEY_PASSWORD})
+        connection.kafka_python_args({"bootstrap.servers": "k1:9093", "ssl.keystore.location": "/ks.p12",
+                                     "ssl.keystore.password": KEY_PASSWORD})
     assert KEY_PASSWORD not in str(refused.value)
 
 
@@ -141,25 +142,25 @@ def test_a_wrong_key_password_is_a_config_error_naming_the_connection(server: Tl
                                                                       certificates: dict[str, Path]) -> None:
     wrong = mtls(server, certificates["client_cert"], certificates["client_key"], password="not-the-key-password")
     with pytest.raises(ConfigError, match=r"Airflow connection 'kafka_mtls'.*ssl\.key\.location") as refused:
-        admin.connect(wrong, name="Airflow connection 'kafka_mtls'")
+        connection.connect(wrong, name="Airflow connection 'kafka_mtls'")
     assert "not-the-key-password" not in str(refused.value)
 
 
 def test_the_probe_tells_an_accepted_certificate_from_a_refused_one(server: TlsServer,
                                                                    certificates: dict[str, Path]) -> None:
-    assert admin.tls_refusal(mtls(server, certificates["client_cert"], certificates["client_key"])) is None
-    reason = admin.tls_refusal(mtls(server, certificates["stranger_cert"], certificates["stranger_key"]))
+    assert connection.tls_refusal(mtls(server, certificates["client_cert"], certificates["client_key"])) is None
+    reason = connection.tls_refusal(mtls(server, certificates["stranger_cert"], certificates["stranger_key"]))
     assert reason and reason.startswith("TLSV1"), reason  # an alert of the server: unknown CA
-    assert admin.tls_refusal({"bootstrap.servers": f"127.0.0.1:{server.port}"}) is None  # not TLS: no probe
+    assert connection.tls_refusal({"bootstrap.servers": f"127.0.0.1:{server.port}"}) is None  # not TLS: no probe
 
 
 def test_an_untrusted_client_certificate_is_refused_at_once_naming_the_connection(
         server: TlsServer, certificates: dict[str, Path]) -> None:
     stranger = mtls(server, certificates["stranger_cert"], certificates["stranger_key"])
-    with admin.connect(stranger, name="Airflow connection 'kafka_stranger'", timeout_s=10) as conn:
+    with connection.connect(stranger, name="Airflow connection 'kafka_stranger'", timeout_s=10) as conn:
         started = time.monotonic()
         with pytest.raises(KafkaAuthFailed) as refused:
-            admin.describe_cluster(conn)
+            metadata.describe_cluster(conn)
     assert time.monotonic() - started < 5  # not the request's 10 s timeout
     assert refused.value.code == "_SSL" and not refused.value.retriable
     message = str(refused.value)
@@ -170,6 +171,6 @@ def test_an_untrusted_client_certificate_is_refused_at_once_naming_the_connectio
 def test_a_trusted_client_certificate_is_not_called_refused(server: TlsServer, certificates: dict[str, Path]) -> None:
     """The endpoint accepts the certificate but speaks no Kafka: the request times out, unreachable."""
     trusted = mtls(server, certificates["client_cert"], certificates["client_key"])
-    with admin.connect(trusted, name="Airflow connection 'kafka_mtls'", timeout_s=3) as conn:
+    with connection.connect(trusted, name="Airflow connection 'kafka_mtls'", timeout_s=3) as conn:
         with pytest.raises(KafkaUnreachable, match="Airflow connection 'kafka_mtls'"):
-            admin.describe_cluster(conn)
+            metadata.describe_cluster(conn)

@@ -6,7 +6,8 @@ import pytest
 from confluent_kafka import KafkaError
 
 from kafkaops.errors import ConfigError, KafkaAuthFailed
-from kafkaops.platform import admin, redaction
+from kafkaops.platform import redaction
+from kafkaops.platform.kafka import connection, errors
 
 PASSWORD = "Canary-Pass-91"
 CONFIG = {"bootstrap.servers": "k1:9093", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
@@ -42,7 +43,7 @@ def test_scrub_masks_secret_values_quoted_in_text() -> None:
 
 
 def test_a_client_config_shows_no_secret_however_it_is_printed() -> None:
-    config = admin.connection_config(CONFIG, name="Airflow connection 'kafka_secure'")
+    config = connection.connection_config(CONFIG, name="Airflow connection 'kafka_secure'")
     for shown in (repr(config), str(config), f"{config}", f"{config!r}", repr([config]), repr({"c": config})):
         assert PASSWORD not in shown and "MIIE" not in shown and "key-pass-1" not in shown
         assert "'sasl.username': 'ops'" in shown
@@ -55,20 +56,20 @@ SASL_ONLY = {k: v for k, v in CONFIG.items() if not k.startswith("ssl.")} | {"se
 
 
 def test_a_connection_and_its_config_errors_show_no_secret() -> None:
-    with admin.connect(SASL_ONLY, name="Airflow connection 'kafka_secure'") as conn:
+    with connection.connect(SASL_ONLY, name="Airflow connection 'kafka_secure'") as conn:
         assert PASSWORD not in repr(conn) and conn.name == "k1:9093 (Airflow connection 'kafka_secure')"
     with pytest.raises(ConfigError) as err:
-        admin.connection_config({k: v for k, v in CONFIG.items() if k != "bootstrap.servers"}, name="--kafka-config x")
+        connection.connection_config({k: v for k, v in CONFIG.items() if k != "bootstrap.servers"}, name="--kafka-config x")
     assert "(--kafka-config x)" in str(err.value) and PASSWORD not in str(err.value)
     with pytest.raises(ConfigError, match="ssl.ca.location") as err:  # librdkafka reads the file at once
-        admin.connect(CONFIG, name="Airflow connection 'kafka_secure'")
+        connection.connect(CONFIG, name="Airflow connection 'kafka_secure'")
     assert "Airflow connection 'kafka_secure'" in str(err.value) and PASSWORD not in str(err.value)
 
 
 @pytest.mark.parametrize("code", [KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL])
 def test_a_refused_login_or_handshake_is_an_auth_error_naming_the_connection(code: int) -> None:
-    with admin.connect(SASL_ONLY, name="Airflow connection 'kafka_secure'") as conn:
-        err = admin.classify(KafkaError(code, f"SASL failed for password {PASSWORD}"), "the cluster description",
+    with connection.connect(SASL_ONLY, name="Airflow connection 'kafka_secure'") as conn:
+        err = errors.classify(KafkaError(code, f"SASL failed for password {PASSWORD}"), "the cluster description",
                              conn)
     assert type(err) is KafkaAuthFailed and not err.retriable and err.code == KafkaError(code).name()
     assert "Airflow connection 'kafka_secure'" in str(err) and PASSWORD not in str(err)
@@ -78,20 +79,20 @@ def test_a_refused_login_or_handshake_is_an_auth_error_naming_the_connection(cod
 def test_a_timeout_after_a_refused_login_is_the_refusal() -> None:
     """librdkafka keeps retrying a refused login; the request then times out. The refusal, which its
     error callback reported, is the cause kafkaops names."""
-    with admin.connect(SASL_ONLY) as conn:
+    with connection.connect(SASL_ONLY) as conn:
         conn._on_error(KafkaError(KafkaError._AUTHENTICATION, "bad credentials"))
-        err = admin.classify(KafkaError(KafkaError._TIMED_OUT, "timed out"), "the cluster description", conn)
+        err = errors.classify(KafkaError(KafkaError._TIMED_OUT, "timed out"), "the cluster description", conn)
     assert type(err) is KafkaAuthFailed and err.code == "_AUTHENTICATION"
 
 
 def test_kafka_python_gets_the_same_security_settings() -> None:
-    args = admin.kafka_python_args({**{k: v for k, v in CONFIG.items() if k != "ssl.key.pem"},
-                                    "security.protocol": "sasl_ssl", "ssl.endpoint.identification.algorithm": "none"})
+    args = connection.kafka_python_args({**{k: v for k, v in CONFIG.items() if k != "ssl.key.pem"},
+                                        "security.protocol": "sasl_ssl", "ssl.endpoint.identification.algorithm": "none"})
     assert args == {"bootstrap_servers": ["k1:9093"], "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",
                     "sasl_plain_username": "ops", "sasl_plain_password": PASSWORD, "ssl_password": "key-pass-1",
                     "ssl_cafile": "/etc/kafka/ca.pem", "ssl_check_hostname": False}
     with pytest.raises(ConfigError, match="ssl.key.pem") as err:
-        admin.kafka_python_args(CONFIG)
+        connection.kafka_python_args(CONFIG)
     assert PASSWORD not in str(err.value)
 
 

@@ -1,4 +1,4 @@
-"""An in-memory cluster behind :mod:`kafkaops.platform.admin`'s functions, for the engine's loops
+"""An in-memory cluster behind :mod:`kafkaops.platform.kafka`'s functions, for the engine's loops
 without Kafka: replica lists, reassignments that finish after a few listings, dynamic configs,
 and brokers that are down or refuse config changes."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from kafkaops.errors import KafkaOpsError, KafkaUnreachable, UnknownTopic
 from kafkaops.model import Broker, Cluster, TopicPartition, PartitionAssignment, Reassignment
-from kafkaops.platform import admin
+from kafkaops.platform.kafka import configs, connection, metadata, reassignments
 
 
 class _Connection:
@@ -46,16 +46,18 @@ class FakeKafka:
     _moving: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...], int]] = field(default_factory=dict)
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeKafka:
-        for name in ("connect", "describe_cluster", "snapshot", "list_partition_reassignments",
-                     "alter_partition_reassignments", "describe_configs", "incremental_alter_configs",
-                     "replica_sizes"):
-            monkeypatch.setattr(admin, name, getattr(self, name))
+        for module, names in ((connection, ("connect",)),
+                              (metadata, ("describe_cluster", "snapshot", "replica_sizes")),
+                              (reassignments, ("list_partition_reassignments", "alter_partition_reassignments")),
+                              (configs, ("describe_configs", "incremental_alter_configs"))):
+            for name in names:
+                monkeypatch.setattr(module, name, getattr(self, name))
         return self
 
     def conn(self) -> Any:
         return _Connection()
 
-    # -- admin's functions -----------------------------------------------------------------------
+    # -- the Kafka adapter's functions-------------------------------------------------------------
     def connect(self, source: Any, *, timeout_s: float = 10.0) -> Any:
         return _Connection()
 

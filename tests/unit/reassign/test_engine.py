@@ -6,7 +6,8 @@ import pytest
 
 from kafkaops.errors import KafkaOpsError
 from kafkaops.model import Broker, Cluster, Move, PartitionAssignment, Reassignment
-from kafkaops.platform import admin, store
+from kafkaops.platform import store
+from kafkaops.platform.kafka import configs, metadata
 from kafkaops.reassign.engine import (
     FOLLOWER_RATE,
     FOLLOWER_REPLICAS,
@@ -293,7 +294,7 @@ def test_remove_throttles_keeps_the_unreached_brokers_when_interrupted(kafka: Fa
         calls.append(changes)
         if len(calls) == 2:
             raise KeyboardInterrupt
-    monkeypatch.setattr(admin, "incremental_alter_configs", interrupted)
+    monkeypatch.setattr(configs, "incremental_alter_configs", interrupted)
     record = ThrottleRecord(rates=tuple((b, LR, None) for b in (1, 2, 3)))
     with pytest.raises(KeyboardInterrupt):
         remove_throttles(kafka.conn(), record)
@@ -357,7 +358,7 @@ def test_a_broker_fenced_for_a_moment_is_observed_again_not_refused(kafka: FakeK
         if len(calls) == 3:
             kafka.online = {1, 2, 3}
         return snapshot(conn, **kw)
-    monkeypatch.setattr(admin, "snapshot", flapping)
+    monkeypatch.setattr(metadata, "snapshot", flapping)
     monkeypatch.setattr("kafkaops.reassign.engine.time.sleep", lambda s: None)
     seen = observe(kafka.conn(), {("orders", 0): (2, 3)}, fenced_grace_s=60)
     assert len(calls) == 3 and [m.key for m in seen.pending] == [("orders", 0)]

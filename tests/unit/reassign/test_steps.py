@@ -155,7 +155,7 @@ def test_a_cluster_unreadable_after_the_stop_keeps_the_earlier_after_and_says_so
                                                                   inventory="hosts.yml"))
     ctx.audit.append("snapshot", stage="after", cluster=kafka.snapshot(None).to_dict())
     monkeypatch.setattr(provision, "run_playbook", lambda *a, **k: setattr(kafka, "unreachable", True))
-    monkeypatch.setattr(steps.admin, "snapshot", lambda *a, **k: kafka.describe_cluster(None))
+    monkeypatch.setattr(steps.metadata, "snapshot", lambda *a, **k: kafka.describe_cluster(None))
     assert steps.stop_drained(ctx) == {"stopped": [3]}
     record = ctx.audit.summary()
     assert [b["id"] for b in record["after"]["brokers"]] == [1, 2, 3]

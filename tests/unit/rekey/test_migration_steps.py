@@ -1,5 +1,5 @@
 """The live migration's steps that talk to Kafka, on an in-memory topic pair behind
-:mod:`kafkaops.platform.admin`'s functions: the rollback, the observed switch, the groups settling,
+:mod:`kafkaops.platform.kafka`'s functions: the rollback, the observed switch, the groups settling,
 and the finish's safety net for a DENY Write ACL left behind."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from kafkaops.errors import KafkaOpsError, KafkaUnreachable
 from kafkaops.model import Cluster, ConsumerGroup, GroupPartitionLag
-from kafkaops.platform import admin
+from kafkaops.platform.kafka import acls, metadata, records, topics
 from kafkaops.rekey import migration
 from kafkaops.rekey.backfill import BackfillPlan
 
@@ -74,11 +74,11 @@ class Topics:
     on_end_offsets: Any = None
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> Topics:
-        monkeypatch.setattr(admin, "end_offsets", self.end_offsets)
-        monkeypatch.setattr(admin, "read_ranges", self.read_ranges)
-        monkeypatch.setattr(admin, "allow_writes", self.allow_writes)
-        monkeypatch.setattr(admin, "delete_topics", self.delete_topics)
-        monkeypatch.setattr(admin, "snapshot", self.snapshot)
+        monkeypatch.setattr(records, "end_offsets", self.end_offsets)
+        monkeypatch.setattr(records, "read_ranges", self.read_ranges)
+        monkeypatch.setattr(acls, "allow_writes", self.allow_writes)
+        monkeypatch.setattr(topics, "delete_topics", self.delete_topics)
+        monkeypatch.setattr(metadata, "snapshot", self.snapshot)
         return self
 
     def end_offsets(self, config: Any, topic: str) -> dict[int, tuple[int, int]]:
@@ -86,12 +86,12 @@ class Topics:
             self.on_end_offsets(topic)
         return {p: (0, e) for p, e in self.ends[topic].items()}
 
-    def read_ranges(self, config: Any, topic: str, ranges: Mapping[int, tuple[int, int]]) -> Iterator[admin.Record]:
+    def read_ranges(self, config: Any, topic: str, ranges: Mapping[int, tuple[int, int]]) -> Iterator[records.Record]:
         for p, (start, end) in sorted(ranges.items()):
             for o in range(start, end):
                 ts = self.timestamps.get((topic, p, o))
                 if ts is not None:
-                    yield admin.Record(topic, p, o, ts, b"k", b"v")
+                    yield records.Record(topic, p, o, ts, b"k", b"v")
 
     def allow_writes(self, conn: Any, topic: str, principals: Any) -> int:
         if self.acl_fails:

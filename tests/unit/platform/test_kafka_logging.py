@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from kafkaops.platform import admin
+from kafkaops.platform.kafka import connection
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def test_kafka_python_connects_quietly_and_our_logs_stay(kafka_logger, monkeypat
 
     monkeypatch.setattr("kafka.admin.KafkaAdminClient", Client)
     caplog.set_level(logging.INFO)
-    with admin.connect("127.0.0.1:1") as conn:
+    with connection.connect("127.0.0.1:1") as conn:
         conn.legacy_admin()
     assert seen["level"] == logging.WARNING and seen["closed"]
     logging.getLogger("kafka.conn").info("<BrokerConnection ...>: connecting")
@@ -42,5 +42,5 @@ def test_kafka_python_connects_quietly_and_our_logs_stay(kafka_logger, monkeypat
 
 def test_a_level_someone_chose_for_kafka_python_stays(kafka_logger) -> None:
     kafka_logger.setLevel(logging.DEBUG)
-    admin.quiet_kafka_python()
+    connection.quiet_kafka_python()
     assert kafka_logger.level == logging.DEBUG

@@ -1,0 +1,39 @@
+"""The Kafka adapter: kafkaops' admin calls and bounded record reads, one module per concern.
+
+=================  ===========================================================================================
+module             concern
+=================  ===========================================================================================
+``connection``     :class:`~connection.KafkaConnection` and :func:`~connection.connect`: the librdkafka config
+                   (``connection_config``, ``client_config``), its translation for kafka-python, TLS probing,
+                   and how a request is answered (``wait_for`` a confluent-kafka future, ``call_legacy``
+                   through kafka-python's client). Every librdkafka handle is closed deterministically.
+``errors``         :func:`~errors.classify`: every error of either client as a typed :mod:`kafkaops.errors`
+                   error, by code or class; :func:`~errors.retrying`: the one retry policy.
+``metadata``       :func:`~metadata.snapshot` (the live cluster as a :class:`kafkaops.model.Cluster`),
+                   ``describe_cluster``, topic names and metadata, replica sizes on disk.
+``offsets``        earliest and latest offsets; consumer groups: read, offsets committed, deleted.
+``topics``         topics created, grown (``create_partitions``), emptied (``truncate_topics``), deleted.
+``reassignments``  partition reassignments listed, submitted, cancelled; preferred leader elections.
+``configs``        dynamic broker and topic configs: described, changed incrementally (``ConfigOp``).
+``acls``           DENY Write ACLs: a live migration's quiesce.
+``records``        bounded reads of records (``read_ranges``, ``read_topic``, ``sample``).
+=================  ===========================================================================================
+
+confluent-kafka does the work; kafka-python's ``KafkaAdminClient`` only what confluent-kafka lacks (log dir
+sizes, partition reassignments). Modules depend downwards only: ``errors`` <- ``connection`` <- ``offsets`` <-
+``metadata`` <- ``topics``, ``records``; ``reassignments``, ``configs`` and ``acls`` need ``connection`` alone.
+
+Other modules that talk to Kafka, and why they are not here:
+
+* :mod:`kafkaops.platform.waits` asks a connection's admin client for topic metadata in slices of a second
+  (``list_topics``): it is the one waiting rule of the platform, which ``metadata`` calls.
+* :mod:`kafkaops.platform.traffic` (the test and benchmark harness, on its way to :mod:`kafkaops.testing`)
+  runs its own producers and consumers: checking what a cluster lost or reordered is its subject.
+* :mod:`kafkaops.cli.datagen` produces generated test records with a Producer of its own: the data generator
+  of the CLI, the demo and the tests, not an operation.
+* ``spark_apps`` read and write through Spark's Kafka source and sink, in the JVM; their driver reads and
+  empties topics through the modules here.
+
+The harness and the data generator build their librdkafka configs with :func:`connection.client_config`, and
+create topics, read offsets and delete groups through the modules here.
+"""

@@ -1,0 +1,92 @@
+"""Dynamic configs of brokers and topics: read (:func:`describe_configs`, only the dynamic values) and
+changed one key at a time (:func:`incremental_alter_configs`), other values left as they are."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType
+
+from kafkaops.errors import ConfigError, KafkaOpsError, KafkaUnreachable
+from kafkaops.platform.kafka import connection
+from kafkaops.platform.kafka.connection import KafkaConnection
+
+log = logging.getLogger(__name__)
+
+_RESOURCE_TYPES = {"broker": ResourceType.BROKER, "topic": ResourceType.TOPIC}
+_DYNAMIC_SOURCES = {ConfigSource.DYNAMIC_TOPIC_CONFIG.value, ConfigSource.DYNAMIC_BROKER_CONFIG.value}
+_OPS = {"SET": AlterConfigOpType.SET, "DELETE": AlterConfigOpType.DELETE,
+        "APPEND": AlterConfigOpType.APPEND, "SUBTRACT": AlterConfigOpType.SUBTRACT}
+
+
+@dataclass(frozen=True)
+class ConfigOp:
+    """One incremental config change: ``op`` is SET, DELETE, APPEND or SUBTRACT (the last two on
+    list-valued configs, with comma-separated items)."""
+
+    key: str
+    op: str
+    value: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.op not in _OPS:
+            raise ConfigError(f"config operation {self.op!r} on {self.key} is unknown; use one of {', '.join(_OPS)}")
+
+
+def _resource_type(resource: str) -> ResourceType:
+    try:
+        return _RESOURCE_TYPES[resource]
+    except KeyError as err:
+        raise ConfigError(f"config resource {resource!r} is unknown; use 'broker' or 'topic'") from err
+
+
+def _is_dynamic(entry: ConfigEntry) -> bool:
+    source: Any = entry.source  # a ConfigSource, or its int value
+    return int(getattr(source, "value", source)) in _DYNAMIC_SOURCES
+
+
+def describe_configs(conn: KafkaConnection, resource: str, names: Iterable[str | int], *,
+                     keys: Iterable[str] | None = None) -> dict[str, dict[str, str]]:
+    """The dynamic (per-broker or per-topic) config values of each broker id or topic name,
+    optionally only ``keys``. Values from defaults and static files are left out. A topic the
+    cluster lacks raises :class:`UnknownTopic`."""
+    rtype = _resource_type(resource)
+    wanted_keys = None if keys is None else set(keys)
+    found: dict[str, dict[str, str]] = {}
+    for name in dict.fromkeys(str(n) for n in names):  # a missing topic: UnknownTopic, by its code (classify)
+        future = conn.admin.describe_configs([ConfigResource(rtype, name)],
+                                             request_timeout=conn.timeout_s)[ConfigResource(rtype, name)]
+        entries = connection.wait_for(future, conn, f"the configs of {resource} {name}")
+        found[name] = {k: e.value for k, e in sorted(entries.items())
+                       if _is_dynamic(e) and (wanted_keys is None or k in wanted_keys)}
+    return found
+
+
+def incremental_alter_configs(conn: KafkaConnection, resource: str,
+                              changes: Mapping[str | int, Iterable[ConfigOp]]) -> None:
+    """Apply ``changes`` (broker id or topic name -> operations); other config values stay as they are."""
+    rtype = _resource_type(resource)
+    resources = []
+    for name, ops in changes.items():
+        entries = [ConfigEntry(op.key, op.value, incremental_operation=_OPS[op.op]) for op in ops]
+        if entries:
+            resources.append(ConfigResource(rtype, str(name), incremental_configs=entries))
+    if not resources:
+        return
+    # librdkafka takes one broker resource per call (each goes to its own broker); topics go together.
+    calls = [[r] for r in resources] if rtype == ResourceType.BROKER else [resources]
+    futures = {res: future for call in calls
+               for res, future in conn.admin.incremental_alter_configs(call, request_timeout=conn.timeout_s).items()}
+    failed = []
+    for res, future in futures.items():
+        try:
+            connection.wait_for(future, conn, f"a config change of {resource} {res.name}")
+        except KafkaUnreachable:
+            raise
+        except KafkaOpsError as err:
+            failed.append(str(err))
+    if failed:
+        raise KafkaOpsError(f"{len(failed)} of {len(resources)} config change(s) failed: {'; '.join(failed)}")
+    log.info("configs changed on %d %s(s)", len(resources), resource)

@@ -1,0 +1,97 @@
+"""Bounded reads of records: a sample of a topic (how many keys a partition increase would move),
+lineage headers of a backfill target (the cut-over's offset translation), and whole ranges read back.
+
+Each read has an end: the offsets it was given, or the end offsets of a snapshot. It assigns partitions
+(no consumer group, nothing committed), stops when every partition reached its end, and closes its
+consumer before it returns.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, TopicPartition
+
+from kafkaops.errors import KafkaOpsError, KafkaUnreachable
+from kafkaops.platform.kafka import connection, metadata
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record as read: where it sits, its key, value and headers (name -> bytes, in order)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+    def header(self, name: str) -> bytes | None:
+        for k, v in self.headers:
+            if k == name:
+                return v
+        return None
+
+
+def read_ranges(config: Mapping[str, str], topic: str, ranges: Mapping[int, tuple[int, int]], *,
+                timeout_s: float = 120.0) -> Iterator[Record]:
+    """Records of ``topic`` in ``[start, end)`` per partition (``ranges``), in offset order per partition."""
+    from confluent_kafka import Consumer  # looked up per call: the tests' client guard replaces it
+
+    wanted = {int(p): (int(s), int(e)) for p, (s, e) in ranges.items() if e > s}
+    if not wanted:
+        return
+    consumer = Consumer(connection.client_config({**config, "group.id": f"kafkaops-read-{time.monotonic_ns()}",
+                                                 "enable.auto.commit": False, "enable.partition.eof": True,
+                                                 "auto.offset.reset": "earliest", "fetch.max.bytes": 16 * 1024 * 1024}))
+    try:
+        consumer.assign([TopicPartition(topic, p, s) for p, (s, _) in sorted(wanted.items())])
+        pending = set(wanted)
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            if time.monotonic() > deadline:
+                raise KafkaUnreachable(f"reading {topic} partitions {sorted(pending)} did not reach the end offsets "
+                                       f"{ {p: wanted[p][1] for p in sorted(pending)} } within {timeout_s:.0f} s; "
+                                       "check the brokers, or that the records were not deleted meanwhile")
+            for msg in consumer.consume(10_000, 1.0):
+                p = msg.partition()
+                if msg.error() is not None:
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        if p in pending and msg.offset() >= wanted[p][1]:
+                            pending.discard(p)
+                        continue
+                    raise KafkaOpsError(f"reading {topic}-{p}: {msg.error()}")
+                if p not in pending:
+                    continue
+                if msg.offset() >= wanted[p][1]:
+                    pending.discard(p)
+                    continue
+                yield Record(topic, p, msg.offset(), msg.timestamp()[1], msg.key(), msg.value(),
+                             tuple(msg.headers() or ()))
+                if msg.offset() + 1 >= wanted[p][1]:
+                    pending.discard(p)
+    finally:
+        consumer.close()
+
+
+def end_offsets(config: Mapping[str, str], topic: str) -> dict[int, tuple[int, int]]:
+    """Start and end offsets of each partition of ``topic`` (a fresh snapshot of one topic)."""
+    with connection.connect(config) as conn:
+        snap = metadata.snapshot(conn, topics=[topic], sizes=False, groups=False)
+    return {p.partition: (p.start_offset or 0, p.end_offset or 0) for p in snap.partitions}
+
+
+def read_topic(config: Mapping[str, str], topic: str, **kwargs: Any) -> list[Record]:
+    """Every record of ``topic`` up to its end offsets now."""
+    return list(read_ranges(config, topic, end_offsets(config, topic), **kwargs))
+
+
+def sample(config: Mapping[str, str], topic: str, ranges: Mapping[int, tuple[int, int]], per_partition: int
+           ) -> list[Record]:
+    """Up to ``per_partition`` of the latest records of each partition in ``ranges``."""
+    tail = {p: (max(s, e - per_partition), e) for p, (s, e) in ranges.items()}
+    return list(read_ranges(config, topic, tail))
