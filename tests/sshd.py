@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING
 import pytest
 import yaml
 
-from tests import jvm, watchdog
-from tests.sessions import remove_stale_users, run_suffix, stops_early
+from kafkaops.testing import jvm, watchdog
+from kafkaops.testing.users import remove_stale_users, run_suffix
+from tests.sessions import stops_early
 
 if TYPE_CHECKING:
     from kafkaops.platform import provision as provision_
@@ -276,7 +277,7 @@ class RemoteCluster:
 
     def __init__(self, server: Sshd, folder: Path) -> None:
         from kafkaops.platform import provision
-        from tests.conftest import TEST_BROKER_CONFIG
+        from kafkaops.testing.clusters import TEST_BROKER_CONFIG
 
         self.server = server
         self.port, self.controller_port = provision.free_ports(2)

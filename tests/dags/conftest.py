@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 from kafkaops.cli import datagen
+from kafkaops.testing import clusters
 from kafkaops.platform import admin, provision, state
-from tests.conftest import TEST_BROKER_CONFIG, run_dag
+from kafkaops.testing.clusters import TEST_BROKER_CONFIG
+from kafkaops.testing.dag_runs import run_dag
 
 
 @contextmanager
@@ -35,8 +37,8 @@ def kafka_default_connection(bootstrap: str, settings: Mapping[str, str] | None 
 def one_broker_cluster(airflow_db) -> Iterator[provision.ClusterSpec]:
     """One broker and one controller, shared by the partition-increase DAG tests (each module on a topic of its
     own, :func:`keyed_topic`): one broker start for both instead of one each."""
-    with provision.temporary_cluster("kafkaops-dags-1b-", brokers=1, controllers=1,
-                                     extra_config=TEST_BROKER_CONFIG) as spec:
+    with clusters.temporary_cluster("kafkaops-dags-1b-", brokers=1, controllers=1,
+                                    extra_config=TEST_BROKER_CONFIG) as spec:
         yield spec
 
 

@@ -14,10 +14,11 @@ from collections.abc import Iterator
 import pytest
 
 from kafkaops.airflow import pages
+from kafkaops.testing import clusters
 from kafkaops.platform import admin, provision, state, store
 from kafkaops.rekey.steps import CAPACITY_DAG
-from kafkaops.platform.rehearsal import Operator
-from kafkaops.platform.traffic import MigrationReport, MigrationTraffic
+from kafkaops.testing.rehearsal import StandInOperator
+from kafkaops.testing.traffic import MigrationReport, MigrationTraffic
 from tests.dags.conftest import kafka_default_connection, run_partition_increase
 
 pytestmark = pytest.mark.integration
@@ -50,7 +51,7 @@ def test_a_live_migration_by_the_record_key_loses_duplicates_and_reorders_nothin
                              {"text": "capacity report", "cluster_id": of, "recommended": recommended})
         reviews.update_operation(CAPACITY_DAG, run_id, state="finished", outcome="success")
     with MigrationTraffic(config, topic, group=f"{topic}.readers", rate_per_s=2000) as traffic:
-        with Operator(traffic, "kafka_partition_increase") as operator:
+        with StandInOperator(traffic, "kafka_partition_increase") as operator:
             dag_run, record = run_partition_increase(dagbag, topic=topic, key_rule="record_key",
                                                      cutover_groups="late.readers", **LIVE)
         assert operator.error is None, operator.error
@@ -146,8 +147,8 @@ def acl_cluster(airflow_db) -> Iterator[tuple[dict[str, str], dict[str, str]]]:
         return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user,
                 "sasl.password": password[user]}
 
-    with provision.temporary_cluster("kafkaops-acl-", brokers=1, controllers=1, inventory_vars=inventory,
-                                     client_config=login(ADMIN)) as spec:
+    with clusters.temporary_cluster("kafkaops-acl-", brokers=1, controllers=1, inventory_vars=inventory,
+                                    client_config=login(ADMIN)) as spec:
         admin_config = {"bootstrap.servers": spec.bootstrap, **login(ADMIN)}
         with admin.connect(admin_config) as conn:
             grants = [AclBinding(kind, "live.", ResourcePatternType.PREFIXED, f"User:{APP}", "*", AclOperation.ALL,
@@ -169,7 +170,7 @@ def test_a_live_migration_by_a_value_field_with_the_acl_quiesce(dagbag, acl_clus
     with admin.connect(admin_config) as conn:
         admin.create_topic(conn, topic, 3, 1)
     with MigrationTraffic(app_config, topic, group=f"{topic}.readers", rate_per_s=2000) as traffic:
-        with Operator(traffic, "kafka_partition_increase", stop_producers=False) as operator:
+        with StandInOperator(traffic, "kafka_partition_increase", stop_producers=False) as operator:
             dag_run, record = run_partition_increase(dagbag, topic=topic, key_rule="field:customer",
                                                      **{**LIVE, "quiesce": "acl",
                                                         "quiesce_principals": f"User:{APP}"})

@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 
 from kafkaops.platform import admin
+from kafkaops.testing import clusters
 from kafkaops.platform import state, store
 from kafkaops.cli import datagen
 from kafkaops.reassign import engine
 from kafkaops.platform import provision
-from tests.conftest import TEST_BROKER_CONFIG, wait_for
-from tests.conftest import run_dag
+from kafkaops.testing.clusters import TEST_BROKER_CONFIG
+from tests.conftest import wait_for
+from kafkaops.testing.dag_runs import run_dag
 from tests.dags.conftest import kafka_default_connection
 from tests.integration.conftest import Traffic, throttles_left
 
@@ -29,8 +31,8 @@ TOPIC = "orders"
 @pytest.fixture(scope="module")
 def cluster(airflow_db) -> Iterator[tuple[provision.ClusterSpec, Path]]:
     """Three brokers for these DAG runs only (a scale-out grows it); its spec is the DAG's inventory."""
-    with provision.temporary_cluster("kafkaops-dags-", brokers=3, controllers=1,
-                                     extra_config=TEST_BROKER_CONFIG) as spec, \
+    with clusters.temporary_cluster("kafkaops-dags-", brokers=3, controllers=1,
+                                    extra_config=TEST_BROKER_CONFIG) as spec, \
             kafka_default_connection(spec.bootstrap):
         spec_path = spec.save(spec.base_dir / "spec.json")
         with admin.connect(spec.bootstrap) as conn:

@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
-from kafkaops.platform import admin, traffic
+from kafkaops.platform import admin
+from kafkaops.testing import clusters, traffic
 from kafkaops.reassign import engine
 from kafkaops.platform import provision
-from tests.conftest import TEST_BROKER_CONFIG, RunningCluster
+from kafkaops.testing.clusters import TEST_BROKER_CONFIG
+from tests.conftest import RunningCluster
 
 
 class GrowableCluster:
@@ -42,8 +44,8 @@ class GrowableCluster:
 @pytest.fixture(scope="module")
 def own_cluster() -> Iterator[GrowableCluster]:
     """Three brokers (one of them the only controller), started for one test module."""
-    with provision.temporary_cluster("kafkaops-exec-", brokers=3, controllers=1,
-                                     extra_config=TEST_BROKER_CONFIG) as spec:
+    with clusters.temporary_cluster("kafkaops-exec-", brokers=3, controllers=1,
+                                    extra_config=TEST_BROKER_CONFIG) as spec:
         yield GrowableCluster(spec)
 
 

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from kafkaops.platform import admin, provision, store
+from kafkaops.testing import clusters
 from kafkaops.platform.paths import JARS
-from tests import jvm
-from tests.conftest import TEST_BROKER_CONFIG
+from kafkaops.testing import jvm
+from kafkaops.testing.clusters import TEST_BROKER_CONFIG
 from tests.integration.conftest import throttles_left, wait_for_no_throttles
 
 pytestmark = pytest.mark.integration
@@ -31,8 +32,8 @@ DAG = "kafka_scale_out"
 @pytest.fixture(scope="module")
 def spec() -> Iterator[provision.ClusterSpec]:
     # the lean JVM in the spec: the scale-out's broker is started by a step in another process
-    with provision.temporary_cluster("kafkaops-homes-", brokers=3, controllers=1,
-                                     extra_config=TEST_BROKER_CONFIG, inventory_vars=jvm.broker_vars()) as spec:
+    with clusters.temporary_cluster("kafkaops-homes-", brokers=3, controllers=1,
+                                    extra_config=TEST_BROKER_CONFIG, inventory_vars=jvm.broker_vars()) as spec:
         with admin.connect(spec.bootstrap) as conn:
             admin.create_topic(conn, "homes", 6, 2)
         yield spec

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 
 from kafkaops.cli import datagen
-from kafkaops.platform import admin, traffic
+from kafkaops.platform import admin
+from kafkaops.testing import traffic
 from kafkaops.reassign import engine
 from tests.conftest import RunningCluster, wait_for
 
