@@ -1,6 +1,6 @@
 """kafka_partition_increase as a live migration (quiesce=manual and acl), 3 -> 12 partitions, while keyed
 producers write ~2,000 records/s and a consumer group reads through the switch
-(kafkaops.platform.traffic.MigrationTraffic, with kafkaops.platform.rehearsal.Operator doing what the
+(kafkaops.testing.traffic.MigrationTraffic, with kafkaops.testing.rehearsal.StandInOperator doing what the
 run's record asks). Afterwards, from the consumer's own log: nothing lost, duplicated or out of
 per-key order, for the record key (the direct copy, producers stopped by the operator) and a value
 field whose values span source partitions (``field:customer``: the merged copy, producers quiesced

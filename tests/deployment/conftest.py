@@ -22,13 +22,11 @@ from typing import Any
 import pytest
 
 from kafkaops.cli import datagen
-from kafkaops.testing import clusters
+from kafkaops.testing import clusters, deployment as harness, jvm, watchdog
 from kafkaops.platform import admin
 from kafkaops.platform.paths import JARS
 from kafkaops.testing.clusters import TEST_BROKER_CONFIG
 from tests.conftest import RunningCluster
-from kafkaops.testing import jvm, watchdog
-from kafkaops.testing import deployment as harness
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("KAFKAOPS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"

@@ -28,8 +28,7 @@ import sqlalchemy as sa
 import yaml
 from dockerfile_parse import DockerfileParser
 
-from kafkaops.testing import postgres
-from kafkaops.testing import deployment as harness
+from kafkaops.testing import deployment as harness, postgres
 
 REPO = harness.REPO
 COMPOSE = REPO / "docker-compose.yml"

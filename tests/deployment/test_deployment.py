@@ -18,8 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 from kafkaops.platform import admin, provision, state, store
-from kafkaops.testing import postgres
-from kafkaops.testing import deployment as harness
+from kafkaops.testing import deployment as harness, postgres
 from tests.deployment.conftest import TOPIC, SpecCluster
 from tests.deployment.runs import run_path, task_states, wait_for_run, wait_for_task
 from tests.integration.conftest import throttles_left, wait_for_no_throttles

@@ -73,7 +73,7 @@ def wait_for_no_throttles(conn: admin.KafkaConnection, timeout: float = 20.0) ->
 
 
 class Traffic(traffic.TrafficCheck):
-    """The traffic check (:class:`kafkaops.platform.traffic.TrafficCheck`: a keyed producer, acks=all
+    """The traffic check (:class:`kafkaops.testing.traffic.TrafficCheck`: a keyed producer, acks=all
     and idempotent, at ~``rate`` records/s, and a consumer of its own group) around a test.
     :meth:`check` asserts every acknowledged record was consumed exactly once and each key's
     ``seq`` arrived in order."""

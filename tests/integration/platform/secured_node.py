@@ -24,9 +24,8 @@ import yaml
 from confluent_kafka.admin import AdminClient
 
 from kafkaops.platform import provision
-from kafkaops.testing import clusters
+from kafkaops.testing import clusters, jvm, watchdog
 from kafkaops.platform.paths import jar_dir
-from kafkaops.testing import jvm, watchdog
 
 #: The brokers' key and trust stores, and the SCRAM user's password.
 PASSWORD = "Sc3ret-0f-the-t3st"

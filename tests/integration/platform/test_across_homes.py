@@ -17,9 +17,8 @@ from typing import Any
 import pytest
 
 from kafkaops.platform import admin, provision, store
-from kafkaops.testing import clusters
+from kafkaops.testing import clusters, jvm
 from kafkaops.platform.paths import JARS
-from kafkaops.testing import jvm
 from kafkaops.testing.clusters import TEST_BROKER_CONFIG
 from tests.integration.conftest import throttles_left, wait_for_no_throttles
 
