@@ -30,7 +30,8 @@ from kafkaops.rekey.backfill import BackfillPlan
 from spark_apps import backfill_verify, rekey_backfill
 
 # Spark's Python workers import kafkaops and spark_apps from where this process does (this checkout)
-os.environ["PYTHONPATH"] = os.pathsep.join([str(Path(kafkaops.__file__).parents[1]), str(Path(spark_apps.__file__).parents[1]),
+os.environ["PYTHONPATH"] = os.pathsep.join([str(Path(kafkaops.__file__).parents[1]),
+                                            str(Path(spark_apps.__file__).parents[1]),
                                             *filter(None, [os.environ.get("PYTHONPATH")])])
 
 

@@ -63,6 +63,7 @@ def with_keyed_topic(cluster: provision.ClusterSpec, topic: str, records: int,
 
 
 def run_partition_increase(dagbag, **conf) -> tuple[Any, dict[str, Any]]:
-    """A kafka_partition_increase run of ``conf`` (:func:`tests.conftest.run_dag`) and its audit record's summary."""
+    """A kafka_partition_increase run of ``conf`` (:func:`kafkaops.testing.dag_runs.run_dag`) and its audit
+    record's summary."""
     dag_run = run_dag(dagbag, "kafka_partition_increase", **conf)
     return dag_run, state.AuditLog.for_run("kafka_partition_increase", dag_run.run_id).summary()

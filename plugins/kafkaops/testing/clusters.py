@@ -47,7 +47,8 @@ def temporary_cluster(prefix: str = "kafkaops-", *, client_config: Mapping[str, 
     """A throw-away local cluster (``local_cluster_spec`` arguments) in a new temp dir, up for the
     ``with`` block and gone afterwards: stopped through the role, any straggler killed (also at
     interpreter exit), the folder removed. Tests and benchmarks start their clusters with it.
-    ``client_config``: how the registration check connects to a secured cluster (:func:`kafkaops.platform.provision.cluster_up`)."""
+    ``client_config``: how the registration check connects to a secured cluster
+    (:func:`kafkaops.platform.provision.cluster_up`)."""
     base = Path(tempfile.mkdtemp(prefix=prefix))
     atexit.register(kill_strays, base)
     spec = local_cluster_spec(base, **spec_args)

@@ -154,7 +154,8 @@ def main() -> int:
         except Exception as err:
             failed.append(f"{spark_archive().name}: {err}")
     for failure in failed:
-        print(f"kafkaops.testing.jvm: warning: no class-data archive {failure}; the tests' JVMs start without it", flush=True)
+        print(f"kafkaops.testing.jvm: warning: no class-data archive {failure}; the tests' JVMs start without it",
+              flush=True)
     print(f"kafkaops.testing.jvm: class-data archives in {archive_dir()}: "
           f"{', '.join(p.name for p in sorted(archive_dir().glob('*.jsa'))) or 'none'}", flush=True)
     return 0
