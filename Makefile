@@ -63,7 +63,7 @@ $(JARS_STAMP): jvm/pom.xml jvm/broker/pom.xml jvm/broker-3.9/pom.xml jvm/tools/p
 	mvn -q -B -f jvm/pom.xml package -Djars.dir=$(JARS_DIR)
 	touch $@
 
-# The store tests start a throw-away PostgreSQL server (tests/postgres.py) from initdb/pg_ctl on PATH or
+# The store tests start a throw-away PostgreSQL server (kafkaops/testing/postgres.py) from initdb/pg_ctl on PATH or
 # in /usr/lib/postgresql/*/bin. Installed without Debian's "main" cluster: nothing starts a server here.
 postgres:
 	@if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
@@ -129,10 +129,10 @@ all-pytest: setup $(JVM_ARCHIVES)
 	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # Class-data archives of a broker's and a Spark driver's JVM, made once per jar cache and venv: the tests'
-# JVMs start on a third of the CPU (tests/jvm.py). pytest runs without them too, only slower.
+# JVMs start on a third of the CPU (kafkaops/testing/jvm.py). pytest runs without them too, only slower.
 $(JVM_ARCHIVES): $(VENV_STAMP) $(JARS_STAMP)
 	rm -rf $(JARS_DIR)/cds
-	$(PY) -m tests.jvm
+	$(PY) -m kafkaops.testing.jvm
 	touch $@
 
 # What a change is checked with before make test: no cluster starts. The three parts run side by side.

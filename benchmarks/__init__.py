@@ -1,0 +1,10 @@
+"""The benchmarks, run from the checkout's root: ``.venv/bin/python -m benchmarks`` runs them all,
+``.venv/bin/python -m benchmarks.bench_<name>`` one; each appends to benchmarks/RESULTS.md. They import the
+installed kafkaops (the venv's editable install), its harness from :mod:`kafkaops.testing`, and nothing of
+tests/."""
+import os
+from pathlib import Path
+
+# The checkout's jar cache unless KAFKAOPS_CACHE says otherwise, as `make bench` sets it: here, before any
+# benchmark imports kafkaops.platform.paths, which reads it once.
+os.environ.setdefault("KAFKAOPS_CACHE", str(Path(__file__).resolve().parents[1] / ".cache"))

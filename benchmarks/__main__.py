@@ -1,4 +1,5 @@
-"""``python -m benchmarks``: run every benchmark; each appends to benchmarks/RESULTS.md."""
+"""``python -m benchmarks``: run every benchmark, each as ``python -m benchmarks.<name>`` from the
+checkout's root; each appends to benchmarks/RESULTS.md."""
 import subprocess
 import sys
 from pathlib import Path
@@ -7,5 +8,5 @@ here = Path(__file__).resolve().parent
 status = 0
 for bench in sorted(here.glob("bench_*.py")):
     print(f"== {bench.name}", flush=True)
-    status |= subprocess.call([sys.executable, str(bench)])
+    status |= subprocess.call([sys.executable, "-m", f"benchmarks.{bench.stem}"], cwd=here.parent)
 sys.exit(status)

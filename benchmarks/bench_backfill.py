@@ -38,20 +38,14 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "plugins"), str(Path(__file__).resolve().parents[1]),
-                str(Path(__file__).resolve().parent)]
-
-from results import publish  # noqa: E402
-
-
-from kafkaops.cli import datagen  # noqa: E402
-
-from kafkaops.platform import provision  # noqa: E402
-
-from kafkaops.platform.kafka import connection, records, topics  # noqa: E402
-from kafkaops.rekey.backfill import BackfillPlan  # noqa: E402
-from kafkaops.platform.paths import jar_dir  # noqa: E402
-from spark_apps import rekey_backfill  # noqa: E402
+from benchmarks.results import publish
+from kafkaops.cli import datagen
+from kafkaops.platform import provision
+from kafkaops.platform.kafka import connection, records, topics
+from kafkaops.platform.paths import jar_dir
+from kafkaops.rekey.backfill import BackfillPlan
+from kafkaops.testing import clusters
+from spark_apps import rekey_backfill
 
 
 def producer_perf(bootstrap: str, topic: str, n: int, size: int) -> float:
@@ -152,19 +146,19 @@ def one_broker(prefix: str) -> Iterator[provision.ClusterSpec]:
         try:
             provision.cluster_down(spec, purge=True)
         finally:
-            provision.kill_strays(base)
+            clusters.kill_strays(base)
             shutil.rmtree(base, ignore_errors=True)
 
 
 @contextmanager
 def spark_on(master: str) -> Iterator[Any]:
     """The backfill's SparkSession (driver 1g) on ``master``: ``local`` is local[2]; ``standalone`` a Spark
-    standalone Master and two Workers of one core and 1 GiB each (tests/spark.py, the test suite's cluster:
+    standalone Master and two Workers of one core and 1 GiB each (kafkaops.testing.spark, the test suite's cluster:
     each Worker as a user of its own when run as root), started here and stopped after."""
     with ExitStack() as stack:
         url, conf = "local[2]", {}
         if master == "standalone":
-            from tests.spark import standalone_cluster
+            from kafkaops.testing.spark import standalone_cluster
 
             cluster = stack.enter_context(standalone_cluster())
             url = cluster.master_url
@@ -295,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     verified = {f"{m} {job}": v for m, run in runs.items() for job, v in run["verified"].items()}
     lines = [
         f"{n} records of {args.record_bytes} bytes (10,000 zipf keys), source 3 partitions -> 6, 1 broker, "
-        f"Spark driver 1g; local: local[2]; standalone: a Master and 2 Workers of 1 core and 1 GiB (tests/spark.py), "
+        f"Spark driver 1g; local: local[2]; standalone: a Master and 2 Workers of 1 core and 1 GiB (kafkaops.testing.spark), "
         f"shuffle read over the block managers; best of {args.rounds} rounds per job (round 1 warms up), "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
         f"{' (reduced count: --records)' if n < 1_000_000 else ''}"

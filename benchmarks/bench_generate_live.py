@@ -2,7 +2,7 @@
 against kafkaops' plan and the count-balance lower bound; and the port in kafka_generate.py
 checked against the real tool.
 
-    .venv/bin/python benchmarks/bench_generate_live.py [--runs 4] [--no-results]
+    .venv/bin/python -m benchmarks.bench_generate_live [--runs 4] [--no-results]
 
 Starts 4 brokers through the kafka_broker role (racks a, b, c, d), creates topics laid out the way
 Kafka 4 creates them on brokers 1-3 (the port's StripedReplicaPlacer, seeded; broker 4 holds
@@ -32,18 +32,18 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "plugins"), str(Path(__file__).resolve().parent)]
 
-from confluent_kafka.admin import NewTopic  # noqa: E402
-from kafka_generate import JavaRandom, place_topic, replica_moves, topic_outcomes  # noqa: E402
-from results import publish  # noqa: E402
+from confluent_kafka.admin import NewTopic
+from benchmarks.kafka_generate import JavaRandom, place_topic, replica_moves, topic_outcomes
+from benchmarks.results import publish
 
-from kafkaops.platform.kafka import connection, metadata  # noqa: E402
+from kafkaops.platform.kafka import connection, metadata
 
-from kafkaops.platform import provision  # noqa: E402
-from kafkaops.model import Broker, Cluster  # noqa: E402
-from kafkaops.platform.paths import jar_dir  # noqa: E402
-from kafkaops.reassign.planner import lower_bound_moves, plan_scale_out  # noqa: E402
+from kafkaops.platform import provision
+from kafkaops.testing import clusters
+from kafkaops.model import Broker, Cluster
+from kafkaops.platform.paths import jar_dir
+from kafkaops.reassign.planner import lower_bound_moves, plan_scale_out
 
 TOOL = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
 PROPOSED = "Proposed partition reassignment configuration"
@@ -145,7 +145,7 @@ def measure(args: argparse.Namespace) -> list[str]:
             results[rack_aware] = compare(cluster, registered, proposals, rack_aware)
     finally:
         provision.cluster_down(spec, purge=True)
-        provision.kill_strays(base)
+        clusters.kill_strays(base)
         shutil.rmtree(base, ignore_errors=True)
 
     replicas = sum(p.replication_factor for p in cluster.partitions)

@@ -3,12 +3,12 @@ partitions, while keyed acks=all producers write ``--rate`` records/s and a cons
 through the switch; run for the record key (the direct copy) and a value field spanning source
 partitions (``field:customer``: the merged copy).
 
-    .venv/bin/python benchmarks/bench_live_migration.py [--rate 2000] [--warmup-s 20] [--no-results]
+    .venv/bin/python -m benchmarks.bench_live_migration [--rate 2000] [--warmup-s 20] [--no-results]
 
 Starts a one-broker cluster, an Airflow metadata DB (SQLite, ``dag.test()``; the Spark jobs run as
 spark-submit subprocesses on local[*]), then per rule: the traffic harness
-(kafkaops.platform.traffic.MigrationTraffic) runs ``--warmup-s`` seconds, the DAG is triggered, and
-kafkaops.platform.rehearsal.Operator does what the run's record asks (stop the producers and drain the
+(kafkaops.testing.traffic.MigrationTraffic) runs ``--warmup-s`` seconds, the DAG is triggered, and
+kafkaops.testing.rehearsal.StandInOperator does what the run's record asks (stop the producers and drain the
 consumer at the quiesce, switch both at the switch). Reported per rule, from the consumer's own log:
 records sent, lost, duplicated, out of per-key order; the write-unavailable window (the producers' last
 ack on the source to their first on the target) beside the window kafkaops recorded from the records'
@@ -19,38 +19,33 @@ topic at once), the least window any cut-over has on this machine.
 from __future__ import annotations
 
 import argparse
-import copy
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.results import publish
+from kafkaops.platform import provision, state
+from kafkaops.platform.kafka import connection, topics
+from kafkaops.testing import dag_runs, jvm
+from kafkaops.testing.clusters import TEST_BROKER_CONFIG, temporary_cluster
+from kafkaops.testing.rehearsal import StandInOperator
+from kafkaops.testing.traffic import MigrationTraffic
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "plugins"), str(ROOT), str(Path(__file__).resolve().parent)]
-
-import tests.conftest as testing  # noqa: E402  (a throw-away AIRFLOW_HOME and the jars' cache)
-from results import publish  # noqa: E402
-
-from kafkaops.platform import provision, state  # noqa: E402
-from kafkaops.platform.kafka import connection, topics  # noqa: E402
-from kafkaops.platform.rehearsal import Operator  # noqa: E402
-from kafkaops.platform.traffic import MigrationTraffic  # noqa: E402
 
 DAG = "kafka_partition_increase"
 RULES = ("record_key", "field:customer")
 
 
 def dag_bag() -> Any:
-    subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True, capture_output=True,
-                   timeout=300)
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(ROOT / "dags"))
-    for dag_id, dag in bag.dags.items():
-        testing._LOADED_PARAMS[dag_id] = copy.deepcopy(dag.params.dump())
-    return bag
+    """A throw-away AIRFLOW_HOME, its metadata DB migrated, and the checkout's DAGs; the brokers' and the
+    Spark jobs' JVMs lean, as the tests' (kafkaops.testing.jvm), as this benchmark has always run them."""
+    dag_runs.use_throwaway_home(ROOT)
+    jvm.use_lean_jvms()
+    dag_runs.migrate_db()
+    return dag_runs.load_dagbag(ROOT / "dags")
 
 
 def phases(record: dict[str, Any]) -> dict[str, float]:
@@ -66,8 +61,8 @@ def migrate(bag: Any, spec: provision.ClusterSpec, rule: str, rate: float, warmu
     with MigrationTraffic(config, topic, group=f"{topic}.readers", rate_per_s=rate) as traffic:
         time.sleep(warmup_s)
         began = time.monotonic()
-        with Operator(traffic, DAG) as operator:
-            dag_run = testing.run_dag(bag, DAG, topic=topic, key_rule=rule, mode="migrate", new_partition_count=12,
+        with StandInOperator(traffic, DAG) as operator:
+            dag_run = dag_runs.run_dag(bag, DAG, topic=topic, key_rule=rule, mode="migrate", new_partition_count=12,
                                       dry_run=False, approval="auto_approve", quiesce="manual",
                                       catch_up_lag_records=int(rate * 5), catch_up_budget_s=120, quiet_s=3,
                                       quiesce_timeout_s=300, switch_timeout_s=300)
@@ -108,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     bag = dag_bag()
     runs = []
-    with provision.temporary_cluster("kafkaops-bench-live-", brokers=1, controllers=1,
-                                     extra_config=testing.TEST_BROKER_CONFIG) as spec:
+    with temporary_cluster("kafkaops-bench-live-", brokers=1, controllers=1,
+                           extra_config=TEST_BROKER_CONFIG) as spec:
         os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = f'{{"conn_type": "kafka", "extra": {{"bootstrap.servers": ' \
                                                    f'"{spec.bootstrap}"}}}}'
         reference = bare_switch(spec, args.rate)
@@ -120,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         f"kafka_partition_increase quiesce=manual, 3 -> 12 partitions, 1 broker, dag.test() with Spark local[*] "
         f"subprocesses; traffic: 200 keys at {args.rate:,.0f} records/s (acks=all, idempotent), {args.warmup_s:.0f} s "
         "before the trigger, one consumer group reading through the switch; the operator's part played by "
-        f"kafkaops.platform.rehearsal.Operator; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores.",
+        f"kafkaops.testing.rehearsal.StandInOperator; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores.",
         "Write window: the producers' last ack on the source to their first on the target (harness), and as kafkaops "
         "recorded it from the records' timestamps. Reference (same run): the harness stopping, draining and "
         f"switching at once to an empty topic, no copy and no gate: {reference:.2f} s.",

@@ -1,8 +1,8 @@
 """Orchestration overhead of a scale-out on Airflow as operators deploy it (issue 14).
 
-    .venv/bin/python benchmarks/bench_orchestration.py [--mb 40] [--throttle-mb 20] [--no-results]
+    .venv/bin/python -m benchmarks.bench_orchestration [--mb 40] [--throttle-mb 20] [--no-results]
 
-Starts the deployment of tests/deployment/harness.py (PostgreSQL, Redis, api-server, scheduler,
+Starts the deployment of kafkaops.testing.deployment (PostgreSQL, Redis, api-server, scheduler,
 dag-processor, triggerer, one Celery worker, the installed wheel) and a 3-broker cluster with one
 topic of ``--mb`` MB (6 partitions, RF 3), triggers ``kafka_scale_out`` through the REST API
 (auto-approved, not a dry run, one broker added) and reads the run back: its wall time from Airflow,
@@ -15,24 +15,18 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "plugins"), str(ROOT), str(Path(__file__).resolve().parent)]
-os.environ.setdefault("KAFKAOPS_CACHE", str(ROOT / ".cache"))  # the checkout's jars, as `make bench` sets it
-
-from results import publish  # noqa: E402
-
-from kafkaops.cli import datagen  # noqa: E402
-from kafkaops.platform import provision, state, store  # noqa: E402
-from kafkaops.platform.kafka import connection, topics  # noqa: E402
-from kafkaops.platform.paths import JARS  # noqa: E402
-from tests.conftest import TEST_BROKER_CONFIG  # noqa: E402
-from tests.deployment import harness  # noqa: E402
+from benchmarks.results import publish
+from kafkaops.cli import datagen
+from kafkaops.platform import state, store
+from kafkaops.platform.kafka import connection, topics
+from kafkaops.platform.paths import JARS
+from kafkaops.testing import deployment, jvm
+from kafkaops.testing.clusters import TEST_BROKER_CONFIG, temporary_cluster
 
 DAG = "kafka_scale_out"
 
@@ -41,7 +35,7 @@ def seconds(iso: str | None) -> float | None:
     return dt.datetime.fromisoformat(iso).timestamp() if iso else None
 
 
-def breakdown(d: harness.Deployment, st: store.Store, run_id: str) -> dict[str, Any]:
+def breakdown(d: deployment.Deployment, st: store.Store, run_id: str) -> dict[str, Any]:
     """Wall time, data moving, and where the rest went, for one finished run."""
     path = f"/dags/{DAG}/dagRuns/{run_id}"
     run = d.api("GET", path)
@@ -78,7 +72,8 @@ def main() -> int:
     parser.add_argument("--logs", type=Path, help="keep each component's log in this folder")
     args = parser.parse_args()
 
-    with provision.temporary_cluster("kafkaops-bench-orch-", brokers=3, extra_config=TEST_BROKER_CONFIG) as spec:
+    jvm.use_lean_jvms()  # the brokers lean, as the tests' (kafkaops.testing.jvm): its figures were measured so
+    with temporary_cluster("kafkaops-bench-orch-", brokers=3, extra_config=TEST_BROKER_CONFIG) as spec:
         cache = spec.base_dir / "worker-cache"
         cache.mkdir()
         spec.save(cache / "local-cluster.json")
@@ -86,8 +81,8 @@ def main() -> int:
             topics.create_topic(conn, "orders", 6, 3)
         datagen.produce({"bootstrap.servers": spec.bootstrap}, "orders",
                         datagen.DatagenSpec(records=args.mb * 1000, keys=2000, skew="zipf", record_bytes=1000, seed=7))
-        with harness.deployment(kafka_bootstrap=spec.bootstrap, worker_cache=cache, jars=JARS,
-                                dag_ids={DAG}, logs=args.logs) as d:
+        with deployment.deployment(kafka_bootstrap=spec.bootstrap, worker_cache=cache, jars=JARS,
+                                   dag_ids={DAG}, logs=args.logs) as d:
             st = store.open_store(d.databases["kafkaops"])
             d.api("PATCH", f"/dags/{DAG}", json={"is_paused": False})
             began = time.monotonic()

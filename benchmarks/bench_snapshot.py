@@ -19,16 +19,16 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "plugins"), str(Path(__file__).resolve().parent)]
 
-from confluent_kafka import Producer  # noqa: E402
-from confluent_kafka.admin import NewTopic  # noqa: E402
-from results import publish  # noqa: E402
+from confluent_kafka import Producer
+from confluent_kafka.admin import NewTopic
+from benchmarks.results import publish
 
-from kafkaops.platform.kafka import connection, metadata  # noqa: E402
+from kafkaops.platform.kafka import connection, metadata
 
-from kafkaops.platform import provision  # noqa: E402
-from kafkaops.platform.paths import jar_dir  # noqa: E402
+from kafkaops.platform import provision
+from kafkaops.testing import clusters
+from kafkaops.platform.paths import jar_dir
 
 
 def timed(fn, repeat: int) -> float:
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         publish("snapshot", lines, save=not args.no_results)
     finally:
         provision.cluster_down(spec, purge=True)
-        provision.kill_strays(base)
+        clusters.kill_strays(base)
         shutil.rmtree(base, ignore_errors=True)
     return 0
 

@@ -1,7 +1,7 @@
 """Throttled move rate: does the executor's replication throttle bind, and how close to it does a
 move run?
 
-    .venv/bin/python benchmarks/bench_throttle.py [--mb 30] [--throttle-mb 2] [--no-results]
+    .venv/bin/python -m benchmarks.bench_throttle [--mb 30] [--throttle-mb 2] [--no-results]
 
 Starts 2 brokers through the kafka_broker role, fills two single-replica partitions on broker 1
 with ``--mb`` MB each (datagen, 1000-byte records), then moves each to broker 2: the first
@@ -23,18 +23,18 @@ import threading
 import time
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "plugins"), str(Path(__file__).resolve().parent)]
 
-from confluent_kafka.admin import NewTopic  # noqa: E402
-from results import publish  # noqa: E402
+from confluent_kafka.admin import NewTopic
+from benchmarks.results import publish
 
-from kafkaops.platform.kafka import connection, metadata, reassignments  # noqa: E402
+from kafkaops.platform.kafka import connection, metadata, reassignments
 
-from kafkaops.cli import datagen  # noqa: E402
+from kafkaops.cli import datagen
 
-from kafkaops.reassign import engine  # noqa: E402
+from kafkaops.reassign import engine
 
-from kafkaops.platform import provision  # noqa: E402
+from kafkaops.platform import provision
+from kafkaops.testing import clusters
 
 MB = 1_000_000
 Sample = tuple[float, int]  # seconds since submit, bytes copied
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             slow_samples, slow_s, record = throttled(conn, "throttled", rate)
     finally:
         provision.cluster_down(spec, purge=True)
-        provision.kill_strays(base)
+        clusters.kill_strays(base)
         shutil.rmtree(base, ignore_errors=True)
 
     free_rate = free_size / free_s

@@ -19,19 +19,20 @@ import os
 import sys
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "plugins"), str(Path(__file__).resolve().parents[1]),
-                str(Path(__file__).resolve().parent)]
-# Spark's Python workers import kafkaops and spark_apps from this checkout too
-os.environ["PYTHONPATH"] = os.pathsep.join([*sys.path[:2], *filter(None, [os.environ.get("PYTHONPATH")])])
+import kafkaops
+import spark_apps
+from benchmarks.bench_backfill import one_broker, timed
+from benchmarks.results import publish
+from kafkaops.cli import datagen
+from kafkaops.platform.kafka import connection, records, topics
+from kafkaops.rekey import backfill
+from kafkaops.rekey.backfill import BackfillPlan
+from spark_apps import backfill_verify, rekey_backfill
 
-from bench_backfill import one_broker, timed  # noqa: E402
-from results import publish  # noqa: E402
-
-from kafkaops.cli import datagen  # noqa: E402
-from kafkaops.platform.kafka import connection, records, topics  # noqa: E402
-from kafkaops.rekey import backfill  # noqa: E402
-from kafkaops.rekey.backfill import BackfillPlan  # noqa: E402
-from spark_apps import backfill_verify, rekey_backfill  # noqa: E402
+# Spark's Python workers import kafkaops and spark_apps from where this process does (this checkout)
+os.environ["PYTHONPATH"] = os.pathsep.join([str(Path(kafkaops.__file__).parents[1]),
+                                            str(Path(spark_apps.__file__).parents[1]),
+                                            *filter(None, [os.environ.get("PYTHONPATH")])])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,14 +2,10 @@
 project's Ansible role on free loopback ports, in a temp dir, once per test session."""
 from __future__ import annotations
 
-import atexit
-import copy
 import os
 import re
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,22 +15,15 @@ from typing import Any
 
 import pytest
 
+from kafkaops.testing import dag_runs
+
 # Airflow reads its configuration when first imported: point it at a throw-away home before any
 # test module imports it, so tests never touch a developer's ~/airflow. The plugin comes through the
 # package's entry point. The jars and the local cluster's spec are the checkout's (.cache/, as under
 # make) unless KAFKAOPS_CACHE says otherwise; child processes (Spark apps, airflow) run this
 # checkout's code, as pytest itself does (pyproject's pythonpath).
 _REPO = Path(__file__).resolve().parents[1]
-_AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="kafkaops-airflow-"))
-os.environ.update({
-    "AIRFLOW_HOME": str(_AIRFLOW_HOME),
-    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-    "AIRFLOW__CORE__DAGS_FOLDER": str(_REPO / "dags"),
-    "GX_ANALYTICS_ENABLED": "false",
-    "KAFKAOPS_CACHE": os.environ.get("KAFKAOPS_CACHE") or str(_REPO / ".cache"),
-    "PYTHONPATH": os.pathsep.join([str(_REPO / "plugins"), str(_REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
-})
-atexit.register(shutil.rmtree, _AIRFLOW_HOME, True)
+_AIRFLOW_HOME = dag_runs.use_throwaway_home(_REPO)
 # An xdist worker runs from execnet's bootstrap: a __main__ with neither __file__ nor __spec__, which
 # pyspark.sql.connect (Great Expectations imports it) takes for a doctest run and leaves with sys.exit(0).
 # An empty file as __main__'s: harmless for multiprocessing's spawn too, which runs it in a child.
@@ -42,37 +31,25 @@ if os.environ.get("PYTEST_XDIST_WORKER") and not hasattr(sys.modules["__main__"]
     sys.modules["__main__"].__file__ = str(Path(__file__).with_name("__init__.py"))
 
 from kafkaops.platform.kafka import connection, records  # noqa: E402
-
 from kafkaops.platform import provision  # noqa: E402
 from kafkaops.platform import store as store_  # noqa: E402
-from tests import jvm, postgres, secured, sessions, spark, watchdog  # noqa: E402
+from kafkaops.testing import clusters, jvm, postgres, spark, watchdog  # noqa: E402
+from tests import secured, sessions  # noqa: E402
 from tests.sshd import remote_cluster, remote_sshd  # noqa: E402,F401  (one sshd, one remote cluster per session)
 
 # Every test: no librdkafka client left alive or freed by the garbage collector (tests/clients.py).
 pytest_plugins = ["tests.clients"]
 
 # Should this process die before its teardowns ran (kill -9 too), its watchdog stops every temporary
-# cluster's brokers and removes the temp folders (tests/watchdog.py).
-if watchdog.kafka_folder not in provision.TEMPORARY_CLUSTER_GUARDS:  # imported once, but cheap to be sure
-    provision.TEMPORARY_CLUSTER_GUARDS.append(watchdog.kafka_folder)
+# cluster's brokers and removes the temp folders (kafkaops.testing.watchdog).
+if watchdog.kafka_folder not in clusters.TEMPORARY_CLUSTER_GUARDS:  # imported once, but cheap to be sure
+    clusters.TEMPORARY_CLUSTER_GUARDS.append(watchdog.kafka_folder)
 watchdog.guard(watchdog.rmtree(_AIRFLOW_HOME), name="AIRFLOW_HOME")
 
 # Lean JVMs (quick compiler, serial collector, a class-data archive when `make test` made one): the tests'
 # brokers, and every spark-submit's driver (a local session's too), start and idle on less of the two
-# cores (tests/jvm.py). A test's own kafka_broker_jvm_opts wins; SPARK_SUBMIT_OPTS set outside wins.
-provision.INVENTORY_DEFAULTS.setdefault("kafka_broker_jvm_opts", jvm.broker_opts())
-provision.INVENTORY_DEFAULTS.setdefault("kafka_broker_extra_config", dict(jvm.BROKER_CONFIG))
-os.environ.setdefault("SPARK_SUBMIT_OPTS", jvm.spark_opts())
-
-# Fast failure detection for tests that stop brokers: fenced after 3 s without heartbeats. With the idle
-# settings of tests/jvm.py in it too: a spec carries them to the brokers other processes add.
-TEST_BROKER_CONFIG = {
-    **jvm.BROKER_CONFIG,
-    "broker.heartbeat.interval.ms": 500,
-    "broker.session.timeout.ms": 3000,
-    "replica.lag.time.max.ms": 5000,
-    "log.segment.bytes": 8 * 1024 * 1024,
-}
+# cores (kafkaops.testing.jvm). A test's own kafka_broker_jvm_opts wins; SPARK_SUBMIT_OPTS set outside wins.
+jvm.use_lean_jvms()
 
 
 @dataclass(frozen=True)
@@ -141,7 +118,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def kafka_cluster() -> Iterator[RunningCluster]:
     with sessions.stops_early("kafka_cluster") as stack:
         yield RunningCluster(stack.enter_context(
-            provision.temporary_cluster("kafkaops-it-", brokers=3, extra_config=TEST_BROKER_CONFIG)))
+            clusters.temporary_cluster("kafkaops-it-", brokers=3, extra_config=clusters.TEST_BROKER_CONFIG)))
 
 
 @pytest.fixture(scope="session")
@@ -150,12 +127,13 @@ def secured_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[secure
     session for tests/integration and tests/dags: its password is the canary the leak tests search."""
     with sessions.stops_early("secured_cluster") as stack:
         yield stack.enter_context(secured.secured_cluster(tmp_path_factory.mktemp("sasl-ssl-tls"),
-                                                          extra_config=TEST_BROKER_CONFIG))
+                                                          extra_config=clusters.TEST_BROKER_CONFIG))
 
 
 @pytest.fixture(scope="session")
 def spark_standalone() -> Iterator[spark.StandaloneSpark]:
-    """A Spark standalone Master and two Workers, each its own Unix user (tests/spark.py), once per session."""
+    """A Spark standalone Master and two Workers, each its own Unix user (kafkaops.testing.spark), once per
+    session."""
     with sessions.stops_early("spark_standalone") as stack:
         yield stack.enter_context(spark.standalone_cluster())
 
@@ -185,7 +163,7 @@ def topic_name(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
-    """A throw-away PostgreSQL server for the session (``tests/postgres.py``): the URL of its empty
+    """A throw-away PostgreSQL server for the session (``kafkaops.testing.postgres``): the URL of its empty
     database ``kafkaops``."""
     with postgres.temporary_postgres() as url:
         yield url
@@ -219,7 +197,7 @@ def airflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     home = Path(os.environ["AIRFLOW_HOME"])
     if not os.environ.get("PYTEST_XDIST_WORKER"):
-        _migrate_airflow_db()
+        dag_runs.migrate_db()
         return home
     shared = tmp_path_factory.getbasetemp().parent  # the run's, above each worker's own basetemp
     template = shared / "airflow-metadata-template.db"
@@ -228,46 +206,16 @@ def airflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if template.exists():
             shutil.copyfile(template, home / "airflow.db")
         else:
-            _migrate_airflow_db()
+            dag_runs.migrate_db()
             shutil.copyfile(home / "airflow.db", template)
     return home
 
 
-def _migrate_airflow_db() -> None:
-    result = subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], capture_output=True,
-                            text=True, env=os.environ.copy(), timeout=300)
-    assert result.returncode == 0, f"airflow db migrate failed: {result.stderr[-2000:]}"
-
-
-_LOADED_PARAMS: dict[str, dict[str, Any]] = {}
-
-
 @pytest.fixture(scope="session")
 def dagbag():
-    """The DAGs of dags/, parsed once for the session; their params as loaded are kept for :func:`run_dag`."""
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(Path(__file__).resolve().parents[1] / "dags"))
-    for dag_id, dag in bag.dags.items():
-        _LOADED_PARAMS[dag_id] = copy.deepcopy(dag.params.dump())
-    return bag
-
-
-def run_dag(dagbag: Any, dag_id: str, **conf: Any) -> Any:
-    """``dag.test()`` with every param given: ``conf`` over the DAG's defaults as the session loaded
-    them; afterwards the DAG's params are as they were. Airflow's process_params copies the DAG's (and
-    each task's) Param objects into a task's ParamsDict and resolves the run's conf on them, so a run
-    writes its conf into the DAG's own Params: without the restore an earlier run's values (dry_run
-    False, another module's inventory, topics, ssh_conn_id) would become the next run's defaults, and
-    a later test reading ``dag.params`` (test_dag_integrity) would see them."""
-    dag = dagbag.dags[dag_id]
-    params = {id(p): p for d in (dag.params, *(t.params for t in dag.tasks)) for p in map(d.get_param, d)}
-    saved = [(p, copy.deepcopy(p.value)) for p in params.values()]
-    try:
-        return dag.test(run_conf={**copy.deepcopy(_LOADED_PARAMS[dag_id]), **conf})
-    finally:
-        for param, value in saved:
-            param.value = value
+    """The DAGs of dags/, parsed once for the session; their params as loaded are kept for
+    :func:`kafkaops.testing.dag_runs.run_dag`."""
+    return dag_runs.load_dagbag(_REPO / "dags")
 
 
 def committed_copy(config: Any, topic: str) -> tuple[list[records.Record], dict[int, int]]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kafkaops.platform import provision
+from kafkaops.testing import clusters
 
 #: Recognisable in any artifact a leak would leave: the tests search for it.
 PASSWORD = "Leak-Canary-7f3a9c2e"
@@ -94,6 +95,6 @@ def secured_cluster(folder: Path, **spec_args: Any) -> Iterator[SecuredCluster]:
     store_password = uuid.uuid4().hex
     inventory_vars, cert = secured_vars(folder, store_password)
     spec_args = {"brokers": 3, "controllers": 1, "heap": "384m", **spec_args}
-    with provision.temporary_cluster("kafkaops-secured-", inventory_vars=inventory_vars,
-                                     client_config=client_settings(cert), **spec_args) as spec:
+    with clusters.temporary_cluster("kafkaops-secured-", inventory_vars=inventory_vars,
+                                    client_config=client_settings(cert), **spec_args) as spec:
         yield SecuredCluster(spec.save(spec.base_dir / "spec.json"), cert, store_password)

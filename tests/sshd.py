@@ -1,8 +1,8 @@
 """Remote hosts on this machine, reached over real SSH: Debian's sshd with a config of its own on a free
 port of each host's loopback address, a generated host key and client key, and one Unix user per "host"
 (``kafkaops-host2-<run>`` owns 127.0.0.2, and so on), whose home is the host's only writable folder. The
-users and their group carry the suffix of this pytest process (:func:`tests.sessions.run_suffix`), so two
-runs on one machine (or two xdist workers) never share a user, a key or an ``AllowGroups``.
+users and their group carry the suffix of this pytest process (:func:`kafkaops.testing.users.run_suffix`), so
+two runs on one machine (or two xdist workers) never share a user, a key or an ``AllowGroups``.
 
 The checkout and the controller's caches are made unreadable to those users for the session, so a role
 that relied on the controller's paths fails. Everything is undone at the end: sshd stopped, every process
@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING
 import pytest
 import yaml
 
-from tests import jvm, watchdog
-from tests.sessions import remove_stale_users, run_suffix, stops_early
+from kafkaops.testing import jvm, watchdog
+from kafkaops.testing.users import remove_stale_users, run_suffix
+from tests.sessions import stops_early
 
 if TYPE_CHECKING:
     from kafkaops.platform import provision as provision_
@@ -276,7 +277,7 @@ class RemoteCluster:
 
     def __init__(self, server: Sshd, folder: Path) -> None:
         from kafkaops.platform import provision
-        from tests.conftest import TEST_BROKER_CONFIG
+        from kafkaops.testing.clusters import TEST_BROKER_CONFIG
 
         self.server = server
         self.port, self.controller_port = provision.free_ports(2)

@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 
 from kafkaops.cli import datagen
+from kafkaops.testing import clusters
 from kafkaops.platform import provision, state
 from kafkaops.platform.kafka import connection, offsets, topics
-from kafkaops.platform.kafka.records import end_offsets
-from tests.conftest import TEST_BROKER_CONFIG, run_dag
+from kafkaops.testing.clusters import TEST_BROKER_CONFIG
+from kafkaops.testing.dag_runs import run_dag
 
 
 @contextmanager
@@ -37,8 +38,8 @@ def kafka_default_connection(bootstrap: str, settings: Mapping[str, str] | None 
 def one_broker_cluster(airflow_db) -> Iterator[provision.ClusterSpec]:
     """One broker and one controller, shared by the partition-increase DAG tests (each module on a topic of its
     own, :func:`keyed_topic`): one broker start for both instead of one each."""
-    with provision.temporary_cluster("kafkaops-dags-1b-", brokers=1, controllers=1,
-                                     extra_config=TEST_BROKER_CONFIG) as spec:
+    with clusters.temporary_cluster("kafkaops-dags-1b-", brokers=1, controllers=1,
+                                    extra_config=TEST_BROKER_CONFIG) as spec:
         yield spec
 
 
@@ -57,12 +58,13 @@ def with_keyed_topic(cluster: provision.ClusterSpec, topic: str, records: int,
         with connection.connect(cluster.bootstrap) as conn:
             keyed_topic(conn, topic, records)
             if caught_up_group:
-                ends = {p: e for p, (_, e) in end_offsets(conn.config, topic).items()}
+                ends = {p: e for p, (_, e) in records.end_offsets(conn.config, topic).items()}
                 offsets.commit_group_offsets(conn, caught_up_group, topic, ends)
         yield cluster
 
 
 def run_partition_increase(dagbag, **conf) -> tuple[Any, dict[str, Any]]:
-    """A kafka_partition_increase run of ``conf`` (:func:`tests.conftest.run_dag`) and its audit record's summary."""
+    """A kafka_partition_increase run of ``conf`` (:func:`kafkaops.testing.dag_runs.run_dag`) and its audit
+    record's summary."""
     dag_run = run_dag(dagbag, "kafka_partition_increase", **conf)
     return dag_run, state.AuditLog.for_run("kafka_partition_increase", dag_run.run_id).summary()

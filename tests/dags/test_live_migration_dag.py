@@ -1,6 +1,6 @@
 """kafka_partition_increase as a live migration (quiesce=manual and acl), 3 -> 12 partitions, while keyed
 producers write ~2,000 records/s and a consumer group reads through the switch
-(kafkaops.platform.traffic.MigrationTraffic, with kafkaops.platform.rehearsal.Operator doing what the
+(kafkaops.testing.traffic.MigrationTraffic, with kafkaops.testing.rehearsal.StandInOperator doing what the
 run's record asks). Afterwards, from the consumer's own log: nothing lost, duplicated or out of
 per-key order, for the record key (the direct copy, producers stopped by the operator) and a value
 field whose values span source partitions (``field:customer``: the merged copy, producers quiesced
@@ -14,11 +14,12 @@ from collections.abc import Iterator
 import pytest
 
 from kafkaops.airflow import pages
+from kafkaops.testing import clusters
 from kafkaops.platform import provision, state, store
 from kafkaops.platform.kafka import connection, metadata, topics
 from kafkaops.rekey.steps import CAPACITY_DAG
-from kafkaops.platform.rehearsal import Operator
-from kafkaops.platform.traffic import MigrationReport, MigrationTraffic
+from kafkaops.testing.rehearsal import StandInOperator
+from kafkaops.testing.traffic import MigrationReport, MigrationTraffic
 from tests.dags.conftest import kafka_default_connection, run_partition_increase
 
 pytestmark = pytest.mark.integration
@@ -51,7 +52,7 @@ def test_a_live_migration_by_the_record_key_loses_duplicates_and_reorders_nothin
                              {"text": "capacity report", "cluster_id": of, "recommended": recommended})
         reviews.update_operation(CAPACITY_DAG, run_id, state="finished", outcome="success")
     with MigrationTraffic(config, topic, group=f"{topic}.readers", rate_per_s=2000) as traffic:
-        with Operator(traffic, "kafka_partition_increase") as operator:
+        with StandInOperator(traffic, "kafka_partition_increase") as operator:
             dag_run, record = run_partition_increase(dagbag, topic=topic, key_rule="record_key",
                                                      cutover_groups="late.readers", **LIVE)
         assert operator.error is None, operator.error
@@ -122,8 +123,8 @@ def test_producers_that_never_stop_abandon_the_migration(dagbag, cluster) -> Non
     assert abandoned["target_deleted"] is True and f"{topic} stays authoritative" in abandoned["text"]
     assert report.ok and report.received_by_topic.get(f"{topic}.v2", 0) == 0  # the applications never left
     with connection.connect(config) as conn:
-        listed = conn.admin.list_topics(timeout=10).topics
-    assert f"{topic}.v2" not in listed and topic in listed
+        held = conn.admin.list_topics(timeout=10).topics
+    assert f"{topic}.v2" not in held and topic in held
 
 
 ADMIN, APP = "kafkaops-admin", "orders-app"
@@ -147,8 +148,8 @@ def acl_cluster(airflow_db) -> Iterator[tuple[dict[str, str], dict[str, str]]]:
         return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user,
                 "sasl.password": password[user]}
 
-    with provision.temporary_cluster("kafkaops-acl-", brokers=1, controllers=1, inventory_vars=inventory,
-                                     client_config=login(ADMIN)) as spec:
+    with clusters.temporary_cluster("kafkaops-acl-", brokers=1, controllers=1, inventory_vars=inventory,
+                                    client_config=login(ADMIN)) as spec:
         admin_config = {"bootstrap.servers": spec.bootstrap, **login(ADMIN)}
         with connection.connect(admin_config) as conn:
             grants = [AclBinding(kind, "live.", ResourcePatternType.PREFIXED, f"User:{APP}", "*", AclOperation.ALL,
@@ -170,7 +171,7 @@ def test_a_live_migration_by_a_value_field_with_the_acl_quiesce(dagbag, acl_clus
     with connection.connect(admin_config) as conn:
         topics.create_topic(conn, topic, 3, 1)
     with MigrationTraffic(app_config, topic, group=f"{topic}.readers", rate_per_s=2000) as traffic:
-        with Operator(traffic, "kafka_partition_increase", stop_producers=False) as operator:
+        with StandInOperator(traffic, "kafka_partition_increase", stop_producers=False) as operator:
             dag_run, record = run_partition_increase(dagbag, topic=topic, key_rule="field:customer",
                                                      **{**LIVE, "quiesce": "acl",
                                                         "quiesce_principals": f"User:{APP}"})
@@ -207,5 +208,5 @@ def test_a_dry_run_plans_and_changes_nothing(dagbag, cluster, mode) -> None:
     assert not [s for s in record["steps"] if s["status"] == "failed"], record["steps"]
     assert not [n for n in record["notes"] if n.get("action")]  # nobody was asked to stop anything
     with connection.connect({"bootstrap.servers": cluster.bootstrap}) as conn:
-        listed = conn.admin.list_topics(timeout=10).topics
-        assert f"{topic}.v2" not in listed and len(listed[topic].partitions) == 3
+        held = conn.admin.list_topics(timeout=10).topics
+        assert f"{topic}.v2" not in held and len(held[topic].partitions) == 3

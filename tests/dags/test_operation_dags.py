@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 
 from kafkaops.platform.kafka import connection, metadata, reassignments, topics
+from kafkaops.testing import clusters
 from kafkaops.platform import state, store
 from kafkaops.cli import datagen
 from kafkaops.reassign import engine
 from kafkaops.platform import provision
-from tests.conftest import TEST_BROKER_CONFIG, wait_for
-from tests.conftest import run_dag
+from kafkaops.testing.clusters import TEST_BROKER_CONFIG
+from tests.conftest import wait_for
+from kafkaops.testing.dag_runs import run_dag
 from tests.dags.conftest import kafka_default_connection
 from tests.integration.conftest import Traffic, throttles_left
 
@@ -29,8 +31,8 @@ TOPIC = "orders"
 @pytest.fixture(scope="module")
 def cluster(airflow_db) -> Iterator[tuple[provision.ClusterSpec, Path]]:
     """Three brokers for these DAG runs only (a scale-out grows it); its spec is the DAG's inventory."""
-    with provision.temporary_cluster("kafkaops-dags-", brokers=3, controllers=1,
-                                     extra_config=TEST_BROKER_CONFIG) as spec, \
+    with clusters.temporary_cluster("kafkaops-dags-", brokers=3, controllers=1,
+                                    extra_config=TEST_BROKER_CONFIG) as spec, \
             kafka_default_connection(spec.bootstrap):
         spec_path = spec.save(spec.base_dir / "spec.json")
         with connection.connect(spec.bootstrap) as conn:
@@ -293,7 +295,7 @@ def broker_5(cluster) -> int:
         if not snap.replicas_per_broker().get(5):
             rack_b = [p for p in snap.partitions if 2 in p.replicas and p.leader != 2][:2]
             reassignments.alter_partition_reassignments(conn, {p.key: tuple(5 if b == 2 else b for b in p.replicas)
-                                                              for p in rack_b})
+                                                       for p in rack_b})
             wait_for(lambda: not reassignments.list_partition_reassignments(conn), timeout=120,
                      what="two partitions to move onto broker 5")
         wait_for(lambda: not metadata.snapshot(conn, topics=[TOPIC], sizes=False, groups=False).under_replicated,

@@ -26,7 +26,8 @@ import structlog
 from kafkaops.cli import datagen
 from kafkaops.platform import state, store
 from kafkaops.platform.kafka import connection, metadata, offsets, records, topics
-from tests.conftest import committed_copy, run_dag
+from kafkaops.testing.dag_runs import run_dag
+from tests.conftest import committed_copy
 from tests.dags.conftest import kafka_default_connection
 from tests.integration.conftest import throttles_left
 from tests.secured import PASSWORD, SecuredCluster

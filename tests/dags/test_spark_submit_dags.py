@@ -1,5 +1,5 @@
 """kafka_partition_increase's migrate with its rekey backfill submitted through the run's
-``spark_conn_id``: on the Spark standalone cluster of tests/spark.py, and on a master that is not
+``spark_conn_id``: on the Spark standalone cluster of kafkaops/testing/spark.py, and on a master that is not
 there (refused before the target topic exists, naming the master and the connection)."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from kafkaops.platform.kafka import connection
 from kafkaops.rekey import backfill
 from tests.conftest import committed_copy
 from tests.dags.conftest import run_partition_increase, with_keyed_topic
-from tests.spark import StandaloneSpark
+from kafkaops.testing.spark import StandaloneSpark
 
 pytestmark = pytest.mark.integration
 

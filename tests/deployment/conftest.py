@@ -1,10 +1,10 @@
-"""The deployment as an operator meets it: Airflow as operators deploy it (harness.py: PostgreSQL,
+"""The deployment as an operator meets it: Airflow as operators deploy it (kafkaops/testing/deployment.py: PostgreSQL,
 Redis, each component a process of its own running the installed wheel, CeleryExecutor) on a local
 cluster of its own, and Debian's Chromium driven by Selenium (Debian's chromedriver; Selenium Manager
 downloads nothing).
 
 Everything started here runs in a process group of its own and is ended with it; the cluster goes
-through ``provision.temporary_cluster`` (stopped through the role, stragglers killed). Each component's
+through ``clusters.temporary_cluster`` (stopped through the role, stragglers killed). Each component's
 output goes to ``components/<name>.log`` among the artifacts, and a failed test shows their tails.
 Screenshots and those logs stay in ``$KAFKAOPS_ARTIFACTS`` (default ``.cache/artifacts/deployment``),
 listed at the end.
@@ -22,12 +22,11 @@ from typing import Any
 import pytest
 
 from kafkaops.cli import datagen
-from kafkaops.platform import provision
+from kafkaops.testing import clusters, deployment as harness, jvm, watchdog
 from kafkaops.platform.kafka import topics
 from kafkaops.platform.paths import JARS
-from tests.conftest import TEST_BROKER_CONFIG, RunningCluster
-from tests import jvm, watchdog
-from tests.deployment import harness
+from kafkaops.testing.clusters import TEST_BROKER_CONFIG
+from tests.conftest import RunningCluster
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("KAFKAOPS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
@@ -64,8 +63,8 @@ def deployment_cluster() -> Iterator[SpecCluster]:
     records), so each broker a scale-out adds has replicas to receive."""
     # the lean JVM in the spec itself: the brokers a scale-out adds are started by the deployment's Celery
     # worker, which reads this spec and knows nothing of the session's provision.INVENTORY_DEFAULTS
-    with provision.temporary_cluster("kafkaops-deploy-", brokers=3, extra_config=TEST_BROKER_CONFIG,
-                                     inventory_vars=jvm.broker_vars()) as spec:
+    with clusters.temporary_cluster("kafkaops-deploy-", brokers=3, extra_config=TEST_BROKER_CONFIG,
+                                    inventory_vars=jvm.broker_vars()) as spec:
         cache = spec.base_dir / "worker-cache"
         cache.mkdir()
         cluster = SpecCluster(spec, cache=cache)
@@ -79,7 +78,7 @@ def deployment_cluster() -> Iterator[SpecCluster]:
 
 @pytest.fixture(scope="package")
 def deployed(deployment_cluster: SpecCluster, artifacts: Path) -> Iterator[harness.Deployment]:
-    """Airflow as operators deploy it (harness.py), on the deployment cluster, for this package: the
+    """Airflow as operators deploy it (kafkaops/testing/deployment.py), on the deployment cluster, for this package: the
     scenarios (test_deployment.py) and the browser walk (test_operator_path.py) share it, and it
     stops when they are done (not at the end of the session, where its idle components would have
     slowed every later test)."""

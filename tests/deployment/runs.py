@@ -7,7 +7,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.deployment.harness import Deployment
+from kafkaops.testing.deployment import Deployment
 
 # How long one run may take from its trigger to its end (or to its approval): generous for two busy cores.
 RUN_TIMEOUT_S = 600.0

@@ -1,4 +1,4 @@
-"""docker-compose.yml and the Dockerfile describe the deployment that tests/deployment/harness.py runs.
+"""docker-compose.yml and the Dockerfile describe the deployment that kafkaops/testing/deployment.py runs.
 
 No container engine runs in CI (a docker client at most), so nothing here builds or starts a container:
 the compose file is held to the harness (the same components, each checked before it starts, the same
@@ -28,8 +28,7 @@ import sqlalchemy as sa
 import yaml
 from dockerfile_parse import DockerfileParser
 
-from tests import postgres
-from tests.deployment import harness
+from kafkaops.testing import deployment as harness, postgres
 
 REPO = harness.REPO
 COMPOSE = REPO / "docker-compose.yml"

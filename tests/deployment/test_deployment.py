@@ -1,6 +1,6 @@
 """Airflow as operators deploy it (issue 14): the scenarios, through Airflow's public REST API.
 
-One deployment for the module (harness.py): PostgreSQL (Airflow's metadata and the kafkaops store),
+One deployment for the module (kafkaops/testing/deployment.py): PostgreSQL (Airflow's metadata and the kafkaops store),
 Redis, the api-server, scheduler, dag-processor, triggerer and a Celery worker as separate processes
 running the installed wheel, and a real 3-broker cluster. Every call is made with a token from the
 auth manager, as the user an operator would be: ``operator`` triggers, ``approver`` approves.
@@ -19,8 +19,7 @@ import sqlalchemy as sa
 
 from kafkaops.platform import provision, state, store
 from kafkaops.platform.kafka import metadata
-from tests import postgres
-from tests.deployment import harness
+from kafkaops.testing import deployment as harness, postgres
 from tests.deployment.conftest import TOPIC, SpecCluster
 from tests.deployment.runs import run_path, task_states, wait_for_run, wait_for_task
 from tests.integration.conftest import throttles_left, wait_for_no_throttles

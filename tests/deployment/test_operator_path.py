@@ -1,6 +1,6 @@
 """The operator's path through the Airflow UI, in a real browser (issue 13's acceptance test).
 
-Against Airflow as operators deploy it (conftest.py, harness.py: separate components, PostgreSQL,
+Against Airflow as operators deploy it (conftest.py, kafkaops/testing/deployment.py: separate components, PostgreSQL,
 CeleryExecutor, the installed wheel) on the deployment cluster, headless Chromium walks what an
 operator does:
 
@@ -34,7 +34,7 @@ from selenium.webdriver.common.by import By
 from kafkaops.cli import datagen
 from kafkaops.platform.kafka import metadata, offsets, records, topics
 from tests.deployment.conftest import TOPIC, SpecCluster
-from tests.deployment.harness import Deployment
+from kafkaops.testing.deployment import Deployment
 from tests.deployment.runs import RUN_TIMEOUT_S, run_path, task_states, wait_for_run, wait_for_task
 from tests.deployment.ui import AirflowUI
 

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from kafkaops.platform import traffic
 from kafkaops.platform.kafka import configs, connection, metadata
+from kafkaops.testing import clusters, traffic
 from kafkaops.reassign import engine
 from kafkaops.platform import provision
-from tests.conftest import TEST_BROKER_CONFIG, RunningCluster
+from kafkaops.testing.clusters import TEST_BROKER_CONFIG
+from tests.conftest import RunningCluster
 
 
 class GrowableCluster:
@@ -43,8 +44,8 @@ class GrowableCluster:
 @pytest.fixture(scope="module")
 def own_cluster() -> Iterator[GrowableCluster]:
     """Three brokers (one of them the only controller), started for one test module."""
-    with provision.temporary_cluster("kafkaops-exec-", brokers=3, controllers=1,
-                                     extra_config=TEST_BROKER_CONFIG) as spec:
+    with clusters.temporary_cluster("kafkaops-exec-", brokers=3, controllers=1,
+                                    extra_config=TEST_BROKER_CONFIG) as spec:
         yield GrowableCluster(spec)
 
 
@@ -72,7 +73,7 @@ def wait_for_no_throttles(conn: connection.KafkaConnection, timeout: float = 20.
 
 
 class Traffic(traffic.TrafficCheck):
-    """The traffic check (:class:`kafkaops.platform.traffic.TrafficCheck`: a keyed producer, acks=all
+    """The traffic check (:class:`kafkaops.testing.traffic.TrafficCheck`: a keyed producer, acks=all
     and idempotent, at ~``rate`` records/s, and a consumer of its own group) around a test.
     :meth:`check` asserts every acknowledged record was consumed exactly once and each key's
     ``seq`` arrived in order."""

@@ -1,6 +1,6 @@
 """Nothing outlives a killed session: a child pytest (tests/integration/watchdog_child.py) starts a Kafka
-broker through ``provision.temporary_cluster``, a throw-away PostgreSQL and a redis-server as the suite's
-fixtures do, and is then killed with SIGKILL (no teardown, no atexit): its watchdog (tests/watchdog.py)
+broker through ``clusters.temporary_cluster``, a throw-away PostgreSQL and a redis-server as the suite's
+fixtures do, and is then killed with SIGKILL (no teardown, no atexit): its watchdog (kafkaops.testing.watchdog)
 stops all of them, frees their ports and removes their folders."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import watchdog
+from kafkaops.testing import watchdog
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """Not collected on its own (no ``test_`` prefix): the child pytest of tests/integration/test_watchdog.py
 runs it by name. It starts real servers the way the suite's fixtures do (a one-broker cluster through
-``provision.temporary_cluster``, a throw-away PostgreSQL, a redis-server), writes what runs to the JSON
+``clusters.temporary_cluster``, a throw-away PostgreSQL, a redis-server), writes what runs to the JSON
 file ``$KAFKAOPS_WATCHDOG_CHILD_OUT`` and blocks until the parent test kills it."""
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import psutil
 import sqlalchemy as sa
 
 from kafkaops.platform import provision
-from tests import postgres
-from tests.deployment import harness
+from kafkaops.testing import clusters, postgres
+from kafkaops.testing import deployment as harness
 
 
 def listeners(ports: set[int]) -> dict[int, int]:
@@ -25,7 +25,7 @@ def listeners(ports: set[int]) -> dict[int, int]:
 
 def test_start_servers_then_block(tmp_path: Path) -> None:
     out = Path(os.environ["KAFKAOPS_WATCHDOG_CHILD_OUT"])
-    with provision.temporary_cluster("kafkaops-watchdog-", brokers=1, controllers=1, heap="256m") as spec, \
+    with clusters.temporary_cluster("kafkaops-watchdog-", brokers=1, controllers=1, heap="256m") as spec, \
             postgres.temporary_postgres(prefix="kafkaops-pg-watchdog-") as pg_url, \
             harness.redis_server(tmp_path / "redis") as redis_url:
         node = spec.nodes[0]

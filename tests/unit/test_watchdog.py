@@ -1,4 +1,4 @@
-"""The test watchdog (tests/watchdog.py) with plain ``sleep`` processes: a stand-in for pytest (a Python
+"""The test watchdog (kafkaops/testing/watchdog.py) with plain ``sleep`` processes: a stand-in for pytest (a Python
 process) registers them, then is SIGKILLed; what it registered dies, what it released lives, and a pid
 whose start time is not the registered one (a reused pid) is left alone."""
 from __future__ import annotations
@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from tests import watchdog
+from kafkaops.testing import watchdog
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[2]  # its plugins/ holds kafkaops.testing.watchdog
 
 # The stand-in for pytest: registers the actions of argv[1] (a JSON list of [action, release?]), starts an
 # unregistered child of its own, prints its watchdog's pid and its child's, then blocks (or exits, argv[2]).
 PARENT = """
 import json, os, subprocess, sys, time
-sys.path.insert(0, {repo!r})
-from tests import watchdog
+sys.path.insert(0, {repo!r} + "/plugins")
+from kafkaops.testing import watchdog
 guards = [(watchdog.guard(action, name="t"), release) for action, release in json.loads(sys.argv[1])]
 for guard, release in guards:
     if release:
@@ -119,8 +119,8 @@ def test_a_normal_exit_carries_out_what_is_still_registered(sleeps, tmp_path: Pa
 # argv[2]; the controller starts the worker and waits until its watchdog has seen the worker's tree.
 NESTED = """
 import json, os, subprocess, sys, time
-sys.path.insert(0, {repo!r})
-from tests import watchdog
+sys.path.insert(0, {repo!r} + "/plugins")
+from kafkaops.testing import watchdog
 if sys.argv[1] == "worker":
     watchdog.guard(watchdog.pid(int(sys.argv[2])), name="worker's")
     print(json.dumps([watchdog.watchdog_pid()]), flush=True)

@@ -5,7 +5,7 @@ the kafka_broker role and gets a skewed ``orders`` topic. Then Airflow runs ``ka
 (``airflow dags test``, i.e. ``dag.test()``, in a child process): preflight gate, broker 4
 provisioned by the same role, registered, the plan, approval (``auto_approve``: nobody is there to
 click), throttled batches, verification, throttles removed, preferred leaders, the post-move gate.
-A traffic check (:mod:`kafkaops.platform.traffic`) produces and consumes keyed records throughout.
+A traffic check (:mod:`kafkaops.testing.traffic`) produces and consumes keyed records throughout.
 ``kafka_reassign`` then drains broker 4 and stops it, so the next demo starts from the same three
 brokers. Both runs' operation records stay in ``.cache/airflow`` (the home ``make airflow``
 serves), on the run's "Operation record" tab.
@@ -31,8 +31,9 @@ from typing import Any, TextIO
 from kafkaops.cli import datagen
 from kafkaops.errors import KafkaOpsError
 from kafkaops.model import Cluster
-from kafkaops.platform import provision, state, traffic
+from kafkaops.platform import provision, state
 from kafkaops.platform.kafka import connection, metadata, topics
+from kafkaops.testing import traffic
 from kafkaops.platform import store as store_
 from kafkaops.platform.partitioner import partition_for
 from kafkaops.platform.paths import CACHE

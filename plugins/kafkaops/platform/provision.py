@@ -5,10 +5,8 @@ scale-out DAG all go through :func:`run_playbook`, so they share one code path.
 """
 from __future__ import annotations
 
-import atexit
 import base64
 import json
-import shutil
 import logging
 import os
 import socket
@@ -16,8 +14,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -509,39 +506,8 @@ def _inventory(spec: ClusterSpec | None) -> tuple[Mapping[str, Any] | Path, dict
 
 #: Role variables every :meth:`ClusterSpec.inventory` starts from, below everything the spec sets (their
 #: ``kafka_broker_extra_config`` below the spec's extra config, key by key): empty in production; the test
-#: harness gives its brokers lean JVMs and idle settings (``kafka_broker_jvm_opts``, tests/jvm.py).
+#: harness gives its brokers lean JVMs and idle settings (``kafka_broker_jvm_opts``, kafkaops.testing.jvm).
 INVENTORY_DEFAULTS: dict[str, Any] = {}
-
-#: Context managers entered around each :func:`temporary_cluster`'s life, each given the cluster's new
-#: folder before anything starts in it, left after the cluster is gone: a test suite registers there what
-#: stops the cluster should its own process be killed before its teardown runs (tests/watchdog.py).
-TEMPORARY_CLUSTER_GUARDS: list[Callable[[Path], AbstractContextManager[Any]]] = []
-
-
-@contextmanager
-def temporary_cluster(prefix: str = "kafkaops-", *, client_config: Mapping[str, Any] | None = None,
-                      **spec_args: Any) -> Iterator[ClusterSpec]:
-    """A throw-away local cluster (``local_cluster_spec`` arguments) in a new temp dir, up for the
-    ``with`` block and gone afterwards: stopped through the role, any straggler killed (also at
-    interpreter exit), the folder removed. Tests and benchmarks start their clusters with it.
-    ``client_config``: how the registration check connects to a secured cluster (:func:`cluster_up`)."""
-    base = Path(tempfile.mkdtemp(prefix=prefix))
-    atexit.register(kill_strays, base)
-    spec = local_cluster_spec(base, **spec_args)
-    with ExitStack() as guards:
-        for guard in TEMPORARY_CLUSTER_GUARDS:
-            guards.enter_context(guard(base))
-        try:
-            cluster_up(spec, client_config=client_config)
-            yield spec
-        finally:
-            try:
-                cluster_down(spec, purge=True)
-            except ProvisionError as err:
-                log.warning("cluster_down of %s failed (%s); killing its processes", base, err)
-            finally:
-                kill_strays(base)  # also nodes added to the cluster after it started
-                shutil.rmtree(base, ignore_errors=True)
 
 
 def node_pid(spec: ClusterSpec, node_id: int) -> int | None:
@@ -553,28 +519,3 @@ def node_pid(spec: ClusterSpec, node_id: int) -> int | None:
     except (OSError, ValueError):
         return None
     return pid
-
-
-def kill_strays(base_dir: Path) -> list[int]:
-    """SIGKILL every java process whose command line names ``base_dir``: the last resort of a
-    test teardown, so no broker outlives its cluster's folder. Returns the pids killed."""
-    import signal
-
-    killed = []
-    marker = str(base_dir)
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if "kafka.Kafka" in cmdline and marker in cmdline:
-            try:
-                os.kill(int(proc.name), signal.SIGKILL)
-                killed.append(int(proc.name))
-            except OSError:
-                pass
-    if killed:
-        log.warning("killed %d stray broker process(es) under %s: %s", len(killed), base_dir, killed)
-    return killed

@@ -16,7 +16,7 @@ from kafkaops.capacity import skew
 from kafkaops.model import Cluster
 from kafkaops.platform.partitioner import partition_for
 from kafkaops.capacity.history import ReviewHistory
-from tests.conftest import run_dag
+from kafkaops.testing.dag_runs import run_dag
 
 
 pytestmark = pytest.mark.integration

@@ -24,8 +24,8 @@ import yaml
 from confluent_kafka.admin import AdminClient
 
 from kafkaops.platform import provision
+from kafkaops.testing import clusters, jvm, watchdog
 from kafkaops.platform.paths import jar_dir
-from tests import jvm, watchdog
 
 #: The brokers' key and trust stores, and the SCRAM user's password.
 PASSWORD = "Sc3ret-0f-the-t3st"
@@ -149,5 +149,5 @@ def secured_nodes() -> Iterator[SecuredNodes]:
                     provision.run_playbook("cluster_down.yml", base / "inventory.yml",
                                            extravars={"kafka_broker_down_state": "absent"})
             finally:
-                provision.kill_strays(base)
+                clusters.kill_strays(base)
                 shutil.rmtree(base, ignore_errors=True)

@@ -18,9 +18,9 @@ import pytest
 
 from kafkaops.platform import provision, store
 from kafkaops.platform.kafka import connection, topics
+from kafkaops.testing import clusters, jvm
 from kafkaops.platform.paths import JARS
-from tests import jvm
-from tests.conftest import TEST_BROKER_CONFIG
+from kafkaops.testing.clusters import TEST_BROKER_CONFIG
 from tests.integration.conftest import throttles_left, wait_for_no_throttles
 
 pytestmark = pytest.mark.integration
@@ -32,8 +32,8 @@ DAG = "kafka_scale_out"
 @pytest.fixture(scope="module")
 def spec() -> Iterator[provision.ClusterSpec]:
     # the lean JVM in the spec: the scale-out's broker is started by a step in another process
-    with provision.temporary_cluster("kafkaops-homes-", brokers=3, controllers=1,
-                                     extra_config=TEST_BROKER_CONFIG, inventory_vars=jvm.broker_vars()) as spec:
+    with clusters.temporary_cluster("kafkaops-homes-", brokers=3, controllers=1,
+                                    extra_config=TEST_BROKER_CONFIG, inventory_vars=jvm.broker_vars()) as spec:
         with connection.connect(spec.bootstrap) as conn:
             topics.create_topic(conn, "homes", 6, 2)
         yield spec

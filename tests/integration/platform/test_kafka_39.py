@@ -14,11 +14,13 @@ from pathlib import Path
 import pytest
 
 from kafkaops.cli import datagen
+from kafkaops.testing import clusters
 from kafkaops.platform import provision, store
 from kafkaops.platform.kafka import connection, metadata, offsets, records, topics
 from kafkaops.platform.partitioner import partition_for
 from kafkaops.platform.paths import jar_dir
-from tests.conftest import TEST_BROKER_CONFIG, committed_copy
+from kafkaops.testing.clusters import TEST_BROKER_CONFIG
+from tests.conftest import committed_copy
 from tests.dags.conftest import kafka_default_connection
 from tests.dags.test_operation_dags import run
 from tests.integration.conftest import throttles_left
@@ -48,8 +50,8 @@ def running_release(spec: provision.ClusterSpec, node_id: int) -> str:
 def cluster(airflow_db) -> Iterator[tuple[provision.ClusterSpec, Path]]:
     """Three combined 3.9 nodes (a quorum of three static voters), for this module only; its spec
     is the DAGs' inventory and grows with the scale-out."""
-    with provision.temporary_cluster("kafkaops-k39-", brokers=3, controllers=3, kafka_version="3.9",
-                                     extra_config=TEST_BROKER_CONFIG) as spec, \
+    with clusters.temporary_cluster("kafkaops-k39-", brokers=3, controllers=3, kafka_version="3.9",
+                                    extra_config=TEST_BROKER_CONFIG) as spec, \
             kafka_default_connection(spec.bootstrap):
         spec_path = spec.save(spec.base_dir / "spec.json")
         with connection.connect(spec.bootstrap) as conn:

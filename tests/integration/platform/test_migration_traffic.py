@@ -11,15 +11,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from kafkaops.platform import partitioner, provision, traffic
+from kafkaops.platform import partitioner
 from kafkaops.platform.kafka import offsets, records, topics
-from tests.conftest import TEST_BROKER_CONFIG, RunningCluster
+from kafkaops.testing import clusters, traffic
+from kafkaops.testing.clusters import TEST_BROKER_CONFIG
+from tests.conftest import RunningCluster
 
 
 @pytest.fixture(scope="module")
 def one_broker() -> Iterator[RunningCluster]:
-    with provision.temporary_cluster("kafkaops-migration-", brokers=1, controllers=1,
-                                     extra_config=TEST_BROKER_CONFIG) as spec:
+    with clusters.temporary_cluster("kafkaops-migration-", brokers=1, controllers=1,
+                                    extra_config=TEST_BROKER_CONFIG) as spec:
         yield RunningCluster(spec)
 
 

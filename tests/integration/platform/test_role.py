@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kafkaops.platform import provision
+from kafkaops.testing import clusters
 from kafkaops.errors import ProvisionError
 from tests.conftest import RunningCluster
 
@@ -24,7 +25,7 @@ def test_cluster_up_twice_changes_nothing(kafka_cluster: RunningCluster) -> None
 def scratch_dir():
     base = Path(tempfile.mkdtemp(prefix="kafkaops-role-"))
     yield base
-    provision.kill_strays(base)
+    clusters.kill_strays(base)
     shutil.rmtree(base, ignore_errors=True)
 
 

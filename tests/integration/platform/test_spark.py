@@ -1,5 +1,5 @@
 """The Spark jobs submitted through Airflow's Spark provider to a real Spark standalone cluster
-(tests/spark.py: a Master and two Workers, each Worker as its own Unix user that sees nothing of the checkout):
+(kafkaops/testing/spark.py: a Master and two Workers, each Worker as its own Unix user that sees nothing of the checkout):
 the key skew and the rekey backfill read (and write) the session's Kafka cluster there, with nothing
 but what spark-submit ships."""
 from __future__ import annotations
@@ -21,7 +21,7 @@ from kafkaops.model import Cluster
 from kafkaops.platform import spark
 from kafkaops.platform.kafka import connection, records, topics
 from kafkaops.rekey.backfill import LINEAGE_HEADER, BackfillPlan
-from tests.spark import HIDDEN, StandaloneSpark
+from kafkaops.testing.spark import HIDDEN, StandaloneSpark
 
 pytestmark = pytest.mark.integration
 

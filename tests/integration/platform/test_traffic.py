@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 from kafkaops.cli import datagen
-from kafkaops.platform import traffic
 from kafkaops.platform.kafka import connection, metadata, reassignments, topics
+from kafkaops.testing import traffic
 from kafkaops.reassign import engine
 from tests.conftest import RunningCluster, wait_for
 

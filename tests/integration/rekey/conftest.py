@@ -8,15 +8,16 @@ import pytest
 from confluent_kafka import Producer
 
 from kafkaops.cli import datagen
+from kafkaops.testing import clusters
 from kafkaops.platform import provision, waits
 from kafkaops.platform.kafka import connection, topics
-from tests.conftest import TEST_BROKER_CONFIG
+from kafkaops.testing.clusters import TEST_BROKER_CONFIG
 
 
 @pytest.fixture(scope="package")
 def rekey_cluster() -> Iterator[provision.ClusterSpec]:
-    with provision.temporary_cluster("kafkaops-rekey-", brokers=1, controllers=1,
-                                     extra_config=TEST_BROKER_CONFIG) as spec:
+    with clusters.temporary_cluster("kafkaops-rekey-", brokers=1, controllers=1,
+                                    extra_config=TEST_BROKER_CONFIG) as spec:
         yield spec
 
 

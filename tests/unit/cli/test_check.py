@@ -21,7 +21,7 @@ from kafkaops.cli import exits
 from kafkaops.cli.check import METADATA_SETTING
 from kafkaops.platform import migrations, provision
 from kafkaops.platform import store as store_
-from tests import postgres
+from kafkaops.testing import postgres
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from kafkaops.platform.traffic import (MigrationReport, Received, account_migration, customer_of, decode,
+from kafkaops.testing.traffic import (MigrationReport, Received, account_migration, customer_of, decode,
                                        device_key, encode_padded)
 
 ACKED = [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1)]

@@ -1,7 +1,7 @@
 """The traffic check's accounting: lost, duplicated and out of order from per-key sequence numbers."""
 from __future__ import annotations
 
-from kafkaops.platform.traffic import Received, account, decode, encode
+from kafkaops.testing.traffic import Received, account, decode, encode
 
 
 def stored(*records: tuple[str, int, int, int]) -> list[Received]:

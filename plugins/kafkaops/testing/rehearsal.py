@@ -1,16 +1,16 @@
-"""A rehearsal of a live migration: :class:`kafkaops.platform.traffic.MigrationTraffic` plays the
-applications (keyed producers and a consumer group), and :class:`Operator` plays the person at the
-switch. It follows the run's record in the kafkaops store, as an operator reads it in the UI, and
-does what the record asks:
+"""A rehearsal of a live migration: :class:`kafkaops.testing.traffic.MigrationTraffic` plays the
+applications (keyed producers and a consumer group), and :class:`StandInOperator` plays the person at the
+switch (a human operator, not an Airflow operator). It follows the run's record in the kafkaops store,
+as an operator reads it in the UI, and does what the record asks:
 
 * a note with ``action="stop_producers"`` (the quiesce): stop producing to the source, let the
   consumer read to the source's end, stop it (its group is then empty);
 * a note with ``action="switch"``: producers to the target, the consumer group on the target from
   the offsets kafkaops committed there.
 
-With ``quiesce=acl`` kafkaops stops the writes itself: an Operator made with ``stop_producers=False``
-leaves the producers running (their sends to the source are refused with TOPIC_AUTHORIZATION_FAILED,
-unacknowledged) and only drains and stops the consumer when asked.
+With ``quiesce=acl`` kafkaops stops the writes itself: a StandInOperator made with
+``stop_producers=False`` leaves the producers running (their sends to the source are refused with
+TOPIC_AUTHORIZATION_FAILED, unacknowledged) and only drains and stops the consumer when asked.
 Used by tests/dags/test_live_migration_dag.py and benchmarks/bench_live_migration.py.
 """
 from __future__ import annotations
@@ -22,12 +22,12 @@ from collections.abc import Callable
 from typing import Any
 
 from kafkaops.platform import store as store_
-from kafkaops.platform.traffic import MigrationTraffic
+from kafkaops.testing.traffic import MigrationTraffic
 
 log = logging.getLogger(__name__)
 
 
-class Operator:
+class StandInOperator:
     """A thread that follows the newest run of ``dag_id`` started after it, and acts on its notes
     (see the module docstring). :attr:`done` lists what it did, with the monotonic time; :attr:`error`
     holds what went wrong (the test or bench raises it)."""
@@ -45,7 +45,7 @@ class Operator:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._follow, name="kafkaops-rehearsal-operator", daemon=True)
 
-    def __enter__(self) -> Operator:
+    def __enter__(self) -> StandInOperator:
         self._thread.start()
         return self
 

@@ -20,7 +20,7 @@ Usage, in a fixture::
         yield ...
         stop(process)   # the normal teardown; leaving the block unregisters the entry
 
-``python tests/watchdog.py PARENT_PID`` is the watchdog itself (standard library only).
+``python <path of this file> PARENT_PID`` is the watchdog itself (standard library only).
 """
 from __future__ import annotations
 
@@ -218,7 +218,7 @@ def guarding(*actions: Action, name: str = "entry") -> Iterator[Guard]:
 @contextlib.contextmanager
 def kafka_folder(base: Path) -> Iterator[Guard]:
     """Every Kafka broker whose command line names the folder ``base`` (its nodes' configs are there: nodes
-    added or restarted later are covered too), then the folder: ``provision.TEMPORARY_CLUSTER_GUARDS``'s
+    added or restarted later are covered too), then the folder: ``clusters.TEMPORARY_CLUSTER_GUARDS``'s
     entry (tests/conftest.py), and the secured nodes'."""
     with guarding(cmdline("kafka.Kafka", f"{base}/"), rmtree(base), name=f"kafka {base}") as entry:
         yield entry
@@ -283,7 +283,7 @@ class _Watchdog:
             pidfd = os.pidfd_open(self.parent)
         except OSError:
             pidfd = None  # already gone (or no pidfd): the scan below notices
-        stdin = sys.stdin.buffer.raw.fileno()  # type: ignore[attr-defined]
+        stdin = sys.stdin.buffer.raw.fileno()  # type: ignore[attr-defined,union-attr]
         watched = [stdin] + ([pidfd] if pidfd is not None else [])
         while True:
             self.scan()

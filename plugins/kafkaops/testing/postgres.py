@@ -4,7 +4,7 @@
 only, its unix socket inside the temp dir), starts the server with ``pg_ctl`` on a free loopback
 port, creates a database and yields its SQLAlchemy URL; afterwards it stops the server and deletes
 the dir, also when the block fails. Backstops: an ``atexit`` hook, and the session's watchdog
-(tests/watchdog.py), which stops the server when this process is gone however it ended (even ``kill -9``).
+(kafkaops.testing.watchdog), which stops the server when this process is gone however it ended (even ``kill -9``).
 
 PostgreSQL refuses to run as root: as root, the server runs as the system user ``kafkaops-pg``
 (created with ``useradd --system`` when missing), through ``runuser``.
@@ -29,7 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 from kafkaops.platform.provision import free_ports
-from tests import watchdog
+from kafkaops.testing import watchdog
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ small spark-submit job 21.7 s against 7.0 s (benchmarks/RESULTS.md). None of thi
 choice: production brokers keep the role's ``kafka_broker_jvm_opts`` and Spark jobs their cluster's
 settings; the benchmarks start their own JVMs with those defaults.
 
-``python -m tests.jvm`` (``make test`` runs it) writes the archives into ``<jar cache>/cds``: a broker's
+``python -m kafkaops.testing.jvm`` (``make test`` runs it) writes the archives into ``<jar cache>/cds``: a broker's
 from a one-node cluster started through the role and stopped (the JVM writes the classes it loaded when it
 exits), a Spark driver's from a small local job. Without them the options are the same minus the archive.
 An archive made by another JVM or for other jars is ignored by the JVM (``-Xlog:cds*=off`` keeps it
@@ -82,16 +82,27 @@ def spark_opts() -> str:
     return opts(spark_archive())
 
 
+def use_lean_jvms() -> None:
+    """This process's brokers (``provision.INVENTORY_DEFAULTS``: lean JVM options, the idle settings of
+    :data:`BROKER_CONFIG`) and spark-submit JVMs (``SPARK_SUBMIT_OPTS``) lean. A cluster's own
+    ``kafka_broker_jvm_opts`` wins, and so does ``SPARK_SUBMIT_OPTS`` set outside."""
+    from kafkaops.platform import provision  # after KAFKAOPS_CACHE is set: the archives are under the jars
+
+    provision.INVENTORY_DEFAULTS.setdefault("kafka_broker_jvm_opts", broker_opts())
+    provision.INVENTORY_DEFAULTS.setdefault("kafka_broker_extra_config", dict(BROKER_CONFIG))
+    os.environ.setdefault("SPARK_SUBMIT_OPTS", spark_opts())
+
+
 def make_broker_archive(target: Path) -> None:
     """Start a one-node cluster through the role with ``-XX:ArchiveClassesAtExit``, use it, stop it."""
     from kafkaops.cli import datagen
-    from kafkaops.platform import provision
     from kafkaops.platform.kafka import connection, records, topics
+    from kafkaops.testing.clusters import temporary_cluster
 
     partial = target.with_suffix(".partial")
     partial.unlink(missing_ok=True)
     vars_ = {"kafka_broker_jvm_opts": f"{LEAN} -XX:ArchiveClassesAtExit={partial} {_BROKER_PROPERTIES}"}
-    with provision.temporary_cluster("kafkaops-cds-", brokers=1, controllers=1, inventory_vars=vars_) as spec:
+    with temporary_cluster("kafkaops-cds-", brokers=1, controllers=1, inventory_vars=vars_) as spec:
         with connection.connect(spec.bootstrap) as conn:  # a topic written and read: the classes of both paths
             topics.create_topic(conn, "cds", 3, 1)
             datagen.produce(conn.config, "cds", datagen.DatagenSpec(records=1000, keys=10, record_bytes=100))
@@ -123,8 +134,8 @@ def _publish(partial: Path, target: Path) -> None:
 
 
 def main() -> int:
-    # the checkout's jar cache, as under make and pytest (tests/conftest.py)
-    os.environ.setdefault("KAFKAOPS_CACHE", str(Path(__file__).resolve().parents[1] / ".cache"))
+    # the checkout's jar cache (run from its root), as under make and pytest (tests/conftest.py)
+    os.environ.setdefault("KAFKAOPS_CACHE", str(Path.cwd() / ".cache"))
     archive_dir().mkdir(parents=True, exist_ok=True)
     from concurrent.futures import ThreadPoolExecutor
 
@@ -143,8 +154,9 @@ def main() -> int:
         except Exception as err:
             failed.append(f"{spark_archive().name}: {err}")
     for failure in failed:
-        print(f"tests.jvm: warning: no class-data archive {failure}; the tests' JVMs start without it", flush=True)
-    print(f"tests.jvm: class-data archives in {archive_dir()}: "
+        print(f"kafkaops.testing.jvm: warning: no class-data archive {failure}; the tests' JVMs start without it",
+              flush=True)
+    print(f"kafkaops.testing.jvm: class-data archives in {archive_dir()}: "
           f"{', '.join(p.name for p in sorted(archive_dir().glob('*.jsa'))) or 'none'}", flush=True)
     return 0
 

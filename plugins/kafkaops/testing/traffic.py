@@ -18,6 +18,10 @@ and a consumer group on the source, told when to quiesce and when to switch to t
 :func:`account_migration` (pure) folds what they saw on both topics into a :class:`MigrationReport`;
 a record read on the source and again on the target is duplicated, and a key's order must hold
 across the switch.
+
+It plays an operator's applications, so it has Kafka clients of its own (confluent-kafka producers and
+consumers) beside the Kafka adapter, which it uses for the rest (client settings, end offsets, deleting
+its group). The tests, the benchmarks and ``make demo`` run it; no operation does.
 """
 from __future__ import annotations
 
@@ -53,10 +57,8 @@ class Received(NamedTuple):
 
 
 @dataclass(frozen=True)
-class TrafficReport:
-    """What the traffic check saw. ``lost``: acknowledged records never read; ``duplicated``: extra
-    copies of a record stored at another offset; ``out_of_order``: records stored after a later
-    record of their key; ``redelivered``: the same offset handed to the consumer again."""
+class _Counts:
+    """The counts both reports share (see :class:`TrafficReport` and :class:`MigrationReport`)."""
 
     sent: int
     acknowledged: int
@@ -67,26 +69,40 @@ class TrafficReport:
     out_of_order: int
     redelivered: int = 0
     keys: int = 0
-    examples: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
         return not (self.lost or self.duplicated or self.out_of_order or self.unacknowledged)
 
-    def __str__(self) -> str:
+    def _summary(self, received_detail: str = "") -> str:
         text = (f"sent {self.sent:,} over {self.keys} keys, acknowledged {self.acknowledged:,}, received "
-                f"{self.received:,}: lost {self.lost}, duplicated {self.duplicated}, out of order {self.out_of_order}")
+                f"{self.received:,}{received_detail}: lost {self.lost}, duplicated {self.duplicated}, out of order "
+                f"{self.out_of_order}")
         if self.unacknowledged:
             text += f", unacknowledged {self.unacknowledged}"
         if self.redelivered:
             text += f" (redelivered at the same offset: {self.redelivered})"
-        return text + (f"; e.g. {', '.join(self.examples)}" if self.examples else "")
+        return text
 
-    def to_dict(self) -> dict[str, Any]:
+    def _counts(self) -> dict[str, Any]:
         return {"sent": self.sent, "acknowledged": self.acknowledged, "unacknowledged": self.unacknowledged,
                 "received": self.received, "lost": self.lost, "duplicated": self.duplicated,
-                "out_of_order": self.out_of_order, "redelivered": self.redelivered, "keys": self.keys,
-                "ok": self.ok, "examples": list(self.examples)}
+                "out_of_order": self.out_of_order, "redelivered": self.redelivered, "keys": self.keys}
+
+
+@dataclass(frozen=True)
+class TrafficReport(_Counts):
+    """What the traffic check saw. ``lost``: acknowledged records never read; ``duplicated``: extra
+    copies of a record stored at another offset; ``out_of_order``: records stored after a later
+    record of their key; ``redelivered``: the same offset handed to the consumer again."""
+
+    examples: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return self._summary() + (f"; e.g. {', '.join(self.examples)}" if self.examples else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self._counts(), "ok": self.ok, "examples": list(self.examples)}
 
 
 def account(sent: int, acked: Iterable[tuple[str, int]], received: Iterable[Received], *, examples: int = 3
@@ -160,6 +176,22 @@ def decode(value: bytes | None, run: str) -> tuple[str, int] | None:
     if not isinstance(body, dict) or body.get("check") != run:
         return None
     return str(body["key"]), int(body["seq"])
+
+
+def poll(consumer: Any, run: str, errors: list[str], topic: str = "") -> tuple[dict[int, int], list[Received]]:
+    """One ``consume`` (at most 500 records, 0.2 s): per partition the offset after the last record read,
+    and the records of check ``run`` among them (``topic`` given to each); errors appended to ``errors``."""
+    upto: dict[int, int] = {}
+    batch: list[Received] = []
+    for msg in consumer.consume(500, 0.2):
+        if msg.error() is not None:
+            errors.append(str(msg.error()))
+            continue
+        upto[msg.partition()] = msg.offset() + 1
+        found = decode(msg.value(), run)
+        if found is not None:
+            batch.append(Received(found[0], found[1], msg.partition(), msg.offset(), topic))
+    return upto, batch
 
 
 def producer_config(config: Mapping[str, str]) -> dict[str, Any]:
@@ -282,14 +314,9 @@ class TrafficCheck:
         try:
             consumer.subscribe([self.topic], on_assign=on_assign)
             while not self._stop_consuming.is_set():
-                for msg in consumer.consume(500, 0.2):
-                    if msg.error() is not None:
-                        self._errors.append(str(msg.error()))
-                        continue
-                    next_offset[msg.partition()] = msg.offset() + 1
-                    found = decode(msg.value(), self.run)
-                    if found is not None:
-                        self.received.append(Received(found[0], found[1], msg.partition(), msg.offset()))
+                upto, batch = poll(consumer, self.run, self._errors)
+                next_offset.update(upto)
+                self.received.extend(batch)
         finally:
             consumer.close()
 
@@ -333,7 +360,7 @@ class TrafficCheck:
 
 
 @dataclass(frozen=True)
-class MigrationReport:
+class MigrationReport(_Counts):
     """What the migration harness saw on both topics, from the consumer's point of view.
 
     ``received`` counts every delivery, redeliveries included (``received_by_topic`` splits it, so its
@@ -345,44 +372,23 @@ class MigrationReport:
     switch included. ``write_window_s``: the first acknowledged write to the target minus the last
     to the source (None when producers never switched); ``total_s``: start to finish."""
 
-    sent: int
-    acknowledged: int
-    unacknowledged: int
-    received: int
-    lost: int
-    duplicated: int
-    out_of_order: int
-    redelivered: int = 0
-    keys: int = 0
     received_by_topic: Mapping[str, int] = field(default_factory=dict, hash=False)
     write_window_s: float | None = None
     total_s: float = 0.0
     examples: tuple[str, ...] = ()
 
-    @property
-    def ok(self) -> bool:
-        return not (self.lost or self.duplicated or self.out_of_order or self.unacknowledged)
-
     def __str__(self) -> str:
         topics = ", ".join(f"{t} {n:,}" for t, n in self.received_by_topic.items())
-        text = (f"sent {self.sent:,} over {self.keys} keys, acknowledged {self.acknowledged:,}, received "
-                f"{self.received:,}{f' ({topics})' if topics else ''}: lost {self.lost}, duplicated "
-                f"{self.duplicated}, out of order {self.out_of_order}")
-        if self.unacknowledged:
-            text += f", unacknowledged {self.unacknowledged}"
-        if self.redelivered:
-            text += f" (redelivered at the same offset: {self.redelivered})"
+        text = self._summary(f" ({topics})" if topics else "")
         if self.write_window_s is not None:
             text += f"; writes paused {self.write_window_s:.2f} s"
         text += f", {self.total_s:.1f} s in all"
         return text + (f"; e.g. {', '.join(self.examples)}" if self.examples else "")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sent": self.sent, "acknowledged": self.acknowledged, "unacknowledged": self.unacknowledged,
-                "received": self.received, "lost": self.lost, "duplicated": self.duplicated,
-                "out_of_order": self.out_of_order, "redelivered": self.redelivered, "keys": self.keys,
-                "received_by_topic": dict(self.received_by_topic), "write_window_s": self.write_window_s,
-                "total_s": self.total_s, "ok": self.ok, "examples": list(self.examples)}
+        return {**self._counts(), "received_by_topic": dict(self.received_by_topic),
+                "write_window_s": self.write_window_s, "total_s": self.total_s, "ok": self.ok,
+                "examples": list(self.examples)}
 
 
 def account_migration(sent: int, acked: Iterable[tuple[str, int]], received: Iterable[Received], *,
@@ -815,16 +821,7 @@ class MigrationTraffic:
         try:
             consumer.subscribe([reading.topic], on_assign=on_assign)
             while not reading.stop.is_set():
-                upto: dict[int, int] = {}
-                batch: list[Received] = []
-                for msg in consumer.consume(500, 0.2):
-                    if msg.error() is not None:
-                        reading.errors.append(str(msg.error()))
-                        continue
-                    upto[msg.partition()] = msg.offset() + 1
-                    found = decode(msg.value(), self.run)
-                    if found is not None:
-                        batch.append(Received(found[0], found[1], msg.partition(), msg.offset(), reading.topic))
+                upto, batch = poll(consumer, self.run, reading.errors, reading.topic)
                 if batch:
                     with self._lock:
                         self.received.extend(batch)

@@ -2,7 +2,7 @@
 
 :func:`deployment` starts, and at the end stops:
 
-- one PostgreSQL server (Debian's binaries, ``tests/postgres.py``) holding two databases: ``airflow``
+- one PostgreSQL server (Debian's binaries, :mod:`kafkaops.testing.postgres`) holding two databases: ``airflow``
   (Airflow's metadata) and ``kafkaops`` (the kafkaops store);
 - one Redis server (Debian's ``redis-server``), Celery's broker;
 - the project built as a wheel and installed, without its dependencies, into a venv outside the
@@ -44,11 +44,11 @@ import pytest
 import sqlalchemy as sa
 
 from kafkaops.platform import provision
-from tests import postgres, watchdog
+from kafkaops.testing import postgres, watchdog
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]  # the checkout (plugins/kafkaops/testing/deployment.py): its wheel is built
 
 # The components, as `airflow <args>`; docker-compose.yml has one service per component with this command.
 COMPONENTS: dict[str, tuple[str, ...]] = {

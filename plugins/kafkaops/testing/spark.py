@@ -3,7 +3,7 @@ distribution (``spark-class org.apache.spark.deploy.master.Master`` / ``...worke
 127.0.0.1, free ports for each RPC and web UI.
 
 As root each Worker runs as a Unix user of its own (``kafkaops-spark1-<run>``, ``kafkaops-spark2-<run>``:
-this pytest process's suffix, :func:`tests.sessions.run_suffix`, so two runs or two xdist workers never
+this pytest process's suffix, :func:`kafkaops.testing.users.run_suffix`, so two runs or two xdist workers never
 share one; created at the start, removed at the end) in a mount namespace of its own where ``/work`` (the repositories, the
 project's venv) is an empty tmpfs: only the pyspark distribution, bind-mounted read-only outside
 it, is there to start the JVM. So nothing on the driver's disk reaches an executor but what Spark
@@ -40,8 +40,8 @@ import pytest
 
 import pyspark
 from kafkaops.platform import provision
-from tests import jvm, watchdog
-from tests.sessions import remove_stale_users, run_suffix
+from kafkaops.testing import jvm, watchdog
+from kafkaops.testing.users import remove_stale_users, run_suffix
 
 USER_PREFIX = "kafkaops-spark"
 WORKER_COUNT = 2
@@ -51,7 +51,8 @@ def worker_users() -> tuple[str, ...]:
     """This run's Workers' users (at most 22 characters, within Unix's 32)."""
     return tuple(f"{USER_PREFIX}{n + 1}-{run_suffix()}" for n in range(WORKER_COUNT))
 
-REPO = Path(__file__).resolve().parents[1]
+
+REPO = Path(__file__).resolve().parents[3]  # the checkout (plugins/kafkaops/testing/spark.py)
 #: Not visible to the Workers: the checkout (its venv, jars and caches with it), wherever it is cloned.
 HIDDEN = str(REPO)
 #: This venv's packages (pyarrow, ...), which the executors' Python workers need on their hosts.
@@ -173,7 +174,7 @@ def standalone_cluster() -> Iterator[StandaloneSpark]:
     master_port, master_ui, *worker_ports = provision.free_ports(2 + 2 * WORKER_COUNT)
     base_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "JAVA_HOME": java_home, "SPARK_LOCAL_IP": "127.0.0.1",
                 "SPARK_NO_DAEMONIZE": "1", "LANG": "C.UTF-8",
-                # the Master's and Workers' JVMs lean, as the executors' below (tests/jvm.py)
+                # the Master's and Workers' JVMs lean, as the executors' below (kafkaops.testing.jvm)
                 "SPARK_DAEMON_JAVA_OPTS": jvm.LEAN}
     spark = StandaloneSpark(f"spark://127.0.0.1:{master_port}", f"http://127.0.0.1:{master_ui}", users, isolated,
                             folder)
@@ -242,7 +243,7 @@ def standalone_cluster() -> Iterator[StandaloneSpark]:
         shutil.rmtree(folder, ignore_errors=True)
         if left:
             time.sleep(0.5)  # userdel refuses a user whose killed processes are still going
-        for user in users:
-            subprocess.run(["userdel", "-f", user], capture_output=True)
+        for name in users:
+            subprocess.run(["userdel", "-f", name], capture_output=True)
         guard.release()
         assert not left, f"processes left after the Spark standalone cluster stopped: {left}"

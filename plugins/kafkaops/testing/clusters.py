@@ -1,0 +1,93 @@
+"""Throw-away local Kafka clusters for tests and benchmarks: up for a ``with`` block, then gone with every
+process and file they had, also when the block fails; and the settings of the tests' brokers.
+
+Production clusters are the operator's (an inventory) or the one ``make cluster-up`` keeps; nothing here
+is on their path: the product's provisioning is :mod:`kafkaops.platform.provision`, which this module
+only calls.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+from kafkaops.errors import ProvisionError
+from kafkaops.platform.provision import ClusterSpec, cluster_down, cluster_up, local_cluster_spec
+from kafkaops.testing import jvm
+
+log = logging.getLogger(__name__)
+
+#: Fast failure detection for tests that stop brokers: fenced after 3 s without heartbeats. With the idle
+#: settings of :data:`kafkaops.testing.jvm.BROKER_CONFIG` in it too: a spec carries them to the brokers
+#: other processes add.
+TEST_BROKER_CONFIG: dict[str, int] = {
+    **jvm.BROKER_CONFIG,
+    "broker.heartbeat.interval.ms": 500,
+    "broker.session.timeout.ms": 3000,
+    "replica.lag.time.max.ms": 5000,
+    "log.segment.bytes": 8 * 1024 * 1024,
+}
+
+#: Context managers entered around each :func:`temporary_cluster`'s life, each given the cluster's new
+#: folder before anything starts in it, left after the cluster is gone: a test suite registers there what
+#: stops the cluster should its own process be killed before its teardown runs
+#: (:func:`kafkaops.testing.watchdog.kafka_folder`, registered by tests/conftest.py).
+TEMPORARY_CLUSTER_GUARDS: list[Callable[[Path], AbstractContextManager[Any]]] = []
+
+
+@contextmanager
+def temporary_cluster(prefix: str = "kafkaops-", *, client_config: Mapping[str, Any] | None = None,
+                      **spec_args: Any) -> Iterator[ClusterSpec]:
+    """A throw-away local cluster (``local_cluster_spec`` arguments) in a new temp dir, up for the
+    ``with`` block and gone afterwards: stopped through the role, any straggler killed (also at
+    interpreter exit), the folder removed. Tests and benchmarks start their clusters with it.
+    ``client_config``: how the registration check connects to a secured cluster
+    (:func:`kafkaops.platform.provision.cluster_up`)."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(kill_strays, base)
+    spec = local_cluster_spec(base, **spec_args)
+    with ExitStack() as guards:
+        for guard in TEMPORARY_CLUSTER_GUARDS:
+            guards.enter_context(guard(base))
+        try:
+            cluster_up(spec, client_config=client_config)
+            yield spec
+        finally:
+            try:
+                cluster_down(spec, purge=True)
+            except ProvisionError as err:
+                log.warning("cluster_down of %s failed (%s); killing its processes", base, err)
+            finally:
+                kill_strays(base)  # also nodes added to the cluster after it started
+                shutil.rmtree(base, ignore_errors=True)
+
+
+def kill_strays(base_dir: Path) -> list[int]:
+    """SIGKILL every java process whose command line names ``base_dir``: the last resort of a
+    test teardown, so no broker outlives its cluster's folder. Returns the pids killed."""
+    import signal
+
+    killed = []
+    marker = str(base_dir)
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "kafka.Kafka" in cmdline and marker in cmdline:
+            try:
+                os.kill(int(proc.name), signal.SIGKILL)
+                killed.append(int(proc.name))
+            except OSError:
+                pass
+    if killed:
+        log.warning("killed %d stray broker process(es) under %s: %s", len(killed), base_dir, killed)
+    return killed
