@@ -51,7 +51,7 @@ from kafkaops.platform import provision  # noqa: E402
 from kafkaops.platform import admin  # noqa: E402
 from kafkaops.rekey.backfill import BackfillPlan  # noqa: E402
 from kafkaops.platform.paths import jar_dir  # noqa: E402
-from spark_apps import rekey_backfill  # noqa: E402
+from spark_apps import common, rekey_backfill  # noqa: E402
 
 
 def producer_perf(bootstrap: str, topic: str, n: int, size: int) -> float:
@@ -203,7 +203,7 @@ def measure(spark: Any, spec: provision.ClusterSpec, ranges: tuple, jobs: Sequen
                 admin.create_topic(conn, target, 6, 1)  # every job writes the same 6-partition layout
                 admin.create_topic(conn, f"{target}.dlq", 1, 1)
             if job in ("copy", "shuffled_copy"):
-                frame = rekey_backfill._source(spark, BackfillPlan("src", ranges, target, 6), spec.bootstrap, {})
+                frame = common.source(spark, BackfillPlan("src", ranges, target, 6), spec.bootstrap, {})
                 frame = frame.selectExpr(f"'{target}' AS topic", "key", "value")
                 if job == "shuffled_copy":
                     frame = frame.repartition(6, "key")

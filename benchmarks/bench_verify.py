@@ -1,5 +1,5 @@
 """Backfill verify inside Spark (spark_apps/backfill_verify.py) against the driver-side verify it
-replaces (every record collected, then kafkaops.rekey.backfill.check_integrity), on the same data.
+replaces (every record collected, then kafkaops.testing.integrity.check_integrity), on the same data.
 
 Starts its own one-broker cluster, writes ``--records`` keyed JSON
 records of ``--record-bytes`` (datagen, 10,000 zipf keys) to a 3-partition topic, rekeys it into 6
@@ -29,9 +29,9 @@ from results import publish  # noqa: E402
 
 from kafkaops.cli import datagen  # noqa: E402
 from kafkaops.platform import admin  # noqa: E402
-from kafkaops.rekey import backfill  # noqa: E402
 from kafkaops.rekey.backfill import BackfillPlan  # noqa: E402
-from spark_apps import backfill_verify, rekey_backfill  # noqa: E402
+from kafkaops.testing import integrity  # noqa: E402
+from spark_apps import backfill_verify, common, rekey_backfill  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_reference:
             try:
                 ref_s, ref_peak = timed(lambda: got.update(
-                    reference=backfill.check_integrity(plan, *rekey_backfill.read_back(spark, plan, spec.bootstrap))))
+                    reference=integrity.check_integrity(plan, *integrity.read_back(
+                        plan, common.snapshot(spark, plan, spec.bootstrap),
+                        backfill_verify.read_output(spark, plan, spec.bootstrap)))))
                 same = "equal to" if got["reference"].to_dict() == report.to_dict() else "DIFFERENT from"
                 reference = (f"| {ref_s:.1f} | {args.records / ref_s:,.0f} | {ref_peak / 2**20:,.0f} MiB |\n"
                              f"(the driver-side report is {same} the Spark one)")
