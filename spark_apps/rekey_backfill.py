@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from kafkaops.platform import keyrules
-from kafkaops.platform.spark import add_exchange_arguments, deliver_result, read_client_config, read_input, tuning_options
+from kafkaops.platform.spark import (add_exchange_arguments, deliver_result, read_client_config, read_input,
+                                     tuning_options)
 from kafkaops.rekey import backfill
 from kafkaops.rekey.backfill import CODE_HEADER, LINEAGE_HEADER, REASON_HEADER, BackfillPlan
 from spark_apps import backfill_verify, common
@@ -153,14 +154,13 @@ def output_counts(spark: Any, plan: BackfillPlan, bootstrap: Kafka) -> list[back
     and lineage source partition, with their least and greatest source offsets: one Spark aggregation."""
     from pyspark.sql import functions as F
 
-    frame = common.output(spark, plan, bootstrap)
-    lineage = F.element_at(F.filter("headers", lambda h: h["key"] == F.lit(LINEAGE_HEADER)), 1)["value"]
-    parts = common.lineage_parts(lineage)
+    parts = common.lineage_parts(common.header(LINEAGE_HEADER))
     # a copy in passes: records of the source before this pass's start are earlier passes' (checked apart)
     starts = F.lit(-1)
     for p, start, _ in plan.source_offsets:
         starts = F.when((F.col("src_topic") == F.lit(plan.source_topic)) & (F.col("src_partition") == F.lit(p)),
                         F.lit(start)).otherwise(starts)
+    frame = common.output(spark, plan, bootstrap)
     rows = (frame.select("topic", "partition", parts.getItem(0).alias("src_topic"),
                          parts.getItem(1).cast("int").alias("src_partition"),
                          parts.getItem(2).cast("long").alias("src_offset"))

@@ -389,8 +389,8 @@ def checksum_of_sums(high: int, low: int) -> str:
 class IntegrityFindings(IntegrityCounts):
     """What a read-back measured, before it is worded: the counts of each kind of failure and the
     first examples (:data:`SAMPLE`). The test harness's :func:`kafkaops.testing.integrity.check_integrity`
-    finds them in Python over collected records, spark_apps/backfill_verify.py as Spark aggregations; :func:`integrity_report` words
-    both the same way, so their reports compare equal.
+    finds them in Python over collected records, spark_apps/backfill_verify.py as Spark aggregations;
+    :func:`integrity_report` words both the same way, so their reports compare equal.
 
     Examples name a record as ``topic-partition@offset``; ``wrong_code`` is (record, lineage, code
     found, code expected), ``wrong_key`` (record, key found, key expected), ``misplaced`` (key,
