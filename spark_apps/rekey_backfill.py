@@ -191,8 +191,8 @@ def committed(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict[st
 def _sink_frame(frame: Any, plan: BackfillPlan, mode: str = backfill.DIRECT) -> Any:
     """``topic, partition, key, value`` for the sink, the lineage columns ``lineage_partition,
     lineage_offset, code, detail`` from which it builds each record's headers on the JVM (the lineage
-    header on every record, the reason code and detail on dead letters: :func:`with_headers` says
-    which), and ``slice_topic, slice_partition``, the slice of ``mode`` the row belongs to
+    header on every record, the reason code and detail on dead letters: the ``kafkaops.header.*`` options
+    of :func:`sink_options` name them), and ``slice_topic, slice_partition``, the slice of ``mode`` the row belongs to
     (:func:`kafkaops.rekey.backfill.slices`: direct, its source partition; merged, its output
     partition), which the task writing it must hold alone."""
     from pyspark.sql import functions as F
@@ -205,22 +205,6 @@ def _sink_frame(frame: Any, plan: BackfillPlan, mode: str = backfill.DIRECT) -> 
                         F.col("src_partition").cast("int").alias("lineage_partition"),
                         F.col("src_offset").cast("long").alias("lineage_offset"), "code", "detail",
                         slice_topic.alias("slice_topic"), slice_partition.cast("int").alias("slice_partition"))
-
-
-def with_headers(frame: Any, plan: BackfillPlan) -> Any:
-    """:func:`_sink_frame`'s rows as Spark's own Kafka sink takes them, ``topic, partition, key, value,
-    headers``, with the headers the transactional sink builds: ``kafkaops.lineage`` =
-    ``<source topic>/<partition>/<offset>`` on every record, the reason code and detail on dead letters."""
-    from pyspark.sql import functions as F
-
-    def header(name: str, value: Any) -> Any:
-        return F.struct(F.lit(name).alias("key"), value.cast("binary").alias("value"))
-
-    lineage = common.lineage(plan.source_topic, F.col("lineage_partition"), F.col("lineage_offset"))
-    headers = F.when(F.col("code").isNull(), F.array(header(LINEAGE_HEADER, lineage))) \
-        .otherwise(F.array(header(LINEAGE_HEADER, lineage), header(CODE_HEADER, F.col("code")),
-                           header(REASON_HEADER, F.col("detail"))))
-    return frame.select("topic", "partition", "key", "value", headers.alias("headers"))
 
 
 def output_frame(planned: Any, plan: BackfillPlan) -> Any:

@@ -111,12 +111,30 @@ def cluster(rekey_cluster: provision.ClusterSpec) -> provision.ClusterSpec:
     return rekey_cluster
 
 
+def with_headers(frame, plan: BackfillPlan):
+    """:func:`rekey_backfill._sink_frame`'s rows as Spark's own Kafka sink takes them, ``topic, partition,
+    key, value, headers``, with the headers the transactional sink builds: ``kafkaops.lineage`` =
+    ``<source topic>/<partition>/<offset>`` on every record, the reason code and detail on dead letters."""
+    from pyspark.sql import functions as F
+
+    from spark_apps import common
+
+    def header(name: str, value):
+        return F.struct(F.lit(name).alias("key"), value.cast("binary").alias("value"))
+
+    lineage = common.lineage(plan.source_topic, F.col("lineage_partition"), F.col("lineage_offset"))
+    headers = F.when(F.col("code").isNull(), F.array(header(backfill.LINEAGE_HEADER, lineage))) \
+        .otherwise(F.array(header(backfill.LINEAGE_HEADER, lineage), header(backfill.CODE_HEADER, F.col("code")),
+                           header(backfill.REASON_HEADER, F.col("detail"))))
+    return frame.select("topic", "partition", "key", "value", headers.alias("headers"))
+
+
 def plain_write(frame, plan: BackfillPlan, bootstrap: str) -> None:
     """Rows of :func:`rekey_backfill._sink_frame` through Spark's own (non-transactional) Kafka sink: the
     damage must land as written, which the backfill's transactional sink would refuse or skip."""
     from spark_apps import rekey_backfill
 
-    (rekey_backfill.with_headers(rekey_backfill._sink_frame(frame, plan), plan)
+    (with_headers(rekey_backfill._sink_frame(frame, plan), plan)
      .write.format("kafka").option("kafka.bootstrap.servers", bootstrap).save())
 
 
