@@ -45,7 +45,7 @@ from kafkaops.platform.kafka import connection, records, topics
 from kafkaops.platform.paths import jar_dir
 from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.testing import clusters
-from spark_apps import rekey_backfill
+from spark_apps import common, rekey_backfill
 
 
 def producer_perf(bootstrap: str, topic: str, n: int, size: int) -> float:
@@ -166,7 +166,7 @@ def spark_on(master: str) -> Iterator[Any]:
             # its spark-defaults.conf, given here: a second session in this process reads no conf folder
             conf = dict(line.split(None, 1) for line in (cluster.conf_dir / "spark-defaults.conf").read_text().splitlines()
                         if line.strip())
-        spark = rekey_backfill.spark_session(url, driver_memory="1g", conf=conf)
+        spark = common.spark_session(url, driver_memory="1g", conf=conf)
         spark.sparkContext.setLogLevel("ERROR")
         if master == "standalone":  # the verify's Python pass runs on the Workers, which see no checkout
             from kafkaops.platform.spark import python_archive
@@ -197,11 +197,11 @@ def measure(spark: Any, spec: provision.ClusterSpec, ranges: tuple, jobs: Sequen
                 topics.create_topic(conn, target, 6, 1)  # every job writes the same 6-partition layout
                 topics.create_topic(conn, f"{target}.dlq", 1, 1)
             if job in ("copy", "shuffled_copy"):
-                frame = rekey_backfill._source(spark, BackfillPlan("src", ranges, target, 6), spec.bootstrap, {})
+                frame = common.source(spark, BackfillPlan("src", ranges, target, 6), spec.bootstrap, {})
                 frame = frame.selectExpr(f"'{target}' AS topic", "key", "value")
                 if job == "shuffled_copy":
                     frame = frame.repartition(6, "key")
-                sink = frame.write.format("kafka").options(**rekey_backfill.kafka_options(spec.bootstrap)) \
+                sink = frame.write.format("kafka").options(**common.kafka_options(spec.bootstrap)) \
                     .options(**rekey_backfill.PRODUCER_OPTIONS)  # Spark's own Kafka sink, the reference
                 seconds, peak, cpu = timed(sink.save, brokers)
             else:

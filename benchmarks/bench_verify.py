@@ -1,5 +1,5 @@
 """Backfill verify inside Spark (spark_apps/backfill_verify.py) against the driver-side verify it
-replaces (every record collected, then kafkaops.rekey.backfill.check_integrity), on the same data.
+replaces (every record collected, then kafkaops.testing.integrity.check_integrity), on the same data.
 
 Starts its own one-broker cluster, writes ``--records`` keyed JSON
 records of ``--record-bytes`` (datagen, 10,000 zipf keys) to a 3-partition topic, rekeys it into 6
@@ -25,9 +25,9 @@ from benchmarks.bench_backfill import one_broker, timed
 from benchmarks.results import publish
 from kafkaops.cli import datagen
 from kafkaops.platform.kafka import connection, records, topics
-from kafkaops.rekey import backfill
 from kafkaops.rekey.backfill import BackfillPlan
-from spark_apps import backfill_verify, rekey_backfill
+from kafkaops.testing import integrity
+from spark_apps import backfill_verify, common, rekey_backfill
 
 # Spark's Python workers import kafkaops and spark_apps from where this process does (this checkout)
 os.environ["PYTHONPATH"] = os.pathsep.join([str(Path(kafkaops.__file__).parents[1]),
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
                                                            record_bytes=args.record_bytes))
         ranges = tuple((p, s, e) for p, (s, e) in sorted(records.end_offsets(config, "src").items()))
         plan = BackfillPlan("src", ranges, "out", 6, "field:key")
-        spark = rekey_backfill.spark_session("local[2]", driver_memory="1g")
+        spark = common.spark_session("local[2]", driver_memory="1g")
         spark.sparkContext.setLogLevel("ERROR")
         copy_s, _ = timed(lambda: rekey_backfill.run(spark, plan, spec.bootstrap))
         print(f"backfill (direct copy) {copy_s:.1f} s", flush=True)
@@ -74,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_reference:
             try:
                 ref_s, ref_peak = timed(lambda: got.update(
-                    reference=backfill.check_integrity(plan, *rekey_backfill.read_back(spark, plan, spec.bootstrap))))
+                    reference=integrity.check_integrity(plan, *integrity.read_back(
+                        plan, common.snapshot(spark, plan, spec.bootstrap),
+                        backfill_verify.read_output(spark, plan, spec.bootstrap)))))
                 same = "equal to" if got["reference"].to_dict() == report.to_dict() else "DIFFERENT from"
                 reference = (f"| {ref_s:.1f} | {args.records / ref_s:,.0f} | {ref_peak / 2**20:,.0f} MiB |\n"
                              f"(the driver-side report is {same} the Spark one)")

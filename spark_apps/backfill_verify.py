@@ -1,5 +1,5 @@
-"""Verify a rekey backfill inside Spark: the invariants of
-:func:`kafkaops.rekey.backfill.check_integrity`, measured as Spark aggregations over the snapshot, the
+"""Verify a rekey backfill inside Spark: the invariants of the test harness's oracle
+:func:`kafkaops.testing.integrity.check_integrity`, measured as Spark aggregations over the snapshot, the
 target and the dead-letter topic, so that only counts and the first failures of each kind
 (:data:`~kafkaops.rekey.backfill.SAMPLE`) reach the driver. The findings are worded by
 :func:`~kafkaops.rekey.backfill.integrity_report`, so the report equals check_integrity's on the same
@@ -32,9 +32,8 @@ from kafkaops.platform import keyrules
 from kafkaops.rekey import backfill
 from kafkaops.rekey.backfill import (CODE_HEADER, LINEAGE_HEADER, SAMPLE, BackfillPlan, IntegrityFindings,
                                      IntegrityReport, PartitionIntegrity)
-
-#: The source and sink option that makes the reads see what a consumer sees: committed records only.
-READ_COMMITTED = {"kafka.isolation.level": "read_committed"}
+from spark_apps import common
+from spark_apps.common import READ_COMMITTED, Kafka
 
 #: Each snapshot record after the Python pass: its new key and reason code by the Python key rules,
 #: and the halves of its value digest.
@@ -45,36 +44,22 @@ OUTPUT_SCHEMA = ("topic string, partition int, offset long, key binary, lineage 
                  "digest_high long, digest_low long")
 
 
-def verify(spark: Any, plan: BackfillPlan, kafka: Any) -> IntegrityReport:
+def verify(spark: Any, plan: BackfillPlan, kafka: Kafka) -> IntegrityReport:
     """The integrity report of ``plan``'s output in ``kafka`` (a librdkafka config or bootstrap servers)."""
     return check(spark, plan, read_source(spark, plan, kafka), read_output(spark, plan, kafka))
 
 
-def read_source(spark: Any, plan: BackfillPlan, kafka: Any) -> Any:
-    """The snapshot as ``partition, offset, ts, key, value`` (``ts`` in epoch milliseconds)."""
-    from spark_apps import rekey_backfill
-
-    return rekey_backfill._snapshot(spark, plan, kafka, READ_COMMITTED)
+def read_source(spark: Any, plan: BackfillPlan, kafka: Kafka) -> Any:
+    """The snapshot as ``partition, offset, ts, key, value`` (``ts`` in epoch milliseconds), read_committed."""
+    return common.snapshot(spark, plan, kafka, READ_COMMITTED)
 
 
-def read_output(spark: Any, plan: BackfillPlan, kafka: Any) -> Any:
+def read_output(spark: Any, plan: BackfillPlan, kafka: Kafka) -> Any:
     """The target and dead-letter topics as ``topic, partition, offset, key, value, lineage, code``
-    (the lineage and reason-code headers as text, null where a record lacks one)."""
-    from pyspark.sql import functions as F
-
-    from spark_apps import rekey_backfill
-
-    frame = (spark.read.format("kafka").options(**rekey_backfill.kafka_options(kafka))
-             .option("subscribe", f"{plan.target_topic},{plan.dead_letter_topic}")
-             .option("startingOffsets", "earliest").option("endingOffsets", "latest")
-             .option("includeHeaders", "true").options(**READ_COMMITTED).load())
-
-    def header(name: str) -> Any:
-        return F.try_element_at(F.filter("headers", lambda h: h["key"] == F.lit(name)), F.lit(1))["value"]
-
-    return frame.select("topic", "partition", "offset", "key", "value",
-                        header(LINEAGE_HEADER).cast("string").alias("lineage"),
-                        header(CODE_HEADER).cast("string").alias("code"))
+    (the lineage and reason-code headers as text, null where a record lacks one), read_committed."""
+    return common.output(spark, plan, kafka).select(
+        "topic", "partition", "offset", "key", "value", common.header(LINEAGE_HEADER).cast("string").alias("lineage"),
+        common.header(CODE_HEADER).cast("string").alias("code"))
 
 
 # -- the Python passes (run in Spark's Python workers) ----------------------------------------------------
@@ -124,10 +109,8 @@ def check(spark: Any, plan: BackfillPlan, source: Any, output: Any) -> Integrity
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from spark_apps import rekey_backfill
-
     n = plan.target_partitions
-    rekey_backfill.register_key_hash(spark, n)
+    common.register_key_hash(spark, n)
     # a copy in passes (BackfillPlan.pass_starts): each pass has a clock of its own and comes after the last
     copy_pass = F.lit(0)
     for p, start in plan.pass_starts:
@@ -138,8 +121,7 @@ def check(spark: Any, plan: BackfillPlan, source: Any, output: Any) -> Integrity
     snap = (source.select("partition", "offset", "ts", "key", "value")
             .mapInArrow(rekeyed(plan.key_rule), SOURCE_SCHEMA)
             .withColumn("copy_pass", copy_pass)
-            .select("*", F.concat(F.lit(f"{plan.source_topic}/"), F.col("partition").cast("string"), F.lit("/"),
-                                  F.col("offset").cast("string")).alias("lineage"),
+            .select("*", common.lineage(plan.source_topic, F.col("partition"), F.col("offset")).alias("lineage"),
                     F.max("ts").over(clock).alias("order_ts"))
             .persist(StorageLevel.MEMORY_AND_DISK))
     out = (output.select("topic", "partition", "offset", "key", "value", "lineage", "code")
@@ -190,15 +172,13 @@ def _records(snap: Any, out: Any, keyed: Any, n: int) -> Any:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from spark_apps import rekey_backfill
-
     per_key, _ = keyed
     origin = snap.select("lineage", F.col("new_key").alias("s_key"), F.col("code").alias("s_code"),
                          F.col("new_key").isNull().alias("s_dead"), F.lit(True).alias("s_found"))
     lineage = Window.partitionBy("lineage")
     flags = per_key.select("key", (F.col("low") != F.col("high")).alias("split"),
                            F.col("first_bad").isNotNull().alias("broken"))
-    home = F.call_function(rekey_backfill.KAFKA_KEY_HASH, F.col("key"), F.col("partition")) % F.lit(n)
+    home = F.call_function(common.KAFKA_KEY_HASH, F.col("key"), F.col("partition")) % F.lit(n)
     return (out.join(origin, "lineage", "left")
             .select("*", F.count(F.lit(1)).over(lineage).alias("seen"),
                     F.row_number().over(lineage.orderBy("topic", "partition", "offset")).alias("copy"),

@@ -27,7 +27,7 @@ from typing import Any
 
 from kafkaops.capacity import skew
 from kafkaops.platform.spark import add_exchange_arguments, app_store, deliver_result, read_client_config, tuning_options
-from spark_apps.rekey_backfill import NEW_KEY, Kafka, kafka_options, register_new_key, spark_session
+from spark_apps.common import NEW_KEY, Kafka, kafka_options, register_new_key, spark_session
 
 log = logging.getLogger("kafkaops.key_skew")
 

@@ -94,9 +94,9 @@ class Traffic(traffic.TrafficCheck):
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
     """A local[2] SparkSession of the backfill (with the jars of .cache/jars/spark), one per module."""
-    from spark_apps import rekey_backfill
+    from spark_apps import common
 
-    session = rekey_backfill.spark_session("local[2]", driver_memory="1g")
+    session = common.spark_session("local[2]", driver_memory="1g")
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -8,9 +8,11 @@ record exactly once, also when the copy is run again or restarted after a crash.
 
 Pure (stdlib and the pure kafkaops layer only): :class:`BackfillPlan` (frozen, JSON round-trip),
 :func:`target_partition`, the lineage header (``source_topic/partition/offset``) on every copied
-record, the per-key order clock, :func:`check_integrity` over collected rows, and the slices the copy
-is written in, each by transactions of its own that commit its marker (:func:`slices`), with the check
-of what earlier runs committed (:func:`committed_output`). The new key of
+record, the per-key order clock, the integrity report (:func:`integrity_report`; its oracle over
+collected rows is the test harness's :func:`kafkaops.testing.integrity.check_integrity`), the slices the
+copy is written in, each by transactions of its own that commit its marker (:func:`slices`), with the
+check of what earlier runs committed (:func:`committed_output`), and which copy a run writes
+(:func:`choose_copy`, :func:`after_direct_pass`; the design is docs/rekey-backfill.md). The new key of
 a record comes from its key rule (:mod:`kafkaops.platform.keyrules`, the contract of docs/key-rules.md);
 a record without one is a dead letter carrying the rule's reason code (:data:`CODE_HEADER`).
 
@@ -34,24 +36,26 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from kafkaops.errors import KafkaOpsError
-from kafkaops.platform.keyrules import KeyRule, KeyRuleError, extract, rule_of
+from kafkaops.platform.keyrules import KeyRule, KeyRuleError, rule_of
 from kafkaops.platform.partitioner import partition_for
 
 __all__ = [
-    "CODE_HEADER", "LINEAGE_HEADER", "REASON_HEADER", "BackfillError", "BackfillIntegrityError", "BackfillPlan",
-    "CommittedOutput", "IntegrityFindings", "IntegrityReport", "OrderClock", "OutputCount", "OutputRecord",
-    "SourceRecord", "backfill_id", "check_integrity", "checksum_of_sums", "committed_output", "digest_halves",
-    "format_lineage", "integrity_report", "parse_lineage", "slices", "target_partition",
+    "CODE_HEADER", "LINEAGE_HEADER", "LINEAGE_SEPARATOR", "REASON_HEADER", "BackfillError", "BackfillIntegrityError",
+    "BackfillPlan", "CommittedOutput", "CopyChoice", "IntegrityFindings", "IntegrityReport", "OrderClock",
+    "OutputCount", "after_direct_pass", "backfill_id", "checksum_of_sums", "choose_copy", "committed_output",
+    "digest_halves", "format_lineage", "integrity_report", "parse_lineage", "slices", "target_partition",
     "translate_offsets", "value_digest",
 ]
 
 LINEAGE_HEADER = "kafkaops.lineage"
+#: Between the source topic, partition and offset of a lineage (:func:`format_lineage`); no topic name holds it.
+LINEAGE_SEPARATOR = "/"
 #: Dead letters carry the key rule's reason code (docs/key-rules.md, e.g. ``FIELD_MISSING``) in this header ...
 CODE_HEADER = "kafkaops.dead_letter_code"
 #: ... and a free-text detail in this one (not part of the contract: the JVM and Python word it apart).
@@ -82,14 +86,15 @@ def target_partition(key: bytes, partitions: int) -> int:
 # -- lineage ---------------------------------------------------------------------------------------------
 
 def format_lineage(topic: str, partition: int, offset: int) -> str:
-    """The lineage header value of a copied record: ``source_topic/partition/offset``."""
-    return f"{topic}/{int(partition)}/{int(offset)}"
+    """The lineage header value of a copied record: ``source_topic/partition/offset``. The Spark apps
+    build it as a column (``spark_apps.common.lineage``), the JVM sink from the same parts."""
+    return LINEAGE_SEPARATOR.join((topic, str(int(partition)), str(int(offset))))
 
 
 def parse_lineage(value: bytes | str) -> tuple[str, int, int]:
     text = value.decode("utf-8") if isinstance(value, (bytes, bytearray)) else value
     try:
-        topic, partition, offset = text.rsplit("/", 2)
+        topic, partition, offset = text.rsplit(LINEAGE_SEPARATOR, 2)
         return topic, int(partition), int(offset)
     except ValueError as err:
         raise BackfillError(f"lineage header {text!r} is not 'topic/partition/offset'; the record was not "
@@ -269,29 +274,6 @@ def order_key(order_ts: int, partition: int, offset: int) -> tuple[int, int, int
 
 # -- integrity ---------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class SourceRecord:
-    partition: int
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-
-
-@dataclass(frozen=True)
-class OutputRecord:
-    """A record read back from the target or dead-letter topic (``lineage`` and, on a dead letter,
-    ``code`` from their headers)."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    lineage: str | None
-    code: str | None = None
-
-
 def value_digest(value: bytes | None) -> int:
     """64 bits of BLAKE2b of one value (a tombstone hashes as empty, plus a marker)."""
     data = b"\x00tombstone" if value is None else b"\x01" + bytes(value)
@@ -387,28 +369,6 @@ class IntegrityReport(IntegrityCounts):
                 "source_checksum": self.source_checksum, "output_checksum": self.output_checksum}
 
 
-def expected_order(plan: BackfillPlan, source: Iterable[SourceRecord]
-                   ) -> tuple[dict[bytes, list[str]], dict[str, bytes | None], dict[str, str]]:
-    """Per new key, the lineages in per-key source order; each lineage's new key; each dead-letter
-    lineage's reason code."""
-    rule = plan.rule
-    clock = OrderClock()
-    keyed: dict[bytes, list[tuple[tuple[int, int, int, int], str]]] = defaultdict(list)
-    key_of: dict[str, bytes | None] = {}
-    dead: dict[str, str] = {}
-    for r in sorted(source, key=lambda r: (r.partition, r.offset)):
-        new_key, code, _ = extract(r.key, r.value, rule)
-        lineage = format_lineage(plan.source_topic, r.partition, r.offset)
-        key_of[lineage] = new_key
-        copy_pass = plan.pass_of(r.partition, r.offset)
-        ts = clock.tick(r.partition, r.offset, r.timestamp, new_key, copy_pass)
-        if new_key is None:
-            dead[lineage] = code or ""
-        else:
-            keyed[new_key].append(((copy_pass, *order_key(ts, r.partition, r.offset)), lineage))
-    return {k: [lin for _, lin in sorted(v)] for k, v in keyed.items()}, key_of, dead
-
-
 #: How many examples of each kind of failure a report names (the counts are always complete).
 SAMPLE = 3
 
@@ -428,9 +388,9 @@ def checksum_of_sums(high: int, low: int) -> str:
 @dataclass(frozen=True, kw_only=True)
 class IntegrityFindings(IntegrityCounts):
     """What a read-back measured, before it is worded: the counts of each kind of failure and the
-    first examples (:data:`SAMPLE`). :func:`check_integrity` finds them in Python over collected
-    records, spark_apps/backfill_verify.py as Spark aggregations; :func:`integrity_report` words
-    both the same way, so their reports compare equal.
+    first examples (:data:`SAMPLE`). The test harness's :func:`kafkaops.testing.integrity.check_integrity`
+    finds them in Python over collected records, spark_apps/backfill_verify.py as Spark aggregations;
+    :func:`integrity_report` words both the same way, so their reports compare equal.
 
     Examples name a record as ``topic-partition@offset``; ``wrong_code`` is (record, lineage, code
     found, code expected), ``wrong_key`` (record, key found, key expected), ``misplaced`` (key,
@@ -518,108 +478,6 @@ def integrity_report(plan: BackfillPlan, found: IntegrityFindings) -> IntegrityR
                               "dead_letter_codes": dict(sorted(found.dead_letter_codes.items()))},
                            source_topic=plan.source_topic, target_topic=plan.target_topic, target_partitions=n,
                            failures=tuple(failures))
-
-
-def _at(r: OutputRecord) -> str:
-    return f"{r.topic}-{r.partition}@{r.offset}"
-
-
-def check_integrity(plan: BackfillPlan, source: Iterable[SourceRecord], target: Iterable[OutputRecord],
-                    dead_letters: Iterable[OutputRecord] = ()) -> IntegrityReport:
-    """Every invariant of a finished backfill over rows read back (pure):
-
-    * source records == target records + dead letters, and the dead letters are exactly the
-      records without a key under the rule, each carrying the reason code the rule gives it
-      (:mod:`kafkaops.platform.keyrules`: the Python side of the contract, so this cross-checks the
-      JVM side that wrote them);
-    * every lineage of the snapshot appears once, no lineage repeats, none is unknown;
-    * each target record's key is its source record's new key, on ``partition_for(key, N)``,
-      and every key lives in exactly one target partition;
-    * per key, the target order is the per-key source order (module docstring);
-    * the order-independent checksum of values is the same on both sides.
-
-    spark_apps/backfill_verify.py measures the same as Spark aggregations (no records on the driver).
-    """
-    source = list(source)
-    target = sorted(target, key=lambda r: (r.partition, r.offset))
-    dead_letters = sorted(dead_letters, key=lambda r: (r.partition, r.offset))
-    expected, key_of, expected_dead = expected_order(plan, source)
-    n = plan.target_partitions
-
-    seen: dict[str, int] = defaultdict(int)
-    for r in (*target, *dead_letters):
-        if r.lineage is not None:
-            seen[r.lineage] += 1
-    missing_lineage = [r for r in (*target, *dead_letters) if r.lineage is None]
-
-    rows: list[PartitionIntegrity] = []
-    keys_in: dict[bytes, set[int]] = defaultdict(set)
-    actual: dict[bytes, list[str]] = defaultdict(list)
-    for r in target:
-        if r.key is not None:
-            keys_in[r.key].add(r.partition)
-            actual[r.key].append(r.lineage or "?")
-    split = {k for k, ps in keys_in.items() if len(ps) > 1}
-    broken = {k for k in expected.keys() | actual.keys() if expected.get(k, []) != actual.get(k, [])}
-
-    def partition_row(topic: str, partition: int, records: list[OutputRecord], *, is_target: bool
-                      ) -> PartitionIntegrity:
-        keys = {r.key for r in records}
-        misplaced = sum(1 for r in records if is_target and (r.key is None or partition_for(r.key, n) != partition))
-        return PartitionIntegrity(
-            topic=topic, partition=partition, records=len(records), keys=len(keys), misplaced=misplaced,
-            split_keys=sum(1 for k in keys if k in split) if is_target else 0,
-            order_breaks=sum(1 for k in keys if k in broken) if is_target else 0,
-            duplicate_lineages=sum(1 for r in records if r.lineage and seen[r.lineage] > 1),
-            unknown_lineages=sum(1 for r in records if r.lineage and r.lineage not in key_of))
-
-    by_partition: dict[int, list[OutputRecord]] = defaultdict(list)
-    for r in target:
-        by_partition[r.partition].append(r)
-    for p in range(n):
-        rows.append(partition_row(plan.target_topic, p, by_partition.get(p, []), is_target=True))
-    dl_by: dict[int, list[OutputRecord]] = defaultdict(list)
-    for r in dead_letters:
-        dl_by[r.partition].append(r)
-    for p in sorted(dl_by) or [0]:
-        rows.append(partition_row(plan.dead_letter_topic, p, dl_by.get(p, []), is_target=False))
-
-    dups = sorted(lin for lin, c in seen.items() if c > 1)
-    unknown = sorted(lin for lin in seen if lin not in key_of)
-    lost = sorted(set(key_of) - set(seen), key=parse_lineage)
-    wrong_dead = sorted({r.lineage for r in dead_letters if r.lineage} - expected_dead.keys())
-    dead_in_target = sorted({r.lineage for r in target if r.lineage} & expected_dead.keys())
-    wrong_code = [r for r in dead_letters if r.lineage in expected_dead and r.code != expected_dead[r.lineage]]
-    wrong_key = [r for r in target if r.lineage in key_of and key_of[r.lineage] != r.key]
-    off_home = next((r for r in target if r.key is None or partition_for(r.key, n) != r.partition), None)
-    order = None
-    if broken:
-        k = sorted(broken)[0]
-        want, got = expected.get(k, []), actual.get(k, [])
-        at = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b), min(len(want), len(got)))
-        order = (k, at, got[at] if at < len(got) else None, want[at] if at < len(want) else None, len(got), len(want))
-    found = IntegrityFindings(
-        source_records=len(source), target_records=len(target), dead_letters=len(dead_letters),
-        expected_dead_letters=len(expected_dead), source_checksum=checksum(r.value for r in source),
-        output_checksum=checksum(r.value for r in (*target, *dead_letters)), partitions=tuple(rows),
-        dead_letter_codes=Counter(expected_dead.values()),
-        no_lineage=len(missing_lineage), no_lineage_at=_at(missing_lineage[0]) if missing_lineage else "",
-        extra_partitions=tuple(sorted(set(by_partition) - set(range(n)))),
-        duplicates=len(dups), duplicate_sample=tuple(dups[:SAMPLE]),
-        unknown=len(unknown), unknown_sample=tuple(unknown[:SAMPLE]),
-        lost=len(lost), lost_sample=tuple(lost[:SAMPLE]),
-        wrong_dead=len(wrong_dead), wrong_dead_sample=tuple(wrong_dead[:SAMPLE]),
-        dead_in_target=len(dead_in_target), dead_in_target_sample=tuple(dead_in_target[:SAMPLE]),
-        wrong_codes=len(wrong_code),
-        wrong_code=(_at(wrong_code[0]), wrong_code[0].lineage or "", wrong_code[0].code,
-                    expected_dead[wrong_code[0].lineage or ""]) if wrong_code else None,
-        wrong_keys=len(wrong_key),
-        wrong_key=(_at(wrong_key[0]), wrong_key[0].key, key_of[wrong_key[0].lineage or ""]) if wrong_key else None,
-        misplaced=None if off_home is None else (
-            off_home.key, _at(off_home), None if off_home.key is None else partition_for(off_home.key, n)),
-        split_keys=len(split), split=(min(split), tuple(sorted(keys_in[min(split)]))) if split else None,
-        order_breaks=len(broken), order=order)
-    return integrity_report(plan, found)
 
 
 # -- resume and cut-over -----------------------------------------------------------------------------------
@@ -751,3 +609,75 @@ def translate_offsets(source_topic: str, committed: Mapping[int, int],
                 redelivered += 1
         out[p] = {"offset": end if resume is None else resume, "redelivered": redelivered}
     return out
+
+
+# -- which copy a run writes ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CopyChoice:
+    """The copy a run of a plan writes (:data:`DIRECT` or :data:`MERGED`) and why (``reason``, for the
+    result and the log).
+
+    ``catch_up``: chosen for a catch-up pass by an exact count before writing. ``checked_by_pass``: a
+    direct copy whose own pass still has to show that no new key spans source partitions
+    (:func:`after_direct_pass` reads what it found); its ``reason`` is empty until then. ``rewrite``:
+    the direct copy just written cannot stand; delete it (the output, then its markers) and write the
+    merged copy. The three are never true together; ``rewrite`` implies :data:`MERGED`."""
+
+    mode: str
+    reason: str
+    catch_up: bool = False
+    checked_by_pass: bool = False
+    rewrite: bool = False
+
+    def describe(self) -> str:
+        """The choice in words: ``catch-up pass, merged copy (...)``, ``merged copy (...)``, ``direct copy``."""
+        if self.catch_up:
+            return f"catch-up pass, {self.mode} copy ({self.reason})"
+        return f"{self.mode} copy" + (f" ({self.reason})" if self.reason else "")
+
+
+def choose_copy(plan: BackfillPlan, before: CommittedOutput, *, spanning_keys: Callable[[], int],
+                sample_spans: Callable[[], bool]) -> CopyChoice:
+    """The copy a run of ``plan`` writes, given what earlier runs committed (``before``,
+    :func:`committed_output`). Pure but for the two probes, each called at most once and only when the
+    choice needs it (each costs a Spark job or a read of the source): ``spanning_keys()``, the new keys
+    of the snapshot with records in more than one source partition, counted exactly; ``sample_spans()``,
+    whether the first records of each source partition already show a new key in two of them.
+
+    * A catch-up pass with nothing committed (:attr:`BackfillPlan.continues`): earlier passes' records
+      stay, so nothing may be rewritten; the exact count decides before writing (no key spans: direct).
+    * A merged copy begun before resumes as merged.
+    * Nothing committed, a value rule and a sample showing a spanning key: merged at once.
+    * Else the direct copy, resumed or fresh, whose pass checks every key as it goes
+      (``checked_by_pass``; then :func:`after_direct_pass`)."""
+    if before.mode is None and plan.continues:
+        spanning = spanning_keys()
+        if spanning:
+            return CopyChoice(MERGED, f"{spanning} key(s) of this pass have records in more than one source "
+                                      "partition (an exact count before writing)", catch_up=True)
+        return CopyChoice(DIRECT, "every key of this pass has its records in one source partition (an exact "
+                                  "count before writing)", catch_up=True)
+    if before.mode == MERGED:
+        return CopyChoice(MERGED, "the merged copy was begun before")
+    if before.mode is None and plan.rule.needs_value and sample_spans():
+        return CopyChoice(MERGED, "a sample of the source has a key in two source partitions")
+    return CopyChoice(DIRECT, "", checked_by_pass=True)
+
+
+def after_direct_pass(plan: BackfillPlan, spanning: int, how: str) -> CopyChoice:
+    """What stands after a direct pass of ``plan`` that :func:`choose_copy` left to the pass
+    (``checked_by_pass``), which found ``spanning`` new keys with records in more than one source
+    partition (``how``: how it counted them). None: the direct copy kept per-key order and stands.
+    Some: it cannot have; it is rewritten as the merged copy (``rewrite``), except in a catch-up pass,
+    whose earlier passes' records stay: raises :class:`BackfillError` (the pass began as the direct
+    copy because its exact count said no key spans; its records stay as written)."""
+    if not spanning:
+        return CopyChoice(DIRECT, f"every key's records are in one source partition ({how})")
+    if plan.continues:
+        raise BackfillError(f"catch-up pass into {plan.target_topic}: {spanning} key(s) span source partitions after "
+                            "the pass began as the direct copy; the pass's records stay as written. Delete the "
+                            "target and start the migration again")
+    return CopyChoice(MERGED, f"{spanning} key(s) have records in more than one source partition ({how})",
+                      rewrite=True)
+

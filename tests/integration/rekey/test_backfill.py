@@ -31,7 +31,8 @@ from kafkaops.platform import keyrules
 from kafkaops.rekey import backfill
 from kafkaops.cli import datagen
 from kafkaops.platform import provision
-from kafkaops.rekey.backfill import BackfillPlan, OutputRecord, SourceRecord
+from kafkaops.rekey.backfill import BackfillPlan
+from kafkaops.testing.integrity import OutputRecord, SourceRecord, check_integrity
 from kafkaops.platform.partitioner import partition_for
 from tests.conftest import wait_for
 from tests.integration.rekey.conftest import seed_source
@@ -121,14 +122,14 @@ def uncommitted(spec: provision.ClusterSpec, plan: BackfillPlan) -> int:
 def test_kafka_key_hash_on_the_jvm_is_partition_for(spark) -> None:
     """The direct copy's Spark SQL function (Kafka's own Utils.murmur2) against the Java-generated
     vectors that kafkaops.platform.partitioner is checked with."""
-    from spark_apps import rekey_backfill
+    from spark_apps import common
     from tests.unit.data.gen_murmur2_vectors import VECTORS
 
     vectors = json.loads(VECTORS.read_text())["vectors"]
     rows = [(bytes.fromhex(v["key_hex"]), i % 3) for i, v in enumerate(vectors)] + [(None, 0)]
-    away = rekey_backfill.register_key_hash(spark, 3)
+    away = common.register_key_hash(spark, 3)
     frame = spark.createDataFrame(rows, "key binary, partition int")
-    got = [r["hash"] for r in frame.selectExpr(f"{rekey_backfill.KAFKA_KEY_HASH}(key, partition) AS hash").collect()]
+    got = [r["hash"] for r in frame.selectExpr(f"{common.KAFKA_KEY_HASH}(key, partition) AS hash").collect()]
     assert got[-1] is None
     for vector, value in zip(vectors, got):
         assert value == vector["murmur2"] & 0x7FFFFFFF
@@ -147,7 +148,7 @@ def test_rekey_3_to_6_partitions_keeps_every_invariant_and_a_rerun_writes_nothin
     first = rekey_backfill.run(spark, plan, cluster.bootstrap)
     assert (first["already_written"], first["mode"], first["rewritten"]) == (0, copy, False)
     source, target, dlq = read_back(cluster, plan)
-    report = backfill.check_integrity(plan, source, target, dlq)
+    report = check_integrity(plan, source, target, dlq)
     assert report.ok, report.failures
     assert (report.source_records, report.target_records, report.dead_letters) == \
         (RECORDS + 4, target_records, dead_letters)
@@ -169,7 +170,7 @@ def test_rekey_3_to_6_partitions_keeps_every_invariant_and_a_rerun_writes_nothin
     assert (again["already_written"], again["mode"], again["written"], again["skipped"]) == \
         (RECORDS + 4, copy, 0, RECORDS + 4)
     assert written(cluster, plan) == offsets  # not one record, not one transaction
-    assert backfill.check_integrity(plan, *read_back(cluster, plan)).ok
+    assert check_integrity(plan, *read_back(cluster, plan)).ok
     spark_report = rekey_backfill.verify(spark, plan, cluster.bootstrap)  # Spark's own read-back agrees
     assert spark_report.ok and spark_report.totals() == report.totals()
 
@@ -208,7 +209,7 @@ def test_a_task_attempt_dying_mid_slice_is_retried_without_duplicates_or_gaps(cl
     assert failed >= 1 and run["skipped"] == 2000 * failed, (failed, run)  # each retried slice resumed at its marker
     assert run["written"] + run["skipped"] == RECORDS + 4
     source, target, dlq = read_back(cluster, plan)
-    integrity = backfill.check_integrity(plan, source, target, dlq)
+    integrity = check_integrity(plan, source, target, dlq)
     assert integrity.ok, integrity.failures
     assert (integrity.target_records, integrity.dead_letters) == RULES[rule][1:]
     assert marked(cluster, plan) == RECORDS + 4
@@ -241,7 +242,7 @@ def test_a_run_killed_half_way_and_run_again_gives_the_exact_result(cluster, spa
     resumed = rekey_backfill.run(spark, plan, cluster.bootstrap)
     assert (resumed["already_written"], resumed["mode"]) == (partial, RULES[rule][0])
     assert resumed["written"] == RECORDS + 4 - partial
-    report = backfill.check_integrity(plan, *read_back(cluster, plan))
+    report = check_integrity(plan, *read_back(cluster, plan))
     assert report.ok, report.failures
     assert report.target_records + report.dead_letters == RECORDS + 4
 
@@ -268,12 +269,12 @@ def test_record_keys_off_their_home_partition(cluster, spark, spanning) -> None:
     plan = plan_for(cluster, f"{topic}.v2", "record_key", source=topic)
     first = rekey_backfill.run(spark, plan, cluster.bootstrap)
     assert (first["mode"], first["rewritten"]) == (("merged", True) if spanning else ("direct", False)), first
-    report = backfill.check_integrity(plan, *read_back(cluster, plan))
+    report = check_integrity(plan, *read_back(cluster, plan))
     assert report.ok, report.failures
     assert (report.target_records, report.dead_letters) == (600, 0)
     again = rekey_backfill.run(spark, plan, cluster.bootstrap)
     assert (again["already_written"], again["mode"], again["written"]) == (600, first["mode"], 0)
-    assert report.totals() == backfill.check_integrity(plan, *read_back(cluster, plan)).totals()
+    assert report.totals() == check_integrity(plan, *read_back(cluster, plan)).totals()
 
 
 def test_a_value_rule_whose_keys_span_partitions_past_the_sample_is_redone_merged(cluster, spark, monkeypatch
@@ -287,7 +288,7 @@ def test_a_value_rule_whose_keys_span_partitions_past_the_sample_is_redone_merge
     first = rekey_backfill.run(spark, plan, cluster.bootstrap)
     assert (first["mode"], first["rewritten"]) == ("merged", True), first
     assert "hashes" in first["mode_reason"]
-    report = backfill.check_integrity(plan, *read_back(cluster, plan))
+    report = check_integrity(plan, *read_back(cluster, plan))
     assert report.ok, report.failures
     assert (report.target_records, report.dead_letters) == (RECORDS, 4)
 
@@ -297,9 +298,9 @@ def _partial_direct_copy(spark, plan: BackfillPlan, bootstrap: str) -> int:
     marker counting them), as a run stopped during its direct pass leaves them; returns the count."""
     from pyspark.sql import functions as F
 
-    from spark_apps import rekey_backfill
+    from spark_apps import common, rekey_backfill
 
-    rekey_backfill.register_functions(spark, plan)
+    common.register_functions(spark, plan)
     partial = rekey_backfill.direct_frame(spark, plan, bootstrap).where(
         (F.col("src_partition") == 0) & (F.col("src_offset") < 3000))  # source partition 0's first records
     slices, rows, skipped = rekey_backfill.write(rekey_backfill._sink_frame(partial, plan), plan, bootstrap)
@@ -317,7 +318,7 @@ def test_a_partial_direct_copy_of_keys_spanning_partitions_is_replaced_by_the_me
     left = _partial_direct_copy(spark, plan, cluster.bootstrap)
     result = rekey_backfill.run(spark, plan, cluster.bootstrap)
     assert (result["mode"], result["rewritten"], result["already_written"]) == ("merged", True, left), result
-    report = backfill.check_integrity(plan, *read_back(cluster, plan))
+    report = check_integrity(plan, *read_back(cluster, plan))
     assert report.ok, report.failures
     assert (report.target_records, report.dead_letters) == (RECORDS, 4)
     assert marked(cluster, plan) == RECORDS + 4  # the merged slices' markers only
@@ -333,7 +334,7 @@ def test_markers_of_output_deleted_to_switch_copies_are_forgotten(cluster, spark
     rekey_backfill._truncate_output(plan, cluster.bootstrap, {})
     result = rekey_backfill.run(spark, plan, cluster.bootstrap)
     assert (result["mode"], result["already_written"], result["written"]) == ("direct", 0, RECORDS + 4), result
-    report = backfill.check_integrity(plan, *read_back(cluster, plan))
+    report = check_integrity(plan, *read_back(cluster, plan))
     assert report.ok, report.failures
     assert report.target_records + report.dead_letters == RECORDS + 4
 
@@ -378,7 +379,7 @@ def test_a_copy_in_passes_appends_each_catch_up_and_verifies_as_one_copy(cluster
     assert (again["already_written"], again["written"]) == (2000, 0)
     whole = second.whole_copy()
     read = read_back(cluster, whole)
-    report = backfill.check_integrity(whole, *read)
+    report = check_integrity(whole, *read)
     assert report.ok, report.failures
     assert report.source_records == 5001 and report.target_records + report.dead_letters == 5001
     assert rekey_backfill.verify(spark, whole, cluster.bootstrap).totals() == report.totals()

@@ -16,7 +16,8 @@ from kafkaops.platform import provision, waits
 from kafkaops.platform.kafka import connection
 from kafkaops.platform.partitioner import partition_for
 from kafkaops.rekey import backfill
-from kafkaops.rekey.backfill import BackfillPlan, OutputRecord, SourceRecord
+from kafkaops.rekey.backfill import BackfillPlan
+from kafkaops.testing.integrity import OutputRecord, SourceRecord, check_integrity
 from tests.integration.rekey.conftest import seed_source
 from tests.integration.rekey.test_backfill import plan_for, read_back
 from tests.unit.rekey.test_backfill import PLAN, copy, damaged, source_records
@@ -76,7 +77,7 @@ MORE = ["no lineage", "unknown lineage", "beyond the plan", "keyed to the dead l
 def test_the_spark_report_equals_check_integrity(spark, kind: str) -> None:
     source = source_records()
     target, dlq = (copy(source) if kind == "none" else damaged(kind)) if kind in DAMAGED else more_damage(kind)
-    want = backfill.check_integrity(PLAN, source, target, dlq)
+    want = check_integrity(PLAN, source, target, dlq)
     assert want.ok == (kind in ("none", "second dead-letter partition")), want.failures
     got = spark_report(spark, PLAN, source, target, dlq)
     assert got.to_dict() == want.to_dict()
@@ -93,7 +94,7 @@ def test_keys_spanning_source_partitions_are_ordered_by_time_in_spark_too(spark)
     assert spark_report(spark, plan, source, right, dlq).ok
     wrong = [replace(r, offset=3 - r.offset) for r in right]  # offset order instead of time order
     report = spark_report(spark, plan, source, wrong, dlq)
-    assert report == backfill.check_integrity(plan, source, wrong, dlq)
+    assert report == check_integrity(plan, source, wrong, dlq)
     assert report.failures == ("1 key(s) are out of per-key source order, e.g. b'k': position 0 holds orders/1/1, "
                                "source order has orders/0/0 (4 vs 4 records)",)
 
@@ -111,12 +112,30 @@ def cluster(rekey_cluster: provision.ClusterSpec) -> provision.ClusterSpec:
     return rekey_cluster
 
 
+def with_headers(frame, plan: BackfillPlan):
+    """:func:`rekey_backfill._sink_frame`'s rows as Spark's own Kafka sink takes them, ``topic, partition,
+    key, value, headers``, with the headers the transactional sink builds: ``kafkaops.lineage`` =
+    ``<source topic>/<partition>/<offset>`` on every record, the reason code and detail on dead letters."""
+    from pyspark.sql import functions as F
+
+    from spark_apps import common
+
+    def header(name: str, value):
+        return F.struct(F.lit(name).alias("key"), value.cast("binary").alias("value"))
+
+    lineage = common.lineage(plan.source_topic, F.col("lineage_partition"), F.col("lineage_offset"))
+    headers = F.when(F.col("code").isNull(), F.array(header(backfill.LINEAGE_HEADER, lineage))) \
+        .otherwise(F.array(header(backfill.LINEAGE_HEADER, lineage), header(backfill.CODE_HEADER, F.col("code")),
+                           header(backfill.REASON_HEADER, F.col("detail"))))
+    return frame.select("topic", "partition", "key", "value", headers.alias("headers"))
+
+
 def plain_write(frame, plan: BackfillPlan, bootstrap: str) -> None:
     """Rows of :func:`rekey_backfill._sink_frame` through Spark's own (non-transactional) Kafka sink: the
     damage must land as written, which the backfill's transactional sink would refuse or skip."""
     from spark_apps import rekey_backfill
 
-    (rekey_backfill.with_headers(rekey_backfill._sink_frame(frame, plan), plan)
+    (with_headers(rekey_backfill._sink_frame(frame, plan), plan)
      .write.format("kafka").option("kafka.bootstrap.servers", bootstrap).save())
 
 
@@ -124,9 +143,9 @@ def copy_with(spark, spec: provision.ClusterSpec, plan: BackfillPlan, damage: st
     """Write ``plan``'s direct copy with ``damage``; returns the (source partition, offset) it touched."""
     from pyspark.sql import functions as F
 
-    from spark_apps import rekey_backfill
+    from spark_apps import common, rekey_backfill
 
-    rekey_backfill.register_functions(spark, plan)
+    common.register_functions(spark, plan)
     rows = rekey_backfill.direct_frame(spark, plan, spec.bootstrap)
     # the record to damage: the second record of a key that has at least three
     keyed = rows.where(F.col("code").isNull()).groupBy("key").agg(
@@ -171,7 +190,7 @@ def test_a_planted_failure_is_named(cluster, spark, damage: str, words: str, col
     assert any(words.format(lineage=lineage) in f for f in report.failures), report.failures
     if column:
         assert sum(row[column] for row in report.rows()) >= 1, report.rows()
-    assert report.to_dict() == backfill.check_integrity(plan, *read_back(cluster, plan)).to_dict()
+    assert report.to_dict() == check_integrity(plan, *read_back(cluster, plan)).to_dict()
 
 
 def test_a_clean_copy_verifies_and_counts_its_dead_letters(cluster, spark) -> None:
@@ -183,4 +202,4 @@ def test_a_clean_copy_verifies_and_counts_its_dead_letters(cluster, spark) -> No
     assert report.ok, report.failures
     assert (report.source_records, report.target_records, report.dead_letters) == (RECORDS + 3, RECORDS, 3)
     assert report.dead_letter_codes == {"FIELD_MISSING": 1, "NOT_JSON": 1, "NULL_VALUE": 1}
-    assert report.to_dict() == backfill.check_integrity(plan, *read_back(cluster, plan)).to_dict()
+    assert report.to_dict() == check_integrity(plan, *read_back(cluster, plan)).to_dict()

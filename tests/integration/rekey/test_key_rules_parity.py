@@ -32,10 +32,10 @@ def jvm_outcomes(spark, rule: KeyRule, rows: Sequence[tuple[bytes | None, bytes 
     (spark_apps.rekey_backfill.rekey_rows: ``kafkaops_new_key`` for a value rule), in one Spark job."""
     from pyspark.sql import functions as F
 
-    from spark_apps import rekey_backfill
+    from spark_apps import common, rekey_backfill
 
     plan = BackfillPlan("src", ((0, 0, len(rows)),), "dst", 6, rule.text)
-    rekey_backfill.register_functions(spark, plan)
+    common.register_functions(spark, plan)
     frame = spark.createDataFrame([(0, i, 0, k, v) for i, (k, v) in enumerate(rows)],
                                   "partition int, offset bigint, ts bigint, key binary, value binary")
     got = rekey_backfill.rekey_rows(frame, plan).orderBy("src_offset").select("key", "code", F.col("detail")).collect()

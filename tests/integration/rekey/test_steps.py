@@ -23,9 +23,9 @@ def plan(rule: str) -> BackfillPlan:
 
 
 def step(spark, rows: list[tuple], rule: str) -> list:
-    from spark_apps import rekey_backfill
+    from spark_apps import common, rekey_backfill
 
-    rekey_backfill.register_functions(spark, plan(rule))
+    common.register_functions(spark, plan(rule))
     frame = spark.createDataFrame(rows, SCHEMA).coalesce(1)  # one task, rows in the order given
     return rekey_backfill.rekey_rows(frame, plan(rule), ordered=True).collect()
 
@@ -82,14 +82,14 @@ def test_the_jvm_step_gives_what_the_python_reference_gives(spark, rule) -> None
 
 def test_the_direct_copy_by_a_value_rule_places_in_offset_order_and_reports_keys_in_two_source_partitions(
         spark) -> None:
-    from spark_apps import rekey_backfill
+    from spark_apps import common, rekey_backfill
 
     def direct(rows: list[tuple], slices: int) -> tuple[list[tuple], int | None]:
-        spread = rekey_backfill.key_spread(spark)
-        rekey_backfill.register_functions(spark, plan("field:account"), spread)
+        spread = common.key_spread(spark)
+        common.register_functions(spark, plan("field:account"), spread)
         frame = spark.createDataFrame(rows, SCHEMA).repartition(slices, "partition").sortWithinPartitions("offset")
         got = actual(rekey_backfill.rekey_rows(frame, plan("field:account")).collect())
-        return sorted(got, key=lambda r: (r[3], r[4])), rekey_backfill.spanning_keys_of(spark, spread)
+        return sorted(got, key=lambda r: (r[3], r[4])), common.spanning_keys_of(spark, spread)
 
     got, spanning = direct(MIXED, 2)
     assert {r[2] for r in got} == {0}  # no order timestamp: offset order is the order
@@ -109,11 +109,11 @@ def test_the_merged_copy_gives_each_output_partition_a_task_of_its_own_in_order(
     (order timestamp, source partition, source offset) order, whatever the topic names hash to."""
     from pyspark.sql import functions as F
 
-    from spark_apps import rekey_backfill
+    from spark_apps import common, rekey_backfill
 
     rows = [(p, o, 1000 - o % 7, f"r{o % 50}".encode(), json.dumps({"account": f"a-{o % 40}"}).encode())
             for p in (0, 1) for o in range(100)] + [(1, 100, 5, b"x", b"not json")]
-    rekey_backfill.register_functions(spark, plan("field:account"))
+    common.register_functions(spark, plan("field:account"))
     planned = rekey_backfill.rekey_rows(spark.createDataFrame(rows, SCHEMA).repartition(2, "partition")
                                         .sortWithinPartitions("offset"), plan("field:account"), ordered=True)
     out = rekey_backfill.output_frame(planned, plan("field:account")).select(

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from kafkaops.rekey import backfill
 from kafkaops.rekey import steps as partitions
-from kafkaops.rekey.backfill import (BackfillError, BackfillPlan, OrderClock, OutputRecord, SourceRecord,
-                                     check_integrity, format_lineage, parse_lineage)
+from kafkaops.rekey.backfill import BackfillError, BackfillPlan, OrderClock, format_lineage, parse_lineage
+from kafkaops.testing.integrity import OutputRecord, SourceRecord, check_integrity, expected_order
 from kafkaops.model import Broker, Cluster, PartitionAssignment
 from kafkaops.platform.partitioner import partition_for
 
@@ -72,7 +72,7 @@ def source_records(n: int = 300) -> list[SourceRecord]:
 
 def copy(source: list[SourceRecord], plan: BackfillPlan = PLAN) -> tuple[list[OutputRecord], list[OutputRecord]]:
     """A correct backfill, computed the slow obvious way."""
-    expected, key_of, dead = backfill.expected_order(plan, source)
+    expected, key_of, dead = expected_order(plan, source)
     by_lineage = {format_lineage(plan.source_topic, r.partition, r.offset): r for r in source}
     target, next_offset = [], [0] * plan.target_partitions
     for key, lineages in sorted(expected.items()):
@@ -163,7 +163,7 @@ def test_keys_spanning_source_partitions_merge_by_timestamp() -> None:
     # key k moved from partition 0 to partition 1 at ts 100 (an earlier partition increase)
     source = [SourceRecord(0, 0, 10, b"k", b"a"), SourceRecord(0, 1, 50, b"k", b"b"),
               SourceRecord(1, 0, 100, b"k", b"c"), SourceRecord(1, 1, 90, b"k", b"d")]
-    expected, _, _ = backfill.expected_order(plan, source)
+    expected, _, _ = expected_order(plan, source)
     assert expected[b"k"] == ["orders/0/0", "orders/0/1", "orders/1/0", "orders/1/1"]
 
 
@@ -196,9 +196,9 @@ def test_a_pass_orders_after_the_pass_before_whatever_the_timestamps() -> None:
     # pass 1: 0/0 (ts 50), 1/0 (ts 60); pass 2: 0/1 (ts 10, a clock gone backwards), 1/1 (ts 5)
     source = [SourceRecord(0, 0, 50, b"k", b"a"), SourceRecord(1, 0, 60, b"k", b"b"),
               SourceRecord(0, 1, 10, b"k", b"c"), SourceRecord(1, 1, 5, b"k", b"d")]
-    expected, _, _ = backfill.expected_order(plan, source)
+    expected, _, _ = expected_order(plan, source)
     assert expected[b"k"] == ["orders/0/0", "orders/1/0", "orders/1/1", "orders/0/1"]  # each pass's own clock
-    one_pass, _, _ = backfill.expected_order(replace(plan, pass_starts=()), source)
+    one_pass, _, _ = expected_order(replace(plan, pass_starts=()), source)
     assert one_pass[b"k"] == ["orders/0/0", "orders/0/1", "orders/1/0", "orders/1/1"]
 
 
