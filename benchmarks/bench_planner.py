@@ -1,12 +1,17 @@
 """Benchmark of the kafkaops planner: speed at scale, and replica moves against the lower bound
 and against Kafka's own ``--generate`` assignment.
 
-    .venv/bin/python benchmarks/bench_planner.py [--quick] [--no-results]
+    .venv/bin/python -m benchmarks.bench_planner [--quick] [--no-results]
 
 (a) plans a scale-out of 100,000 partitions at RF 3 on 100 brokers by 10 and times it (target
 <= 5 s); (b) plans scale-outs over generated clusters (3..50 brokers, +1..10, RF 2..3, 1..3 racks,
 skewed sizes) and prints moves / lower bound for kafkaops and for Kafka's generator. Appends a
 dated section to benchmarks/RESULTS.md unless --no-results.
+
+The reference, for moves and for time, is Kafka 4.3's ``--generate`` placement run in this process on
+the same clusters: the Python port in :mod:`benchmarks.kafka_generate` (``java.util.Random`` bit for
+bit; ``bench_generate_live`` checks its outcomes against the real tool from the tools jar). Its time is
+the port's in Python, not the JVM's.
 """
 from __future__ import annotations
 
@@ -14,15 +19,11 @@ import argparse
 import random
 import sys
 import time
-from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "plugins"), str(Path(__file__).resolve().parent)]
-
-from kafka_generate import JavaRandom, generate, place_topic, replica_moves  # noqa: E402
-from results import publish  # noqa: E402
-
-from kafkaops.model import Broker, Cluster, PartitionAssignment  # noqa: E402
-from kafkaops.reassign.planner import lower_bound_moves, plan_scale_out  # noqa: E402
+from benchmarks.kafka_generate import JavaRandom, generate, place_topic, replica_moves
+from benchmarks.results import publish
+from kafkaops.model import Broker, Cluster, PartitionAssignment
+from kafkaops.reassign.planner import lower_bound_moves, plan_scale_out
 
 SEED = 20240611
 
@@ -105,7 +106,7 @@ def ratio(moves: int, lb: int) -> float:
 
 def report(speed: list[tuple[float, dict]], rows: list[dict]) -> list[str]:
     lines = [f"speed: {f['partitions']} partitions RF 3, 100 brokers + 10 on {f['racks']} rack(s): {seconds:.2f} s "
-             f"(target <= 5 s; Kafka's --generate on the same cluster, this run: {f['reference_s']:.2f} s, "
+             f"(target <= 5 s; Kafka's --generate placement, ported, on the same cluster, this run: {f['reference_s']:.2f} s, "
              f"ratio {seconds / f['reference_s']:.2f}); {f['moves']} moves, lower bound {f['lower_bound']}; spreads after: replicas "
              f"{f['replica_spread']}, leaders {f['leader_spread']}, per topic {f['topic_spread']}, bytes "
              f"{f['byte_spread_pct']:.1f}% of the largest broker" for seconds, f in speed]
