@@ -42,9 +42,9 @@ from kafkaops.model import Broker, Cluster, PartitionAssignment
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_REVISION = "ab0e95cb53787756385b49d8b8873d1f8616532c"
-"""The reference planner's commit: the last before db130e5 ("the planner's per-topic evening works
-topic by topic ..."), which made the planner this benchmark measures; at it the planner was
-plugins/kafkaops/reassign/planner as of 2026-11-23."""
+"""The reference planner's revision: the parent of db130e5, which rewrote the planner's per-topic
+evening for issue 15 and brought this benchmark (with a copy of this revision's planner, which issue
+30 replaced by this export). plugins/kafkaops/reassign/planner here is the planner before that work."""
 REFERENCE_PATHS = ("plugins/kafkaops/__init__.py", "plugins/kafkaops/errors.py", "plugins/kafkaops/model.py",
                    "plugins/kafkaops/reassign/__init__.py", "plugins/kafkaops/reassign/planner")
 """What the reference planner imports at its revision: the planner, the model and the errors."""
