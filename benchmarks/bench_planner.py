@@ -1,12 +1,19 @@
 """Benchmark of the kafkaops planner: speed at scale, and replica moves against the lower bound
 and against Kafka's own ``--generate`` assignment.
 
-    .venv/bin/python benchmarks/bench_planner.py [--quick] [--no-results]
+    .venv/bin/python -m benchmarks.bench_planner [--quick] [--no-results]
 
 (a) plans a scale-out of 100,000 partitions at RF 3 on 100 brokers by 10 and times it (target
 <= 5 s); (b) plans scale-outs over generated clusters (3..50 brokers, +1..10, RF 2..3, 1..3 racks,
 skewed sizes) and prints moves / lower bound for kafkaops and for Kafka's generator. Appends a
 dated section to benchmarks/RESULTS.md unless --no-results.
+
+The reference, for moves and for time, is Kafka 4.3's own ``--generate`` computation on the same
+clusters in the same run: ``ReassignPartitionsCommand.calculateAssignment`` from the tools jar
+(:func:`benchmarks.kafka_generate.run_tool`; its time is the call's in a cold JVM, as the tool's one
+call is; its placer's ``Random`` is unseeded, so its moves vary from run to run). The clusters are
+laid out the way Kafka 4 creates topics, by the seeded port of its placer. The jars come from
+``make setup`` (``KAFKAOPS_CACHE=.cache``, as ``make bench`` sets it).
 """
 from __future__ import annotations
 
@@ -14,15 +21,11 @@ import argparse
 import random
 import sys
 import time
-from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "plugins"), str(Path(__file__).resolve().parent)]
-
-from kafka_generate import JavaRandom, generate, place_topic, replica_moves  # noqa: E402
-from results import publish  # noqa: E402
-
-from kafkaops.model import Broker, Cluster, PartitionAssignment  # noqa: E402
-from kafkaops.reassign.planner import lower_bound_moves, plan_scale_out  # noqa: E402
+from benchmarks.kafka_generate import JavaRandom, place_topic, replica_moves, run_tool
+from benchmarks.results import publish
+from kafkaops.model import Broker, Cluster, PartitionAssignment
+from kafkaops.reassign.planner import lower_bound_moves, plan_scale_out
 
 SEED = 20240611
 
@@ -56,11 +59,10 @@ def bench_speed(racks: int) -> tuple[float, dict]:
     start = time.perf_counter()
     plan = plan_scale_out(cluster, added)
     seconds = time.perf_counter() - start
-    start = time.perf_counter()  # the reference, same cluster, same run: Kafka's --generate (Python port)
-    generate(cluster, list(cluster.brokers) + added, JavaRandom(SEED))
-    reference_s = time.perf_counter() - start
+    [(proposal, reference_s)] = run_tool([(cluster, list(cluster.brokers) + added)])  # same cluster, same run
     after = plan.stats_after
-    facts = {"racks": racks, "reference_s": reference_s, "partitions": len(cluster.partitions), "moves": plan.replica_moves,
+    facts = {"racks": racks, "reference_s": reference_s, "reference_moves": replica_moves(cluster, proposal),
+             "partitions": len(cluster.partitions), "moves": plan.replica_moves,
              "lower_bound": plan.lower_bound, "replica_spread": after.replica_spread,
              "leader_spread": after.leader_spread, "topic_spread": after.max_topic_spread,
              "byte_spread_pct": 100 * after.byte_spread / max(1, max(after.bytes.values()))}
@@ -81,7 +83,7 @@ def cases(quick: bool) -> list[tuple[int, int, int, int]]:
 
 
 def bench_moves(quick: bool) -> list[dict]:
-    rows = []
+    rows, runs = [], []
     for brokers, k, rf, racks in cases(quick):
         rand = random.Random(hash((brokers, k, rf, racks)) & 0xFFFF ^ SEED)
         cluster = make_cluster(brokers, 6, rand.randint(brokers, 4 * brokers), rf, racks, rand)
@@ -90,12 +92,14 @@ def bench_moves(quick: bool) -> list[dict]:
         start = time.perf_counter()
         plan = plan_scale_out(cluster, added)
         seconds = time.perf_counter() - start
-        kafka = replica_moves(cluster, generate(cluster, list(cluster.brokers) + added, JavaRandom(SEED)))
+        runs.append((cluster, list(cluster.brokers) + added))
         rows.append({"case": f"B={brokers} +{k} RF={rf} racks={racks}", "replicas": sum(
             p.replication_factor for p in cluster.partitions), "lb": lb, "ours": plan.replica_moves,
-            "kafka": kafka, "spread": plan.stats_after.replica_spread,
+            "spread": plan.stats_after.replica_spread,
             "leaders": plan.stats_after.leader_spread, "topic": plan.stats_after.max_topic_spread,
             "ms": seconds * 1000})
+    for row, (cluster, _), (proposal, _) in zip(rows, runs, run_tool(runs)):  # the reference: one JVM for all
+        row["kafka"] = replica_moves(cluster, proposal)
     return rows
 
 
@@ -105,8 +109,9 @@ def ratio(moves: int, lb: int) -> float:
 
 def report(speed: list[tuple[float, dict]], rows: list[dict]) -> list[str]:
     lines = [f"speed: {f['partitions']} partitions RF 3, 100 brokers + 10 on {f['racks']} rack(s): {seconds:.2f} s "
-             f"(target <= 5 s; Kafka's --generate on the same cluster, this run: {f['reference_s']:.2f} s, "
-             f"ratio {seconds / f['reference_s']:.2f}); {f['moves']} moves, lower bound {f['lower_bound']}; spreads after: replicas "
+             f"(target <= 5 s; Kafka's --generate on the same cluster, this run: {f['reference_s']:.2f} s in a cold JVM, "
+             f"ratio {seconds / f['reference_s']:.2f}, {f['reference_moves']} moves); {f['moves']} moves, lower bound "
+             f"{f['lower_bound']}; spreads after: replicas "
              f"{f['replica_spread']}, leaders {f['leader_spread']}, per topic {f['topic_spread']}, bytes "
              f"{f['byte_spread_pct']:.1f}% of the largest broker" for seconds, f in speed]
     lines += ["", "| case | replicas | lower bound | kafkaops moves | kafkaops / LB | kafka --generate moves | "

@@ -1,7 +1,7 @@
 """Benchmark of the planner at the scale of the largest clusters, on realistic shapes (issue 15).
 
-    .venv/bin/python benchmarks/bench_planner_scale.py [--quick] [--no-results] [--cap SECONDS]
-    .venv/bin/python benchmarks/bench_planner_scale.py --case 'scale-out 1000000 300 30 3 3' [--reference]
+    .venv/bin/python -m benchmarks.bench_planner_scale [--quick] [--no-results] [--cap SECONDS]
+    .venv/bin/python -m benchmarks.bench_planner_scale --case 'scale-out 1000000 300 30 3 3' [--reference]
 
 Clusters: heavy-tailed topic sizes (most topics 1-12 partitions, some 13-499, a few 500-2,000),
 laid out unevenly (topics created on subsets of the brokers that existed then, earlier partial
@@ -11,29 +11,43 @@ the whole process, the cluster read into memory included; ``cluster MiB`` is the
 planning. Time is the planner call alone (``plan_*``); at 1M partitions the benchmark also times
 writing and reading Kafka's reassignment JSON (``plan.to_kafka_json`` + ``cli.planfile``) and
 the plan gate's dataframe (``reassign.frames.plan_frame``). The reference is the planner before
-this work, pinned in ``benchmarks/reference_planner`` (commit ab0e95c), run on the same clusters
-under a time cap (``--cap``, 120 s by default, to fit a session; cases over it are marked).
+this work, the live one at the pinned revision :data:`REFERENCE_REVISION`: the run exports that
+revision's ``plugins/kafkaops`` from this clone's history (``git archive``) into a temporary folder,
+removed when the run ends, and each reference case's subprocess imports ``kafkaops`` from there
+(its model included), on the same clusters, under a time cap (``--cap``, 120 s by default, to fit a
+session; cases over it are marked). The commit must be in the clone: a shallow one needs
+``git fetch --unshallow`` first.
+
+Run from the repository root (the subprocesses run ``-m benchmarks.bench_planner_scale`` there).
 """
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import os
 import random
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent / "plugins"), str(HERE)]
+from benchmarks.results import publish
+from kafkaops.model import Broker, Cluster, PartitionAssignment
 
-from results import publish  # noqa: E402
-
-from kafkaops.model import Broker, Cluster, PartitionAssignment  # noqa: E402
-
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE_REVISION = "ab0e95cb53787756385b49d8b8873d1f8616532c"
+"""The reference planner's revision: the parent of db130e5, which rewrote the planner's per-topic
+evening for issue 15 and brought this benchmark (with a copy of this revision's planner, which issue
+30 replaced by this export). plugins/kafkaops/reassign/planner here is the planner before that work."""
+REFERENCE_PATHS = ("plugins/kafkaops/__init__.py", "plugins/kafkaops/errors.py", "plugins/kafkaops/model.py",
+                   "plugins/kafkaops/reassign/__init__.py", "plugins/kafkaops/reassign/planner")
+"""What the reference planner imports at its revision: the planner, the model and the errors."""
 SEED = 20251115
 RACKS = "abc"
 
@@ -115,6 +129,24 @@ def _replicas(order: list[int], first: int, rf: int, racks: int) -> list[int]:
     return picked
 
 
+# -- the reference revision --------------------------------------------------------------------------
+@contextmanager
+def reference_tree(revision: str = REFERENCE_REVISION) -> Iterator[Path]:
+    """The ``plugins`` folder of ``revision`` (:data:`REFERENCE_PATHS` only), exported from this
+    clone's history into a temporary folder, to put first on a case subprocess's path. The folder
+    is removed on exit, on an error too."""
+    exported = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", revision, *REFERENCE_PATHS],
+                              capture_output=True)
+    if exported.returncode:
+        raise SystemExit(f"cannot export the reference planner at {revision} from {ROOT}: "
+                         f"{exported.stderr.decode().strip()}; nothing was measured. A shallow clone lacks the "
+                         "commit: git fetch --unshallow, then run again")
+    with tempfile.TemporaryDirectory(prefix="kafkaops-reference-") as tmp:
+        with tarfile.open(fileobj=io.BytesIO(exported.stdout)) as tar:
+            tar.extractall(tmp, filter="data")
+        yield Path(tmp) / "plugins"
+
+
 # -- one case, in its own process --------------------------------------------------------------------
 def rss_mib() -> float:
     import resource
@@ -122,15 +154,20 @@ def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_case(spec: str, reference: bool, extras: bool) -> dict:
+def run_case(spec: str, reference: Path | None, extras: bool) -> dict:
     """Build the case's cluster, plan it, and return the figures. ``spec``: kind partitions
-    brokers change rf racks (change: brokers added for a scale-out, drained for a drain)."""
+    brokers change rf racks (change: brokers added for a scale-out, drained for a drain). With
+    ``reference`` (a :func:`reference_tree` folder, which :func:`spawn` put first on this process's
+    path, so ``kafkaops`` is the reference revision's, its model included) the planner must come
+    from there."""
     kind, partitions, brokers, change, rf, racks = spec.split()
     partitions, brokers, change, rf, racks = map(int, (partitions, brokers, change, rf, racks))
-    if reference:
-        import reference_planner as planner
-    else:
-        from kafkaops.reassign import planner
+    from kafkaops.reassign import planner
+
+    origin = Path(planner.__file__).resolve()
+    if reference is not None and not origin.is_relative_to(reference.resolve()):
+        raise SystemExit(f"the reference case {spec!r} imported the planner from {origin}, not from {reference}: "
+                         f"put {reference} first on PYTHONPATH")
     cluster = make_cluster(partitions, brokers, rf, racks)
     start_rss = rss_mib()
     added = [Broker(b, rack=rack_of(b, racks)) for b in range(brokers + 1, brokers + 1 + change)]
@@ -143,7 +180,7 @@ def run_case(spec: str, reference: bool, extras: bool) -> dict:
         plan = planner.plan_rebalance(cluster)
     seconds = time.perf_counter() - start
     after, before = plan.stats_after, plan.stats_before
-    facts = {"spec": spec, "reference": reference, "topics": len(cluster.topics), "seconds": seconds,
+    facts = {"spec": spec, "reference": reference is not None, "topics": len(cluster.topics), "seconds": seconds,
              "cluster_mib": start_rss, "peak_mib": rss_mib(), "moves": plan.replica_moves,
              "lower_bound": plan.lower_bound, "replica_spread": after.replica_spread,
              "replica_spread_before": before.replica_spread, "leader_spread": after.leader_spread,
@@ -178,16 +215,20 @@ def time_io(plan, cluster: Cluster) -> dict:
             "frame_s": frame_s, "frame_rows": len(frames["partitions"]), "peak_io_mib": rss_mib()}
 
 
-def spawn(spec: str, reference: bool, extras: bool, cap: float) -> dict:
-    cmd = [sys.executable, __file__, "--case", spec] + (["--reference"] if reference else []) + \
-          (["--extras"] if extras else [])
-    env = {**os.environ, "PYTHONPATH": f"{HERE.parent / 'plugins'}:{HERE.parent}"}
+def spawn(spec: str, reference: Path | None, extras: bool, cap: float) -> dict:
+    """One case in a fresh process, from the repository root; with ``reference`` (a
+    :func:`reference_tree` folder) that folder first on its PYTHONPATH."""
+    cmd = [sys.executable, "-m", "benchmarks.bench_planner_scale", "--case", spec] + \
+          (["--reference-tree", str(reference)] if reference else []) + (["--extras"] if extras else [])
+    env = dict(os.environ)
+    if reference is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(reference), env.get("PYTHONPATH"))))
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=cap, env=env)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=cap, env=env, cwd=ROOT)
     except subprocess.TimeoutExpired:
-        return {"spec": spec, "reference": reference, "timeout": cap}
+        return {"spec": spec, "reference": reference is not None, "timeout": cap}
     if done.returncode:
-        return {"spec": spec, "reference": reference, "error": done.stderr.strip().splitlines()[-1:]}
+        return {"spec": spec, "reference": reference is not None, "error": done.stderr.strip().splitlines()[-1:]}
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -241,31 +282,39 @@ def exponents(results: list[dict]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", help="run one case in this process and print its figures as JSON")
-    parser.add_argument("--reference", action="store_true", help="with --case: the pinned previous planner")
+    parser.add_argument("--reference", action="store_true",
+                        help=f"with --case: the planner at {REFERENCE_REVISION[:7]}, in a subprocess")
+    parser.add_argument("--reference-tree", type=Path, help=argparse.SUPPRESS)  # spawn's: the exported revision
     parser.add_argument("--extras", action="store_true", help="with --case: time the JSON and the gate's frame")
     parser.add_argument("--quick", action="store_true", help="the series up to 100k only, no shapes")
     parser.add_argument("--cap", type=float, default=120.0, help="seconds per reference case (default 120)")
     parser.add_argument("--no-results", action="store_true", help="do not append to RESULTS.md")
     args = parser.parse_args(argv)
+    if args.case and args.reference:
+        with reference_tree() as tree:
+            print(json.dumps(spawn(args.case, tree, args.extras, args.cap)))
+        return 0
     if args.case:
-        print(json.dumps(run_case(args.case, args.reference, args.extras)))
+        print(json.dumps(run_case(args.case, args.reference_tree, args.extras)))
         return 0
     series = SERIES[:2] if args.quick else SERIES
     results = []
     for spec in series:
-        results.append(spawn(spec, False, spec.split()[1] == "1000000", 1800))
+        results.append(spawn(spec, None, spec.split()[1] == "1000000", 1800))
         print(row(results[-1], args.cap), flush=True)
     references = []
-    for spec in series:
-        references.append(spawn(spec, True, False, args.cap))
-        print(row(references[-1], args.cap), flush=True)
-        if "timeout" in references[-1]:
-            break
+    with reference_tree() as tree:
+        for spec in series:
+            references.append(spawn(spec, tree, False, args.cap))
+            print(row(references[-1], args.cap), flush=True)
+            if "timeout" in references[-1]:
+                break
     header = ["| case | topics | replica spread before | plan s | peak MiB (cluster alone) | moves / lower bound | "
               "replica spread | leader spread | largest topic spread (topics > 1) | byte spread % before -> after |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     lines = [f"Realistic shapes (heavy-tailed topics, uneven layout; `bench_planner_scale.py`), one fresh process per "
-             f"case, peak = ru_maxrss of the whole process; reference = the planner at ab0e95c, capped at "
+             f"case, peak = ru_maxrss of the whole process; reference = the planner at {REFERENCE_REVISION[:7]} (exported "
+             f"from git for this run), capped at "
              f"{args.cap:.0f} s per case. Load average at start {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores.",
              "", *header, *(row(r, args.cap) for r in results + references), "",
              "Growth (this planner, the series):", *(f"- {line}" for line in exponents(results))]
@@ -281,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     shapes = []
     for spec in SHAPES:
-        shapes.append(spawn(spec, False, False, 1800))
+        shapes.append(spawn(spec, None, False, 1800))
         print(row(shapes[-1], args.cap), flush=True)
     lines = ["Other shapes (RF 2 and 3, 1-3 racks, +10 % and +50 %, rebalance, drain), same columns as above:", "",
              *header, *(row(r, args.cap) for r in shapes), "", f"Load average at end {os.getloadavg()[0]:.1f}."]

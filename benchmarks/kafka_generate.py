@@ -25,14 +25,23 @@ With all brokers unfenced the fenced lists are empty and draw nothing, so they a
 run of the Java class exactly; the real tool's ``Random`` is unseeded, so
 :func:`topic_outcomes` enumerates every sequence of draws instead, to say whether a real proposal
 is one the algorithm can produce.
+
+:func:`run_tool` runs the real thing instead of the port: the tool's own ``calculateAssignment``
+from the tools jar (``KafkaGenerate.java`` beside this file, in one JVM for many clusters), for a
+benchmark's same-run reference in moves and in time.
 """
 from __future__ import annotations
 
+import subprocess
 from collections import defaultdict
 from collections.abc import Hashable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Protocol
 
 from kafkaops.model import Broker, Cluster
+from kafkaops.platform.paths import jar_dir
+
+TOOL_SOURCE = Path(__file__).with_name("KafkaGenerate.java")
 
 _MULTIPLIER, _ADDEND, _MASK = 0x5DEECE66D, 0xB, (1 << 48) - 1
 _HASHMAP_CAPACITY, _LOAD_FACTOR = 16, 0.75
@@ -271,3 +280,35 @@ def topic_outcomes(brokers: Sequence[Broker], partitions: int, rf: int, *, rack_
 def replica_moves(cluster: Cluster, proposal: Mapping[tuple[str, int], Sequence[int]]) -> int:
     """Replicas the proposal places on a broker that did not hold them."""
     return sum(len(set(proposal[p.key]) - set(p.replicas)) for p in cluster.partitions)
+
+
+def run_tool(cases: Sequence[tuple[Cluster, Sequence[Broker]]]) -> list[tuple[dict[tuple[str, int], tuple[int, ...]], float]]:
+    """The real ``--generate`` computation on each ``(cluster, target brokers)``: Kafka's
+    ``ReassignPartitionsCommand.calculateAssignment`` from the tools jar, all cases in one JVM, rack
+    aware when the brokers have racks. Per case: the proposal and the seconds of the call alone (the
+    JVM's start and the input's parsing left out; the first case's call is a cold JVM's, as the
+    tool's one call is). The tool's placer draws from an unseeded ``java.util.Random``, so proposals
+    vary from run to run."""
+    lines = []
+    for k, (cluster, brokers) in enumerate(cases):
+        lines.append(f"case {k}")
+        lines.append("brokers " + " ".join(f"{b.id}:{b.rack or '-'}" for b in brokers))
+        lines += (f"p {p.topic} {p.partition} {','.join(map(str, p.replicas))}" for p in cluster.partitions)
+        lines.append("end")
+    cmd = ["java", "-cp", f"{jar_dir('tools')}/*", str(TOOL_SOURCE)]
+    done = subprocess.run(cmd, input="\n".join(lines) + "\n", capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{TOOL_SOURCE.name} failed (exit {done.returncode}) on {len(cases)} case(s): "
+                           f"{done.stderr.strip()[-2000:]}")
+    results: list[tuple[dict[tuple[str, int], tuple[int, ...]], float]] = []
+    proposal: dict[tuple[str, int], tuple[int, ...]] = {}
+    seconds = 0.0
+    for line in done.stdout.splitlines():
+        fields = line.split()
+        if fields[0] == "case":
+            proposal, seconds = {}, int(fields[2]) / 1e9
+        elif fields[0] == "end":
+            results.append((proposal, seconds))
+        else:
+            proposal[(fields[0], int(fields[1]))] = tuple(int(r) for r in fields[2].split(","))
+    return results

@@ -206,7 +206,8 @@ class Cluster:
     controller_id: int | None = None
     groups: tuple[ConsumerGroup, ...] = ()
     taken_at: float | None = None
-    _index: Mapping[tuple[str, int], PartitionAssignment] = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+    # None only until __post_init__ builds it (and in `replace(..., _index=None)`, which rebuilds it)
+    _index: Mapping[tuple[str, int], PartitionAssignment] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         ids = [b.id for b in self.brokers]
@@ -246,6 +247,7 @@ class Cluster:
         return tuple(sorted({p.topic for p in self.partitions}))
 
     def partition(self, topic: str, partition: int) -> PartitionAssignment:
+        assert self._index is not None  # __post_init__ built it
         try:
             return self._index[(topic, partition)]
         except KeyError as err:

@@ -500,7 +500,7 @@ def recommend_brokers(total_bytes: int, disk_per_broker_bytes: int, *, throughpu
     if not 0 < max_disk_use <= 1:
         raise CapacityError(f"max disk use is {max_disk_use}; give a share in (0, 1], e.g. 0.7")
     room = size * max_disk_use if disk is None else disk.room_per_broker_bytes
-    by_disk = disk.brokers_needed if disk is not None else math.ceil(total_bytes / room)
+    by_disk = disk.brokers_needed if disk is not None else math.ceil(total_bytes / (size * max_disk_use))
     by_throughput = 0
     if per_broker_bytes_per_s is not None:
         capacity = _positive("per-broker throughput capacity", per_broker_bytes_per_s,

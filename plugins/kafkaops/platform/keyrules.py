@@ -25,7 +25,7 @@ import json
 import re
 import threading
 from dataclasses import dataclass, field
-from json.decoder import scanstring
+from json.decoder import scanstring  # type: ignore[attr-defined]  # CPython's, missing from typeshed's stub
 from typing import Any, NamedTuple
 
 from kafkaops.errors import ConfigError
@@ -211,13 +211,13 @@ def _grammar_error(text: str) -> str | None:
     """Where ``text`` breaks the JSON grammar (json's, without NaN/Infinity), read without recursion;
     None where it does not. For values nested too deeply for json's own parser."""
     closers: list[str] = []
-    pos = _WS.match(text).end()
+    pos = _skip_ws(text, 0)
     try:
         while True:
             c = text[pos:pos + 1]
             if c in ("[", "{"):
                 close = "]" if c == "[" else "}"
-                pos = _WS.match(text, pos + 1).end()
+                pos = _skip_ws(text, pos + 1)
                 if text.startswith(close, pos):
                     pos += 1
                 else:
@@ -236,11 +236,11 @@ def _grammar_error(text: str) -> str | None:
             else:
                 return f"expected a value at character {pos}"
             while True:  # after a value
-                pos = _WS.match(text, pos).end()
+                pos = _skip_ws(text, pos)
                 if not closers:
                     return None if pos == len(text) else f"extra data at character {pos}"
                 if text.startswith(",", pos):
-                    pos = _WS.match(text, pos + 1).end()
+                    pos = _skip_ws(text, pos + 1)
                     if closers[-1] == "}":
                         pos = _member_name(text, pos)
                     break
@@ -252,16 +252,22 @@ def _grammar_error(text: str) -> str | None:
         return str(err)
 
 
+def _skip_ws(text: str, pos: int) -> int:
+    """Past the JSON white space at ``pos`` (``_WS`` matches the empty string too, so it always matches)."""
+    space = _WS.match(text, pos)
+    return space.end() if space else pos
+
+
 def _member_name(text: str, pos: int) -> int:
     """Past ``"name" :`` and white space; ValueError when that is not there."""
     if not text.startswith('"', pos):
         raise ValueError(f"expected a member name at character {pos}")
     name, pos = scanstring(text, pos + 1, True)
     _check_name(name)
-    pos = _WS.match(text, pos).end()
+    pos = _skip_ws(text, pos)
     if not text.startswith(":", pos):
         raise ValueError(f"expected ':' at character {pos}")
-    return _WS.match(text, pos + 1).end()
+    return _skip_ws(text, pos + 1)
 
 
 def _parse(value: bytes) -> tuple[Any, str | None, str | None]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import operator
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from kafkaops.errors import KafkaOpsError
 
@@ -73,7 +73,8 @@ def _key_type_error(key: object) -> PartitionerTypeError:
     return PartitionerTypeError(f"partition key {shown} is {type(key).__name__}, not bytes: {fix}")
 
 
-def _murmur2_u32(data: bytes | bytearray, _words=_WORDS, _m=M, _w=_MASK32) -> int:
+def _murmur2_u32(data: bytes | bytearray, _words: Sequence[Callable[[bytes | bytearray], tuple[int, ...]]] = _WORDS,
+                 _m: int = M, _w: int = _MASK32) -> int:
     """``Utils.murmur2(data)`` as an unsigned 32-bit int: the hot path (constants are bound as
     default arguments, i.e. fast locals; the Java semantics are in the module docstring)."""
     if type(data) is not bytes and not isinstance(data, bytearray):

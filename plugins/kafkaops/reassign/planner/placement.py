@@ -161,7 +161,7 @@ class Placement:
         if not donors or not receivers:
             return 0
         self._index_candidates(donors, movable)
-        self._donor_heaps: dict[str, dict[str, list]] = {}
+        self._donor_heaps: dict[str, dict[str, list[tuple[float, int]]]] = {}
         for (d, topic), entries in sorted(self._cands.items()):
             if entries:
                 heap = self._donor_heaps.setdefault(topic, {}).setdefault(self.rack[d], [])
@@ -171,8 +171,8 @@ class Placement:
                 heapq.heapify(heap)
         topics = sorted(self._donor_heaps)
         topic_heaps = {n: [(self._receiver_key(n, t), t) for t in topics] for n in receivers}
-        for heap in topic_heaps.values():
-            heapq.heapify(heap)
+        for topic_heap in topic_heaps.values():
+            heapq.heapify(topic_heap)
         queue = [(self.surplus(n), n) for n in receivers]
         heapq.heapify(queue)
         moves = 0

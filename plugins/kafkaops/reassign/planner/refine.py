@@ -16,8 +16,12 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from kafkaops.reassign.planner.placement import Placement
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsRichComparison
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +69,7 @@ class _Index:
     def donors(self, i: int, n: int) -> list[int]:
         """The brokers partition ``i`` held before the plan and does not now: where the new broker
         ``n`` may give it back."""
+        assert self.origins is not None  # asked in a scale-out only
         reps = self.work.reps[i]
         return [d for d in self.origins[i] if d not in reps] if n not in self.origins[i] else []
 
@@ -91,12 +96,13 @@ class _Index:
     def _onto_new_or_back(self, i: int, src: int, dst: int) -> bool:
         """In a scale-out: a move onto a new broker, or one that returns a replica a new broker
         was to receive to the broker it came from."""
+        assert self.origins is not None  # asked in a scale-out only
         before = self.origins[i]
         if src in self.new:
             return dst in before and src not in before
         return dst in self.new
 
-    def first(self, candidates: Iterable[int], src: int, dst: int, key: Callable[[int], object]) -> int | None:
+    def first(self, candidates: Iterable[int], src: int, dst: int, key: Callable[[int], SupportsRichComparison]) -> int | None:
         """The candidate partition that may move ``src`` -> ``dst``, best by ``key``."""
         fits = [i for i in candidates if self.can(i, src, dst)]
         return min(fits, key=key) if fits else None
@@ -120,9 +126,9 @@ def _chain(index: _Index, sources: list[int], is_end: Callable[[int], bool]) -> 
     while queue:
         u = queue.popleft()
         used, node = set(), u
-        while parent[node] is not None:
-            node, i = parent[node]
-            used.add(i)
+        while (step := parent[node]) is not None:
+            node, j = step
+            used.add(j)
         cands = sorted((i for held in index.held[u].values() for i in held if i not in used),
                        key=lambda i: (i in work.moved, i))
         for v in index.eligible:
@@ -134,8 +140,8 @@ def _chain(index: _Index, sources: list[int], is_end: Callable[[int], bool]) -> 
             parent[v] = (u, i)
             if is_end(v):
                 chain, node = [], v
-                while parent[node] is not None:
-                    prev, i = parent[node]
+                while (step := parent[node]) is not None:
+                    prev, i = step
                     chain.append((prev, node, i))
                     node = prev
                 return chain[::-1]
