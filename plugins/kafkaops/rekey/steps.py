@@ -35,6 +35,8 @@ from kafkaops.platform import lifecycle, render, state
 from kafkaops.platform import params as form
 from kafkaops.platform import spark
 from kafkaops.rekey.backfill import BackfillPlan
+from kafkaops.rekey.records import (AbandonedNote, Cutover, GroupTranslation, PassResult, Quiesced, RefusedNote,
+                                    RunNote, TranslationNote)
 from kafkaops.errors import ConfigError, KafkaOpsError
 from kafkaops.model import Cluster
 from kafkaops.platform.partitioner import partition_for
@@ -361,7 +363,7 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
             text = (f"refusing to grow keyed topic {p.topic} in place: {change.summary()}, so their records would "
                     "sit in two partitions and per-key order breaks for consumers. Use mode=migrate (rekey "
                     "into a new topic), or set accept_ordering_break=true if consumers do not rely on key order")
-            ctx.audit.append("note", text=text, refused=True, key_change=change.__dict__)
+            state.append_note(ctx.audit, RefusedNote(text, change.__dict__))
             raise OrderingBreakRefused(text)
         plan = PartitionPlan("in_place", p.topic, current, p.new_partition_count, rf,
                              assignment=place_new_partitions(cluster, p.topic, p.new_partition_count),
@@ -444,7 +446,7 @@ def create_target(ctx: lifecycle.OperationContext, plan: PartitionPlan) -> dict[
 
 
 def run_backfill(ctx: lifecycle.OperationContext, bf: BackfillPlan, *, launcher: spark.Launcher,
-                 timeout_s: float = 3600.0, verify: bool = True, name: str = "backfill") -> dict[str, Any]:
+                 timeout_s: float = 3600.0, verify: bool = True, name: str = "backfill") -> PassResult:
     """Submit :mod:`spark_apps.rekey_backfill` (run, and with ``verify`` the integrity check of the
     whole copy so far) through ``launcher``; resume-safe. The plan and the result (the integrity report
     with it) travel through the store as artifacts ``backfill/<operation>/<name>-try<n>/<submission>/
@@ -475,14 +477,17 @@ def run_backfill(ctx: lifecycle.OperationContext, bf: BackfillPlan, *, launcher:
         finally:
             if log_file.exists():
                 ctx.store.put_artifact(log_artifact, log_file.read_bytes(), "text/plain; charset=utf-8")
-    ctx.audit.append("note", text=f"{name} wrote {(result.get('run') or {}).get('written', 0):,} record(s) to "
-                                  f"{bf.target_topic}", run=result.get("run"))
-    return result
+    done = PassResult.from_dict(result)
+    state.append_note(ctx.audit, RunNote(f"{name} wrote {done.written:,} record(s) to {bf.target_topic}", done.run))
+    return done
 
 
-def backfill_gate(ctx: lifecycle.OperationContext, result: Mapping[str, Any]) -> dict[str, Any]:
+def backfill_gate(ctx: lifecycle.OperationContext, result: PassResult) -> dict[str, Any]:
     """Gate the integrity report with ``expectations/backfill.json``, then require it outright too."""
-    report = backfill.IntegrityReport.from_dict(result["integrity"])
+    if result.integrity is None:
+        raise KafkaOpsError(f"the backfill into {(result.run.plan if result.run else {}).get('target_topic')} "
+                            "reported no integrity check: nothing to gate; run the pass again with --verify")
+    report = backfill.IntegrityReport.from_dict(result.integrity)
     gate = lifecycle.gate(ctx, "backfill", integrity_frames(report))
     report.require()
     return {"gate": gate, "totals": report.totals()}
@@ -507,7 +512,7 @@ def verify_in_place(ctx: lifecycle.OperationContext, plan: PartitionPlan) -> dic
 
 
 def cutover(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mapping[str, Any],
-            quiesced: Mapping[str, Any] | None = None) -> dict[str, Any]:
+            quiesced: Quiesced | None = None) -> Cutover:
     """Per consumer group of the source: committed source offsets -> target offsets (via lineage);
     recorded in the audit, and committed for ``<group><suffix>`` when the suffix param is set.
 
@@ -521,8 +526,7 @@ def cutover(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mappin
     bf = BackfillPlan.from_dict(plan.backfill or {})
     settled: dict[str, str] = {}
     if quiesced is not None:
-        ends = {int(k): int(v) for k, v in quiesced["ends"].items()}
-        settled = migration.settle_groups(ctx, bf.source_topic, ends, timeout_s=p.policy.quiesce_timeout_s)
+        settled = migration.settle_groups(ctx, bf.source_topic, quiesced.ends, timeout_s=p.policy.quiesce_timeout_s)
         active = sorted(g for g, how in settled.items() if how == "still active")
         if active:
             raise migration.MigrationAbandoned(
@@ -551,24 +555,24 @@ def cutover(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mappin
     translated = {}
     for group, offsets in sorted(committed.items()):
         table = backfill.translate_offsets(bf.source_topic, offsets, lineage)
-        translated[group] = {"source": {str(k): v for k, v in sorted(offsets.items())},
-                             "target": {str(k): v["offset"] for k, v in table.items()},
-                             "redelivered": sum(v["redelivered"] for v in table.values())}
-        if not offsets:
-            translated[group]["stated"] = "no committed offset on the source: starts at the start of the target"
-        if group in settled:
-            translated[group]["settled"] = settled[group]
+        new_group = None
         if p.cutover_group_suffix or quiesced is not None:
             new_group = f"{group}{p.cutover_group_suffix}"
             with ctx.connect() as conn:
                 ctx.fence(f"commit offsets for group {new_group}")
                 admin.commit_group_offsets(conn, new_group, bf.target_topic,
                                            {k: v["offset"] for k, v in table.items()})
-            translated[group]["committed_for"] = new_group
-    ctx.audit.append("note", text=f"cut-over of {len(translated)} consumer group(s) from {bf.source_topic} to "
-                                  f"{bf.target_topic}", offset_translation=translated)
-    cut = {"source_topic": bf.source_topic, "target_topic": bf.target_topic, "groups": translated}
-    return {**cut, "switch_text": migration.switch_request(cut)} if quiesced is not None else cut
+        translated[group] = GroupTranslation(
+            source={str(k): v for k, v in sorted(offsets.items())},
+            target={str(k): v["offset"] for k, v in table.items()},
+            redelivered=sum(v["redelivered"] for v in table.values()),
+            stated=None if offsets else "no committed offset on the source: starts at the start of the target",
+            settled=settled.get(group), committed_for=new_group)
+    state.append_note(ctx.audit, TranslationNote(f"cut-over of {len(translated)} consumer group(s) from "
+                                                 f"{bf.source_topic} to {bf.target_topic}", translated))
+    cut = Cutover(bf.source_topic, bf.target_topic, translated)
+    return Cutover(cut.source_topic, cut.target_topic, translated, migration.switch_request(cut)) \
+        if quiesced is not None else cut
 
 
 def finish(ctx: lifecycle.OperationContext, cluster_id: str | None, *, failed_tasks: Iterable[str] = ()
@@ -578,12 +582,12 @@ def finish(ctx: lifecycle.OperationContext, cluster_id: str | None, *, failed_ta
     record = ctx.audit.summary()
     current = [n for n in record["notes"] if n["ts"] >= (record["started_at"] or 0)]
     migration.release_left_writes(ctx, current)
-    refusal = next((n for n in current if n.get("refused")), None)
+    refusal = next(iter(state.read_notes(current, RefusedNote)), None)
     if refusal is not None:
-        return lifecycle.conclude(ctx, "refused", refusal["text"], cluster_id)
-    abandoned = next((n for n in current if n.get("abandoned")), None)
+        return lifecycle.conclude(ctx, "refused", refusal.text, cluster_id)
+    abandoned = next(iter(state.read_notes(current, AbandonedNote)), None)
     if abandoned is not None:  # a live migration rolled back before the switch
-        return lifecycle.conclude(ctx, "abandoned", abandoned["text"], cluster_id)
+        return lifecycle.conclude(ctx, "abandoned", abandoned.text, cluster_id)
     return lifecycle.finish(ctx, cluster_id, failed_tasks=failed_tasks)
 
 

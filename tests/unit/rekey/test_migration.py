@@ -7,6 +7,7 @@ import pytest
 from kafkaops.errors import ConfigError
 from kafkaops.rekey import migration
 from kafkaops.rekey.backfill import BackfillPlan
+from kafkaops.rekey.records import Cutover
 from kafkaops.rekey.steps import PartitionParams
 
 PASS = BackfillPlan("orders", ((0, 0, 100), (1, 0, 50), (2, 0, 0)), "orders.v2", 12).next_pass({0: 120, 1: 50, 2: 7})
@@ -60,11 +61,31 @@ def test_the_form_defaults_give_a_snapshot_migration_and_acl_principals_split() 
 
 
 def test_the_switch_request_names_topics_groups_and_offsets_in_partition_order() -> None:
-    text = migration.switch_request({"source_topic": "orders", "target_topic": "orders.v2", "groups": {
-        "billing": {"target": {"10": 7, "2": 3}, "redelivered": 0, "committed_for": "billing"}}})
+    # as it comes through XCom: JSON, partitions as text
+    text = migration.switch_request(Cutover.from_dict({"source_topic": "orders", "target_topic": "orders.v2", "groups": {
+        "billing": {"target": {"10": 7, "2": 3}, "redelivered": 0, "committed_for": "billing"}}}))
     assert "from orders to orders.v2" in text and "Reject abandons" in text
     assert "| billing | billing | 2: 3, 10: 7 | 0 |" in text
-    assert "No consumer group" in migration.switch_request({"source_topic": "s", "target_topic": "t", "groups": {}})
+    assert "No consumer group" in migration.switch_request(Cutover("s", "t", {}))
+
+
+@pytest.mark.parametrize(("given", "roll_back", "fails", "words"), [
+    (dict(planned=False), False, False, "nothing was planned"),
+    (dict(dry_run=True, failed=["plan"]), False, True, "step(s) plan failed; nothing was planned or changed"),
+    (dict(live=False), False, False, "not a live migration"),
+    (dict(switch=True), False, False, "the switch was made"),
+    (dict(switch=False), True, True, "the switch was refused"),
+    (dict(), True, True, "stopped before the switch"),
+    (dict(failed=["quiesce", "verify"]), True, True, "quiesce failed: producers did not stop; verify failed: see its log"),
+])
+def test_the_abandon_step_rolls_back_only_a_live_migration_stopped_before_the_switch(given, roll_back, fails,
+                                                                                       words) -> None:
+    args = dict(planned=True, dry_run=False, live=True, failed=[], switch=None,
+                steps=[{"name": "quiesce", "status": "failed", "error": "producers did not stop"},
+                       {"name": "plan", "status": "success"}])
+    decision = migration.abandon_decision(**{**args, **given})
+    assert (decision.roll_back, decision.fails) == (roll_back, fails) and words in decision.text
+    assert decision.release == (given == dict(switch=True))  # the ACL goes after a confirmed switch too
 
 
 def test_the_newest_capacity_review_of_the_topic_is_shown_beside_the_chosen_count(local_store) -> None:
