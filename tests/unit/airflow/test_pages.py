@@ -188,12 +188,11 @@ def test_a_confirmed_live_migration_shows_what_the_typed_notes_recorded() -> Non
     text = text_of(render_record(summarize(events_of([
         ("started", {"operation": "partition_increase", "params": {"topic": "orders", "quiesce": "manual"}}),
         *(("note", n.to_dict()) for n in notes), ("outcome", {"outcome": "success"})]))))
-    assert "quiesce the operator stopped the producers" in text
-    assert "1 backfill 9 direct 3.00 s" in text and "2 catch-up 40 40 direct 4.00 s" in text
-    assert "3 final (after the quiesce) 6 direct 2.00 s" in text
-    assert "billing billing drained 3: 20 0" in text
-    assert "switch confirmed by param approval=auto_approve" in text
-    assert "write-unavailable window 1.5 s (last source record to first target record)" in text
+    shown = ["quiesce the operator stopped the producers", "1 backfill 9 direct 3.00 s",
+             "2 catch-up 40 40 direct 4.00 s", "3 final (after the quiesce) 6 direct 2.00 s",
+             "billing billing drained 3: 20 0", "switch confirmed by param approval=auto_approve",
+             "write-unavailable window 1.5 s (last source record to first target record)"]
+    assert [s for s in shown if s not in text] == []
 
 
 def capacity_record(report: bool = True) -> dict:
