@@ -20,7 +20,8 @@ from typing import Any
 from urllib.parse import quote
 
 from kafkaops.model import Cluster, Move
-from kafkaops.platform import render
+from kafkaops.capacity.records import ReportNote
+from kafkaops.platform import render, state
 from kafkaops.reassign.planner.errors import PlanInputError
 from kafkaops.reassign.planner.plan import ReassignmentPlan
 from kafkaops.rekey.records import FIRST_PASS, CatchUpNote, FinalPassNote, LiveRecord
@@ -176,10 +177,11 @@ def _partition_plan(plan: Mapping[str, Any]) -> list[tuple[str, str]]:
 def _capacity_report(record: Mapping[str, Any]) -> dict[str, Any] | None:
     """The capacity review's report note: where the report is, its findings, recommendations and verdict."""
     for note in reversed(record.get("notes") or ()):
-        if note.get("report") or (note.get("url") and "capacity" in str(note.get("url"))):
-            return {"href": _note_href(note), "findings": list(note.get("findings") or ()),
-                    "recommendations": list(note.get("recommendations") or ()), "verdict": note.get("verdict"),
-                    "ts": note.get("ts"), "note": note}
+        if state.holds(note, ReportNote):
+            report = ReportNote.from_dict(note)
+            return {"href": _note_href(note), "findings": list(report.findings),
+                    "recommendations": list(report.recommendations), "verdict": report.verdict, "ts": report.ts,
+                    "note": note}
     return None
 
 

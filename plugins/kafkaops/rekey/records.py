@@ -30,7 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
-from kafkaops.platform import state
+from kafkaops.platform import render, state
+from kafkaops.platform.recommendations import PartitionRecommendation
 from kafkaops.rekey.backfill import BackfillPlan
 
 FIRST_PASS = 1
@@ -289,6 +290,33 @@ class Abandonment:
     def from_dict(cls, data: Mapping[str, Any]) -> Abandonment:
         return cls(reason=str(data.get("reason") or ""), target_deleted=bool(data.get("target_deleted")),
                    target_new_writes=int(data.get("target_new_writes") or 0))
+
+
+@dataclass(frozen=True)
+class CapacityAdvice:
+    """A capacity review's partition count for the topic (``recommendation``) beside the count the
+    operator chose: shown at the approval and in the plan's summary; a different count is allowed."""
+
+    recommendation: PartitionRecommendation
+    chosen: int
+
+    @property
+    def differs(self) -> bool:
+        return self.chosen != self.recommendation.partitions
+
+    @property
+    def text(self) -> str:
+        rec, value = self.recommendation, self.recommendation.partitions
+        verdict = ("the same count" if not self.differs else
+                   f"you chose {self.chosen}: allowed, but it is {'fewer' if self.chosen < value else 'more'} than "
+                   "the review's count")
+        return (f"The capacity review of {render.utc_time(rec.at)} recommends {value} partitions for {rec.topic} "
+                f"({rec.message}); {verdict}")
+
+    def to_dict(self) -> dict[str, Any]:
+        rec = self.recommendation
+        return {"run_id": rec.run_id, "at": rec.at, "recommended": rec.partitions, "chosen": self.chosen,
+                "differs": self.differs, "message": rec.message, "text": self.text}
 
 
 # -- audit notes ----------------------------------------------------------------------------------------------

@@ -31,11 +31,11 @@ from kafkaops.platform import admin
 from kafkaops.platform import keyrules
 from kafkaops.rekey import backfill
 from kafkaops.rekey import migration
-from kafkaops.platform import lifecycle, render, state
+from kafkaops.platform import lifecycle, recommendations, state
 from kafkaops.platform import params as form
 from kafkaops.platform import spark
 from kafkaops.rekey.backfill import BackfillPlan
-from kafkaops.rekey.records import (AbandonedNote, Cutover, GroupTranslation, PassResult, Quiesced, RefusedNote,
+from kafkaops.rekey.records import (AbandonedNote, CapacityAdvice, Cutover, GroupTranslation, PassResult, Quiesced, RefusedNote,
                                     RunNote, TranslationNote)
 from kafkaops.errors import ConfigError, KafkaOpsError
 from kafkaops.model import Cluster
@@ -262,13 +262,13 @@ class PartitionPlan:
                    target_configs=data.get("target_configs") or {})
 
 
-def approval_markdown(plan: PartitionPlan, params: PartitionParams, advice: Mapping[str, Any] | None = None
+def approval_markdown(plan: PartitionPlan, params: PartitionParams, advice: CapacityAdvice | None = None
                       ) -> str:
     """The approval body: the plan as a table (the topic now and after), the keys, the capacity review's
     advice, then (a migration) the cut-over, and the steps that follow approval in the order the DAG runs them."""
     review = ["#### Capacity review",
-              (advice or {}).get("text", f"No capacity review of this cluster recommends a partition count for "
-                                         f"{plan.topic}") + ".", ""]
+              (advice.text if advice else f"No capacity review of this cluster recommends a partition count for "
+                                          f"{plan.topic}") + ".", ""]
     if plan.mode == "in_place":
         return "\n".join([
             f"Grow **{plan.topic}** in place: {plan.current_partitions} → {plan.new_partitions} partitions.", "",
@@ -384,42 +384,19 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
         data["summary"] += f". {migration.cutover_summary(p.policy, p.topic)}"
     advice = capacity_advice(ctx.store, cluster.cluster_id, p.topic, p.new_partition_count)
     if advice is not None:  # shown at the approval; a count other than the review's is allowed
-        data["capacity_advice"] = advice
-        data["summary"] += f". {advice['text']}"
+        data["capacity_advice"] = advice.to_dict()
+        data["summary"] += f". {advice.text}"
     ctx.audit.append("plan", **data)
     log.info("plan: %s", data["summary"])
     return {**data, "approval": approval_markdown(plan, p, advice)}  # the body, derived: not in the record
 
 
-#: The DAG whose records hold the capacity reviews' recommendations (kafkaops.capacity.steps.make_report).
-CAPACITY_DAG = "kafka_capacity_review"
-
-
-def capacity_advice(store: Any, cluster_id: str | None, topic: str, chosen: int, *, reviews: int = 20
-                    ) -> dict[str, Any] | None:
-    """The newest capacity review of cluster ``cluster_id`` (of the last ``reviews`` finished reviews of
-    any cluster) that recommends a partition count for ``topic``, beside the ``chosen`` count; None when
-    none does. A review of another cluster (the same topic name elsewhere) is not advice for this one."""
-    for op in state.list_records(CAPACITY_DAG, store=store, limit=reviews):
-        if op.get("outcome") != "success":
-            continue
-        for note in reversed(state.AuditLog(CAPACITY_DAG, op["run_id"], store=store).summary()["notes"]):
-            if cluster_id is None or note.get("cluster_id") != cluster_id:
-                continue
-            rec = next((r for r in note.get("recommended") or () if r.get("kind") == "partitions"
-                        and r.get("subject") == f"topic {topic}"), None)
-            if rec is None:
-                continue
-            value = int(rec["value"])
-            at = render.utc_time(note.get("ts"))
-            verdict = ("the same count" if chosen == value else
-                       f"you chose {chosen}: allowed, but it is {'fewer' if chosen < value else 'more'} than the "
-                       "review's count")
-            return {"run_id": op["run_id"], "at": note.get("ts"), "recommended": value, "chosen": chosen,
-                    "differs": chosen != value, "message": rec.get("message"),
-                    "text": f"The capacity review of {at} recommends {value} partitions for {topic} "
-                            f"({rec.get('message')}); {verdict}"}
-    return None
+def capacity_advice(store: Any, cluster_id: str | None, topic: str, chosen: int) -> CapacityAdvice | None:
+    """The newest partition count a capacity review of cluster ``cluster_id`` recommends for ``topic``
+    (:func:`kafkaops.platform.recommendations.latest_partition_recommendation`), beside the ``chosen``
+    count; None when none does."""
+    found = recommendations.latest_partition_recommendation(cluster_id, topic, store=store)
+    return None if found is None else CapacityAdvice(found, chosen)
 
 
 def execute_in_place(ctx: lifecycle.OperationContext, plan: PartitionPlan) -> dict[str, Any]:
