@@ -22,16 +22,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Connection, ExceptionRetryPolicy, Param, RetryAction, RetryRule, get_current_context, task
+from airflow.sdk import DAG, Connection, Param, RetryDecision, RetryPolicy, get_current_context, task
 from airflow.sdk.exceptions import AirflowNotFoundException, AirflowSkipException
 
-from kafkaops.errors import ConfigError, HostUnreachable, ProvisionError
-from kafkaops.platform import gates, lifecycle, store
+from kafkaops.errors import ConfigError, ProvisionError
+from kafkaops.platform import lifecycle
 from kafkaops.platform.provision import SshLogin, run_playbook
 from kafkaops.reassign import steps
-from kafkaops.reassign.planner.errors import PlanInfeasible, PlanInputError
-from kafkaops.rekey import steps as rekey_steps
-from kafkaops.rekey.backfill import BackfillIntegrityError
 from kafkaops.airflow.operators import (KafkaOpsApprovalOperator, ReassignmentBatchesOperator, context_of,
                                         failed_tasks, recorded, unthrottle)
 
@@ -58,16 +55,28 @@ DEFAULT_ARGS = {"owner": "kafkaops", "retries": 0, "retry_delay": dt.timedelta(m
 # The tasks that wait on or touch the cluster (or the store) retry: Airflow 3.3 can mark a deferrable
 # task failed although its trigger fired (apache/airflow#72716, #71580), and an API call, a broker
 # or the store can blink. Their steps compare desired and observed state, and begin re-takes its own
-# lock, so a retry resumes. An error a retry would meet again fails at once (FINAL_ERRORS). The
+# lock, so a retry resumes. An error a retry would meet again fails at once (FinalErrors). The
 # approval is never retried: a new try would ask a new question, the answer to the first one lost.
-FINAL_ERRORS: list[type[BaseException]] = [ConfigError, HostUnreachable, store.ClusterBusy, store.LockLost,
-                                           gates.GateFailed, PlanInputError, PlanInfeasible,
-                                           rekey_steps.OrderingBreakRefused, BackfillIntegrityError]
+
+
+class FinalErrors(RetryPolicy):
+    """The one retry rule: an error its capability marks final (:attr:`kafkaops.errors.KafkaOpsError.final`)
+    fails the task at once; any other takes the task's retries. Airflow evaluates it in the worker
+    (the serialized DAG only notes that a policy is set)."""
+
+    def evaluate(self, exception: BaseException, try_number: int, max_tries: int, context: Any = None
+                 ) -> RetryDecision:
+        if getattr(exception, "final", False):
+            return RetryDecision.fail(f"a retry would end the same way ({type(exception).__name__} is final)")
+        return RetryDecision.default()
+
+    def serialize(self) -> dict[str, Any]:
+        return {"__type": type(self).__name__}
+
+
 RETRIED: dict[str, Any] = {
     "retries": 3, "retry_delay": dt.timedelta(seconds=10), "retry_exponential_backoff": 2.0,
-    "max_retry_delay": dt.timedelta(minutes=1),
-    "retry_policy": ExceptionRetryPolicy(rules=[RetryRule(
-        exception=FINAL_ERRORS, action=RetryAction.FAIL, reason="a retry would end the same way")])}
+    "max_retry_delay": dt.timedelta(minutes=1), "retry_policy": FinalErrors()}
 
 # Airflow's Trigger form (airflow-core/src/airflow/ui/src/components/FlexibleForm) marks a param
 # required unless its type admits null, and sends null for an optional field left empty; it opens

@@ -150,9 +150,13 @@ class StoreSchemaError(StoreError):
 class ClusterBusy(KafkaOpsError):
     """Another live operation holds the cluster."""
 
+    final = True
+
 
 class LockLost(KafkaOpsError):
     """This run does not hold the cluster's lock (any more): it must not change the cluster."""
+
+    final = True
 
 
 # -- values -----------------------------------------------------------------------------------------------

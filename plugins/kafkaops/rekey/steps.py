@@ -50,6 +50,8 @@ MODES = ("in_place", "migrate")
 class OrderingBreakRefused(KafkaOpsError):
     """An in-place increase of a keyed topic without ``accept_ordering_break``."""
 
+    final = True
+
 
 @dataclass(frozen=True)
 class PartitionParams:

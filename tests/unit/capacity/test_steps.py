@@ -21,7 +21,7 @@ from tests.unit.capacity.test_review import cluster
 def test_bad_params_are_refused(params, match) -> None:
     with pytest.raises(ConfigError, match=match) as err:
         capacity_run.CapacityParams.from_params(params)
-    assert not err.value.retriable  # final: Airflow's retry rule does not ask again with the same parameters
+    assert err.value.final and not err.value.retriable  # Airflow's retry rule does not ask again
 
 
 def test_targets_cover_the_reviewed_topics_and_units() -> None:
