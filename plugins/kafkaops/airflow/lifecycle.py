@@ -19,7 +19,6 @@ import copy
 import datetime as dt
 import logging
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from airflow.sdk import DAG, Connection, Param, RetryDecision, RetryPolicy, get_current_context, task
@@ -27,7 +26,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException, AirflowSkipExceptio
 
 from kafkaops.errors import ConfigError, ProvisionError
 from kafkaops.platform import lifecycle
-from kafkaops.platform.provision import SshLogin, run_playbook
+from kafkaops.platform.provision import SshLogin
 from kafkaops.reassign import steps
 from kafkaops.airflow.operators import (KafkaOpsApprovalOperator, ReassignmentBatchesOperator, context_of,
                                         failed_tasks, recorded, unthrottle)
@@ -158,28 +157,11 @@ def ssh_login(context: Any) -> SshLogin | None:
 
 def ssh_checks(context: Any, params: steps.OperationParams) -> list[Any]:
     """What ``begin`` checks, before any change, of the SSH login a later step of the run needs: the
-    ``ssh_conn_id`` connection exists and is usable (any run naming one); and, for a drain that stops
-    its brokers through an Ansible inventory, that each of their hosts takes the login now, not
-    only after the replicas moved (HostUnreachable naming the host, the task and the connection).
-    A scale-out logs in first thing in its provision step, before it changes anything."""
-    stops = (params.kind == "drain" and params.stop_drained and bool(params.drain_brokers) and not params.dry_run
-             and bool(params.inventory) and Path(params.inventory).suffix != ".json")
-    if not (context["params"].get("ssh_conn_id") or stops):
+    ``ssh_conn_id`` connection exists and is usable (any run naming one); and the hosts the run logs in
+    to later take the login now (:func:`kafkaops.reassign.steps.check_login`)."""
+    if not (context["params"].get("ssh_conn_id") or steps.login_hosts(params)):
         return []
-
-    def logs_in() -> None:
-        ssh = ssh_login(context)
-        if not stops:
-            return
-        hosts = ",".join(f"kafka-{b}" for b in params.drain_brokers)
-        try:
-            run_playbook("hosts_login.yml", Path(params.inventory), limit=hosts, ssh=ssh)
-        except ProvisionError as err:
-            ids = ", ".join(map(str, params.drain_brokers))
-            raise type(err)(f"the drain stops broker(s) {ids} on {hosts} through {params.inventory} at its end, and "
-                            f"their login failed at its start: {err}; nothing was changed (no replica moved)") from err
-
-    return [logs_in]
+    return [lambda: steps.check_login(params, ssh_login(context))]
 
 
 def operation_dag(dag_id: str, *, description: str, params: Mapping[str, Param], tags: list[str], doc_md: str,
@@ -297,8 +279,7 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
                 context = get_current_context()
                 ctx = context_of(context, kind_of(context))
                 with recorded(ctx, "stop_drained"):
-                    stopping = ctx.params.kind == "drain" and ctx.params.stop_drained
-                    return steps.stop_drained(ctx, ssh_login(context) if stopping else None)
+                    return steps.stop_drained(ctx, ssh_login(context) if ctx.params.stops_brokers else None)
 
             last = stop_drained.override(**RETRIED)()
             post >> last
