@@ -8,14 +8,20 @@ class KafkaOpsError(Exception):
     ``code`` names the Kafka error behind it, when there is one (a librdkafka code name such as
     ``NOT_COORDINATOR``, or a kafka-python error class); ``retriable`` says whether asking again
     may succeed. :func:`kafkaops.platform.kafka.errors.retrying` asks again only when it is true.
+    ``final`` says that a retry of the whole step would end the same way (the parameters, the
+    plan, the data or the lock must change first): Airflow's one retry rule
+    (:class:`kafkaops.airflow.lifecycle.FinalErrors`) fails the task at once on a final error.
     """
 
     code: str | None = None
     retriable: bool = False
+    final: bool = False
 
 
 class ConfigError(KafkaOpsError):
     """A connection or parameter set that cannot work."""
+
+    final = True
 
 
 class KafkaUnreachable(KafkaOpsError):
@@ -46,6 +52,8 @@ class HostUnreachable(ProvisionError):
     """Ansible could not log in to a host (no answer on its SSH port, or the login refused): nothing ran
     there. Asking again cannot help; the inventory or the SSH connection must change."""
 
+    final = True
+
 
 class SetupError(KafkaOpsError):
     """A missing local prerequisite: java, the jars, the virtualenv."""
@@ -58,5 +66,4 @@ class NotFound(KafkaOpsError):
 class WaitTimedOut(KafkaOpsError):
     """A wait on Kafka (or another server) reached its deadline: the message names what was awaited,
     how long it waited of how long it may, what state it left behind and what to run next. The wait
-    already used its whole deadline, so it is not asked again by
-    :func:`kafkaops.platform.kafka.errors.retrying`."""
+    already used its whole deadline, so it is not asked again by :func:`kafkaops.platform.kafka.errors.retrying`."""

@@ -19,19 +19,15 @@ import copy
 import datetime as dt
 import logging
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Connection, ExceptionRetryPolicy, Param, RetryAction, RetryRule, get_current_context, task
+from airflow.sdk import DAG, Connection, Param, RetryDecision, RetryPolicy, get_current_context, task
 from airflow.sdk.exceptions import AirflowNotFoundException, AirflowSkipException
 
-from kafkaops.errors import ConfigError, HostUnreachable, ProvisionError
-from kafkaops.platform import gates, lifecycle, store
-from kafkaops.platform.provision import SshLogin, run_playbook
+from kafkaops.errors import ConfigError, ProvisionError
+from kafkaops.platform import lifecycle
+from kafkaops.platform.provision import SshLogin
 from kafkaops.reassign import steps
-from kafkaops.reassign.planner.errors import PlanInfeasible, PlanInputError
-from kafkaops.rekey import steps as rekey_steps
-from kafkaops.rekey.backfill import BackfillIntegrityError
 from kafkaops.airflow.operators import (KafkaOpsApprovalOperator, ReassignmentBatchesOperator, context_of,
                                         failed_tasks, recorded, unthrottle)
 
@@ -58,16 +54,28 @@ DEFAULT_ARGS = {"owner": "kafkaops", "retries": 0, "retry_delay": dt.timedelta(m
 # The tasks that wait on or touch the cluster (or the store) retry: Airflow 3.3 can mark a deferrable
 # task failed although its trigger fired (apache/airflow#72716, #71580), and an API call, a broker
 # or the store can blink. Their steps compare desired and observed state, and begin re-takes its own
-# lock, so a retry resumes. An error a retry would meet again fails at once (FINAL_ERRORS). The
+# lock, so a retry resumes. An error a retry would meet again fails at once (FinalErrors). The
 # approval is never retried: a new try would ask a new question, the answer to the first one lost.
-FINAL_ERRORS: list[type[BaseException]] = [ConfigError, HostUnreachable, store.ClusterBusy, store.LockLost,
-                                           gates.GateFailed, PlanInputError, PlanInfeasible,
-                                           rekey_steps.OrderingBreakRefused, BackfillIntegrityError]
+
+
+class FinalErrors(RetryPolicy):
+    """The one retry rule: an error its capability marks final (:attr:`kafkaops.errors.KafkaOpsError.final`)
+    fails the task at once; any other takes the task's retries. Airflow evaluates it in the worker
+    (the serialized DAG only notes that a policy is set)."""
+
+    def evaluate(self, exception: BaseException, try_number: int, max_tries: int, context: Any = None
+                 ) -> RetryDecision:
+        if getattr(exception, "final", False):
+            return RetryDecision.fail(f"a retry would end the same way ({type(exception).__name__} is final)")
+        return RetryDecision.default()
+
+    def serialize(self) -> dict[str, Any]:
+        return {"__type": type(self).__name__}
+
+
 RETRIED: dict[str, Any] = {
     "retries": 3, "retry_delay": dt.timedelta(seconds=10), "retry_exponential_backoff": 2.0,
-    "max_retry_delay": dt.timedelta(minutes=1),
-    "retry_policy": ExceptionRetryPolicy(rules=[RetryRule(
-        exception=FINAL_ERRORS, action=RetryAction.FAIL, reason="a retry would end the same way")])}
+    "max_retry_delay": dt.timedelta(minutes=1), "retry_policy": FinalErrors()}
 
 # Airflow's Trigger form (airflow-core/src/airflow/ui/src/components/FlexibleForm) marks a param
 # required unless its type admits null, and sends null for an optional field left empty; it opens
@@ -149,28 +157,11 @@ def ssh_login(context: Any) -> SshLogin | None:
 
 def ssh_checks(context: Any, params: steps.OperationParams) -> list[Any]:
     """What ``begin`` checks, before any change, of the SSH login a later step of the run needs: the
-    ``ssh_conn_id`` connection exists and is usable (any run naming one); and, for a drain that stops
-    its brokers through an Ansible inventory, that each of their hosts takes the login now, not
-    only after the replicas moved (HostUnreachable naming the host, the task and the connection).
-    A scale-out logs in first thing in its provision step, before it changes anything."""
-    stops = (params.kind == "drain" and params.stop_drained and bool(params.drain_brokers) and not params.dry_run
-             and bool(params.inventory) and Path(params.inventory).suffix != ".json")
-    if not (context["params"].get("ssh_conn_id") or stops):
+    ``ssh_conn_id`` connection exists and is usable (any run naming one); and the hosts the run logs in
+    to later take the login now (:func:`kafkaops.reassign.steps.check_login`)."""
+    if not (context["params"].get("ssh_conn_id") or steps.login_hosts(params)):
         return []
-
-    def logs_in() -> None:
-        ssh = ssh_login(context)
-        if not stops:
-            return
-        hosts = ",".join(f"kafka-{b}" for b in params.drain_brokers)
-        try:
-            run_playbook("hosts_login.yml", Path(params.inventory), limit=hosts, ssh=ssh)
-        except ProvisionError as err:
-            ids = ", ".join(map(str, params.drain_brokers))
-            raise type(err)(f"the drain stops broker(s) {ids} on {hosts} through {params.inventory} at its end, and "
-                            f"their login failed at its start: {err}; nothing was changed (no replica moved)") from err
-
-    return [logs_in]
+    return [lambda: steps.check_login(params, ssh_login(context))]
 
 
 def operation_dag(dag_id: str, *, description: str, params: Mapping[str, Param], tags: list[str], doc_md: str,
@@ -288,8 +279,7 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
                 context = get_current_context()
                 ctx = context_of(context, kind_of(context))
                 with recorded(ctx, "stop_drained"):
-                    stopping = ctx.params.kind == "drain" and ctx.params.stop_drained
-                    return steps.stop_drained(ctx, ssh_login(context) if stopping else None)
+                    return steps.stop_drained(ctx, ssh_login(context) if ctx.params.stops_brokers else None)
 
             last = stop_drained.override(**RETRIED)()
             post >> last

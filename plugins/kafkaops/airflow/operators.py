@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -168,6 +168,26 @@ class ReassignmentBatchesOperator(BaseOperator):
             self.log.error("while failing, could not remove the throttles: %s", err)
 
 
+def answer_by_param(op: ApprovalOperator, ctx: lifecycle.OperationContext, context: Any, *, ask: Callable[[], Any]
+                    ) -> Any:
+    """An approval step's start, recorded: with ``approval=manual`` it asks a person (``ask``: the
+    operator's own ``execute``, which defers); ``auto_approve`` / ``auto_reject`` answer at once, by
+    the param, through the operator's ``execute_complete`` as a person's answer would."""
+    ctx.step(op.task_id, "started", mode=ctx.params.approval)
+    if ctx.params.approval == "manual":
+        return ask()
+    choice = op.APPROVE if ctx.params.approval == "auto_approve" else op.REJECT
+    event = {"chosen_options": [choice], "params_input": {}, "responded_at": dt.datetime.now(dt.timezone.utc),
+             "responded_by_user": {"id": "kafkaops", "name": f"param approval={ctx.params.approval}"}}
+    return op.execute_complete(context, event)
+
+
+def answer_of(event: Mapping[str, Any]) -> tuple[str, str]:
+    """The option chosen at an approval step and who chose it (a person's name, or the param)."""
+    user = event.get("responded_by_user") or {}
+    return (event.get("chosen_options") or ["?"])[0], str(user.get("name") or user.get("id"))
+
+
 class KafkaOpsApprovalOperator(ApprovalOperator):
     """Airflow's approval step, showing the plan. ``approval`` param: ``manual`` (a person answers
     in the UI), ``auto_approve`` or ``auto_reject`` (answered by the param; recorded as such).
@@ -186,19 +206,11 @@ class KafkaOpsApprovalOperator(ApprovalOperator):
         if ctx.params.dry_run:
             ctx.step(self.task_id, "skipped", reason="dry run")
             raise AirflowSkipException("dry run: the plan was made and gated; nothing will change")
-        ctx.step(self.task_id, "started", mode=ctx.params.approval)
-        if ctx.params.approval == "manual":
-            return super().execute(context)
-        choice = self.APPROVE if ctx.params.approval == "auto_approve" else self.REJECT
-        event = {"chosen_options": [choice], "params_input": {}, "responded_at": dt.datetime.now(dt.timezone.utc),
-                 "responded_by_user": {"id": "kafkaops", "name": f"param approval={ctx.params.approval}"}}
-        return self.execute_complete(context, event)
+        return answer_by_param(self, ctx, context, ask=lambda: super(KafkaOpsApprovalOperator, self).execute(context))
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         ctx = self.operation_context(context)
-        chosen = (event.get("chosen_options") or ["?"])[0]
-        user = event.get("responded_by_user") or {}
-        lifecycle.record_approval(ctx, approved=chosen == self.APPROVE, by=str(user.get("name") or user.get("id")),
-                                  mode=ctx.params.approval)
+        chosen, by = answer_of(event)
+        lifecycle.record_approval(ctx, approved=chosen == self.APPROVE, by=by, mode=ctx.params.approval)
         ctx.step(self.task_id, "success", chosen=chosen)
         return super().execute_complete(context, event)

@@ -20,9 +20,11 @@ from typing import Any
 from urllib.parse import quote
 
 from kafkaops.model import Cluster, Move
-from kafkaops.platform import render
+from kafkaops.capacity.records import ReportNote
+from kafkaops.platform import render, state
 from kafkaops.reassign.planner.errors import PlanInputError
 from kafkaops.reassign.planner.plan import ReassignmentPlan
+from kafkaops.rekey.records import FIRST_PASS, CatchUpNote, FinalPassNote, LiveRecord
 
 OUTCOME_CLASS = {"success": "ok", "dry_run": "ok", "running": "running", "abandoned": "running"}
 RECORDS = "/kafkaops/records"
@@ -175,10 +177,11 @@ def _partition_plan(plan: Mapping[str, Any]) -> list[tuple[str, str]]:
 def _capacity_report(record: Mapping[str, Any]) -> dict[str, Any] | None:
     """The capacity review's report note: where the report is, its findings, recommendations and verdict."""
     for note in reversed(record.get("notes") or ()):
-        if note.get("report") or (note.get("url") and "capacity" in str(note.get("url"))):
-            return {"href": _note_href(note), "findings": list(note.get("findings") or ()),
-                    "recommendations": list(note.get("recommendations") or ()), "verdict": note.get("verdict"),
-                    "ts": note.get("ts"), "note": note}
+        if state.holds(note, ReportNote):
+            report = ReportNote.from_dict(note)
+            return {"href": _note_href(note), "findings": list(report.findings),
+                    "recommendations": list(report.recommendations), "verdict": report.verdict, "ts": report.ts,
+                    "note": note}
     return None
 
 
@@ -190,53 +193,45 @@ def _steps(record: Mapping[str, Any]) -> tuple[list[str], list[list[Any]]]:
              for s in record.get("steps") or ()])
 
 
+def _pass_row(note: CatchUpNote | FinalPassNote) -> list[Any]:
+    row = note.value
+    kind = "catch-up" if isinstance(note, CatchUpNote) else "final (after the quiesce)"
+    return [row.number, kind, "" if row.lag_before is None else f"{row.lag_before:,}", f"{row.written:,}",
+            row.mode or "", render.duration(row.seconds), render.utc_time(note.ts)]
+
+
 def _live(record: Mapping[str, Any]) -> dict[str, Any] | None:
     """A live migration's cut-over from its record's notes (None for any other run): the passes with
     their lag and copied records, the quiesce, the offsets committed per group, the switch."""
-    notes = list(record.get("notes") or ())
-    if not any("quiesce" in n or "catch_up" in n or n.get("action") == "stop_producers" for n in notes):
+    live = LiveRecord.of(list(record.get("notes") or ()))
+    if live is None:
         return None
-    passes = []
-    first = next((n for n in notes if (n.get("run") or {}).get("plan") and "pass_starts" not in n["run"]["plan"]),
-                 None)
-    if first:  # the backfill: pass 1
-        passes.append([1, "backfill", "", f"{first['run'].get('written', 0):,}", first["run"].get("mode") or "",
-                       render.duration(first["run"].get("seconds")), render.utc_time(first.get("ts"))])
-    for n in notes:
-        if "catch_up" in n:
-            c = n["catch_up"]
-            passes.append([c["pass"], "catch-up", f"{c['lag_before']:,}", f"{c['written']:,}", c.get("mode") or "",
-                           render.duration(c.get("seconds")), render.utc_time(n.get("ts"))])
-        elif "final_pass" in n:
-            f = n["final_pass"]
-            passes.append([f["pass"], "final (after the quiesce)", "", f"{f['written']:,}", f.get("mode") or "",
-                           render.duration(f.get("seconds")), render.utc_time(n.get("ts"))])
-    quiesce = next((n["quiesce"] for n in notes if "quiesce" in n), None)
-    groups = []
-    for n in notes:
-        for group, g in sorted((n.get("offset_translation") or {}).items()):
-            offsets = ", ".join(f"{p}: {o:,}" for p, o in sorted(g["target"].items(), key=lambda x: int(x[0])))
-            groups.append([group, g.get("committed_for") or "recorded only", g.get("settled") or "",
-                           offsets, g.get("redelivered", 0), g.get("stated") or ""])
-    decision = next((n for n in notes if "switch_decision" in n), None)
-    observed = next((n for n in notes if "switch_observed" in n), None)
-    abandoned = next((n for n in notes if n.get("abandoned")), None)
+    passes = [_pass_row(n) for n in live.passes]
+    if live.backfill is not None and live.backfill.run is not None:  # the backfill: pass 1
+        run = live.backfill.run
+        passes.insert(0, [FIRST_PASS, "backfill", "", f"{run.written:,}", run.mode or "",
+                          render.duration(run.seconds), render.utc_time(live.backfill.ts)])
+    groups = [[group, g.committed_for or "recorded only", g.settled or "",
+               ", ".join(f"{p}: {o:,}" for p, o in sorted(g.target.items(), key=lambda x: int(x[0]))),
+               g.redelivered, g.stated or ""]
+              for n in live.translations for group, g in sorted(n.groups.items())]
     facts = []
-    if quiesce:
+    if live.quiesced:
+        q = live.quiesced.value
         facts += [("quiesce", {"manual": "the operator stopped the producers",
-                               "acl": "a DENY Write ACL on the source"}.get(quiesce["how"], quiesce["how"])),
-                  ("producers asked to stop", render.utc_time(quiesce.get("asked_at"))),
-                  ("source still (end offsets unchanged)", render.utc_time(quiesce.get("settled_at")))]
-    if decision:
-        facts.append(("switch", f"{'confirmed' if decision['switch_decision']['approved'] else 'refused'} by "
-                                f"{decision['switch_decision']['by']} at {render.utc_time(decision.get('ts'))}"))
-    if observed:
-        window = observed["switch_observed"].get("write_window_s")
-        facts += [("switch observed", render.utc_time(observed.get("ts"))),
+                               "acl": "a DENY Write ACL on the source"}.get(q.how, q.how)),
+                  ("producers asked to stop", render.utc_time(q.asked_at)),
+                  ("source still (end offsets unchanged)", render.utc_time(q.settled_at))]
+    if live.decision:
+        facts.append(("switch", f"{'confirmed' if live.decision.approved else 'refused'} by {live.decision.by} at "
+                                f"{render.utc_time(live.decision.ts)}"))
+    if live.observed:
+        window = live.observed.value.write_window_s
+        facts += [("switch observed", render.utc_time(live.observed.ts)),
                   ("write-unavailable window", "unknown" if window is None else f"{window:.1f} s (last source record "
                                                                                "to first target record)")]
-    if abandoned:
-        facts.append(("abandoned", abandoned["text"]))
+    if live.abandoned:
+        facts.append(("abandoned", live.abandoned.text))
     return {"passes": (["pass", "kind", "lag before (records)", "copied (records)", "copy", "took (with the "
                                                                                          "gate's check: final)",
                         "ended (UTC)"],

@@ -14,19 +14,22 @@ touches Kafka at import time.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, NoReturn
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from airflow.sdk import DAG, Param, TriggerRule, get_current_context, task
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from kafkaops.platform import lifecycle
+from kafkaops.platform import lifecycle, state
 from kafkaops.rekey import migration, steps
 from kafkaops.rekey.backfill import BackfillPlan
+from kafkaops.rekey.records import Action, ActionNote, CatchUp, Cutover, PassResult, Quiesced, SwitchDecision
 from kafkaops.airflow import spark
 from kafkaops.airflow.hooks import KafkaOpsHook
 from kafkaops.airflow.lifecycle import COMMON_PARAMS, LONG_TASK_TIMEOUT, RETRIED, operation_dag, text_param
-from kafkaops.airflow.operators import KafkaOpsApprovalOperator, failed_tasks, recorded, run_fields
+from kafkaops.airflow.operators import (KafkaOpsApprovalOperator, answer_by_param, answer_of, failed_tasks, recorded,
+                                        run_fields)
 
 PARAMS: dict[str, Param] = {
     "kafka_conn_id": COMMON_PARAMS["kafka_conn_id"],
@@ -117,168 +120,165 @@ class SwitchOperator(ApprovalOperator):
 
     def execute(self, context: Any) -> Any:
         ctx = context_of(context)
-        plan = steps.plan_of(context["ti"].xcom_pull(task_ids="plan"))
-        live_only(ctx, plan, "switch")
-        data = context["ti"].xcom_pull(task_ids="cutover") or {}
-        ctx.audit.append("note", text=migration.switch_request(data), action="switch", switch=data)
-        ctx.step(self.task_id, "started", mode=ctx.params.approval)
-        if ctx.params.approval == "manual":
-            return super().execute(context)
-        choice = self.APPROVE if ctx.params.approval == "auto_approve" else self.REJECT
-        event = {"chosen_options": [choice], "params_input": {}, "responded_at": dt.datetime.now(dt.timezone.utc),
-                 "responded_by_user": {"id": "kafkaops", "name": f"param approval={ctx.params.approval}"}}
-        return self.execute_complete(context, event)
+        live_only(ctx, steps.plan_of(context["ti"].xcom_pull(task_ids="plan")), "switch")
+        cut = Cutover.from_dict(context["ti"].xcom_pull(task_ids="cutover") or {})
+        state.append_note(ctx.audit, ActionNote(migration.switch_request(cut), Action.SWITCH, switch=cut))
+        return answer_by_param(self, ctx, context, ask=lambda: super(SwitchOperator, self).execute(context))
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         ctx = context_of(context)
-        chosen = (event.get("chosen_options") or ["?"])[0]
-        user = event.get("responded_by_user") or {}
-        by = str(user.get("name") or user.get("id"))
-        ctx.audit.append("note", text=f"switch {'confirmed' if chosen == self.APPROVE else 'refused'} by {by}",
-                         switch_decision={"approved": chosen == self.APPROVE, "by": by})
+        chosen, by = answer_of(event)
+        state.append_note(ctx.audit, SwitchDecision(chosen == self.APPROVE, by))
         ctx.step(self.task_id, "success", chosen=chosen)
         return super().execute_complete(context, event)
+
+    @classmethod
+    def answered(cls, returned: Mapping[str, Any] | None) -> bool | None:
+        """The switch's answer from what the task returned: approved, refused, or None (not answered)."""
+        return None if not returned else cls.APPROVE in (returned.get("chosen_options") or [])
+
+
+def passes(ctx: lifecycle.OperationContext) -> migration.RunPass:
+    launcher = spark.launcher_of(get_current_context())
+    return lambda bf, name, check: steps.run_backfill(ctx, bf, launcher=launcher, verify=check, name=name)
+
+
+def run_live(name: str, plan_data: dict[str, Any], step: Callable[[lifecycle.OperationContext], Any]) -> Any:
+    """A live migration's step ``step(ctx)`` as task ``name``, recorded; skipped unless the run is live."""
+    ctx = context_of(get_current_context())
+    live_only(ctx, steps.plan_of(plan_data), name)
+    with recorded(ctx, name):
+        return step(ctx).to_dict()
+
+
+@task
+def begin() -> dict[str, Any]:
+    context = get_current_context()
+    return lifecycle.begin(context_of(context), dict(context["params"]))
+
+
+@task
+def preflight_gate() -> dict[str, Any]:
+    ctx = context_of(get_current_context())
+    with recorded(ctx, "preflight_gate"):
+        return lifecycle.preflight(ctx)
+
+
+@task
+def plan(before: dict[str, Any]) -> dict[str, Any]:
+    ctx = context_of(get_current_context())
+    with recorded(ctx, "plan"):
+        return steps.make_plan(ctx, before)
+
+
+@task(execution_timeout=LONG_TASK_TIMEOUT)
+def execute(plan_data: dict[str, Any]) -> dict[str, Any]:
+    ctx = context_of(get_current_context())
+    plan = steps.plan_of(plan_data)
+    with recorded(ctx, "execute"):
+        if plan.mode == "in_place":
+            return steps.execute_in_place(ctx, plan)
+        launcher = spark.launcher_of(get_current_context())
+        launcher.check()  # an unreachable master fails here, before the target topic exists
+        steps.create_target(ctx, plan)
+        # live: the gate checks the whole copy after the final pass
+        return steps.run_backfill(ctx, BackfillPlan.from_dict(plan.backfill or {}), launcher=launcher,
+                                  verify=not ctx.params.policy.live).to_dict()
+
+
+@task(execution_timeout=LONG_TASK_TIMEOUT)
+def catch_up(plan_data: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    first = PassResult.from_dict(result).run
+    return run_live("catch_up", plan_data, lambda ctx: migration.catch_up(
+        ctx, first.backfill if first else BackfillPlan.from_dict(steps.plan_of(plan_data).backfill or {}),
+        passes(ctx), ctx.params.policy))
+
+
+@task(execution_timeout=LONG_TASK_TIMEOUT)
+def quiesce(plan_data: dict[str, Any], caught: dict[str, Any]) -> dict[str, Any]:
+    return run_live("quiesce", plan_data, lambda ctx: migration.quiesce(ctx, CatchUp.from_dict(caught).last_plan,
+                                                                         ctx.params.policy))
+
+
+@task(execution_timeout=LONG_TASK_TIMEOUT)
+def final_pass(plan_data: dict[str, Any], caught: dict[str, Any], quiesced: dict[str, Any]) -> dict[str, Any]:
+    return run_live("final_pass", plan_data, lambda ctx: migration.final_pass(
+        ctx, CatchUp.from_dict(caught), Quiesced.from_dict(quiesced), passes(ctx)))
+
+
+@task(trigger_rule=TriggerRule.NONE_FAILED)
+def verify(plan_data: dict[str, Any], result: dict[str, Any], final: dict[str, Any] | None) -> dict[str, Any]:
+    ctx = context_of(get_current_context())
+    plan = steps.plan_of(plan_data)
+    if result is None:  # execute did not run (a dry run, a rejected plan)
+        raise AirflowSkipException("nothing was executed: nothing to verify")
+    with recorded(ctx, "verify"):
+        if plan.mode == "in_place":
+            return steps.verify_in_place(ctx, plan)
+        # live: the whole copy, after the final pass
+        return steps.backfill_gate(ctx, PassResult.from_dict(final or result))
+
+
+@task(trigger_rule=TriggerRule.NONE_FAILED)
+def cutover(plan_data: dict[str, Any], before: dict[str, Any], quiesced: dict[str, Any] | None,
+            verified: dict[str, Any] | None) -> dict[str, Any]:
+    ctx = context_of(get_current_context())
+    plan = steps.plan_of(plan_data)
+    if verified is None:
+        raise AirflowSkipException("the copy was not verified (a dry run, or it was not made): no cut-over")
+    if plan.mode == "in_place":
+        raise AirflowSkipException("in_place: consumers keep their topic; nothing to cut over")
+    with recorded(ctx, "cutover"):
+        return steps.cutover(ctx, plan, before, None if quiesced is None else Quiesced.from_dict(quiesced)).to_dict()
+
+
+@task(execution_timeout=LONG_TASK_TIMEOUT)
+def confirm(plan_data: dict[str, Any], quiesced: dict[str, Any], final: dict[str, Any],
+            switched: dict[str, Any]) -> dict[str, Any]:
+    done = PassResult.from_dict(final)
+
+    def observe(ctx: lifecycle.OperationContext) -> Any:
+        bf = BackfillPlan.from_dict(done.run.plan if done.run else {})
+        try:
+            return migration.confirm_switch(ctx, bf, Quiesced.from_dict(quiesced), done.target_ends or {},
+                                            ctx.params.policy)
+        finally:
+            migration.release_writes(ctx, bf.source_topic, ctx.params.policy)
+    return run_live("confirm", plan_data, observe)
+
+
+@task(trigger_rule=TriggerRule.ALL_DONE)
+def abandon(plan_data: dict[str, Any] | None) -> dict[str, Any]:
+    """The last step before finish (so the run's state is this step's): a live migration that stopped
+    before the switch is rolled back (:func:`kafkaops.rekey.migration.abandon_decision`); any failed step
+    fails the run."""
+    context = get_current_context()
+    ctx = context_of(context)
+    plan = steps.plan_of(plan_data) if plan_data else None
+    decision = migration.abandon_decision(
+        planned=plan is not None, dry_run=ctx.params.dry_run, live=plan is not None and plan.mode == "migrate" and
+        ctx.params.policy.live, failed=[t for t in failed_tasks(context) if t != "abandon"],
+        switch=SwitchOperator.answered(context["ti"].xcom_pull(task_ids="switch")),
+        steps=ctx.audit.summary()["steps"])
+    bf = BackfillPlan.from_dict(plan.backfill or {}) if plan else None
+    if decision.release and bf is not None:
+        migration.release_writes(ctx, bf.source_topic, ctx.params.policy)
+    if not decision.roll_back or bf is None:
+        raise (AirflowFailException if decision.fails else AirflowSkipException)(decision.text)
+    final = PassResult.from_dict(context["ti"].xcom_pull(task_ids="final_pass") or {})
+    with recorded(ctx, "abandon"):
+        done = migration.abandon(ctx, bf, ctx.params.policy, decision.reason, copied_ends=final.target_ends)
+    raise AirflowFailException(done.outcome)  # rolled back as planned, but the migration did not happen
+
+
+@task
+def finish(started: dict[str, Any]) -> dict[str, Any]:
+    context = get_current_context()
+    return steps.finish(context_of(context), (started or {}).get("cluster_id"), failed_tasks=failed_tasks(context))
 
 
 def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[str], doc_md: str) -> DAG:
     with operation_dag(dag_id, description=description, params=PARAMS, tags=tags, doc_md=doc_md) as dag:
-
-        @task
-        def begin() -> dict[str, Any]:
-            context = get_current_context()
-            return lifecycle.begin(context_of(context), dict(context["params"]))
-
-        @task
-        def preflight_gate() -> dict[str, Any]:
-            ctx = context_of(get_current_context())
-            with recorded(ctx, "preflight_gate"):
-                return lifecycle.preflight(ctx)
-
-        @task
-        def plan(before: dict[str, Any]) -> dict[str, Any]:
-            ctx = context_of(get_current_context())
-            with recorded(ctx, "plan"):
-                return steps.make_plan(ctx, before)
-
-        @task(execution_timeout=LONG_TASK_TIMEOUT)
-        def execute(plan_data: dict[str, Any]) -> dict[str, Any]:
-            ctx = context_of(get_current_context())
-            plan = steps.plan_of(plan_data)
-            with recorded(ctx, "execute"):
-                if plan.mode == "in_place":
-                    return steps.execute_in_place(ctx, plan)
-                launcher = spark.launcher_of(get_current_context())
-                launcher.check()  # an unreachable master fails here, before the target topic exists
-                steps.create_target(ctx, plan)
-                # live: the gate checks the whole copy after the final pass
-                return steps.run_backfill(ctx, BackfillPlan.from_dict(plan.backfill or {}), launcher=launcher,
-                                          verify=not ctx.params.policy.live)
-
-        def passes(ctx: lifecycle.OperationContext) -> migration.RunPass:
-            launcher = spark.launcher_of(get_current_context())
-            return lambda bf, name, check: steps.run_backfill(ctx, bf, launcher=launcher, verify=check, name=name)
-
-        @task(execution_timeout=LONG_TASK_TIMEOUT)
-        def catch_up(plan_data: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
-            ctx = context_of(get_current_context())
-            plan = steps.plan_of(plan_data)
-            live_only(ctx, plan, "catch_up")
-            with recorded(ctx, "catch_up"):
-                return migration.catch_up(ctx, BackfillPlan.from_dict(result["run"]["plan"]), passes(ctx),
-                                          ctx.params.policy)
-
-        @task(execution_timeout=LONG_TASK_TIMEOUT)
-        def quiesce(plan_data: dict[str, Any], caught: dict[str, Any]) -> dict[str, Any]:
-            ctx = context_of(get_current_context())
-            live_only(ctx, steps.plan_of(plan_data), "quiesce")
-            with recorded(ctx, "quiesce"):
-                return migration.quiesce(ctx, BackfillPlan.from_dict(caught["backfill"]), ctx.params.policy)
-
-        @task(execution_timeout=LONG_TASK_TIMEOUT)
-        def final_pass(plan_data: dict[str, Any], caught: dict[str, Any], quiesced: dict[str, Any]
-                       ) -> dict[str, Any]:
-            ctx = context_of(get_current_context())
-            live_only(ctx, steps.plan_of(plan_data), "final_pass")
-            with recorded(ctx, "final_pass"):
-                return migration.final_pass(ctx, BackfillPlan.from_dict(caught["backfill"]), quiesced, passes(ctx),
-                                            len(caught["passes"]) + 2)
-
-        @task(trigger_rule=TriggerRule.NONE_FAILED)
-        def verify(plan_data: dict[str, Any], result: dict[str, Any], final: dict[str, Any] | None
-                   ) -> dict[str, Any]:
-            ctx = context_of(get_current_context())
-            plan = steps.plan_of(plan_data)
-            if result is None:  # execute did not run (a dry run, a rejected plan)
-                raise AirflowSkipException("nothing was executed: nothing to verify")
-            with recorded(ctx, "verify"):
-                if plan.mode == "in_place":
-                    return steps.verify_in_place(ctx, plan)
-                return steps.backfill_gate(ctx, final or result)  # live: the whole copy, after the final pass
-
-        @task(trigger_rule=TriggerRule.NONE_FAILED)
-        def cutover(plan_data: dict[str, Any], before: dict[str, Any], quiesced: dict[str, Any] | None,
-                    verified: dict[str, Any] | None) -> dict[str, Any]:
-            ctx = context_of(get_current_context())
-            plan = steps.plan_of(plan_data)
-            if verified is None:
-                raise AirflowSkipException("the copy was not verified (a dry run, or it was not made): no cut-over")
-            if plan.mode == "in_place":
-                raise AirflowSkipException("in_place: consumers keep their topic; nothing to cut over")
-            with recorded(ctx, "cutover"):
-                return steps.cutover(ctx, plan, before, quiesced)
-
-        @task(execution_timeout=LONG_TASK_TIMEOUT)
-        def confirm(plan_data: dict[str, Any], quiesced: dict[str, Any], final: dict[str, Any],
-                    switched: dict[str, Any]) -> dict[str, Any]:
-            ctx = context_of(get_current_context())
-            live_only(ctx, steps.plan_of(plan_data), "confirm")
-            with recorded(ctx, "confirm"):
-                bf = BackfillPlan.from_dict(final["run"]["plan"])
-                try:
-                    return migration.confirm_switch(ctx, bf, quiesced, final["target_ends"], ctx.params.policy)
-                finally:
-                    migration.release_writes(ctx, bf.source_topic, ctx.params.policy)
-
-        @task(trigger_rule=TriggerRule.ALL_DONE)
-        def abandon(plan_data: dict[str, Any] | None) -> dict[str, Any]:
-            """The last step before finish (so the run's state is this step's): a live migration that
-            stopped before the switch is rolled back; any failed step fails the run."""
-            context = get_current_context()
-            ctx = context_of(context)
-            failed = [t for t in failed_tasks(context) if t != "abandon"]
-
-            def nothing_to_roll_back(why: str) -> NoReturn:
-                if failed:
-                    raise AirflowFailException(f"step(s) {', '.join(failed)} failed; {why}")
-                raise AirflowSkipException(why)
-
-            if not plan_data or ctx.params.dry_run:
-                nothing_to_roll_back("nothing was planned or changed")
-            plan = steps.plan_of(plan_data)
-            if plan.mode != "migrate" or not ctx.params.policy.live:
-                nothing_to_roll_back("not a live migration: nothing to roll back")
-            decision = context["ti"].xcom_pull(task_ids="switch") or {}
-            bf = BackfillPlan.from_dict(plan.backfill or {})
-            if SwitchOperator.APPROVE in (decision.get("chosen_options") or []):
-                migration.release_writes(ctx, bf.source_topic, ctx.params.policy)  # confirm removed it: idempotent
-                nothing_to_roll_back("the switch was made: the target is authoritative, nothing to roll back")
-            errors = {s["name"]: s.get("error") for s in ctx.audit.summary()["steps"] if s.get("status") == "failed"}
-            reason = ("; ".join(f"{t} failed: {errors.get(t) or 'see its log'}" for t in failed) if failed else
-                      "the switch was refused" if decision else "stopped before the switch")
-            final = context["ti"].xcom_pull(task_ids="final_pass") or {}
-            with recorded(ctx, "abandon"):
-                done = migration.abandon(ctx, bf, ctx.params.policy, reason, copied_ends=final.get("target_ends"))
-            # rolled back as planned, but the migration did not happen: the run must not show green
-            raise AirflowFailException(f"live migration abandoned and rolled back ({reason}); the source stays "
-                                       f"authoritative, see the operation record (target deleted: "
-                                       f"{done['target_deleted']})")
-
-        @task
-        def finish(started: dict[str, Any]) -> dict[str, Any]:
-            context = get_current_context()
-            return steps.finish(context_of(context), (started or {}).get("cluster_id"),
-                                failed_tasks=failed_tasks(context))
-
         started = begin.override(**RETRIED)()
         before = preflight_gate.override(**RETRIED)()
         started >> before

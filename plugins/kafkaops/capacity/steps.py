@@ -28,6 +28,8 @@ from kafkaops.errors import ConfigError
 from kafkaops.model import Cluster
 from kafkaops.platform.paths import safe_name
 from kafkaops.capacity.history import ReviewHistory
+from kafkaops.capacity.records import ReportNote
+from kafkaops.platform.recommendations import Published, Recommended
 
 log = logging.getLogger(__name__)
 
@@ -181,12 +183,12 @@ def make_report(review_data: Mapping[str, Any], skew_result: Mapping[str, Any] |
     review = capacity.Review.from_dict(review_data)
     paths = capacity_report.write_report(review, skew_result, run_id=run_id)
     if log_ is not None:
-        log_.append("note", text=f"capacity report: {paths.html_url}", url=paths.html_url, report=paths.to_dict(),
-                    cluster_id=review.cluster_id, verdict=review.verdict, findings=[f.message for f in review.findings],
-                    recommendations=[r.message for r in review.recommendations],
-                    # the same as values, for the steps that act on them (a partition increase's approval)
-                    recommended=[{"kind": r.kind, "subject": r.subject, "value": r.value, "message": r.message}
-                                 for r in review.recommendations])
+        # the recommendations as values too, published for the steps that act on them (a partition increase's approval)
+        published = Published(review.cluster_id, tuple(Recommended(r.kind, r.subject, r.value, r.message)
+                                                       for r in review.recommendations))
+        state.append_note(log_, ReportNote(
+            f"capacity report: {paths.html_url}", paths.html_url, paths.to_dict(), review.verdict,
+            tuple(f.message for f in review.findings), tuple(r.message for r in review.recommendations), published))
     return paths.to_dict()
 
 

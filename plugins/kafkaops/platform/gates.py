@@ -46,6 +46,8 @@ class GateError(KafkaOpsError):
 class GateFailed(KafkaOpsError):
     """A gate ran and some expectation failed; ``result`` holds the details."""
 
+    final = True
+
     def __init__(self, message: str, result: GateResult) -> None:
         super().__init__(message)
         self.result = result

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Protocol, Self, TypeVar
 
 from kafkaops.errors import KafkaOpsError
 from kafkaops.platform import store as store_
@@ -80,6 +80,37 @@ class AuditLog:
 
     def summary(self) -> dict[str, Any]:
         return summarize(self.events())
+
+
+class NoteValue(Protocol):
+    """A capability's typed audit note (its ``records`` module): ``KEY`` is the key its stored JSON
+    holds (a truthy value there marks a note of this kind), :meth:`to_dict` what is stored."""
+
+    KEY: ClassVar[str]
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self: ...
+
+
+N = TypeVar("N", bound=NoteValue)
+
+
+def append_note(audit: AuditLog, note: NoteValue) -> AuditEvent:
+    """Write ``note`` into the record as a ``note`` event (its text and its own fields)."""
+    return audit.append("note", **note.to_dict())
+
+
+def holds(note: Mapping[str, Any], kind: type[NoteValue]) -> bool:
+    """Whether a recorded note (stored JSON) is a ``kind`` note: its own ``in_note`` test, else a truthy ``KEY``."""
+    test = getattr(kind, "in_note", None)
+    return bool(test(note)) if test is not None else bool(note.get(kind.KEY))
+
+
+def read_notes(notes: Iterable[Mapping[str, Any]], kind: type[N]) -> list[N]:
+    """The notes of a record (the record's ``notes``, or events' data) that are ``kind`` notes, typed, in order."""
+    return [kind.from_dict(n) for n in notes if holds(n, kind)]
 
 
 def summarize(events: Iterable[AuditEvent]) -> dict[str, Any]:

@@ -150,9 +150,13 @@ class StoreSchemaError(StoreError):
 class ClusterBusy(KafkaOpsError):
     """Another live operation holds the cluster."""
 
+    final = True
+
 
 class LockLost(KafkaOpsError):
     """This run does not hold the cluster's lock (any more): it must not change the cluster."""
+
+    final = True
 
 
 # -- values -----------------------------------------------------------------------------------------------
@@ -314,11 +318,13 @@ class Store:
         return dict(row) if row else None
 
     def list_operations(self, dag_id: str | None = None, *, limit: int = 200,
-                        dag_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
-        """Runs, newest first (only ``dag_ids`` when given: what the reader may see)."""
+                        dag_ids: Iterable[str] | None = None, kind: str | None = None) -> list[dict[str, Any]]:
+        """Runs, newest first (only ``dag_ids`` when given: what the reader may see; only ``kind`` when given)."""
         query = operations.select().order_by(operations.c.started_at.desc()).limit(limit)
         if dag_id:
             query = query.where(operations.c.dag_id == dag_id)
+        if kind:
+            query = query.where(operations.c.kind == kind)
         if dag_ids is not None:
             query = query.where(operations.c.dag_id.in_(list(dag_ids)))
         with self._tx() as conn:

@@ -26,7 +26,7 @@ from kafkaops.platform import params as form
 from kafkaops.platform.lifecycle import APPROVAL_MODES, OperationContext
 from kafkaops.platform import provision
 from kafkaops.reassign import verify
-from kafkaops.errors import ConfigError, KafkaOpsError
+from kafkaops.errors import ConfigError, KafkaOpsError, ProvisionError
 from kafkaops.model import Broker, Cluster, TopicPartition
 from kafkaops.reassign.planner import plan_drain, plan_rebalance, plan_scale_out
 from kafkaops.reassign.planner.plan import ReassignmentPlan
@@ -104,6 +104,11 @@ class OperationParams:
             problems.append(f"stall_timeout_s is {self.stall_timeout_s}; give a positive number of seconds")
         if problems:
             raise ConfigError(f"refusing the {self.kind} run, nothing was changed: " + "; ".join(problems))
+
+    @property
+    def stops_brokers(self) -> bool:
+        """A drain that stops its drained brokers at its end (whatever else the form holds)."""
+        return self.kind == "drain" and self.stop_drained and bool(self.drain_brokers)
 
     @property
     def throttle_bytes_per_s(self) -> int:
@@ -436,8 +441,8 @@ def stop_drained(ctx: OperationContext, ssh: provision.SshLogin | None = None) -
     the last step that changes it. ``ssh``: the login of the run's SSH connection, for an Ansible
     inventory's hosts."""
     p = ctx.params
-    if p.kind != "drain" or not p.stop_drained or not p.drain_brokers:
-        return {"stopped": []}  # only a drain stops brokers, whatever else the form holds
+    if not p.stops_brokers:
+        return {"stopped": []}
     path = Path(p.inventory)
     if path.suffix == ".json":
         spec = provision.ClusterSpec.load(path)
@@ -454,3 +459,26 @@ def stop_drained(ctx: OperationContext, ssh: provision.SshLogin | None = None) -
     ctx.audit.append("note", text=f"drained broker(s) {stopped} stopped")
     record_after(ctx, f"stopping broker(s) {stopped}")
     return {"stopped": list(p.drain_brokers)}
+
+
+def login_hosts(p: OperationParams) -> tuple[str, ...]:
+    """The hosts of an Ansible inventory a run logs in to at its end (a drain that stops its brokers
+    there), whose login ``begin`` checks before anything changes (:func:`check_login`); empty for any
+    other run. A scale-out logs in first thing in its provision step, before it changes anything."""
+    if not p.stops_brokers or p.dry_run or not p.inventory or Path(p.inventory).suffix == ".json":
+        return ()
+    return tuple(f"kafka-{b}" for b in p.drain_brokers)
+
+
+def check_login(p: OperationParams, ssh: provision.SshLogin | None) -> None:
+    """Log in to the :func:`login_hosts` of the run now, not only after the replicas moved:
+    :class:`kafkaops.errors.HostUnreachable` naming the host, the task and that nothing moved."""
+    hosts = login_hosts(p)
+    if not hosts:
+        return
+    try:
+        provision.run_playbook("hosts_login.yml", Path(p.inventory), limit=",".join(hosts), ssh=ssh)
+    except ProvisionError as err:
+        ids = ", ".join(map(str, p.drain_brokers))
+        raise type(err)(f"the drain stops broker(s) {ids} on {','.join(hosts)} through {p.inventory} at its end, "
+                        f"and their login failed at its start: {err}; nothing was changed (no replica moved)") from err

@@ -71,6 +71,8 @@ class BackfillError(KafkaOpsError):
 class BackfillIntegrityError(BackfillError):
     """The copied data breaks an invariant; ``report`` holds every finding."""
 
+    final = True
+
     def __init__(self, message: str, report: IntegrityReport) -> None:
         super().__init__(message)
         self.report = report

@@ -31,10 +31,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafkaops.errors import KafkaOpsError
-from kafkaops.platform import lifecycle
+from kafkaops.platform import lifecycle, state
 from kafkaops.platform.kafka import acls, metadata, records, topics
 from kafkaops.rekey import backfill
 from kafkaops.rekey.backfill import BackfillPlan
+from kafkaops.rekey.records import (AbandonedNote, Abandonment, Action, ActionNote, CatchUp, CatchUpDone,
+                                    CatchUpNote, Cutover, FinalPassNote, PassResult, PassRow, Quiesced, QuiescedNote,
+                                    SwitchObserved, SwitchObservedNote, offsets_of, pass_number)
 
 log = logging.getLogger(__name__)
 
@@ -120,18 +123,61 @@ class Stillness:
         return now - self.since >= self.quiet_s
 
 
+@dataclass(frozen=True)
+class AbandonDecision:
+    """What the abandon step does once every step before it ended: ``roll_back`` a live migration that
+    stopped before the switch (``reason`` goes into the record), or nothing, with ``reason`` saying why;
+    ``failed`` names the steps that failed (the run fails then, rolled back or not); ``release``: remove
+    the quiesce's DENY ACL again (idempotent) although nothing is rolled back (the switch was made)."""
+
+    roll_back: bool
+    reason: str
+    failed: tuple[str, ...] = ()
+    release: bool = False
+
+    @property
+    def fails(self) -> bool:
+        """The run fails: a step failed, or the migration was rolled back (it did not happen)."""
+        return self.roll_back or bool(self.failed)
+
+    @property
+    def text(self) -> str:
+        """Why the abandon step did nothing, with the failed steps first."""
+        return f"step(s) {', '.join(self.failed)} failed; {self.reason}" if self.failed else self.reason
+
+
+def abandon_decision(*, planned: bool, dry_run: bool, live: bool, failed: Sequence[str], switch: bool | None,
+                     steps: Sequence[Mapping[str, Any]] = ()) -> AbandonDecision:
+    """Whether a run rolls back (pure): only a live migration that got past the plan and stopped before
+    a confirmed switch does. ``failed``: the tasks Airflow marks failed (not the abandon step);
+    ``switch``: True approved, False refused, None not answered; ``steps``: the record's step rows,
+    whose errors make the reason."""
+    failed = tuple(failed)
+    if not planned or dry_run:
+        return AbandonDecision(False, "nothing was planned or changed", failed)
+    if not live:
+        return AbandonDecision(False, "not a live migration: nothing to roll back", failed)
+    if switch:  # the confirm removed the ACL: removing it again is idempotent
+        return AbandonDecision(False, "the switch was made: the target is authoritative, nothing to roll back",
+                               failed, release=True)
+    errors = {s["name"]: s.get("error") for s in steps if s.get("status") == "failed"}
+    reason = ("; ".join(f"{t} failed: {errors.get(t) or 'see its log'}" for t in failed) if failed else
+              "the switch was refused" if switch is not None else "stopped before the switch")
+    return AbandonDecision(True, reason, failed)
+
+
 # -- steps (I/O) ----------------------------------------------------------------------------------------------
 
 def source_ends(ctx: lifecycle.OperationContext, topic: str) -> dict[int, int]:
     return {p: e for p, (_, e) in records.end_offsets(ctx.conn_config, topic).items()}
 
 
-RunPass = Callable[[BackfillPlan, str, bool], Mapping[str, Any]]
+RunPass = Callable[[BackfillPlan, str, bool], PassResult]
 """Runs one pass (plan, artifact name, verify the whole copy after it) and returns the Spark app's result."""
 
 
 def catch_up(ctx: lifecycle.OperationContext, first: BackfillPlan, run_pass: RunPass, policy: LivePolicy, *,
-             clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+             clock: Callable[[], float] = time.monotonic) -> CatchUp:
     """Catch-up passes after the backfill while producers keep writing, each from where the last
     ended to the source's end offsets then, until :func:`stop_reason`. Returns the last pass's plan."""
     plan, passes, started = first, [], clock()
@@ -142,25 +188,22 @@ def catch_up(ctx: lifecycle.OperationContext, first: BackfillPlan, run_pass: Run
         if why:
             break
         plan = plan.next_pass(ends)
-        number = len(passes) + 2  # the backfill was pass 1
+        number = pass_number(len(passes))
         began = clock()
         result = run_pass(plan, f"pass{number}", False)
-        row = {"pass": number, "lag_before": remaining, "records": plan.records,
-               "written": int((result.get("run") or {}).get("written", 0)), "seconds": round(clock() - began, 1),
-               "mode": (result.get("run") or {}).get("mode")}
+        row = PassRow(number, result.written, plan.records, result.mode, round(clock() - began, 1), remaining)
         passes.append(row)
-        ctx.audit.append("note", text=f"catch-up pass {number}: {row['written']:,} record(s) copied in "
-                                      f"{row['seconds']} s (lag was {remaining:,})", catch_up=row)
-        log.info("catch-up pass %d: %d record(s) in %.1f s, lag was %d", number, row["written"], row["seconds"],
-                 remaining)
-    ctx.audit.append("note", text=f"catch-up done after {len(passes)} pass(es): {why}", catch_up_done=True,
-                     lag=remaining, passes=len(passes))
-    return {"backfill": plan.to_dict(), "passes": passes, "lag": remaining, "why": why}
+        state.append_note(ctx.audit, CatchUpNote(f"catch-up pass {number}: {row.written:,} record(s) copied in "
+                                                 f"{row.seconds} s (lag was {remaining:,})", row))
+        log.info("catch-up pass %d: %d record(s) in %.1f s, lag was %d", number, row.written, row.seconds, remaining)
+    state.append_note(ctx.audit, CatchUpDone(f"catch-up done after {len(passes)} pass(es): {why}", remaining,
+                                             len(passes)))
+    return CatchUp(plan.to_dict(), tuple(passes), remaining, why)
 
 
 def quiesce(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePolicy, *,
             clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
-            ) -> dict[str, Any]:
+            ) -> Quiesced:
     """Stop the writes to the source and wait until its end offsets stay still for ``quiet_s``.
 
     manual: the record asks the operator to stop the producers (and to let consumers read to the end,
@@ -173,14 +216,14 @@ def quiesce(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePol
         with ctx.connect() as conn:
             ctx.fence(f"deny writes to {topic}")
             acls.deny_writes(conn, topic, policy.principals)
-        ctx.audit.append("note", text=f"writes to {topic} denied to {', '.join(policy.principals)} (ACL DENY Write); "
-                                      "the write window begins", action="writes_denied", acl=list(policy.principals),
-                         topic=topic)
-    ctx.audit.append("note", text=(
+        state.append_note(ctx.audit, ActionNote(
+            f"writes to {topic} denied to {', '.join(policy.principals)} (ACL DENY Write); the write window begins",
+            Action.WRITES_DENIED, topic=topic, acl=policy.principals))
+    state.append_note(ctx.audit, ActionNote(
         f"Stop every producer writing to {topic} now; the write window begins. Let the consumers of {topic} read "
         f"to its end, then stop them: they restart on {target} at offsets kafkaops commits. Waiting up to "
-        f"{policy.quiesce_timeout_s:.0f} s for the end offsets of {topic} to stay still for {policy.quiet_s:.0f} s."),
-        action="stop_producers", topic=topic, target_topic=target)
+        f"{policy.quiesce_timeout_s:.0f} s for the end offsets of {topic} to stay still for {policy.quiet_s:.0f} s.",
+        Action.STOP_PRODUCERS, topic=topic, target_topic=target))
     still, began = Stillness(policy.quiet_s), clock()
     while True:
         ends = source_ends(ctx, topic)
@@ -193,29 +236,28 @@ def quiesce(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePol
                 "stop the producers and trigger the migration again")
         sleep(min(1.0, policy.quiet_s / 4))
     settled_at = lifecycle.now()
-    data = {"how": policy.quiesce, "asked_at": asked_at, "settled_at": settled_at, "ends": ends}
-    ctx.audit.append("note", text=f"producers quiesced ({policy.quiesce}): {topic}'s end offsets stayed still for "
-                                  f"{policy.quiet_s:.0f} s, {settled_at - asked_at:.1f} s after asking",
-                     quiesce=data)
-    return data
+    quiesced = Quiesced(policy.quiesce, asked_at, settled_at, ends)
+    state.append_note(ctx.audit, QuiescedNote(f"producers quiesced ({policy.quiesce}): {topic}'s end offsets stayed "
+                                              f"still for {policy.quiet_s:.0f} s, {settled_at - asked_at:.1f} s "
+                                              "after asking", quiesced))
+    return quiesced
 
 
-def final_pass(ctx: lifecycle.OperationContext, last: BackfillPlan, quiesced: Mapping[str, Any], run_pass: RunPass,
-               number: int) -> dict[str, Any]:
-    """The last pass, to the quiesced end offsets, with the integrity check of the whole copy; returns
-    the Spark app's result and the target's end offsets after it (where the switch's first writes begin)."""
-    plan = last.next_pass({int(p): int(e) for p, e in quiesced["ends"].items()})
-    result = dict(run_pass(plan, f"pass{number}", True))
+def final_pass(ctx: lifecycle.OperationContext, caught: CatchUp, quiesced: Quiesced, run_pass: RunPass
+               ) -> PassResult:
+    """The last pass (numbered after the catch-up's), to the quiesced end offsets, with the integrity
+    check of the whole copy; returns the Spark app's result and the target's end offsets after it
+    (where the switch's first writes begin)."""
+    number = caught.next_pass
+    plan = caught.last_plan.next_pass(quiesced.ends)
+    result = run_pass(plan, f"pass{number}", True)
     target_ends = source_ends(ctx, plan.target_topic)
-    written = int((result.get("run") or {}).get("written", 0))
-    ctx.audit.append("note", text=f"final pass {number}: {written:,} record(s) copied up to the quiesced end offsets; "
-                                  f"the copy holds every record of {plan.source_topic} from "
-                                  f"{dict((p, plan.origin(p)) for p, _, _ in plan.source_offsets)} to "
-                                  f"{quiesced['ends']}", final_pass={
-                         "pass": number, "written": written, "records": plan.records,
-                         "mode": (result.get("run") or {}).get("mode"),
-                         "seconds": (result.get("run") or {}).get("seconds")})
-    return {**result, "target_ends": target_ends}
+    row = PassRow(number, result.written, plan.records, result.mode, result.run.seconds if result.run else None)
+    state.append_note(ctx.audit, FinalPassNote(
+        f"final pass {number}: {row.written:,} record(s) copied up to the quiesced end offsets; the copy holds every "
+        f"record of {plan.source_topic} from {dict((p, plan.origin(p)) for p, _, _ in plan.source_offsets)} to "
+        f"{dict(quiesced.ends)}", row))
+    return PassResult(result.run, result.integrity, target_ends)
 
 
 def cutover_summary(policy: LivePolicy, topic: str) -> str:
@@ -233,18 +275,17 @@ def cutover_summary(policy: LivePolicy, topic: str) -> str:
             f"{policy.quiesce_timeout_s:.0f} s. The switch is a second approval, with the groups' offsets")
 
 
-def switch_request(cut: Mapping[str, Any]) -> str:
+def switch_request(cut: Cutover) -> str:
     """What the switch step asks of the operator: the topics and each group's committed target offsets."""
-    source, target = cut.get("source_topic", "the source"), cut.get("target_topic", "the target")
+    source, target = cut.source_topic, cut.target_topic
     lines = [f"Move producers from {source} to {target} now, then start the consumers on {target}: their groups' "
              f"offsets are committed there (the consumers must subscribe to {target}; nothing is read twice or "
              f"skipped). Approve once they run; Reject abandons the migration ({source} stays authoritative).", ""]
-    groups = cut.get("groups") or {}
-    if groups:
+    if cut.groups:
         lines += ["| group | committed for | target offsets (partition: offset) | redelivered |", "|---|---|---|---|"]
-        for group, g in sorted(groups.items()):
-            offsets = ", ".join(f"{p}: {o}" for p, o in sorted(g["target"].items(), key=lambda x: int(x[0])))
-            lines.append(f"| {group} | {g.get('committed_for', '-')} | {offsets} | {g['redelivered']} |")
+        for group, g in sorted(cut.groups.items()):
+            offsets = ", ".join(f"{p}: {o}" for p, o in sorted(g.target.items(), key=lambda x: int(x[0])))
+            lines.append(f"| {group} | {g.committed_for or '-'} | {offsets} | {g.redelivered} |")
     else:
         lines.append(f"No consumer group had offsets on {source}.")
     return "\n".join(lines)
@@ -257,8 +298,8 @@ def release_writes(ctx: lifecycle.OperationContext, topic: str, policy: LivePoli
     with ctx.connect() as conn:
         removed = acls.allow_writes(conn, topic, policy.principals)
     if removed:
-        ctx.audit.append("note", text=f"writes to {topic} allowed again: {removed} DENY Write ACL(s) removed",
-                         action="writes_allowed")
+        state.append_note(ctx.audit, ActionNote(f"writes to {topic} allowed again: {removed} DENY Write ACL(s) "
+                                                "removed", Action.WRITES_ALLOWED))
     return bool(removed)
 
 
@@ -274,13 +315,14 @@ def release_left_writes(ctx: lifecycle.OperationContext, notes: Sequence[Mapping
     worker, a timeout), remove the DENY Write ACLs now, since nothing else would. Returns what was
     said in the record, or None when there was nothing to do. A failed removal is said with the
     kafka-acls command and does not raise: the teardown must still conclude the run."""
-    denied = [n for n in notes if n.get("action") == "writes_denied" and n.get("topic")]
+    actions = state.read_notes(notes, ActionNote)
+    denied = [n for n in actions if n.action is Action.WRITES_DENIED and n.topic]
     if not denied:
         return None
     last = denied[-1]
-    if any(n.get("action") == "writes_allowed" and n["ts"] >= last["ts"] for n in notes):
+    if any(n.action is Action.WRITES_ALLOWED and (n.ts or 0) >= (last.ts or 0) for n in actions):
         return None
-    topic, principals = str(last["topic"]), tuple(str(p) for p in last.get("acl") or ())
+    topic, principals = str(last.topic), last.acl
     try:
         with ctx.connect() as conn:
             removed = acls.allow_writes(conn, topic, principals)
@@ -288,12 +330,12 @@ def release_left_writes(ctx: lifecycle.OperationContext, notes: Sequence[Mapping
         text = (f"the DENY Write ACL on {topic} is still there: the step that removes it did not run to its end, "
                 f"and the finish could not remove it ({err}). Producers cannot write to {topic} until you run "
                 f"{acl_removal_command(topic, principals)}")
-        ctx.audit.append("note", text=text, action="writes_left_denied", topic=topic)
+        state.append_note(ctx.audit, ActionNote(text, Action.WRITES_LEFT_DENIED, topic=topic))
         log.error("%s", text)
         return text
     text = (f"writes to {topic} allowed again by the finish: {removed} DENY Write ACL(s) removed (the step that "
             "removes them did not run to its end)")
-    ctx.audit.append("note", text=text, action="writes_allowed", topic=topic)
+    state.append_note(ctx.audit, ActionNote(text, Action.WRITES_ALLOWED, topic=topic))
     log.warning("%s", text)
     return text
 
@@ -339,17 +381,17 @@ def last_timestamp(ctx: lifecycle.OperationContext, topic: str, ends: Mapping[in
     return max(stamps) if stamps else None
 
 
-def confirm_switch(ctx: lifecycle.OperationContext, plan: BackfillPlan, quiesced: Mapping[str, Any],
+def confirm_switch(ctx: lifecycle.OperationContext, plan: BackfillPlan, quiesced: Quiesced,
                    copied_ends: Mapping[int, int], policy: LivePolicy, *,
                    clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
-                   ) -> dict[str, Any]:
+                   ) -> SwitchObserved:
     """Observe the switch: writes reach the target past the copy (``copied_ends``) and none reach the
     source past its quiesced end, also for ``quiet_s`` after the first write to the target (a producer
     left behind shows up there; the ACL stays until then). Records the write-unavailable window from
     the records' timestamps."""
     source, target = plan.source_topic, plan.target_topic
-    source_at = {int(p): int(e) for p, e in quiesced["ends"].items()}  # through XCom: JSON, partitions as text
-    copied_ends = {int(p): int(e) for p, e in copied_ends.items()}
+    source_at = dict(quiesced.ends)
+    copied_ends = offsets_of(copied_ends)
     began, first_seen = clock(), None
     while True:
         now_source = source_ends(ctx, source)
@@ -376,12 +418,11 @@ def confirm_switch(ctx: lifecycle.OperationContext, plan: BackfillPlan, quiesced
                                   for p, e in now_target.items() if e > copied_ends.get(p, 0)})), default=None)
     last_old = last_timestamp(ctx, source, source_at)
     window = (first_new - last_old) / 1000.0 if first_new is not None and last_old is not None else None
-    data = {"write_window_s": window, "last_source_write_ms": last_old, "first_target_write_ms": first_new,
-            "target_partitions_written": sorted(arrived)}
-    ctx.audit.append("note", text=f"switch observed: writes reach {target}, none reach {source}; write-unavailable "
-                                  f"window {window:.1f} s" if window is not None else
-                     f"switch observed: writes reach {target}, none reach {source}", switch_observed=data)
-    return data
+    observed = SwitchObserved(window, last_old, first_new, tuple(sorted(arrived)))
+    said = f"switch observed: writes reach {target}, none reach {source}"
+    state.append_note(ctx.audit, SwitchObservedNote(
+        said if window is None else f"{said}; write-unavailable window {window:.1f} s", observed))
+    return observed
 
 
 def replace_ends(plan: BackfillPlan, ends: Mapping[int, int]) -> BackfillPlan:
@@ -392,7 +433,7 @@ def replace_ends(plan: BackfillPlan, ends: Mapping[int, int]) -> BackfillPlan:
 
 
 def abandon(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePolicy, reason: str, *,
-            copied_ends: Mapping[Any, int] | None = None) -> dict[str, Any]:
+            copied_ends: Mapping[Any, int] | None = None) -> Abandonment:
     """Roll back before the switch: writes to the source allowed again, the target deleted (with
     ``delete_target_on_abandon``) or kept and marked abandoned in the record (with any offsets
     committed there). The source stays authoritative. A target that holds writes past the copy
@@ -405,7 +446,8 @@ def abandon(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePol
     new_writes = 0
     if copied_ends is not None:
         ends = source_ends(ctx, plan.target_topic)
-        new_writes = sum(max(0, e - int(copied_ends.get(str(p), copied_ends.get(p, e)))) for p, e in ends.items())
+        copied = offsets_of(copied_ends)
+        new_writes = sum(max(0, e - copied.get(p, e)) for p, e in ends.items())
     deleted = False
     if policy.delete_target_on_abandon and not new_writes:
         with ctx.connect() as conn:
@@ -419,10 +461,10 @@ def abandon(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePol
     acl = ("" if acl_error is None else
            f" The DENY Write ACL on {plan.source_topic} could NOT be removed ({acl_error}): remove it with "
            f"{acl_removal_command(plan.source_topic, policy.principals)}, producers cannot write until then.")
-    ctx.audit.append("note", text=f"live migration abandoned: {reason}. {plan.source_topic} stays authoritative; "
-                                  f"target {plan.target_topic} {what}; producers and consumers stay on (or go back "
-                                  f"to) {plan.source_topic}.{acl}", abandoned=True, target_deleted=deleted,
-                     writes_released=released, target_new_writes=new_writes)
+    state.append_note(ctx.audit, AbandonedNote(
+        f"live migration abandoned: {reason}. {plan.source_topic} stays authoritative; target {plan.target_topic} "
+        f"{what}; producers and consumers stay on (or go back to) {plan.source_topic}.{acl}", deleted, released,
+        new_writes))
     if acl_error is not None:
         raise acl_error
-    return {"abandoned": True, "target_deleted": deleted, "reason": reason, "target_new_writes": new_writes}
+    return Abandonment(reason, deleted, new_writes)

@@ -31,10 +31,12 @@ from kafkaops.platform.kafka import configs, metadata, offsets, records, topics
 from kafkaops.platform import keyrules
 from kafkaops.rekey import backfill
 from kafkaops.rekey import migration
-from kafkaops.platform import lifecycle, render, state
+from kafkaops.platform import lifecycle, recommendations, state
 from kafkaops.platform import params as form
 from kafkaops.platform import spark
 from kafkaops.rekey.backfill import BackfillPlan
+from kafkaops.rekey.records import (AbandonedNote, CapacityAdvice, Cutover, GroupTranslation, PassResult, Quiesced, RefusedNote,
+                                    RunNote, TranslationNote)
 from kafkaops.errors import ConfigError, KafkaOpsError
 from kafkaops.model import Cluster
 from kafkaops.platform.partitioner import partition_for
@@ -47,6 +49,8 @@ MODES = ("in_place", "migrate")
 
 class OrderingBreakRefused(KafkaOpsError):
     """An in-place increase of a keyed topic without ``accept_ordering_break``."""
+
+    final = True
 
 
 @dataclass(frozen=True)
@@ -260,13 +264,13 @@ class PartitionPlan:
                    target_configs=data.get("target_configs") or {})
 
 
-def approval_markdown(plan: PartitionPlan, params: PartitionParams, advice: Mapping[str, Any] | None = None
+def approval_markdown(plan: PartitionPlan, params: PartitionParams, advice: CapacityAdvice | None = None
                       ) -> str:
     """The approval body: the plan as a table (the topic now and after), the keys, the capacity review's
     advice, then (a migration) the cut-over, and the steps that follow approval in the order the DAG runs them."""
     review = ["#### Capacity review",
-              (advice or {}).get("text", f"No capacity review of this cluster recommends a partition count for "
-                                         f"{plan.topic}") + ".", ""]
+              (advice.text if advice else f"No capacity review of this cluster recommends a partition count for "
+                                          f"{plan.topic}") + ".", ""]
     if plan.mode == "in_place":
         return "\n".join([
             f"Grow **{plan.topic}** in place: {plan.current_partitions} → {plan.new_partitions} partitions.", "",
@@ -361,16 +365,16 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
             text = (f"refusing to grow keyed topic {p.topic} in place: {change.summary()}, so their records would "
                     "sit in two partitions and per-key order breaks for consumers. Use mode=migrate (rekey "
                     "into a new topic), or set accept_ordering_break=true if consumers do not rely on key order")
-            ctx.audit.append("note", text=text, refused=True, key_change=change.__dict__)
+            state.append_note(ctx.audit, RefusedNote(text, change.__dict__))
             raise OrderingBreakRefused(text)
         plan = PartitionPlan("in_place", p.topic, current, p.new_partition_count, rf,
                              assignment=place_new_partitions(cluster, p.topic, p.new_partition_count),
                              key_change={**change.__dict__, "summary": change.summary()})
     else:
         with ctx.connect() as conn:
-            topics = metadata.topic_names(conn)
+            names = metadata.topic_names(conn)
             topic_configs = configs.describe_configs(conn, "topic", [p.topic])[p.topic]
-        target = p.target_topic or backfill.next_target_topic(p.topic, topics)
+        target = p.target_topic or backfill.next_target_topic(p.topic, names)
         bf = BackfillPlan(p.topic, tuple((k, s, e) for k, (s, e) in sorted(ranges.items())), target,
                           p.new_partition_count, p.key_rule)
         dead = sum(1 for r in sampled if keyrules.extract_key(r.key, r.value, bf.rule) is None)
@@ -382,42 +386,19 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
         data["summary"] += f". {migration.cutover_summary(p.policy, p.topic)}"
     advice = capacity_advice(ctx.store, cluster.cluster_id, p.topic, p.new_partition_count)
     if advice is not None:  # shown at the approval; a count other than the review's is allowed
-        data["capacity_advice"] = advice
-        data["summary"] += f". {advice['text']}"
+        data["capacity_advice"] = advice.to_dict()
+        data["summary"] += f". {advice.text}"
     ctx.audit.append("plan", **data)
     log.info("plan: %s", data["summary"])
     return {**data, "approval": approval_markdown(plan, p, advice)}  # the body, derived: not in the record
 
 
-#: The DAG whose records hold the capacity reviews' recommendations (kafkaops.capacity.steps.make_report).
-CAPACITY_DAG = "kafka_capacity_review"
-
-
-def capacity_advice(store: Any, cluster_id: str | None, topic: str, chosen: int, *, reviews: int = 20
-                    ) -> dict[str, Any] | None:
-    """The newest capacity review of cluster ``cluster_id`` (of the last ``reviews`` finished reviews of
-    any cluster) that recommends a partition count for ``topic``, beside the ``chosen`` count; None when
-    none does. A review of another cluster (the same topic name elsewhere) is not advice for this one."""
-    for op in state.list_records(CAPACITY_DAG, store=store, limit=reviews):
-        if op.get("outcome") != "success":
-            continue
-        for note in reversed(state.AuditLog(CAPACITY_DAG, op["run_id"], store=store).summary()["notes"]):
-            if cluster_id is None or note.get("cluster_id") != cluster_id:
-                continue
-            rec = next((r for r in note.get("recommended") or () if r.get("kind") == "partitions"
-                        and r.get("subject") == f"topic {topic}"), None)
-            if rec is None:
-                continue
-            value = int(rec["value"])
-            at = render.utc_time(note.get("ts"))
-            verdict = ("the same count" if chosen == value else
-                       f"you chose {chosen}: allowed, but it is {'fewer' if chosen < value else 'more'} than the "
-                       "review's count")
-            return {"run_id": op["run_id"], "at": note.get("ts"), "recommended": value, "chosen": chosen,
-                    "differs": chosen != value, "message": rec.get("message"),
-                    "text": f"The capacity review of {at} recommends {value} partitions for {topic} "
-                            f"({rec.get('message')}); {verdict}"}
-    return None
+def capacity_advice(store: Any, cluster_id: str | None, topic: str, chosen: int) -> CapacityAdvice | None:
+    """The newest partition count a capacity review of cluster ``cluster_id`` recommends for ``topic``
+    (:func:`kafkaops.platform.recommendations.latest_partition_recommendation`), beside the ``chosen``
+    count; None when none does."""
+    found = recommendations.latest_partition_recommendation(cluster_id, topic, store=store)
+    return None if found is None else CapacityAdvice(found, chosen)
 
 
 def execute_in_place(ctx: lifecycle.OperationContext, plan: PartitionPlan) -> dict[str, Any]:
@@ -444,7 +425,7 @@ def create_target(ctx: lifecycle.OperationContext, plan: PartitionPlan) -> dict[
 
 
 def run_backfill(ctx: lifecycle.OperationContext, bf: BackfillPlan, *, launcher: spark.Launcher,
-                 timeout_s: float = 3600.0, verify: bool = True, name: str = "backfill") -> dict[str, Any]:
+                 timeout_s: float = 3600.0, verify: bool = True, name: str = "backfill") -> PassResult:
     """Submit :mod:`spark_apps.rekey_backfill` (run, and with ``verify`` the integrity check of the
     whole copy so far) through ``launcher``; resume-safe. The plan and the result (the integrity report
     with it) travel through the store as artifacts ``backfill/<operation>/<name>-try<n>/<submission>/
@@ -475,14 +456,17 @@ def run_backfill(ctx: lifecycle.OperationContext, bf: BackfillPlan, *, launcher:
         finally:
             if log_file.exists():
                 ctx.store.put_artifact(log_artifact, log_file.read_bytes(), "text/plain; charset=utf-8")
-    ctx.audit.append("note", text=f"{name} wrote {(result.get('run') or {}).get('written', 0):,} record(s) to "
-                                  f"{bf.target_topic}", run=result.get("run"))
-    return result
+    done = PassResult.from_dict(result)
+    state.append_note(ctx.audit, RunNote(f"{name} wrote {done.written:,} record(s) to {bf.target_topic}", done.run))
+    return done
 
 
-def backfill_gate(ctx: lifecycle.OperationContext, result: Mapping[str, Any]) -> dict[str, Any]:
+def backfill_gate(ctx: lifecycle.OperationContext, result: PassResult) -> dict[str, Any]:
     """Gate the integrity report with ``expectations/backfill.json``, then require it outright too."""
-    report = backfill.IntegrityReport.from_dict(result["integrity"])
+    if result.integrity is None:
+        raise KafkaOpsError(f"the backfill into {(result.run.plan if result.run else {}).get('target_topic')} "
+                            "reported no integrity check: nothing to gate; run the pass again with --verify")
+    report = backfill.IntegrityReport.from_dict(result.integrity)
     gate = lifecycle.gate(ctx, "backfill", integrity_frames(report))
     report.require()
     return {"gate": gate, "totals": report.totals()}
@@ -507,11 +491,11 @@ def verify_in_place(ctx: lifecycle.OperationContext, plan: PartitionPlan) -> dic
 
 
 def cutover(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mapping[str, Any],
-            quiesced: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Per consumer group of the source: committed source offsets -> target offsets (via lineage);
+            quiesced: Quiesced | None = None) -> Cutover:
+    """Per consumer group of the source: committed source source_offsets -> target source_offsets (via lineage);
     recorded in the audit, and committed for ``<group><suffix>`` when the suffix param is set.
 
-    A live migration (``quiesced``: the quiesce step's end offsets) first waits until every group read
+    A live migration (``quiesced``: the quiesce step's end source_offsets) first waits until every group read
     the source to its quiesced end and has no member (:func:`kafkaops.rekey.migration.settle_groups`),
     then commits each group's translation on the target, for the group itself unless a suffix is set:
     its consumers restart on the target where they stopped. A group still active at the timeout stops
@@ -521,8 +505,7 @@ def cutover(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mappin
     bf = BackfillPlan.from_dict(plan.backfill or {})
     settled: dict[str, str] = {}
     if quiesced is not None:
-        ends = {int(k): int(v) for k, v in quiesced["ends"].items()}
-        settled = migration.settle_groups(ctx, bf.source_topic, ends, timeout_s=p.policy.quiesce_timeout_s)
+        settled = migration.settle_groups(ctx, bf.source_topic, quiesced.ends, timeout_s=p.policy.quiesce_timeout_s)
         active = sorted(g for g, how in settled.items() if how == "still active")
         if active:
             raise migration.MigrationAbandoned(
@@ -551,24 +534,24 @@ def cutover(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mappin
     translated = {}
     for group, source_offsets in sorted(committed.items()):
         table = backfill.translate_offsets(bf.source_topic, source_offsets, lineage)
-        translated[group] = {"source": {str(k): v for k, v in sorted(source_offsets.items())},
-                             "target": {str(k): v["offset"] for k, v in table.items()},
-                             "redelivered": sum(v["redelivered"] for v in table.values())}
-        if not source_offsets:
-            translated[group]["stated"] = "no committed offset on the source: starts at the start of the target"
-        if group in settled:
-            translated[group]["settled"] = settled[group]
+        new_group = None
         if p.cutover_group_suffix or quiesced is not None:
             new_group = f"{group}{p.cutover_group_suffix}"
             with ctx.connect() as conn:
                 ctx.fence(f"commit offsets for group {new_group}")
                 offsets.commit_group_offsets(conn, new_group, bf.target_topic,
-                                            {k: v["offset"] for k, v in table.items()})
-            translated[group]["committed_for"] = new_group
-    ctx.audit.append("note", text=f"cut-over of {len(translated)} consumer group(s) from {bf.source_topic} to "
-                                  f"{bf.target_topic}", offset_translation=translated)
-    cut = {"source_topic": bf.source_topic, "target_topic": bf.target_topic, "groups": translated}
-    return {**cut, "switch_text": migration.switch_request(cut)} if quiesced is not None else cut
+                                           {k: v["offset"] for k, v in table.items()})
+        translated[group] = GroupTranslation(
+            source={str(k): v for k, v in sorted(source_offsets.items())},
+            target={str(k): v["offset"] for k, v in table.items()},
+            redelivered=sum(v["redelivered"] for v in table.values()),
+            stated=None if source_offsets else "no committed offset on the source: starts at the start of the target",
+            settled=settled.get(group), committed_for=new_group)
+    state.append_note(ctx.audit, TranslationNote(f"cut-over of {len(translated)} consumer group(s) from "
+                                                 f"{bf.source_topic} to {bf.target_topic}", translated))
+    cut = Cutover(bf.source_topic, bf.target_topic, translated)
+    return Cutover(cut.source_topic, cut.target_topic, translated, migration.switch_request(cut)) \
+        if quiesced is not None else cut
 
 
 def finish(ctx: lifecycle.OperationContext, cluster_id: str | None, *, failed_tasks: Iterable[str] = ()
@@ -578,12 +561,12 @@ def finish(ctx: lifecycle.OperationContext, cluster_id: str | None, *, failed_ta
     record = ctx.audit.summary()
     current = [n for n in record["notes"] if n["ts"] >= (record["started_at"] or 0)]
     migration.release_left_writes(ctx, current)
-    refusal = next((n for n in current if n.get("refused")), None)
+    refusal = next(iter(state.read_notes(current, RefusedNote)), None)
     if refusal is not None:
-        return lifecycle.conclude(ctx, "refused", refusal["text"], cluster_id)
-    abandoned = next((n for n in current if n.get("abandoned")), None)
+        return lifecycle.conclude(ctx, "refused", refusal.text, cluster_id)
+    abandoned = next(iter(state.read_notes(current, AbandonedNote)), None)
     if abandoned is not None:  # a live migration rolled back before the switch
-        return lifecycle.conclude(ctx, "abandoned", abandoned["text"], cluster_id)
+        return lifecycle.conclude(ctx, "abandoned", abandoned.text, cluster_id)
     return lifecycle.finish(ctx, cluster_id, failed_tasks=failed_tasks)
 
 

@@ -13,7 +13,7 @@ import yaml
 from kafkaops.airflow.lifecycle import ssh_checks
 from kafkaops.errors import HostUnreachable
 from kafkaops.platform import provision
-from kafkaops.reassign.steps import OperationParams
+from kafkaops.reassign.steps import OperationParams, login_hosts
 
 
 def drain(inventory: Path, **more: Any) -> OperationParams:
@@ -32,6 +32,7 @@ def test_only_a_run_that_logs_in_later_is_checked(tmp_path: Path) -> None:
     assert ssh_checks(context(), drain(hosts, dry_run=True)) == []  # a dry run stops nothing
     assert ssh_checks(context(), drain(hosts, stop_drained=False)) == []
     assert len(ssh_checks(context(), drain(hosts))) == 1
+    assert login_hosts(drain(hosts)) == ("kafka-2",) and login_hosts(drain(hosts, dry_run=True)) == ()
     assert len(ssh_checks(context("kafka_hosts"), OperationParams.from_params("rebalance", {}))) == 1
 
 

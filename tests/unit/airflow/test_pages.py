@@ -12,6 +12,10 @@ from kafkaops.airflow.pages import TEMPLATES, render_message, render_record, ren
 from kafkaops.model import Broker
 from kafkaops.platform.state import AuditEvent, summarize
 from kafkaops.reassign.planner import plan_scale_out
+from kafkaops.rekey.backfill import BackfillPlan
+from kafkaops.rekey.records import (Action, ActionNote, BackfillRun, CatchUpNote, FinalPassNote, GroupTranslation,
+                                    PassRow, Quiesced, QuiescedNote, RunNote, SwitchDecision, SwitchObserved,
+                                    SwitchObservedNote, TranslationNote)
 from tests.unit.clusters import three_brokers_one_topic
 
 SCRIPT = "<script>alert('x')</script>"
@@ -167,6 +171,28 @@ def test_an_abandoned_live_migration_shows_its_passes_quiesce_groups_and_why() -
     assert "billing billing drained 2: 0, 10: 0 0 no committed offset on the source" in text
     assert "switch refused by bob" in text and "abandoned live migration abandoned: the switch was refused" in text
     assert "{" not in text.split("Live cut-over", 1)[1].split("Notes", 1)[0]  # tables, not JSON
+
+
+def test_a_confirmed_live_migration_shows_what_the_typed_notes_recorded() -> None:
+    """The notes as rekey's steps write them (rekey.records): the page reads them back from the stored JSON."""
+    bf = BackfillPlan("orders", ((0, 0, 9),), "orders.v2", 6)
+    notes = [RunNote("backfill wrote 9 record(s)", BackfillRun(bf.to_dict(), 9, "direct", 3.0)),
+             CatchUpNote("catch-up pass 2", PassRow(2, 40, 40, "direct", 4.0, lag_before=40)),
+             ActionNote("stop the producers", Action.STOP_PRODUCERS, topic="orders", target_topic="orders.v2"),
+             QuiescedNote("producers quiesced", Quiesced("manual", T0 + 1, T0 + 2, {0: 55})),
+             FinalPassNote("final pass 3", PassRow(3, 6, 6, "direct", 2.0)),
+             TranslationNote("cut-over", {"billing": GroupTranslation({"0": 55}, {"3": 20}, committed_for="billing",
+                                                                      settled="drained")}),
+             SwitchDecision(True, "param approval=auto_approve"),
+             SwitchObservedNote("switch observed", SwitchObserved(1.5, 1, 1501, (3,)))]
+    text = text_of(render_record(summarize(events_of([
+        ("started", {"operation": "partition_increase", "params": {"topic": "orders", "quiesce": "manual"}}),
+        *(("note", n.to_dict()) for n in notes), ("outcome", {"outcome": "success"})]))))
+    shown = ["quiesce the operator stopped the producers", "1 backfill 9 direct 3.00 s",
+             "2 catch-up 40 40 direct 4.00 s", "3 final (after the quiesce) 6 direct 2.00 s",
+             "billing billing drained 3: 20 0", "switch confirmed by param approval=auto_approve",
+             "write-unavailable window 1.5 s (last source record to first target record)"]
+    assert [s for s in shown if s not in text] == []
 
 
 def capacity_record(report: bool = True) -> dict:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import pytest
 
 from kafkaops.capacity import steps as capacity_run
+from kafkaops.capacity.records import ReportNote
+from kafkaops.platform import state
 from kafkaops.errors import ConfigError
 from tests.unit.capacity.test_review import cluster
 
@@ -19,7 +21,7 @@ from tests.unit.capacity.test_review import cluster
 def test_bad_params_are_refused(params, match) -> None:
     with pytest.raises(ConfigError, match=match) as err:
         capacity_run.CapacityParams.from_params(params)
-    assert not err.value.retriable  # final: Airflow's retry rule does not ask again with the same parameters
+    assert err.value.final and not err.value.retriable  # Airflow's retry rule does not ask again
 
 
 def test_targets_cover_the_reviewed_topics_and_units() -> None:
@@ -44,3 +46,6 @@ def test_history_review_and_report_from_dicts(local_store) -> None:
     [note] = log.summary()["notes"]  # what the run's record page shows: the report, the verdict, the findings
     assert note["report"] == paths and note["verdict"].startswith("Brokers and disks are enough")
     assert note["findings"] == [f["message"] for f in review["findings"]]
+    typed = ReportNote.from_dict(note)  # the contract the page reads, and what other capabilities query
+    assert typed.to_dict() == {k: v for k, v in note.items() if k != "ts"} and typed.ts == note["ts"]
+    assert typed.published.cluster_id == review["cluster_id"] and state.holds(note, ReportNote)

@@ -7,6 +7,9 @@ import pytest
 from kafkaops.errors import ConfigError
 from kafkaops.rekey import migration
 from kafkaops.rekey.backfill import BackfillPlan
+from kafkaops.capacity.records import ReportNote
+from kafkaops.platform.recommendations import Published, Recommended
+from kafkaops.rekey.records import Cutover
 from kafkaops.rekey.steps import PartitionParams
 
 PASS = BackfillPlan("orders", ((0, 0, 100), (1, 0, 50), (2, 0, 0)), "orders.v2", 12).next_pass({0: 120, 1: 50, 2: 7})
@@ -60,23 +63,47 @@ def test_the_form_defaults_give_a_snapshot_migration_and_acl_principals_split() 
 
 
 def test_the_switch_request_names_topics_groups_and_offsets_in_partition_order() -> None:
-    text = migration.switch_request({"source_topic": "orders", "target_topic": "orders.v2", "groups": {
-        "billing": {"target": {"10": 7, "2": 3}, "redelivered": 0, "committed_for": "billing"}}})
+    # as it comes through XCom: JSON, partitions as text
+    text = migration.switch_request(Cutover.from_dict({"source_topic": "orders", "target_topic": "orders.v2", "groups": {
+        "billing": {"target": {"10": 7, "2": 3}, "redelivered": 0, "committed_for": "billing"}}}))
     assert "from orders to orders.v2" in text and "Reject abandons" in text
     assert "| billing | billing | 2: 3, 10: 7 | 0 |" in text
-    assert "No consumer group" in migration.switch_request({"source_topic": "s", "target_topic": "t", "groups": {}})
+    assert "No consumer group" in migration.switch_request(Cutover("s", "t", {}))
+
+
+@pytest.mark.parametrize(("given", "roll_back", "fails", "words"), [
+    (dict(planned=False), False, False, "nothing was planned"),
+    (dict(dry_run=True, failed=["plan"]), False, True, "step(s) plan failed; nothing was planned or changed"),
+    (dict(live=False), False, False, "not a live migration"),
+    (dict(switch=True), False, False, "the switch was made"),
+    (dict(switch=False), True, True, "the switch was refused"),
+    (dict(), True, True, "stopped before the switch"),
+    (dict(failed=["quiesce", "verify"]), True, True, "quiesce failed: producers did not stop; verify failed: see its log"),
+])
+def test_the_abandon_step_rolls_back_only_a_live_migration_stopped_before_the_switch(given, roll_back, fails,
+                                                                                       words) -> None:
+    args = dict(planned=True, dry_run=False, live=True, failed=[], switch=None,
+                steps=[{"name": "quiesce", "status": "failed", "error": "producers did not stop"},
+                       {"name": "plan", "status": "success"}])
+    decision = migration.abandon_decision(**{**args, **given})
+    assert (decision.roll_back, decision.fails) == (roll_back, fails) and words in decision.text
+    assert decision.release == (given == dict(switch=True))  # the ACL goes after a confirmed switch too
 
 
 def test_the_newest_capacity_review_of_the_topic_is_shown_beside_the_chosen_count(local_store) -> None:
-    from kafkaops.rekey.steps import CAPACITY_DAG, capacity_advice
+    """Reviews publish through capacity.records.ReportNote (r1: a note in the raw shape reviews wrote
+    before it); the partition increase finds them through the platform's query, by cluster and topic."""
+    from kafkaops.rekey.steps import capacity_advice
 
     def review(run_id: str, at: float, outcome: str, recommended: list, cluster: str = "prod-a") -> None:
-        local_store.start_operation(CAPACITY_DAG, run_id, kind="capacity_review", triggered_by="cron", params={},
-                                    at=at)
-        local_store.append_event(CAPACITY_DAG, run_id, "started", {"operation": "capacity_review"}, ts=at)
-        local_store.append_event(CAPACITY_DAG, run_id, "note", {"text": "capacity report", "cluster_id": cluster,
-                                                                  "recommended": recommended}, ts=at + 1)
-        local_store.update_operation(CAPACITY_DAG, run_id, state="finished", outcome=outcome)
+        dag = "kafka_capacity_review"
+        local_store.start_operation(dag, run_id, kind="capacity_review", triggered_by="cron", params={}, at=at)
+        local_store.append_event(dag, run_id, "started", {"operation": "capacity_review"}, ts=at)
+        note = {"text": "capacity report", "cluster_id": cluster, "recommended": recommended} if run_id == "r1" else \
+            ReportNote("capacity report", None, published=Published(cluster, tuple(
+                Recommended.from_dict(r) for r in recommended))).to_dict()
+        local_store.append_event(dag, run_id, "note", note, ts=at + 1)
+        local_store.update_operation(dag, run_id, state="finished", outcome=outcome)
 
     def partitions(topic: str, n: int) -> dict:
         return {"kind": "partitions", "subject": f"topic {topic}", "value": n,
@@ -89,11 +116,13 @@ def test_the_newest_capacity_review_of_the_topic_is_shown_beside_the_chosen_coun
     # the newest review recommending for "orders" is of another cluster: not advice for prod-a
     review("r4", 1_795_432_000.0, "success", [partitions("orders", 48)], cluster="staging")
     advice = capacity_advice(local_store, "prod-a", "orders", 12)
-    assert (advice["run_id"], advice["recommended"], advice["differs"]) == ("r1", 9, True)
-    assert "The capacity review of 2026-11-23 09:40:13 UTC recommends 9 partitions for orders" in advice["text"]
-    assert "you chose 12: allowed, but it is more than the review's count" in advice["text"]
-    assert capacity_advice(local_store, "prod-a", "payments", 6)["text"].endswith("the same count")
-    assert capacity_advice(local_store, "staging", "orders", 48)["run_id"] == "r4"
+    assert advice is not None
+    recorded = advice.to_dict()  # what the plan records
+    assert (recorded["run_id"], recorded["recommended"], recorded["differs"]) == ("r1", 9, True)
+    assert "The capacity review of 2026-11-23 09:40:13 UTC recommends 9 partitions for orders" in recorded["text"]
+    assert "you chose 12: allowed, but it is more than the review's count" in advice.text
+    assert capacity_advice(local_store, "prod-a", "payments", 6).text.endswith("the same count")
+    assert capacity_advice(local_store, "staging", "orders", 48).recommendation.run_id == "r4"
     assert capacity_advice(local_store, "staging", "payments", 6) is None
     assert capacity_advice(local_store, None, "orders", 12) is None  # a cluster without an id matches none
 

@@ -16,9 +16,11 @@ from kafkaops.model import Cluster, ConsumerGroup, GroupPartitionLag
 from kafkaops.platform.kafka import acls, metadata, records, topics
 from kafkaops.rekey import migration
 from kafkaops.rekey.backfill import BackfillPlan
+from kafkaops.rekey.records import Abandonment, PassResult, Quiesced
 
 PLAN = BackfillPlan("orders", ((0, 0, 100), (1, 0, 50)), "orders.v2", 4)
 ACL = migration.LivePolicy(quiesce="acl", principals=("User:orders-app",), quiet_s=3, switch_timeout_s=20)
+QUIESCED = Quiesced.from_dict({"how": "acl", "ends": {"0": 100, "1": 50}})  # through XCom: partitions as text
 
 
 class Clock:
@@ -155,8 +157,7 @@ def test_abandon_allows_writes_and_deletes_a_target_nobody_wrote_to(monkeypatch)
     ctx = Ctx()
     policy = migration.LivePolicy(quiesce="acl", principals=("User:orders-app",), delete_target_on_abandon=True)
     out = migration.abandon(ctx, PLAN, policy, "the switch was refused", copied_ends={"0": 90, "1": 60})
-    assert out == {"abandoned": True, "target_deleted": True, "reason": "the switch was refused",
-                   "target_new_writes": 0}
+    assert out == Abandonment("the switch was refused", target_deleted=True, target_new_writes=0)
     assert kafka.denied == set() and kafka.deleted == ["orders.v2", PLAN.dead_letter_topic]
     note = ctx.audit.notes[-1]
     assert note["abandoned"] and "orders stays authoritative; target orders.v2 deleted" in note["text"]
@@ -167,7 +168,7 @@ def test_abandon_never_deletes_a_target_that_got_writes_after_the_copy(monkeypat
     ctx = Ctx()
     policy = migration.LivePolicy(quiesce="manual", delete_target_on_abandon=True)
     out = migration.abandon(ctx, PLAN, policy, "the switch was refused", copied_ends={"0": 90, "1": 60})
-    assert out["target_deleted"] is False and out["target_new_writes"] == 5 and kafka.deleted == []
+    assert out.target_deleted is False and out.target_new_writes == 5 and kafka.deleted == []
     assert "kept: it holds 5 offset(s) written after the copy" in ctx.audit.notes[-1]["text"]
 
 
@@ -195,11 +196,11 @@ def test_the_switch_is_confirmed_after_the_quiet_period_with_the_window_from_the
         if clock.now >= 2 and topic == "orders.v2":
             kafka.ends["orders.v2"][2] = 42
     kafka.on_end_offsets = switch_after_2_s
-    out = migration.confirm_switch(Ctx(), PLAN, {"ends": {"0": 100, "1": 50}}, {"0": 90, "1": 60, "2": 40, "3": 10},
+    out = migration.confirm_switch(Ctx(), PLAN, QUIESCED, {"0": 90, "1": 60, "2": 40, "3": 10},
                                    ACL, clock=clock, sleep=clock.sleep)
-    assert out["write_window_s"] == pytest.approx(2.5)
-    assert out["last_source_write_ms"] == 10_400 and out["first_target_write_ms"] == 12_900
-    assert out["target_partitions_written"] == [2] and clock.now >= 2 + ACL.quiet_s
+    assert out.write_window_s == pytest.approx(2.5)
+    assert out.last_source_write_ms == 10_400 and out.first_target_write_ms == 12_900
+    assert out.target_partitions_written == (2,) and clock.now >= 2 + ACL.quiet_s
 
 
 def test_a_write_to_the_source_after_the_quiesce_stops_the_confirm(monkeypatch) -> None:
@@ -211,7 +212,7 @@ def test_a_write_to_the_source_after_the_quiesce_stops_the_confirm(monkeypatch) 
             kafka.ends["orders"][1] = 53
     kafka.on_end_offsets = stray_after_1_s
     with pytest.raises(KafkaOpsError, match=r"3 record\(s\) were written to orders after the quiesce"):
-        migration.confirm_switch(Ctx(), PLAN, {"ends": {"0": 100, "1": 50}}, {"0": 90, "1": 60}, ACL,
+        migration.confirm_switch(Ctx(), PLAN, QUIESCED, {"0": 90, "1": 60}, ACL,
                                  clock=clock, sleep=clock.sleep)
 
 
@@ -219,7 +220,7 @@ def test_no_write_on_the_target_by_the_switch_timeout_stops_the_confirm(monkeypa
     clock = Clock()
     Topics({"orders": {0: 100, 1: 50}, "orders.v2": {0: 90, 1: 60}}).install(monkeypatch)
     with pytest.raises(KafkaOpsError, match="no write reached orders.v2 within 20 s"):
-        migration.confirm_switch(Ctx(), PLAN, {"ends": {"0": 100, "1": 50}}, {"0": 90, "1": 60}, ACL,
+        migration.confirm_switch(Ctx(), PLAN, QUIESCED, {"0": 90, "1": 60}, ACL,
                                  clock=clock, sleep=clock.sleep)
     assert 20 < clock.now <= 22
 
@@ -247,3 +248,31 @@ def test_a_group_still_consuming_at_the_timeout_is_said_so(monkeypatch) -> None:
     Topics({}, groups=[[group("billing", 1, {0: 100, 1: 50})]]).install(monkeypatch)
     states = migration.settle_groups(Ctx(), "orders", {0: 100, 1: 50}, timeout_s=5, clock=clock, sleep=clock.sleep)
     assert states == {"billing": "still active"} and 5 < clock.now <= 7
+
+
+# -- the passes -----------------------------------------------------------------------------------------------
+
+def test_catch_up_passes_then_the_final_pass_are_numbered_on_from_the_backfill(monkeypatch) -> None:
+    """Producers write 30 records during the backfill and 5 during the catch-up pass: one catch-up pass
+    (pass 2, lag 30), then the final pass (pass 3) to the quiesced ends, from where the last pass ended."""
+    kafka = Topics({"orders": {0: 120, 1: 60}, "orders.v2": {0: 80, 1: 70, 2: 20, 3: 10}}).install(monkeypatch)
+    ran: list[tuple[str, bool, tuple]] = []
+
+    def run_pass(plan: BackfillPlan, name: str, verify: bool) -> PassResult:
+        ran.append((name, verify, plan.source_offsets))
+        kafka.ends["orders"][0] += 5 if name == "pass2" else 0
+        return PassResult.from_dict({"run": {"plan": plan.to_dict(), "written": plan.records, "mode": "direct",
+                                             "seconds": 1.5, "slices": 2}, "integrity": {"ok": verify}})
+    ctx = Ctx()
+    policy = migration.LivePolicy(quiesce="manual", catch_up_lag_records=10)
+    caught = migration.catch_up(ctx, PLAN, run_pass, policy, clock=Clock())
+    assert [p.number for p in caught.passes] == [2] and caught.passes[0].lag_before == 30 and caught.lag == 5
+    assert caught.next_pass == 3 and ctx.audit.notes[-1]["catch_up_done"] and ctx.audit.notes[-1]["passes"] == 1
+    assert ctx.audit.notes[0]["catch_up"] == {"pass": 2, "lag_before": 30, "records": 30, "written": 30,
+                                              "mode": "direct", "seconds": 0.0}  # the stored shape pages read
+    final = migration.final_pass(ctx, type(caught).from_dict(caught.to_dict()),  # through XCom
+                                 Quiesced("manual", 1.0, 2.0, {0: 125, 1: 60}), run_pass)
+    assert ran == [("pass2", False, ((0, 100, 120), (1, 50, 60))), ("pass3", True, ((0, 120, 125), (1, 60, 60)))]
+    assert final.written == 5 and final.integrity == {"ok": True} and final.run and final.run.extra == {"slices": 2}
+    assert final.target_ends == {0: 80, 1: 70, 2: 20, 3: 10}
+    assert PassResult.from_dict(final.to_dict()) == final and ctx.audit.notes[-1]["final_pass"]["pass"] == 3

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from kafkaops.platform.recommendations import PartitionRecommendation
+from kafkaops.rekey.records import CapacityAdvice
 from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.rekey.steps import PartitionParams, PartitionPlan, approval_markdown
 
@@ -30,8 +32,9 @@ def steps_of(text: str) -> list[str]:
 
 
 def test_a_live_migration_shows_source_and_target_side_by_side_and_every_step_in_the_dags_order() -> None:
-    advice = {"text": "The capacity review of 2026-11-23 09:40:13 UTC recommends 9 partitions for orders (x); you "
-                      "chose 12: allowed, but it is more than the review's count"}
+    advice = CapacityAdvice(PartitionRecommendation("prod-a", "orders", 9, "x", "r1", 1_795_426_813.0), chosen=12)
+    assert advice.text == ("The capacity review of 2026-11-23 09:40:13 UTC recommends 9 partitions for orders (x); "
+                           "you chose 12: allowed, but it is more than the review's count")
     params = PartitionParams(topic="orders", new_partition_count=12, quiesce="manual", cutover_groups="late.readers")
     text = approval_markdown(migrate_plan(), params, advice)
     assert text.startswith("Migrate **orders** into **orders.v2**: 3 → 12 partitions, keyed by field:customer.")

@@ -7,6 +7,10 @@ from kafkaops.errors import KafkaOpsError
 class PlanInputError(KafkaOpsError):
     """A request the planner cannot read: unknown or duplicate broker ids, partial racks, bad files."""
 
+    final = True
+
 
 class PlanInfeasible(KafkaOpsError):
     """A hard goal (distinct brokers, racks, replication factor) that no assignment can meet."""
+
+    final = True
