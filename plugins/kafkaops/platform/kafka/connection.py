@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
-
 DEFAULT_TIMEOUT_S = 10.0
 
 # librdkafka setting -> kafka-python KafkaAdminClient argument, for the few calls made through it.
