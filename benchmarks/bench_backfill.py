@@ -160,7 +160,7 @@ def spark_on(master: str) -> Iterator[Any]:
         if master == "standalone":
             from kafkaops.testing.spark import standalone_cluster
 
-            cluster = stack.enter_context(standalone_cluster())
+            cluster = stack.enter_context(standalone_cluster(Path(__file__).resolve().parents[1]))
             url = cluster.master_url
             os.environ.pop("PYSPARK_PYTHON", None)  # the local session's interpreter: not on the Workers' hosts
             # its spark-defaults.conf, given here: a second session in this process reads no conf folder

@@ -28,6 +28,7 @@ from kafkaops.platform.paths import JARS
 from kafkaops.testing import deployment, jvm
 from kafkaops.testing.clusters import TEST_BROKER_CONFIG, temporary_cluster
 
+ROOT = Path(__file__).resolve().parents[1]
 DAG = "kafka_scale_out"
 
 
@@ -81,7 +82,7 @@ def main() -> int:
             topics.create_topic(conn, "orders", 6, 3)
         datagen.produce({"bootstrap.servers": spec.bootstrap}, "orders",
                         datagen.DatagenSpec(records=args.mb * 1000, keys=2000, skew="zipf", record_bytes=1000, seed=7))
-        with deployment.deployment(kafka_bootstrap=spec.bootstrap, worker_cache=cache, jars=JARS,
+        with deployment.deployment(checkout=ROOT, kafka_bootstrap=spec.bootstrap, worker_cache=cache, jars=JARS,
                                    dag_ids={DAG}, logs=args.logs) as d:
             st = store.open_store(d.databases["kafkaops"])
             d.api("PATCH", f"/dags/{DAG}", json={"is_paused": False})

@@ -135,7 +135,7 @@ def spark_standalone() -> Iterator[spark.StandaloneSpark]:
     """A Spark standalone Master and two Workers, each its own Unix user (kafkaops.testing.spark), once per
     session."""
     with sessions.stops_early("spark_standalone") as stack:
-        yield stack.enter_context(spark.standalone_cluster())
+        yield stack.enter_context(spark.standalone_cluster(_REPO))
 
 
 @pytest.fixture(scope="session")

@@ -82,7 +82,7 @@ def deployed(deployment_cluster: SpecCluster, artifacts: Path) -> Iterator[harne
     scenarios (test_deployment.py) and the browser walk (test_operator_path.py) share it, and it
     stops when they are done (not at the end of the session, where its idle components would have
     slowed every later test)."""
-    with harness.deployment(kafka_bootstrap=deployment_cluster.bootstrap, worker_cache=deployment_cluster.cache,
+    with harness.deployment(checkout=REPO, kafka_bootstrap=deployment_cluster.bootstrap, worker_cache=deployment_cluster.cache,
                             jars=JARS, dag_ids=DAGS, logs=artifacts / "components") as deployment:
         print(f"\ndeployment up in {deployment.started_in:.0f} s at {deployment.url}")
         yield deployment

@@ -30,7 +30,7 @@ from dockerfile_parse import DockerfileParser
 
 from kafkaops.testing import deployment as harness, postgres
 
-REPO = harness.REPO
+REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yml"
 DOCKERFILE = REPO / "Dockerfile"
 INVENTORY = REPO / "playbooks" / "inventory" / "compose.yml"

@@ -48,7 +48,6 @@ from kafkaops.testing import postgres, watchdog
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[3]  # the checkout (plugins/kafkaops/testing/deployment.py): its wheel is built
 
 # The components, as `airflow <args>`; docker-compose.yml has one service per component with this command.
 COMPONENTS: dict[str, tuple[str, ...]] = {
@@ -221,10 +220,10 @@ def clean_env(venv: Path) -> dict[str, str]:
     return keep
 
 
-def build_wheel(root: Path) -> Path:
-    """The working tree's wheel, built from a copy of it (nothing is written into the checkout)."""
+def build_wheel(root: Path, checkout: Path) -> Path:
+    """The wheel of the working tree ``checkout``, built from a copy of it (nothing is written into it)."""
     source, wheels = root / "source", root / "wheels"
-    shutil.copytree(REPO, source, symlinks=True, ignore=COPY_IGNORE)
+    shutil.copytree(checkout, source, symlinks=True, ignore=COPY_IGNORE)
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels),
                             str(source)], capture_output=True, text=True, timeout=600)
     if built.returncode:
@@ -233,10 +232,11 @@ def build_wheel(root: Path) -> Path:
     return next(wheels.glob("kafkaops-*.whl"))
 
 
-def install_wheel(root: Path) -> Installation:
-    """Install the wheel ``$KAFKAOPS_WHEEL`` names (a release's), else the working tree's, into ``root/venv``."""
+def install_wheel(root: Path, checkout: Path) -> Installation:
+    """Install the wheel ``$KAFKAOPS_WHEEL`` names (a release's), else the working tree ``checkout``'s, into
+    ``root/venv``."""
     venv = root / "venv"
-    wheel = Path(os.environ["KAFKAOPS_WHEEL"]) if os.environ.get("KAFKAOPS_WHEEL") else build_wheel(root)
+    wheel = Path(os.environ["KAFKAOPS_WHEEL"]) if os.environ.get("KAFKAOPS_WHEEL") else build_wheel(root, checkout)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                capture_output=True, text=True, check=True).stdout.strip())
@@ -422,10 +422,11 @@ class Deployment:
 
 
 @contextmanager
-def deployment(*, kafka_bootstrap: str, worker_cache: Path, jars: Path, dag_ids: set[str],
+def deployment(*, checkout: Path, kafka_bootstrap: str, worker_cache: Path, jars: Path, dag_ids: set[str],
                logs: Path | None = None) -> Iterator[Deployment]:
     """Everything of the module docstring, up and healthy, for the ``with`` block; all of it stopped after.
-    Each component's output goes to ``<logs>/<component>.log`` (default: a folder removed at the end)."""
+    The wheel is the working tree ``checkout``'s (unless ``$KAFKAOPS_WHEEL`` names one). Each component's
+    output goes to ``<logs>/<component>.log`` (default: a folder removed at the end)."""
     root = Path(tempfile.mkdtemp(prefix="kafkaops-deploy-"))
     logs = logs or root / "logs"
     began = time.monotonic()
@@ -436,7 +437,7 @@ def deployment(*, kafka_bootstrap: str, worker_cache: Path, jars: Path, dag_ids:
         stack.callback(shutil.rmtree, root, ignore_errors=True)
         databases = stack.enter_context(postgres_databases("airflow", "kafkaops"))
         redis_url = stack.enter_context(redis_server(root / "redis"))
-        installation = install_wheel(root)
+        installation = install_wheel(root, checkout)
         port = _free_port()
         url = f"http://127.0.0.1:{port}"
         passwords = {user: secrets.token_urlsafe(12) for user in USERS}

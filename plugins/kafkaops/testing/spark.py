@@ -51,10 +51,6 @@ def worker_users() -> tuple[str, ...]:
     """This run's Workers' users (at most 22 characters, within Unix's 32)."""
     return tuple(f"{USER_PREFIX}{n + 1}-{run_suffix()}" for n in range(WORKER_COUNT))
 
-
-REPO = Path(__file__).resolve().parents[3]  # the checkout (plugins/kafkaops/testing/spark.py)
-#: Not visible to the Workers: the checkout (its venv, jars and caches with it), wherever it is cloned.
-HIDDEN = str(REPO)
 #: This venv's packages (pyarrow, ...), which the executors' Python workers need on their hosts.
 SITE_PACKAGES = sysconfig.get_paths()["purelib"]
 START_TIMEOUT_S = 120.0
@@ -152,9 +148,10 @@ def left_processes(users: tuple[str, ...]) -> dict[str, list[str]]:
 
 
 @contextmanager
-def standalone_cluster() -> Iterator[StandaloneSpark]:
+def standalone_cluster(checkout: Path) -> Iterator[StandaloneSpark]:
     """A Master and two Workers on 127.0.0.1 (module docstring), stopped when the block ends (the
-    session fixture ``spark_standalone`` of tests/conftest.py: after its last test)."""
+    session fixture ``spark_standalone`` of tests/conftest.py: after its last test). ``checkout``, the
+    repository the caller runs from (its venv, jars and caches with it), is not visible to the Workers."""
     java_home = _java_home()
     spark_home = Path(pyspark.__file__).parent
     isolated = os.geteuid() == 0 and shutil.which("unshare") is not None
@@ -220,7 +217,7 @@ def standalone_cluster() -> Iterator[StandaloneSpark]:
                           f'mount --bind -o remount,ro,bind "{visible_home}" && '
                           f'mount --bind -o ro "{SITE_PACKAGES}" "{visible_site}" && '
                           f'mount --bind -o remount,ro,bind "{visible_site}" && '
-                          f'mount -t tmpfs -o mode=0755,size=1m kafkaops-hidden {HIDDEN} && '
+                          f'mount -t tmpfs -o mode=0755,size=1m kafkaops-hidden {checkout} && '
                           f'cd "{visible_home}" && exec setpriv --reuid={user.pw_uid} --regid={user.pw_gid} '
                           f'--init-groups "$@"')
                 command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "worker", *worker]

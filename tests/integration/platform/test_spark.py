@@ -21,11 +21,13 @@ from kafkaops.model import Cluster
 from kafkaops.platform import spark
 from kafkaops.platform.kafka import connection, records, topics
 from kafkaops.rekey.backfill import LINEAGE_HEADER, BackfillPlan
-from kafkaops.testing.spark import HIDDEN, StandaloneSpark
+from kafkaops.testing.spark import StandaloneSpark
 
 pytestmark = pytest.mark.integration
 
 CONN_ID = "spark_standalone"
+#: What the Workers must not see: the checkout (the session's cluster hides it, tests/conftest.py).
+HIDDEN = str(Path(__file__).resolve().parents[3])
 
 
 @pytest.fixture
