@@ -30,6 +30,7 @@ from results import publish  # noqa: E402
 from kafkaops.cli import datagen  # noqa: E402
 from kafkaops.platform import admin, provision, state, store  # noqa: E402
 from kafkaops.platform.paths import JARS  # noqa: E402
+from kafkaops.reassign import records as reassign_records  # noqa: E402
 from tests.conftest import TEST_BROKER_CONFIG  # noqa: E402
 from tests.deployment import harness  # noqa: E402
 
@@ -46,7 +47,7 @@ def breakdown(d: harness.Deployment, st: store.Store, run_id: str) -> dict[str, 
     run = d.api("GET", path)
     tis = d.api("GET", f"{path}/taskInstances", params={"limit": 100})["task_instances"]
     wall = seconds(run["end_date"]) - seconds(run["start_date"])
-    record = state.AuditLog(DAG, run_id, store=st).summary()
+    record = reassign_records.summarize(state.AuditLog(DAG, run_id, store=st).events())
     moving = sum((b.get("ended_at") or b["ts"]) - b["ts"] for b in record["batches"])
     spans = {t["task_id"]: (seconds(t["start_date"]), seconds(t["end_date"])) for t in tis
              if t["start_date"] and t["end_date"]}

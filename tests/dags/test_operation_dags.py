@@ -15,6 +15,7 @@ from kafkaops.platform import admin
 from kafkaops.platform import state, store
 from kafkaops.cli import datagen
 from kafkaops.reassign import engine
+from kafkaops.reassign import records as reassign_records
 from kafkaops.platform import provision
 from tests.conftest import TEST_BROKER_CONFIG, wait_for
 from tests.conftest import run_dag
@@ -41,7 +42,7 @@ def cluster(airflow_db) -> Iterator[tuple[provision.ClusterSpec, Path]]:
 
 def run(dagbag, dag_id: str, **conf):
     dag_run = run_dag(dagbag, dag_id, **conf)
-    record = state.AuditLog.for_run(dag_id, dag_run.run_id).summary()
+    record = reassign_records.summarize(state.AuditLog.for_run(dag_id, dag_run.run_id).events())
     return dag_run, record
 
 
