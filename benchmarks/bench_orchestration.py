@@ -25,6 +25,7 @@ from kafkaops.cli import datagen
 from kafkaops.platform import state, store
 from kafkaops.platform.kafka import connection, topics
 from kafkaops.platform.paths import JARS
+from kafkaops.reassign import records as reassign_records
 from kafkaops.testing import deployment, jvm
 from kafkaops.testing.clusters import TEST_BROKER_CONFIG, temporary_cluster
 
@@ -42,7 +43,7 @@ def breakdown(d: deployment.Deployment, st: store.Store, run_id: str) -> dict[st
     run = d.api("GET", path)
     tis = d.api("GET", f"{path}/taskInstances", params={"limit": 100})["task_instances"]
     wall = seconds(run["end_date"]) - seconds(run["start_date"])
-    record = state.AuditLog(DAG, run_id, store=st).summary()
+    record = reassign_records.summarize(state.AuditLog(DAG, run_id, store=st).events())
     moving = sum((b.get("ended_at") or b["ts"]) - b["ts"] for b in record["batches"])
     spans = {t["task_id"]: (seconds(t["start_date"]), seconds(t["end_date"])) for t in tis
              if t["start_date"] and t["end_date"]}

@@ -16,6 +16,7 @@ from kafkaops.testing import clusters
 from kafkaops.platform import state, store
 from kafkaops.cli import datagen
 from kafkaops.reassign import engine
+from kafkaops.reassign import records as reassign_records
 from kafkaops.platform import provision
 from kafkaops.testing.clusters import TEST_BROKER_CONFIG
 from tests.conftest import wait_for
@@ -43,7 +44,7 @@ def cluster(airflow_db) -> Iterator[tuple[provision.ClusterSpec, Path]]:
 
 def run(dagbag, dag_id: str, **conf):
     dag_run = run_dag(dagbag, dag_id, **conf)
-    record = state.AuditLog.for_run(dag_id, dag_run.run_id).summary()
+    record = reassign_records.summarize(state.AuditLog.for_run(dag_id, dag_run.run_id).events())
     return dag_run, record
 
 

@@ -175,93 +175,107 @@ def operation_dag(dag_id: str, *, description: str, params: Mapping[str, Param],
                doc_md=doc_md, render_template_as_native_obj=True)
 
 
+def kind_of(context: Any, kind: str | None) -> str:
+    """The run's kind of operation: the DAG's own, or (``kind`` None) its ``operation`` param's."""
+    return kind or context["params"]["operation"]
+
+
+def run_step(kind: str | None, name: str, step: Any, *args: Any) -> Any:
+    """Run ``step(ctx, *args)`` of kafkaops.reassign.steps as this task, recorded in the audit."""
+    context = get_current_context()
+    ctx = context_of(context, kind_of(context, kind))
+    with recorded(ctx, name):
+        return step(ctx, *args)
+
+
+# Each task returns its dict as one XCom (multiple_outputs=False): for a dict return type Airflow
+# would also push each key as an XCom of its own, a call to the api-server per key, none read.
+# ``kind``: the DAG's kind of operation, None when its ``operation`` param chooses.
+
+@task(multiple_outputs=False)
+def begin(kind: str | None) -> dict[str, Any]:
+    context = get_current_context()
+    ctx = context_of(context, kind_of(context, kind))
+    return lifecycle.begin(ctx, dict(context["params"]), checks=ssh_checks(context, ctx.params))
+
+
+@task(show_return_value_in_logs=False, multiple_outputs=False)  # a whole snapshot; the step logs a summary line
+def preflight_gate(kind: str | None) -> dict[str, Any]:
+    return run_step(kind, "preflight_gate", lifecycle.preflight)
+
+
+@task(show_return_value_in_logs=False, multiple_outputs=False)  # the plan with its cluster; make_plan logs its summary
+def plan(kind: str | None, before: dict[str, Any], provisioned: Any = None) -> dict[str, Any]:
+    """The plan, then its gate: the approval shows a plan that passed it."""
+    context = get_current_context()
+    ctx = context_of(context, kind_of(context, kind))
+    new = (provisioned or {}).get("new_brokers", []) if isinstance(provisioned, dict) else []
+    with recorded(ctx, "plan"):
+        planned = steps.make_plan(ctx, before, new)
+    with recorded(ctx, "plan_gate"):
+        steps.plan_gate(ctx, planned)
+    return planned
+
+
+@task(multiple_outputs=False)
+def provision(kind: str | None) -> dict[str, Any]:
+    """The new brokers through the role, then the wait until the controller registers them."""
+    context = get_current_context()
+    ctx = context_of(context, kind_of(context, kind))
+    if ctx.params.dry_run:
+        raise AirflowSkipException("dry run: no broker is provisioned; the plan uses the brokers it would add")
+    with recorded(ctx, "provision"):
+        result = steps.provision_brokers(ctx, ssh=ssh_login(context))
+    ids = [b["id"] for b in result["new_brokers"]]
+    ctx.step("wait_until_registered", "started", brokers=ids)
+    try:
+        registered = steps.wait_until_registered(ctx, result["new_brokers"])
+    except Exception as err:
+        ctx.step("wait_until_registered", "failed", error=f"{type(err).__name__}: {err}"[:2000])
+        raise
+    ctx.step("wait_until_registered", "success", registered=registered)
+    return result
+
+
+@task(multiple_outputs=False)
+def post_move_gate(kind: str | None, plan_data: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    return run_step(kind, "post_move_gate", steps.post_move_gate, plan_data, before)
+
+
+@task(multiple_outputs=False)
+def stop_drained(kind: str | None) -> dict[str, Any]:
+    context = get_current_context()
+    ctx = context_of(context, kind_of(context, kind))
+    with recorded(ctx, "stop_drained"):
+        return steps.stop_drained(ctx, ssh_login(context) if ctx.params.stops_brokers else None)
+
+
+@task(multiple_outputs=False)
+def finish(kind: str | None, started: dict[str, Any]) -> dict[str, Any]:
+    """Remove the throttles still set (a worker died inside execute_batches), then record the
+    outcome and release the lock. A removal that fails is in the record and fails the outcome."""
+    context = get_current_context()
+    ctx = context_of(context, kind_of(context, kind))
+    try:
+        unthrottle(ctx)
+    except Exception as err:  # recorded as the failed step remove_throttles; the lock must still go
+        log.error("throttles left after the run: %s", err)
+    return lifecycle.finish(ctx, (started or {}).get("cluster_id"), failed_tasks=failed_tasks(context))
+
+
 def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extra_params: Mapping[str, Param],
                         tags: list[str], doc_md: str) -> DAG:
     """A DAG running one kafkaops operation. ``kind`` None: the ``operation`` param chooses it."""
     params = {**COMMON_PARAMS, **extra_params}
-
-    def kind_of(context: Any) -> str:
-        return kind or context["params"]["operation"]
-
-    def run_step(name: str, step: Any, *args: Any) -> Any:
-        """Run ``step(ctx, *args)`` of kafkaops.reassign.steps as this task, recorded in the audit."""
-        context = get_current_context()
-        ctx = context_of(context, kind_of(context))
-        with recorded(ctx, name):
-            return step(ctx, *args)
-
     with operation_dag(dag_id, description=description, params=params, tags=tags, doc_md=doc_md) as dag:
-        # Each task returns its dict as one XCom (multiple_outputs=False): for a dict return type Airflow
-        # would also push each key as an XCom of its own, a call to the api-server per key, none read.
-
-        @task(multiple_outputs=False)
-        def begin() -> dict[str, Any]:
-            context = get_current_context()
-            ctx = context_of(context, kind_of(context))
-            return lifecycle.begin(ctx, dict(context["params"]), checks=ssh_checks(context, ctx.params))
-
-        @task(show_return_value_in_logs=False, multiple_outputs=False)  # a whole snapshot; the step logs a summary line
-        def preflight_gate() -> dict[str, Any]:
-            return run_step("preflight_gate", lifecycle.preflight)
-
-        @task(show_return_value_in_logs=False, multiple_outputs=False)  # the plan with its cluster; make_plan logs its summary
-        def plan(before: dict[str, Any], provisioned: Any = None) -> dict[str, Any]:
-            """The plan, then its gate: the approval shows a plan that passed it."""
-            context = get_current_context()
-            ctx = context_of(context, kind_of(context))
-            new = (provisioned or {}).get("new_brokers", []) if isinstance(provisioned, dict) else []
-            with recorded(ctx, "plan"):
-                planned = steps.make_plan(ctx, before, new)
-            with recorded(ctx, "plan_gate"):
-                steps.plan_gate(ctx, planned)
-            return planned
-
-        @task(multiple_outputs=False)
-        def post_move_gate(plan_data: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
-            return run_step("post_move_gate", steps.post_move_gate, plan_data, before)
-
-        @task(multiple_outputs=False)
-        def finish(started: dict[str, Any]) -> dict[str, Any]:
-            """Remove the throttles still set (a worker died inside execute_batches), then record the
-            outcome and release the lock. A removal that fails is in the record and fails the outcome."""
-            context = get_current_context()
-            ctx = context_of(context, kind_of(context))
-            try:
-                unthrottle(ctx)
-            except Exception as err:  # recorded as the failed step remove_throttles; the lock must still go
-                log.error("throttles left after the run: %s", err)
-            return lifecycle.finish(ctx, (started or {}).get("cluster_id"), failed_tasks=failed_tasks(context))
-
-        started = begin.override(**RETRIED)()
-        before = preflight_gate.override(**RETRIED)()
+        started = begin.override(**RETRIED)(kind)
+        before = preflight_gate.override(**RETRIED)(kind)
         started >> before
-
         provisioned = None
         if kind == "scale_out":
-            @task(multiple_outputs=False)
-            def provision() -> dict[str, Any]:
-                """The new brokers through the role, then the wait until the controller registers them."""
-                context = get_current_context()
-                ctx = context_of(context, kind_of(context))
-                if ctx.params.dry_run:
-                    raise AirflowSkipException("dry run: no broker is provisioned; the plan uses the brokers "
-                                               "it would add")
-                with recorded(ctx, "provision"):
-                    result = steps.provision_brokers(ctx, ssh=ssh_login(context))
-                ids = [b["id"] for b in result["new_brokers"]]
-                ctx.step("wait_until_registered", "started", brokers=ids)
-                try:
-                    registered = steps.wait_until_registered(ctx, result["new_brokers"])
-                except Exception as err:
-                    ctx.step("wait_until_registered", "failed", error=f"{type(err).__name__}: {err}"[:2000])
-                    raise
-                ctx.step("wait_until_registered", "success", registered=registered)
-                return result
-
-            provisioned = provision.override(**RETRIED)()
+            provisioned = provision.override(**RETRIED)(kind)
             before >> provisioned
-
-        planned = plan.override(trigger_rule="none_failed")(before, provisioned)
+        planned = plan.override(trigger_rule="none_failed")(kind, before, provisioned)
         approval = KafkaOpsApprovalOperator(
             task_id="approval", kind=kind or "rebalance", subject=f"Approve the kafkaops {kind or 'reassignment'} plan",
             body="{{ ti.xcom_pull(task_ids='plan')['approval'] }}", response_timeout=dt.timedelta(hours=24))
@@ -270,19 +284,12 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
         executed = ReassignmentBatchesOperator(task_id="execute_batches", kind=kind or "rebalance",
                                                plan_data=planned, before=before, **RETRIED)
         approval >> executed
-        post = post_move_gate.override(**RETRIED)(planned, before)
+        post = post_move_gate.override(**RETRIED)(kind, planned, before)
         executed >> post
         last = post
         if kind != "scale_out":
-            @task(multiple_outputs=False)
-            def stop_drained() -> dict[str, Any]:
-                context = get_current_context()
-                ctx = context_of(context, kind_of(context))
-                with recorded(ctx, "stop_drained"):
-                    return steps.stop_drained(ctx, ssh_login(context) if ctx.params.stops_brokers else None)
-
-            last = stop_drained.override(**RETRIED)()
+            last = stop_drained.override(**RETRIED)(kind)
             post >> last
-        done = finish.override(**RETRIED)(started)
+        done = finish.override(**RETRIED)(kind, started)
         last >> done.as_teardown(setups=started)
     return dag

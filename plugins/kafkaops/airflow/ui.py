@@ -33,6 +33,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from kafkaops.airflow.hooks import kafkaops_store
 from kafkaops.airflow.pages import render_message, render_record, render_record_list
 from kafkaops.platform import state
+from kafkaops.reassign import records as reassign_records
 from kafkaops.platform.store import Store, StoreError
 
 CAPACITY_DAG_ID = "kafka_capacity_review"
@@ -70,7 +71,7 @@ def read_artifact_dag(path: str, request: Request, user: GetUserDep) -> None:
 
 
 def _record(store: Store, dag_id: str, run_id: str) -> dict[str, Any]:
-    record = state.read_record(dag_id, run_id, store=store)
+    record = state.read_record(dag_id, run_id, store=store, folds=(reassign_records.fold_record,))
     if record is None:
         raise HTTPException(404, f"no kafkaops record for run {run_id} of DAG {dag_id} yet: the run has not "
                                  "reached its first kafkaops step, or it is not a kafkaops operation. Its task logs "

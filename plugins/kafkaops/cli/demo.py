@@ -39,6 +39,7 @@ from kafkaops.platform.partitioner import partition_for
 from kafkaops.platform.paths import CACHE
 from kafkaops.platform.render import (BROKER_COLUMNS, PARTITION_COLUMNS, broker_rows, cluster_headline, duration,
                                      human_bytes, partition_rows, render_snapshot, table)
+from kafkaops.reassign import records as reassign_records
 from kafkaops.reassign import steps
 from kafkaops.resources import dags_folder
 
@@ -302,7 +303,7 @@ def _run_dag(dag_id: str, conf: Mapping[str, Any], *, env: Mapping[str, str], ou
     if story.run_id is None:
         raise KafkaOpsError(f"{dag_id} exited with {child.returncode} before its run reached the kafkaops store; "
                             f"see {out.name}")
-    record = state.read_record(dag_id, story.run_id) or {}
+    record = state.read_record(dag_id, story.run_id, folds=(reassign_records.fold_record,)) or {}
     record["exit_code"] = child.returncode
     return record
 

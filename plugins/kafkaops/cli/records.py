@@ -10,6 +10,7 @@ from typing import Any
 from kafkaops.cli.options import add_store, open_store, positive
 from kafkaops.errors import NotFound
 from kafkaops.platform import render, state
+from kafkaops.reassign import records as reassign_records
 
 LIST_COLUMNS = ("DAG", "run", "kind", "cluster", "triggered by", "state", "outcome", "started", "ended", "took")
 
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(render.table(LIST_COLUMNS, [_list_row(op) for op in operations]))
         return 0
-    record = state.read_record(args.dag, args.run, store=store)
+    record = state.read_record(args.dag, args.run, store=store, folds=(reassign_records.fold_record,))
     if record is None:
         raise NotFound(f"no kafkaops record for run {args.run} of DAG {args.dag} in the store {store.where}; list the "
                        f"runs: python -m kafkaops records list --dag {args.dag}")

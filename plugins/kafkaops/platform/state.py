@@ -2,23 +2,22 @@
 
 Each step appends an event to the run's trail in the kafkaops store (:mod:`kafkaops.platform.store`)
 as it happens, with the task and try that wrote it, so a crash leaves a partial record rather than
-none, and every Airflow component reads the same record. :func:`summarize` folds the events into
-the record: who ran what with which params, the cluster before and after, the plan, steps with
-timings, batches, throttles set and removed, gate results, the outcome.
+none, and every Airflow component reads the same record. :func:`summarize` folds the generic events
+into the record: who ran what with which params, the cluster before and after, the plan, steps with
+timings, gate results, notes, the outcome; a capability folds its own events (a reassignment's
+batches and throttles: :mod:`kafkaops.reassign.records`), given to :func:`read_record` as ``folds``.
 
 A step is one row however often it ran: a retry (or a task resumed after deferral) that records
 "started" again replaces the row, ``tries`` counts the Airflow tries seen and ``earlier`` keeps how
-each earlier try ended. A batch is "submitted" until its end is known: "done" once a later batch is
-submitted or the step that submitted it succeeds, "failed" when that step fails (a retry that then
-completes it makes it "done"), "unfinished" when the run ended without either.
+each earlier try ended.
 
 A re-run of the same DAG run (its ``begin`` runs again) starts a new attempt: the record then shows
-that attempt's steps, approval and outcome; the earlier attempts' cluster changes (batches,
-throttles, notes) stay listed, since they happened.
+that attempt's steps, approval and outcome; the earlier attempts' notes (and a capability's cluster
+changes) stay listed, since they happened.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, Self, TypeVar
 
@@ -114,14 +113,14 @@ def read_notes(notes: Iterable[Mapping[str, Any]], kind: type[N]) -> list[N]:
 
 
 def summarize(events: Iterable[AuditEvent]) -> dict[str, Any]:
-    """Fold events into the operation record (pure). A ``started`` event opens a new attempt."""
+    """Fold the generic events into the operation record (pure): started, snapshot, plan, step, gate,
+    approval, note, outcome. A ``started`` event opens a new attempt. A capability's own events
+    (a reassignment's batches and throttles) are folded by its ``records`` module."""
     record: dict[str, Any] = {"operation": None, "triggered_by": None, "params": {}, "before": None, "after": None,
-                              "plan": None, "steps": [], "batches": [], "throttles_set": [],
-                              "throttles_removed": [], "gates": [], "approval": None, "notes": [],
+                              "plan": None, "steps": [], "gates": [], "approval": None, "notes": [],
                               "outcome": "running", "started_at": None, "ended_at": None, "attempt": 0}
     open_steps: dict[str, dict[str, Any]] = {}
     tries_seen: dict[str, list[int | None]] = {}  # per step, the Airflow try numbers that started it
-    unsettled: list[dict[str, Any]] = []  # batches whose end is not known yet
     for e in events:
         d = dict(e.data)
         if e.kind == "started":
@@ -138,17 +137,8 @@ def summarize(events: Iterable[AuditEvent]) -> dict[str, Any]:
             record["plan"] = d
         elif e.kind == "step":
             _fold_step(record, open_steps, tries_seen, e, d)
-            _settle_batches(unsettled, e, d)
-        elif e.kind == "batch":
-            _settle(unsettled, "done", e.ts)  # a batch is submitted only when the previous one has moved
-            batch = {"ts": e.ts, "status": "submitted", **d, "step": _owner(open_steps, e)}
-            record["batches"].append(batch)
-            if batch["status"] == "submitted":
-                unsettled.append(batch)
-        elif e.kind in ("throttle_set", "throttle_removed", "gate"):
-            key = {"throttle_set": "throttles_set", "throttle_removed": "throttles_removed",
-                   "gate": "gates"}[e.kind]
-            record[key].append({"ts": e.ts, **d})
+        elif e.kind == "gate":
+            record["gates"].append({"ts": e.ts, **d})
         elif e.kind == "approval":
             record["approval"] = {"ts": e.ts, **d}
         elif e.kind == "note":
@@ -156,37 +146,9 @@ def summarize(events: Iterable[AuditEvent]) -> dict[str, Any]:
         elif e.kind == "outcome":
             record["outcome"] = d.get("outcome")
             record["ended_at"] = e.ts
-            if d.get("outcome") != "success":
-                _settle([b for b in unsettled if b["status"] == "submitted"], "unfinished", None)
             if d.get("reason"):
                 record["outcome_reason"] = d["reason"]
     return record
-
-
-def _settle(batches: list[dict[str, Any]], status: str, ts: float | None) -> None:
-    for batch in batches:
-        batch.update(status=status, ended_at=ts)
-    if status == "done":
-        batches.clear()
-
-
-def _owner(open_steps: Mapping[str, Any], e: AuditEvent) -> str:
-    """The step that submitted a batch: its task's step, else the last step still open."""
-    if e.task_id in open_steps:
-        return str(e.task_id)
-    return next(reversed(open_steps), None) or e.task_id or "execute_batches"
-
-
-def _settle_batches(unsettled: list[dict[str, Any]], e: AuditEvent, d: dict[str, Any]) -> None:
-    """The end of the step that submitted the unsettled batches is theirs too."""
-    status = d.get("status")
-    if status not in ("success", "failed"):
-        return
-    mine = [b for b in unsettled if b.get("step") == d["name"]]
-    if mine:
-        _settle(mine, "done" if status == "success" else "failed", e.ts)
-        if status == "success":
-            unsettled[:] = [b for b in unsettled if b not in mine]
 
 
 def _fold_step(record: dict[str, Any], open_steps: dict[str, dict[str, Any]],
@@ -235,15 +197,23 @@ def list_records(dag_id: str | None = None, *, store: store_.Store | None = None
     return (store or store_.current()).list_operations(dag_id, limit=limit, dag_ids=dag_ids)
 
 
-def read_record(dag_id: str, run_id: str, *, store: store_.Store | None = None) -> dict[str, Any] | None:
-    """The record of one run as pages and the CLI show it: its events folded (:func:`summarize`)
-    with its operations row (``kind``, ``cluster_id``, ``state``); None when the store holds neither."""
+Fold = Callable[[list[AuditEvent]], Mapping[str, Any]]
+"""A capability's fold of its own events into record keys (e.g. ``kafkaops.reassign.records.fold_record``)."""
+
+
+def read_record(dag_id: str, run_id: str, *, store: store_.Store | None = None, folds: Sequence[Fold] = ()
+                ) -> dict[str, Any] | None:
+    """The record of one run as pages and the CLI show it: its events folded (:func:`summarize`, then
+    each of ``folds``) with its operations row (``kind``, ``cluster_id``, ``state``); None when the
+    store holds neither."""
     log = AuditLog(dag_id, run_id, store=store)
     row = log.store.operation(dag_id, run_id)
     events = log.events()
     if row is None and not events:
         return None
     record = summarize(events)
+    for fold in folds:
+        record.update(fold(events))
     record.update(dag_id=dag_id, run_id=run_id, kind=None, cluster_id=None, state=None)
     if row is not None:
         record.update(kind=row["kind"], cluster_id=row["cluster_id"], state=row["state"])

@@ -21,11 +21,11 @@ from typing import Any
 
 from kafkaops.platform.kafka import connection, metadata, reassignments
 from kafkaops.reassign import approval, engine
-from kafkaops.platform import lifecycle
+from kafkaops.platform import lifecycle, state
 from kafkaops.platform import params as form
 from kafkaops.platform.lifecycle import APPROVAL_MODES, OperationContext
 from kafkaops.platform import provision
-from kafkaops.reassign import verify
+from kafkaops.reassign import records, verify
 from kafkaops.errors import ConfigError, KafkaOpsError, ProvisionError
 from kafkaops.model import Broker, Cluster, TopicPartition
 from kafkaops.reassign.planner import plan_drain, plan_rebalance, plan_scale_out
@@ -294,8 +294,9 @@ def set_throttles(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[s
             record = engine.plan_throttles(conn, engine.moves_for(before, desired),
                                            ledger=ctx.store.throttle_ledger(cluster_id))
             ctx.fence("set throttles")
-            ctx.audit.append("throttle_set", brokers=list(record.brokers), topics=list(record.topics),
-                             rate=ctx.params.throttle_bytes_per_s, record=record.to_dict())
+            ctx.audit.append("throttle_set", **records.ThrottleSet(record.brokers, record.topics,
+                                                                   ctx.params.throttle_bytes_per_s,
+                                                                   record.to_dict()).to_dict())
         engine.set_throttles(conn, record, ctx.params.throttle_bytes_per_s)
     return record.to_dict()
 
@@ -303,13 +304,9 @@ def set_throttles(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[s
 def throttles_in_place(ctx: OperationContext) -> dict[str, Any] | None:
     """The throttle record this attempt of the run set and has not removed since (from the audit),
     else None: what a removal must undo, whichever task or try set it."""
-    record = ctx.audit.summary()
-    since = record["started_at"] or 0
-    set_ = [t for t in record["throttles_set"] if t["ts"] >= since]
-    removed = [t for t in record["throttles_removed"] if t["ts"] >= since]
-    if not set_ or (removed and removed[-1]["ts"] >= set_[-1]["ts"]):
-        return None
-    return set_[-1].get("record")
+    events = ctx.audit.events()
+    in_place = records.fold(events).throttles_in_place(state.summarize(events)["started_at"] or 0)
+    return None if in_place is None else dict(in_place.record) or None
 
 
 def remove_throttles(ctx: OperationContext, record: Mapping[str, Any] | None, plan_data: Mapping[str, Any] | None
@@ -331,8 +328,8 @@ def remove_throttles(ctx: OperationContext, record: Mapping[str, Any] | None, pl
         raise
     finally:
         if removal is not None:
-            ctx.audit.append("throttle_removed", brokers=list(removal.brokers), topics=list(removal.topics),
-                             left=removal.left)
+            ctx.audit.append("throttle_removed", **records.ThrottleRemoved(removal.brokers, removal.topics,
+                                                                           removal.left).to_dict())
     return {"brokers": list(removal.brokers), "topics": list(removal.topics)}
 
 
@@ -347,7 +344,7 @@ def next_batch(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str,
         # mid-move, which observing would refuse as a broker that is not registered
         waiting = sorted(reassignments.list_partition_reassignments(conn, list(desired)))
         if not waiting:
-            submitted = len(ctx.audit.summary()["batches"])
+            submitted = len(records.fold(ctx.audit.events()).batches)
             seen = engine.observe(conn, desired, submitted=submitted)
             waiting = sorted(m.key for m in seen.resumed)
             batch = None if waiting else engine.next_batch(seen, max_moves_per_broker=p.max_moves_per_broker,
@@ -361,8 +358,9 @@ def next_batch(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str,
     if batch is None:
         return {"wait_for": [], "submitted": [], "remaining_batches": 0}
     keys = [list(k) for k in batch.keys]
-    ctx.audit.append("batch", index=batch.index, partitions=len(keys), bytes=batch.bytes, keys=keys,
-                     status="submitted", remaining=batch.of - batch.index)
+    ctx.audit.append("batch", **records.BatchSubmitted(batch.index, len(keys), batch.bytes,
+                                                       tuple((str(t), int(p)) for t, p in keys),
+                                                       batch.of - batch.index).to_dict())
     return {"wait_for": keys, "submitted": keys, "remaining_batches": batch.of - batch.index}
 
 

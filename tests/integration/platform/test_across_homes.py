@@ -141,5 +141,6 @@ def test_a_failing_middle_step_gives_failed_releases_the_lock_and_leaves_no_thro
 
 def store_record(st: store.Store, run_id: str) -> dict[str, Any]:
     from kafkaops.platform import state
+    from kafkaops.reassign import records
 
-    return state.AuditLog(DAG, run_id, store=st).summary()
+    return records.summarize(state.AuditLog(DAG, run_id, store=st).events())

@@ -12,6 +12,7 @@ from kafkaops.airflow.pages import TEMPLATES, render_message, render_record, ren
 from kafkaops.model import Broker
 from kafkaops.platform.state import AuditEvent, summarize
 from kafkaops.reassign.planner import plan_scale_out
+from kafkaops.reassign.records import summarize as reassignment_record
 from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.rekey.records import (Action, ActionNote, BackfillRun, CatchUpNote, FinalPassNote, GroupTranslation,
                                     PassRow, Quiesced, QuiescedNote, RunNote, SwitchDecision, SwitchObserved,
@@ -62,7 +63,7 @@ def scale_out_events(**started: object) -> list[tuple[str, dict]]:
 
 
 def a_record(**started: object) -> dict:
-    return summarize(events_of(scale_out_events(**started)))
+    return reassignment_record(events_of(scale_out_events(**started)))
 
 
 def text_of(page: str) -> str:

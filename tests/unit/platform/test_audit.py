@@ -29,24 +29,24 @@ def test_record_folds_events_into_steps_gates_and_outcome(local_store) -> None:
         ("plan", "success", 3, 1)]
     assert record["steps"][0]["seconds"] >= 0
     assert record["gates"][0]["gate"] == "plan"
-    assert record["throttles_set"][0]["brokers"] == record["throttles_removed"][0]["brokers"]
+    assert "throttles_set" not in record and "batches" not in record  # the reassignment's fold (reassign.records)
     assert record["outcome"] == "success"
     assert [r["run_id"] for r in list_records("kafka_scale_out")] == ["r1"]
     assert {e.task_id for e in log.events()} == {"plan"}
 
 
+def rerun_events() -> list[AuditEvent]:
+    """A run whose first attempt submitted a batch and failed, then re-run (its ``begin`` again)."""
+    return [AuditEvent(1, "started", {"operation": "x"}), AuditEvent(2, "step", {"name": "plan", "status": "failed",
+                                                                                 "error": "boom"}),
+            AuditEvent(3, "batch", {"index": 1}), AuditEvent(4, "outcome", {"outcome": "failed", "reason": "boom"}),
+            AuditEvent(5, "started", {"operation": "x"}), AuditEvent(6, "step", {"name": "plan", "status": "started"})]
+
+
 def test_a_rerun_shows_its_own_attempt_not_the_previous_outcome() -> None:
-    events = [AuditEvent(1, "started", {"operation": "x"}), AuditEvent(2, "step", {"name": "plan", "status": "failed",
-                                                                                   "error": "boom"}),
-              AuditEvent(3, "batch", {"index": 1}), AuditEvent(4, "outcome", {"outcome": "failed", "reason": "boom"}),
-              AuditEvent(5, "started", {"operation": "x"}), AuditEvent(6, "step", {"name": "plan",
-                                                                                    "status": "started"})]
-    record = summarize(events)
+    record = summarize(rerun_events())
     assert record["outcome"] == "running" and record["ended_at"] is None and "outcome_reason" not in record
     assert record["attempt"] == 2 and [(s["name"], s["status"]) for s in record["steps"]] == [("plan", "running")]
-    # what the first attempt did to the cluster stays listed; it never saw the batch end
-    assert record["batches"] == [{"ts": 3, "index": 1, "step": "execute_batches", "status": "unfinished",
-                                  "ended_at": None}]
 
 
 def test_a_retried_step_is_one_row_counting_its_tries() -> None:
@@ -70,32 +70,6 @@ def test_a_step_started_again_in_the_same_try_is_one_try_and_earlier_tries_say_h
     assert [(s["name"], s["status"], s["tries"], s["earlier"]) for s in record["steps"]] == [
         (wait, "success", 1, []), ("plan", "success", 2, ["try 1: failed: timeout"])]
     assert record["steps"][0]["seconds"] == 6
-
-
-def batch(ts: float, index: int, remaining: int) -> AuditEvent:
-    return AuditEvent(ts, "batch", {"index": index, "partitions": 2, "bytes": 10, "status": "submitted",
-                                    "remaining": remaining}, "execute_batches", 1)
-
-
-def step(ts: float, status: str, try_number: int = 1) -> AuditEvent:
-    return AuditEvent(ts, "step", {"name": "execute_batches", "status": status}, "execute_batches", try_number)
-
-
-def test_a_batch_is_done_when_the_next_is_submitted_or_its_step_succeeds() -> None:
-    events = [step(1, "started"), batch(2, 1, 1), batch(5, 2, 0), step(9, "success")]
-    record = summarize(events)
-    assert [(b["index"], b["status"], b["ended_at"]) for b in record["batches"]] == [(1, "done", 5), (2, "done", 9)]
-    running = summarize(events[:3])
-    assert [b["status"] for b in running["batches"]] == ["done", "submitted"]
-
-
-def test_a_batch_whose_step_failed_is_failed_until_a_retry_completes_it() -> None:
-    events = [step(1, "started"), batch(2, 1, 0), step(3, "failed")]
-    assert [b["status"] for b in summarize(events)["batches"]] == ["failed"]
-    retried = summarize([*events, step(4, "started", 2), step(8, "success", 2)])
-    assert [(b["status"], b["ended_at"]) for b in retried["batches"]] == [("done", 8)]
-    died = summarize([step(1, "started"), batch(2, 1, 0), AuditEvent(3, "outcome", {"outcome": "failed"})])
-    assert [b["status"] for b in died["batches"]] == ["unfinished"]
 
 
 def test_unknown_event_kind_is_refused(local_store) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kafkaops.platform import lifecycle, provision, store
-from kafkaops.reassign import engine, steps
+from kafkaops.reassign import engine, records, steps
 from kafkaops.errors import ConfigError
 from kafkaops.reassign.planner import plan_scale_out
 from kafkaops.model import Broker
@@ -103,7 +103,8 @@ def test_next_batch_submits_one_batch_at_a_time_and_waits_for_moves_in_flight(ka
     assert len(kafka.submitted) == 1
     second = steps.next_batch(ctx, data)
     assert second["submitted"] == [["orders", 1]] and second["remaining_batches"] == 1
-    assert [(b["index"], b["remaining"]) for b in ctx.audit.summary()["batches"]] == [(1, 2), (2, 1)]
+    assert [(b.submitted.index, b.submitted.remaining) for b in records.fold(ctx.audit.events()).batches] == [
+        (1, 2), (2, 1)]
 
 
 def test_throttles_are_set_from_the_ledger_and_removed_into_it(kafka: FakeKafka) -> None:
@@ -116,7 +117,7 @@ def test_throttles_are_set_from_the_ledger_and_removed_into_it(kafka: FakeKafka)
     kafka.online.discard(2)
     with pytest.raises(engine.ThrottlesLeft, match=r"broker\(s\) \[2\]"):
         steps.remove_throttles(ctx, record, data)
-    removed = ctx.audit.summary()["throttles_removed"][0]
+    removed = records.fold(ctx.audit.events()).to_dict()["throttles_removed"][0]
     assert removed["left"] == {"2": [engine.FOLLOWER_RATE, engine.LEADER_RATE]} and removed["topics"] == ["orders"]
     assert store.current().throttle_ledger("fake-cluster") == removed["left"]
     assert ("broker", "3") not in kafka.throttles() and ("topic", "orders") not in kafka.throttles()

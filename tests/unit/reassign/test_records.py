@@ -1,0 +1,54 @@
+"""A reassignment's own events folded (kafkaops.reassign.records): each batch's status from the step that
+submitted it, the throttles; the generic record is kafkaops.platform.state's."""
+from __future__ import annotations
+
+from kafkaops.platform.state import AuditEvent
+from kafkaops.reassign.records import BatchSubmitted, ThrottleRemoved, ThrottleSet, fold, summarize
+from tests.unit.platform.test_audit import rerun_events
+
+
+def batch(ts: float, index: int, remaining: int) -> AuditEvent:
+    return AuditEvent(ts, "batch", BatchSubmitted(index, 2, 10, (("orders", index),), remaining).to_dict(),
+                      "execute_batches", 1)
+
+
+def step(ts: float, status: str, try_number: int = 1) -> AuditEvent:
+    return AuditEvent(ts, "step", {"name": "execute_batches", "status": status}, "execute_batches", try_number)
+
+
+def test_a_batch_is_done_when_the_next_is_submitted_or_its_step_succeeds() -> None:
+    events = [step(1, "started"), batch(2, 1, 1), batch(5, 2, 0), step(9, "success")]
+    record = summarize(events)
+    assert [(b["index"], b["status"], b["ended_at"]) for b in record["batches"]] == [(1, "done", 5), (2, "done", 9)]
+    assert record["batches"][0]["keys"] == [["orders", 1]] and record["steps"][0]["status"] == "success"
+    running = summarize(events[:3])
+    assert [b["status"] for b in running["batches"]] == ["done", "submitted"]
+
+
+def test_a_batch_whose_step_failed_is_failed_until_a_retry_completes_it() -> None:
+    events = [step(1, "started"), batch(2, 1, 0), step(3, "failed")]
+    assert [b.status for b in fold(events).batches] == ["failed"]
+    retried = fold([*events, step(4, "started", 2), step(8, "success", 2)])
+    assert [(b.status, b.ended_at) for b in retried.batches] == [("done", 8)]
+    died = fold([step(1, "started"), batch(2, 1, 0), AuditEvent(3, "outcome", {"outcome": "failed"})])
+    assert [b.status for b in died.batches] == ["unfinished"]
+
+
+def test_a_rerun_keeps_the_first_attempts_batch_listed_as_never_ended() -> None:
+    """An old record's batch event (only its index) reads too."""
+    [only] = summarize(rerun_events())["batches"]
+    assert (only["ts"], only["index"], only["step"], only["status"], only["ended_at"]) == (
+        3, 1, "execute_batches", "unfinished", None)
+
+
+def test_throttles_set_and_removed_in_this_attempt() -> None:
+    set_ = ThrottleSet((1, 4), ("orders",), 1_000_000, {"brokers": [1, 4]})
+    events = [AuditEvent(1, "started", {}), AuditEvent(2, "throttle_set", set_.to_dict())]
+    assert fold(events).throttles_in_place(1) == ThrottleSet(**{**set_.__dict__, "ts": 2})
+    removed = ThrottleRemoved((1, 4), ("orders",), {4: ["leader.replication.throttled.rate"]})
+    done = fold([*events, AuditEvent(3, "throttle_removed", removed.to_dict())])
+    assert done.throttles_in_place(1) is None and done.throttles_removed[0].left == {
+        "4": ("leader.replication.throttled.rate",)}
+    assert done.to_dict()["throttles_removed"] == [{"ts": 3, "brokers": [1, 4], "topics": ["orders"],
+                                                    "left": {"4": ["leader.replication.throttled.rate"]}}]
+    assert fold(events).throttles_in_place(5) is None  # set by an earlier attempt
