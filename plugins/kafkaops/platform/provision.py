@@ -291,6 +291,23 @@ class ProvisionResult:
     status: str
 
 
+def _failures(events: Iterable[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
+    """What failed in a run's events, task by task and host by host (those not ignored), and of those
+    the hosts Ansible could not reach."""
+    failures, unreachable = [], []
+    for event in events:
+        if event.get("event") in ("runner_on_failed", "runner_on_unreachable") and \
+                not event.get("event_data", {}).get("ignore_errors"):
+            data = event["event_data"]
+            msg = _failure_message(data.get("res", {}))
+            if event["event"] == "runner_on_unreachable":
+                failures.append(f"host {data.get('host')} is unreachable at task '{data.get('task')}': {msg}")
+                unreachable.append(failures[-1])
+            else:
+                failures.append(f"task '{data.get('task')}' failed on {data.get('host')}: {msg}")
+    return failures, unreachable
+
+
 def run_playbook(playbook: str, inventory: Mapping[str, Any] | str | Path, *,
                  extravars: Mapping[str, Any] | None = None, limit: str | None = None,
                  check: bool = False, ssh: SshLogin | None = None) -> ProvisionResult:
@@ -344,18 +361,7 @@ def run_playbook(playbook: str, inventory: Mapping[str, Any] | str | Path, *,
                 cmdline="--check" if check else None, timeout=900)
         finally:
             close_ssh_masters(control_dir)
-        failures, unreachable = [], []
-        for event in runner.events:
-            if event.get("event") in ("runner_on_failed", "runner_on_unreachable") and \
-                    not event.get("event_data", {}).get("ignore_errors"):
-                data = event["event_data"]
-                result = data.get("res", {})
-                msg = _failure_message(result)
-                if event["event"] == "runner_on_unreachable":
-                    failures.append(f"host {data.get('host')} is unreachable at task '{data.get('task')}': {msg}")
-                    unreachable.append(failures[-1])
-                else:
-                    failures.append(f"task '{data.get('task')}' failed on {data.get('host')}: {msg}")
+        failures, unreachable = _failures(runner.events)
         stats = runner.stats or {}
         changed = dict(stats.get("changed", {}))
         ok = runner.status == "successful" and not failures
