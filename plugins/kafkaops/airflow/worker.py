@@ -5,7 +5,7 @@ Without this module each of those processes imports kafkaops again, each gate pa
 Expectations (together about 4 s of CPU, more than the gate itself), and each task the libraries
 kafkaops imports where it uses them (kafka-python, the store's migrations, the Postgres driver);
 with it they are in the worker's memory when it forks. Deployments name it in Celery's own
-``imports`` setting (docker-compose.yml and tests/deployment/harness.py)::
+``imports`` setting (docker-compose.yml and kafkaops/testing/deployment.py)::
 
     AIRFLOW__CELERY__EXTRA_CELERY_CONFIG='{"imports": ["kafkaops.airflow.worker"]}'
 
