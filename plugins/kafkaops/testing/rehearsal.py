@@ -21,7 +21,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from kafkaops.platform import state
 from kafkaops.platform import store as store_
+from kafkaops.rekey.records import Action, ActionNote
 from kafkaops.testing.traffic import MigrationTraffic
 
 log = logging.getLogger(__name__)
@@ -75,16 +77,18 @@ class StandInOperator:
             self.error = err
 
     def _act(self, data: dict[str, Any]) -> None:
-        action = data.get("action")
-        if action == "stop_producers" and not any(a == "stopped" for a, _ in self.done):
+        asked = state.read_notes([data], ActionNote)
+        action = asked[0].action if asked else None
+        if action is Action.STOP_PRODUCERS and not any(a == "stopped" for a, _ in self.done):
             log.info("operator: %sdraining the consumer of %s", "stopping producers and " if self.stop_producers
                      else "", self.traffic.source)
             if self.stop_producers:
                 self.traffic.stop_producing()
             self.traffic.drain_and_stop_consumer()
             self.done.append(("stopped", time.monotonic()))
-        elif action == "switch" and not any(a == "switched" for a, _ in self.done):
-            target = data.get("switch", {}).get("target_topic")
+        elif action is Action.SWITCH and not any(a == "switched" for a, _ in self.done):
+            switch = asked[0].switch
+            target = switch.target_topic if switch else None
             log.info("operator: switching producers and consumers to %s", target)
             if not self.stop_producers:  # refused by the ACL until now: stop them to move them
                 self.traffic.stop_producing()
