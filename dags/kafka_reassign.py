@@ -2,7 +2,7 @@
 optionally stop them through the kafka_broker role. Same gates, approval, teardown and audit."""
 from airflow.sdk import Param
 
-from kafkaops.airflow.lifecycle import build_operation_dag, numbers_param
+from kafkaops.airflow.operation_dag import build_operation_dag, numbers_param
 
 dag = build_operation_dag(
     "kafka_reassign",

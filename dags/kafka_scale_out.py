@@ -2,7 +2,7 @@
 fewest replicas onto them under a throttle, with gates, approval, teardown and an audit record."""
 from airflow.sdk import Param
 
-from kafkaops.airflow.lifecycle import build_operation_dag, numbers_param, texts_param
+from kafkaops.airflow.operation_dag import build_operation_dag, numbers_param, texts_param
 
 dag = build_operation_dag(
     "kafka_scale_out",

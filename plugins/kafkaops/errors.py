@@ -10,7 +10,7 @@ class KafkaOpsError(Exception):
     may succeed. :func:`kafkaops.platform.kafka.errors.retrying` asks again only when it is true.
     ``final`` says that a retry of the whole step would end the same way (the parameters, the
     plan, the data or the lock must change first): Airflow's one retry rule
-    (:class:`kafkaops.airflow.lifecycle.FinalErrors`) fails the task at once on a final error.
+    (:class:`kafkaops.airflow.operation_dag.FinalErrors`) fails the task at once on a final error.
     """
 
     code: str | None = None

@@ -31,7 +31,7 @@ def test_dags_are_tagged_single_run_and_retried(dagbag, dag_id: str) -> None:
     dag = dagbag.dags[dag_id]
     assert "kafkaops" in dag.tags
     assert dag.max_active_runs == 1
-    # the tasks that wait on or touch the cluster retry (kafkaops.airflow.lifecycle.RETRIED); nothing else
+    # the tasks that wait on or touch the cluster retry (kafkaops.airflow.operation_dag.RETRIED); nothing else
     retried = {t.task_id for t in dag.tasks if t.retries}
     assert retried == RETRIED[dag_id]
     for t in dag.tasks:
@@ -98,13 +98,13 @@ kafka.KafkaAdminClient = kafka.admin.KafkaAdminClient = boom
 from airflow.sdk import BaseHook
 BaseHook.get_connection = classmethod(boom)
 import kafkaops.airflow.worker
-print(threading.active_count(), sorted(m for m in ("pandas", "great_expectations", "kafkaops.airflow.lifecycle",
+print(threading.active_count(), sorted(m for m in ("pandas", "great_expectations", "kafkaops.airflow.operation_dag",
                                                    "kafkaops.reassign.frames") if m in sys.modules))
 """
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == (
-        "1 ['great_expectations', 'kafkaops.airflow.lifecycle', 'kafkaops.reassign.frames', 'pandas']")
+        "1 ['great_expectations', 'kafkaops.airflow.operation_dag', 'kafkaops.reassign.frames', 'pandas']")
 
 
 @pytest.mark.parametrize("dag_id", ["kafka_scale_out", "kafka_reassign"])
@@ -151,9 +151,9 @@ LONG = {"kafka_partition_increase": {"execute", "catch_up", "quiesce", "final_pa
 
 @pytest.mark.parametrize("dag_id", sorted(DAG_IDS))
 def test_every_task_has_an_execution_timeout(dagbag, dag_id: str) -> None:
-    """Every task ends: Airflow stops one that overran its execution_timeout (kafkaops.airflow.lifecycle), an
+    """Every task ends: Airflow stops one that overran its execution_timeout (kafkaops.airflow.operation_dag), an
     hour, or six for a partition increase's Spark passes and waits for producers."""
-    from kafkaops.airflow.lifecycle import LONG_TASK_TIMEOUT, TASK_TIMEOUT
+    from kafkaops.airflow.operation_dag import LONG_TASK_TIMEOUT, TASK_TIMEOUT
 
     found = {t.task_id: t.execution_timeout for t in dagbag.dags[dag_id].tasks}
     expected = {t: LONG_TASK_TIMEOUT if t in LONG.get(dag_id, ()) else TASK_TIMEOUT for t in found}

@@ -36,6 +36,6 @@ def test_dag_files_only_wire_kafkaops_airflow(path: Path) -> None:
 
 def test_the_check_sees_a_deeper_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad_dag.py"
-    bad.write_text("from kafkaops.airflow.lifecycle import build_operation_dag\n"
+    bad.write_text("from kafkaops.airflow.operation_dag import build_operation_dag\n"
                    "from kafkaops.platform.kafka import metadata\n")
     assert "kafkaops.platform.kafka" in imported_modules(bad)

@@ -24,9 +24,9 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from kafkaops.capacity import skew, steps
 from kafkaops.platform import lifecycle
-from kafkaops.airflow import spark
+from kafkaops.airflow import spark_submit
 from kafkaops.airflow.hooks import KafkaOpsHook
-from kafkaops.airflow.lifecycle import COMMON_PARAMS, RETRIED, numbers_param, operation_dag, text_param, texts_param
+from kafkaops.airflow.operation_dag import COMMON_PARAMS, RETRIED, numbers_param, operation_dag, text_param, texts_param
 from kafkaops.airflow.operators import failed_tasks, run_fields
 
 SCHEDULE_VARIABLE = "kafkaops_capacity_review_schedule"
@@ -50,7 +50,7 @@ PARAMS: dict[str, Param] = {
                                             "brokers."),
     "key_skew": Param(False, type="boolean", title="Key skew (Spark)",
                       description="Sample a topic with Spark and measure key skew and what-if partition counts."),
-    "spark_conn_id": spark.SPARK_CONN_PARAM,
+    "spark_conn_id": spark_submit.SPARK_CONN_PARAM,
     "skew_topic": text_param("Key-skew topic", "The topic sampled; empty: the only entry of topics."),
     "sample_records": Param(10_000, type="integer", minimum=1, title="Sample size",
                             description="Latest records read for the key skew, spread over the partitions."),
@@ -131,7 +131,7 @@ def build_capacity_review_dag(dag_id: str, *, schedule: str | None = DEFAULT_SCH
             if not params.key_skew:
                 raise AirflowSkipException("key_skew is off: no Spark sample this run")
             return steps.run_key_skew(KafkaOpsHook(params.kafka_conn_id).get_config(), cluster, params, run,
-                                      launcher=spark.launcher_of(get_current_context()))
+                                      launcher=spark_submit.launcher_of(get_current_context()))
 
         @task(trigger_rule="none_failed")
         def review(cluster: dict[str, Any], history: dict[str, Any], skew: Any = None) -> dict[str, Any]:

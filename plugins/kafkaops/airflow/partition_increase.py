@@ -25,9 +25,9 @@ from kafkaops.platform import lifecycle, state
 from kafkaops.rekey import migration, steps
 from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.rekey.records import Action, ActionNote, CatchUp, Cutover, PassResult, Quiesced, SwitchDecision
-from kafkaops.airflow import spark
+from kafkaops.airflow import spark_submit
 from kafkaops.airflow.hooks import KafkaOpsHook
-from kafkaops.airflow.lifecycle import COMMON_PARAMS, LONG_TASK_TIMEOUT, RETRIED, operation_dag, text_param
+from kafkaops.airflow.operation_dag import COMMON_PARAMS, LONG_TASK_TIMEOUT, RETRIED, operation_dag, text_param
 from kafkaops.airflow.operators import (KafkaOpsApprovalOperator, answer_by_param, answer_of, failed_tasks, recorded,
                                         run_fields)
 
@@ -84,7 +84,7 @@ PARAMS: dict[str, Param] = {
                                                                   "on the target besides every group with offsets on "
                                                                   "the source; one without a committed offset starts "
                                                                   "at the start of the target (said in the record)."),
-    "spark_conn_id": spark.SPARK_CONN_PARAM,
+    "spark_conn_id": spark_submit.SPARK_CONN_PARAM,
     "approval": COMMON_PARAMS["approval"],
     "dry_run": Param(True, type="boolean", title="Dry run",
                      description="Plan only (sample, target name, backfill plan): nothing is created or written."),
@@ -139,7 +139,7 @@ class SwitchOperator(ApprovalOperator):
 
 
 def passes(ctx: lifecycle.OperationContext) -> migration.RunPass:
-    launcher = spark.launcher_of(get_current_context())
+    launcher = spark_submit.launcher_of(get_current_context())
     return lambda bf, name, check: steps.run_backfill(ctx, bf, launcher=launcher, verify=check, name=name)
 
 
@@ -178,7 +178,7 @@ def execute(plan_data: dict[str, Any]) -> dict[str, Any]:
     with recorded(ctx, "execute"):
         if plan.mode == "in_place":
             return steps.execute_in_place(ctx, plan)
-        launcher = spark.launcher_of(get_current_context())
+        launcher = spark_submit.launcher_of(get_current_context())
         launcher.check()  # an unreachable master fails here, before the target topic exists
         steps.create_target(ctx, plan)
         # live: the gate checks the whole copy after the final pass

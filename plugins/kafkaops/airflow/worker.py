@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 
-from kafkaops.airflow import capacity_review, lifecycle, partition_increase  # noqa: F401 - what the DAG files import
+from kafkaops.airflow import capacity_review, operation_dag, partition_increase  # noqa: F401 - what the DAG files import
 from kafkaops.platform import gates, migrations
 
 #: What kafkaops imports only where it is used, each from a tenth of a second to seconds.

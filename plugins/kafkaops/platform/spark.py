@@ -5,7 +5,7 @@ jobs are submitted: the app's main file is the application, the ``kafkaops`` and
 packages of this installation go as one zip with ``--py-files``, the jars of the Spark jar folder
 (Kafka connector, ``kafkaops-spark-udf.jar``) with ``--jars``, and the cluster's Kafka client
 settings as ``kafka.properties`` with ``--files``. The launcher of the Airflow tasks is
-:class:`kafkaops.airflow.spark.SparkSubmitLauncher` (the Spark provider's ``SparkSubmitHook`` on a
+:class:`kafkaops.airflow.spark_submit.SparkSubmitLauncher` (the Spark provider's ``SparkSubmitHook`` on a
 ``spark`` connection, ``spark_default`` by default: ``local[*]``, ``spark://``, YARN or ``k8s://``
 by changing the connection). The platform layer imports no Airflow, so the launcher comes in.
 

@@ -138,7 +138,7 @@ def test_the_spark_key_skew_job_matches_the_pure_helper(cluster) -> None:
     params = capacity_run.CapacityParams.from_params({"topics": [topic], "key_skew": True, "sample_records": 600,
                                                       "candidate_key_field": "id", "candidate_partitions": [3, 6]})
     snap = capacity_run.take_snapshot(cluster, params)
-    from kafkaops.airflow.spark import SparkSubmitLauncher
+    from kafkaops.airflow.spark_submit import SparkSubmitLauncher
 
     spark_result = capacity_run.run_key_skew(cluster, snap, params, "spark-check", launcher=SparkSubmitLauncher())
     start, end = skew.sample_offsets(Cluster.from_dict(snap), topic, 600)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from kafkaops.airflow.spark import SparkSubmitLauncher
+from kafkaops.airflow.spark_submit import SparkSubmitLauncher
 from kafkaops.errors import KafkaAuthFailed
 from kafkaops.platform import lifecycle, spark, store
 from kafkaops.platform.kafka import connection, metadata, records, topics

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kafkaops.airflow.spark import SparkSubmitLauncher
+from kafkaops.airflow.spark_submit import SparkSubmitLauncher
 from kafkaops.capacity import skew
 from kafkaops.capacity import steps as capacity_steps
 from kafkaops.cli import datagen

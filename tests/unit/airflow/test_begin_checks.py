@@ -1,4 +1,4 @@
-"""What ``begin`` checks of the SSH login a later step of a run needs (kafkaops.airflow.lifecycle.ssh_checks):
+"""What ``begin`` checks of the SSH login a later step of a run needs (kafkaops.airflow.operation_dag.ssh_checks):
 only a run that names an SSH connection or stops drained brokers through an Ansible inventory, and a drain
 whose host does not take the login is refused naming the host, the task and that nothing moved. (A real
 Ansible run against a closed port; the DAG-level proof over real SSH is tests/dags/test_remote_scale_out.py.)"""
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kafkaops.airflow.lifecycle import ssh_checks
+from kafkaops.airflow.operation_dag import ssh_checks
 from kafkaops.errors import HostUnreachable
 from kafkaops.platform import provision
 from kafkaops.reassign.steps import OperationParams, login_hosts

@@ -1,10 +1,10 @@
 """The one retry rule of the retried tasks: an error its capability marks final fails at once, any other
-takes the task's retries (kafkaops.airflow.lifecycle.FinalErrors over KafkaOpsError.final)."""
+takes the task's retries (kafkaops.airflow.operation_dag.FinalErrors over KafkaOpsError.final)."""
 from __future__ import annotations
 
 import pytest
 
-from kafkaops.airflow.lifecycle import RETRIED
+from kafkaops.airflow.operation_dag import RETRIED
 from kafkaops.errors import ConfigError, HostUnreachable, KafkaAuthFailed, KafkaUnreachable, ProvisionError
 from kafkaops.platform.gates import GateFailed
 from kafkaops.platform.keyrules import KeyRuleError

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kafkaops.airflow import spark as airflow_spark
+from kafkaops.airflow import spark_submit as airflow_spark
 from kafkaops.errors import ConfigError
 from kafkaops.platform import spark
 
