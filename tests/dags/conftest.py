@@ -13,7 +13,7 @@ import pytest
 from kafkaops.cli import datagen
 from kafkaops.testing import clusters
 from kafkaops.platform import provision, state
-from kafkaops.platform.kafka import connection, offsets, topics
+from kafkaops.platform.kafka import connection, offsets, records, topics
 from kafkaops.testing.clusters import TEST_BROKER_CONFIG
 from kafkaops.testing.dag_runs import run_dag
 
@@ -50,13 +50,13 @@ def keyed_topic(conn: connection.KafkaConnection, topic: str, records: int) -> N
 
 
 @contextmanager
-def with_keyed_topic(cluster: provision.ClusterSpec, topic: str, records: int,
+def with_keyed_topic(cluster: provision.ClusterSpec, topic: str, count: int,
                      caught_up_group: str | None = None) -> Iterator[provision.ClusterSpec]:
     """``cluster`` as the DAGs' default connection, holding :func:`keyed_topic` ``topic`` (and, when named,
     ``caught_up_group`` committed at its end offsets: a group that has read everything)."""
     with kafka_default_connection(cluster.bootstrap):
         with connection.connect(cluster.bootstrap) as conn:
-            keyed_topic(conn, topic, records)
+            keyed_topic(conn, topic, count)
             if caught_up_group:
                 ends = {p: e for p, (_, e) in records.end_offsets(conn.config, topic).items()}
                 offsets.commit_group_offsets(conn, caught_up_group, topic, ends)

@@ -260,7 +260,7 @@ def abandon(plan_data: dict[str, Any] | None) -> dict[str, Any]:
         ctx.params.policy.live, failed=[t for t in failed_tasks(context) if t != "abandon"],
         switch=SwitchOperator.answered(context["ti"].xcom_pull(task_ids="switch")),
         steps=ctx.audit.summary()["steps"])
-    bf = BackfillPlan.from_dict(plan.backfill or {}) if plan else None
+    bf = BackfillPlan.from_dict(plan.backfill) if plan and plan.backfill else None  # an in-place plan has none
     if decision.release and bf is not None:
         migration.release_writes(ctx, bf.source_topic, ctx.params.policy)
     if not decision.roll_back or bf is None:
