@@ -136,7 +136,7 @@ def reference_tree(revision: str = REFERENCE_REVISION) -> Iterator[Path]:
     clone's history into a temporary folder, to put first on a case subprocess's path. The folder
     is removed on exit, on an error too."""
     exported = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", revision, *REFERENCE_PATHS],
-                              capture_output=True)
+                              capture_output=True, timeout=120)
     if exported.returncode:
         raise SystemExit(f"cannot export the reference planner at {revision} from {ROOT}: "
                          f"{exported.stderr.decode().strip()}; nothing was measured. A shallow clone lacks the "

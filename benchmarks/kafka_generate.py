@@ -282,6 +282,10 @@ def replica_moves(cluster: Cluster, proposal: Mapping[tuple[str, int], Sequence[
     return sum(len(set(proposal[p.key]) - set(p.replicas)) for p in cluster.partitions)
 
 
+#: How long the tools-jar reference may take for all cases of one benchmark run.
+TOOL_TIMEOUT_S = 1800.0
+
+
 def run_tool(cases: Sequence[tuple[Cluster, Sequence[Broker]]]) -> list[tuple[dict[tuple[str, int], tuple[int, ...]], float]]:
     """The real ``--generate`` computation on each ``(cluster, target brokers)``: Kafka's
     ``ReassignPartitionsCommand.calculateAssignment`` from the tools jar, all cases in one JVM, rack
@@ -296,7 +300,9 @@ def run_tool(cases: Sequence[tuple[Cluster, Sequence[Broker]]]) -> list[tuple[di
         lines += (f"p {p.topic} {p.partition} {','.join(map(str, p.replicas))}" for p in cluster.partitions)
         lines.append("end")
     cmd = ["java", "-cp", f"{jar_dir('tools')}/*", str(TOOL_SOURCE)]
-    done = subprocess.run(cmd, input="\n".join(lines) + "\n", capture_output=True, text=True)
+    # a JVM start, the source compiled, then one call per case: minutes at the most for the largest shapes
+    done = subprocess.run(cmd, input="\n".join(lines) + "\n", capture_output=True, text=True,
+                          timeout=TOOL_TIMEOUT_S)
     if done.returncode:
         raise RuntimeError(f"{TOOL_SOURCE.name} failed (exit {done.returncode}) on {len(cases)} case(s): "
                            f"{done.stderr.strip()[-2000:]}")
