@@ -26,7 +26,7 @@ from benchmarks.results import publish
 
 from kafkaops.platform.kafka import connection, metadata
 
-from kafkaops.platform import provision
+from kafkaops.platform import provision, waits
 from kafkaops.testing import clusters
 from kafkaops.platform.paths import jar_dir
 
@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
             for n in names:
                 for p in range(0, args.partitions, 5):
                     producer.produce(n, value=b"x" * 100, partition=p)
-            producer.flush(120)
+            left = waits.close_producer(producer, waits.Deadline(120))  # flushed in 1 s slices, then released
+            assert not left, f"{left} records unacknowledged after 120 s"
             deadline = time.monotonic() + 120
             while True:  # created topics reach every broker's metadata cache a little later
                 first = metadata.snapshot(conn)
