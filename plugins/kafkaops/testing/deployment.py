@@ -288,6 +288,9 @@ class Deployment:
     databases: dict[str, str]
     redis_url: str
     passwords: dict[str, str] = field(repr=False)
+    #: One HTTP client for every call (opened and closed by :func:`deployment`): a client per call built an
+    #: SSL context each time, loading the CA bundle (46 s of the suite's CPU), for plain-HTTP loopback calls.
+    http: httpx.Client = field(repr=False)
     started_in: float = 0.0
     began_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))
     _tokens: dict[str, str] = field(default_factory=dict, repr=False)
@@ -295,14 +298,14 @@ class Deployment:
     # -- REST API
     def token(self, user: str) -> str:
         if user not in self._tokens:
-            answer = httpx.post(f"{self.url}/auth/token", json={"username": user, "password": self.passwords[user]},
+            answer = self.http.post(f"{self.url}/auth/token", json={"username": user, "password": self.passwords[user]},
                                 timeout=60)
             answer.raise_for_status()
             self._tokens[user] = answer.json()["access_token"]
         return self._tokens[user]
 
     def call(self, method: str, path: str, *, user: str = "operator", **kwargs: Any) -> httpx.Response:
-        return httpx.request(method, f"{self.url}{path}", timeout=60,
+        return self.http.request(method, f"{self.url}{path}", timeout=60,
                              headers={"Authorization": f"Bearer {self.token(user)}"}, **kwargs)
 
     def api(self, method: str, path: str, *, user: str = "operator", **kwargs: Any) -> Any:
@@ -373,7 +376,7 @@ class Deployment:
             if dead:
                 pytest.fail(f"{', '.join(dead)} exited before the deployment was healthy:\n{self.log_tails()}")
             try:
-                last = httpx.get(f"{self.url}/api/v2/monitor/health", timeout=5).json()
+                last = self.http.get(f"{self.url}/api/v2/monitor/health", timeout=5).json()
                 if all((last.get(part) or {}).get("status") == "healthy"
                        for part in ("metadatabase", "scheduler", "triggerer", "dag_processor")) \
                         and self.worker_ready() and self.execution_api_ready():
@@ -389,7 +392,7 @@ class Deployment:
         the API's versioned routes (Cadwyn), seconds in which the api-server answers nothing: asking here
         makes that part of the start, as docker-compose.yml's health check does, not of the first task."""
         try:
-            return httpx.get(f"{self.url}/execution/health", timeout=120).status_code == 200
+            return self.http.get(f"{self.url}/execution/health", timeout=120).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -474,8 +477,10 @@ def deployment(*, checkout: Path, kafka_bootstrap: str, worker_cache: Path, jars
             components[name] = Component(name, home, env, [str(installation.python), "-m", "airflow", *args],
                                          logs / f"{name}.log")
         logs.mkdir(parents=True, exist_ok=True)
+        # no kept-alive connections: a scenario restarts the api-server, whose old connections would then fail
+        http = stack.enter_context(httpx.Client(limits=httpx.Limits(max_keepalive_connections=0)))
         result = Deployment(root=root, url=url, installation=installation, components=components,
-                            databases=databases, redis_url=redis_url, passwords=passwords)
+                            databases=databases, redis_url=redis_url, passwords=passwords, http=http)
         for component in components.values():  # stopped in reverse order of start, also on failure
             stack.callback(_stop_quietly, component)
         # The one-shot init (docker-compose.yml's airflow-init): the store's schema, then Airflow's.
