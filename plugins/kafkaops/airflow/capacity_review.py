@@ -22,49 +22,25 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import DAG, CronTriggerTimetable, Param, get_current_context, task
 from airflow.sdk.exceptions import AirflowSkipException
 
-from kafkaops.capacity import skew, steps
+from kafkaops.capacity import steps
 from kafkaops.platform import lifecycle
+from kafkaops.platform import params as form
 from kafkaops.airflow import spark_submit
 from kafkaops.airflow.hooks import KafkaOpsHook
-from kafkaops.airflow.operation_dag import COMMON_PARAMS, RETRIED, numbers_param, operation_dag, text_param, texts_param
+from kafkaops.airflow.operation_dag import RETRIED, operation_dag, params_of
 from kafkaops.airflow.operators import failed_tasks, run_fields
 
 SCHEDULE_VARIABLE = "kafkaops_capacity_review_schedule"
 DEFAULT_SCHEDULE = "@daily"
 
 PARAMS: dict[str, Param] = {
-    "kafka_conn_id": COMMON_PARAMS["kafka_conn_id"],
-    "topics": texts_param("Topics", "Topics to review; empty means all topics."),
-    "target_records_per_s": Param(None, type=["null", "number"], title="Target throughput (records/s)",
-                                  description="Peak records/s each reviewed topic must sustain; with the per-consumer "
-                                              "throughput it gives the recommended partition count. Empty: no "
-                                              "partition recommendation."),
-    "per_consumer_records_per_s": Param(None, type=["null", "number"], title="Per-consumer throughput (records/s)",
-                                        description="Records/s one consumer handles (from a load test)."),
-    "max_consumers": Param(None, type=["null", "integer"], minimum=0, title="Max consumers",
-                           description="Consumers a group may run at most; empty: the largest group seen."),
-    "per_broker_mb_per_s": Param(None, type=["null", "number"], title="Per-broker throughput (MB/s)",
-                                 description="What one broker sustains; empty: brokers from disk headroom only."),
-    "disk_per_broker_gb": Param(None, type=["null", "number"], title="Disk per broker (GB)",
-                                description="Log-dir capacity of a broker; empty: the smallest reported by the "
-                                            "brokers."),
-    "key_skew": Param(False, type="boolean", title="Key skew (Spark)",
-                      description="Sample a topic with Spark and measure key skew and what-if partition counts."),
+    **params_of((form.KAFKA_CONN_ID, steps.TOPICS, steps.TARGET_RECORDS, steps.PER_CONSUMER, steps.MAX_CONSUMERS,
+                 steps.PER_BROKER, steps.DISK_PER_BROKER, steps.KEY_SKEW)),
     "spark_conn_id": spark_submit.SPARK_CONN_PARAM,
-    "skew_topic": text_param("Key-skew topic", "The topic sampled; empty: the only entry of topics."),
-    "sample_records": Param(10_000, type="integer", minimum=1, title="Sample size",
-                            description="Latest records read for the key skew, spread over the partitions."),
-    "candidate_key_field": text_param("Candidate key field",
-                                      "A top-level JSON field of the value to try as the new key; empty: none."),
-    "candidate_partitions": numbers_param("Candidate partition counts", "What-if partition counts; empty: "
-                                          f"{', '.join(map(str, skew.DEFAULT_CANDIDATES))}.",
-                                          default=list(skew.DEFAULT_CANDIDATES)),
-    "propose_scale_out": Param(False, type="boolean", title="Propose a scale-out",
-                               description="When the review calls for more brokers, create a kafka_scale_out run "
-                                           "(approval=manual, dry_run=false) that waits for a person to approve."),
-    "scale_out_inventory": text_param("Scale-out inventory", "The inventory the proposed kafka_scale_out run "
-                                                             "provisions with; empty: its default."),
+    **params_of((steps.SKEW_TOPIC, steps.SAMPLE_RECORDS, steps.CANDIDATE_KEY_FIELD, steps.CANDIDATE_PARTITIONS,
+                 steps.PROPOSE_SCALE_OUT, steps.SCALE_OUT_INVENTORY)),
 }
+"""The form: the specs of kafkaops.capacity.steps."""
 
 
 def schedule_from_env() -> str | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from airflow.sdk import DAG, Connection, Param, RetryDecision, RetryPolicy, get_current_context, task
@@ -26,6 +26,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException, AirflowSkipExceptio
 
 from kafkaops.errors import ConfigError, ProvisionError
 from kafkaops.platform import lifecycle
+from kafkaops.platform import params as form
 from kafkaops.platform.provision import SshLogin
 from kafkaops.reassign import steps
 from kafkaops.airflow.operators import (KafkaOpsApprovalOperator, ReassignmentBatchesOperator, context_of,
@@ -77,66 +78,30 @@ RETRIED: dict[str, Any] = {
     "retries": 3, "retry_delay": dt.timedelta(seconds=10), "retry_exponential_backoff": 2.0,
     "max_retry_delay": dt.timedelta(minutes=1), "retry_policy": FinalErrors()}
 
-# Airflow's Trigger form (airflow-core/src/airflow/ui/src/components/FlexibleForm) marks a param
-# required unless its type admits null, and sends null for an optional field left empty; it opens
-# a JSON editor for an array whose items have a type other than string, and a plain text area (one
-# item per line) otherwise. So: every optional param admits null with the default None, and a
-# list of whole numbers has untyped items, each a number (API, CLI) or text of numbers (the form's
-# lines, "4" or "4, 5"); kafkaops.platform.params reads both and refuses anything else by name.
-WHOLE_NUMBERS = {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": r"^[\s,0-9]*$"}]}
+def param_of(spec: form.Spec[Any]) -> Param:
+    """The Trigger form's Param of a capability's param spec (:mod:`kafkaops.platform.params`: its default,
+    its JSON schema, its title and description). A required spec has no default: the form asks for it."""
+    if spec.required:
+        return Param(description=spec.described, **spec.schema())
+    return Param(spec.initial, description=spec.described, **spec.schema())
 
 
-def text_param(title: str, description: str) -> Param:
-    """An optional text param: empty (None) unless the operator types one."""
-    return Param(None, type=["null", "string"], title=title, description=description)
+def params_of(specs: Iterable[form.Spec[Any]]) -> dict[str, Param]:
+    """The form of ``specs``, in their order."""
+    return {spec.name: param_of(spec) for spec in specs}
 
 
 def texts_param(title: str, description: str) -> Param:
     """An optional list of text, one item per line in the form; empty (None) by default."""
-    return Param(None, type=["null", "array"], items={"type": "string"}, title=title,
-                 description=f"{description} One per line.")
+    return param_of(form.Texts(name="", title=title, description=description))
 
 
-def numbers_param(title: str, description: str, default: list[int] | None = None) -> Param:
+def numbers_param(title: str, description: str) -> Param:
     """An optional list of whole numbers (broker ids, partition counts), one per line in the form."""
-    return Param(default, type=["null", "array"], items=WHOLE_NUMBERS, title=title,
-                 description=f"{description} One per line (or comma-separated).")
+    return param_of(form.WholeNumbers(name="", title=title, description=description))
 
 
-COMMON_PARAMS: dict[str, Param] = {
-    "kafka_conn_id": Param("kafka_default", type="string", title="Kafka connection",
-                           description="Airflow connection of type 'kafka' whose extras hold the librdkafka config "
-                                       "(bootstrap.servers, security settings)."),
-    "topics": texts_param("Topics", "Topics to move; empty means all topics."),
-    "throttle_mb_per_s": Param(10.0, type="number", exclusiveMinimum=0, title="Throttle (MB/s)",
-                               description="Replication throttle on every broker and topic involved while data "
-                                           "moves; removed afterwards, also on failure."),
-    "max_moves_per_broker": Param(5, type="integer", minimum=1, title="Concurrent moves per broker",
-                                  description="At most this many partition moves touch one broker per batch."),
-    "max_moves_total": Param(20, type="integer", minimum=1, title="Concurrent moves in total",
-                             description="At most this many partitions move per batch."),
-    "max_bytes_to_move": Param(None, type=["null", "integer"], minimum=0, title="Byte budget",
-                               description="The plan gate fails when the plan would copy more bytes than this; "
-                                           "empty for no limit."),
-    "exclude_brokers": numbers_param("Excluded brokers", "Brokers that keep their replicas and receive none."),
-    "inventory": text_param("Inventory", "A kafkaops cluster spec (.json, local clusters) or an Ansible inventory "
-                                         "(.yml, real hosts) for the kafka_broker role. Empty: the local cluster's "
-                                         "spec that make cluster-up wrote, on the machine that has one."),
-    "ssh_conn_id": Param(None, type=["null", "string"], title="SSH connection (remote hosts)",
-                         description="Id of an Airflow connection of type 'ssh' whose login, port and key (key_file "
-                                     "or private_key in its extra; a password alone is refused) the kafka_broker "
-                                     "role uses to reach the hosts of an Ansible inventory (.yml) when it adds or "
-                                     "stops brokers. The inventory still gives each host's address, and its own "
-                                     "ansible_user / ansible_port / ansible_ssh_private_key_file win. Empty: the "
-                                     "inventory's settings only. Not used with a cluster spec (.json)."),
-    "approval": Param("manual", type="string", enum=list(lifecycle.APPROVAL_MODES), title="Approval",
-                      description="manual: a person approves the plan in the UI. auto_approve / auto_reject: "
-                                  "the param answers (rehearsals and tests); either way it is recorded."),
-    "dry_run": Param(True, type="boolean", title="Dry run",
-                     description="Plan and gate only: nothing is provisioned, moved or throttled."),
-    "stall_timeout_s": Param(120, type="number", exclusiveMinimum=0, title="Stall timeout (s)",
-                             description="Fail the wait when no partition or byte moved for this long."),
-}
+COMMON_PARAMS: dict[str, Param] = params_of(steps.PARAMS)
 
 
 def ssh_login(context: Any) -> SshLogin | None:

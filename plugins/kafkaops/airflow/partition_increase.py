@@ -22,73 +22,26 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from kafkaops.platform import lifecycle, state
+from kafkaops.platform import params as form
 from kafkaops.rekey import migration, steps
 from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.rekey.records import Action, ActionNote, CatchUp, Cutover, PassResult, Quiesced, SwitchDecision
 from kafkaops.airflow import spark_submit
 from kafkaops.airflow.hooks import KafkaOpsHook
-from kafkaops.airflow.operation_dag import COMMON_PARAMS, LONG_TASK_TIMEOUT, RETRIED, operation_dag, text_param
+from kafkaops.airflow.operation_dag import LONG_TASK_TIMEOUT, RETRIED, operation_dag, params_of
 from kafkaops.airflow.operators import (KafkaOpsApprovalOperator, answer_by_param, answer_of, failed_tasks, recorded,
                                         run_fields)
 
 PARAMS: dict[str, Param] = {
-    "kafka_conn_id": COMMON_PARAMS["kafka_conn_id"],
-    # the operator's choice: no default, so the form asks for it
-    "topic": Param(type="string", minLength=1, title="Topic", description="The topic whose partition count grows."),
-    "new_partition_count": Param(6, type="integer", minimum=1, title="New partition count",
-                                 description="The topic's total partition count afterwards (larger than now)."),
-    "mode": Param("migrate", type="string", enum=list(steps.MODES), title="Mode",
-                  description="in_place: add partitions to the topic (keys move: per-key order breaks). migrate: "
-                              "rekey into a new topic with the new count, order kept, then cut consumers over."),
-    "key_rule": Param("record_key", type="string", title="Key rule",
-                      description="Where the key comes from: record_key, field:<name> (a top-level JSON field) or "
-                                  "jsonpath:$.a.b. Records without a key go to the dead-letter topic."),
-    "target_topic": text_param("Target topic", "migrate: the new topic; empty for <topic>.v2 or the next free "
-                                               "version."),
-    "accept_ordering_break": Param(False, type="boolean", title="Accept the ordering break",
-                                   description="in_place on a keyed topic: go ahead although records of a key end "
-                                               "up in two steps. Refused otherwise."),
-    "sample_records": Param(1000, type="integer", minimum=1, title="Sample size",
-                            description="Records read (latest, spread over the partitions) to measure how many keys "
-                                        "would change partition."),
-    "cutover_group_suffix": text_param("Cut-over group suffix", "migrate: when set, commit each source group's "
-                                                                "translated offsets on the target for group "
-                                                                "<group><suffix>; empty: only record them."),
-    "quiesce": Param("none", type="string", enum=list(migration.QUIESCE_MODES), title="Live cut-over",
-                     description="migrate while producers and consumers keep running. none: copy a snapshot and "
-                                 "translate offsets (switch when you like). manual: catch-up passes, then you stop "
-                                 "the producers when asked and kafkaops waits until the source stays still, copies "
-                                 "the rest, gates, commits the groups' offsets on the target and asks you to switch. "
-                                 "acl: the same, with a DENY Write ACL on the source for the principals below "
-                                 "(needs an authorizer; removed whatever happens)."),
-    "quiesce_principals": text_param("Producer principals (acl)", "quiesce=acl: comma-separated principals whose "
-                                                                  "writes to the source are denied, e.g. "
-                                                                  "User:orders-app."),
-    "catch_up_lag_records": Param(1000, type="integer", minimum=0, title="Catch-up lag threshold (records)",
-                                  description="Live: catch-up passes run until the source is at most this many "
-                                              "records ahead of the copy; then the producers are quiesced."),
-    "catch_up_budget_s": Param(600, type="integer", minimum=1, title="Catch-up budget (s)",
-                               description="Live: no catch-up pass starts after this many seconds."),
-    "quiet_s": Param(10, type="integer", minimum=1, title="Quiet period (s)",
-                     description="Live: the source's end offsets must stay still this long to count as quiesced."),
-    "quiesce_timeout_s": Param(900, type="integer", minimum=2, title="Quiesce timeout (s)",
-                               description="Live: producers (and consumers' groups) that have not stopped by then "
-                                           "abandon the migration: the source stays authoritative."),
-    "switch_timeout_s": Param(900, type="integer", minimum=1, title="Switch timeout (s)",
-                              description="Live: after the switch, how long to wait for the first write to reach "
-                                          "the target."),
-    "delete_target_on_abandon": Param(False, type="boolean", title="Delete the target if abandoned",
-                                      description="Live: when the migration is abandoned before the switch, delete "
-                                                  "the target topics (else they are kept and marked in the record)."),
-    "cutover_groups": text_param("Consumer groups to carry over", "migrate: comma-separated groups to give offsets "
-                                                                  "on the target besides every group with offsets on "
-                                                                  "the source; one without a committed offset starts "
-                                                                  "at the start of the target (said in the record)."),
+    **params_of((form.KAFKA_CONN_ID, steps.TOPIC, steps.NEW_PARTITION_COUNT, steps.MODE, steps.KEY_RULE,
+                 steps.TARGET_TOPIC, steps.ACCEPT_ORDERING_BREAK, steps.SAMPLE_RECORDS, steps.CUTOVER_GROUP_SUFFIX,
+                 migration.QUIESCE, migration.PRINCIPALS, migration.CATCH_UP_LAG, migration.CATCH_UP_BUDGET,
+                 migration.QUIET, migration.QUIESCE_TIMEOUT, migration.SWITCH_TIMEOUT, migration.DELETE_TARGET,
+                 steps.CUTOVER_GROUPS)),
     "spark_conn_id": spark_submit.SPARK_CONN_PARAM,
-    "approval": COMMON_PARAMS["approval"],
-    "dry_run": Param(True, type="boolean", title="Dry run",
-                     description="Plan only (sample, target name, backfill plan): nothing is created or written."),
+    **params_of((form.APPROVAL, steps.DRY_RUN)),
 }
+"""The form: the specs of kafkaops.rekey (the topic has no default: the form asks for it)."""
 
 
 def context_of(context: Any) -> lifecycle.OperationContext:
@@ -106,7 +59,7 @@ class PartitionApprovalOperator(KafkaOpsApprovalOperator):
 
 def live_only(ctx: lifecycle.OperationContext, plan: steps.PartitionPlan, step: str) -> None:
     """Skip ``step`` unless the run is a live migration (migrate mode, quiesce manual or acl)."""
-    if plan.mode != "migrate" or not ctx.params.policy.live:
+    if plan.mode != steps.Mode.MIGRATE or not ctx.params.policy.live:
         raise AirflowSkipException(f"{step}: only in a live migration (mode=migrate, quiesce manual or acl)")
 
 
@@ -176,7 +129,7 @@ def execute(plan_data: dict[str, Any]) -> dict[str, Any]:
     ctx = context_of(get_current_context())
     plan = steps.plan_of(plan_data)
     with recorded(ctx, "execute"):
-        if plan.mode == "in_place":
+        if plan.mode == steps.Mode.IN_PLACE:
             return steps.execute_in_place(ctx, plan)
         launcher = spark_submit.launcher_of(get_current_context())
         launcher.check()  # an unreachable master fails here, before the target topic exists
@@ -213,7 +166,7 @@ def verify(plan_data: dict[str, Any], result: dict[str, Any], final: dict[str, A
     if result is None:  # execute did not run (a dry run, a rejected plan)
         raise AirflowSkipException("nothing was executed: nothing to verify")
     with recorded(ctx, "verify"):
-        if plan.mode == "in_place":
+        if plan.mode == steps.Mode.IN_PLACE:
             return steps.verify_in_place(ctx, plan)
         # live: the whole copy, after the final pass
         return steps.backfill_gate(ctx, PassResult.from_dict(final or result))
@@ -226,7 +179,7 @@ def cutover(plan_data: dict[str, Any], before: dict[str, Any], quiesced: dict[st
     plan = steps.plan_of(plan_data)
     if verified is None:
         raise AirflowSkipException("the copy was not verified (a dry run, or it was not made): no cut-over")
-    if plan.mode == "in_place":
+    if plan.mode == steps.Mode.IN_PLACE:
         raise AirflowSkipException("in_place: consumers keep their topic; nothing to cut over")
     with recorded(ctx, "cutover"):
         return steps.cutover(ctx, plan, before, None if quiesced is None else Quiesced.from_dict(quiesced)).to_dict()
@@ -256,7 +209,7 @@ def abandon(plan_data: dict[str, Any] | None) -> dict[str, Any]:
     ctx = context_of(context)
     plan = steps.plan_of(plan_data) if plan_data else None
     decision = migration.abandon_decision(
-        planned=plan is not None, dry_run=ctx.params.dry_run, live=plan is not None and plan.mode == "migrate" and
+        planned=plan is not None, dry_run=ctx.params.dry_run, live=plan is not None and plan.mode == steps.Mode.MIGRATE and
         ctx.params.policy.live, failed=[t for t in failed_tasks(context) if t != "abandon"],
         switch=SwitchOperator.answered(context["ti"].xcom_pull(task_ids="switch")),
         steps=ctx.audit.summary()["steps"])

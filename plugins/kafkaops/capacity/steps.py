@@ -36,43 +36,73 @@ log = logging.getLogger(__name__)
 KIND = "capacity_review"
 
 
+# The review's params, in the form's order (the Spark connection's is the Airflow layer's); each one's default
+# is here only.
+TOPICS = form.Texts(name="topics", title="Topics", description="Topics to review; empty means all topics.")
+TARGET_RECORDS = form.MaybeNumber(
+    name="target_records_per_s", title="Target throughput (records/s)",
+    description="Peak records/s each reviewed topic must sustain; with the per-consumer throughput it gives the "
+                "recommended partition count. Empty: no partition recommendation.")
+PER_CONSUMER = form.MaybeNumber(name="per_consumer_records_per_s", title="Per-consumer throughput (records/s)",
+                                description="Records/s one consumer handles (from a load test).")
+MAX_CONSUMERS = form.MaybeInteger(name="max_consumers", minimum=0, title="Max consumers",
+                                  description="Consumers a group may run at most; empty: the largest group seen.")
+PER_BROKER = form.MaybeNumber(name="per_broker_mb_per_s", title="Per-broker throughput (MB/s)",
+                              description="What one broker sustains; empty: brokers from disk headroom only.")
+DISK_PER_BROKER = form.MaybeNumber(name="disk_per_broker_gb", title="Disk per broker (GB)",
+                                   description="Log-dir capacity of a broker; empty: the smallest reported by the "
+                                               "brokers.")
+KEY_SKEW = form.Flag(name="key_skew", title="Key skew (Spark)",
+                     description="Sample a topic with Spark and measure key skew and what-if partition counts.")
+SKEW_TOPIC = form.Text(name="skew_topic", title="Key-skew topic",
+                       description="The topic sampled; empty: the only entry of topics.")
+SAMPLE_RECORDS = form.Integer(name="sample_records", given=10_000, minimum=1, title="Sample size",
+                              description="Latest records read for the key skew, spread over the partitions.")
+CANDIDATE_KEY_FIELD = form.Text(name="candidate_key_field", title="Candidate key field",
+                                description="A top-level JSON field of the value to try as the new key; empty: none.")
+CANDIDATE_PARTITIONS = form.WholeNumbers(
+    name="candidate_partitions", given=skew.DEFAULT_CANDIDATES, title="Candidate partition counts",
+    description=f"What-if partition counts; empty: {', '.join(map(str, skew.DEFAULT_CANDIDATES))}.")
+PROPOSE_SCALE_OUT = form.Flag(name="propose_scale_out", title="Propose a scale-out",
+                              description="When the review calls for more brokers, create a kafka_scale_out run "
+                                          "(approval=manual, dry_run=false) that waits for a person to approve.")
+SCALE_OUT_INVENTORY = form.Text(name="scale_out_inventory", title="Scale-out inventory",
+                                description="The inventory the proposed kafka_scale_out run provisions with; empty: "
+                                            "its default.")
+
+
 @dataclass(frozen=True)
 class CapacityParams:
-    """The review's params (the DAG's form); validated before anything runs."""
+    """The review's params (the DAG's form; defaults: the specs above); validated before anything runs."""
 
-    topics: tuple[str, ...] = ()
-    target_records_per_s: float | None = None
-    per_consumer_records_per_s: float | None = None
-    max_consumers: int | None = None
-    per_broker_mb_per_s: float | None = None
-    disk_per_broker_gb: float | None = None
-    key_skew: bool = False
-    skew_topic: str = ""
-    sample_records: int = 10_000
-    candidate_key_field: str = ""
-    candidate_partitions: tuple[int, ...] = skew.DEFAULT_CANDIDATES
-    propose_scale_out: bool = False
-    scale_out_inventory: str = ""
-    kafka_conn_id: str = "kafka_default"
+    topics: tuple[str, ...] = TOPICS.default
+    target_records_per_s: float | None = TARGET_RECORDS.default
+    per_consumer_records_per_s: float | None = PER_CONSUMER.default
+    max_consumers: int | None = MAX_CONSUMERS.default
+    per_broker_mb_per_s: float | None = PER_BROKER.default
+    disk_per_broker_gb: float | None = DISK_PER_BROKER.default
+    key_skew: bool = KEY_SKEW.default
+    skew_topic: str = SKEW_TOPIC.default
+    sample_records: int = SAMPLE_RECORDS.default
+    candidate_key_field: str = CANDIDATE_KEY_FIELD.default
+    candidate_partitions: tuple[int, ...] = CANDIDATE_PARTITIONS.default
+    propose_scale_out: bool = PROPOSE_SCALE_OUT.default
+    scale_out_inventory: str = SCALE_OUT_INVENTORY.default
+    kafka_conn_id: str = form.KAFKA_CONN_ID.default
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> CapacityParams:
         """The params of a run, however sent: an empty field is its default (kafkaops.platform.params)."""
         try:
             result = cls(
-                topics=form.strings_of(params, "topics"),
-                target_records_per_s=form.number_of(params, "target_records_per_s"),
-                per_consumer_records_per_s=form.number_of(params, "per_consumer_records_per_s"),
-                max_consumers=form.integer_of(params, "max_consumers"),
-                per_broker_mb_per_s=form.number_of(params, "per_broker_mb_per_s"),
-                disk_per_broker_gb=form.number_of(params, "disk_per_broker_gb"),
-                key_skew=bool(params.get("key_skew") or False), skew_topic=form.text_of(params, "skew_topic"),
-                sample_records=form.integer_of(params, "sample_records", 10_000),
-                candidate_key_field=form.text_of(params, "candidate_key_field"),
-                candidate_partitions=form.ints_of(params, "candidate_partitions", skew.DEFAULT_CANDIDATES),
-                propose_scale_out=bool(params.get("propose_scale_out") or False),
-                scale_out_inventory=form.text_of(params, "scale_out_inventory"),
-                kafka_conn_id=form.text_of(params, "kafka_conn_id", "kafka_default"))
+                topics=TOPICS.read(params), target_records_per_s=TARGET_RECORDS.read(params),
+                per_consumer_records_per_s=PER_CONSUMER.read(params), max_consumers=MAX_CONSUMERS.read(params),
+                per_broker_mb_per_s=PER_BROKER.read(params), disk_per_broker_gb=DISK_PER_BROKER.read(params),
+                key_skew=KEY_SKEW.read(params), skew_topic=SKEW_TOPIC.read(params),
+                sample_records=SAMPLE_RECORDS.read(params), candidate_key_field=CANDIDATE_KEY_FIELD.read(params),
+                candidate_partitions=CANDIDATE_PARTITIONS.read(params),
+                propose_scale_out=PROPOSE_SCALE_OUT.read(params),
+                scale_out_inventory=SCALE_OUT_INVENTORY.read(params), kafka_conn_id=form.KAFKA_CONN_ID.read(params))
         except ConfigError as err:
             raise ConfigError(f"bad capacity review parameters: {err}; see the DAG's params form") from err
         result.validate()

@@ -28,8 +28,6 @@ from kafkaops.platform.paths import safe_name
 
 log = logging.getLogger(__name__)
 
-APPROVAL_MODES = ("manual", "auto_approve", "auto_reject")
-
 
 class OperationParams(Protocol):
     """What the lifecycle needs of a capability's params."""

@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from kafkaops.platform.kafka import connection, metadata, reassignments
 from kafkaops.reassign import approval, engine
 from kafkaops.platform import lifecycle, state
 from kafkaops.platform import params as form
-from kafkaops.platform.lifecycle import APPROVAL_MODES, OperationContext
+from kafkaops.platform.lifecycle import OperationContext
 from kafkaops.platform import provision
 from kafkaops.reassign import records, verify
 from kafkaops.errors import ConfigError, KafkaOpsError, ProvisionError
@@ -33,29 +34,73 @@ from kafkaops.reassign.planner.plan import ReassignmentPlan
 
 log = logging.getLogger(__name__)
 
-KINDS = ("scale_out", "rebalance", "drain")
+class Kind(StrEnum):
+    """The reassignment operations (the value is the run's ``kind`` in the record and the DAG's ``operation``)."""
+
+    SCALE_OUT = "scale_out"
+    REBALANCE = "rebalance"
+    DRAIN = "drain"
+
+
+# The params every reassignment's form shows, in the form's order; each one's default is here only.
+TOPICS = form.Texts(name="topics", title="Topics", description="Topics to move; empty means all topics.")
+THROTTLE = form.Number(name="throttle_mb_per_s", given=10.0, above=0, title="Throttle (MB/s)",
+                       description="Replication throttle on every broker and topic involved while data moves; "
+                                   "removed afterwards, also on failure.")
+MAX_MOVES_PER_BROKER = form.Integer(
+    name="max_moves_per_broker", given=5, minimum=1, title="Concurrent moves per broker",
+    description="At most this many partition moves touch one broker per batch.")
+MAX_MOVES_TOTAL = form.Integer(name="max_moves_total", given=20, minimum=1, title="Concurrent moves in total",
+                               description="At most this many partitions move per batch.")
+MAX_BYTES = form.MaybeInteger(name="max_bytes_to_move", minimum=0, title="Byte budget",
+                              description="The plan gate fails when the plan would copy more bytes than this; empty "
+                                          "for no limit.")
+EXCLUDE_BROKERS = form.WholeNumbers(name="exclude_brokers", title="Excluded brokers",
+                                    description="Brokers that keep their replicas and receive none.")
+INVENTORY = form.Text(name="inventory", title="Inventory",
+                      description="A kafkaops cluster spec (.json, local clusters) or an Ansible inventory (.yml, "
+                                  "real hosts) for the kafka_broker role. Empty: the local cluster's spec that "
+                                  "make cluster-up wrote, on the machine that has one.")
+SSH_CONN_ID = form.Text(
+    name="ssh_conn_id", title="SSH connection (remote hosts)",
+    description="Id of an Airflow connection of type 'ssh' whose login, port and key (key_file or private_key in "
+                "its extra; a password alone is refused) the kafka_broker role uses to reach the hosts of an "
+                "Ansible inventory (.yml) when it adds or stops brokers. The inventory still gives each host's "
+                "address, and its own ansible_user / ansible_port / ansible_ssh_private_key_file win. Empty: the "
+                "inventory's settings only. Not used with a cluster spec (.json).")
+DRY_RUN = form.dry_run("Plan and gate only: nothing is provisioned, moved or throttled.")
+STALL_TIMEOUT = form.Number(name="stall_timeout_s", given=120, above=0, title="Stall timeout (s)",
+                            description="Fail the wait when no partition or byte moved for this long.")
+PARAMS: tuple[form.Spec[Any], ...] = (
+    form.KAFKA_CONN_ID, TOPICS, THROTTLE, MAX_MOVES_PER_BROKER, MAX_MOVES_TOTAL, MAX_BYTES, EXCLUDE_BROKERS,
+    INVENTORY, SSH_CONN_ID, form.APPROVAL, DRY_RUN, STALL_TIMEOUT)
+"""The form of every reassignment DAG (its own params follow)."""
 
 
 @dataclass(frozen=True)
 class OperationParams:
-    """What the operator asked for; validated before anything changes."""
+    """What the operator asked for; validated before anything changes. Defaults: the specs above."""
 
-    kind: str
-    topics: tuple[str, ...] = ()
-    throttle_mb_per_s: float = 10.0
-    max_moves_per_broker: int = 5
-    max_moves_total: int = 20
-    max_bytes_to_move: int | None = None
-    add_brokers: int = 0
+    kind: Kind
+    topics: tuple[str, ...] = TOPICS.default
+    throttle_mb_per_s: float = THROTTLE.default
+    max_moves_per_broker: int = MAX_MOVES_PER_BROKER.default
+    max_moves_total: int = MAX_MOVES_TOTAL.default
+    max_bytes_to_move: int | None = MAX_BYTES.default
+    add_brokers: int = 0  # the scale-out form suggests 1; a run that names neither it nor new_broker_ids is refused
     new_broker_ids: tuple[int, ...] = ()
     new_broker_racks: tuple[str, ...] = ()
     drain_brokers: tuple[int, ...] = ()
-    exclude_brokers: tuple[int, ...] = ()
-    inventory: str = ""
+    exclude_brokers: tuple[int, ...] = EXCLUDE_BROKERS.default
+    inventory: str = INVENTORY.default
     stop_drained: bool = False
-    approval: str = "manual"
-    dry_run: bool = True
-    stall_timeout_s: float = 120.0
+    approval: form.Approval = form.APPROVAL.default
+    dry_run: bool = DRY_RUN.default
+    stall_timeout_s: float = STALL_TIMEOUT.default
+
+    def __post_init__(self) -> None:
+        for name, modes in (("kind", Kind), ("approval", form.Approval)):  # a mode given as its string
+            object.__setattr__(self, name, form.mode_of(name, getattr(self, name), modes))
 
     @classmethod
     def from_params(cls, kind: str, params: Mapping[str, Any]) -> OperationParams:
@@ -64,19 +109,19 @@ class OperationParams:
         (:func:`kafkaops.platform.provision.default_inventory`) when this machine has one."""
         try:
             result = cls(
-                kind=kind, topics=form.strings_of(params, "topics"),
-                throttle_mb_per_s=form.number_of(params, "throttle_mb_per_s", 10.0),
-                max_moves_per_broker=form.integer_of(params, "max_moves_per_broker", 5),
-                max_moves_total=form.integer_of(params, "max_moves_total", 20),
-                max_bytes_to_move=form.integer_of(params, "max_bytes_to_move"),
-                add_brokers=form.integer_of(params, "add_brokers", 0), new_broker_ids=form.ints_of(params, "new_broker_ids"),
+                kind=form.mode_of("kind", kind, Kind), topics=TOPICS.read(params),
+                throttle_mb_per_s=THROTTLE.read(params),
+                max_moves_per_broker=MAX_MOVES_PER_BROKER.read(params),
+                max_moves_total=MAX_MOVES_TOTAL.read(params),
+                max_bytes_to_move=MAX_BYTES.read(params),
+                add_brokers=form.integer_of(params, "add_brokers", 0) or 0,
+                new_broker_ids=form.ints_of(params, "new_broker_ids"),
                 new_broker_racks=form.strings_of(params, "new_broker_racks"),
-                drain_brokers=form.ints_of(params, "drain_brokers"), exclude_brokers=form.ints_of(params, "exclude_brokers"),
-                inventory=form.text_of(params, "inventory") or str(provision.default_inventory() or ""),
+                drain_brokers=form.ints_of(params, "drain_brokers"), exclude_brokers=EXCLUDE_BROKERS.read(params),
+                inventory=INVENTORY.read(params) or str(provision.default_inventory() or ""),
                 stop_drained=bool(params.get("stop_drained") or False),
-                approval=form.text_of(params, "approval", "manual"),
-                dry_run=bool(True if params.get("dry_run") is None else params["dry_run"]),
-                stall_timeout_s=form.number_of(params, "stall_timeout_s", 120.0))
+                approval=form.APPROVAL.read(params), dry_run=DRY_RUN.read(params),
+                stall_timeout_s=STALL_TIMEOUT.read(params))
         except ConfigError as err:
             raise ConfigError(f"refusing the {kind} run, nothing was changed: {err}") from err
         result.validate()
@@ -84,15 +129,11 @@ class OperationParams:
 
     def validate(self) -> None:
         problems = []
-        if self.kind not in KINDS:
-            problems.append(f"kind {self.kind!r} is unknown; use one of {', '.join(KINDS)}")
         if self.throttle_mb_per_s <= 0:
             problems.append(f"throttle_mb_per_s is {self.throttle_mb_per_s}; give a positive rate, e.g. 10")
         if self.max_moves_per_broker < 1 or self.max_moves_total < 1:
             problems.append(f"max_moves_per_broker {self.max_moves_per_broker} / max_moves_total "
                             f"{self.max_moves_total}: give 1 or more")
-        if self.approval not in APPROVAL_MODES:
-            problems.append(f"approval {self.approval!r} is unknown; use one of {', '.join(APPROVAL_MODES)}")
         if self.kind == "scale_out" and not (self.add_brokers or self.new_broker_ids):
             problems.append("a scale-out needs add_brokers > 0 or new_broker_ids")
         if self.kind == "scale_out" and self.new_broker_ids and len(set(self.new_broker_ids)) != len(

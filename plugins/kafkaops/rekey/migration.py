@@ -28,10 +28,12 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from kafkaops.errors import KafkaOpsError
 from kafkaops.platform import lifecycle, state
+from kafkaops.platform import params as form
 from kafkaops.platform.kafka import acls, metadata, records, topics
 from kafkaops.rekey import backfill
 from kafkaops.rekey.backfill import BackfillPlan
@@ -41,9 +43,43 @@ from kafkaops.rekey.records import (AbandonedNote, Abandonment, Action, ActionNo
 
 log = logging.getLogger(__name__)
 
-#: How producers are quiesced: ``none`` (a snapshot migration: no cut-over protocol), ``manual``
-#: (the operator stops them), ``acl`` (kafkaops denies Write on the source to named principals).
-QUIESCE_MODES = ("none", "manual", "acl")
+class Quiesce(StrEnum):
+    """How producers are quiesced: ``none`` (a snapshot migration: no cut-over protocol), ``manual`` (the
+    operator stops them), ``acl`` (kafkaops denies Write on the source to named principals)."""
+
+    NONE = "none"
+    MANUAL = "manual"
+    ACL = "acl"
+
+
+# The live cut-over's params (the partition increase's form shows them); each one's default is here only.
+QUIESCE = form.Choice(
+    name="quiesce", given=Quiesce.NONE, title="Live cut-over",
+    description="migrate while producers and consumers keep running. none: copy a snapshot and translate offsets "
+                "(switch when you like). manual: catch-up passes, then you stop the producers when asked and "
+                "kafkaops waits until the source stays still, copies the rest, gates, commits the groups' offsets "
+                "on the target and asks you to switch. acl: the same, with a DENY Write ACL on the source for the "
+                "principals below (needs an authorizer; removed whatever happens).")
+PRINCIPALS = form.Text(name="quiesce_principals", title="Producer principals (acl)",
+                       description="quiesce=acl: comma-separated principals whose writes to the source are denied, "
+                                   "e.g. User:orders-app.")
+CATCH_UP_LAG = form.Integer(name="catch_up_lag_records", given=1000, minimum=0, title="Catch-up lag threshold (records)",
+                            description="Live: catch-up passes run until the source is at most this many records "
+                                        "ahead of the copy; then the producers are quiesced.")
+CATCH_UP_BUDGET = form.Integer(name="catch_up_budget_s", given=600, minimum=1, title="Catch-up budget (s)",
+                               description="Live: no catch-up pass starts after this many seconds.")
+QUIET = form.Integer(name="quiet_s", given=10, minimum=1, title="Quiet period (s)",
+                     description="Live: the source's end offsets must stay still this long to count as quiesced.")
+QUIESCE_TIMEOUT = form.Integer(
+    name="quiesce_timeout_s", given=900, minimum=2, title="Quiesce timeout (s)",
+    description="Live: producers (and consumers' groups) that have not stopped by then abandon the migration: the "
+                "source stays authoritative.")
+SWITCH_TIMEOUT = form.Integer(name="switch_timeout_s", given=900, minimum=1, title="Switch timeout (s)",
+                              description="Live: after the switch, how long to wait for the first write to reach the "
+                                          "target.")
+DELETE_TARGET = form.Flag(name="delete_target_on_abandon", title="Delete the target if abandoned",
+                          description="Live: when the migration is abandoned before the switch, delete the target "
+                                      "topics (else they are kept and marked in the record).")
 
 
 class MigrationAbandoned(KafkaOpsError):
@@ -52,27 +88,28 @@ class MigrationAbandoned(KafkaOpsError):
 
 @dataclass(frozen=True)
 class LivePolicy:
-    """The operator's limits for the cut-over (the DAG's params)."""
+    """The operator's limits for the cut-over (the DAG's params; defaults: the specs above)."""
 
-    quiesce: str = "none"
-    catch_up_lag_records: int = 1000
-    catch_up_budget_s: float = 600.0
+    quiesce: Quiesce = QUIESCE.default
+    catch_up_lag_records: int = CATCH_UP_LAG.default
+    catch_up_budget_s: float = float(CATCH_UP_BUDGET.default)
     max_catch_up_passes: int = 10
-    quiet_s: float = 10.0
-    quiesce_timeout_s: float = 900.0
-    switch_timeout_s: float = 900.0
+    quiet_s: float = float(QUIET.default)
+    quiesce_timeout_s: float = float(QUIESCE_TIMEOUT.default)
+    switch_timeout_s: float = float(SWITCH_TIMEOUT.default)
     principals: tuple[str, ...] = ()
-    delete_target_on_abandon: bool = False
+    delete_target_on_abandon: bool = DELETE_TARGET.default
+
+    def __post_init__(self) -> None:  # a mode given as its string
+        object.__setattr__(self, "quiesce", form.mode_of("quiesce", self.quiesce, Quiesce))
 
     @property
     def live(self) -> bool:
-        return self.quiesce != "none"
+        return self.quiesce != Quiesce.NONE
 
     def problems(self) -> list[str]:
         found = []
-        if self.quiesce not in QUIESCE_MODES:
-            found.append(f"quiesce {self.quiesce!r} is unknown; use one of {', '.join(QUIESCE_MODES)}")
-        if self.quiesce == "acl" and not self.principals:
+        if self.quiesce == Quiesce.ACL and not self.principals:
             found.append("quiesce=acl needs the producers' principals (e.g. User:orders-app) in quiesce_principals")
         bad = [p for p in self.principals if not p.startswith("User:") or len(p) <= len("User:")]
         if bad:
@@ -212,7 +249,7 @@ def quiesce(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePol
     offsets still move after ``quiesce_timeout_s``."""
     topic, target = plan.source_topic, plan.target_topic
     asked_at = lifecycle.now()
-    if policy.quiesce == "acl":
+    if policy.quiesce == Quiesce.ACL:
         with ctx.connect() as conn:
             ctx.fence(f"deny writes to {topic}")
             acls.deny_writes(conn, topic, policy.principals)
@@ -236,7 +273,7 @@ def quiesce(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePol
                 "stop the producers and trigger the migration again")
         sleep(min(1.0, policy.quiet_s / 4))
     settled_at = lifecycle.now()
-    quiesced = Quiesced(policy.quiesce, asked_at, settled_at, ends)
+    quiesced = Quiesced(policy.quiesce.value, asked_at, settled_at, ends)
     state.append_note(ctx.audit, QuiescedNote(f"producers quiesced ({policy.quiesce}): {topic}'s end offsets stayed "
                                               f"still for {policy.quiet_s:.0f} s, {settled_at - asked_at:.1f} s "
                                               "after asking", quiesced))
@@ -266,7 +303,7 @@ def cutover_summary(policy: LivePolicy, topic: str) -> str:
         return (f"Snapshot copy (quiesce=none): records written to {topic} after the snapshot are not copied; "
                 "switch producers and consumers yourself afterwards, at the translated offsets")
     stop = (f"kafkaops denies Write on {topic} to {', '.join(policy.principals)} (a DENY ACL, removed after the "
-            "switch or on rollback)" if policy.quiesce == "acl" else
+            "switch or on rollback)" if policy.quiesce == Quiesce.ACL else
             f"you are asked (in the run's record) to stop the producers of {topic}")
     return (f"Live cut-over (quiesce={policy.quiesce}): catch-up passes until the copy is at most "
             f"{policy.catch_up_lag_records:,} records behind (up to {policy.max_catch_up_passes} passes, "
@@ -293,7 +330,7 @@ def switch_request(cut: Cutover) -> str:
 
 def release_writes(ctx: lifecycle.OperationContext, topic: str, policy: LivePolicy) -> bool:
     """Remove the quiesce's DENY Write ACLs (idempotent); True when there were any to remove."""
-    if policy.quiesce != "acl":
+    if policy.quiesce != Quiesce.ACL:
         return False
     with ctx.connect() as conn:
         removed = acls.allow_writes(conn, topic, policy.principals)

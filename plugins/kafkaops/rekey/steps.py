@@ -24,6 +24,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,44 @@ from kafkaops.platform.partitioner import partition_for
 log = logging.getLogger(__name__)
 
 KIND = "partition_increase"
-MODES = ("in_place", "migrate")
+class Mode(StrEnum):
+    """How the topic grows: ``in_place`` (add partitions; keys move) or ``migrate`` (rekey into a new topic)."""
+
+    IN_PLACE = "in_place"
+    MIGRATE = "migrate"
+
+
+# The partition increase's params, in the form's order (the live cut-over's are migration's); each one's
+# default is here only.
+TOPIC = form.Text(name="topic", required=True, title="Topic", description="The topic whose partition count grows.")
+NEW_PARTITION_COUNT = form.Integer(
+    name="new_partition_count", given=6, minimum=1, title="New partition count",
+    description="The topic's total partition count afterwards (larger than now).")
+MODE = form.Choice(name="mode", given=Mode.MIGRATE, title="Mode",
+                   description="in_place: add partitions to the topic (keys move: per-key order breaks). migrate: "
+                               "rekey into a new topic with the new count, order kept, then cut consumers over.")
+KEY_RULE = form.Text(name="key_rule", given="record_key", title="Key rule",
+                     description="Where the key comes from: record_key, field:<name> (a top-level JSON field) or "
+                                 "jsonpath:$.a.b. Records without a key go to the dead-letter topic.")
+TARGET_TOPIC = form.Text(name="target_topic", title="Target topic",
+                         description="migrate: the new topic; empty for <topic>.v2 or the next free version.")
+ACCEPT_ORDERING_BREAK = form.Flag(
+    name="accept_ordering_break", title="Accept the ordering break",
+    description="in_place on a keyed topic: go ahead although records of a key end up in two steps. Refused "
+                "otherwise.")
+SAMPLE_RECORDS = form.Integer(name="sample_records", given=1000, minimum=1, title="Sample size",
+                              description="Records read (latest, spread over the partitions) to measure how many "
+                                          "keys would change partition.")
+CUTOVER_GROUP_SUFFIX = form.Text(
+    name="cutover_group_suffix", title="Cut-over group suffix",
+    description="migrate: when set, commit each source group's translated offsets on the target for group "
+                "<group><suffix>; empty: only record them.")
+CUTOVER_GROUPS = form.Text(
+    name="cutover_groups", title="Consumer groups to carry over",
+    description="migrate: comma-separated groups to give offsets on the target besides every group with offsets "
+                "on the source; one without a committed offset starts at the start of the target (said in the "
+                "record).")
+DRY_RUN = form.dry_run("Plan only (sample, target name, backfill plan): nothing is created or written.")
 
 
 class OrderingBreakRefused(KafkaOpsError):
@@ -59,24 +97,28 @@ class PartitionParams:
 
     topic: str
     new_partition_count: int
-    mode: str = "migrate"
-    key_rule: str = "record_key"
-    target_topic: str = ""
-    accept_ordering_break: bool = False
-    sample_records: int = 1000
-    cutover_group_suffix: str = ""
-    approval: str = "manual"
-    dry_run: bool = True
-    quiesce: str = "none"
-    catch_up_lag_records: int = 1000
-    catch_up_budget_s: int = 600
-    quiet_s: int = 10
-    quiesce_timeout_s: int = 900
-    switch_timeout_s: int = 900
-    quiesce_principals: str = ""
-    delete_target_on_abandon: bool = False
-    cutover_groups: str = ""
+    mode: Mode = MODE.default
+    key_rule: str = KEY_RULE.default
+    target_topic: str = TARGET_TOPIC.default
+    accept_ordering_break: bool = ACCEPT_ORDERING_BREAK.default
+    sample_records: int = SAMPLE_RECORDS.default
+    cutover_group_suffix: str = CUTOVER_GROUP_SUFFIX.default
+    approval: form.Approval = form.APPROVAL.default
+    dry_run: bool = DRY_RUN.default
+    quiesce: migration.Quiesce = migration.QUIESCE.default
+    catch_up_lag_records: int = migration.CATCH_UP_LAG.default
+    catch_up_budget_s: int = migration.CATCH_UP_BUDGET.default
+    quiet_s: int = migration.QUIET.default
+    quiesce_timeout_s: int = migration.QUIESCE_TIMEOUT.default
+    switch_timeout_s: int = migration.SWITCH_TIMEOUT.default
+    quiesce_principals: str = migration.PRINCIPALS.default
+    delete_target_on_abandon: bool = migration.DELETE_TARGET.default
+    cutover_groups: str = CUTOVER_GROUPS.default
     kind: str = KIND
+
+    def __post_init__(self) -> None:
+        for name, modes in (("mode", Mode), ("approval", form.Approval), ("quiesce", migration.Quiesce)):
+            object.__setattr__(self, name, form.mode_of(name, getattr(self, name), modes))  # a mode given as its string
 
     @property
     def named_groups(self) -> tuple[str, ...]:
@@ -97,41 +139,28 @@ class PartitionParams:
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> PartitionParams:
         """The params of a run, however sent: an empty field is its default (kafkaops.platform.params)."""
-        try:
-            result = cls(topic=form.text_of(params, "topic"),
-                         new_partition_count=form.integer_of(params, "new_partition_count", 0),
-                         mode=form.text_of(params, "mode", "migrate"),
-                         key_rule=form.text_of(params, "key_rule", "record_key"),
-                         target_topic=form.text_of(params, "target_topic"),
-                         accept_ordering_break=bool(params.get("accept_ordering_break") or False),
-                         sample_records=form.integer_of(params, "sample_records", 1000),
-                         cutover_group_suffix=form.text_of(params, "cutover_group_suffix"),
-                         approval=form.text_of(params, "approval", "manual"),
-                         dry_run=bool(True if params.get("dry_run") is None else params["dry_run"]),
-                         quiesce=form.text_of(params, "quiesce", "none"),
-                         catch_up_lag_records=form.integer_of(params, "catch_up_lag_records", 1000),
-                         catch_up_budget_s=form.integer_of(params, "catch_up_budget_s", 600),
-                         quiet_s=form.integer_of(params, "quiet_s", 10),
-                         quiesce_timeout_s=form.integer_of(params, "quiesce_timeout_s", 900),
-                         switch_timeout_s=form.integer_of(params, "switch_timeout_s", 900),
-                         quiesce_principals=form.text_of(params, "quiesce_principals"),
-                         delete_target_on_abandon=bool(params.get("delete_target_on_abandon") or False),
-                         cutover_groups=form.text_of(params, "cutover_groups"))
-        except ConfigError as err:
-            raise ConfigError(f"bad partition-increase parameters: {err}; see the DAG's params form") from err
-        result.validate()
+        read = form.Reading(params)
+        result = cls(topic=read(TOPIC), new_partition_count=read(NEW_PARTITION_COUNT) if not form.is_empty(
+                         params.get(NEW_PARTITION_COUNT.name)) else 0,  # the run must say it: no default
+                     mode=read(MODE), key_rule=read(KEY_RULE), target_topic=read(TARGET_TOPIC),
+                     accept_ordering_break=read(ACCEPT_ORDERING_BREAK), sample_records=read(SAMPLE_RECORDS),
+                     cutover_group_suffix=read(CUTOVER_GROUP_SUFFIX), approval=read(form.APPROVAL),
+                     dry_run=read(DRY_RUN), quiesce=read(migration.QUIESCE),
+                     catch_up_lag_records=read(migration.CATCH_UP_LAG), catch_up_budget_s=read(migration.CATCH_UP_BUDGET),
+                     quiet_s=read(migration.QUIET), quiesce_timeout_s=read(migration.QUIESCE_TIMEOUT),
+                     switch_timeout_s=read(migration.SWITCH_TIMEOUT), quiesce_principals=read(migration.PRINCIPALS),
+                     delete_target_on_abandon=read(migration.DELETE_TARGET), cutover_groups=read(CUTOVER_GROUPS))
+        result.validate(read.problems)
         return result
 
-    def validate(self) -> None:
-        problems = []
+    def validate(self, refused: Iterable[str] = ()) -> None:
+        """Refuses the params, naming every problem: ``refused``, the values :meth:`from_params` could not read
+        (they read as their defaults), then the rest."""
+        problems = list(refused)
         if not self.topic:
             problems.append("topic is empty; name the topic to grow")
         if self.new_partition_count < 1:
             problems.append(f"new_partition_count is {self.new_partition_count}; give the new total count")
-        if self.mode not in MODES:
-            problems.append(f"mode {self.mode!r} is unknown; use one of {', '.join(MODES)}")
-        if self.approval not in lifecycle.APPROVAL_MODES:
-            problems.append(f"approval {self.approval!r} is unknown; use one of {', '.join(lifecycle.APPROVAL_MODES)}")
         if self.sample_records < 1:
             problems.append(f"sample_records is {self.sample_records}; give at least 1")
         if self.target_topic and self.target_topic == self.topic:
@@ -141,7 +170,7 @@ class PartitionParams:
         except keyrules.KeyRuleError as err:
             problems.append(str(err))
         problems += self.policy.problems()
-        if self.policy.live and self.mode != "migrate":
+        if self.policy.live and self.mode != Mode.MIGRATE:
             problems.append(f"quiesce={self.quiesce} is a live migration's cut-over; it needs mode=migrate")
         if problems:
             raise ConfigError("refusing the partition increase, nothing was changed: " + "; ".join(problems))
@@ -229,7 +258,7 @@ def key_change(keys: Iterable[bytes | None], old: int, new: int) -> KeyChange:
 class PartitionPlan:
     """An in-place growth (``assignment`` of the new partitions) or a migration (``backfill``)."""
 
-    mode: str
+    mode: Mode
     topic: str
     current_partitions: int
     new_partitions: int
@@ -239,8 +268,11 @@ class PartitionPlan:
     backfill: Mapping[str, Any] | None = None
     target_configs: Mapping[str, str] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:  # a mode given as its string (JSON)
+        object.__setattr__(self, "mode", form.mode_of("mode", self.mode, Mode))
+
     def summary(self) -> str:
-        if self.mode == "in_place":
+        if self.mode == Mode.IN_PLACE:
             return (f"grow {self.topic} in place from {self.current_partitions} to {self.new_partitions} partitions; "
                     f"new partitions on {[list(r) for r in self.assignment]}")
         plan = BackfillPlan.from_dict(self.backfill or {})
@@ -249,7 +281,7 @@ class PartitionPlan:
                 f"dead letters to {plan.dead_letter_topic}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "topic": self.topic, "current_partitions": self.current_partitions,
+        return {"mode": self.mode.value, "topic": self.topic, "current_partitions": self.current_partitions,
                 "new_partitions": self.new_partitions, "replication_factor": self.replication_factor,
                 "assignment": [list(r) for r in self.assignment], "key_change": dict(self.key_change),
                 "backfill": dict(self.backfill) if self.backfill else None,
@@ -271,7 +303,7 @@ def approval_markdown(plan: PartitionPlan, params: PartitionParams, advice: Capa
     review = ["#### Capacity review",
               (advice.text if advice else f"No capacity review of this cluster recommends a partition count for "
                                           f"{plan.topic}") + ".", ""]
-    if plan.mode == "in_place":
+    if plan.mode == Mode.IN_PLACE:
         return "\n".join([
             f"Grow **{plan.topic}** in place: {plan.current_partitions} → {plan.new_partitions} partitions.", "",
             "| | Now | After |", "|---|---|---|",
@@ -359,7 +391,7 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
     rf = max(x.replication_factor for x in parts)
     per_partition = max(1, -(-p.sample_records // current))
     sampled = records.sample(ctx.conn_config, p.topic, ranges, per_partition)
-    if p.mode == "in_place":
+    if p.mode == Mode.IN_PLACE:
         change = key_change((r.key for r in sampled), current, p.new_partition_count)
         if change.keyed and not p.accept_ordering_break:
             text = (f"refusing to grow keyed topic {p.topic} in place: {change.summary()}, so their records would "
@@ -367,7 +399,7 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
                     "into a new topic), or set accept_ordering_break=true if consumers do not rely on key order")
             state.append_note(ctx.audit, RefusedNote(text, change.__dict__))
             raise OrderingBreakRefused(text)
-        plan = PartitionPlan("in_place", p.topic, current, p.new_partition_count, rf,
+        plan = PartitionPlan(Mode.IN_PLACE, p.topic, current, p.new_partition_count, rf,
                              assignment=place_new_partitions(cluster, p.topic, p.new_partition_count),
                              key_change={**change.__dict__, "summary": change.summary()})
     else:
@@ -378,11 +410,11 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
         bf = BackfillPlan(p.topic, tuple((k, s, e) for k, (s, e) in sorted(ranges.items())), target,
                           p.new_partition_count, p.key_rule)
         dead = sum(1 for r in sampled if keyrules.extract_key(r.key, r.value, bf.rule) is None)
-        plan = PartitionPlan("migrate", p.topic, current, p.new_partition_count, rf, backfill=bf.to_dict(),
+        plan = PartitionPlan(Mode.MIGRATE, p.topic, current, p.new_partition_count, rf, backfill=bf.to_dict(),
                              key_change={"sampled_records": len(sampled), "dead_letters_in_sample": dead},
                              target_configs=topic_configs)
     data = {"plan": plan.to_dict(), "summary": plan.summary()}
-    if plan.mode == "migrate":
+    if plan.mode == Mode.MIGRATE:
         data["summary"] += f". {migration.cutover_summary(p.policy, p.topic)}"
     advice = capacity_advice(ctx.store, cluster.cluster_id, p.topic, p.new_partition_count)
     if advice is not None:  # shown at the approval; a count other than the review's is allowed
