@@ -207,18 +207,46 @@ def _b(value: Any) -> bytes | None:
 
 
 def _findings(plan: BackfillPlan, snap: Any, out: Any, keyed: Any, records: Any) -> IntegrityFindings:
+    """What :func:`~kafkaops.rekey.backfill.integrity_report` words: the counts of every check and, for
+    each check that fails, its first failures (the same fields ``check_integrity`` fills)."""
+    per_key, _ = keyed
+    codes = _source_codes(snap)
+    dead_codes = {r["code"] or "": r["n"] for r in codes if r["dead"]}
+    rows = _partition_rows(plan, records)
+    total = _totals(records, plan.target_partitions)
+    order_breaks, split_keys = _key_failures(per_key)
+    lost = _lost(snap, out)
+    n_lost = lost.count()
+    found = {**_lineage_examples(records, total, lost, n_lost),
+             **_key_examples(plan, records, keyed, any(p.misplaced for p in rows), split_keys, order_breaks)}
+    return IntegrityFindings(
+        source_records=sum(r["n"] for r in codes), target_records=total["target"], dead_letters=total["dead"],
+        expected_dead_letters=sum(dead_codes.values()),
+        source_checksum=backfill.checksum_of_sums(sum(r["high"] or 0 for r in codes), sum(r["low"] or 0 for r in codes)),
+        output_checksum=backfill.checksum_of_sums(total["high"], total["low"]),
+        partitions=rows, dead_letter_codes=dead_codes, no_lineage=total["no_lineage"],
+        extra_partitions=tuple(total["extra"]), duplicates=total["duplicates"], unknown=total["unknown"],
+        lost=n_lost, wrong_dead=total["wrong_dead"], dead_in_target=total["dead_in_target"],
+        wrong_codes=total["wrong_codes"], wrong_keys=total["wrong_keys"], split_keys=split_keys,
+        order_breaks=order_breaks, **found)
+
+
+def _source_codes(snap: Any) -> list[Any]:
+    """The snapshot per reason code (``dead``: no new key; ``code`` null where keyed): its records ``n``
+    and the sums of its digest halves ``high``/``low``. Every snapshot record is in exactly one row."""
     from pyspark.sql import functions as F
 
-    n = plan.target_partitions
-    per_key, positions = keyed
-    col, target = F.col, F.col("is_target")
-
-    # the snapshot: per reason code (null: keyed) its records and digest sums
-    codes = snap.groupBy(col("new_key").isNull().alias("dead"), "code").agg(
+    return snap.groupBy(F.col("new_key").isNull().alias("dead"), "code").agg(
         F.count(F.lit(1)).alias("n"), F.sum("digest_high").alias("high"), F.sum("digest_low").alias("low")).collect()
-    dead_codes = {r["code"] or "": r["n"] for r in codes if r["dead"]}
 
-    # per output partition: first per key, then per partition (a null key counts as one key, as in Python)
+
+def _partition_rows(plan: BackfillPlan, records: Any) -> tuple[PartitionIntegrity, ...]:
+    """One row per target partition ``0..N-1`` (empty ones too) and per dead-letter partition found
+    (partition 0 when none): counted first per key, then per partition, a null key counting as one key
+    (as in Python). Placement, split keys and order are target checks: zero on dead-letter rows."""
+    from pyspark.sql import functions as F
+
+    col = F.col
     by_key = records.groupBy("topic", "partition", "is_target", "key").agg(
         F.count(F.lit(1)).alias("records"), _count(col("off_home")).alias("misplaced"),
         F.max(F.coalesce("split", F.lit(False))).alias("split"), F.max(F.coalesce("broken", F.lit(False))).alias("broken"),
@@ -241,9 +269,17 @@ def _findings(plan: BackfillPlan, snap: Any, out: Any, keyed: Any, records: Any)
                                   duplicate_lineages=r["duplicates"], unknown_lineages=r["unknown"])
 
     dead_parts = sorted(p for t, p in parts if t == plan.dead_letter_topic)
-    rows = ([row(plan.target_topic, p, True) for p in range(n)]
-            + [row(plan.dead_letter_topic, p, False) for p in dead_parts or [0]])
+    return tuple([row(plan.target_topic, p, True) for p in range(plan.target_partitions)]
+                 + [row(plan.dead_letter_topic, p, False) for p in dead_parts or [0]])
 
+
+def _totals(records: Any, n: int) -> dict[str, Any]:
+    """The whole output's counts in one aggregation (a lineage counted once, at its first copy, or at its
+    first copy in a topic for the dead-letter checks), ``extra``: the target partitions outside ``0..n-1``.
+    A sum over no record is 0, not null."""
+    from pyspark.sql import functions as F
+
+    col, target = F.col, F.col("is_target")
     total = records.agg(
         _count(target).alias("target"), _count(~target).alias("dead"),
         F.sum("digest_high").alias("high"), F.sum("digest_low").alias("low"),
@@ -252,20 +288,55 @@ def _findings(plan: BackfillPlan, snap: Any, out: Any, keyed: Any, records: Any)
         _count(col("first") & ~col("known")).alias("unknown"),
         _count(col("first_here") & ~target & ~col("dead_in_source")).alias("wrong_dead"),
         _count(col("first_here") & target & col("dead_in_source")).alias("dead_in_target"),
-        _count(~target & col("dead_in_source") & ~col("code").eqNullSafe(F.coalesce("s_code", F.lit(""))))
-        .alias("wrong_codes"),
-        _count(target & col("known") & ~col("key").eqNullSafe(col("s_key"))).alias("wrong_keys"),
+        _count(_wrong_code()).alias("wrong_codes"),
+        _count(_wrong_key()).alias("wrong_keys"),
         F.sort_array(F.collect_set(F.when(target & ((col("partition") >= n) | (col("partition") < 0)),
                                           col("partition")))).alias("extra"),
     ).first().asDict()
-    total = {k: 0 if v is None else v for k, v in total.items()}  # sums over no record are null
-    order_breaks, split_keys = (v or 0 for v in per_key.agg(_count(col("first_bad").isNotNull()).alias("broken"),
-                                                            _count(col("low") != col("high")).alias("split")).first())
-    lost = snap.join(out.where(col("lineage").isNotNull()).select("lineage"), "lineage", "left_anti")
-    n_lost = lost.count()
+    return {k: 0 if v is None else v for k, v in total.items()}
 
-    def first(frame: Any, *order: Any) -> Any:
-        return frame.orderBy(*order).first()
+
+def _wrong_code() -> Any:
+    """A dead letter of a dead snapshot record whose reason code differs from the Python key rules'."""
+    from pyspark.sql import functions as F
+
+    return ~F.col("is_target") & F.col("dead_in_source") & ~F.col("code").eqNullSafe(F.coalesce("s_code", F.lit("")))
+
+
+def _wrong_key() -> Any:
+    """A target record of a known lineage whose key differs from the Python key rules' new key."""
+    from pyspark.sql import functions as F
+
+    return F.col("is_target") & F.col("known") & ~F.col("key").eqNullSafe(F.col("s_key"))
+
+
+def _key_failures(per_key: Any) -> tuple[int, int]:
+    """``(order_breaks, split_keys)``: the keys whose target order differs from the plan somewhere, and
+    the keys found in more than one target partition."""
+    from pyspark.sql import functions as F
+
+    counts = per_key.agg(_count(F.col("first_bad").isNotNull()).alias("broken"),
+                         _count(F.col("low") != F.col("high")).alias("split")).first()
+    return counts[0] or 0, counts[1] or 0
+
+
+def _lost(snap: Any, out: Any) -> Any:
+    """The snapshot records whose lineage reached neither the target nor the dead-letter topic (gaps)."""
+    from pyspark.sql import functions as F
+
+    return snap.join(out.where(F.col("lineage").isNotNull()).select("lineage"), "lineage", "left_anti")
+
+
+def _first(frame: Any, *order: Any) -> Any:
+    return frame.orderBy(*order).first()
+
+
+def _lineage_examples(records: Any, total: dict[str, Any], lost: Any, n_lost: int) -> dict[str, Any]:
+    """The first failures of the lineage checks that fail (absent keys where a check passes): up to
+    :data:`SAMPLE` lineages each, in lineage order (lost ones in snapshot order)."""
+    from pyspark.sql import functions as F
+
+    col, target = F.col, F.col("is_target")
 
     def lineages(condition: Any) -> tuple[str, ...]:
         return tuple(r["lineage"] for r in records.where(condition).select("lineage").distinct()
@@ -273,7 +344,7 @@ def _findings(plan: BackfillPlan, snap: Any, out: Any, keyed: Any, records: Any)
 
     found: dict[str, Any] = {}
     if total["no_lineage"]:
-        found["no_lineage_at"] = _at(first(records.where(col("lineage").isNull()), target.desc(), "partition", "offset"))
+        found["no_lineage_at"] = _at(_first(records.where(col("lineage").isNull()), target.desc(), "partition", "offset"))
     if total["duplicates"]:
         found["duplicate_sample"] = lineages(col("first") & (col("seen") > 1))
     if total["unknown"]:
@@ -285,33 +356,34 @@ def _findings(plan: BackfillPlan, snap: Any, out: Any, keyed: Any, records: Any)
     if total["dead_in_target"]:
         found["dead_in_target_sample"] = lineages(col("first_here") & target & col("dead_in_source"))
     if total["wrong_codes"]:
-        r = first(records.where(~target & col("dead_in_source") & ~col("code").eqNullSafe(F.coalesce("s_code", F.lit("")))),
-                  "partition", "offset")
+        r = _first(records.where(_wrong_code()), "partition", "offset")
         found["wrong_code"] = (_at(r), r["lineage"], r["code"], r["s_code"] or "")
     if total["wrong_keys"]:
-        r = first(records.where(target & col("known") & ~col("key").eqNullSafe(col("s_key"))), "partition", "offset")
+        r = _first(records.where(_wrong_key()), "partition", "offset")
         found["wrong_key"] = (_at(r), _b(r["key"]), _b(r["s_key"]))
-    if any(p.misplaced for p in rows):
-        r = first(records.where(col("off_home")), "partition", "offset")
+    return found
+
+
+def _key_examples(plan: BackfillPlan, records: Any, keyed: Any, misplaced: bool, split_keys: int,
+                  order_breaks: int) -> dict[str, Any]:
+    """The first failure of each per-key check that fails (absent keys where a check passes): the first
+    misplaced record with its home partition, the least split key with its partitions, and the least key
+    out of order with its first differing position (0-based), found and planned lineage and counts."""
+    from pyspark.sql import functions as F
+
+    col, n = F.col, plan.target_partitions
+    per_key, positions = keyed
+    found: dict[str, Any] = {}
+    if misplaced:
+        r = _first(records.where(col("off_home")), "partition", "offset")
         key = _b(r["key"])
         found["misplaced"] = (key, _at(r), None if key is None else backfill.target_partition(key, n))
     if split_keys:
-        k = _b(first(per_key.where(col("low") != col("high")), "key")["key"])
-        found["split"] = (k, tuple(r["partition"] for r in records.where(target & (col("key") == F.lit(k)))
+        k = _b(_first(per_key.where(col("low") != col("high")), "key")["key"])
+        found["split"] = (k, tuple(r["partition"] for r in records.where(col("is_target") & (col("key") == F.lit(k)))
                                        .select("partition").distinct().orderBy("partition").collect()))
     if order_breaks:
-        k = first(per_key.where(col("first_bad").isNotNull()), "key")
+        k = _first(per_key.where(col("first_bad").isNotNull()), "key")
         at = positions.where((col("key") == F.lit(_b(k["key"]))) & (col("pos") == k["first_bad"])).first()
         found["order"] = (_b(k["key"]), k["first_bad"] - 1, at["got"], at["want"], k["n_got"], k["n_want"])
-
-    source_records = sum(r["n"] for r in codes)
-    return IntegrityFindings(
-        source_records=source_records, target_records=total["target"], dead_letters=total["dead"],
-        expected_dead_letters=sum(dead_codes.values()),
-        source_checksum=backfill.checksum_of_sums(sum(r["high"] or 0 for r in codes), sum(r["low"] or 0 for r in codes)),
-        output_checksum=backfill.checksum_of_sums(total["high"], total["low"]),
-        partitions=tuple(rows), dead_letter_codes=dead_codes, no_lineage=total["no_lineage"],
-        extra_partitions=tuple(total["extra"]), duplicates=total["duplicates"], unknown=total["unknown"],
-        lost=n_lost, wrong_dead=total["wrong_dead"], dead_in_target=total["dead_in_target"],
-        wrong_codes=total["wrong_codes"], wrong_keys=total["wrong_keys"], split_keys=split_keys,
-        order_breaks=order_breaks, **found)
+    return found

@@ -29,6 +29,7 @@ from kafkaops.platform.spark import (add_exchange_arguments, deliver_result, rea
                                      tuning_options)
 from kafkaops.rekey import backfill
 from kafkaops.rekey.backfill import CODE_HEADER, LINEAGE_HEADER, REASON_HEADER, BackfillPlan
+from kafkaops.rekey.records import BackfillRun, PassResult
 from spark_apps import backfill_verify, common
 from spark_apps.common import Kafka, kafka_options, spark_session
 
@@ -294,8 +295,8 @@ def write_merged(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict
 
 
 def run(spark: Any, plan: BackfillPlan, bootstrap: Kafka, *, kafka_options: dict[str, str] | None = None
-        ) -> dict[str, Any]:
-    """Write what is missing of ``plan`` to its target and dead-letter topics; returns counts.
+        ) -> BackfillRun:
+    """Write what is missing of ``plan`` to its target and dead-letter topics; returns the counts.
 
     First what earlier runs committed (:func:`committed`): nothing, part or all of the direct copy,
     or of the merged copy; anything else there is refused. Then the copy
@@ -334,9 +335,9 @@ def run(spark: Any, plan: BackfillPlan, bootstrap: Kafka, *, kafka_options: dict
             forget_markers(spark, plan, bootstrap, options)
             counts = write_merged(spark, plan, bootstrap, options)
     seconds = time.monotonic() - started
-    result = {"plan": plan.to_dict(), "mode": choice.mode, "mode_reason": choice.reason, "rewritten": choice.rewrite,
-              "already_written": before.records, "slices": counts[0], "written": counts[1],
-              "skipped": counts[2], "seconds": round(seconds, 3)}
+    result = BackfillRun(plan=plan.to_dict(), written=counts[1], mode=choice.mode, seconds=round(seconds, 3),
+                         mode_reason=choice.reason, rewritten=choice.rewrite, already_written=before.records,
+                         slices=counts[0], skipped=counts[2])
     log.info("backfill %s -> %s done in %.1f s, %s copy: %d record(s) written, %d committed before",
              plan.source_topic, plan.target_topic, seconds, choice.mode, counts[1], before.records)
     return result
@@ -386,18 +387,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         text = args.plan if args.plan.lstrip().startswith("{") else Path(args.plan).read_text()
     plan = BackfillPlan.from_json(text)
     kafka: Kafka = read_client_config(args.kafka_config) if args.kafka_config else args.bootstrap
-    result: dict[str, Any] = {}
-    if args.command == "run":
-        result["run"] = run(spark, plan, kafka, kafka_options=options)
+    written = run(spark, plan, kafka, kafka_options=options) if args.command == "run" else None
+    report = None
     if args.command == "verify" or args.verify:
         report = verify(spark, plan.whole_copy(), kafka)  # a catch-up pass: every pass so far, as one copy
-        result["integrity"] = report.to_dict()
         log.info("integrity of %s: %s", plan.target_topic, "ok" if report.ok else "; ".join(report.failures))
+    result = PassResult(run=written, integrity=None if report is None else report.to_dict()).to_dict()
     if args.report:
         Path(args.report).write_text(json.dumps(result, indent=2, sort_keys=True))
     deliver_result(args, result)
-    ok = result.get("integrity", {}).get("ok", True)
-    return 0 if ok else 3
+    return 0 if report is None or report.ok else 3
 
 
 if __name__ == "__main__":

@@ -80,8 +80,45 @@ def _context() -> tuple[Any, lifecycle.OperationContext]:
                                                params=params, **run_fields(context))  # type: ignore[arg-type]
 
 
+def _snapshot() -> dict[str, Any]:
+    context, params, _, _ = _run()
+    return steps.take_snapshot(KafkaOpsHook(params.kafka_conn_id).get_config(), params, _record(context))
+
+
+def _key_skew(cluster: dict[str, Any]) -> dict[str, Any] | None:
+    _, params, _, run = _run()
+    if not params.key_skew:
+        raise AirflowSkipException("key_skew is off: no Spark sample this run")
+    return steps.run_key_skew(KafkaOpsHook(params.kafka_conn_id).get_config(), cluster, params, run,
+                              launcher=spark_submit.launcher_of(get_current_context()))
+
+
+def _scale_out_proposal(review_data: dict[str, Any], scale_out_dag_id: str) -> dict[str, Any]:
+    context, params, _, _ = _run()
+    if not params.propose_scale_out:
+        raise AirflowSkipException("propose_scale_out is off")
+    conf = steps.scale_out_proposal(review_data, params)
+    if conf is None:
+        raise AirflowSkipException("the review does not call for more brokers")
+    _record(context).append("note", text=f"proposed {scale_out_dag_id}: add "
+                                         f"{conf['add_brokers']} broker(s); waits for manual approval",
+                                         conf=conf)
+    return conf
+
+
+def _finish(started: dict[str, Any]) -> dict[str, Any]:
+    context, ctx = _context()
+    return lifecycle.finish(ctx, (started or {}).get("cluster_id"), failed_tasks=failed_tasks(context))
+
+
+def _skew_or_none(skew: Any) -> dict[str, Any] | None:
+    """The key-skew task's result; None when it was skipped (Airflow passes no dict then)."""
+    return skew if isinstance(skew, dict) else None
+
+
 def build_capacity_review_dag(dag_id: str, *, schedule: str | None = DEFAULT_SCHEDULE, description: str,
                               tags: list[str], doc_md: str, scale_out_dag_id: str = "kafka_scale_out") -> DAG:
+    """Wiring only: each task calls a step of :mod:`kafkaops.capacity.steps` (through the helpers above)."""
     with operation_dag(dag_id, description=description, params=PARAMS, tags=tags, doc_md=doc_md,
                        schedule=timetable_of(schedule), start_date=None) as dag:
 
@@ -92,50 +129,32 @@ def build_capacity_review_dag(dag_id: str, *, schedule: str | None = DEFAULT_SCH
 
         @task
         def snapshot() -> dict[str, Any]:
-            context, params, _, _ = _run()
-            config = KafkaOpsHook(params.kafka_conn_id).get_config()
-            return steps.take_snapshot(config, params, _record(context))
+            return _snapshot()
 
         @task
         def history_append(cluster: dict[str, Any]) -> dict[str, Any]:
-            _, _, _, run = _run()
-            return steps.append_history(cluster, run)
+            return steps.append_history(cluster, _run()[3])
 
         @task
         def key_skew(cluster: dict[str, Any]) -> dict[str, Any] | None:
-            _, params, _, run = _run()
-            if not params.key_skew:
-                raise AirflowSkipException("key_skew is off: no Spark sample this run")
-            return steps.run_key_skew(KafkaOpsHook(params.kafka_conn_id).get_config(), cluster, params, run,
-                                      launcher=spark_submit.launcher_of(get_current_context()))
+            return _key_skew(cluster)
 
         @task(trigger_rule="none_failed")
         def review(cluster: dict[str, Any], history: dict[str, Any], skew: Any = None) -> dict[str, Any]:
-            _, params, _, _ = _run()
-            return steps.make_review(cluster, params, skew if isinstance(skew, dict) else None)
+            return steps.make_review(cluster, _run()[1], _skew_or_none(skew))
 
         @task(trigger_rule="none_failed")
         def report(review_data: dict[str, Any], skew: Any = None) -> dict[str, str]:
             context, _, _, run = _run()
-            return steps.make_report(review_data, skew if isinstance(skew, dict) else None, run, _record(context))
+            return steps.make_report(review_data, _skew_or_none(skew), run, _record(context))
 
         @task
         def scale_out_proposal(review_data: dict[str, Any]) -> dict[str, Any]:
-            context, params, _, _ = _run()
-            if not params.propose_scale_out:
-                raise AirflowSkipException("propose_scale_out is off")
-            conf = steps.scale_out_proposal(review_data, params)
-            if conf is None:
-                raise AirflowSkipException("the review does not call for more brokers")
-            _record(context).append("note", text=f"proposed {scale_out_dag_id}: add "
-                                                 f"{conf['add_brokers']} broker(s); waits for manual approval",
-                                                 conf=conf)
-            return conf
+            return _scale_out_proposal(review_data, scale_out_dag_id)
 
         @task
         def finish(started: dict[str, Any]) -> dict[str, Any]:
-            context, ctx = _context()
-            return lifecycle.finish(ctx, (started or {}).get("cluster_id"), failed_tasks=failed_tasks(context))
+            return _finish(started)
 
         started = begin.override(**RETRIED)()
         cluster = snapshot.override(**RETRIED)()

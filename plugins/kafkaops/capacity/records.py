@@ -1,15 +1,25 @@
-"""The capacity capability's data contract: the report note a review writes into its record, as a
-typed frozen value that the review's step writes and the record page reads.
+"""The capacity capability's data contract: the step results that cross XCom and the report note a
+review writes into its record, as typed frozen values that the review's steps write and read back.
+
+Step results (:meth:`to_dict` is what crosses XCom; :meth:`from_dict` reads it back):
+
+    HistoryAppended  the history after this run's point was appended (its cluster, its points)
+    SkewResult       the key-skew Spark app's result (``spark_apps/key_skew.py``, worded by
+                     :func:`kafkaops.capacity.skew.summarize`), read by the review and the report
+    ReportPaths      where the report's page and data are in the kafkaops store
+
+Audit notes:
 
     ReportNote   where the report is (a stored artifact), the verdict, findings and recommendations in
                  words, and the recommendations as values published for other capabilities
                  (:class:`kafkaops.platform.recommendations.Published`: a partition increase reads the
                  partition counts through :func:`kafkaops.platform.recommendations.latest_partition_recommendation`)
 
-The review itself (:class:`kafkaops.capacity.review.Review`) and the report's paths
-(:class:`kafkaops.capacity.report.ReportPaths`) are the step results that cross XCom.
+The review itself crosses XCom as :class:`kafkaops.capacity.review.Review` (its own to_dict/from_dict,
+beside the algorithm that makes it).
 
-Invariant: the stored JSON is the shape reviews wrote before this module (``report``, ``url``,
+Invariant: each value's JSON is the shape the steps wrote before these types (keys and values alike);
+the stored JSON of a note is the shape reviews wrote before this module (``report``, ``url``,
 ``verdict``, ``findings``, ``recommendations``, ``cluster_id``, ``recommended``); :meth:`ReportNote.from_dict`
 reads any age of it, a report note from before the store too (only a ``url`` under ``/kafkaops/capacity/``).
 """
@@ -20,6 +30,87 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from kafkaops.platform.recommendations import Published
+
+
+@dataclass(frozen=True)
+class HistoryAppended:
+    """The review history of ``cluster_id`` after this run's point was appended: ``points`` in all."""
+
+    cluster_id: str
+    points: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cluster_id": self.cluster_id, "points": self.points}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> HistoryAppended:
+        return cls(cluster_id=str(data["cluster_id"]), points=int(data["points"]))
+
+
+@dataclass(frozen=True)
+class SkewResult:
+    """The key skew of a topic sample: ``records`` (``bytes``) sampled over ``keys`` keys, the hottest
+    keys (``top_keys``: key, records, bytes, share), the records of the busiest keys (``key_histogram``),
+    the load per partition now and under each candidate count (``now``, ``what_if``: per_partition, max,
+    mean, max_mean_ratio, max_share), the candidate key field's (``candidate``, None without one) and
+    the sampled offsets (``sample``, None when the result was not made by the Spark app).
+
+    Invariant: ``empty`` is ``records == 0``; :meth:`to_dict` gives back the JSON read."""
+
+    topic: str
+    partitions: int
+    records: int
+    bytes: int
+    keys: int
+    null_key_records: int = 0
+    empty: bool = False
+    top_keys: tuple[Mapping[str, Any], ...] = ()
+    key_histogram: tuple[int, ...] = ()
+    now: Mapping[str, Any] = field(default_factory=dict)
+    what_if: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    candidate: Mapping[str, Any] | None = None
+    sample: Mapping[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"topic": self.topic, "partitions": self.partitions, "records": self.records, "bytes": self.bytes,
+               "keys": self.keys, "null_key_records": self.null_key_records, "empty": self.empty,
+               "top_keys": [dict(k) for k in self.top_keys], "key_histogram": list(self.key_histogram),
+               "now": dict(self.now), "what_if": {n: dict(w) for n, w in self.what_if.items()},
+               "candidate": None if self.candidate is None else dict(self.candidate)}
+        if self.sample is not None:
+            out["sample"] = dict(self.sample)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SkewResult:
+        records = int(data.get("records") or 0)
+        return cls(topic=str(data["topic"]), partitions=int(data["partitions"]), records=records,
+                   bytes=int(data.get("bytes") or 0), keys=int(data.get("keys") or 0),
+                   null_key_records=int(data.get("null_key_records") or 0), empty=bool(data.get("empty", records == 0)),
+                   top_keys=tuple(data.get("top_keys") or ()), key_histogram=tuple(data.get("key_histogram") or ()),
+                   now=dict(data.get("now") or {}), what_if=dict(data.get("what_if") or {}),
+                   candidate=data.get("candidate"), sample=data.get("sample"))
+
+
+@dataclass(frozen=True)
+class ReportPaths:
+    """Artifact paths in the kafkaops store (served under ``/kafkaops/artifacts/``): the report's page
+    (``html``) and the review as data (``json``, which the page links)."""
+
+    html: str
+    json: str
+
+    @property
+    def html_url(self) -> str:
+        """The page as the Airflow webserver serves it (the record page links it)."""
+        return f"/kafkaops/artifacts/{self.html}"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"html": self.html, "json": self.json, "url": self.html_url}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReportPaths:
+        return cls(html=str(data["html"]), json=str(data["json"]))
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ import base64
 import io
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from kafkaops.capacity.records import ReportPaths
 from kafkaops.capacity.review import Review
 from kafkaops.errors import KafkaOpsError
 from kafkaops.platform import store as store_
@@ -28,21 +28,6 @@ _templates = html_templates("kafkaops.capacity")
 
 class ReportError(KafkaOpsError):
     """A capacity report that cannot be written."""
-
-
-@dataclass(frozen=True)
-class ReportPaths:
-    """Artifact paths in the kafkaops store (served under ``/kafkaops/artifacts/``)."""
-
-    html: str
-    json: str
-
-    @property
-    def html_url(self) -> str:
-        return f"/kafkaops/artifacts/{self.html}"
-
-    def to_dict(self) -> dict[str, str]:
-        return {"html": self.html, "json": self.json, "url": self.html_url}
 
 
 def _png(fig: Any) -> str:

@@ -28,7 +28,7 @@ from kafkaops.errors import ConfigError
 from kafkaops.model import Cluster
 from kafkaops.platform.paths import safe_name
 from kafkaops.capacity.history import ReviewHistory
-from kafkaops.capacity.records import ReportNote
+from kafkaops.capacity.records import HistoryAppended, ReportNote, SkewResult
 from kafkaops.platform.recommendations import Published, Recommended
 
 log = logging.getLogger(__name__)
@@ -174,7 +174,7 @@ def append_history(cluster_data: Mapping[str, Any], run_id: str) -> dict[str, An
     cluster = Cluster.from_dict(cluster_data)
     history = ReviewHistory(cluster.cluster_id or "unknown")
     history.append(capacity.ReviewPoint.of(cluster, run_id=run_id))
-    return {"cluster_id": history.cluster_id, "points": len(history.points())}
+    return HistoryAppended(history.cluster_id, len(history.points())).to_dict()
 
 
 def run_key_skew(conn_config: Mapping[str, str], cluster_data: Mapping[str, Any], params: CapacityParams,
@@ -193,9 +193,10 @@ def run_key_skew(conn_config: Mapping[str, str], cluster_data: Mapping[str, Any]
             args += ["--candidate-field", params.candidate_key_field]
         exchange = spark.Exchange(store.current(), f"capacity/{safe_name(cluster.cluster_id or 'unknown')}/"
                                                    f"{safe_name(run_id)}/key-skew")
-        return spark.run_spark_app("key_skew", args, launcher=launcher, log_file=log_file, timeout_s=timeout_s,
-                                   what=f"key skew of {topic}", on_timeout="lower sample_records",
-                                   kafka_config=conn_config, exchange=exchange)
+        result = spark.run_spark_app("key_skew", args, launcher=launcher, log_file=log_file, timeout_s=timeout_s,
+                                     what=f"key skew of {topic}", on_timeout="lower sample_records",
+                                     kafka_config=conn_config, exchange=exchange)
+    return SkewResult.from_dict(result).to_dict()
 
 
 def make_review(cluster_data: Mapping[str, Any], params: CapacityParams, skew_result: Mapping[str, Any] | None
@@ -203,15 +204,17 @@ def make_review(cluster_data: Mapping[str, Any], params: CapacityParams, skew_re
     """The review of the snapshot against the stored history (which already holds this point)."""
     cluster = Cluster.from_dict(cluster_data)
     history = ReviewHistory(cluster.cluster_id or "unknown").points()
+    skew = _skew_of(skew_result)
     result = capacity.review(cluster, history, targets=params.targets(cluster),
-                             skews=[skew_result] if skew_result else ())
+                             skews=[skew.to_dict()] if skew else ())
     return result.to_dict()
 
 
 def make_report(review_data: Mapping[str, Any], skew_result: Mapping[str, Any] | None, run_id: str,
                 log_: state.AuditLog | None = None) -> dict[str, str]:
     review = capacity.Review.from_dict(review_data)
-    paths = capacity_report.write_report(review, skew_result, run_id=run_id)
+    skew = _skew_of(skew_result)
+    paths = capacity_report.write_report(review, skew.to_dict() if skew else None, run_id=run_id)
     if log_ is not None:
         # the recommendations as values too, published for the steps that act on them (a partition increase's approval)
         published = Published(review.cluster_id, tuple(Recommended(r.kind, r.subject, r.value, r.message)
@@ -220,6 +223,11 @@ def make_report(review_data: Mapping[str, Any], skew_result: Mapping[str, Any] |
             f"capacity report: {paths.html_url}", paths.html_url, paths.to_dict(), review.verdict,
             tuple(f.message for f in review.findings), tuple(r.message for r in review.recommendations), published))
     return paths.to_dict()
+
+
+def _skew_of(skew_result: Mapping[str, Any] | None) -> SkewResult | None:
+    """The key-skew step's result read back (None: the step was skipped or gave nothing)."""
+    return SkewResult.from_dict(skew_result) if skew_result else None
 
 
 def scale_out_proposal(review_data: Mapping[str, Any], params: CapacityParams) -> dict[str, Any] | None:

@@ -58,13 +58,27 @@ def _ts(data: Mapping[str, Any]) -> float | None:
 @dataclass(frozen=True)
 class BackfillRun:
     """One Spark pass as the rekey backfill app reports it (its ``run``): the pass's plan, the records
-    written, the copy (``direct`` or ``merged``), seconds; ``extra`` keeps the app's other counters."""
+    written, the copy (``direct`` or ``merged``), seconds; what the app adds: why it chose the copy
+    (``mode_reason``), whether it deleted a direct copy and wrote the merged one (``rewritten``), the
+    records committed by earlier runs (``already_written``), the slices and the records skipped as
+    written before. ``extra`` keeps any other counter a result holds.
+
+    Invariant: the app's counters are None only in results written before they were declared (or
+    by a stand-in); :meth:`to_dict` leaves out what is None, so a result reads back and writes out
+    unchanged."""
 
     plan: Mapping[str, Any]
     written: int = 0
     mode: str | None = None
     seconds: float | None = None
+    mode_reason: str | None = None
+    rewritten: bool | None = None
+    already_written: int | None = None
+    slices: int | None = None
+    skipped: int | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    _COUNTERS: ClassVar[tuple[str, ...]] = ("mode_reason", "rewritten", "already_written", "slices", "skipped")
 
     @property
     def backfill(self) -> BackfillPlan:
@@ -76,14 +90,16 @@ class BackfillRun:
         return "pass_starts" not in self.plan
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.extra, "plan": dict(self.plan), "written": self.written, "mode": self.mode,
+        counters = {k: getattr(self, k) for k in self._COUNTERS if getattr(self, k) is not None}
+        return {**self.extra, **counters, "plan": dict(self.plan), "written": self.written, "mode": self.mode,
                 "seconds": self.seconds}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BackfillRun:
-        extra = {k: v for k, v in data.items() if k not in ("plan", "written", "mode", "seconds")}
+        known = ("plan", "written", "mode", "seconds", *cls._COUNTERS)
+        extra = {k: v for k, v in data.items() if k not in known}
         return cls(plan=dict(data.get("plan") or {}), written=int(data.get("written") or 0), mode=data.get("mode"),
-                   seconds=data.get("seconds"), extra=extra)
+                   seconds=data.get("seconds"), extra=extra, **{k: data.get(k) for k in cls._COUNTERS})
 
 
 @dataclass(frozen=True)

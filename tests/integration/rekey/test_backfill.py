@@ -146,7 +146,7 @@ def test_rekey_3_to_6_partitions_keeps_every_invariant_and_a_rerun_writes_nothin
     copy, target_records, dead_letters = RULES[rule]
     plan = plan_for(cluster, f"{SOURCE}.v2.{rule.replace(':', '.')}", rule)
     first = rekey_backfill.run(spark, plan, cluster.bootstrap)
-    assert (first["already_written"], first["mode"], first["rewritten"]) == (0, copy, False)
+    assert (first.already_written, first.mode, first.rewritten) == (0, copy, False)
     source, target, dlq = read_back(cluster, plan)
     report = check_integrity(plan, source, target, dlq)
     assert report.ok, report.failures
@@ -163,11 +163,11 @@ def test_rekey_3_to_6_partitions_keeps_every_invariant_and_a_rerun_writes_nothin
     assert codes == report.dead_letter_codes and report.wrong_codes == 0  # as written by the JVM side
     assert all(r.header(backfill.REASON_HEADER) for r in raw)  # and a free-text detail beside each code
 
-    assert (first["written"], first["skipped"]) == (RECORDS + 4, 0)
+    assert (first.written, first.skipped) == (RECORDS + 4, 0)
     assert marked(cluster, plan) == RECORDS + 4
     offsets = written(cluster, plan)
     again = rekey_backfill.run(spark, plan, cluster.bootstrap)
-    assert (again["already_written"], again["mode"], again["written"], again["skipped"]) == \
+    assert (again.already_written, again.mode, again.written, again.skipped) == \
         (RECORDS + 4, copy, 0, RECORDS + 4)
     assert written(cluster, plan) == offsets  # not one record, not one transaction
     assert check_integrity(plan, *read_back(cluster, plan)).ok
@@ -240,8 +240,8 @@ def test_a_run_killed_half_way_and_run_again_gives_the_exact_result(cluster, spa
         f"the kill came at {partial} records; the test needs a partial write. The job's log ends:\n{_log_tail(tmp_path)}"
 
     resumed = rekey_backfill.run(spark, plan, cluster.bootstrap)
-    assert (resumed["already_written"], resumed["mode"]) == (partial, RULES[rule][0])
-    assert resumed["written"] == RECORDS + 4 - partial
+    assert (resumed.already_written, resumed.mode) == (partial, RULES[rule][0])
+    assert resumed.written == RECORDS + 4 - partial
     report = check_integrity(plan, *read_back(cluster, plan))
     assert report.ok, report.failures
     assert report.target_records + report.dead_letters == RECORDS + 4
@@ -268,12 +268,12 @@ def test_record_keys_off_their_home_partition(cluster, spark, spanning) -> None:
     assert waits.close_producer(producer, waits.Deadline(30)) == 0
     plan = plan_for(cluster, f"{topic}.v2", "record_key", source=topic)
     first = rekey_backfill.run(spark, plan, cluster.bootstrap)
-    assert (first["mode"], first["rewritten"]) == (("merged", True) if spanning else ("direct", False)), first
+    assert (first.mode, first.rewritten) == (("merged", True) if spanning else ("direct", False)), first
     report = check_integrity(plan, *read_back(cluster, plan))
     assert report.ok, report.failures
     assert (report.target_records, report.dead_letters) == (600, 0)
     again = rekey_backfill.run(spark, plan, cluster.bootstrap)
-    assert (again["already_written"], again["mode"], again["written"]) == (600, first["mode"], 0)
+    assert (again.already_written, again.mode, again.written) == (600, first.mode, 0)
     assert report.totals() == check_integrity(plan, *read_back(cluster, plan)).totals()
 
 
@@ -286,8 +286,8 @@ def test_a_value_rule_whose_keys_span_partitions_past_the_sample_is_redone_merge
     monkeypatch.setattr(rekey_backfill, "SAMPLE_RECORDS", 0)
     plan = plan_for(cluster, f"{SOURCE}.unsampled", "field:seq")
     first = rekey_backfill.run(spark, plan, cluster.bootstrap)
-    assert (first["mode"], first["rewritten"]) == ("merged", True), first
-    assert "hashes" in first["mode_reason"]
+    assert (first.mode, first.rewritten) == ("merged", True), first
+    assert "hashes" in first.mode_reason
     report = check_integrity(plan, *read_back(cluster, plan))
     assert report.ok, report.failures
     assert (report.target_records, report.dead_letters) == (RECORDS, 4)
@@ -317,7 +317,7 @@ def test_a_partial_direct_copy_of_keys_spanning_partitions_is_replaced_by_the_me
     plan = plan_for(cluster, f"{SOURCE}.stopped.direct", "field:seq")
     left = _partial_direct_copy(spark, plan, cluster.bootstrap)
     result = rekey_backfill.run(spark, plan, cluster.bootstrap)
-    assert (result["mode"], result["rewritten"], result["already_written"]) == ("merged", True, left), result
+    assert (result.mode, result.rewritten, result.already_written) == ("merged", True, left), result
     report = check_integrity(plan, *read_back(cluster, plan))
     assert report.ok, report.failures
     assert (report.target_records, report.dead_letters) == (RECORDS, 4)
@@ -333,7 +333,7 @@ def test_markers_of_output_deleted_to_switch_copies_are_forgotten(cluster, spark
     _partial_direct_copy(spark, plan, cluster.bootstrap)
     rekey_backfill._truncate_output(plan, cluster.bootstrap, {})
     result = rekey_backfill.run(spark, plan, cluster.bootstrap)
-    assert (result["mode"], result["already_written"], result["written"]) == ("direct", 0, RECORDS + 4), result
+    assert (result.mode, result.already_written, result.written) == ("direct", 0, RECORDS + 4), result
     report = check_integrity(plan, *read_back(cluster, plan))
     assert report.ok, report.failures
     assert report.target_records + report.dead_letters == RECORDS + 4
@@ -367,16 +367,16 @@ def test_a_copy_in_passes_appends_each_catch_up_and_verifies_as_one_copy(cluster
     source = f"passes.{rule.replace(':', '.')}"
     seed_source(cluster, source, datagen.DatagenSpec(records=3000, keys=50, record_bytes=200), BAD[:1])
     first = plan_for(cluster, f"{source}.v2", rule, source)
-    assert rekey_backfill.run(spark, first, cluster.bootstrap)["written"] == 3001
+    assert rekey_backfill.run(spark, first, cluster.bootstrap).written == 3001
     with connection.connect(cluster.bootstrap) as conn:  # producers keep writing during the first pass
         datagen.produce(conn.config, source, datagen.DatagenSpec(records=2000, keys=50, record_bytes=200, seed=7))
     ends = {p: e for p, (_, e) in records.end_offsets({"bootstrap.servers": cluster.bootstrap}, source).items()}
     second = first.next_pass(ends)
     assert second.records == 2000 and second.continues
     done = rekey_backfill.run(spark, second, cluster.bootstrap)
-    assert (done["already_written"], done["written"], done["mode"]) == (0, 2000, RULES[rule][0])
+    assert (done.already_written, done.written, done.mode) == (0, 2000, RULES[rule][0])
     again = rekey_backfill.run(spark, second, cluster.bootstrap)
-    assert (again["already_written"], again["written"]) == (2000, 0)
+    assert (again.already_written, again.written) == (2000, 0)
     whole = second.whole_copy()
     read = read_back(cluster, whole)
     report = check_integrity(whole, *read)
