@@ -91,16 +91,6 @@ def params_of(specs: Iterable[form.Spec[Any]]) -> dict[str, Param]:
     return {spec.name: param_of(spec) for spec in specs}
 
 
-def texts_param(title: str, description: str) -> Param:
-    """An optional list of text, one item per line in the form; empty (None) by default."""
-    return param_of(form.Texts(name="", title=title, description=description))
-
-
-def numbers_param(title: str, description: str) -> Param:
-    """An optional list of whole numbers (broker ids, partition counts), one per line in the form."""
-    return param_of(form.WholeNumbers(name="", title=title, description=description))
-
-
 COMMON_PARAMS: dict[str, Param] = params_of(steps.PARAMS)
 
 
@@ -142,7 +132,7 @@ def operation_dag(dag_id: str, *, description: str, params: Mapping[str, Param],
 
 def kind_of(context: Any, kind: str | None) -> str:
     """The run's kind of operation: the DAG's own, or (``kind`` None) its ``operation`` param's."""
-    return kind or context["params"]["operation"]
+    return kind or steps.OPERATION.read(context["params"]).value
 
 
 def run_step(kind: str | None, name: str, step: Any, *args: Any) -> Any:

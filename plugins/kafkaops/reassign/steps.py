@@ -76,6 +76,27 @@ PARAMS: tuple[form.Spec[Any], ...] = (
     INVENTORY, SSH_CONN_ID, form.APPROVAL, DRY_RUN, STALL_TIMEOUT)
 """The form of every reassignment DAG (its own params follow)."""
 
+# The params of one reassignment DAG each: the scale-out's (dags/kafka_scale_out.py) and the rebalance or
+# drain's (dags/kafka_reassign.py).
+ADD_BROKERS = form.Integer(name="add_brokers", given=1, minimum=0, title="Brokers to add",
+                           description="How many brokers to add (ids follow the highest); ignored when "
+                                       "new_broker_ids is given.")
+NEW_BROKER_IDS = form.WholeNumbers(name="new_broker_ids", title="New broker ids",
+                                   description="Explicit ids of the brokers to add (hosts kafka-<id> in an Ansible "
+                                               "inventory); empty: the ids after the highest.")
+NEW_BROKER_RACKS = form.Texts(name="new_broker_racks", title="Racks of the new brokers",
+                              description="Rack of each new broker, in order; empty: cycle the cluster's racks.")
+SCALE_OUT_PARAMS: tuple[form.Spec[Any], ...] = (ADD_BROKERS, NEW_BROKER_IDS, NEW_BROKER_RACKS)
+OPERATION = form.Choice(name="operation", given=Kind.REBALANCE, only=(Kind.REBALANCE, Kind.DRAIN), title="Operation",
+                        description="rebalance: even out replicas and leaders over the brokers. drain: move every "
+                                    "replica off drain_brokers.")
+DRAIN_BROKERS = form.WholeNumbers(name="drain_brokers", title="Brokers to drain",
+                                  description="With operation=drain: the brokers to empty.")
+STOP_DRAINED = form.Flag(name="stop_drained", title="Stop drained brokers",
+                         description="After a verified drain, stop the drained brokers through the role (needs the "
+                                     "inventory).")
+REASSIGN_PARAMS: tuple[form.Spec[Any], ...] = (OPERATION, DRAIN_BROKERS, STOP_DRAINED)
+
 
 @dataclass(frozen=True)
 class OperationParams:
@@ -87,13 +108,13 @@ class OperationParams:
     max_moves_per_broker: int = MAX_MOVES_PER_BROKER.default
     max_moves_total: int = MAX_MOVES_TOTAL.default
     max_bytes_to_move: int | None = MAX_BYTES.default
-    add_brokers: int = 0  # the scale-out form suggests 1; a run that names neither it nor new_broker_ids is refused
-    new_broker_ids: tuple[int, ...] = ()
-    new_broker_racks: tuple[str, ...] = ()
-    drain_brokers: tuple[int, ...] = ()
+    add_brokers: int = ADD_BROKERS.default  # ignored when new_broker_ids is given
+    new_broker_ids: tuple[int, ...] = NEW_BROKER_IDS.default
+    new_broker_racks: tuple[str, ...] = NEW_BROKER_RACKS.default
+    drain_brokers: tuple[int, ...] = DRAIN_BROKERS.default
     exclude_brokers: tuple[int, ...] = EXCLUDE_BROKERS.default
     inventory: str = INVENTORY.default
-    stop_drained: bool = False
+    stop_drained: bool = STOP_DRAINED.default
     approval: form.Approval = form.APPROVAL.default
     dry_run: bool = DRY_RUN.default
     stall_timeout_s: float = STALL_TIMEOUT.default
@@ -114,12 +135,11 @@ class OperationParams:
                 max_moves_per_broker=MAX_MOVES_PER_BROKER.read(params),
                 max_moves_total=MAX_MOVES_TOTAL.read(params),
                 max_bytes_to_move=MAX_BYTES.read(params),
-                add_brokers=form.integer_of(params, "add_brokers", 0) or 0,
-                new_broker_ids=form.ints_of(params, "new_broker_ids"),
-                new_broker_racks=form.strings_of(params, "new_broker_racks"),
-                drain_brokers=form.ints_of(params, "drain_brokers"), exclude_brokers=EXCLUDE_BROKERS.read(params),
+                add_brokers=ADD_BROKERS.read(params),
+                new_broker_ids=NEW_BROKER_IDS.read(params), new_broker_racks=NEW_BROKER_RACKS.read(params),
+                drain_brokers=DRAIN_BROKERS.read(params), exclude_brokers=EXCLUDE_BROKERS.read(params),
                 inventory=INVENTORY.read(params) or str(provision.default_inventory() or ""),
-                stop_drained=bool(params.get("stop_drained") or False),
+                stop_drained=STOP_DRAINED.read(params),
                 approval=form.APPROVAL.read(params), dry_run=DRY_RUN.read(params),
                 stall_timeout_s=STALL_TIMEOUT.read(params))
         except ConfigError as err:

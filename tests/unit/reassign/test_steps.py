@@ -24,7 +24,7 @@ def test_params_from_the_form_are_typed_and_defaults_are_safe() -> None:
 
 @pytest.mark.parametrize("kind, params, message", [
     ("scale_out", {"add_brokers": 1, "throttle_mb_per_s": 0}, "throttle_mb_per_s is 0.0"),
-    ("scale_out", {}, "needs add_brokers > 0 or new_broker_ids"),
+    ("scale_out", {"add_brokers": 0}, "needs add_brokers > 0 or new_broker_ids"),
     ("scale_out", {"new_broker_ids": [4, 4]}, r"new_broker_ids \[4, 4\] repeat an id"),
     ("drain", {}, "a drain needs drain_brokers"),
     ("rebalance", {"approval": "maybe"}, "approval 'maybe' is unknown"),
