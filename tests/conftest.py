@@ -114,6 +114,11 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     sessions.stop_after(item)
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # the in-process Spark sessions' JVM and its connections, closed here rather than by the interpreter's end
+    spark.stop_local_gateway()
+
+
 @pytest.fixture(scope="session")
 def kafka_cluster() -> Iterator[RunningCluster]:
     with sessions.stops_early("kafka_cluster") as stack:

@@ -27,6 +27,7 @@ import pwd
 import shutil
 import signal
 import subprocess
+import sys
 import sysconfig
 import tempfile
 import time
@@ -244,3 +245,31 @@ def standalone_cluster(checkout: Path) -> Iterator[StandaloneSpark]:
             subprocess.run(["userdel", "-f", name], capture_output=True)
         guard.release()
         assert not left, f"processes left after the Spark standalone cluster stopped: {left}"
+
+
+def stop_local_gateway(timeout_s: float = 30.0) -> None:
+    """Stop the JVM that this process's in-process Spark sessions shared (pyspark's py4j gateway), and
+    close its connections. ``SparkSession.stop()`` leaves both to the end of the interpreter, where py4j's
+    finalizers log into closed streams ("I/O operation on closed file"). Nothing to do when no session was
+    made here. The JVM ends when its standard input closes (pyspark's contract); killed after ``timeout_s``."""
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    if SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.stop()
+    proc = getattr(gateway, "proc", None)
+    gateway.shutdown()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    if proc is not None:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=timeout_s)
