@@ -92,6 +92,9 @@ def params_of(specs: Iterable[form.Spec[Any]]) -> dict[str, Param]:
 
 
 COMMON_PARAMS: dict[str, Param] = params_of(steps.PARAMS)
+#: The scale-out's own form fields (dags/kafka_scale_out.py), and the rebalance or drain's (dags/kafka_reassign.py).
+SCALE_OUT_PARAMS: dict[str, Param] = params_of(steps.SCALE_OUT_PARAMS)
+REASSIGN_PARAMS: dict[str, Param] = params_of(steps.REASSIGN_PARAMS)
 
 
 def ssh_login(context: Any) -> SshLogin | None:
