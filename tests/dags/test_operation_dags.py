@@ -178,22 +178,32 @@ def test_throttles_are_removed_when_the_batches_fail(dagbag, cluster, monkeypatc
         assert store.current().lease(metadata.describe_cluster(conn)[0]).free
 
 
-def test_scale_out_3_to_4_brokers_under_traffic_loses_nothing(dagbag, cluster) -> None:
+@pytest.fixture(scope="module")
+def scaled_out(dagbag, cluster):
+    """The scale-out of the three brokers to four under traffic, run once, before any other test of this
+    module adds a broker (the stall test and the drain's broker ask for this fixture): the run, its record,
+    the spec and the topic's replicas as it left them."""
     spec, spec_path = cluster
     with Traffic({"bootstrap.servers": spec.bootstrap}, TOPIC, 6, rate=150) as traffic:
         dag_run, record = run(dagbag, "kafka_scale_out", dry_run=False, approval="auto_approve",
                               inventory=str(spec_path), add_brokers=1, topics=[TOPIC], throttle_mb_per_s=20)
         traffic.check(at_least=200)
+    grown = provision.ClusterSpec.load(spec_path)
+    with connection.connect(grown.bootstrap) as conn:
+        snap = metadata.snapshot(conn, topics=[TOPIC], sizes=False, groups=False)
+        left = throttles_left(conn)
+    return dag_run, record, grown, snap, left
+
+
+def test_scale_out_3_to_4_brokers_under_traffic_loses_nothing(scaled_out) -> None:
+    dag_run, record, grown, snap, left = scaled_out
     assert str(dag_run.state) == "success", record
     assert record["outcome"] == "success", record
     assert [g["gate"] for g in record["gates"]] == ["preflight", "plan", "post_move"]
     assert all(g["ok"] for g in record["gates"])
     assert record["throttles_set"] and record["throttles_removed"]
-    grown = provision.ClusterSpec.load(spec_path)
     assert [n.node_id for n in grown.nodes] == [1, 2, 3, 4]
-    with connection.connect(grown.bootstrap) as conn:
-        snap = metadata.snapshot(conn, topics=[TOPIC], sizes=False, groups=False)
-        assert throttles_left(conn) == {}
+    assert left == {}
     # broker 4 joins rack-a (the racks cycle); RF 3 over 3 racks puts one replica of each of the 6
     # partitions in rack-a, so brokers 1 and 4 share those 6 evenly, and only 3 replicas move
     assert snap.replicas_per_broker() == {1: 3, 2: 6, 3: 6, 4: 3}
@@ -205,13 +215,19 @@ def test_scale_out_3_to_4_brokers_under_traffic_loses_nothing(dagbag, cluster) -
     assert sorted(snap.leaders_per_broker().values()) == [1, 1, 2, 2]
 
 
-def test_a_broker_killed_mid_move_stalls_the_wait_and_the_retry_completes_the_run(dagbag, cluster) -> None:
-    """Add broker 5, kill it while replicas copy onto it: the wait names the stalled partitions and
-    fails; the broker is restarted through the role; the task's retry resumes (nothing is
-    resubmitted) and the run completes with no throttle left and no record lost."""
+def next_node_id(spec_path: Path) -> int:
+    return max(n.node_id for n in provision.ClusterSpec.load(spec_path).nodes) + 1
+
+
+def test_a_broker_killed_mid_move_stalls_the_wait_and_the_retry_completes_the_run(dagbag, cluster,
+                                                                                 scaled_out) -> None:
+    """Add a broker (5, unless the drain's broker took that id), kill it while replicas copy onto it: the
+    wait names the stalled partitions and fails; the broker is restarted through the role; the task's
+    retry resumes (nothing is resubmitted) and the run completes with no throttle left and no record lost."""
     import threading
 
     spec, spec_path = cluster
+    new = next_node_id(spec_path)
     with connection.connect(spec.bootstrap) as conn:  # enough data that a throttled copy takes a while
         datagen.produce(conn.config, TOPIC, datagen.DatagenSpec(records=30_000, keys=200, record_bytes=500, seed=5))
     events: dict[str, object] = {}
@@ -221,10 +237,10 @@ def test_a_broker_killed_mid_move_stalls_the_wait_and_the_retry_completes_the_ru
         with connection.connect(spec.bootstrap) as conn:
             while time.monotonic() < deadline and "killed" not in events:
                 moving = reassignments.list_partition_reassignments(conn)
-                if any(5 in r.adding for r in moving.values()):
+                if any(new in r.adding for r in moving.values()):
                     time.sleep(1.0)
                     grown = provision.ClusterSpec.load(spec_path)
-                    os.kill(provision.node_pid(grown, 5), signal.SIGKILL)
+                    os.kill(provision.node_pid(grown, new), signal.SIGKILL)
                     events["killed"] = sorted(f"{t}-{p}" for t, p in moving)
                 time.sleep(0.3)
         while time.monotonic() < deadline:  # restart once the wait has reported the stall
@@ -258,14 +274,14 @@ def test_a_broker_killed_mid_move_stalls_the_wait_and_the_retry_completes_the_ru
         t.start()
     with Traffic({"bootstrap.servers": spec.bootstrap}, TOPIC, 6, rate=100) as traffic:
         dag_run, record = run(dagbag, "kafka_scale_out", dry_run=False, approval="auto_approve",
-                              inventory=str(spec_path), new_broker_ids=[5], new_broker_racks=["rack-b"],
+                              inventory=str(spec_path), new_broker_ids=[new], new_broker_racks=["rack-b"],
                               topics=[TOPIC], throttle_mb_per_s=0.3, stall_timeout_s=30)
         traffic.check(at_least=100)
     for t in threads:
         t.join(5)
-    assert events.get("killed"), "the move finished before broker 5 could be killed"
+    assert events.get("killed"), f"the move finished before broker {new} could be killed"
     assert events.get("stall_error"), f"the wait never reported a stall: {record['steps']}"
-    assert events.get("restarted"), f"broker 5 did not restart: {events.get('restart_error')}"
+    assert events.get("restarted"), f"broker {new} did not restart: {events.get('restart_error')}"
     assert "stalled" in str(events["stall_error"]) and any(p in str(events["stall_error"]) for p in events["killed"])
     assert str(dag_run.state) == "success", record
     assert record["outcome"] == "success"
@@ -274,53 +290,59 @@ def test_a_broker_killed_mid_move_stalls_the_wait_and_the_retry_completes_the_ru
     with connection.connect(spec.bootstrap) as conn:
         assert throttles_left(conn) == {}
         snap = metadata.snapshot(conn, topics=[TOPIC], sizes=False, groups=False)
-    assert snap.replicas_per_broker()[5] > 0 and not snap.under_replicated
+    assert snap.replicas_per_broker()[new] > 0 and not snap.under_replicated
 
 
 @pytest.fixture(scope="module")
-def broker_5(cluster) -> int:
-    """Broker 5 running and holding replicas of TOPIC: the one the stall test added when it ran (restarted
-    if it is down), else added here on rack-b with two partitions moved onto it."""
+def fifth_broker(cluster, scaled_out) -> int:
+    """A broker beside the scaled-out four, running and holding replicas of TOPIC: the one the stall test
+    added when it ran first (restarted if it is down), else one added here on rack-b with two partitions
+    moved onto it."""
     spec, spec_path = cluster
     grown = provision.ClusterSpec.load(spec_path)
-    if 5 not in [n.node_id for n in grown.nodes]:
-        grown, added = grown.with_new_brokers(node_ids=[5], racks=["rack-b"])
+    extra = [n.node_id for n in grown.nodes if n.node_id > 4]
+    if not extra:
+        node = next_node_id(spec_path)
+        grown, added = grown.with_new_brokers(node_ids=[node], racks=["rack-b"])
         provision.cluster_up(grown, limit=[n.hostname for n in added])
         grown.save(spec_path)
-    elif provision.node_pid(grown, 5) is None:
-        provision.cluster_up(grown)
+    else:
+        node = max(extra)
+        if provision.node_pid(grown, node) is None:
+            provision.cluster_up(grown)
     with connection.connect(spec.bootstrap) as conn:
-        wait_for(lambda: 5 in [b.id for b in metadata.describe_cluster(conn)[2]], timeout=60,
-                 what="broker 5 to register")
+        wait_for(lambda: node in [b.id for b in metadata.describe_cluster(conn)[2]], timeout=60,
+                 what=f"broker {node} to register")
         snap = metadata.snapshot(conn, topics=[TOPIC], sizes=False, groups=False)
-        if not snap.replicas_per_broker().get(5):
+        if not snap.replicas_per_broker().get(node):
             rack_b = [p for p in snap.partitions if 2 in p.replicas and p.leader != 2][:2]
-            reassignments.alter_partition_reassignments(conn, {p.key: tuple(5 if b == 2 else b for b in p.replicas)
+            reassignments.alter_partition_reassignments(conn, {p.key: tuple(node if b == 2 else b for b in p.replicas)
                                                        for p in rack_b})
             wait_for(lambda: not reassignments.list_partition_reassignments(conn), timeout=120,
-                     what="two partitions to move onto broker 5")
+                     what=f"two partitions to move onto broker {node}")
         wait_for(lambda: not metadata.snapshot(conn, topics=[TOPIC], sizes=False, groups=False).under_replicated,
-                 timeout=60, what=f"{TOPIC} fully replicated with broker 5")
-        assert metadata.snapshot(conn, topics=[TOPIC], sizes=False, groups=False).replicas_per_broker().get(5)
-    return 5
+                 timeout=60, what=f"{TOPIC} fully replicated with broker {node}")
+        assert metadata.snapshot(conn, topics=[TOPIC], sizes=False, groups=False).replicas_per_broker().get(node)
+    return node
 
 
-def test_draining_a_broker_empties_it_and_stops_it_through_the_role(dagbag, cluster, broker_5) -> None:
+def test_draining_a_broker_empties_it_and_stops_it_through_the_role(dagbag, cluster, fifth_broker) -> None:
     spec, spec_path = cluster
+    node = fifth_broker
     grown = provision.ClusterSpec.load(spec_path)
-    assert provision.node_pid(grown, 5) is not None
-    dag_run, record = run(dagbag, "kafka_reassign", operation="drain", drain_brokers=[5], stop_drained=True,
+    assert provision.node_pid(grown, node) is not None
+    dag_run, record = run(dagbag, "kafka_reassign", operation="drain", drain_brokers=[node], stop_drained=True,
                           dry_run=False, approval="auto_approve", inventory=str(spec_path), throttle_mb_per_s=50)
     assert str(dag_run.state) == "success", record
     assert record["outcome"] == "success" and all(g["ok"] for g in record["gates"])
     with connection.connect(spec.bootstrap) as conn:
         snap = metadata.snapshot(conn, include_internal=True, sizes=False, groups=False)
         assert throttles_left(conn) == {}
-    assert snap.replicas_per_broker().get(5, 0) == 0
+    assert snap.replicas_per_broker().get(node, 0) == 0
     assert not snap.under_replicated
-    assert provision.node_pid(grown, 5) is None  # stopped by the role after the verified drain
+    assert provision.node_pid(grown, node) is None  # stopped by the role after the verified drain
     # the record's "after" is the cluster after the stop, its batches ended, each step one row
-    assert 5 not in [b["id"] for b in record["after"]["brokers"] if b.get("online", True)], record["after"]
+    assert node not in [b["id"] for b in record["after"]["brokers"] if b.get("online", True)], record["after"]
     assert record["batches"] and all(b["status"] == "done" for b in record["batches"]), record["batches"]
     assert len({s["name"] for s in record["steps"]}) == len(record["steps"])
 
