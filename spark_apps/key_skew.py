@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from kafkaops.capacity import skew
+from kafkaops.capacity.records import SkewResult
 from kafkaops.platform.spark import add_exchange_arguments, app_store, deliver_result, read_client_config, tuning_options
 from spark_apps.common import NEW_KEY, Kafka, kafka_options, register_new_key, spark_session
 
@@ -66,7 +67,7 @@ def counts(spark: Any, bootstrap: Kafka, topic: str, start: dict[str, int], end:
             "now": now, "candidate": cand}
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+def main(argv: Sequence[str] | None = None) -> SkewResult:
     parser = argparse.ArgumentParser(prog="key_skew", description=__doc__.splitlines()[0])
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--kafka-config", metavar="FILE", help="JSON file of the cluster's librdkafka client config")
@@ -98,18 +99,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         store = app_store(args)  # its URL is a shipped file: read while the session runs
     finally:
         spark.stop()
-    result = skew.summarize(args.topic, c["per_key"], partitions=args.partitions, per_partition_now=c["now"],
-                            null_key_records=c["null_records"], null_key_bytes=c["null_bytes"],
-                            candidates=[int(x) for x in args.candidates.split(",") if x.strip()],
-                            candidate_field=args.candidate_field, candidate_per_key=c["candidate"])
-    result["sample"] = {"start": start, "end": end}
+    summary = skew.summarize(args.topic, c["per_key"], partitions=args.partitions, per_partition_now=c["now"],
+                             null_key_records=c["null_records"], null_key_bytes=c["null_bytes"],
+                             candidates=[int(x) for x in args.candidates.split(",") if x.strip()],
+                             candidate_field=args.candidate_field, candidate_per_key=c["candidate"])
+    result = SkewResult.from_dict({**summary, "sample": {"start": start, "end": end}})
     if args.output:
-        Path(args.output).write_text(json.dumps(result, indent=1, sort_keys=True))
-    deliver_result(args, result, store)
-    log.info("key skew of %s: %d records, %d keys, hottest %s", args.topic, result["records"], result["keys"],
-             result["top_keys"][:1])
+        Path(args.output).write_text(json.dumps(result.to_dict(), indent=1, sort_keys=True))
+    deliver_result(args, result.to_dict(), store)
+    log.info("key skew of %s: %d records, %d keys, hottest %s", args.topic, result.records, result.keys,
+             result.top_keys[:1])
     return result
-
 
 if __name__ == "__main__":
     main()

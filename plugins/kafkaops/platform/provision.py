@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -336,7 +337,6 @@ def run_playbook(playbook: str, inventory: Mapping[str, Any] | str | Path, *,
     # inventory's own kafka_broker_jars_source / kafka_broker_classpath_dir / kafka_broker_dist_cache win.
     variables = {"kafkaops_broker_jars": str(jar_dir("broker")), "kafkaops_dist_cache": str(CACHE / "dist"),
                  "kafka_broker_check_python": sys.executable, **(extravars or {})}
-    import ansible_runner  # heavy import, only where a playbook really runs
 
     inv: Any = str(inventory) if isinstance(inventory, Path) else inventory
     with tempfile.TemporaryDirectory(prefix="kafkaops-ansible-") as private_dir:
@@ -355,10 +355,9 @@ def run_playbook(playbook: str, inventory: Mapping[str, Any] | str | Path, *,
             env["ANSIBLE_REMOTE_TEMP"] = str(Path(private_dir) / "remote-tmp")
         log.info("ansible: running %s (limit %s)", playbook, limit or "all")
         try:
-            runner = ansible_runner.run(
-                private_data_dir=private_dir, project_dir=str(project), playbook=str(project / playbook),
-                inventory=inv, extravars=variables, envvars=env, limit=limit, quiet=True,
-                cmdline="--check" if check else None, timeout=900)
+            runner = run_ansible(private_data_dir=private_dir, project_dir=str(project),
+                                 playbook=str(project / playbook), inventory=inv, extravars=variables, envvars=env,
+                                 limit=limit, cmdline="--check" if check else None, timeout=900)
         finally:
             close_ssh_masters(control_dir)
         failures, unreachable = _failures(runner.events)
@@ -378,6 +377,65 @@ def run_playbook(playbook: str, inventory: Mapping[str, Any] | str | Path, *,
             raise ProvisionError(f"playbook {playbook} failed: {detail}")
         log.info("ansible: %s done, changed %s", playbook, changed)
         return ProvisionResult(ok=ok, changed=changed, failures=tuple(failures), status=runner.status)
+
+
+#: How often ansible-runner looks whether its run was cancelled (its ``pexpect_timeout``; 5 s by default).
+_CANCEL_LOOK_S = 0.5
+#: The environment variable that marks the processes of one playbook run (ansible-playbook, the workers it
+#: forks into sessions of their own, their modules and commands), so an interrupted run can stop them all.
+_RUN_MARK = "KAFKAOPS_ANSIBLE_RUN"
+
+
+def run_ansible(**runner_args: Any) -> Any:
+    """``ansible_runner.run(**runner_args)``, quiet, that stops the playbook when this call is interrupted.
+
+    ansible-runner's own ``run`` in the main thread replaces the process's SIGINT and SIGTERM handlers for good
+    (with one that only cancels its run), so a worker that ran a playbook no longer stops on either; and an
+    exception raised in the middle of it (Airflow's ``execution_timeout``, SIGTERM of a killed task) left
+    ansible-playbook running. Its cancel is not enough either: it kills ansible-playbook's process group, and
+    Ansible's workers each run in a session of their own, with the task's command under them. Here the run goes
+    on in a thread with a cancel flag, no handler is touched, and whatever interrupts the wait kills every
+    process of the run (:data:`_RUN_MARK` in their environment) and cancels it before the exception goes on."""
+    import ansible_runner  # heavy import, only where a playbook really runs
+
+    mark = uuid.uuid4().hex
+    runner_args["envvars"] = {**(runner_args.get("envvars") or {}), _RUN_MARK: mark}
+    cancelled = threading.Event()
+    settings = {"pexpect_timeout": _CANCEL_LOOK_S, **runner_args.pop("settings", {})}
+    thread, runner = ansible_runner.run_async(quiet=True, settings=settings, cancel_callback=cancelled.is_set,
+                                              **runner_args)
+    try:
+        while thread.is_alive():
+            thread.join(_CANCEL_LOOK_S)
+    except BaseException:
+        killed = kill_marked(_RUN_MARK, mark)
+        cancelled.set()
+        thread.join(15)
+        log.warning("ansible: run interrupted; %d of its processes killed%s", len(killed),
+                    "" if not thread.is_alive() else "; ansible-runner did not end within 15 s")
+        raise
+    return runner
+
+
+def kill_marked(name: str, value: str) -> list[int]:
+    """SIGKILL every process of this machine whose environment has ``name=value`` (those this user may read),
+    and wait up to 5 s for them to end; returns their pids."""
+    import psutil
+
+    marked = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != os.getpid() and proc.environ().get(name) == value:
+                marked.append(proc)
+        except (psutil.Error, OSError):  # gone, or another user's
+            continue
+    for proc in marked:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(marked, timeout=5)
+    return [proc.pid for proc in marked]
 
 
 def close_ssh_masters(control_dir: Path) -> list[Path]:
