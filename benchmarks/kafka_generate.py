@@ -279,7 +279,7 @@ def topic_outcomes(brokers: Sequence[Broker], partitions: int, rf: int, *, rack_
 
 def replica_moves(cluster: Cluster, proposal: Mapping[tuple[str, int], Sequence[int]]) -> int:
     """Replicas the proposal places on a broker that did not hold them."""
-    return sum(len(set(proposal[p.key]) - set(p.replicas)) for p in cluster.partitions)
+    return sum(len(set(proposal[p.topic_partition]) - set(p.replicas)) for p in cluster.partitions)
 
 
 #: How long the tools-jar reference may take for all cases of one benchmark run.

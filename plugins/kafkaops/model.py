@@ -62,7 +62,7 @@ class PartitionAssignment:
         return f"{self.topic}-{self.partition}"
 
     @property
-    def key(self) -> tuple[str, int]:
+    def topic_partition(self) -> TopicPartition:
         return (self.topic, self.partition)
 
     @property
@@ -101,7 +101,7 @@ class Move:
     size_bytes: int | None = None
 
     @property
-    def key(self) -> TopicPartition:
+    def topic_partition(self) -> TopicPartition:
         return (self.topic, self.partition)
 
     @property
@@ -158,7 +158,7 @@ class Reassignment:
     removing: tuple[int, ...]
 
     @property
-    def key(self) -> TopicPartition:
+    def topic_partition(self) -> TopicPartition:
         return (self.topic, self.partition)
 
     @property
@@ -216,11 +216,11 @@ class Cluster:
             raise ModelError(f"broker ids {dupes} appear more than once; each broker id must be unique")
         index: dict[tuple[str, int], PartitionAssignment] = {}
         for p in self.partitions:
-            if p.key in index:
+            if p.topic_partition in index:
                 raise ModelError(f"partition {p.name} appears twice; list each partition once")
-            index[p.key] = p
+            index[p.topic_partition] = p
         object.__setattr__(self, "brokers", tuple(sorted(self.brokers)))
-        object.__setattr__(self, "partitions", tuple(sorted(self.partitions, key=lambda p: p.key)))
+        object.__setattr__(self, "partitions", tuple(sorted(self.partitions, key=lambda p: p.topic_partition)))
         object.__setattr__(self, "_index", index)
 
     # -- lookups ---------------------------------------------------------------------------
@@ -313,8 +313,8 @@ class Cluster:
         """The cluster after a reassignment: new replica lists, leaders at the preferred replica."""
         updated = []
         for p in self.partitions:
-            if p.key in replicas:
-                new = tuple(replicas[p.key])
+            if p.topic_partition in replicas:
+                new = tuple(replicas[p.topic_partition])
                 p = replace(p, replicas=new, leader=new[0], isr=new)
             updated.append(p)
         return replace(self, partitions=tuple(updated), _index=None)

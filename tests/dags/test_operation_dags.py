@@ -51,7 +51,7 @@ def run(dagbag, dag_id: str, **conf):
 def assignment(spec: provision.ClusterSpec) -> dict:
     with connection.connect(spec.bootstrap) as conn:
         snap = metadata.snapshot(conn, topics=[TOPIC], sizes=False, groups=False)
-    return {p.key: p.replicas for p in snap.partitions}
+    return {p.topic_partition: p.replicas for p in snap.partitions}
 
 
 def test_a_rejected_approval_leaves_the_cluster_unchanged(dagbag, cluster) -> None:
@@ -316,7 +316,7 @@ def fifth_broker(cluster, scaled_out) -> int:
         snap = metadata.snapshot(conn, topics=[TOPIC], sizes=False, groups=False)
         if not snap.replicas_per_broker().get(node):
             rack_b = [p for p in snap.partitions if 2 in p.replicas and p.leader != 2][:2]
-            reassignments.alter_partition_reassignments(conn, {p.key: tuple(node if b == 2 else b for b in p.replicas)
+            reassignments.alter_partition_reassignments(conn, {p.topic_partition: tuple(node if b == 2 else b for b in p.replicas)
                                                        for p in rack_b})
             wait_for(lambda: not reassignments.list_partition_reassignments(conn), timeout=120,
                      what=f"two partitions to move onto broker {node}")

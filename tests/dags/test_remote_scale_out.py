@@ -93,7 +93,7 @@ def test_a_bad_ssh_connection_fails_the_provision_step_before_any_change(dagbag,
     assert any("provisioning broker(s) 6 on kafka-6" in n["text"] for n in record["notes"]), record["notes"]
     assert files_of(remote.hosts[NEW].home) == files_before, "the failed run changed files on kafka-6"
     after, throttles, cluster_id = cluster_now(remote)
-    assert {p.key: p.replicas for p in after.partitions} == {p.key: p.replicas for p in before.partitions}
+    assert {p.topic_partition: p.replicas for p in after.partitions} == {p.topic_partition: p.replicas for p in before.partitions}
     assert after.broker_ids == before.broker_ids  # broker 6 only if the successful scale-out ran first
     assert throttles == {}
     assert store.current().lease(cluster_id).free
@@ -156,6 +156,6 @@ def test_a_drain_that_stops_its_broker_checks_the_ssh_login_at_begin(dagbag, rem
     assert states["begin"] == "failed" and states["execute_batches"] != "success", states
     assert [ti.try_number for ti in dag_run.get_task_instances() if ti.task_id == "begin"] == [1]  # no retry
     after, throttles, _ = cluster_now(remote)
-    assert {p.key: p.replicas for p in after.partitions} == {p.key: p.replicas for p in before.partitions}
+    assert {p.topic_partition: p.replicas for p in after.partitions} == {p.topic_partition: p.replicas for p in before.partitions}
     assert 2 in after.broker_ids and throttles == {}
     assert store.current().lease(cluster_id).free

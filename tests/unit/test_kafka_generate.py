@@ -103,7 +103,7 @@ def test_generate_places_every_partition_and_counts_moves():
     parts = tuple(PartitionAssignment(t, p, (1, 2)) for t in ("x", "y") for p in range(4))
     cluster = Cluster(tuple(brokers), parts)
     proposal = generate(cluster, brokers + [Broker(4, rack="a")], JavaRandom(3))
-    assert set(proposal) == {p.key for p in parts}
+    assert set(proposal) == {p.topic_partition for p in parts}
     assert replica_moves(cluster, proposal) == sum(len(set(r) - {1, 2}) for r in proposal.values())
 
 

@@ -73,8 +73,8 @@ class ReviewPoint:
         if cluster.taken_at is None:
             raise CapacityError(f"snapshot of cluster {cluster.cluster_id} has no taken_at; take it with "
                                 "kafkaops.platform.kafka.metadata.snapshot (which stamps the time) before a review")
-        return cls(taken_at=cluster.taken_at, offsets={p.key: p.end_offset for p in cluster.partitions},
-                   sizes={p.key: p.size_bytes for p in cluster.partitions},
+        return cls(taken_at=cluster.taken_at, offsets={p.topic_partition: p.end_offset for p in cluster.partitions},
+                   sizes={p.topic_partition: p.size_bytes for p in cluster.partitions},
                    lags={g.group_id: g.total_lag for g in cluster.groups}, cluster_id=cluster.cluster_id,
                    run_id=run_id)
 

@@ -82,7 +82,7 @@ def live_cluster(snap: Cluster, brokers: Sequence[int] | None = None, racks: Map
     members = tuple(replace(known[b], rack=racks.get(b, known[b].rack)) if b in known else Broker(b, rack=racks.get(b))
                     for b in listed)
     partitions = snap.partitions if sizes is None else tuple(
-        replace(p, size_bytes=sizes.get(p.key, p.size_bytes)) for p in snap.partitions)
+        replace(p, size_bytes=sizes.get(p.topic_partition, p.size_bytes)) for p in snap.partitions)
     return replace(snap, brokers=members, partitions=partitions, groups=(), _index=None)
 
 

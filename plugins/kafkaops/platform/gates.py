@@ -98,9 +98,10 @@ def typed_frame(rows: list[dict[str, Any]], dtypes: Mapping[str, str]) -> pd.Dat
     return frame.astype(dict(dtypes)).reset_index(drop=True)
 
 
-def partition_keys(in_flight: Iterable[TopicPartition | Any]) -> set[TopicPartition]:
-    """Keys of reassignments in flight: ``(topic, partition)`` tuples or values with ``.key``."""
-    return {tuple(getattr(r, "key", r)) for r in in_flight}  # type: ignore[misc]
+def topic_partitions(in_flight: Iterable[TopicPartition | Any]) -> set[TopicPartition]:
+    """The partitions of reassignments in flight: ``(topic, partition)`` tuples or values with
+    ``.topic_partition``."""
+    return {tuple(getattr(r, "topic_partition", r)) for r in in_flight}  # type: ignore[misc]
 
 
 def preflight_frames(cluster: Cluster, in_flight: Iterable[TopicPartition | Any] = ()) -> dict[str, pd.DataFrame]:
@@ -110,13 +111,13 @@ def preflight_frames(cluster: Cluster, in_flight: Iterable[TopicPartition | Any]
     brokers = typed_frame([{"broker": b.id, "host": b.host, "rack": b.rack, "online": b.online}
                       for b in cluster.brokers],
                      {"broker": "int64", "host": "object", "rack": "object", "online": "bool"})
-    moving = partition_keys(in_flight)
+    moving = topic_partitions(in_flight)
     rows = [{"name": p.name, "topic": p.topic, "partition": p.partition, "replicas": id_list(p.replicas),
              "leader": None if p.offline else p.leader, "isr": id_list(p.isr),
-             "under_replicated": p.under_replicated, "offline": p.offline, "reassigning": p.key in moving}
+             "under_replicated": p.under_replicated, "offline": p.offline, "reassigning": p.topic_partition in moving}
             for p in cluster.partitions]
     rows += [{"name": f"{t}-{n}", "topic": t, "partition": n, "reassigning": True}
-             for t, n in sorted(moving - {p.key for p in cluster.partitions})]
+             for t, n in sorted(moving - {p.topic_partition for p in cluster.partitions})]
     partitions = typed_frame(rows, {"name": "object", "topic": "object", "partition": "int64", "replicas": "object",
                                "leader": "Int64", "isr": "object", "under_replicated": "object",
                                "offline": "object", "reassigning": "bool"})

@@ -124,7 +124,7 @@ def render_snapshot(cluster: Cluster, *, hottest: int = 5) -> str:
     sized = [p for p in cluster.partitions if p.records]
     if sized:
         mean = sum(p.records or 0 for p in sized) / len(sized)
-        top = sorted(sized, key=lambda p: (-(p.records or 0), p.key))[:hottest]
+        top = sorted(sized, key=lambda p: (-(p.records or 0), p.topic_partition))[:hottest]
         out += ["", f"hottest partitions (mean {mean:.0f} records):",
                 table(["partition", "records", "x mean", "size"],
                       [[p.name, p.records, f"{(p.records or 0) / mean:.2f}", human_bytes(p.size_bytes)] for p in top])]

@@ -51,7 +51,7 @@ class Traffic:
 
 
 def _sender(move: Move, leaders: Mapping[TopicPartition, int | None]) -> int:
-    leader = leaders.get(move.key)
+    leader = leaders.get(move.topic_partition)
     return leader if leader is not None and leader >= 0 and leader in move.before else move.before[0]
 
 
@@ -87,7 +87,7 @@ def traffic(moves: Iterable[Move], *, throttle_bytes_per_s: float, max_moves_per
 
 def plan_traffic(plan: ReassignmentPlan, params: ApprovalParams) -> Traffic:
     """:func:`traffic` of a plan under the run's throttle and concurrency caps."""
-    leaders = {p.key: p.leader for p in plan.cluster.partitions} if plan.cluster is not None else {}
+    leaders = {p.topic_partition: p.leader for p in plan.cluster.partitions} if plan.cluster is not None else {}
     return traffic(plan.moves, throttle_bytes_per_s=params.throttle_mb_per_s * 1_000_000,
                    max_moves_per_broker=params.max_moves_per_broker, max_moves_total=params.max_moves_total,
                    leaders=leaders)

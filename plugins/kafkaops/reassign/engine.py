@@ -16,7 +16,7 @@ over them, blocking and cancellable, and :mod:`kafkaops.reassign.steps` runs the
 (set throttles, the batches operator with its progress trigger, remove throttles).
 
 The input is the desired replica lists, ``{(topic, partition): (broker, ...)}`` (from a planner's
-plan: ``{m.key: m.after for m in plan.moves}``). Nothing changes unless ``dry_run=False``. Every
+plan: ``{m.topic_partition: m.after for m in plan.moves}``). Nothing changes unless ``dry_run=False``. Every
 round observes the cluster (current replicas and the reassignments in flight), so a run killed
 half-way is resumed by running it again: moves already done or in flight are waited for, never
 resubmitted, and no local state is needed.
@@ -119,7 +119,7 @@ class Batch:
 
     @property
     def keys(self) -> tuple[TopicPartition, ...]:
-        return tuple(m.key for m in self.moves)
+        return tuple(m.topic_partition for m in self.moves)
 
     @property
     def bytes(self) -> int:
@@ -417,7 +417,7 @@ def plan_batches(moves: Iterable[Move], *, max_moves_per_broker: int, max_moves_
     ``max_moves_per_broker`` moves that add or remove a replica on any one broker."""
     batches: list[list[Move]] = []
     loads: list[Counter[int]] = []
-    for move in sorted(moves, key=lambda m: (-m.bytes, m.key)):
+    for move in sorted(moves, key=lambda m: (-m.bytes, m.topic_partition)):
         for batch, load in zip(batches, loads):
             if len(batch) < max_moves_total and all(load[b] < max_moves_per_broker for b in move.brokers):
                 break
@@ -427,7 +427,7 @@ def plan_batches(moves: Iterable[Move], *, max_moves_per_broker: int, max_moves_
             loads.append(load)
         batch.append(move)
         load.update(move.brokers)
-    return tuple(Batch(i, tuple(sorted(b, key=lambda m: m.key)), len(batches))
+    return tuple(Batch(i, tuple(sorted(b, key=lambda m: m.topic_partition)), len(batches))
                  for i, b in enumerate(batches, start=1))
 
 
@@ -450,11 +450,11 @@ def measure(moves: Iterable[Move], cluster: Cluster, in_flight: Mapping[TopicPar
     for m in moves:
         total += 1
         bytes_total += m.bytes
-        if m.key in in_flight:
+        if m.topic_partition in in_flight:
             moving += 1
             bytes_done += sum(min(replica_sizes.get((m.topic, m.partition, b), 0), m.size_bytes or 0)
                               for b in m.adding)
-        elif cluster.partition(*m.key).replicas == m.after:
+        elif cluster.partition(*m.topic_partition).replicas == m.after:
             done += 1
             bytes_done += m.bytes
     return Progress(done, total, moving, bytes_done, bytes_total, elapsed_s)
@@ -590,7 +590,7 @@ def observe(conn: connection.KafkaConnection, desired: Mapping[TopicPartition, I
 
 def submit(conn: connection.KafkaConnection, batch: Batch) -> None:
     """Hand ``batch``'s moves to Kafka, which then copies on its own."""
-    reassignments.alter_partition_reassignments(conn, {m.key: m.after for m in batch.moves})
+    reassignments.alter_partition_reassignments(conn, {m.topic_partition: m.after for m in batch.moves})
     log.info("batch %d/%d: %d partitions moving, %d bytes to copy", batch.index, batch.of, len(batch.moves),
              batch.bytes)
 
@@ -598,15 +598,15 @@ def submit(conn: connection.KafkaConnection, batch: Batch) -> None:
 def progress(conn: connection.KafkaConnection, moves: Sequence[Move], *, elapsed_s: float | None = None) -> Progress:
     """How far ``moves`` got (:func:`measure` on the live cluster), without blocking on them: for
     a polling trigger as for a progress line. ``elapsed_s`` since the run started gives the rate."""
-    keys = [m.key for m in moves]
+    keys = [m.topic_partition for m in moves]
     if not keys:
         return Progress(0, 0, 0, 0, 0, elapsed_s)
     in_flight = reassignments.list_partition_reassignments(conn, keys)
     cluster = metadata.snapshot(conn, topics=sorted({t for t, _ in keys}), offsets=False, sizes=False, groups=False)
-    moving = [m for m in moves if m.key in in_flight and m.adding]
+    moving = [m for m in moves if m.topic_partition in in_flight and m.adding]
     # a dead adding broker cannot say how far it got: count it as no progress, not as an error
     online = set(cluster.online_broker_ids)
-    sizes = metadata.replica_sizes(conn, [m.key for m in moving], {b for m in moving for b in m.adding} & online)
+    sizes = metadata.replica_sizes(conn, [m.topic_partition for m in moving], {b for m in moving for b in m.adding} & online)
     return measure(moves, cluster, in_flight, sizes, elapsed_s)
 
 
@@ -871,7 +871,7 @@ class Executor:
             log.error("while failing, could not remove throttles: %s", err)
 
     def _wait(self, moves: Sequence[Move], label: str) -> None:
-        keys = [m.key for m in moves]
+        keys = [m.topic_partition for m in moves]
         timeout = self.batch_timeout_s or 60.0 + 3.0 * sum(m.bytes for m in moves) / self.throttle_bytes_per_s
         deadline = time.monotonic() + timeout
         lines = ProgressLog()
@@ -904,8 +904,8 @@ class Executor:
         while True:
             cluster = metadata.snapshot(self.conn, topics=sorted({m.topic for m in moves}), offsets=False, sizes=False,
                                        groups=False)
-            wrong = [f"{m.name}: replicas {list(cluster.partition(*m.key).replicas)} but plan {list(m.after)}"
-                     for m in moves if cluster.partition(*m.key).replicas != m.after]
+            wrong = [f"{m.name}: replicas {list(cluster.partition(*m.topic_partition).replicas)} but plan {list(m.after)}"
+                     for m in moves if cluster.partition(*m.topic_partition).replicas != m.after]
             if not wrong or time.monotonic() > deadline:
                 return wrong
             time.sleep(0.5)

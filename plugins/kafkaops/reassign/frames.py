@@ -15,7 +15,7 @@ import pandas as pd
 
 from kafkaops.errors import KafkaOpsError
 from kafkaops.model import Cluster, TopicPartition
-from kafkaops.platform.gates import GateError, id_list, partition_keys, typed_frame
+from kafkaops.platform.gates import GateError, id_list, topic_partitions, typed_frame
 from kafkaops.reassign.planner.goals import Goals
 from kafkaops.reassign.planner.plan import ReassignmentPlan
 from kafkaops.reassign.planner.topology import replica_targets, resolve_topology
@@ -51,7 +51,7 @@ def _check_moves(plan: ReassignmentPlan, base: Cluster) -> None:
     brokers = set(base.broker_ids)
     for m in plan.moves:
         try:
-            base.partition(*m.key)
+            base.partition(*m.topic_partition)
         except KafkaOpsError as err:
             raise GateError(f"plan moves {m.name}, which the cluster lacks: {err}; plan again from a fresh "
                             "snapshot") from err
@@ -89,7 +89,7 @@ def _partition_columns(partitions: Sequence[Any], after: Mapping[TopicPartition,
         return seen
 
     for p in partitions:
-        key = p.key
+        key = p.topic_partition
         move = after.get(key)
         was = facts_of(p.replicas)
         now = facts_of(tuple(move.after)) if move is not None else was
@@ -142,9 +142,9 @@ def plan_frame(plan: ReassignmentPlan, cluster: Cluster, max_bytes: int | None =
     base = _plan_base(plan, cluster)
     rack = {b.id: b.rack for b in base.brokers}
     racks = len({b.rack for b in cluster.brokers}) or 1
-    after = {m.key: m for m in plan.moves}
+    after = {m.topic_partition: m for m in plan.moves}
     _check_moves(plan, base)
-    index = {p.key: p for p in base.partitions}
+    index = {p.topic_partition: p for p in base.partitions}
     copies = {key: len(m.adding) * (index[key].size_bytes or 0) for key, m in after.items()}
     copied, so_far = 0, {}
     for key in after:  # running total in the order the executor submits the moves
@@ -176,11 +176,11 @@ def post_move_frame(before: Cluster, after: Cluster, desired: Mapping[TopicParti
     (a plan, or replicas by key), replicas missing from the ISR (planned partitions), health,
     end offsets before and after, and whether a reassignment is still ``in_flight``."""
     if isinstance(desired, ReassignmentPlan):
-        desired = {m.key: m.after for m in desired.moves}
+        desired = {m.topic_partition: m.after for m in desired.moves}
     planned = {k: tuple(v) for k, v in desired.items()}
-    old = {p.key: p for p in before.partitions}
-    now = {p.key: p for p in after.partitions}
-    moving = partition_keys(in_flight)
+    old = {p.topic_partition: p for p in before.partitions}
+    now = {p.topic_partition: p for p in after.partitions}
+    moving = topic_partitions(in_flight)
     rows = []
     for key in sorted(set(old) | set(now) | set(planned)):
         p, was = now.get(key), old.get(key)

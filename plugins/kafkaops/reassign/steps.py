@@ -407,7 +407,7 @@ def next_batch(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str,
         if not waiting:
             submitted = len(records.fold(ctx.audit.events()).batches)
             seen = engine.observe(conn, desired, submitted=submitted)
-            waiting = sorted(m.key for m in seen.resumed)
+            waiting = sorted(m.topic_partition for m in seen.resumed)
             batch = None if waiting else engine.next_batch(seen, max_moves_per_broker=p.max_moves_per_broker,
                                                            max_moves_total=p.max_moves_total, submitted=submitted)
             if batch is not None:

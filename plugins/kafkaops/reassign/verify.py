@@ -64,17 +64,17 @@ def verify_reassignment(before: Cluster, after: Cluster, desired: Mapping[TopicP
     for p in after.partitions:
         if p.offline:
             failures.append(Failure(p.name, f"offline: no leader among replicas {list(p.replicas)}"))
-        elif p.under_replicated and p.key not in reported:
+        elif p.under_replicated and p.topic_partition not in reported:
             failures.append(Failure(p.name, f"under-replicated: ISR {list(p.isr)} of replicas {list(p.replicas)}"))
     failures.extend(_offsets_gone_back(before, after))
     return VerificationResult(ok=not failures, failures=tuple(failures))
 
 
 def _offsets_gone_back(before: Cluster, after: Cluster) -> list[Failure]:
-    now = {p.key: p for p in after.partitions}
+    now = {p.topic_partition: p for p in after.partitions}
     failures = []
     for old in before.partitions:
-        new = now.get(old.key)
+        new = now.get(old.topic_partition)
         if new is None:
             failures.append(Failure(old.name, f"was in the cluster before (end offset {old.end_offset}), missing now"))
         elif old.end_offset is not None and new.end_offset is not None and new.end_offset < old.end_offset:

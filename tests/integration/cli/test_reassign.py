@@ -66,7 +66,7 @@ def write_plan(path: Path, desired: Mapping[TopicPartition, Sequence[int]]) -> s
 
 
 def replicas(conn: connection.KafkaConnection, topic: str) -> dict[TopicPartition, tuple[int, ...]]:
-    return {p.key: p.replicas for p in metadata.snapshot(conn, topics=[topic], offsets=False, sizes=False,
+    return {p.topic_partition: p.replicas for p in metadata.snapshot(conn, topics=[topic], offsets=False, sizes=False,
                                                         groups=False).partitions}
 
 

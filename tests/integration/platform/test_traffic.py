@@ -18,7 +18,7 @@ def test_traffic_through_a_reassignment_loses_duplicates_and_reorders_nothing(
     before = metadata.snapshot(kafka_conn, topics=[topic_name], groups=False)
     brokers = set(before.broker_ids)
     # each partition gets the broker it lacks, as its new preferred leader: data moves and leaders change
-    desired = {p.key: (next(iter(sorted(brokers - set(p.replicas)))), p.replicas[0]) for p in before.partitions}
+    desired = {p.topic_partition: (next(iter(sorted(brokers - set(p.replicas)))), p.replicas[0]) for p in before.partitions}
 
     with traffic.TrafficCheck(kafka_cluster.config, topic_name, keys=20, rate_per_s=300) as check:
         time.sleep(1.0)

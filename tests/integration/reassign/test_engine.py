@@ -51,7 +51,7 @@ def replace_second(snap: Cluster, topic: str, partitions: int) -> dict[TopicPart
     desired = {}
     for p in snap.partitions_of(topic)[:partitions]:
         spare = min(b for b in snap.online_broker_ids if b not in p.replicas)
-        desired[p.key] = (p.replicas[0], spare) + p.replicas[2:]
+        desired[p.topic_partition] = (p.replicas[0], spare) + p.replicas[2:]
     return desired
 
 
@@ -72,7 +72,7 @@ def test_scale_out_onto_a_broker_added_by_the_role_under_load_loses_nothing(
     with Traffic(own_cluster.config, topic, 6) as traffic:
         before = whole(own_conn)
         # three partitions onto broker 4, as their preferred leader
-        desired = {p.key: (4, p.replicas[0]) for p in before.partitions_of(topic)[:3]}
+        desired = {p.topic_partition: (4, p.replicas[0]) for p in before.partitions_of(topic)[:3]}
 
         dry = engine.execute(own_conn, desired, throttle_bytes_per_s=1_000_000, max_moves_per_broker=2)
         assert dry.dry_run and dry.submitted == () and [len(b.moves) for b in dry.batches] == [2, 1]
@@ -90,7 +90,7 @@ def test_scale_out_onto_a_broker_added_by_the_role_under_load_loses_nothing(
         assert_verified(own_conn, desired, before)
         wait_for_no_throttles(own_conn)
 
-        reassignments.elect_preferred_leaders(own_conn, [p.key for p in before.partitions_of(topic)])
+        reassignments.elect_preferred_leaders(own_conn, [p.topic_partition for p in before.partitions_of(topic)])
         wait_for(lambda: all(p.leader == p.replicas[0] for p in
                              metadata.snapshot(own_conn, topics=[topic], offsets=False, sizes=False,
                                               groups=False).partitions),
@@ -112,7 +112,7 @@ def test_a_broker_is_drained_to_zero_replicas_in_capped_batches(
         if victim in p.replicas:
             spare = min((b for b in load if b not in p.replicas), key=lambda b: (load[b], b))
             load[spare] += 1
-            desired[p.key] = tuple(spare if r == victim else r for r in p.replicas)
+            desired[p.topic_partition] = tuple(spare if r == victim else r for r in p.replicas)
     assert len(desired) >= 4
 
     report = engine.execute(own_conn, desired, throttle_bytes_per_s=10_000_000, max_moves_per_broker=2,
@@ -235,8 +235,8 @@ def test_a_killed_run_is_resumed_without_resubmitting(
         report = engine.execute(own_conn, desired, throttle_bytes_per_s=20_000_000, dry_run=False,
                                   poll_interval_s=0.5)
         assert report.submitted == () and report.batches == ()
-        assert {m.key for m in report.resumed} == set(desired)
-        assert all(m.before == before.partition(*m.key).replicas for m in report.resumed)
+        assert {m.topic_partition for m in report.resumed} == set(desired)
+        assert all(m.before == before.partition(*m.topic_partition).replicas for m in report.resumed)
         assert_verified(own_conn, desired, before)
         wait_for_no_throttles(own_conn)
         again = engine.execute(own_conn, desired, throttle_bytes_per_s=20_000_000, dry_run=False)

@@ -32,20 +32,20 @@ def failures_of(result: GateResult) -> str:
 
 
 def with_partition(cluster: Cluster, topic: str, n: int, **changes: object) -> Cluster:
-    parts = tuple(replace(p, **changes) if p.key == (topic, n) else p for p in cluster.partitions)
+    parts = tuple(replace(p, **changes) if p.topic_partition == (topic, n) else p for p in cluster.partitions)
     return replace(cluster, partitions=parts, _index=None)
 
 
 def hand_plan(cluster: Cluster, after: dict[tuple[str, int], Sequence[int]], *, kind: str = "rebalance",
               drained: tuple[int, ...] = ()) -> ReassignmentPlan:
     """A plan built by hand (no planner), so it can break the rules the planner keeps."""
-    moves = tuple(Move(p.topic, p.partition, p.replicas, tuple(after[p.key]), p.size_bytes)
-                  for p in cluster.partitions if p.key in after)
+    moves = tuple(Move(p.topic, p.partition, p.replicas, tuple(after[p.topic_partition]), p.size_bytes)
+                  for p in cluster.partitions if p.topic_partition in after)
     changed = {(m.topic, m.partition): m.after for m in moves}
     ids = cluster.broker_ids
 
     def stats(use_after: bool) -> LoadStats:
-        rows = ((p.topic, changed.get(p.key, p.replicas) if use_after else p.replicas, p.size_bytes or 0)
+        rows = ((p.topic, changed.get(p.topic_partition, p.replicas) if use_after else p.replicas, p.size_bytes or 0)
                 for p in cluster.partitions)
         return LoadStats.measure(rows, ids, ids)
 

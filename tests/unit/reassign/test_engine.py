@@ -332,7 +332,7 @@ def test_the_execute_loop_resumes_moves_in_flight_without_resubmitting(kafka: Fa
     kafka.submitted.clear()
     report = execute(kafka.conn(), {("orders", 0): (1, 3), ("orders", 1): (1, 3)}, throttle_bytes_per_s=100,
                      dry_run=False, poll_interval_s=0)
-    assert [m.key for m in report.resumed] == [("orders", 0)]
+    assert [m.topic_partition for m in report.resumed] == [("orders", 0)]
     assert kafka.submitted == [{("orders", 1): (1, 3)}]
     assert report.submitted == (("orders", 1),) and kafka.throttles() == {}
 
@@ -361,7 +361,7 @@ def test_a_broker_fenced_for_a_moment_is_observed_again_not_refused(kafka: FakeK
     monkeypatch.setattr(metadata, "snapshot", flapping)
     monkeypatch.setattr("kafkaops.reassign.engine.time.sleep", lambda s: None)
     seen = observe(kafka.conn(), {("orders", 0): (2, 3)}, fenced_grace_s=60)
-    assert len(calls) == 3 and [m.key for m in seen.pending] == [("orders", 0)]
+    assert len(calls) == 3 and [m.topic_partition for m in seen.pending] == [("orders", 0)]
 
 
 def test_an_id_never_seen_is_refused_at_once_and_a_fenced_broker_after_the_grace(kafka: FakeKafka,

@@ -102,8 +102,8 @@ def snapshot(conn: KafkaConnection, *, topics: Iterable[str] | None = None, incl
         pool.shutdown(wait=False, cancel_futures=True)
     all_brokers = [_with_disk(b, disks.get(b.id)) for b in all_brokers]
     partitions = [PartitionAssignment(topic=p.topic, partition=p.partition, replicas=p.replicas, leader=p.leader,
-                                      isr=p.isr, start_offset=start_offsets.get(p.key),
-                                      end_offset=end_offsets.get(p.key), size_bytes=size_of.get(p.key))
+                                      isr=p.isr, start_offset=start_offsets.get(p.topic_partition),
+                                      end_offset=end_offsets.get(p.topic_partition), size_bytes=size_of.get(p.topic_partition))
                   for p in partitions]
     group_list = consumer_groups(conn, end_offsets) if groups else []
     cluster = Cluster(brokers=tuple(all_brokers), partitions=tuple(partitions), cluster_id=cluster_id,

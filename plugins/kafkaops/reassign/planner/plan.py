@@ -141,7 +141,7 @@ class ReassignmentPlan:
         if self.cluster is None:
             raise PlanInputError("this plan carries no cluster (it was read without one); plan again from "
                                  "the cluster to get the cluster after it")
-        return self.cluster.with_assignments({m.key: m.after for m in self.moves})
+        return self.cluster.with_assignments({m.topic_partition: m.after for m in self.moves})
 
     def to_kafka_json(self, *, log_dirs: bool = False) -> dict[str, Any]:
         """The ``kafka-reassign-partitions --execute`` input for the changed partitions."""

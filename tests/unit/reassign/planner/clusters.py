@@ -83,7 +83,7 @@ def clusters(draw: st.DrawFn, *, max_brokers: int = 7, rack_valid: bool = False,
 # -- checks ------------------------------------------------------------------------------------------
 def final_assignment(plan: ReassignmentPlan) -> dict[tuple[str, int], tuple[int, ...]]:
     assert plan.cluster is not None
-    replicas = {p.key: p.replicas for p in plan.cluster.partitions}
+    replicas = {p.topic_partition: p.replicas for p in plan.cluster.partitions}
     replicas.update({(m.topic, m.partition): m.after for m in plan.moves})
     return replicas
 
@@ -95,7 +95,7 @@ def assert_hard_goals(before: Cluster, plan: ReassignmentPlan, rack_aware: bool 
     known = set(plan.cluster.broker_ids)
     after = final_assignment(plan)
     for p in before.partitions:
-        reps = after[p.key]
+        reps = after[p.topic_partition]
         assert len(reps) == p.replication_factor, p.name
         assert len(set(reps)) == len(reps), (p.name, reps)
         assert set(reps) <= known, (p.name, reps)
@@ -257,13 +257,13 @@ def balanced_placement_feasible(cluster: Cluster, *, per_topic: bool = False) ->
     for p in cluster.partitions:
         rf = p.replication_factor
         lo, hi = _rack_caps(rf, len(racks))
-        flow.edge("s", ("p", p.key), rf, rf)
+        flow.edge("s", ("p", p.topic_partition), rf, rf)
         for r in racks:
-            flow.edge(("p", p.key), ("pr", p.key, r), hi, lo)
+            flow.edge(("p", p.topic_partition), ("pr", p.topic_partition, r), hi, lo)
             for b in ids:
                 if rack_of[b] == r:
                     target = ("tb", p.topic, b) if per_topic else ("b", b)
-                    flow.edge(("pr", p.key, r), target, 1)
+                    flow.edge(("pr", p.topic_partition, r), target, 1)
     if per_topic:
         for topic, count in by_topic.items():
             t_low, t_extra = divmod(count, len(ids))
