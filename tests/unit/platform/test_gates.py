@@ -111,9 +111,9 @@ def test_preflight_names_an_offline_partition() -> None:
 
 @dataclass(frozen=True)
 class InFlight:
-    """Stands in for kafkaops.model.Reassignment: anything with a ``key``."""
+    """Stands in for kafkaops.model.Reassignment: anything with a ``topic_partition``."""
 
-    key: tuple[str, int]
+    topic_partition: tuple[str, int]
 
 
 def test_preflight_names_reassignments_in_flight_even_of_partitions_the_snapshot_lacks() -> None:
@@ -180,7 +180,7 @@ def test_plan_names_a_partition_that_loses_its_rack_spread() -> None:
     cluster = six_brokers_three_racks()  # racks a,b,c,a,b,c for brokers 1..6
     first = cluster.partitions[0]
     assert first.name == "orders-0" and first.replicas == (1, 2, 3)
-    text = failures_of(gates.run("plan", plan_frames.plan_frame(hand_plan(cluster, {first.key: (1, 4, 3)}), cluster)))
+    text = failures_of(gates.run("plan", plan_frames.plan_frame(hand_plan(cluster, {first.topic_partition: (1, 4, 3)}), cluster)))
     assert ("plan: orders-0 replicas [1,4,3] span 2 rack(s) [a,c], need 3 "
             "(expect_column_pair_values_a_to_be_greater_than_b racks_spanned racks_required)") in text
 
