@@ -160,8 +160,10 @@ def _same_database(url: sa.URL, other: str) -> bool:
     if url.get_backend_name() != theirs.get_backend_name():
         return False
     if url.get_backend_name() == "sqlite":
-        return (bool(url.database and theirs.database)
-                and Path(url.database).resolve() == Path(theirs.database).resolve())
+        mine, their_file = url.database, theirs.database
+        if not mine or not their_file:
+            return False
+        return Path(mine).resolve() == Path(their_file).resolve()
 
     def where(u: sa.URL) -> tuple[object, ...]:
         return (u.host or "localhost", u.port or _DEFAULT_PORTS.get(u.get_backend_name()), u.database)

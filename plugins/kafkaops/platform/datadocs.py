@@ -65,7 +65,7 @@ _DROPPED = ("script", "style")
 
 
 def _remote(url: str | None) -> bool:
-    return bool(url) and url.strip().lower().startswith(("http://", "https://", "//"))
+    return url is not None and url.strip().lower().startswith(("http://", "https://", "//"))
 
 
 class _Cuts(HTMLParser):

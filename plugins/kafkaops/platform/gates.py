@@ -86,7 +86,7 @@ def require(result: GateResult) -> GateResult:
 
 
 # -- frame builders (pure) ------------------------------------------------------------------------
-def id_list(values: Iterable[int]) -> str:
+def id_list(values: Iterable[int | str]) -> str:
     return "[" + ",".join(str(v) for v in values) + "]"
 
 

@@ -43,7 +43,7 @@ def text_of(params: Mapping[str, Any], name: str, default: str = "") -> str:
 def number_of(params: Mapping[str, Any], name: str, default: float | None = None) -> float | None:
     """A number param; ``default`` when it is empty. Refuses what is not a number, naming it."""
     value = params.get(name)
-    if is_empty(value):
+    if value is None or is_empty(value):
         return default
     if isinstance(value, bool):
         raise ConfigError(f"param {name} is {value!r}; give a number")

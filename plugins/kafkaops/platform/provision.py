@@ -532,9 +532,11 @@ def save_local_spec(path: Path | None = None) -> Path:
     path = path or LOCAL_SPEC
     spec = local_spec()
     added = _added_local_nodes(path)
-    for node in added[1] if added else ():
-        if node_pid(added[0], node.node_id) is not None:
-            spec = spec.with_node(node)
+    if added is not None:
+        saved, extra = added
+        for node in extra:
+            if node_pid(saved, node.node_id) is not None:
+                spec = spec.with_node(node)
     return spec.save(path)
 
 

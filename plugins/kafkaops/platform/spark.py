@@ -472,7 +472,8 @@ def run_spark_app(app: str, args: Sequence[str], *, launcher: Launcher, log_file
         except TimeoutError as err:
             raise SparkAppFailed(f"{what} did not finish within {timeout_s:.0f} s and was stopped (log {log_file}); "
                                  f"{on_timeout}") from err
-    result = result_of(log_file) if result_path is None else stored_result(exchange.store, result_path)
+    result = result_of(log_file) if exchange is None or result_path is None else stored_result(exchange.store,
+                                                                                                 result_path)
     if (ok_exit_codes is not None and code not in ok_exit_codes) or result is None:
         found = "no result" if result is None else "a result (not used)"
         next_step = f"{on_failure}; " if on_failure else ""

@@ -174,11 +174,12 @@ def _fold_step(record: dict[str, Any], open_steps: dict[str, dict[str, Any]],
             record["steps"].append(step)
         open_steps[name] = step
         return
-    step = open_steps.pop(name, None) or previous
-    if step is None:
+    ended = open_steps.pop(name) if name in open_steps else previous
+    if ended is None:
         tries_seen[name] = [e.try_number]
-        step = {"name": name, "started_at": None, "tries": 1, "earlier": [], "try_number": e.try_number}
-        record["steps"].append(step)
+        ended = {"name": name, "started_at": None, "tries": 1, "earlier": [], "try_number": e.try_number}
+        record["steps"].append(ended)
+    step = ended
     step.update(status=d.get("status"), ended_at=e.ts,
                 seconds=None if step.get("started_at") is None else round(e.ts - step["started_at"], 3),
                 **{k: v for k, v in d.items() if k not in ("name", "status")})

@@ -408,7 +408,7 @@ class Store:
         token its ``begin`` got); renews the lease. One statement: check and renew cannot interleave."""
         if token is None:
             op = self.operation(dag_id, run_id)
-            token = op and op.get("lock_token")
+            token = op.get("lock_token") if op else None
             if token is None:
                 raise LockLost(f"run {holder_of(dag_id, run_id)} never took the lock of cluster {cluster_id}, so it "
                                f"may not {action}; run the DAG from its begin task")
@@ -665,7 +665,7 @@ def _lock_schema(conn: Connection) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def _lease(row: Mapping[str, Any]) -> Lease:
+def _lease(row: Mapping[Any, Any]) -> Lease:
     return Lease(row["cluster_id"], row["holder"], row["dag_id"], row["run_id"], row["token"], row["acquired_at"],
                  row["lease_until"])
 

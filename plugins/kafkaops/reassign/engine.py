@@ -510,7 +510,10 @@ def plan_throttle_removal(record: ThrottleRecord | None, ledger: Ledger, online:
         clear = tuple(sorted(set(topics)))
     up = set(online)
     stale = _ledger_rates(ledger)
-    restore, delete, keep, carried = [], [], [], []
+    restore: list[tuple[int, str, str]] = []
+    delete: list[tuple[int, str]] = []
+    keep: list[tuple[int, str]] = []
+    carried: list[tuple[int, str]] = []
     for broker, key, prior in record.rates:
         if broker not in up:
             keep.append((broker, key))

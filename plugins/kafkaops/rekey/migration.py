@@ -217,7 +217,8 @@ def catch_up(ctx: lifecycle.OperationContext, first: BackfillPlan, run_pass: Run
              clock: Callable[[], float] = time.monotonic) -> CatchUp:
     """Catch-up passes after the backfill while producers keep writing, each from where the last
     ended to the source's end offsets then, until :func:`stop_reason`. Returns the last pass's plan."""
-    plan, passes, started = first, [], clock()
+    plan, started = first, clock()
+    passes: list[PassRow] = []
     while True:
         ends = source_ends(ctx, plan.source_topic)
         remaining = lag(plan, ends)
