@@ -139,7 +139,8 @@ def batch_lines(report: ExecutionReport, *, executing: bool = False) -> list[str
     for batch in report.batches:
         lines.append(f"batch {batch.index}/{len(report.batches)}: {len(batch.moves)} partition(s), "
                      f"{batch.bytes / MB:.1f} MB, moves per broker {batch.moves_per_broker()}")
-        lines.extend(f"  {m.name}: {list(m.before)} -> {list(m.after)} ({m.size_bytes / MB:.1f} MB)"
+        lines.extend(f"  {m.name}: {list(m.before)} -> {list(m.after)} "
+                     f"({'size unknown' if m.size_bytes is None else f'{m.size_bytes / MB:.1f} MB'})"
                      for m in batch.moves)
     return lines
 
@@ -239,8 +240,11 @@ def run_execute(args: argparse.Namespace, out: TextIO | None = None, err: TextIO
             if not args.execute:
                 runner.say("dry run: nothing changed; add --execute to move")
                 return EXIT_OK
-            moves = engine.moves_for(report.before, desired)
-            with cluster_lock(args, report.before.cluster_id or "unknown", runner.say) as lock:
+            before = report.before
+            if before is None:  # plan() always snapshots the cluster first
+                raise KafkaOpsError("the plan came without the cluster it was made on; nothing changed; run again")
+            moves = engine.moves_for(before, desired)
+            with cluster_lock(args, before.cluster_id or "unknown", runner.say) as lock:
                 run.fence = lock.fence
                 with connection.connect(kafka_config(args), timeout_s=args.timeout) as monitor:
                     code = supervise(run, lambda: str(engine.progress(monitor, moves)), runner.say,

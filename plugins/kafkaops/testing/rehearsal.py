@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kafkaops.platform import state
@@ -76,7 +76,7 @@ class StandInOperator:
             log.exception("rehearsal operator failed")
             self.error = err
 
-    def _act(self, data: dict[str, Any]) -> None:
+    def _act(self, data: Mapping[str, Any]) -> None:
         asked = state.read_notes([data], ActionNote)
         action = asked[0].action if asked else None
         if action is Action.STOP_PRODUCERS and not any(a == "stopped" for a, _ in self.done):
@@ -88,7 +88,9 @@ class StandInOperator:
             self.done.append(("stopped", time.monotonic()))
         elif action is Action.SWITCH and not any(a == "switched" for a, _ in self.done):
             switch = asked[0].switch
-            target = switch.target_topic if switch else None
+            if switch is None:
+                raise RuntimeError(f"the switch asked for in {self.dag_id} names no target topic: {data}")
+            target = switch.target_topic
             log.info("operator: switching producers and consumers to %s", target)
             if not self.stop_producers:  # refused by the ACL until now: stop them to move them
                 self.traffic.stop_producing()
