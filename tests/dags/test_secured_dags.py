@@ -24,7 +24,7 @@ import pytest
 import structlog
 
 from kafkaops.cli import datagen
-from kafkaops.platform import state, store
+from kafkaops.platform import provision, state, store
 from kafkaops.platform.kafka import connection, metadata, offsets, records, topics
 from kafkaops.testing.dag_runs import run_dag
 from tests.conftest import committed_copy
@@ -49,10 +49,9 @@ class Recorder:
         self.triggers: list[str] = []
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        import ansible_runner
         from airflow.sdk.definitions import dag as dag_module
 
-        run, inline = ansible_runner.run, dag_module._run_inline_trigger
+        run, inline = provision.run_ansible, dag_module._run_inline_trigger
 
         def recording_run(**kwargs: Any) -> Any:
             runner = run(**kwargs)
@@ -67,7 +66,7 @@ class Recorder:
             self.triggers.append(json.dumps(trigger.serialize(), default=str))
             return inline(trigger, ti)
 
-        monkeypatch.setattr(ansible_runner, "run", recording_run)
+        monkeypatch.setattr(provision, "run_ansible", recording_run)  # every playbook run goes through it
         monkeypatch.setattr(dag_module, "_run_inline_trigger", recording_trigger)
 
 
