@@ -9,7 +9,9 @@ other's internals. Nothing here runs at import time: pyspark is imported by the 
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -74,14 +76,22 @@ def spark_session(master: str | None = None, app: str = "kafkaops-rekey-backfill
             builder = builder.config(name, value)
     # A task attempt that dies (its executor lost, killed, fenced) is retried: the transactional sink
     # (TransactionalKafkaSink) makes a retry resume its slice from the committed marker, never write twice.
-    return (builder
-            .config("spark.task.maxFailures", "4")
-            .config("spark.speculation", "false")
-            .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.session.timeZone", "UTC")
-            .getOrCreate())
+    builder = (builder
+               .config("spark.task.maxFailures", "4")
+               .config("spark.speculation", "false")
+               .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.session.timeZone", "UTC"))
+    # A new SparkContext in the main thread replaces the process's SIGINT handler with one that cancels its jobs,
+    # and stop() leaves it there: a later Ctrl-C in the same process (a test worker's) then raised from a stopped
+    # context. The process's own handler is put back; Ctrl-C still raises KeyboardInterrupt, and the app's
+    # ``finally: spark.stop()`` ends the jobs.
+    before = signal.getsignal(signal.SIGINT)
+    session = builder.getOrCreate()
+    if threading.current_thread() is threading.main_thread() and before is not None:
+        signal.signal(signal.SIGINT, before)
+    return session
 
 
 def launched_by_spark_submit() -> bool:

@@ -28,3 +28,26 @@ def test_the_local_spark_gateway_is_stopped_and_a_later_session_starts_a_new_one
         assert again.range(2).count() == 2 and SparkContext._gateway.proc is not proc
     finally:
         spark.stop_local_gateway()
+
+
+def test_a_session_leaves_the_process_sigint_handler_as_it_was() -> None:
+    """A new SparkContext puts its own SIGINT handler in and stop() leaves it; spark_session puts the
+    process's back, so a later Ctrl-C in this process is not answered by a stopped context."""
+    import signal
+
+    from spark_apps import common
+
+    def mine(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGINT, mine)
+    try:
+        session = common.spark_session("local[1]", driver_memory="512m")
+        try:
+            assert session.range(2).count() == 2
+            assert signal.getsignal(signal.SIGINT) is mine
+        finally:
+            spark.stop_local_gateway()
+        assert signal.getsignal(signal.SIGINT) is mine
+    finally:
+        signal.signal(signal.SIGINT, old)
