@@ -111,5 +111,6 @@ def main(argv: Sequence[str] | None = None) -> SkewResult:
              result.top_keys[:1])
     return result
 
+
 if __name__ == "__main__":
     main()

@@ -166,20 +166,19 @@ def _fold_step(record: dict[str, Any], open_steps: dict[str, dict[str, Any]],
         earlier = list((previous or {}).get("earlier", []))
         if previous is not None:
             earlier.append(_ended(previous))
-        step = {"name": name, "started_at": e.ts, "status": "running", "try_number": e.try_number,
-                "tries": len(seen), "earlier": earlier}
+        running = {"name": name, "started_at": e.ts, "status": "running", "try_number": e.try_number,
+                   "tries": len(seen), "earlier": earlier}
         if previous is not None:
-            record["steps"][record["steps"].index(previous)] = step
+            record["steps"][record["steps"].index(previous)] = running
         else:
-            record["steps"].append(step)
-        open_steps[name] = step
+            record["steps"].append(running)
+        open_steps[name] = running
         return
-    ended = open_steps.pop(name) if name in open_steps else previous
-    if ended is None:
+    step = open_steps.pop(name) if name in open_steps else previous
+    if step is None:
         tries_seen[name] = [e.try_number]
-        ended = {"name": name, "started_at": None, "tries": 1, "earlier": [], "try_number": e.try_number}
-        record["steps"].append(ended)
-    step = ended
+        step = {"name": name, "started_at": None, "tries": 1, "earlier": [], "try_number": e.try_number}
+        record["steps"].append(step)
     step.update(status=d.get("status"), ended_at=e.ts,
                 seconds=None if step.get("started_at") is None else round(e.ts - step["started_at"], 3),
                 **{k: v for k, v in d.items() if k not in ("name", "status")})
