@@ -419,9 +419,11 @@ def run_ansible(**runner_args: Any) -> Any:
 
 def kill_marked(name: str, value: str) -> list[int]:
     """SIGKILL every process of this machine whose environment has ``name=value`` (those this user may read),
-    and wait up to 5 s for them to end; returns their pids."""
+    and wait up to 5 s for them to end; returns their pids. This process's own children are left for their
+    owner to reap (ansible-runner's pexpect waits on ansible-playbook and fails when another waiter took it)."""
     import psutil
 
+    children = {child.pid for child in psutil.Process().children()}
     marked = []
     for proc in psutil.process_iter():
         try:
@@ -434,7 +436,7 @@ def kill_marked(name: str, value: str) -> list[int]:
             proc.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(marked, timeout=5)
+    psutil.wait_procs([proc for proc in marked if proc.pid not in children], timeout=5)
     return [proc.pid for proc in marked]
 
 
