@@ -1,6 +1,14 @@
 # kafkaops — `make demo` and `make test` do all the set-up they need.
 SHELL := /bin/bash
-PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# The Python the venv is made from: the distribution's python3.11 first when it can make a venv, then the
+# first python3.11 (or python3) on the PATH; PYTHON=... chooses another. Measured on this project's 2-core
+# machine, pyenv's default build (a shared libpython, no PGO or LTO) spent 25-30 % more CPU than Debian's
+# on what the suite runs most: Ansible's module processes, Airflow's command-line processes, imports
+# (benchmarks/RESULTS.md, "The interpreter").
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(shell for p in /usr/bin/python3.11 python3.11 python3; do \
+  if command -v $$p >/dev/null && $$p -c 'import ensurepip, venv' 2>/dev/null; then command -v $$p; break; fi; done)
+endif
 VENV := .venv
 PY := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.kafkaops-installed
