@@ -156,8 +156,14 @@ def test_a_plan_naming_missing_partitions_is_refused_by_every_command(kafka_clus
     assert reassignments.list_partition_reassignments(kafka_conn) == {} and throttles_left(kafka_conn) == {}
 
 
+#: The throttle of the slow move (MB/s): ~2.5 MB at 10 kB/s take over 4 minutes, so the move is still in flight
+#: when the test interrupts it, however long a loaded machine takes to get there (at 50 kB/s, under a CI run's load,
+#: the move once ended before the Ctrl-C came).
+SLOW_THROTTLE_MB = "0.01"
+
+
 def _slow_plan(conn: connection.KafkaConnection, topic: str, tmp_path: Path) -> tuple[str, dict[TopicPartition, tuple[int, ...]]]:
-    create(conn, topic, [(1, 2)], records=5000, record_bytes=500)  # ~2.5 MB: minutes at 50 kB/s
+    create(conn, topic, [(1, 2)], records=5000, record_bytes=500)  # ~2.5 MB: minutes at SLOW_THROTTLE_MB
     return write_plan(tmp_path / "plan.json", {(topic, 0): (1, 3)}), {(topic, 0): (1, 2)}
 
 
@@ -173,7 +179,7 @@ def test_cancel_reverts_an_in_flight_slow_move_and_clears_throttles(kafka_cluste
     bootstrap = kafka_cluster.bootstrap
     plan, start = _slow_plan(kafka_conn, topic_name, tmp_path)
     args = build_parser().parse_args(["execute", "--bootstrap-server", bootstrap, "--plan", plan, "--throttle-mb",
-                                      "0.05", "--poll-interval", "0.5", "--execute"])
+                                      SLOW_THROTTLE_MB, "--poll-interval", "0.5", "--execute"])
     out, err, codes = io.StringIO(), io.StringIO(), []
     worker = threading.Thread(target=lambda: codes.append(args.func(args, out, err)), daemon=True)
     worker.start()
@@ -200,13 +206,15 @@ def test_ctrl_c_of_execute_reverts_the_move_and_removes_the_throttles(kafka_clus
     plan, start = _slow_plan(kafka_conn, topic_name, tmp_path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "kafkaops", "execute", "--bootstrap-server",
-                             kafka_cluster.bootstrap, "--plan", plan, "--throttle-mb", "0.05", "--poll-interval",
+                             kafka_cluster.bootstrap, "--plan", plan, "--throttle-mb", SLOW_THROTTLE_MB, "--poll-interval",
                              "0.5", "--execute"], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: (topic_name, 0) in reassignments.list_partition_reassignments(kafka_conn), timeout=60,
                  what="the move to be in flight")
         wait_for(lambda: "broker 3" in throttles_left(kafka_conn), timeout=20, what="broker 3 to be throttled")
+        assert proc.poll() is None and (topic_name, 0) in reassignments.list_partition_reassignments(kafka_conn), \
+            f"the move ended before the Ctrl-C (exit {proc.returncode}): nothing left to interrupt"
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=90)
     finally:
