@@ -27,7 +27,7 @@ from kafkaops.platform import lifecycle
 from kafkaops.platform import params as form
 from kafkaops.airflow import spark_submit
 from kafkaops.airflow.hooks import KafkaOpsHook
-from kafkaops.airflow.operation_dag import RETRIED, operation_dag, params_of
+from kafkaops.airflow.operation_dag import RETRIED, operation_dag, params_of, task_of, value_of
 from kafkaops.airflow.operators import failed_tasks, run_fields
 
 SCHEDULE_VARIABLE = "kafkaops_capacity_review_schedule"
@@ -159,18 +159,18 @@ def build_capacity_review_dag(dag_id: str, *, schedule: str | None = DEFAULT_SCH
         started = begin.override(**RETRIED)()
         cluster = snapshot.override(**RETRIED)()
         started >> cluster
-        history = history_append(cluster)
-        skew = key_skew.override(**RETRIED)(cluster)
+        history = history_append(value_of(cluster))
+        skew = key_skew.override(**RETRIED)(value_of(cluster))
         history >> skew
-        reviewed = review(cluster, history, skew)
-        reported = report(reviewed, skew)
-        proposal = scale_out_proposal(reviewed)
+        reviewed = review(value_of(cluster), value_of(history), value_of(skew))
+        reported = report(value_of(reviewed), value_of(skew))
+        proposal = scale_out_proposal(value_of(reviewed))
         reported >> proposal
         trigger = TriggerDagRunOperator(
             task_id="propose_scale_out", trigger_dag_id=scale_out_dag_id,
-            conf="{{ ti.xcom_pull(task_ids='scale_out_proposal') }}", wait_for_completion=False,
+            conf=value_of(proposal), wait_for_completion=False,
             note="proposed by the capacity review {{ run_id }}: approve or reject it in its approval step")
-        done = finish.override(**RETRIED)(started)
-        [reported, proposal] >> done.as_teardown(setups=started)
+        done = finish.override(**RETRIED)(value_of(started))
+        [reported, proposal] >> done.as_teardown(setups=task_of(started))
         [proposal, done] >> trigger  # skipped with the proposal
     return dag

@@ -21,7 +21,8 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from airflow.sdk import DAG, Connection, Param, RetryDecision, RetryPolicy, get_current_context, task
+from airflow.sdk import (DAG, BaseOperator, Connection, Param, RetryDecision, RetryPolicy, XComArg, get_current_context,
+                        task)
 from airflow.sdk.exceptions import AirflowNotFoundException, AirflowSkipException
 
 from kafkaops.errors import ConfigError, ProvisionError
@@ -120,6 +121,22 @@ def ssh_checks(context: Any, params: steps.OperationParams) -> list[Any]:
     if not (context["params"].get("ssh_conn_id") or steps.login_hosts(params)):
         return []
     return [lambda: steps.check_login(params, ssh_login(context))]
+
+
+def value_of(output: XComArg) -> Any:
+    """``output``, an upstream task's, where a task function takes that task's value: Airflow pulls the value
+    when the task runs. The TaskFlow decorator types a call with the function's own parameters (the value's
+    type, a dict), so the DAG's wiring passes each output through here, which says so once."""
+    return output
+
+
+def task_of(output: XComArg) -> BaseOperator:
+    """The task whose output ``output`` is: ``as_teardown(setups=...)`` takes tasks."""
+    from airflow.sdk.definitions.xcom_arg import PlainXComArg
+
+    if not isinstance(output, PlainXComArg) or not isinstance(output.operator, BaseOperator):
+        raise TypeError(f"{output!r} is not the output of one task")
+    return output.operator
 
 
 def operation_dag(dag_id: str, *, description: str, params: Mapping[str, Param], tags: list[str], doc_md: str,
@@ -233,7 +250,8 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
         if kind == "scale_out":
             provisioned = provision.override(**RETRIED)(kind)
             before >> provisioned
-        planned = plan.override(trigger_rule="none_failed")(kind, before, provisioned)
+        planned = plan.override(trigger_rule="none_failed")(kind, value_of(before),
+                                                            None if provisioned is None else value_of(provisioned))
         approval = KafkaOpsApprovalOperator(
             task_id="approval", kind=kind or "rebalance", subject=f"Approve the kafkaops {kind or 'reassignment'} plan",
             body="{{ ti.xcom_pull(task_ids='plan')['approval'] }}", response_timeout=dt.timedelta(hours=24))
@@ -242,12 +260,12 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
         executed = ReassignmentBatchesOperator(task_id="execute_batches", kind=kind or "rebalance",
                                                plan_data=planned, before=before, **RETRIED)
         approval >> executed
-        post = post_move_gate.override(**RETRIED)(kind, planned, before)
+        post = post_move_gate.override(**RETRIED)(kind, value_of(planned), value_of(before))
         executed >> post
         last = post
         if kind != "scale_out":
             last = stop_drained.override(**RETRIED)(kind)
             post >> last
-        done = finish.override(**RETRIED)(kind, started)
-        last >> done.as_teardown(setups=started)
+        done = finish.override(**RETRIED)(kind, value_of(started))
+        last >> done.as_teardown(setups=task_of(started))
     return dag

@@ -28,7 +28,7 @@ from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.rekey.records import Action, ActionNote, CatchUp, Cutover, PassResult, Quiesced, SwitchDecision
 from kafkaops.airflow import spark_submit
 from kafkaops.airflow.hooks import KafkaOpsHook
-from kafkaops.airflow.operation_dag import LONG_TASK_TIMEOUT, RETRIED, operation_dag, params_of
+from kafkaops.airflow.operation_dag import LONG_TASK_TIMEOUT, RETRIED, operation_dag, params_of, task_of, value_of
 from kafkaops.airflow.operators import (KafkaOpsApprovalOperator, answer_by_param, answer_of, failed_tasks, recorded,
                                         run_fields)
 
@@ -235,27 +235,30 @@ def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[st
         started = begin.override(**RETRIED)()
         before = preflight_gate.override(**RETRIED)()
         started >> before
-        planned = plan.override(**RETRIED)(before)
+        planned = plan.override(**RETRIED)(value_of(before))
         approval = PartitionApprovalOperator(
             task_id="approval", kind=steps.KIND, subject="Approve the kafkaops partition increase",
             body="{{ ti.xcom_pull(task_ids='plan')['approval'] }}", response_timeout=dt.timedelta(hours=24))
         planned >> approval
-        result = execute.override(**RETRIED)(planned)
+        result = execute.override(**RETRIED)(value_of(planned))
         approval >> result
-        caught = catch_up(planned, result)  # not retried: a retry would plan other passes than the ones written
-        quiesced = quiesce(planned, caught)  # not retried: a retry would ask the operator again
-        final = final_pass.override(**RETRIED)(planned, caught, quiesced)
-        verified = verify.override(**RETRIED)(planned, result, final)
-        translated = cutover.override(**RETRIED)(planned, before, quiesced, verified)
+        # not retried: a retry would plan other passes than the ones written
+        caught = catch_up(value_of(planned), value_of(result))
+        quiesced = quiesce(value_of(planned), value_of(caught))  # not retried: a retry would ask the operator again
+        final = final_pass.override(**RETRIED)(value_of(planned), value_of(caught), value_of(quiesced))
+        verified = verify.override(**RETRIED)(value_of(planned), value_of(result), value_of(final))
+        translated = cutover.override(**RETRIED)(value_of(planned), value_of(before), value_of(quiesced),
+                                                value_of(verified))
         switch = SwitchOperator(
             task_id="switch", subject="Switch producers and consumers to the target topic",
             body="{{ (ti.xcom_pull(task_ids='cutover') or {}).get('switch_text', '') }}",
             response_timeout=dt.timedelta(hours=24))
         translated >> switch
-        confirmed = confirm(planned, quiesced, final, switch.output)  # waits on people: once
-        rolled_back = abandon(planned)
+        # waits on people: once
+        confirmed = confirm(value_of(planned), value_of(quiesced), value_of(final), value_of(switch.output))
+        rolled_back = abandon(value_of(planned))
         # not downstream of the switch itself: a rejected switch skips its direct downstream tasks
         [confirmed, quiesced, caught, final, verified, translated] >> rolled_back
-        done = finish.override(**RETRIED)(started)
-        rolled_back >> done.as_teardown(setups=started)
+        done = finish.override(**RETRIED)(value_of(started))
+        rolled_back >> done.as_teardown(setups=task_of(started))
     return dag

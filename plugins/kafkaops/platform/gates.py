@@ -307,8 +307,12 @@ def run(suite_name: str, dataframe_or_frames: pd.DataFrame | Mapping[str, pd.Dat
         for key in stats:
             stats[key] += int(outcome.statistics[key])
         order = {e.id: i for i, e in enumerate(gx_suite.expectations)}
-        for res in sorted(outcome.results, key=lambda r: order.get(r.expectation_config.id, len(order))):
+        for res in sorted(outcome.results, key=lambda r: order.get(getattr(r.expectation_config, "id", None),
+                                                                   len(order))):
             config = res.expectation_config
+            if config is None:  # GX gives each result its expectation; a result without one cannot be reported
+                raise GateError(f"gate {suite_name}: GX returned a result without its expectation for frame {name!r}; "
+                                "the gate cannot say what was checked")
             exp = {"type": config.type, "meta": dict(config.meta or {}),
                    "kwargs": {k: v for k, v in config.kwargs.items() if k != "batch_id"}}
             info = res.exception_info or {}
@@ -343,15 +347,20 @@ def _build_docs(context: AbstractDataContext, site: Path, gate: str, frames: Map
                 failures: Iterable[str]) -> tuple[str, list[str]]:
     """Render this context's suites and validation results into ``site``, made readable offline
     (:func:`kafkaops.platform.datadocs.make_offline`); the index page and one page per validated frame."""
-    from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
+    from great_expectations.data_context.types.resource_identifiers import (ExpectationSuiteIdentifier,
+                                                                            ValidationResultIdentifier)
 
     def url_of(resource: Any) -> str:
-        return context.get_docs_sites_urls(resource_identifier=resource, site_name=_SITE)[0]["site_url"]
+        url = context.get_docs_sites_urls(resource_identifier=resource, site_name=_SITE)[0]["site_url"]
+        if url is None:
+            raise GateError(f"GX has no Data Docs page for {resource} in {site}")
+        return url
 
     try:
         context.build_data_docs(site_names=[_SITE])
         by_suite = {key.expectation_suite_identifier.name: url_of(key)
-                    for key in context.validation_results_store.list_keys()}
+                    for key in context.validation_results_store.list_keys()
+                    if isinstance(key, ValidationResultIdentifier)}  # what the store holds
         results = [datadocs.ResultPage(
             frame=frame, suite=info["suite"], success=bool(info["success"]), evaluated=int(info["evaluated"]),
             successful=int(info["successful"]), rows=int(info["rows"]),

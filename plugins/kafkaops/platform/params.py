@@ -274,25 +274,31 @@ class Number(MaybeNumber):
 
 
 @dataclass(frozen=True, kw_only=True)
-class MaybeInteger(Spec[int | None]):
+class _WholeNumber(Spec[Value]):
+    """What the two whole-number params share: the form's integer field with its minimum."""
+
+    minimum: int | None = None
+
+    def schema(self) -> dict[str, Any]:
+        return self._typed("integer", minimum=self.minimum)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MaybeInteger(_WholeNumber[int | None]):
     """A whole number that may be left empty (None)."""
 
     given: int | None = None
-    minimum: int | None = None
 
     @property
     def default(self) -> int | None:
         return self.given
-
-    def schema(self) -> dict[str, Any]:
-        return self._typed("integer", minimum=self.minimum)
 
     def read(self, params: Mapping[str, Any]) -> int | None:
         return integer_of(params, self.name, self.given)
 
 
 @dataclass(frozen=True, kw_only=True)
-class Integer(MaybeInteger):
+class Integer(_WholeNumber[int]):
     """A whole number with a default (``given``), so never None."""
 
     given: int

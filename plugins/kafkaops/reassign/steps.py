@@ -318,6 +318,9 @@ def plan_gate(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str, 
     from kafkaops.reassign import frames  # pandas: only the tasks that gate import it
 
     plan = ReassignmentPlan.from_dict(plan_data["plan"])
+    if plan.cluster is None:  # make_plan always keeps it: a value from elsewhere
+        raise KafkaOpsError(f"the plan gate needs the cluster the {plan.kind} plan was made on, and the plan task's "
+                            "value has none; nothing was changed: run the DAG again so its plan task plans anew")
     return lifecycle.gate(ctx, "plan", frames.plan_frame(plan, plan.cluster, ctx.params.max_bytes_to_move))
 
 
@@ -420,7 +423,7 @@ def next_batch(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str,
         return {"wait_for": [], "submitted": [], "remaining_batches": 0}
     keys = [list(k) for k in batch.keys]
     ctx.audit.append("batch", **records.BatchSubmitted(batch.index, len(keys), batch.bytes,
-                                                       tuple((str(t), int(p)) for t, p in keys),
+                                                       tuple((str(t), int(p)) for t, p in batch.keys),
                                                        batch.of - batch.index).to_dict())
     return {"wait_for": keys, "submitted": keys, "remaining_batches": batch.of - batch.index}
 

@@ -468,9 +468,9 @@ def integrity_report(plan: BackfillPlan, found: IntegrityFindings) -> IntegrityR
         failures.append(f"{found.split_keys} key(s) live in more than one target partition, e.g. {key!r} in "
                         f"{list(parts)}")
     if found.order_breaks and found.order:
-        key, at, got, want_lineage, n_got, n_want = found.order
-        failures.append(f"{found.order_breaks} key(s) are out of per-key source order, e.g. {key!r}: position {at} "
-                        f"holds {got or 'nothing'}, source order has {want_lineage or 'nothing'} ({n_got} vs "
+        key, position, got, want_lineage, n_got, n_want = found.order
+        failures.append(f"{found.order_breaks} key(s) are out of per-key source order, e.g. {key!r}: position "
+                        f"{position} holds {got or 'nothing'}, source order has {want_lineage or 'nothing'} ({n_got} vs "
                         f"{n_want} records)")
     if found.source_checksum != found.output_checksum:
         failures.append(f"value checksum differs: source {found.source_checksum}, target + dead letters "
@@ -549,14 +549,14 @@ def committed_output(plan: BackfillPlan, markers: Mapping[tuple[str, int], int],
     ranges = {p: (s, e) for p, s, e in plan.source_offsets}
     for c in counts:
         where = f"{c.topic}-{c.partition}"
-        if c.source_topic is None:
+        if c.source_topic is None or c.source_partition is None:
             raise BackfillError(f"{where} holds {c.records} record(s) without a {LINEAGE_HEADER} header: something "
                                 f"else wrote there; use an empty target topic, or {fix}")
         start, end = ranges.get(c.source_partition, (0, 0)) if c.source_topic == plan.source_topic else (0, 0)
         if c.earlier and c.source_topic == plan.source_topic and c.source_partition in ranges:
             start, end = plan.origin(c.source_partition), start  # an earlier pass of this copy wrote them
         if not (start <= (c.first_offset or 0) and (c.last_offset or 0) < end):
-            lineage = format_lineage(c.source_topic, c.source_partition or 0, c.last_offset or 0)
+            lineage = format_lineage(c.source_topic, c.source_partition, c.last_offset or 0)
             raise BackfillError(f"{where} holds {c.records} record(s) up to lineage {lineage}, which this plan does "
                                 f"not hold: the topic was written by another plan; {fix}")
     counts = [c for c in counts if not c.earlier]  # only this pass's records count against its markers
@@ -574,8 +574,8 @@ def committed_output(plan: BackfillPlan, markers: Mapping[tuple[str, int], int],
                             f"but consumer group {group} has no commit marker for them: written by another writer "
                             f"(or a kafkaops without transactional writes), so a re-run would write them twice; {fix}")
     found: Counter[tuple[str, int]] = Counter()
-    for c in counts:
-        found[(plan.source_topic, c.source_partition) if mode == DIRECT else (c.topic, c.partition)] += c.records
+    for c in counts:  # each with its source partition (checked above)
+        found[(plan.source_topic, c.source_partition or 0) if mode == DIRECT else (c.topic, c.partition)] += c.records
     want = direct if mode == DIRECT else merged
     for name in sorted(set(found) | set(want)):
         if found[name] != want.get(name, 0):

@@ -413,7 +413,7 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
         plan = PartitionPlan(Mode.MIGRATE, p.topic, current, p.new_partition_count, rf, backfill=bf.to_dict(),
                              key_change={"sampled_records": len(sampled), "dead_letters_in_sample": dead},
                              target_configs=topic_configs)
-    data = {"plan": plan.to_dict(), "summary": plan.summary()}
+    data: dict[str, Any] = {"plan": plan.to_dict(), "summary": plan.summary()}
     if plan.mode == Mode.MIGRATE:
         data["summary"] += f". {migration.cutover_summary(p.policy, p.topic)}"
     advice = capacity_advice(ctx.store, cluster.cluster_id, p.topic, p.new_partition_count)

@@ -58,21 +58,20 @@ def read_ranges(config: Mapping[str, str], topic: str, ranges: Mapping[int, tupl
                                        f"{ {p: wanted[p][1] for p in sorted(pending)} } within {timeout_s:.0f} s; "
                                        "check the brokers, or that the records were not deleted meanwhile")
             for msg in consumer.consume(10_000, 1.0):
-                p = msg.partition()
-                if msg.error() is not None:
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        if p in pending and msg.offset() >= wanted[p][1]:
+                p, offset, error = msg.partition(), msg.offset(), msg.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        if p in pending and offset is not None and offset >= wanted[p][1]:
                             pending.discard(p)
                         continue
-                    raise KafkaOpsError(f"reading {topic}-{p}: {msg.error()}")
-                if p not in pending:
+                    raise KafkaOpsError(f"reading {topic}-{p}: {error}")
+                if p is None or offset is None or p not in pending:  # a record always has both
                     continue
-                if msg.offset() >= wanted[p][1]:
+                if offset >= wanted[p][1]:
                     pending.discard(p)
                     continue
-                yield Record(topic, p, msg.offset(), msg.timestamp()[1], msg.key(), msg.value(),
-                             tuple(msg.headers() or ()))
-                if msg.offset() + 1 >= wanted[p][1]:
+                yield Record(topic, p, offset, msg.timestamp()[1], msg.key(), msg.value(), _headers(msg.headers()))
+                if offset + 1 >= wanted[p][1]:
                     pending.discard(p)
     finally:
         consumer.close()
@@ -95,3 +94,9 @@ def sample(config: Mapping[str, str], topic: str, ranges: Mapping[int, tuple[int
     """Up to ``per_partition`` of the latest records of each partition in ``ranges``."""
     tail = {p: (max(s, e - per_partition), e) for p, (s, e) in ranges.items()}
     return list(read_ranges(config, topic, tail))
+
+
+def _headers(raw: Any) -> tuple[tuple[str, bytes | None], ...]:
+    """A consumed record's headers as :class:`Record` keeps them: confluent-kafka gives a list of (name, value)
+    pairs, or None; a value given as text is taken as UTF-8."""
+    return tuple((name, value.encode() if isinstance(value, str) else value) for name, value in (raw or ()))
