@@ -9,7 +9,7 @@ collects every record to one process, so it is for test-sized copies: the produc
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,7 +129,6 @@ def check_integrity(plan: BackfillPlan, source: Iterable[SourceRecord], target: 
             seen[r.lineage] += 1
     missing_lineage = [r for r in (*target, *dead_letters) if r.lineage is None]
 
-    rows: list[PartitionIntegrity] = []
     keys_in: dict[bytes, set[int]] = defaultdict(set)
     actual: dict[bytes, list[str]] = defaultdict(list)
     for r in target:
@@ -138,28 +137,8 @@ def check_integrity(plan: BackfillPlan, source: Iterable[SourceRecord], target: 
             actual[r.key].append(r.lineage or "?")
     split = {k for k, ps in keys_in.items() if len(ps) > 1}
     broken = {k for k in expected.keys() | actual.keys() if expected.get(k, []) != actual.get(k, [])}
-
-    def partition_row(topic: str, partition: int, records: list[OutputRecord], *, is_target: bool
-                      ) -> PartitionIntegrity:
-        keys = {r.key for r in records}
-        misplaced = sum(1 for r in records if is_target and (r.key is None or partition_for(r.key, n) != partition))
-        return PartitionIntegrity(
-            topic=topic, partition=partition, records=len(records), keys=len(keys), misplaced=misplaced,
-            split_keys=sum(1 for k in keys if k in split) if is_target else 0,
-            order_breaks=sum(1 for k in keys if k in broken) if is_target else 0,
-            duplicate_lineages=sum(1 for r in records if r.lineage and seen[r.lineage] > 1),
-            unknown_lineages=sum(1 for r in records if r.lineage and r.lineage not in key_of))
-
-    by_partition: dict[int, list[OutputRecord]] = defaultdict(list)
-    for r in target:
-        by_partition[r.partition].append(r)
-    for p in range(n):
-        rows.append(partition_row(plan.target_topic, p, by_partition.get(p, []), is_target=True))
-    dl_by: dict[int, list[OutputRecord]] = defaultdict(list)
-    for r in dead_letters:
-        dl_by[r.partition].append(r)
-    for p in sorted(dl_by) or [0]:
-        rows.append(partition_row(plan.dead_letter_topic, p, dl_by.get(p, []), is_target=False))
+    rows = _partition_rows(plan, target, dead_letters, split=split, broken=broken, seen=seen, known=key_of.keys())
+    written = {r.partition for r in target}
 
     dups = sorted(lin for lin, c in seen.items() if c > 1)
     unknown = sorted(lin for lin in seen if lin not in key_of)
@@ -169,19 +148,13 @@ def check_integrity(plan: BackfillPlan, source: Iterable[SourceRecord], target: 
     wrong_code = [r for r in dead_letters if r.lineage in expected_dead and r.code != expected_dead[r.lineage]]
     wrong_key = [r for r in target if r.lineage in key_of and key_of[r.lineage] != r.key]
     off_home = next((r for r in target if r.key is None or partition_for(r.key, n) != r.partition), None)
-    order = None
-    if broken:
-        k = sorted(broken)[0]
-        want, got = expected.get(k, []), actual.get(k, [])
-        at = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b), min(len(want), len(got)))
-        order = (k, at, got[at] if at < len(got) else None, want[at] if at < len(want) else None, len(got), len(want))
     found = IntegrityFindings(
         source_records=len(source), target_records=len(target), dead_letters=len(dead_letters),
         expected_dead_letters=len(expected_dead), source_checksum=checksum(r.value for r in source),
         output_checksum=checksum(r.value for r in (*target, *dead_letters)), partitions=tuple(rows),
         dead_letter_codes=Counter(expected_dead.values()),
         no_lineage=len(missing_lineage), no_lineage_at=_at(missing_lineage[0]) if missing_lineage else "",
-        extra_partitions=tuple(sorted(set(by_partition) - set(range(n)))),
+        extra_partitions=tuple(sorted(written - set(range(n)))),
         duplicates=len(dups), duplicate_sample=tuple(dups[:SAMPLE]),
         unknown=len(unknown), unknown_sample=tuple(unknown[:SAMPLE]),
         lost=len(lost), lost_sample=tuple(lost[:SAMPLE]),
@@ -195,5 +168,44 @@ def check_integrity(plan: BackfillPlan, source: Iterable[SourceRecord], target: 
         misplaced=None if off_home is None else (
             off_home.key, _at(off_home), None if off_home.key is None else partition_for(off_home.key, n)),
         split_keys=len(split), split=(min(split), tuple(sorted(keys_in[min(split)]))) if split else None,
-        order_breaks=len(broken), order=order)
+        order_breaks=len(broken), order=_first_order_break(broken, expected, actual))
     return integrity_report(plan, found)
+
+
+def _partition_rows(plan: BackfillPlan, target: list[OutputRecord], dead_letters: list[OutputRecord], *,
+                    split: set[bytes], broken: set[bytes], seen: Mapping[str, int], known: Collection[str]
+                    ) -> list[PartitionIntegrity]:
+    """One row per target partition (all ``plan.target_partitions`` of them) and per dead-letter partition written
+    (partition 0 when none is): records, keys and what is wrong there."""
+    n = plan.target_partitions
+
+    def row(topic: str, partition: int, records: list[OutputRecord], *, is_target: bool) -> PartitionIntegrity:
+        keys = {r.key for r in records}
+        misplaced = sum(1 for r in records if is_target and (r.key is None or partition_for(r.key, n) != partition))
+        return PartitionIntegrity(
+            topic=topic, partition=partition, records=len(records), keys=len(keys), misplaced=misplaced,
+            split_keys=sum(1 for k in keys if k in split) if is_target else 0,
+            order_breaks=sum(1 for k in keys if k in broken) if is_target else 0,
+            duplicate_lineages=sum(1 for r in records if r.lineage and seen.get(r.lineage, 0) > 1),
+            unknown_lineages=sum(1 for r in records if r.lineage and r.lineage not in known))
+
+    by_partition: dict[int, list[OutputRecord]] = defaultdict(list)
+    for r in target:
+        by_partition[r.partition].append(r)
+    dead_by: dict[int, list[OutputRecord]] = defaultdict(list)
+    for r in dead_letters:
+        dead_by[r.partition].append(r)
+    return ([row(plan.target_topic, p, by_partition.get(p, []), is_target=True) for p in range(n)]
+            + [row(plan.dead_letter_topic, p, dead_by.get(p, []), is_target=False) for p in sorted(dead_by) or [0]])
+
+
+def _first_order_break(broken: set[bytes], expected: Mapping[bytes, list[str]], actual: Mapping[bytes, list[str]]
+                       ) -> tuple[bytes, int, str | None, str | None, int, int] | None:
+    """The first key (in byte order) whose target order is not its source order: the key, the first position that
+    differs, the lineage there in the target and in the source order, and both counts."""
+    if not broken:
+        return None
+    k = min(broken)
+    want, got = expected.get(k, []), actual.get(k, [])
+    at = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b), min(len(want), len(got)))
+    return k, at, got[at] if at < len(got) else None, want[at] if at < len(want) else None, len(got), len(want)

@@ -32,7 +32,7 @@ import sysconfig
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,6 +148,44 @@ def left_processes(users: tuple[str, ...]) -> dict[str, list[str]]:
     return left
 
 
+def _worker_command(spark: StandaloneSpark, n: int, ports: tuple[int, int], base_env: Mapping[str, str],
+                    spark_home: Path, checkout: Path) -> tuple[list[str], dict[str, str]]:
+    """Worker ``n``'s command and environment, its folders made. Isolated (root with ``unshare``): run as its own
+    user in a mount namespace that shows the Spark distribution and the venv's packages read-only outside the
+    checkout, and hides the checkout; else as this user, from the distribution."""
+    own = spark.folder / f"worker{n + 1}"
+    (own / "work").mkdir(parents=True)
+    (own / "local").mkdir()
+    env = {**base_env, "HOME": str(own), "SPARK_WORKER_DIR": str(own / "work"), "SPARK_LOCAL_DIRS": str(own / "local")}
+    worker = ["bin/spark-class", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+              "--port", str(ports[0]), "--webui-port", str(ports[1]),
+              "--cores", "1", "--memory", "1g", "--work-dir", str(own / "work"), spark.master_url]
+    if not spark.isolated:
+        return [str(spark_home / worker[0]), *worker[1:]], {**env, "SPARK_HOME": str(spark_home),
+                                                            "PYTHONPATH": SITE_PACKAGES}
+    user = pwd.getpwnam(spark.users[n])
+    for path in (own, own / "work", own / "local"):
+        os.chown(path, user.pw_uid, user.pw_gid)
+    own.chmod(0o700)
+    visible_home = spark.folder / f"spark-home{n + 1}"
+    visible_home.mkdir()
+    # The Python packages the executors' Python workers import (pyarrow for the verify's Arrow pass), as an
+    # operator installs them on each Spark host: this venv's, read-only, outside the checkout. The project's own
+    # code still comes only through --py-files.
+    visible_site = spark.folder / f"site-packages{n + 1}"
+    visible_site.mkdir()
+    # the distribution bind-mounted outside the checkout, then the checkout hidden, then this user only
+    script = (f'mount --bind -o ro "{spark_home}" "{visible_home}" && '
+              f'mount --bind -o remount,ro,bind "{visible_home}" && '
+              f'mount --bind -o ro "{SITE_PACKAGES}" "{visible_site}" && '
+              f'mount --bind -o remount,ro,bind "{visible_site}" && '
+              f'mount -t tmpfs -o mode=0755,size=1m kafkaops-hidden {checkout} && '
+              f'cd "{visible_home}" && exec setpriv --reuid={user.pw_uid} --regid={user.pw_gid} '
+              f'--init-groups "$@"')
+    command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "worker", *worker]
+    return command, {**env, "SPARK_HOME": str(visible_home), "PYTHONPATH": str(visible_site)}
+
+
 @contextmanager
 def standalone_cluster(checkout: Path) -> Iterator[StandaloneSpark]:
     """A Master and two Workers on 127.0.0.1 (module docstring), stopped when the block ends (the
@@ -183,52 +221,19 @@ def standalone_cluster(checkout: Path) -> Iterator[StandaloneSpark]:
                                                          "spark.driver.host 127.0.0.1\n"
                                                          f"spark.executor.extraJavaOptions {jvm.LEAN}\n")
     try:
-        master_log = (folder / "master.log").open("w")
-        spark.processes.append(subprocess.Popen(
-            [str(spark_home / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-             "--port", str(master_port), "--webui-port", str(master_ui)],
-            env={**base_env, "SPARK_HOME": str(spark_home), "HOME": str(folder)}, cwd=folder,
-            stdout=master_log, stderr=subprocess.STDOUT, start_new_session=True))
+        with (folder / "master.log").open("w") as master_log:  # the process writes its own copy of the file
+            spark.processes.append(subprocess.Popen(
+                [str(spark_home / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master", "--host",
+                 "127.0.0.1", "--port", str(master_port), "--webui-port", str(master_ui)],
+                env={**base_env, "SPARK_HOME": str(spark_home), "HOME": str(folder)}, cwd=folder,
+                stdout=master_log, stderr=subprocess.STDOUT, start_new_session=True))
         watch()
         for n in range(WORKER_COUNT):
-            own = folder / f"worker{n + 1}"
-            (own / "work").mkdir(parents=True)
-            (own / "local").mkdir()
-            env = {**base_env, "HOME": str(own), "SPARK_WORKER_DIR": str(own / "work"),
-                   "SPARK_LOCAL_DIRS": str(own / "local")}
-            worker = ["bin/spark-class", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                      "--port", str(worker_ports[2 * n]), "--webui-port", str(worker_ports[2 * n + 1]),
-                      "--cores", "1", "--memory", "1g", "--work-dir", str(own / "work"), spark.master_url]
-            if isolated:
-                user = pwd.getpwnam(users[n])
-                for path in (own, own / "work", own / "local"):
-                    os.chown(path, user.pw_uid, user.pw_gid)
-                own.chmod(0o700)
-                visible_home = folder / f"spark-home{n + 1}"
-                visible_home.mkdir()
-                env["SPARK_HOME"] = str(visible_home)
-                # The Python packages the executors' Python workers import (pyarrow for the verify's Arrow
-                # pass), as an operator installs them on each Spark host: this venv's, read-only, outside
-                # the checkout. The project's own code still comes only through --py-files.
-                visible_site = folder / f"site-packages{n + 1}"
-                visible_site.mkdir()
-                env["PYTHONPATH"] = str(visible_site)
-                # the distribution bind-mounted outside the checkout, then the checkout hidden, then this user only
-                script = (f'mount --bind -o ro "{spark_home}" "{visible_home}" && '
-                          f'mount --bind -o remount,ro,bind "{visible_home}" && '
-                          f'mount --bind -o ro "{SITE_PACKAGES}" "{visible_site}" && '
-                          f'mount --bind -o remount,ro,bind "{visible_site}" && '
-                          f'mount -t tmpfs -o mode=0755,size=1m kafkaops-hidden {checkout} && '
-                          f'cd "{visible_home}" && exec setpriv --reuid={user.pw_uid} --regid={user.pw_gid} '
-                          f'--init-groups "$@"')
-                command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "worker", *worker]
-            else:
-                env["SPARK_HOME"] = str(spark_home)
-                env["PYTHONPATH"] = SITE_PACKAGES
-                command = [str(spark_home / worker[0]), *worker[1:]]
-            log = (folder / f"worker{n + 1}.log").open("w")
-            spark.processes.append(subprocess.Popen(command, env=env, cwd=folder if not isolated else "/",
-                                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            command, env = _worker_command(spark, n, (worker_ports[2 * n], worker_ports[2 * n + 1]), base_env,
+                                           spark_home, checkout)
+            with (folder / f"worker{n + 1}.log").open("w") as log:
+                spark.processes.append(subprocess.Popen(command, env=env, cwd="/" if isolated else folder,
+                                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
             watch()
         _wait_for_workers(spark, WORKER_COUNT)
         yield spark
