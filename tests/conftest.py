@@ -37,8 +37,9 @@ from kafkaops.testing import clusters, jvm, postgres, spark, watchdog  # noqa: E
 from tests import secured, sessions  # noqa: E402
 from tests.sshd import remote_cluster, remote_sshd  # noqa: E402,F401  (one sshd, one remote cluster per session)
 
-# Every test: no librdkafka client left alive or freed by the garbage collector (tests/clients.py).
-pytest_plugins = ["tests.clients"]
+# Every test: no librdkafka client left alive or freed by the garbage collector (tests/clients.py), and a warning
+# naming a test that leaves SIGINT ignored or blocked (tests/signal_state.py).
+pytest_plugins = ["tests.clients", "tests.signal_state"]
 
 # Should this process die before its teardowns ran (kill -9 too), its watchdog stops every temporary
 # cluster's brokers and removes the temp folders (kafkaops.testing.watchdog).

@@ -156,14 +156,20 @@ def test_a_plan_naming_missing_partitions_is_refused_by_every_command(kafka_clus
     assert reassignments.list_partition_reassignments(kafka_conn) == {} and throttles_left(kafka_conn) == {}
 
 
-#: The throttle of the slow move (MB/s): ~2.5 MB at 10 kB/s take over 4 minutes, so the move is still in flight
-#: when the test interrupts it, however long a loaded machine takes to get there (at 50 kB/s, under a CI run's load,
-#: the move once ended before the Ctrl-C came).
-SLOW_THROTTLE_MB = "0.01"
+#: ``python -m kafkaops`` as a shell started from a terminal runs it: SIGINT at Python's default and not blocked,
+#: whatever the pytest process left for its children (tests/signal_state.py warns of the test that did).
+AS_FROM_A_TERMINAL = ("import runpy, signal; signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); "
+                      "signal.signal(signal.SIGINT, signal.default_int_handler); "
+                      "runpy.run_module('kafkaops', run_name='__main__')")
+#: The throttle of the slow move (MB/s). A throttled follower still fetches up to replica.fetch.max.bytes (1 MB)
+#: at a time, then waits until that burst leaves the quota's ~11 s window: the move's time is set by its size
+#: (~10 MB: about 10 bursts, over a minute and a half), not by a lower rate. At ~2.5 MB, under a CI run's load, the
+#: move once ended before the test's Ctrl-C came.
+SLOW_THROTTLE_MB = "0.05"
 
 
 def _slow_plan(conn: connection.KafkaConnection, topic: str, tmp_path: Path) -> tuple[str, dict[TopicPartition, tuple[int, ...]]]:
-    create(conn, topic, [(1, 2)], records=5000, record_bytes=500)  # ~2.5 MB: minutes at SLOW_THROTTLE_MB
+    create(conn, topic, [(1, 2)], records=20_000, record_bytes=500)  # ~10 MB: see SLOW_THROTTLE_MB
     return write_plan(tmp_path / "plan.json", {(topic, 0): (1, 3)}), {(topic, 0): (1, 2)}
 
 
@@ -205,7 +211,7 @@ def test_ctrl_c_of_execute_reverts_the_move_and_removes_the_throttles(kafka_clus
                                                                       topic_name: str, tmp_path: Path) -> None:
     plan, start = _slow_plan(kafka_conn, topic_name, tmp_path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, "-m", "kafkaops", "execute", "--bootstrap-server",
+    proc = subprocess.Popen([sys.executable, "-c", AS_FROM_A_TERMINAL, "execute", "--bootstrap-server",
                              kafka_cluster.bootstrap, "--plan", plan, "--throttle-mb", SLOW_THROTTLE_MB, "--poll-interval",
                              "0.5", "--execute"], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -215,11 +221,13 @@ def test_ctrl_c_of_execute_reverts_the_move_and_removes_the_throttles(kafka_clus
         wait_for(lambda: "broker 3" in throttles_left(kafka_conn), timeout=20, what="broker 3 to be throttled")
         assert proc.poll() is None and (topic_name, 0) in reassignments.list_partition_reassignments(kafka_conn), \
             f"the move ended before the Ctrl-C (exit {proc.returncode}): nothing left to interrupt"
+        signals = [line for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+                   if line.startswith(("SigBlk", "SigIgn", "SigCgt"))]
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=90)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, (out, err)
+    assert proc.returncode == 130, (signals, out, err)
     assert "interrupted: reverting the moves in flight" in out and "cancelled: cancelled during batch 1/1" in out
     _assert_reverted(kafka_conn, topic_name, start)

@@ -30,8 +30,11 @@ def test_traffic_through_a_reassignment_loses_duplicates_and_reorders_nothing(
             kafka_conn, topics=[topic_name], offsets=False, sizes=False, groups=False).partitions),
             timeout=30, what=f"every partition of {topic_name} to be led by its new first replica")
         time.sleep(1.0)  # keep producing across the leader changes
-        reading = {g.group_id: g for g in metadata.snapshot(kafka_conn, topics=[topic_name]).groups}
-        assert reading[check.group_id].members == 1, reading
+        # the check's group reads the topic (it shows once it has committed there: on a loaded machine, later)
+        reading = wait_for(lambda: next((g for g in metadata.snapshot(kafka_conn, topics=[topic_name]).groups
+                                         if g.group_id == check.group_id), None),
+                           timeout=60, what=f"group {check.group_id} reading {topic_name}")
+        assert reading.members == 1, reading
     result = check.stop()
 
     assert result.ok, str(result)
