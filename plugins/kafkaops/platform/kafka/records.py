@@ -65,7 +65,10 @@ def read_ranges(config: Mapping[str, str], topic: str, ranges: Mapping[int, tupl
                             pending.discard(p)
                         continue
                     raise KafkaOpsError(f"reading {topic}-{p}: {error}")
-                if p is None or offset is None or p not in pending:  # a record always has both
+                if p is None or offset is None:  # a record always has both: never skip one silently
+                    raise KafkaOpsError(f"reading {topic}: the client gave a record without its partition ({p}) or "
+                                        f"offset ({offset}); nothing was read past it: read again")
+                if p not in pending:
                     continue
                 if offset >= wanted[p][1]:
                     pending.discard(p)
