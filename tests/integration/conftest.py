@@ -6,6 +6,7 @@ from __future__ import annotations
 from tests.store_fixtures import local_store  # noqa: F401
 
 import time
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -86,8 +87,12 @@ class Traffic(traffic.TrafficCheck):
         report = self.stop()
         assert not self.failures, f"producer failures: {self.failures[:5]}"
         assert report.acknowledged >= at_least, f"only {report.acknowledged} records were produced during the test"
-        assert (report.lost, report.duplicated, report.out_of_order, report.unacknowledged) == (0, 0, 0, 0), \
-            str(report)
+        # A duplicate is the cluster's defect unless the producer changed its idempotence identity meanwhile
+        # (traffic.ProducerIdentity: librdkafka sent a stored batch again under a new epoch, which no broker
+        # can recognise); that one is reported, not failed. Loss, disorder and unacknowledged records fail.
+        assert report.cluster_ok, str(report)
+        if report.duplicated:
+            warnings.warn(f"duplicates by the traffic producer, not the cluster: {report}", stacklevel=2)
         self.redelivered = report.redelivered
 
 

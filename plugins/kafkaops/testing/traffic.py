@@ -72,10 +72,26 @@ class _Counts:
     out_of_order: int
     redelivered: int = 0
     keys: int = 0
+    producer_resets: int = 0
 
     @property
     def ok(self) -> bool:
         return not (self.lost or self.duplicated or self.out_of_order or self.unacknowledged)
+
+    @property
+    def cluster_ok(self) -> bool:
+        """:attr:`ok` but for duplicates the producer may have made (:attr:`duplicates_by_the_producer`):
+        what an operation on the cluster is judged by."""
+        return (not (self.lost or self.out_of_order or self.unacknowledged)
+                and (not self.duplicated or self.duplicates_by_the_producer))
+
+    @property
+    def duplicates_by_the_producer(self) -> bool:
+        """Every duplicate can be the producer's: it changed its idempotence identity (id or epoch) at
+        least once while sending, and the broker deduplicates a retry only within one identity (see
+        :class:`ProducerIdentity`). False without duplicates; a duplicate without such a change is the
+        cluster's."""
+        return self.duplicated > 0 and self.producer_resets > 0
 
     def _summary(self, received_detail: str = "") -> str:
         text = (f"sent {self.sent:,} over {self.keys} keys, acknowledged {self.acknowledged:,}, received "
@@ -85,12 +101,16 @@ class _Counts:
             text += f", unacknowledged {self.unacknowledged}"
         if self.redelivered:
             text += f" (redelivered at the same offset: {self.redelivered})"
+        if self.producer_resets:
+            text += (f"; the producer changed its idempotence id or epoch {self.producer_resets} time(s), so a record "
+                     "in flight then may be stored twice (librdkafka issue 4953)")
         return text
 
     def _counts(self) -> dict[str, Any]:
         return {"sent": self.sent, "acknowledged": self.acknowledged, "unacknowledged": self.unacknowledged,
                 "received": self.received, "lost": self.lost, "duplicated": self.duplicated,
-                "out_of_order": self.out_of_order, "redelivered": self.redelivered, "keys": self.keys}
+                "out_of_order": self.out_of_order, "redelivered": self.redelivered, "keys": self.keys,
+                "producer_resets": self.producer_resets}
 
 
 @dataclass(frozen=True)
@@ -108,8 +128,8 @@ class TrafficReport(_Counts):
         return {**self._counts(), "ok": self.ok, "examples": list(self.examples)}
 
 
-def account(sent: int, acked: Iterable[tuple[str, int]], received: Iterable[Received], *, examples: int = 3
-            ) -> TrafficReport:
+def account(sent: int, acked: Iterable[tuple[str, int]], received: Iterable[Received], *, examples: int = 3,
+            producer_resets: int = 0) -> TrafficReport:
     """Fold the producer's acknowledged ``(key, seq)`` pairs and the consumer's records (pure).
 
     Records are deduplicated by ``(partition, offset)`` first (what the log holds); a key's order
@@ -119,15 +139,16 @@ def account(sent: int, acked: Iterable[tuple[str, int]], received: Iterable[Rece
     acked_set = set(acked)
     got = list(received)
     stored = drop_redeliveries(got)
-    copies = Counter((r.key, r.seq) for r in stored)
-    duplicated = sorted((k, s) for (k, s), n in copies.items() if n > 1)
-    lost = sorted(acked_set - set(copies))
+    positions = _positions(stored)
+    duplicated = sorted(pair for pair, at in positions.items() if len(at) > 1)
+    lost = sorted(acked_set - set(positions))
     late = find_late(sorted(stored, key=lambda r: (r.partition, r.offset)))
-    said = _examples(lost, [f"duplicated {k}#{s}" for k, s in duplicated], late, examples)
+    said = _examples(lost, _duplicates_said(duplicated, positions), late, examples)
     return TrafficReport(sent=sent, acknowledged=len(acked_set), unacknowledged=max(sent - len(acked_set), 0),
-                         received=len(got), lost=len(lost), duplicated=sum(copies[d] - 1 for d in duplicated),
+                         received=len(got), lost=len(lost), duplicated=sum(len(positions[d]) - 1 for d in duplicated),
                          out_of_order=len(late), redelivered=len(got) - len(stored),
-                         keys=len({k for k, _ in acked_set} | {r.key for r in stored}), examples=said)
+                         keys=len({k for k, _ in acked_set} | {r.key for r in stored}), examples=said,
+                         producer_resets=producer_resets)
 
 
 def drop_redeliveries(received: Iterable[Received]) -> list[Received]:
@@ -153,6 +174,19 @@ def find_late(records: Iterable[Received]) -> list[Received]:
             late.append(r)
         highest[r.key] = max(highest.get(r.key, -1), r.seq)
     return late
+
+
+def _positions(stored: Iterable[Received]) -> dict[tuple[str, int], list[Received]]:
+    """Where each ``(key, seq)`` is stored, in the given order (pure)."""
+    positions: defaultdict[tuple[str, int], list[Received]] = defaultdict(list)
+    for r in stored:
+        positions[(r.key, r.seq)].append(r)
+    return positions
+
+
+def _duplicates_said(duplicated: list[tuple[str, int]], positions: Mapping[tuple[str, int], list[Received]]
+                     ) -> list[str]:
+    return [f"duplicated {k}#{s} at {' and '.join(_where(r) for r in positions[(k, s)])}" for k, s in duplicated]
 
 
 def _where(r: Received) -> str:
@@ -197,6 +231,42 @@ def poll(consumer: Any, run: str, errors: list[str], topic: str = "") -> tuple[d
     return upto, batch
 
 
+class ProducerIdentity(logging.Handler):
+    """Counts how often an idempotent librdkafka producer changed its identity while it sent.
+
+    The broker recognises a retried batch by producer id, epoch and sequence. librdkafka bumps the
+    epoch (or takes a new id) after some errors (a sequence gap, an unknown producer id, a timeout),
+    entering its ``DrainBump`` or ``DrainReset`` state; a batch that was stored but whose answer was
+    lost is then sent again under the new identity and stored twice. librdkafka issue 4953 shows it
+    around leader changes. A traffic check therefore tells such duplicates (the client's) from
+    duplicates with no change of identity (the cluster's).
+
+    Give :meth:`client_config` to the producer: its ``eos`` debug lines (a few per leader change) come
+    here through ``poll()``; warnings and errors go on to this module's log."""
+
+    #: The idempotence states librdkafka enters when it changes the producer's epoch or id.
+    RESET_STATES = ("-> DrainBump", "-> DrainReset")
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.resets: list[str] = []
+        self.lines = 0
+        self._logger = logging.Logger(f"{__name__}.librdkafka")  # not in the logging tree: no propagation
+        self._logger.addHandler(self)
+
+    def client_config(self) -> dict[str, Any]:
+        return {"debug": "eos", "logger": self._logger}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        self.lines += 1
+        if any(state in message for state in self.RESET_STATES):
+            self.resets.append(message)
+            log.warning("traffic producer changed its idempotence identity: %s", message)
+        elif record.levelno >= logging.WARNING:
+            log.log(record.levelno, "%s", message)
+
+
 def producer_config(config: Mapping[str, str]) -> dict[str, Any]:
     """No loss, no duplicates, Java's placement: acks=all with the idempotent producer."""
     from kafkaops.platform.kafka.connection import client_config
@@ -218,6 +288,7 @@ class TrafficCheck:
         self.acked: list[tuple[str, int]] = []
         self.failures: list[str] = []
         self.received: list[Received] = []
+        self.identity = ProducerIdentity()
         self._start_offsets: dict[int, int] = {}
         self._assigned = threading.Event()
         self._stop_producing = threading.Event()
@@ -268,7 +339,7 @@ class TrafficCheck:
     def _produce(self) -> None:
         from confluent_kafka import Producer
 
-        producer = Producer(producer_config(self.config))
+        producer = Producer({**producer_config(self.config), **self.identity.client_config()})
         seqs: Counter[int] = Counter()
 
         def on_delivery(err: Any, msg: Any) -> None:
@@ -340,7 +411,7 @@ class TrafficCheck:
         self._stop_consuming.set()
         if consumer is not None and consumer.is_alive():
             consumer.join(timeout_s)
-        self.report = account(self.sent, self.acked, self.received)
+        self.report = account(self.sent, self.acked, self.received, producer_resets=len(self.identity.resets))
         if consumer is not None:
             self._delete_group()
         if self.failures:
@@ -408,14 +479,11 @@ def account_migration(sent: int, acked: Iterable[tuple[str, int]], received: Ite
     acked_set = set(acked)
     got = list(received)
     stored = drop_redeliveries(got)
-    positions: defaultdict[tuple[str, int], list[Received]] = defaultdict(list)
-    for r in stored:
-        positions[(r.key, r.seq)].append(r)
+    positions = _positions(stored)
     duplicated = sorted(pair for pair, at in positions.items() if len(at) > 1)
     lost = sorted(acked_set - set(positions))
     late = find_late(stored)
-    said = _examples(lost, [f"duplicated {k}#{s} at {' and '.join(_where(r) for r in positions[(k, s)])}"
-                            for k, s in duplicated], late, examples)
+    said = _examples(lost, _duplicates_said(duplicated, positions), late, examples)
     return MigrationReport(
         sent=sent, acknowledged=len(acked_set), unacknowledged=max(sent - len(acked_set), 0), received=len(got),
         lost=len(lost), duplicated=sum(len(positions[d]) - 1 for d in duplicated), out_of_order=len(late),
