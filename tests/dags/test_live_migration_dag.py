@@ -16,7 +16,7 @@ import pytest
 from kafkaops.airflow import pages
 from kafkaops.testing import clusters
 from kafkaops.platform import provision, state, store
-from kafkaops.platform.kafka import connection, metadata, topics
+from kafkaops.platform.kafka import acls, connection, metadata, topics
 from kafkaops.testing.rehearsal import StandInOperator
 from kafkaops.testing.traffic import MigrationReport, MigrationTraffic
 from tests.dags.conftest import kafka_default_connection, run_partition_increase
@@ -78,7 +78,7 @@ def test_a_live_migration_by_the_record_key_loses_duplicates_and_reorders_nothin
     # the operator's view: the record page tells the cut-over as tables, in UTC, with units
     page = pages.render_record(state.read_record("kafka_partition_increase", dag_run.run_id))
     (tmp_path / "record.html").write_text(page)
-    for shown in ("Live cut-over", "the operator stopped the producers", "write-unavailable window",
+    for shown in ("Live cut-over", "the source was then observed still", "write-unavailable window",
                   "confirmed by param approval=auto_approve", f"{topic}.readers", "catch-up", "final (after the quiesce)",
                   "lag before (records)", "UTC"):
         assert shown in page, shown
@@ -125,6 +125,26 @@ def test_producers_that_never_stop_abandon_the_migration(dagbag, cluster) -> Non
     with connection.connect(config) as conn:
         held = conn.admin.list_topics(timeout=10).topics
     assert f"{topic}.v2" not in held and topic in held
+
+
+def test_the_acl_quiesce_on_a_cluster_without_an_authorizer_is_refused_before_any_copy(dagbag, cluster) -> None:
+    topic = "live.no-authorizer"
+    config = {"bootstrap.servers": cluster.bootstrap}
+    with connection.connect(config) as conn:
+        topics.create_topic(conn, topic, 3, 1)
+    dag_run, record = run_partition_increase(dagbag, topic=topic, key_rule="record_key",
+                                             **{**LIVE, "quiesce": "acl", "quiesce_principals": f"User:{APP}"})
+    assert str(dag_run.state) == "failed" and record["outcome"] == "failed", record
+    by_name = {s["name"]: s for s in record["steps"]}
+    assert by_name["preflight_gate"]["status"] == "failed", record["steps"]
+    error = by_name["preflight_gate"]["error"]
+    assert "quiesce=acl cannot stop the producers of live.no-authorizer" in error and "have no authorizer" in error
+    assert "Nothing was changed" in error and "quiesce=manual" in error
+    assert not {"plan", "execute", "create_target"} & {n for n, s in by_name.items() if s["status"] == "success"}
+    assert not any("ACL" in n.get("text", "") and "could NOT" in n.get("text", "") for n in record["notes"])
+    with connection.connect(config) as conn:
+        held = conn.admin.list_topics(timeout=10).topics
+    assert f"{topic}.v2" not in held and topic in held  # no copy began
 
 
 ADMIN, APP = "kafkaops-admin", "orders-app"
@@ -210,3 +230,13 @@ def test_a_dry_run_plans_and_changes_nothing(dagbag, cluster, mode) -> None:
     with connection.connect({"bootstrap.servers": cluster.bootstrap}) as conn:
         held = conn.admin.list_topics(timeout=10).topics
         assert f"{topic}.v2" not in held and len(held[topic].partitions) == 3
+
+
+def test_the_acl_check_passes_for_a_principal_that_may_alter_acls_and_names_one_that_may_not(acl_cluster) -> None:
+    admin_config, app_config = acl_cluster
+    with connection.connect(admin_config) as conn:
+        assert acls.acl_problem(conn) is None  # a super user: describe and alter
+    with connection.connect(app_config) as conn:
+        problem = acls.acl_problem(conn)
+    assert problem is not None and "may not read the brokers' configs" in problem, problem
+    assert "it needs DescribeConfigs, Describe and Alter on the Cluster resource" in problem

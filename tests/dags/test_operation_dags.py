@@ -60,11 +60,33 @@ def test_a_rejected_approval_leaves_the_cluster_unchanged(dagbag, cluster) -> No
     dag_run, record = run(dagbag, "kafka_reassign", operation="rebalance", dry_run=False, approval="auto_reject",
                           inventory=str(spec_path), topics=[TOPIC])
     assert record["outcome"] == "rejected", record
+    assert str(dag_run.state) == "failed"  # Airflow's run list tells a rejection from an applied run
     assert record["approval"]["approved"] is False
     assert [g["gate"] for g in record["gates"]] == ["preflight", "plan"]
     assert assignment(spec) == before
     with connection.connect(spec.bootstrap) as conn:
         assert throttles_left(conn) == {}
+        assert store.current().lease(metadata.describe_cluster(conn)[0]).free
+
+
+def test_a_rejected_scale_out_starts_no_broker(dagbag, cluster) -> None:
+    """The approval comes before the provision: Reject leaves the cluster and its spec as they were, and the
+    approval said so (the plan's new broker is not running yet)."""
+    spec, spec_path = cluster
+    nodes = [n.node_id for n in provision.ClusterSpec.load(spec_path).nodes]
+    with connection.connect(spec.bootstrap) as conn:
+        registered = sorted(b.id for b in metadata.describe_cluster(conn)[2])
+    dag_run, record = run(dagbag, "kafka_scale_out", dry_run=False, approval="auto_reject",
+                          inventory=str(spec_path), add_brokers=1, topics=[TOPIC])
+    assert str(dag_run.state) == "failed" and record["outcome"] == "rejected", record
+    assert record["outcome_reason"].startswith("rejected by param approval=auto_reject; nothing changed")
+    new = max(registered) + 1
+    assert f"Broker {new} is new and not running yet: approving provisions it" in record["plan"]["approval"]
+    assert record["plan"]["new_brokers"][0]["id"] == new
+    assert "provision" not in {s["name"] for s in record["steps"]}
+    assert [n.node_id for n in provision.ClusterSpec.load(spec_path).nodes] == nodes
+    with connection.connect(spec.bootstrap) as conn:
+        assert sorted(b.id for b in metadata.describe_cluster(conn)[2]) == registered
         assert store.current().lease(metadata.describe_cluster(conn)[0]).free
 
 

@@ -1,7 +1,8 @@
 """One DAG shape for every kafkaops operation: the lifecycle of ``kafkaops.reassign.steps`` as tasks.
 
-    begin (setup) -> preflight_gate -> [provision: the role, then wait until registered]
-      -> plan: plan, plan gate -> approval
+    begin (setup) -> preflight_gate -> plan: plan, plan gate -> approval
+      -> [provision (a scale-out, once approved): the plan's new brokers through the role, then the wait
+         until registered; a rejected run starts no broker]
       -> execute_batches: set throttles, batches (deferred), verify, remove throttles (also when
          any of these fails), elect preferred leaders
       -> post_move_gate -> [stop_drained]
@@ -29,7 +30,7 @@ from kafkaops.errors import ConfigError, ProvisionError
 from kafkaops.platform import lifecycle
 from kafkaops.platform import params as form
 from kafkaops.platform.provision import SshLogin
-from kafkaops.reassign import steps
+from kafkaops.reassign import records, steps
 from kafkaops.airflow.operators import (KafkaOpsApprovalOperator, ReassignmentBatchesOperator, context_of,
                                         failed_tasks, recorded, unthrottle)
 
@@ -180,36 +181,36 @@ def preflight_gate(kind: str | None) -> dict[str, Any]:
 
 
 @task(show_return_value_in_logs=False, multiple_outputs=False)  # the plan with its cluster; make_plan logs its summary
-def plan(kind: str | None, before: dict[str, Any], provisioned: Any = None) -> dict[str, Any]:
-    """The plan, then its gate: the approval shows a plan that passed it."""
+def plan(kind: str | None, before: dict[str, Any]) -> dict[str, Any]:
+    """The plan, then its gate: the approval shows a plan that passed it (a scale-out's onto the brokers it
+    will provision once approved)."""
     context = get_current_context()
     ctx = context_of(context, kind_of(context, kind))
-    new = (provisioned or {}).get("new_brokers", []) if isinstance(provisioned, dict) else []
     with recorded(ctx, "plan"):
-        planned = steps.make_plan(ctx, before, new)
+        planned = steps.make_plan(ctx, before)
     with recorded(ctx, "plan_gate"):
         steps.plan_gate(ctx, planned)
     return planned
 
 
 @task(multiple_outputs=False)
-def provision(kind: str | None) -> dict[str, Any]:
-    """The new brokers through the role, then the wait until the controller registers them."""
+def provision(kind: str | None, plan_data: dict[str, Any]) -> dict[str, Any]:
+    """The approved plan's new brokers through the role, then the wait until the controller registers them."""
     context = get_current_context()
     ctx = context_of(context, kind_of(context, kind))
     if ctx.params.dry_run:
         raise AirflowSkipException("dry run: no broker is provisioned; the plan uses the brokers it would add")
+    planned = records.Provisioned.from_dict(plan_data).new_brokers
     with recorded(ctx, "provision"):
-        result = steps.provision_brokers(ctx, ssh=ssh_login(context))
-    ids = [b["id"] for b in result["new_brokers"]]
-    ctx.step("wait_until_registered", "started", brokers=ids)
+        result = steps.provision_brokers(ctx, ssh=ssh_login(context), planned=planned)
+    ctx.step("wait_until_registered", "started", brokers=result.ids)
     try:
-        registered = steps.wait_until_registered(ctx, result["new_brokers"])
+        registered = steps.wait_until_registered(ctx, result.new_brokers)
     except Exception as err:
         ctx.step("wait_until_registered", "failed", error=f"{type(err).__name__}: {err}"[:2000])
         raise
     ctx.step("wait_until_registered", "success", registered=registered)
-    return result
+    return result.to_dict()
 
 
 @task(multiple_outputs=False)
@@ -235,7 +236,11 @@ def finish(kind: str | None, started: dict[str, Any]) -> dict[str, Any]:
         unthrottle(ctx)
     except Exception as err:  # recorded as the failed step remove_throttles; the lock must still go
         log.error("throttles left after the run: %s", err)
-    return lifecycle.finish(ctx, (started or {}).get("cluster_id"), failed_tasks=failed_tasks(context))
+    concluded = lifecycle.finish(ctx, (started or {}).get("cluster_id"), failed_tasks=failed_tasks(context))
+    failure = lifecycle.not_applied(concluded)  # the run's state in Airflow is its record's outcome
+    if failure is not None:
+        raise failure
+    return concluded
 
 
 def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extra_params: Mapping[str, Param],
@@ -246,12 +251,7 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
         started = begin.override(**RETRIED)(kind)
         before = preflight_gate.override(**RETRIED)(kind)
         started >> before
-        provisioned = None
-        if kind == "scale_out":
-            provisioned = provision.override(**RETRIED)(kind)
-            before >> provisioned
-        planned = plan.override(trigger_rule="none_failed")(kind, value_of(before),
-                                                            None if provisioned is None else value_of(provisioned))
+        planned = plan(kind, value_of(before))
         approval = KafkaOpsApprovalOperator(
             task_id="approval", kind=kind or "rebalance", subject=f"Approve the kafkaops {kind or 'reassignment'} plan",
             body="{{ ti.xcom_pull(task_ids='plan')['approval'] }}", response_timeout=dt.timedelta(hours=24))
@@ -259,7 +259,11 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
         # Resume-safe, so a retry (e.g. after a stalled broker was restarted) continues the moves.
         executed = ReassignmentBatchesOperator(task_id="execute_batches", kind=kind or "rebalance",
                                                plan_data=planned, before=before, **RETRIED)
-        approval >> executed
+        if kind == "scale_out":  # after the approval: a rejected run leaves no broker behind
+            provisioned = provision.override(**RETRIED)(kind, value_of(planned))
+            approval >> provisioned >> executed
+        else:
+            approval >> executed
         post = post_move_gate.override(**RETRIED)(kind, value_of(planned), value_of(before))
         executed >> post
         last = post
@@ -267,5 +271,5 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
             last = stop_drained.override(**RETRIED)(kind)
             post >> last
         done = finish.override(**RETRIED)(kind, value_of(started))
-        last >> done.as_teardown(setups=task_of(started))
+        last >> done.as_teardown(setups=task_of(started), on_failure_fail_dagrun=True)
     return dag

@@ -13,6 +13,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from kafkaops.platform import lifecycle, store
 from kafkaops.reassign import steps
+from kafkaops.reassign.records import ProgressEvent
 from kafkaops.airflow.hooks import KafkaOpsHook, kafkaops_store
 from kafkaops.airflow.triggers import ReassignmentProgressTrigger
 from kafkaops.errors import KafkaOpsError
@@ -123,13 +124,15 @@ class ReassignmentBatchesOperator(BaseOperator):
     def resume(self, context: Any, event: dict[str, Any]) -> Any:
         ctx = context_of(context, self.kind)
         try:
-            if event["status"] == "stalled":
-                error = (f"reassignment stalled: no progress for {event['stalled_for_s']:.0f} s; still moving: "
-                         f"{', '.join(event.get('in_flight', [])) or '?'} ({event.get('text')}); check that every "
-                         "broker of those partitions is up, then clear this task to resume (nothing is resubmitted)")
+            fired = ProgressEvent.from_dict(event)
+            if fired.stalled:
+                moving = ", ".join(fired.polled.in_flight) if fired.polled is not None else ""
+                error = (f"reassignment stalled: no progress for {fired.stalled_for_s or 0:.0f} s; still moving: "
+                         f"{moving or '?'} ({fired.describe()}); check that every broker of those partitions is up, "
+                         "then clear this task to resume (nothing is resubmitted)")
                 ctx.step(self.task_id, "failed", error=error)
                 raise KafkaOpsError(error)
-            self.log.info("batch done: %s", event.get("text"))
+            self.log.info("batch done: %s", fired.describe())
             return self._next_batch(ctx, kafka_conn_id(context))
         except Exception:
             self._unthrottle_failing(ctx)
@@ -143,9 +146,9 @@ class ReassignmentBatchesOperator(BaseOperator):
         except Exception as err:
             ctx.step(self.task_id, "failed", error=f"{type(err).__name__}: {err}"[:2000])
             raise
-        if step["wait_for"]:
-            spec = steps.wait_spec(self.plan_data, step["wait_for"], self.before)
-            self.defer(trigger=ReassignmentProgressTrigger(conn_id, spec, lifecycle.now(),
+        if step.wait_for:
+            spec = steps.wait_spec(self.plan_data, step.wait_for, self.before)
+            self.defer(trigger=ReassignmentProgressTrigger(conn_id, spec.to_dict(), lifecycle.now(),
                                                            poll_interval_s=self.poll_interval_s,
                                                            stall_timeout_s=ctx.params.stall_timeout_s),
                        method_name="resume")

@@ -19,12 +19,17 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
+from markupsafe import Markup
+
 from kafkaops.model import Cluster, Move
 from kafkaops.capacity.records import ReportNote
 from kafkaops.platform import render, state
 from kafkaops.reassign.planner.errors import PlanInputError
 from kafkaops.reassign.planner.plan import ReassignmentPlan
+from kafkaops.errors import KafkaOpsError
+from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.rekey.records import FIRST_PASS, CatchUpNote, FinalPassNote, LiveRecord
+from kafkaops.rekey.steps import Mode, PartitionPlan
 
 OUTCOME_CLASS = {"success": "ok", "dry_run": "ok", "running": "running", "abandoned": "running"}
 RECORDS = "/kafkaops/records"
@@ -149,29 +154,44 @@ def _reassignment_plan(plan: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def _partition_plan(plan: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """A recorded partition-increase plan in words."""
+    """A recorded partition-increase plan in words (read as :class:`PartitionPlan`; none when the record's
+    plan is not one)."""
     data = plan.get("plan")
     if not isinstance(data, Mapping):
         return []
-    facts = [("mode", "in place (new partitions on the topic)" if data.get("mode") == "in_place"
+    try:
+        grow = PartitionPlan.from_dict(data)
+        copy = BackfillPlan.from_dict(grow.backfill) if grow.backfill else None
+    except (KafkaOpsError, KeyError, TypeError, ValueError):
+        return []
+    facts = [("mode", "in place (new partitions on the topic)" if grow.mode == Mode.IN_PLACE
               else "migrate (rekey into a new topic)"),
-             ("topic", str(data.get("topic"))),
-             ("partitions", _arrow(data.get("current_partitions"), data.get("new_partitions"))),
-             ("replication factor", str(data.get("replication_factor")))]
-    change = data.get("key_change") or {}
+             ("topic", grow.topic),
+             ("partitions", _arrow(grow.current_partitions, grow.new_partitions)),
+             ("replication factor", str(grow.replication_factor))]
+    change = grow.key_change
     if change.get("summary"):
         facts.append(("keys that change partition", str(change["summary"])))
     if "sampled_records" in change:
         facts.append(("records sampled", f"{change['sampled_records']} ({change.get('dead_letters_in_sample', 0)} "
                                          "without a key under the rule: dead letters)"))
-    backfill = data.get("backfill") or {}
-    for name, label in (("target_topic", "new topic"), ("key_rule", "key rule"),
-                        ("dead_letter_topic", "dead-letter topic")):
-        if backfill.get(name):
-            facts.append((label, str(backfill[name])))
-    if data.get("assignment"):
-        facts.append(("new partitions on brokers", "; ".join(render.plain(r) for r in data["assignment"])))
+    if copy is not None:
+        facts += [("new topic", copy.target_topic), ("key rule", copy.key_rule),
+                  ("dead-letter topic", copy.dead_letter_topic)]
+    if grow.assignment:
+        facts.append(("new partitions on brokers", "; ".join(render.plain(list(r)) for r in grow.assignment)))
     return facts
+
+
+def _approval_body(plan: Mapping[str, Any]) -> Markup | None:
+    """The approval's text as the run recorded it with its plan (Markdown, rendered with raw HTML escaped:
+    topic names come from operators), or None when the plan has none."""
+    from markdown_it import MarkdownIt
+
+    text = plan.get("approval")
+    if not isinstance(text, str) or not text.strip():
+        return None
+    return Markup(MarkdownIt("js-default").render(text))  # js-default escapes any HTML in the text
 
 
 def _capacity_report(record: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -218,8 +238,10 @@ def _live(record: Mapping[str, Any]) -> dict[str, Any] | None:
     facts = []
     if live.quiesced:
         q = live.quiesced.value
-        facts += [("quiesce", {"manual": "the operator stopped the producers",
-                               "acl": "a DENY Write ACL on the source"}.get(q.how, q.how)),
+        facts += [("quiesce", {"manual": "the record asked for the producers to stop (quiesce=manual); the source "
+                                         "was then observed still",
+                               "acl": "a DENY Write ACL on the source (quiesce=acl); the source was then observed "
+                                      "still"}.get(q.how, q.how)),
                   ("producers asked to stop", render.utc_time(q.asked_at)),
                   ("source still (end offsets unchanged)", render.utc_time(q.settled_at))]
     if live.decision:
@@ -262,7 +284,8 @@ def render_record(record: Mapping[str, Any]) -> str:
                          str(approval.get("mode")), approval.get("mode"))),
             ("at", render.utc_time(approval.get("ts")))],
         outcome_class=OUTCOME_CLASS.get(str(record.get("outcome")), "bad"),
-        took=None if started is None or ended is None else ended - started,
+        took=None if started is None or ended is None else ended - started, ended=ended is not None,
+        approval_body=_approval_body(plan),
         clusters=[(stage, _cluster_view(record.get(stage))) for stage in ("before", "after")])
 
 

@@ -114,7 +114,7 @@ def begin() -> dict[str, Any]:
 def preflight_gate() -> dict[str, Any]:
     ctx = context_of(get_current_context())
     with recorded(ctx, "preflight_gate"):
-        return lifecycle.preflight(ctx)
+        return steps.preflight(ctx)
 
 
 @task
@@ -227,7 +227,11 @@ def abandon(plan_data: dict[str, Any] | None) -> dict[str, Any]:
 @task
 def finish(started: dict[str, Any]) -> dict[str, Any]:
     context = get_current_context()
-    return steps.finish(context_of(context), (started or {}).get("cluster_id"), failed_tasks=failed_tasks(context))
+    concluded = steps.finish(context_of(context), (started or {}).get("cluster_id"), failed_tasks=failed_tasks(context))
+    failure = lifecycle.not_applied(concluded)  # the run's state in Airflow is its record's outcome
+    if failure is not None:
+        raise failure
+    return concluded
 
 
 def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[str], doc_md: str) -> DAG:
@@ -260,5 +264,5 @@ def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[st
         # not downstream of the switch itself: a rejected switch skips its direct downstream tasks
         [confirmed, quiesced, caught, final, verified, translated] >> rolled_back
         done = finish.override(**RETRIED)(value_of(started))
-        rolled_back >> done.as_teardown(setups=task_of(started))
+        rolled_back >> done.as_teardown(setups=task_of(started), on_failure_fail_dagrun=True)
     return dag

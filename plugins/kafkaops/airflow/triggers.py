@@ -16,8 +16,8 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 class ReassignmentProgressTrigger(BaseTrigger):
     """Poll a reassignment until its partitions are done; log % done and ETA when they changed (at
     most one line per poll), else every ``log_every_s``.
-    Fires ``{"status": "done"}`` or, when nothing progressed for ``stall_timeout_s``,
-    ``{"status": "stalled", "in_flight": [...], "text": ...}``."""
+    Fires a :class:`kafkaops.reassign.records.ProgressEvent` (its dict): done, or stalled when nothing
+    progressed for ``stall_timeout_s``. ``spec``: a :class:`~kafkaops.reassign.records.WaitSpec`'s dict."""
 
     def __init__(self, kafka_conn_id: str, spec: Mapping[str, Any], started_at: float,
                  poll_interval_s: float = 2.0, stall_timeout_s: float = 120.0, log_every_s: float = 30.0) -> None:
@@ -38,30 +38,31 @@ class ReassignmentProgressTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from kafkaops.airflow.hooks import aget_config
         from kafkaops.reassign.engine import ProgressLog
+        from kafkaops.reassign.records import ProgressEvent, WaitSpec
         from kafkaops.reassign.steps import progress_of
 
         config = await aget_config(self.kafka_conn_id)
+        spec = WaitSpec.from_dict(self.spec)
         last_mark: tuple[int, int] | None = None
         last_change = time.monotonic()
         lines = ProgressLog(every_s=self.log_every_s)
         while True:
             try:  # a poll that hangs counts as no answer: the stall timeout below still ends the wait
-                status = await asyncio.wait_for(asyncio.to_thread(progress_of, config, self.spec, self.started_at),
+                status = await asyncio.wait_for(asyncio.to_thread(progress_of, config, spec, self.started_at),
                                                 timeout=self.stall_timeout_s)
             except Exception as err:  # a broker or the bootstrap may be down for a while: keep polling
                 self.log.warning("progress poll failed: %s", err)
                 status = None
             if status is not None:
-                if not status["done"] and lines.due(status, time.monotonic()):  # done: the task logs it
-                    self.log.info("reassignment %s", status["text"])
-                if status["done"]:
-                    yield TriggerEvent({"status": "done", **status})
+                if not status.done and lines.due(status.progress, time.monotonic()):  # done: the task logs it
+                    self.log.info("reassignment %s", status.text)
+                if status.done:
+                    yield TriggerEvent(ProgressEvent("done", status).to_dict())
                     return
-                mark = (status["partitions_done"], status["bytes_done"])
+                mark = (status.progress.partitions_done, status.progress.bytes_done)
                 if mark != last_mark:
                     last_mark, last_change = mark, time.monotonic()
             if time.monotonic() - last_change > self.stall_timeout_s:
-                yield TriggerEvent({"status": "stalled", "stalled_for_s": self.stall_timeout_s,
-                                    **(status or {"in_flight": [], "text": "no answer from the cluster"})})
+                yield TriggerEvent(ProgressEvent("stalled", status, self.stall_timeout_s).to_dict())
                 return
             await asyncio.sleep(self.poll_interval_s)

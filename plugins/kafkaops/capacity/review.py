@@ -34,6 +34,7 @@ from typing import Any
 
 from kafkaops.errors import KafkaOpsError
 from kafkaops.model import Cluster, TopicPartition
+from kafkaops.platform import own
 
 
 RULES = ("disk_use", "replicas_per_broker", "idle_consumers", "lag_growing", "partitions_not_multiple_of_brokers",
@@ -385,7 +386,7 @@ def lag_findings(history: Sequence[ReviewPoint], min_points: int = 2) -> list[Fi
             seconds = series[-1][0] - series[0][0]
             rate = (lags[-1] - lags[0]) / seconds if seconds > 0 else float("inf")
             out.append(Finding("lag_growing", f"group {g}", lags[-1] - lags[0], 0,
-                               f"group {g}: lag grew from {lags[0]} to {lags[-1]} over {len(lags)} reviews "
+                               f"group {g}: lag grew from {lags[0]:,} to {lags[-1]:,} records over {len(lags)} reviews "
                                f"({rate:.2f} records/s): consumers fall behind; add consumers (and partitions) "
                                "or speed up processing"))
     return out
@@ -432,10 +433,11 @@ def hot_partition_findings(cluster: Cluster, parts: Sequence[PartitionThroughput
             mean = sum(values.values()) / len(values)
             hot, top = max(values.items(), key=lambda kv: (kv[1], -kv[0]))
             if mean > 0 and top / mean >= ratio:
+                amounts = ((_gib(top), _gib(mean)) if basis == "bytes stored" else (f"{top:,}", f"{mean:,.1f}"))
                 findings.append(Finding("hot_partition", f"{topic}-{hot}", round(top / mean, 4), ratio,
                                         f"partition {topic}-{hot} carries {top / mean:.2f} x the mean by {basis} "
-                                        f"({top} vs mean {mean:.1f}); a dominant key? see the key-skew result, "
-                                        "change the key or split the hot key"))
+                                        f"({amounts[0]} vs mean {amounts[1]}); a dominant key? see the key-skew "
+                                        "result, change the key or split the hot key"))
     return findings, empty
 
 
@@ -675,6 +677,18 @@ def max_consumers_of(cluster: Cluster, topic: str) -> int:
     return max((g.members for g in cluster.groups if any(x.topic == topic for x in g.partitions)), default=0)
 
 
+def is_kafkaops_own(subject: str, cluster: Cluster) -> bool:
+    """Whether a finding's ``subject`` (``topic T``, ``group G``, ``T-p``) is an object kafkaops made
+    (:mod:`kafkaops.platform.own`): its dead-letter topics and its groups are not the operator's to act on."""
+    kind, _, name = subject.partition(" ")
+    topics = own.own_topics(cluster.topics)
+    if kind == "group":
+        return own.is_own_group(name)
+    if kind == "topic":
+        return name in topics
+    return subject.rsplit("-", 1)[0] in topics  # a partition: topic-p
+
+
 def review(current: Cluster, history: Sequence[ReviewPoint] = (), *, targets: CapacityTargets = CapacityTargets(),
            skews: Sequence[Mapping[str, Any]] = (), thresholds: Thresholds = Thresholds()) -> Review:
     """Review ``current`` against the earlier ``history`` points (the current one is added when missing)."""
@@ -694,6 +708,7 @@ def review(current: Cluster, history: Sequence[ReviewPoint] = (), *, targets: Ca
     findings += multiple_findings(current)
     hot, empty = hot_partition_findings(current, parts, thresholds.hot_partition_ratio)
     findings += hot
+    findings = [f for f in findings if not is_kafkaops_own(f.subject, current)]
 
     recs: list[Recommendation] = []
     for t in targets.topics:
@@ -713,10 +728,10 @@ def review(current: Cluster, history: Sequence[ReviewPoint] = (), *, targets: Ca
         rec = recommend_key_change(skew, thresholds.key_share)
         if rec is not None:
             recs.append(rec)
-    lag = tuple(PartitionLag(g.group_id, x.topic, x.partition, x.lag or 0)
-                for g in current.groups for x in g.partitions)
+    theirs = [g for g in current.groups if not own.is_own_group(g.group_id)]  # kafkaops' markers are not lag
+    lag = tuple(PartitionLag(g.group_id, x.topic, x.partition, x.lag or 0) for g in theirs for x in g.partitions)
     return Review(cluster_id=current.cluster_id, taken_at=now.taken_at,
                   previous_taken_at=previous.taken_at if previous else None, findings=tuple(findings),
                   recommendations=tuple(recs), broker_load=broker_load(current), throughput=parts, lag=lag,
-                  group_lag={g.group_id: g.total_lag for g in current.groups}, empty_topics=tuple(empty),
+                  group_lag={g.group_id: g.total_lag for g in theirs}, empty_topics=tuple(empty),
                   history_points=len(earlier) + 1, disk=verdict if (verdict.disks or disk) else None)

@@ -144,14 +144,23 @@ def analyze(topic: str, records: Iterable[Sequence[Any]], *, partitions: int,
 
 
 def sample_offsets(cluster: Any, topic: str, records: int) -> tuple[dict[int, int], dict[int, int]]:
-    """A bounded sample of ``topic`` from a snapshot (:class:`kafkaops.model.Cluster`): the latest
-    ``records`` records, spread evenly over its partitions. Returns ``(start, end)`` offsets."""
+    """A bounded sample of ``topic`` from a snapshot (:class:`kafkaops.model.Cluster`), weighted by what
+    each partition stores: the latest records of each, as many as its share of the topic's records
+    (largest remainders first, so the sizes add up to ``records``). A partition holding a third of the
+    topic gives a third of the sample, so the sample's load per partition is the topic's and a hot
+    partition is sampled hot; the whole topic when it holds at most ``records``. Returns ``(start, end)``
+    offsets (pure)."""
     if records < 1:
         raise SkewError(f"sample size is {records}; give 1 or more records")
     parts = cluster.partitions_of(topic)
-    per = max(1, -(-records // len(parts)))
-    start, end = {}, {}
-    for p in parts:
-        first, last = p.start_offset or 0, p.end_offset or 0
-        start[p.partition], end[p.partition] = max(first, last - per), last
-    return start, end
+    ends = {p.partition: p.end_offset or 0 for p in parts}
+    stored = {p.partition: max(0, (p.end_offset or 0) - (p.start_offset or 0)) for p in parts}
+    total = sum(stored.values())
+    if total <= records:
+        take = dict(stored)
+    else:
+        exact = {p: records * n / total for p, n in stored.items()}
+        take = {p: int(x) for p, x in exact.items()}
+        for p in sorted(exact, key=lambda q: (take[q] - exact[q], q))[:records - sum(take.values())]:
+            take[p] += 1
+    return {p: ends[p] - take[p] for p in ends}, ends

@@ -41,6 +41,7 @@ from kafkaops.platform.render import (BROKER_COLUMNS, PARTITION_COLUMNS, broker_
                                      human_bytes, partition_rows, render_snapshot, table)
 from kafkaops.reassign import records as reassign_records
 from kafkaops.reassign import steps
+from kafkaops.reassign.engine import Progress
 from kafkaops.resources import dags_folder
 
 log = logging.getLogger(__name__)
@@ -230,36 +231,36 @@ class Story:
             return
         spec = steps.wait_spec(self.plan, self.batch.get("keys", []), self.before)
         try:
-            status = steps.progress_of(self.conn_config, spec, self.batch["ts"])
+            polled = steps.progress_of(self.conn_config, spec, self.batch["ts"])
         except KafkaOpsError as err:
             log.info("progress poll failed: %s", err)
             return
-        self.show_progress(status)
+        self.show_progress(polled.progress)
 
-    def show_progress(self, status: Mapping[str, Any]) -> None:
+    def show_progress(self, status: Progress) -> None:
         """A batch's progress (``steps.progress_of``): on a terminal one line rewritten in place,
         else a line at each quarter; the batch's last line when it is done."""
         if self.batch is None:
             return
         self.batch["status"] = status
-        mark = int(status["percent"] // 25)
-        if self.tty and not status["done"]:
+        mark = int(status.percent // 25)
+        if self.tty and not status.done:
             line = self.progress_line(status)
             self.out.write("\r" + line.ljust(self._width))
             self.out.flush()
             self._width = len(line)
-        elif mark != self._mark and not (status["done"] or self.brief or self.tty):
+        elif mark != self._mark and not (status.done or self.brief or self.tty):
             self.say(self.progress_line(status))  # the last line is finish_batch's
         self._mark = mark
-        if status["done"]:
+        if status.done:
             self.finish_batch()
 
-    def progress_line(self, status: Mapping[str, Any]) -> str:
-        eta = status.get("eta_s")
-        line = (f"  batch {self.batch['index']}/{self.batch['of']}: {status['percent']:5.1f}% "  # type: ignore[index]
-                f"({human_bytes(status['bytes_done'])} of {human_bytes(status['bytes_total'])}, "
-                f"{status['partitions_done']}/{status['partitions_total']} partitions)"
-                + ("" if eta is None or status["done"] else f", ETA {duration(eta)}"))
+    def progress_line(self, status: Progress) -> str:
+        eta = status.eta_s
+        line = (f"  batch {self.batch['index']}/{self.batch['of']}: {status.percent:5.1f}% "  # type: ignore[index]
+                f"({human_bytes(status.bytes_done)} of {human_bytes(status.bytes_total)}, "
+                f"{status.partitions_done}/{status.partitions_total} partitions)"
+                + ("" if eta is None or status.done else f", ETA {duration(eta)}"))
         if self.check is not None:
             line += f"; traffic sent {self.check.sent:,}, received {len(self.check.received):,}"
         return line
@@ -269,10 +270,10 @@ class Story:
         if self.batch is None:
             return
         status = self.batch.get("status")
-        if status is None or not status["done"]:
-            total = (status or {}).get("bytes_total", self.batch.get("bytes") or 0)
-            status = {"done": True, "percent": 100.0, "bytes_done": total, "bytes_total": total,
-                      "partitions_done": self.batch["partitions"], "partitions_total": self.batch["partitions"]}
+        if not isinstance(status, Progress) or not status.done:
+            total = status.bytes_total if isinstance(status, Progress) else int(self.batch.get("bytes") or 0)
+            count = int(self.batch["partitions"])
+            status = Progress(count, count, 0, total, total)
         line = self.progress_line(status) + f", done in {duration((ts or time.time()) - self.batch['ts'])}"
         self.say(f"\r{line.ljust(self._width)}" if self.tty else line)
         self.batch, self._width = None, 0

@@ -29,6 +29,31 @@ from kafkaops.platform.paths import safe_name
 log = logging.getLogger(__name__)
 
 
+#: The outcomes of a run that did what it was asked: every other one (failed, rejected, refused, abandoned)
+#: fails the run in Airflow.
+APPLIED = frozenset({"success", "dry_run"})
+
+
+class OperationNotApplied(KafkaOpsError):
+    """The run ended without doing what it was asked (failed, rejected, refused, abandoned): raised by its
+    finish after the record is concluded, so Airflow's state of the run is the record's outcome (a rejected
+    run is not a green one beside the applied runs)."""
+
+    final = True
+
+
+def not_applied(concluded: Mapping[str, Any]) -> OperationNotApplied | None:
+    """The error a finish raises after concluding ``concluded`` (:func:`conclude`'s value) when the outcome is
+    not one of :data:`APPLIED`; None when it is."""
+    outcome = str(concluded.get("outcome"))
+    if outcome in APPLIED:
+        return None
+    if outcome == "rejected":
+        return OperationNotApplied(f"{concluded.get('reason') or 'rejected'}. The run is marked failed so that "
+                                   "Airflow's run list tells it from an applied one; its record says rejected")
+    return OperationNotApplied(f"the run ended {outcome}: {concluded.get('reason') or 'see its record'}")
+
+
 class OperationParams(Protocol):
     """What the lifecycle needs of a capability's params."""
 

@@ -67,6 +67,15 @@ def plain(value: Any) -> str:
     return str(value)
 
 
+def offsets(by_partition: Mapping[Any, int]) -> str:
+    """Offsets per partition in words, partitions in order (keys may be ints or, through JSON, strings):
+    ``partition 0 at 21,857, 1 at 10,000``."""
+    ordered = sorted(((int(p), int(o)) for p, o in by_partition.items()))
+    if not ordered:
+        return "no partition"
+    return "partition " + ", ".join(f"{p} at {o:,}" for p, o in ordered)
+
+
 def plan_facts(plan: Mapping[str, Any]) -> list[tuple[str, str]]:
     """A recorded plan's size in words: partitions and replicas that move, bytes, time at the throttle."""
     facts = []

@@ -139,10 +139,13 @@ def what_follows(plan: ReassignmentPlan, params: ApprovalParams) -> list[str]:
     lines = []
     if plan.new_brokers:
         one = len(plan.new_brokers) == 1
-        lines.append(f"- {_brokers_word(plan.new_brokers).capitalize()} {'is' if one else 'are'} new: provisioned "
-                     f"and registered, {'it holds' if one else 'they hold'} replicas once these moves ran.")
-    lines.append("- Approving sets the throttle, moves the partitions in batches, verifies them, removes the "
-                 "throttle (also on failure), elects the preferred leaders and runs the post-move gate.")
+        lines.append(f"- {_brokers_word(plan.new_brokers).capitalize()} {'is' if one else 'are'} new and not running "
+                     f"yet: approving provisions {'it' if one else 'them'} with the kafka_broker role and waits until "
+                     f"the controller registers {'it' if one else 'them'}; {'it holds' if one else 'they hold'} "
+                     "replicas once these moves ran.")
+    lines.append("- Approving " + ("then " if plan.new_brokers else "") + "sets the throttle, moves the partitions in "
+                 "batches, verifies them, removes the throttle (also on failure), elects the preferred leaders and "
+                 "runs the post-move gate.")
     drained = plan.drained
     if drained:
         if params.stop_drained:
@@ -151,7 +154,8 @@ def what_follows(plan: ReassignmentPlan, params: ApprovalParams) -> list[str]:
         else:
             lines.append(f"- {_brokers_word(drained).capitalize()} will hold no replicas and **keep running** "
                          "(stop_drained is off).")
-    lines.append("- Rejecting changes nothing.")
+    lines.append("- Rejecting changes nothing" + (": no broker is started, " if plan.new_brokers else ": ")
+                 + "no partition moves. The run then ends failed in Airflow and its record says rejected.")
     return lines
 
 

@@ -191,12 +191,9 @@ class ProgressLog:
     _mark: tuple[int, int] | None = field(default=None, init=False)
     _at: float | None = field(default=None, init=False)
 
-    def due(self, progress: Progress | Mapping[str, Any], now: float) -> bool:
-        """Whether to log ``progress`` (a :class:`Progress` or its dict, as the trigger gets it) at ``now``."""
-        if isinstance(progress, Progress):
-            mark = (progress.partitions_done, progress.bytes_done)
-        else:
-            mark = (int(progress["partitions_done"]), int(progress["bytes_done"]))
+    def due(self, progress: Progress, now: float) -> bool:
+        """Whether to log ``progress`` at ``now``."""
+        mark = (progress.partitions_done, progress.bytes_done)
         if mark != self._mark or self._at is None or now - self._at >= self.every_s:
             self._mark, self._at = mark, now
             return True
@@ -641,7 +638,8 @@ def set_throttles(conn: connection.KafkaConnection, record: ThrottleRecord, thro
         topic_ops.setdefault(topic, []).append(configs.ConfigOp(key, "APPEND", ",".join(items)))
     configs.incremental_alter_configs(conn, "broker", broker_ops)
     configs.incremental_alter_configs(conn, "topic", topic_ops)
-    log.info("throttle %s B/s set on %d broker(s) and %d topic(s)", rate, len(broker_ops), len(topic_ops))
+    log.info("throttle %.1f MB/s (%s B/s) set on %d broker(s) and %d topic(s)", throttle_bytes_per_s / 1e6,
+             f"{int(throttle_bytes_per_s):,}", len(broker_ops), len(topic_ops))
 
 
 def remove_throttles(conn: connection.KafkaConnection, record: ThrottleRecord | None, *, brokers: Iterable[int] = (),

@@ -7,6 +7,14 @@ record page and the CLI show (:func:`fold`): each batch with its status, the thr
     ThrottleRemoved   throttles removed (``throttle_removed``), with those a down broker kept (``left``)
     Reassignment      the fold: batches (:class:`Batch`: submitted, done, failed or unfinished), throttles
 
+and the step results that leave the step that made them:
+
+    Provisioned       the provision step's new brokers (:class:`NewBroker`; XCom, to the plan step)
+    BatchStep         what the batch operator does next: wait for moves in flight, or a batch it submitted
+    WaitSpec          the moves a progress trigger follows (its kwargs, stored by Airflow: no config, no secret)
+    Polled            one progress poll of those moves (the engine's Progress and the partitions still moving)
+    ProgressEvent     what the trigger fires: done, or stalled with the last poll
+
 A batch is "submitted" until its end is known: "done" once a later batch is submitted or the step
 that submitted it succeeds, "failed" when that step fails (a retry that then completes it makes it
 "done"), "unfinished" when the run ended without either. A re-run of the same DAG run (its
@@ -22,8 +30,147 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kafkaops.model import Cluster, TopicPartition
 from kafkaops.platform import state
 from kafkaops.platform.state import AuditEvent
+from kafkaops.reassign.engine import Progress
+
+
+@dataclass(frozen=True)
+class NewBroker:
+    """A broker a scale-out provisioned, or in a dry run would add: its id and rack, and where it runs
+    (``host`` and ``port`` from a kafkaops cluster spec, ``hostname`` for an Ansible inventory host)."""
+
+    id: int
+    rack: str | None = None
+    host: str | None = None
+    port: int | None = None
+    hostname: str | None = None
+
+    @property
+    def where(self) -> str:
+        return self.hostname or (f"{self.host}:{self.port}" if self.host else "its host")
+
+    def to_dict(self) -> dict[str, Any]:
+        found = {"host": self.host, "port": self.port, "hostname": self.hostname}
+        return {"id": self.id, "rack": self.rack, **{k: v for k, v in found.items() if v is not None}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> NewBroker:
+        port = data.get("port")
+        return cls(int(data["id"]), data.get("rack") or None, data.get("host"), None if port is None else int(port),
+                   data.get("hostname"))
+
+
+@dataclass(frozen=True)
+class Provisioned:
+    """What the provision step hands the plan step: the new brokers, in the order they were chosen."""
+
+    new_brokers: tuple[NewBroker, ...] = ()
+
+    @property
+    def ids(self) -> list[int]:
+        return [b.id for b in self.new_brokers]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"new_brokers": [b.to_dict() for b in self.new_brokers]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Provisioned:
+        """``None`` (a skipped provision: dry run, or not a scale-out) is no new broker."""
+        return cls(tuple(NewBroker.from_dict(b) for b in (data or {}).get("new_brokers") or ()))
+
+
+@dataclass(frozen=True)
+class BatchStep:
+    """What :func:`kafkaops.reassign.steps.next_batch` decided: the partitions to wait for (moves in
+    flight, or the batch it just submitted), those it submitted now, and the batches after it (None
+    while it waits for moves an earlier try submitted; 0 when every move is done and nothing waits)."""
+
+    wait_for: tuple[TopicPartition, ...] = ()
+    submitted: tuple[TopicPartition, ...] = ()
+    remaining_batches: int | None = 0
+
+
+@dataclass(frozen=True)
+class WaitSpec:
+    """The moves a progress trigger follows: each partition's target replicas and the snapshot before
+    the moves, cut to those partitions (small, JSON-safe: Airflow stores a trigger's kwargs)."""
+
+    targets: Mapping[TopicPartition, tuple[int, ...]]
+    before: Cluster
+
+    def to_dict(self) -> dict[str, Any]:
+        """Kafka's reassignment JSON entries and the snapshot, the shape triggers were stored in before."""
+        return {"partitions": [{"topic": t, "partition": p, "replicas": list(r)}
+                               for (t, p), r in sorted(self.targets.items())],
+                "before": self.before.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WaitSpec:
+        return cls({(str(e["topic"]), int(e["partition"])): tuple(int(b) for b in e["replicas"])
+                    for e in data["partitions"]}, Cluster.from_dict(data["before"]))
+
+
+@dataclass(frozen=True)
+class Polled:
+    """One progress poll of a :class:`WaitSpec`'s moves: the engine's :class:`~kafkaops.reassign.engine.Progress`
+    and the partitions still moving (``topic-partition``; empty once done)."""
+
+    progress: Progress
+    in_flight: tuple[str, ...] = ()
+
+    @property
+    def done(self) -> bool:
+        return self.progress.done
+
+    @property
+    def text(self) -> str:
+        return str(self.progress)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The progress flat, with its percent, ETA and line (what the trigger's event carried before)."""
+        prog = self.progress
+        return {"done": prog.done, "text": str(prog), "partitions_done": prog.partitions_done,
+                "partitions_total": prog.partitions_total, "partitions_in_flight": prog.partitions_in_flight,
+                "bytes_done": prog.bytes_done, "bytes_total": prog.bytes_total, "elapsed_s": prog.elapsed_s,
+                "percent": round(prog.percent, 1), "eta_s": prog.eta_s, "in_flight": list(self.in_flight)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Polled:
+        in_flight = tuple(str(k) for k in data.get("in_flight") or ())
+        progress = Progress(int(data["partitions_done"]), int(data["partitions_total"]),
+                            int(data.get("partitions_in_flight", len(in_flight))), int(data["bytes_done"]),
+                            int(data["bytes_total"]), data.get("elapsed_s"))
+        return cls(progress, in_flight)
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """What the progress trigger fires: ``done``, or ``stalled`` when nothing progressed for
+    ``stalled_for_s`` (with the last poll, None when the cluster never answered)."""
+
+    status: str
+    polled: Polled | None = None
+    stalled_for_s: float | None = None
+
+    @property
+    def stalled(self) -> bool:
+        return self.status == "stalled"
+
+    def describe(self) -> str:
+        return self.polled.text if self.polled is not None else "no answer from the cluster"
+
+    def to_dict(self) -> dict[str, Any]:
+        found = {"stalled_for_s": self.stalled_for_s} if self.stalled_for_s is not None else {}
+        polled = self.polled.to_dict() if self.polled is not None else {"in_flight": [], "text": self.describe()}
+        return {"status": self.status, **found, **polled}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProgressEvent:
+        polled = Polled.from_dict(data) if "partitions_done" in data else None
+        stalled = data.get("stalled_for_s")
+        return cls(str(data["status"]), polled, None if stalled is None else float(stalled))
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from kafkaops.platform import params as form
 from kafkaops.platform.lifecycle import OperationContext
 from kafkaops.platform import provision
 from kafkaops.reassign import records, verify
+from kafkaops.reassign.records import BatchStep, NewBroker, Polled, Provisioned, WaitSpec
 from kafkaops.errors import ConfigError, KafkaOpsError, ProvisionError
 from kafkaops.model import Broker, Cluster, TopicPartition
 from kafkaops.reassign.planner import plan_drain, plan_rebalance, plan_scale_out
@@ -178,10 +179,12 @@ class OperationParams:
 
 # -- provisioning ---------------------------------------------------------------------------------------
 
-def provision_brokers(ctx: OperationContext, ssh: provision.SshLogin | None = None) -> dict[str, Any]:
-    """Start the new brokers with the kafka_broker role. ``inventory`` is either a kafkaops
-    cluster spec (JSON, local clusters: new nodes get free loopback ports) or an Ansible
-    inventory (YAML, real hosts: the new hosts must be in it; they are the play's limit).
+def provision_brokers(ctx: OperationContext, ssh: provision.SshLogin | None = None,
+                      planned: Sequence[NewBroker] = ()) -> Provisioned:
+    """Start the new brokers with the kafka_broker role: ``planned``, the approved plan's (its ids and
+    racks), else those the params name. ``inventory`` is either a kafkaops cluster spec (JSON, local
+    clusters: new nodes get free loopback ports) or an Ansible inventory (YAML, real hosts: the new
+    hosts must be in it; they are the play's limit).
 
     Resume-safe: a retry provisions the brokers an earlier try of this attempt chose (the role
     converges them again), never more. ``ssh``: the login of the run's SSH connection (the
@@ -197,6 +200,8 @@ def provision_brokers(ctx: OperationContext, ssh: provision.SshLogin | None = No
         chosen = _chosen_brokers(ctx)
         if chosen and set(chosen) <= {n.node_id for n in spec.nodes}:  # that try saved them into the spec
             grown, added = spec, tuple(spec.node(i) for i in chosen)
+        elif planned:
+            grown, added = _add_planned(spec, planned, path)
         else:
             grown, added = spec.with_new_brokers(p.add_brokers, node_ids=chosen or p.new_broker_ids,
                                                  racks=p.new_broker_racks)
@@ -211,7 +216,7 @@ def provision_brokers(ctx: OperationContext, ssh: provision.SshLogin | None = No
             _stop_half_provisioned(ctx, grown, hosts, err)
             raise
         grown.save(path)  # the cluster now has these nodes: the spec says so for the next run
-        new = [{"id": n.node_id, "rack": n.rack or None, "host": n.host, "port": n.port} for n in added]
+        new = [NewBroker(n.node_id, n.rack or None, host=n.host, port=n.port) for n in added]
     else:
         if not p.new_broker_ids:
             raise ConfigError("with an Ansible inventory, name the new brokers in new_broker_ids; their hosts "
@@ -223,11 +228,26 @@ def provision_brokers(ctx: OperationContext, ssh: provision.SshLogin | None = No
         ctx.fence("provision brokers")
         provision.run_playbook("cluster_up.yml", path, limit=",".join(hosts), ssh=ssh,
                                extravars=provision.check_client_vars(ctx.conn_config))
-        new = [{"id": i, "rack": (p.new_broker_racks[k] if k < len(p.new_broker_racks) else None), "hostname": hosts[k]}
-               for k, i in enumerate(p.new_broker_ids)]
-    where = ", ".join(f"{b['id']} on {b.get('hostname') or b['host']}" for b in new)
+        new = [NewBroker(i, (p.new_broker_racks[k] or None) if k < len(p.new_broker_racks) else None,
+                         hostname=hosts[k]) for k, i in enumerate(p.new_broker_ids)]
+    where = ", ".join(f"{b.id} on {b.where}" for b in new)
     ctx.audit.append("note", text=f"broker(s) {where} provisioned")
-    return {"new_brokers": new}
+    return Provisioned(tuple(new))
+
+
+def _add_planned(spec: provision.ClusterSpec, planned: Sequence[NewBroker], path: Path
+                 ) -> tuple[provision.ClusterSpec, tuple[provision.NodeSpec, ...]]:
+    """``spec`` plus the planned brokers, each with its planned id and rack (the plan was made on them)."""
+    taken = sorted({b.id for b in planned} & {n.node_id for n in spec.nodes})
+    if taken:
+        raise ConfigError(f"the plan adds broker(s) {taken}, but {path} already has node(s) with those ids (stopped "
+                          "ones are not in the cluster's metadata, so the plan did not see them); nothing was "
+                          "provisioned: trigger again with new_broker_ids naming free ids")
+    grown, added = spec, list[provision.NodeSpec]()
+    for broker in planned:
+        grown, one = grown.with_new_brokers(node_ids=[broker.id], racks=[broker.rack or ""])
+        added += one
+    return grown, tuple(added)
 
 
 def _stop_half_provisioned(ctx: OperationContext, spec: provision.ClusterSpec, hosts: list[str],
@@ -259,11 +279,11 @@ def registered_brokers(conn_config: Mapping[str, str]) -> list[int]:
         return sorted(b.id for b in metadata.describe_cluster(conn)[2])
 
 
-def wait_until_registered(ctx: OperationContext, new_brokers: Sequence[Mapping[str, Any]], *,
+def wait_until_registered(ctx: OperationContext, new_brokers: Sequence[NewBroker], *,
                           timeout_s: float = 300.0, poll_s: float = 1.0) -> list[int]:
     """Poll until the controller has registered ``new_brokers``; the registered ids. The role waits
     for the registration too, so the first look mostly finds them."""
-    ids = sorted(int(b["id"]) for b in new_brokers)
+    ids = sorted(b.id for b in new_brokers)
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -282,9 +302,11 @@ def wait_until_registered(ctx: OperationContext, new_brokers: Sequence[Mapping[s
 
 # -- planning ---------------------------------------------------------------------------------------------
 
-def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Sequence[Mapping[str, Any]] = ()
+def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Sequence[NewBroker] = ()
               ) -> dict[str, Any]:
-    """Plan on the snapshot (plus, for a scale-out, the new brokers), record it, return it."""
+    """Plan on the snapshot (plus, for a scale-out, the new brokers: ``new_brokers``, else those it will
+    add, :func:`planned_brokers`), record it, return it. A scale-out's plan carries its new brokers
+    (``new_brokers``): the provision after the approval starts exactly those."""
     p = ctx.params
     cluster = Cluster.from_dict(before)
     topics = p.topics or None
@@ -293,12 +315,8 @@ def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Seq
             cluster.partitions_of(topic)  # an unknown topic is refused here, naming it
         cluster = replace(cluster, partitions=tuple(x for x in cluster.partitions if x.topic in topics), _index=None)
     if p.kind == "scale_out":
-        if not new_brokers:  # a dry run plans onto the brokers it would add
-            start = max(cluster.broker_ids) + 1
-            ids = p.new_broker_ids or tuple(range(start, start + p.add_brokers))
-            racks = p.new_broker_racks or cluster.racks or ("",)
-            new_brokers = [{"id": i, "rack": racks[k % len(racks)] or None} for k, i in enumerate(ids)]
-        plan = plan_scale_out(cluster, [Broker(id=b["id"], rack=b.get("rack")) for b in new_brokers], topics=topics,
+        new_brokers = tuple(new_brokers) or planned_brokers(cluster, p)
+        plan = plan_scale_out(cluster, [Broker(id=b.id, rack=b.rack) for b in new_brokers], topics=topics,
                               exclude=p.exclude_brokers)
     elif p.kind == "drain":
         plan = plan_drain(cluster, p.drain_brokers, exclude=p.exclude_brokers)
@@ -309,9 +327,26 @@ def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Seq
             "table": list(plan.table()), "summary": plan.summary(), "moves": len(plan.moves),
             "replica_moves": plan.replica_moves, "bytes_to_move": plan.bytes_to_move, "eta_s": flows.eta_s,
             "approval": approval.approval_markdown(plan, p)}
+    if p.kind == "scale_out":
+        data["new_brokers"] = Provisioned(tuple(new_brokers)).to_dict()["new_brokers"]
     ctx.audit.append("plan", **data)
     log.info("plan: %s; ETA %s at %g MB/s", plan.summary(), engine.clock(flows.eta_s), p.throttle_mb_per_s)
     return data
+
+
+def planned_brokers(cluster: Cluster, p: OperationParams) -> tuple[NewBroker, ...]:
+    """The brokers a scale-out will add (pure): ``new_broker_ids``, else ``add_brokers`` ids after the highest;
+    racks from ``new_broker_racks``, else (a kafkaops cluster spec, which the provision follows) the cluster's
+    racks in turn, else none (an Ansible inventory's hosts have the racks the inventory gives them)."""
+    start = max(cluster.broker_ids, default=0) + 1
+    ids = p.new_broker_ids or tuple(range(start, start + p.add_brokers))
+    if p.new_broker_racks:
+        racks: Sequence[str] = p.new_broker_racks
+    elif Path(p.inventory or "x.json").suffix == ".json":
+        racks = cluster.racks or ("",)
+    else:
+        racks = ("",)
+    return tuple(NewBroker(i, racks[k % len(racks)] or None) for k, i in enumerate(ids))
 
 
 def plan_gate(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str, Any]:
@@ -397,7 +432,7 @@ def remove_throttles(ctx: OperationContext, record: Mapping[str, Any] | None, pl
     return {"brokers": list(removal.brokers), "topics": list(removal.topics)}
 
 
-def next_batch(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str, Any]:
+def next_batch(ctx: OperationContext, plan_data: Mapping[str, Any]) -> BatchStep:
     """Resume-safe batching over the engine: wait for the plan's moves in flight, else observe and
     submit :func:`engine.next_batch`. Returns what to wait for."""
     desired = desired_of(plan_data)
@@ -418,37 +453,32 @@ def next_batch(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str,
                 engine.submit(conn, batch)
     if waiting:
         ctx.audit.append("note", text=f"{len(waiting)} move(s) already in flight: waiting, not resubmitting")
-        return {"wait_for": [list(k) for k in waiting], "submitted": [], "remaining_batches": None}
+        return BatchStep(wait_for=tuple(waiting), remaining_batches=None)
     if batch is None:
-        return {"wait_for": [], "submitted": [], "remaining_batches": 0}
-    keys = [list(k) for k in batch.keys]
-    ctx.audit.append("batch", **records.BatchSubmitted(batch.index, len(keys), batch.bytes,
-                                                       tuple((str(t), int(p)) for t, p in batch.keys),
+        return BatchStep()
+    keys = tuple((str(t), int(p)) for t, p in batch.keys)
+    ctx.audit.append("batch", **records.BatchSubmitted(batch.index, len(keys), batch.bytes, keys,
                                                        batch.of - batch.index).to_dict())
-    return {"wait_for": keys, "submitted": keys, "remaining_batches": batch.of - batch.index}
+    return BatchStep(wait_for=keys, submitted=keys, remaining_batches=batch.of - batch.index)
 
 
-def wait_spec(plan_data: Mapping[str, Any], keys: Iterable[Sequence[Any]], before: Mapping[str, Any]
-              ) -> dict[str, Any]:
-    """The small, JSON-safe part of the plan and snapshot a progress trigger needs for ``keys``."""
-    wanted = {(k[0], int(k[1])) for k in keys}
-    return {"partitions": [e for e in plan_data["kafka_json"]["partitions"]
-                           if (e["topic"], int(e["partition"])) in wanted],
-            "before": {"brokers": before["brokers"],
-                       "partitions": [p for p in before["partitions"] if (p["topic"], p["partition"]) in wanted]}}
+def wait_spec(plan_data: Mapping[str, Any], keys: Iterable[Sequence[Any]], before: Mapping[str, Any]) -> WaitSpec:
+    """What a progress trigger needs to follow the moves of ``keys``: their targets in the plan and the
+    snapshot ``before``, cut to those partitions."""
+    wanted = {(str(k[0]), int(k[1])) for k in keys}
+    cluster = Cluster.from_dict(before)
+    cut = replace(cluster, partitions=tuple(p for p in cluster.partitions if p.topic_partition in wanted), groups=(),
+                  _index=None)
+    return WaitSpec({k: r for k, r in desired_of(plan_data).items() if k in wanted}, cut)
 
 
-def progress_of(conn_config: Mapping[str, str], spec: Mapping[str, Any], started_at: float) -> dict[str, Any]:
-    """Progress of the partitions of a :func:`wait_spec` (for the polling trigger), JSON-safe."""
-    desired = {(e["topic"], int(e["partition"])): tuple(e["replicas"]) for e in spec["partitions"]}
-    moves = engine.moves_for(Cluster.from_dict(spec["before"]), desired)
+def progress_of(conn_config: Mapping[str, str], spec: WaitSpec, started_at: float) -> Polled:
+    """One progress poll of the moves of ``spec`` (the polling trigger's, and the demo's)."""
+    moves = engine.moves_for(spec.before, spec.targets)
     with connection.connect(conn_config, timeout_s=10.0) as conn:
         prog = engine.progress(conn, moves, elapsed_s=max(time.time() - started_at, 0.0))
-        in_flight = reassignments.list_partition_reassignments(conn, list(desired)) if not prog.done else {}
-    return {"done": prog.done, "text": str(prog), "partitions_done": prog.partitions_done,
-            "partitions_total": prog.partitions_total, "bytes_done": prog.bytes_done, "bytes_total": prog.bytes_total,
-            "percent": round(prog.percent, 1), "eta_s": prog.eta_s,
-            "in_flight": [f"{t}-{p}" for t, p in sorted(in_flight)]}
+        in_flight = reassignments.list_partition_reassignments(conn, list(spec.targets)) if not prog.done else {}
+    return Polled(prog, tuple(f"{t}-{p}" for t, p in sorted(in_flight)))
 
 
 def verify_moves(ctx: OperationContext, plan_data: Mapping[str, Any], before: Mapping[str, Any]) -> dict[str, Any]:
@@ -461,13 +491,19 @@ def verify_moves(ctx: OperationContext, plan_data: Mapping[str, Any], before: Ma
 
 
 def elect_leaders(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str, Any]:
+    """Move leadership to each moved partition's first replica. The record says how many were asked and how
+    many changed leader (one already led by its first replica needs no election)."""
     keys = sorted(desired_of(plan_data))
+    changed: tuple[TopicPartition, ...] = ()
     with ctx.connect() as conn:
         if keys:
             ctx.fence("elect preferred leaders")
-            reassignments.elect_preferred_leaders(conn, keys)
-    ctx.audit.append("note", text=f"preferred leaders elected on {len(keys)} partition(s)")
-    return {"partitions": len(keys)}
+            changed = reassignments.elect_preferred_leaders(conn, keys)
+    kept = len(keys) - len(changed)
+    ctx.audit.append("note", text=f"preferred leader election on {len(keys):,} moved partition(s): {len(changed):,} "
+                                  "changed leader" + (f", {kept:,} already led by their first replica" if kept else ""),
+                     leaders_asked=len(keys), leaders_changed=len(changed))
+    return {"partitions": len(keys), "changed": len(changed)}
 
 
 def post_move_gate(ctx: OperationContext, plan_data: Mapping[str, Any], before: Mapping[str, Any]

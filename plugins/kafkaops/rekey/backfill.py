@@ -43,6 +43,7 @@ from typing import Any
 
 from kafkaops.errors import KafkaOpsError
 from kafkaops.platform.keyrules import KeyRule, KeyRuleError, rule_of
+from kafkaops.platform import own
 from kafkaops.platform.partitioner import partition_for
 
 __all__ = [
@@ -127,7 +128,7 @@ class BackfillPlan:
         # duplicates kept: a pass that found a partition empty starts where the next one does, and both count
         object.__setattr__(self, "pass_starts", tuple(sorted((int(p), int(o)) for p, o in self.pass_starts)))
         if not self.dead_letter_topic:
-            object.__setattr__(self, "dead_letter_topic", f"{self.target_topic}.dlq")
+            object.__setattr__(self, "dead_letter_topic", own.dead_letter_topic(self.target_topic))
         problems = []
         for name, topic in (("source_topic", self.source_topic), ("target_topic", self.target_topic),
                             ("dead_letter_topic", self.dead_letter_topic)):
@@ -491,7 +492,7 @@ DIRECT, MERGED = "direct", "merged"
 
 #: The start of every backfill's marker group (:func:`backfill_id`): the copy's own bookkeeping, not a
 #: consumer of the source, so a cut-over translates no such group.
-MARKER_GROUP_PREFIX = "kafkaops-backfill-"
+MARKER_GROUP_PREFIX = own.MARKER_GROUP_PREFIX
 
 
 def backfill_id(plan: BackfillPlan) -> str:

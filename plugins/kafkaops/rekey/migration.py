@@ -32,7 +32,7 @@ from enum import StrEnum
 from typing import Any
 
 from kafkaops.errors import KafkaOpsError
-from kafkaops.platform import lifecycle, state
+from kafkaops.platform import lifecycle, render, state
 from kafkaops.platform import params as form
 from kafkaops.platform.kafka import acls, metadata, records, topics
 from kafkaops.rekey import backfill
@@ -253,7 +253,11 @@ def quiesce(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePol
     if policy.quiesce == Quiesce.ACL:
         with ctx.connect() as conn:
             ctx.fence(f"deny writes to {topic}")
-            acls.deny_writes(conn, topic, policy.principals)
+            try:
+                acls.deny_writes(conn, topic, policy.principals)
+            except KafkaOpsError:  # some may exist though the request failed: the record could not say which
+                _undo_denials(conn, topic, policy.principals)
+                raise
         state.append_note(ctx.audit, ActionNote(
             f"writes to {topic} denied to {', '.join(policy.principals)} (ACL DENY Write); the write window begins",
             Action.WRITES_DENIED, topic=topic, acl=policy.principals))
@@ -269,7 +273,7 @@ def quiesce(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePol
             break
         if clock() - began > policy.quiesce_timeout_s:
             raise MigrationAbandoned(
-                f"{topic}'s end offsets still moved after {policy.quiesce_timeout_s:.0f} s (now {ends}): producers "
+                f"{topic}'s end offsets still moved after {policy.quiesce_timeout_s:.0f} s (now {render.offsets(ends)}): producers "
                 f"did not stop. The migration is abandoned: {topic} stays authoritative and nothing was switched; "
                 "stop the producers and trigger the migration again")
         sleep(min(1.0, policy.quiet_s / 4))
@@ -293,9 +297,19 @@ def final_pass(ctx: lifecycle.OperationContext, caught: CatchUp, quiesced: Quies
     row = PassRow(number, result.written, plan.records, result.mode, result.run.seconds if result.run else None)
     state.append_note(ctx.audit, FinalPassNote(
         f"final pass {number}: {row.written:,} record(s) copied up to the quiesced end offsets; the copy holds every "
-        f"record of {plan.source_topic} from {dict((p, plan.origin(p)) for p, _, _ in plan.source_offsets)} to "
-        f"{dict(quiesced.ends)}", row))
+        f"record of {plan.source_topic} from {render.offsets({p: plan.origin(p) for p, _, _ in plan.source_offsets})} "
+        f"to {render.offsets(quiesced.ends)}", row))
     return PassResult(result.run, result.integrity, target_ends)
+
+
+def _undo_denials(conn: Any, topic: str, principals: Sequence[str]) -> None:
+    """Remove what a failed :func:`acls.deny_writes` may have created; a failure here is logged, the
+    deny's own error is the one raised."""
+    try:
+        acls.allow_writes(conn, topic, principals)
+    except KafkaOpsError as err:
+        log.error("denying writes to %s failed, and removing any DENY Write ACL it created failed too (%s): check "
+                  "with kafka-acls --list --topic %s", topic, err, topic)
 
 
 def cutover_summary(policy: LivePolicy, topic: str) -> str:
@@ -347,18 +361,27 @@ def acl_removal_command(topic: str, principals: Sequence[str]) -> str:
             f"{' --deny-principal '.join(principals)}")
 
 
-def release_left_writes(ctx: lifecycle.OperationContext, notes: Sequence[Mapping[str, Any]]) -> str | None:
-    """The finish teardown's safety net: when this run's record says a quiesce denied writes and no
-    step allowed them again after (the confirm or the rollback did not run to its end: a killed
-    worker, a timeout), remove the DENY Write ACLs now, since nothing else would. Returns what was
-    said in the record, or None when there was nothing to do. A failed removal is said with the
-    kafka-acls command and does not raise: the teardown must still conclude the run."""
+def denied_writes(notes: Sequence[Mapping[str, Any]]) -> ActionNote | None:
+    """The last DENY Write a quiesce recorded in ``notes`` that no later note says was removed, or None
+    (pure): what a rollback or the finish has to remove."""
     actions = state.read_notes(notes, ActionNote)
     denied = [n for n in actions if n.action is Action.WRITES_DENIED and n.topic]
     if not denied:
         return None
     last = denied[-1]
     if any(n.action is Action.WRITES_ALLOWED and (n.ts or 0) >= (last.ts or 0) for n in actions):
+        return None
+    return last
+
+
+def release_left_writes(ctx: lifecycle.OperationContext, notes: Sequence[Mapping[str, Any]]) -> str | None:
+    """The finish teardown's safety net: when this run's record says a quiesce denied writes and no
+    step allowed them again after (the confirm or the rollback did not run to its end: a killed
+    worker, a timeout), remove the DENY Write ACLs now, since nothing else would. Returns what was
+    said in the record, or None when there was nothing to do. A failed removal is said with the
+    kafka-acls command and does not raise: the teardown must still conclude the run."""
+    last = denied_writes(notes)
+    if last is None:
         return None
     topic, principals = str(last.topic), last.acl
     try:
@@ -477,10 +500,11 @@ def abandon(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePol
     committed there). The source stays authoritative. A target that holds writes past the copy
     (``copied_ends``: someone switched producers before refusing the switch) is never deleted."""
     released, acl_error = False, None
-    try:
-        released = release_writes(ctx, plan.source_topic, policy)
-    except KafkaOpsError as err:  # said in the record, and the step fails after it
-        acl_error = err
+    if denied_writes(ctx.audit.summary()["notes"]) is not None:  # only what a quiesce created is removed
+        try:
+            released = release_writes(ctx, plan.source_topic, policy)
+        except KafkaOpsError as err:  # said in the record, and the step fails after it
+            acl_error = err
     new_writes = 0
     if copied_ends is not None:
         ends = source_ends(ctx, plan.target_topic)

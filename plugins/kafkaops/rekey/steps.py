@@ -28,11 +28,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from kafkaops.platform.kafka import configs, metadata, offsets, records, topics
+from kafkaops.platform.kafka import acls, configs, metadata, offsets, records, topics
 from kafkaops.platform import keyrules
 from kafkaops.rekey import backfill
 from kafkaops.rekey import migration
-from kafkaops.platform import lifecycle, recommendations, state
+from kafkaops.platform import lifecycle, recommendations, render, state
 from kafkaops.platform import params as form
 from kafkaops.platform import spark
 from kafkaops.rekey.backfill import BackfillPlan
@@ -55,9 +55,11 @@ class Mode(StrEnum):
 # The partition increase's params, in the form's order (the live cut-over's are migration's); each one's
 # default is here only.
 TOPIC = form.Text(name="topic", required=True, title="Topic", description="The topic whose partition count grows.")
-NEW_PARTITION_COUNT = form.Integer(
-    name="new_partition_count", given=6, minimum=1, title="New partition count",
-    description="The topic's total partition count afterwards (larger than now).")
+NEW_PARTITION_COUNT = form.MaybeInteger(
+    name="new_partition_count", minimum=1, title="New partition count",
+    description="The topic's total partition count afterwards (larger than now). Empty: the count the newest "
+                "capacity review of this cluster recommends for the topic when it is larger, else twice the "
+                "current count.")
 MODE = form.Choice(name="mode", given=Mode.MIGRATE, title="Mode",
                    description="in_place: add partitions to the topic (keys move: per-key order breaks). migrate: "
                                "rekey into a new topic with the new count, order kept, then cut consumers over.")
@@ -96,7 +98,7 @@ class PartitionParams:
     """What the operator asked for; validated before anything changes."""
 
     topic: str
-    new_partition_count: int
+    new_partition_count: int | None  # None: derived from the topic (new_partition_count_for)
     mode: Mode = MODE.default
     key_rule: str = KEY_RULE.default
     target_topic: str = TARGET_TOPIC.default
@@ -140,9 +142,7 @@ class PartitionParams:
     def from_params(cls, params: Mapping[str, Any]) -> PartitionParams:
         """The params of a run, however sent: an empty field is its default (kafkaops.platform.params)."""
         read = form.Reading(params)
-        result = cls(topic=read(TOPIC), new_partition_count=read(NEW_PARTITION_COUNT) if not form.is_empty(
-                         params.get(NEW_PARTITION_COUNT.name)) else 0,  # the run must say it: no default
-                     mode=read(MODE), key_rule=read(KEY_RULE), target_topic=read(TARGET_TOPIC),
+        result = cls(topic=read(TOPIC), new_partition_count=read(NEW_PARTITION_COUNT), mode=read(MODE), key_rule=read(KEY_RULE), target_topic=read(TARGET_TOPIC),
                      accept_ordering_break=read(ACCEPT_ORDERING_BREAK), sample_records=read(SAMPLE_RECORDS),
                      cutover_group_suffix=read(CUTOVER_GROUP_SUFFIX), approval=read(form.APPROVAL),
                      dry_run=read(DRY_RUN), quiesce=read(migration.QUIESCE),
@@ -159,8 +159,9 @@ class PartitionParams:
         problems = list(refused)
         if not self.topic:
             problems.append("topic is empty; name the topic to grow")
-        if self.new_partition_count < 1:
-            problems.append(f"new_partition_count is {self.new_partition_count}; give the new total count")
+        if self.new_partition_count is not None and self.new_partition_count < 1:
+            problems.append(f"new_partition_count is {self.new_partition_count}; give the new total count, or leave "
+                            "it empty for the capacity review's count (else twice the current count)")
         if self.sample_records < 1:
             problems.append(f"sample_records is {self.sample_records}; give at least 1")
         if self.target_topic and self.target_topic == self.topic:
@@ -378,29 +379,50 @@ def context(conn_config: Mapping[str, str], params: Mapping[str, Any], **fields:
                                       **fields)  # type: ignore[arg-type]
 
 
+def preflight(ctx: lifecycle.OperationContext) -> dict[str, Any]:
+    """The cluster before (:func:`kafkaops.platform.lifecycle.preflight`), then what this run's settings
+    need of the cluster, checked before anything changes: for ``quiesce=acl`` an authorizer and the right
+    to create and delete ACLs. A setting that cannot work is a :class:`ConfigError` naming the fix."""
+    before = lifecycle.preflight(ctx)
+    p: PartitionParams = ctx.params  # type: ignore[assignment]
+    if p.mode == Mode.MIGRATE and p.policy.quiesce == migration.Quiesce.ACL:
+        with ctx.connect() as conn:
+            problem = acls.acl_problem(conn)
+        if problem is not None:
+            raise ConfigError(f"quiesce=acl cannot stop the producers of {p.topic}: {problem}. Nothing was changed; "
+                              "trigger again with quiesce=manual (the run asks you to stop the producers), or give "
+                              "the cluster an authorizer and the connection Alter on the Cluster")
+        ctx.audit.append("note", text=f"quiesce=acl: the cluster has an authorizer and the connection may create and "
+                                      f"delete ACLs; {', '.join(p.policy.principals)} will be denied writes to "
+                                      f"{p.topic} at the quiesce")
+    return before
+
+
 def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dict[str, Any]:
     """Plan on the snapshot; an in-place growth of a keyed topic is refused here unless accepted."""
     p: PartitionParams = ctx.params  # type: ignore[assignment]
     cluster = Cluster.from_dict(before)
     parts = cluster.partitions_of(p.topic)
     current = len(parts)
-    if p.new_partition_count <= current:
-        raise ConfigError(f"topic {p.topic} has {current} partitions; new_partition_count {p.new_partition_count} "
-                          "must be larger")
+    count, why = new_partition_count_for(ctx.store, cluster.cluster_id, p.topic, current, p.new_partition_count)
+    if count <= current:
+        raise ConfigError(f"topic {p.topic} has {current} partitions; new_partition_count {count} must be larger")
+    if why:
+        ctx.audit.append("note", text=f"new_partition_count {count}: {why}")
     ranges = {x.partition: (x.start_offset or 0, x.end_offset or 0) for x in parts}
     rf = max(x.replication_factor for x in parts)
     per_partition = max(1, -(-p.sample_records // current))
     sampled = records.sample(ctx.conn_config, p.topic, ranges, per_partition)
     if p.mode == Mode.IN_PLACE:
-        change = key_change((r.key for r in sampled), current, p.new_partition_count)
+        change = key_change((r.key for r in sampled), current, count)
         if change.keyed and not p.accept_ordering_break:
             text = (f"refusing to grow keyed topic {p.topic} in place: {change.summary()}, so their records would "
                     "sit in two partitions and per-key order breaks for consumers. Use mode=migrate (rekey "
                     "into a new topic), or set accept_ordering_break=true if consumers do not rely on key order")
             state.append_note(ctx.audit, RefusedNote(text, change.__dict__))
             raise OrderingBreakRefused(text)
-        plan = PartitionPlan(Mode.IN_PLACE, p.topic, current, p.new_partition_count, rf,
-                             assignment=place_new_partitions(cluster, p.topic, p.new_partition_count),
+        plan = PartitionPlan(Mode.IN_PLACE, p.topic, current, count, rf,
+                             assignment=place_new_partitions(cluster, p.topic, count),
                              key_change={**change.__dict__, "summary": change.summary()})
     else:
         with ctx.connect() as conn:
@@ -408,21 +430,37 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
             topic_configs = configs.describe_configs(conn, "topic", [p.topic])[p.topic]
         target = p.target_topic or backfill.next_target_topic(p.topic, names)
         bf = BackfillPlan(p.topic, tuple((k, s, e) for k, (s, e) in sorted(ranges.items())), target,
-                          p.new_partition_count, p.key_rule)
+                          count, p.key_rule)
         dead = sum(1 for r in sampled if keyrules.extract_key(r.key, r.value, bf.rule) is None)
-        plan = PartitionPlan(Mode.MIGRATE, p.topic, current, p.new_partition_count, rf, backfill=bf.to_dict(),
+        plan = PartitionPlan(Mode.MIGRATE, p.topic, current, count, rf, backfill=bf.to_dict(),
                              key_change={"sampled_records": len(sampled), "dead_letters_in_sample": dead},
                              target_configs=topic_configs)
     data: dict[str, Any] = {"plan": plan.to_dict(), "summary": plan.summary()}
     if plan.mode == Mode.MIGRATE:
         data["summary"] += f". {migration.cutover_summary(p.policy, p.topic)}"
-    advice = capacity_advice(ctx.store, cluster.cluster_id, p.topic, p.new_partition_count)
+    advice = capacity_advice(ctx.store, cluster.cluster_id, p.topic, count)
     if advice is not None:  # shown at the approval; a count other than the review's is allowed
         data["capacity_advice"] = advice.to_dict()
         data["summary"] += f". {advice.text}"
+    data["approval"] = approval_markdown(plan, p, advice)  # in the record too: its page shows what was asked
     ctx.audit.append("plan", **data)
     log.info("plan: %s", data["summary"])
-    return {**data, "approval": approval_markdown(plan, p, advice)}  # the body, derived: not in the record
+    return data
+
+
+def new_partition_count_for(store: Any, cluster_id: str | None, topic: str, current: int, asked: int | None
+                            ) -> tuple[int, str]:
+    """The count to grow ``topic`` to and why (empty when the operator gave it): ``asked``, else the
+    newest capacity review's recommendation for the topic when it is larger than ``current``, else
+    twice ``current``."""
+    if asked is not None:
+        return asked, ""
+    found = recommendations.latest_partition_recommendation(cluster_id, topic, store=store)
+    if found is not None and found.partitions > current:
+        return found.partitions, (f"the count the capacity review of {render.utc_time(found.at)} recommends for {topic} "
+                                  "(the param was empty)")
+    return 2 * current, (f"twice the current {current} (the param was empty and no capacity review recommends a "
+                         f"larger count for {topic})")
 
 
 def capacity_advice(store: Any, cluster_id: str | None, topic: str, chosen: int) -> CapacityAdvice | None:

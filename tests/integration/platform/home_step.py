@@ -16,6 +16,7 @@ from typing import Any
 
 from kafkaops.platform import lifecycle
 from kafkaops.reassign import steps
+from kafkaops.reassign.records import Provisioned
 
 
 def _execute(ctx: lifecycle.OperationContext, plan: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
@@ -23,13 +24,13 @@ def _execute(ctx: lifecycle.OperationContext, plan: dict[str, Any], before: dict
     started = time.time()
     while True:
         step = steps.next_batch(ctx, plan)
-        if not step["wait_for"]:
+        if not step.wait_for:
             return {"done": True}
-        spec = steps.wait_spec(plan, step["wait_for"], before)
+        spec = steps.wait_spec(plan, step.wait_for, before)
         deadline = time.monotonic() + 120
-        while not steps.progress_of(ctx.conn_config, spec, started)["done"]:
+        while not steps.progress_of(ctx.conn_config, spec, started).done:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"batch {step['wait_for']} did not finish within 120 s")
+                raise TimeoutError(f"batch {step.wait_for} did not finish within 120 s")
             time.sleep(0.5)
 
 
@@ -48,9 +49,9 @@ def main(name: str, data: dict[str, Any]) -> Any:
         if name == "preflight_gate":
             result = lifecycle.preflight(ctx)
         elif name == "provision":
-            result = steps.provision_brokers(ctx)
+            result = steps.provision_brokers(ctx, planned=Provisioned.from_dict(args["plan"]).new_brokers).to_dict()
         elif name == "plan":
-            result = steps.make_plan(ctx, args["before"], args.get("new_brokers", ()))
+            result = steps.make_plan(ctx, args["before"])
         elif name == "plan_gate":
             result = steps.plan_gate(ctx, args["plan"])
         elif name == "set_throttles":

@@ -84,10 +84,11 @@ def test_a_scale_out_across_homes_is_recorded_whole_and_excludes_a_second_run(sp
     assert st.operation(DAG, second.run_id)["outcome"] == "refused"
 
     before = first.step("preflight_gate")
-    provisioned = first.step("provision")
-    plan = first.step("plan", before=before, new_brokers=provisioned["new_brokers"])
+    plan = first.step("plan", before=before)  # onto the broker the approved plan provisions
     assert plan["moves"] > 0
     first.step("plan_gate", plan=plan)
+    provisioned = first.step("provision", plan=plan)
+    assert [b["id"] for b in provisioned["new_brokers"]] == [b["id"] for b in plan["new_brokers"]]
     throttles = first.step("set_throttles", plan=plan)
     first.step("execute_batches", plan=plan, before=before)
     first.step("verify", plan=plan, before=before)
@@ -99,7 +100,7 @@ def test_a_scale_out_across_homes_is_recorded_whole_and_excludes_a_second_run(sp
 
     record = store_record(st, first.run_id)
     assert record["triggered_by"] == "alice" and record["params"]["add_brokers"] == 1
-    assert [s["name"] for s in record["steps"]] == ["preflight_gate", "provision", "plan", "plan_gate",
+    assert [s["name"] for s in record["steps"]] == ["preflight_gate", "plan", "plan_gate", "provision",
                                                    "set_throttles", "execute_batches", "verify",
                                                    "remove_throttles", "elect_leaders", "post_move_gate"]
     assert all(s["status"] == "success" for s in record["steps"]), record["steps"]

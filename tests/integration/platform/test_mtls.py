@@ -128,7 +128,8 @@ def test_the_trigger_reads_the_connection_by_its_id(tls_nodes: SecuredNodes, mtl
     plan = {"kafka_json": {"version": 1, "partitions": [{"topic": "mtls-moved", "partition": 0,
                                                           "replicas": [target]}]}}
     caplog.set_level(logging.DEBUG)
-    progress = ReassignmentProgressTrigger(CONN_ID, steps.wait_spec(plan, [("mtls-moved", 0)], before), time.time(),
+    progress = ReassignmentProgressTrigger(CONN_ID, steps.wait_spec(plan, [("mtls-moved", 0)], before).to_dict(),
+                                           time.time(),
                                            poll_interval_s=1, stall_timeout_s=60)
 
     async def first_event(trigger: Any) -> Any:

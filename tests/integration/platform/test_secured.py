@@ -106,7 +106,8 @@ def test_an_airflow_connection_feeds_the_cli_and_the_triggers(broker: SecuredClu
     where = before["partitions"][0]["replicas"]  # the trigger waits for a plan already in place
     plan = {"kafka_json": {"version": 1, "partitions": [{"topic": "moved", "partition": 0, "replicas": where}]}}
     caplog.set_level(logging.DEBUG)
-    progress = ReassignmentProgressTrigger("kafka_secure", steps.wait_spec(plan, [("moved", 0)], before), time.time(),
+    progress = ReassignmentProgressTrigger("kafka_secure", steps.wait_spec(plan, [("moved", 0)], before).to_dict(),
+                                           time.time(),
                                            stall_timeout_s=20)
 
     async def first_event(trigger: Any) -> Any:

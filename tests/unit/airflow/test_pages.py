@@ -124,7 +124,7 @@ def test_a_record_that_only_started_still_renders() -> None:
                                                    "params": {"dry_run": True}})])
     text = text_of(render_record(record))
     assert "drain: running" in text and "not ended" in text and "no plan (yet)" in text
-    assert "not answered (yet): a dry run stops before the approval" in text
+    assert "not asked: a dry run stops before the approval" in text
     assert "Batches" not in text and "Throttles" not in text
 
 
@@ -189,7 +189,8 @@ def test_a_confirmed_live_migration_shows_what_the_typed_notes_recorded() -> Non
     text = text_of(render_record(summarize(events_of([
         ("started", {"operation": "partition_increase", "params": {"topic": "orders", "quiesce": "manual"}}),
         *(("note", n.to_dict()) for n in notes), ("outcome", {"outcome": "success"})]))))
-    shown = ["quiesce the operator stopped the producers", "1 backfill 9 direct 3.00 s",
+    shown = ["quiesce the record asked for the producers to stop (quiesce=manual); the source was then observed still",
+             "1 backfill 9 direct 3.00 s",
              "2 catch-up 40 40 direct 4.00 s", "3 final (after the quiesce) 6 direct 2.00 s",
              "billing billing drained 3: 20 0", "switch confirmed by param approval=auto_approve",
              "write-unavailable window 1.5 s (last source record to first target record)"]
@@ -231,7 +232,7 @@ def test_a_capacity_review_links_its_report_first_with_its_findings_and_no_empty
     for absent in ("Approval", "Plan", "Throttles", "Batches", "Gates", "(open)"):
         assert absent not in text
     failed = text_of(render_record(capacity_record(report=False)))
-    assert "no report (yet): the review ended before it wrote one" in failed and "report failed 1" in failed
+    assert "no report: the review ended before it wrote one" in failed and "report failed 1" in failed
     no_steps = capacity_record()
     no_steps["steps"] = []  # the review's tasks record no steps of their own: no empty section
     assert "Steps" not in text_of(render_record(no_steps))
@@ -272,3 +273,25 @@ def test_a_plan_recorded_in_another_shape_falls_back_to_its_summary_and_moves_as
     text = text_of(render_record(record))
     assert record["plan"]["summary"] in text and "orders-1: [2,3,1] -> [2,3,4]" in text
     assert "Load per broker" not in text
+
+
+def test_a_dry_runs_record_shows_the_approval_it_would_ask_rendered_with_html_escaped() -> None:
+    body = ("**Scale-out** of `orders` <script>alert(1)</script>\n\n| broker | replicas |\n|---|---|\n"
+            "| 4 (new) | 0 → 3 |\n")
+    events = [("started", {"operation": "scale_out", "params": {"dry_run": True}}),
+              ("plan", {"summary": "scale-out: 3 moves", "approval": body}), ("outcome", {"outcome": "dry_run"})]
+    page = render_record(summarize(events_of(events)))
+    assert "What the approval would ask (dry run: nothing will be asked)" in page and "<details open>" in page
+    assert "<td>4 (new)</td>" in page and "<strong>Scale-out</strong>" in page  # the Markdown table, as a table
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    text = text_of(page)
+    assert "not asked: a dry run stops before the approval" in text and "(yet)" not in text
+
+
+def test_an_ended_run_says_what_it_never_reached_without_yet() -> None:
+    events = [("started", {"operation": "drain", "params": {"dry_run": False}}),
+              ("step", {"name": "preflight_gate", "status": "failed", "error": "broker 2 is offline"}),
+              ("outcome", {"outcome": "failed"})]
+    text = text_of(render_record(summarize(events_of(events))))
+    assert "no plan: the run ended before it made one" in text
+    assert "not asked: the run ended before the approval" in text and "(yet)" not in text

@@ -258,3 +258,20 @@ def test_disks_with_room_make_no_finding_and_brokers_are_enough() -> None:
     assert r.disk.action == "ok" and "disk_use" not in r.rules_fired()
     assert r.verdict.startswith("Brokers and disks are enough") and "today 3: enough" in r.recommendation("brokers").message
     assert review(cluster(t=1.0, offsets={0: 1}, disk=None)).disk is None  # no disk report, no verdict
+
+
+def test_kafkaops_own_dead_letter_topics_and_groups_are_no_finding_and_no_lag() -> None:
+    """A migration left orders.v2, its empty orders.v2.dlq (1 partition) and a backfill marker group: the
+    review says nothing of the last two, while an operator's payments.dlq (no payments topic) is reviewed."""
+    v2 = tuple(PartitionAssignment("orders.v2", p, (1 + p,), 1 + p, (), 0, n) for p, n in enumerate((900, 50, 50)))
+    extra = (*v2, PartitionAssignment("orders.v2.dlq", 0, (1,), 1, (), 0, 0),
+             PartitionAssignment("payments.dlq", 0, (1,), 1, (), 0, 5))
+    marker = group("kafkaops-backfill-orders.v2-1a2b", 0, {0: (0, 10)}, topic="orders")
+    reader = group("orders.readers", 1, {0: (5, 10)}, topic="orders")
+    result = review(cluster(t=1.0, offsets={0: 10, 1: 10, 2: 10}, extra=extra, groups=(marker, reader)))
+    subjects = {f.subject for f in result.findings}
+    assert "topic payments.dlq" in subjects  # 1 partition over 3 brokers, as for any topic of the operator's
+    assert not {s for s in subjects if "orders.v2.dlq" in s or "kafkaops-" in s}, subjects
+    assert set(result.group_lag) == {"orders.readers"} and {x.group for x in result.lag} == {"orders.readers"}
+    hot = [f for f in result.findings if f.rule == "hot_partition"]
+    assert [f.subject for f in hot] == ["orders.v2-0"] and "(900 vs mean 333.3)" in hot[0].message

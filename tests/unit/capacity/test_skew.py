@@ -64,3 +64,22 @@ def test_field_key_reads_a_candidate_by_the_key_rules() -> None:
 def test_bad_partition_count_is_refused() -> None:
     with pytest.raises(skew.SkewError, match="0 partitions"):
         skew.analyze("t", [], partitions=0)
+
+
+def test_the_sample_is_weighted_by_what_each_partition_stores() -> None:
+    """orders as the review found it: 200,000 records, partition 4 holds 62,720 (stored max/mean 1.88); the
+    sample takes each partition's share, so its load per partition has the stored ratio, not 1.00."""
+    from kafkaops.model import Cluster, PartitionAssignment
+
+    stored = [20_000, 25_000, 30_000, 31_280, 62_720, 31_000]
+    cluster = Cluster(brokers=(), partitions=tuple(
+        PartitionAssignment("orders", p, (1,), 1, start_offset=1_000, end_offset=1_000 + n)
+        for p, n in enumerate(stored)))
+    start, end = skew.sample_offsets(cluster, "orders", 10_000)
+    taken = [end[p] - start[p] for p in range(6)]
+    assert sum(taken) == 10_000 and end == {p: 1_000 + n for p, n in enumerate(stored)}
+    assert taken == [1_000, 1_250, 1_500, 1_564, 3_136, 1_550]
+    ratio = max(taken) / (sum(taken) / 6)
+    assert abs(ratio - max(stored) / (sum(stored) / 6)) < 0.01 and round(ratio, 2) == 1.88
+    everything = skew.sample_offsets(cluster, "orders", 500_000)  # the topic holds less: all of it
+    assert everything == ({p: 1_000 for p in range(6)}, end)

@@ -27,7 +27,11 @@ def test_scale_out_body_shows_moves_bytes_per_broker_throttle_eta_distribution_a
     assert "| 4 (new) | 0 → 2 | 0 → 1 | 0 B → 4.9 KiB | 4.9 KiB | 0 B |" in text
     assert "| 2 | 3 → 2 | 1 → 0 | 5.9 KiB → 3.9 KiB | 0 B | 2.0 KiB |" in text
     assert "| 3 | 3 → 2 | 1 → 1 | 5.9 KiB → 2.9 KiB | 0 B | 2.9 KiB |" in text
-    assert "- Broker 4 is new: provisioned and registered, it holds replicas once these moves ran." in text
+    assert ("- Broker 4 is new and not running yet: approving provisions it with the kafka_broker role and waits "
+            "until the controller registers it; it holds replicas once these moves ran.") in text
+    assert "- Approving then sets the throttle" in text
+    assert ("- Rejecting changes nothing: no broker is started, no partition moves. The run then ends failed in "
+            "Airflow and its record says rejected.") in text
     assert "stopped" not in text and "lower bound" not in text
 
 

@@ -159,12 +159,12 @@ def test_clock(seconds: float | None, text: str) -> None:
 
 def test_a_progress_line_is_due_when_progress_changed_else_every_30_s() -> None:
     lines = ProgressLog(every_s=30.0)
-    still = {"partitions_done": 1, "bytes_done": 500}
+    still = Progress(1, 3, 1, 500, 2000)
     assert lines.due(still, now=0.0)                      # the first line
     assert not lines.due(still, now=2.0) and not lines.due(still, now=29.0)
     assert lines.due(still, now=30.0)                     # alive, nothing moved
-    assert lines.due({"partitions_done": 1, "bytes_done": 900}, now=32.0)  # bytes moved
-    assert not lines.due(Progress(1, 3, 1, 900, 2000), now=34.0)         # a Progress counts the same
+    assert lines.due(Progress(1, 3, 1, 900, 2000), now=32.0)             # bytes moved
+    assert not lines.due(Progress(1, 3, 1, 900, 2000, 5.0), now=34.0)    # only time passed
     assert lines.due(Progress(2, 3, 1, 900, 2000), now=36.0)             # a partition finished
 
 

@@ -2,7 +2,10 @@
 submitted it, the throttles; the generic record is kafkaops.platform.state's."""
 from __future__ import annotations
 
+import json
+
 from kafkaops.platform.state import AuditEvent
+from kafkaops.reassign import records
 from kafkaops.reassign.records import BatchSubmitted, ThrottleRemoved, ThrottleSet, fold, summarize
 from tests.unit.platform.test_audit import rerun_events
 
@@ -52,3 +55,31 @@ def test_throttles_set_and_removed_in_this_attempt() -> None:
     assert done.to_dict()["throttles_removed"] == [{"ts": 3, "brokers": [1, 4], "topics": ["orders"],
                                                     "left": {"4": ["leader.replication.throttled.rate"]}}]
     assert fold(events).throttles_in_place(5) is None  # set by an earlier attempt
+
+
+def test_the_provisioned_brokers_cross_xcom_as_they_were_and_a_skipped_provision_is_none() -> None:
+    local = records.NewBroker(4, "rack-b", host="127.0.0.1", port=39001)
+    remote = records.NewBroker(5, None, hostname="kafka-5")
+    provisioned = records.Provisioned((local, remote))
+    data = json.loads(json.dumps(provisioned.to_dict()))
+    assert records.Provisioned.from_dict(data) == provisioned and provisioned.ids == [4, 5]
+    assert data["new_brokers"][1] == {"id": 5, "rack": None, "hostname": "kafka-5"}
+    assert (local.where, remote.where) == ("127.0.0.1:39001", "kafka-5")
+    assert records.Provisioned.from_dict(None) == records.Provisioned() == records.Provisioned.from_dict({})
+
+
+def test_a_progress_event_crosses_the_triggerer_as_the_dict_it_was_and_reads_back_typed() -> None:
+    from kafkaops.reassign.engine import Progress
+
+    polled = records.Polled(Progress(1, 3, 2, 600, 2000, 3.0), ("orders-1", "orders-2"))
+    done = records.ProgressEvent("done", records.Polled(Progress(3, 3, 0, 2000, 2000, 9.0)))
+    stalled = records.ProgressEvent("stalled", polled, 120.0)
+    silent = records.ProgressEvent("stalled", None, 120.0)
+    for event in (done, stalled, silent):
+        data = json.loads(json.dumps(event.to_dict()))
+        assert records.ProgressEvent.from_dict(data) == event
+    data = stalled.to_dict()  # the keys an event had before these types
+    assert (data["status"], data["stalled_for_s"], data["in_flight"], data["percent"], data["text"]) == (
+        "stalled", 120.0, ["orders-1", "orders-2"], 30.0, str(polled.progress))
+    assert stalled.stalled and not done.stalled and done.polled is not None and done.polled.done
+    assert silent.describe() == "no answer from the cluster" and silent.to_dict()["in_flight"] == []

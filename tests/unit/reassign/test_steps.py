@@ -2,6 +2,7 @@
 throttling over the engine on an in-memory cluster."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -68,9 +69,12 @@ def test_wait_spec_keeps_only_the_partitions_waited_for() -> None:
     data, cluster = plan_data()
     keys = [list(k) for k in steps.desired_of(data)][:1]
     spec = steps.wait_spec(data, keys, cluster.to_dict())
-    assert [(e["topic"], e["partition"]) for e in spec["partitions"]] == [tuple(keys[0])]
-    assert [(p["topic"], p["partition"]) for p in spec["before"]["partitions"]] == [tuple(keys[0])]
-    assert len(spec["before"]["brokers"]) == 3
+    assert list(spec.targets) == [tuple(keys[0])] and spec.targets[tuple(keys[0])] == steps.desired_of(data)[
+        tuple(keys[0])]
+    assert [p.topic_partition for p in spec.before.partitions] == [tuple(keys[0])] and len(spec.before.brokers) == 3
+    stored = json.loads(json.dumps(spec.to_dict()))  # a trigger's kwargs: the shape stored before these types
+    assert [(e["topic"], e["partition"]) for e in stored["partitions"]] == [tuple(keys[0])]
+    assert records.WaitSpec.from_dict(stored) == spec
 
 
 # -- the execution steps on an in-memory cluster ----------------------------------------------------------
@@ -97,12 +101,12 @@ def test_next_batch_submits_one_batch_at_a_time_and_waits_for_moves_in_flight(ka
     ctx = context(max_moves_per_broker=1)
     data = kafka_plan({("orders", p): (1, 3) for p in range(3)})
     first = steps.next_batch(ctx, data)
-    assert first == {"wait_for": [["orders", 2]], "submitted": [["orders", 2]], "remaining_batches": 2}
+    assert first == records.BatchStep(wait_for=(("orders", 2),), submitted=(("orders", 2),), remaining_batches=2)
     waiting = steps.next_batch(ctx, data)  # still copying: waited for, not resubmitted
-    assert waiting["wait_for"] == [["orders", 2]] and waiting["submitted"] == []
+    assert waiting == records.BatchStep(wait_for=(("orders", 2),), remaining_batches=None)
     assert len(kafka.submitted) == 1
     second = steps.next_batch(ctx, data)
-    assert second["submitted"] == [["orders", 1]] and second["remaining_batches"] == 1
+    assert second.submitted == (("orders", 1),) and second.remaining_batches == 1
     assert [(b.submitted.index, b.submitted.remaining) for b in records.fold(ctx.audit.events()).batches] == [
         (1, 2), (2, 1)]
 
@@ -202,11 +206,11 @@ def test_a_retried_provision_converges_the_brokers_it_chose_and_adds_no_more(
     spec_path, ctx = _provisioning_run(local_store, tmp_path)
     first = steps.provision_brokers(ctx)
     retry = steps.provision_brokers(ctx)
-    assert [b["id"] for b in first["new_brokers"]] == [b["id"] for b in retry["new_brokers"]] == [4]
+    assert first.ids == retry.ids == [4] and first.new_brokers[0].host == "127.0.0.1"
     assert started == [["kafka-4"], ["kafka-4"]]
     assert [n.node_id for n in provision.ClusterSpec.load(spec_path).nodes] == [1, 2, 3, 4]
     ctx.audit.append("started", operation="scale_out")  # a new attempt (the run cleared from begin) adds one more
-    assert [b["id"] for b in steps.provision_brokers(ctx)["new_brokers"]] == [5]
+    assert steps.provision_brokers(ctx).ids == [5]
 
 
 def test_a_failed_provision_stops_what_it_started_and_its_retry_takes_the_same_ids(
@@ -231,7 +235,7 @@ def test_a_failed_provision_stops_what_it_started_and_its_retry_takes_the_same_i
     assert calls == [("up", ["kafka-4"]), ("down", ["kafka-4"], True)]
     assert [n.node_id for n in provision.ClusterSpec.load(spec_path).nodes] == [1, 2, 3]
     assert "stopped and removed" in ctx.audit.summary()["notes"][-1]["text"]
-    assert [b["id"] for b in steps.provision_brokers(ctx)["new_brokers"]] == [4]
+    assert steps.provision_brokers(ctx).ids == [4]
     assert calls[-1] == ("up", ["kafka-4"])
 
 

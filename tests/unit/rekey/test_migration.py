@@ -125,6 +125,15 @@ def test_the_newest_capacity_review_of_the_topic_is_shown_beside_the_chosen_coun
     assert capacity_advice(local_store, "staging", "orders", 48).recommendation.run_id == "r4"
     assert capacity_advice(local_store, "staging", "payments", 6) is None
     assert capacity_advice(local_store, None, "orders", 12) is None  # a cluster without an id matches none
+    # an empty new_partition_count takes the review's count when it is larger than now, else doubles
+    from kafkaops.rekey.steps import new_partition_count_for
+
+    assert new_partition_count_for(local_store, "prod-a", "orders", 3, 5) == (5, "")  # given: as given
+    count, why = new_partition_count_for(local_store, "prod-a", "orders", 3, None)
+    assert count == 9 and why.startswith("the count the capacity review of 2026-11-23 09:40:13 UTC recommends")
+    assert new_partition_count_for(local_store, "prod-a", "orders", 9, None)[0] == 18  # not larger: twice
+    count, why = new_partition_count_for(local_store, "prod-a", "refunds", 4, None)
+    assert count == 8 and "twice the current 4" in why and "no capacity review recommends" in why
 
 
 def test_the_approval_says_what_the_cut_over_will_do_in_each_quiesce_mode() -> None:

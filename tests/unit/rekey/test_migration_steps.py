@@ -44,6 +44,9 @@ class Audit:
     def append(self, kind: str, **data: Any) -> None:
         self.notes.append({"kind": kind, "ts": float(next(self._ts)), **data})
 
+    def summary(self) -> dict[str, Any]:
+        return {"notes": list(self.notes), "started_at": 0.0}
+
 
 @dataclass
 class Ctx:
@@ -155,6 +158,7 @@ def test_a_failed_removal_in_the_finish_is_said_with_the_command_and_does_not_ra
 def test_abandon_allows_writes_and_deletes_a_target_nobody_wrote_to(monkeypatch) -> None:
     kafka = Topics({"orders.v2": {0: 90, 1: 60}}, denied={("orders", "User:orders-app")}).install(monkeypatch)
     ctx = Ctx()
+    denied_note(ctx)
     policy = migration.LivePolicy(quiesce="acl", principals=("User:orders-app",), delete_target_on_abandon=True)
     out = migration.abandon(ctx, PLAN, policy, "the switch was refused", copied_ends={"0": 90, "1": 60})
     assert out == Abandonment("the switch was refused", target_deleted=True, target_new_writes=0)
@@ -176,11 +180,40 @@ def test_abandon_says_a_failed_acl_removal_then_fails(monkeypatch) -> None:
     kafka = Topics({"orders.v2": {0: 90, 1: 60}}, denied={("orders", "User:orders-app")},
                    acl_fails=True).install(monkeypatch)
     ctx = Ctx()
+    denied_note(ctx)
     with pytest.raises(KafkaUnreachable):
         migration.abandon(ctx, PLAN, ACL, "producers did not stop")
     assert kafka.deleted == []  # delete_target_on_abandon is off: kept and said
     text = ctx.audit.notes[-1]["text"]
     assert "could NOT be removed" in text and "--deny-principal User:orders-app" in text and "kept, not authoritative" in text
+
+
+def test_abandon_before_any_deny_touches_no_acl_and_says_nothing_of_one(monkeypatch) -> None:
+    """The quiesce never denied writes (e.g. its ACL request failed): the rollback has nothing to remove,
+    so it asks nothing of the ACLs (which would fail here) and its note claims no ACL."""
+    kafka = Topics({"orders.v2": {0: 90, 1: 60}}, acl_fails=True).install(monkeypatch)
+    ctx = Ctx()
+    out = migration.abandon(ctx, PLAN, ACL, "denying writes failed")
+    assert out.target_deleted is False and kafka.deleted == []
+    note = ctx.audit.notes[-1]
+    assert note["abandoned"] and note["writes_released"] is False
+    assert "ACL" not in note["text"] and "orders stays authoritative" in note["text"]
+
+
+def test_a_failed_deny_removes_what_it_may_have_created_and_records_no_deny(monkeypatch) -> None:
+    from kafkaops.platform import lifecycle
+
+    kafka = Topics({"orders": {0: 100, 1: 50}}, denied={("orders", "User:orders-app")}).install(monkeypatch)
+
+    def half_denied(conn: Any, topic: str, principals: Any) -> int:
+        raise KafkaOpsError("Kafka refused DENY Write ACLs on orders: SECURITY_DISABLED")
+    monkeypatch.setattr(acls, "deny_writes", half_denied)
+    monkeypatch.setattr(lifecycle, "now", lambda: 1.0)
+    ctx = Ctx()
+    with pytest.raises(KafkaOpsError, match="SECURITY_DISABLED"):
+        migration.quiesce(ctx, PLAN, ACL)  # type: ignore[arg-type]
+    assert kafka.denied == set() and migration.denied_writes(ctx.audit.notes) is None
+    assert not any(n.get("action") for n in ctx.audit.notes)
 
 
 # -- the observed switch ------------------------------------------------------------------------------------

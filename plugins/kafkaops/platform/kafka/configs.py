@@ -64,6 +64,17 @@ def describe_configs(conn: KafkaConnection, resource: str, names: Iterable[str |
     return found
 
 
+def config_value(conn: KafkaConnection, resource: str, name: str | int, key: str) -> str | None:
+    """The value ``key`` has on broker id or topic ``name``, from whatever source (dynamic, the static file,
+    the default); None when the resource does not report it."""
+    rtype = _resource_type(resource)
+    future = conn.admin.describe_configs([ConfigResource(rtype, str(name))],
+                                         request_timeout=conn.timeout_s)[ConfigResource(rtype, str(name))]
+    entries = connection.wait_for(future, conn, f"{key} of {resource} {name}")
+    entry = entries.get(key)
+    return None if entry is None else entry.value
+
+
 def incremental_alter_configs(conn: KafkaConnection, resource: str,
                               changes: Mapping[str | int, Iterable[ConfigOp]]) -> None:
     """Apply ``changes`` (broker id or topic name -> operations); other config values stay as they are."""
