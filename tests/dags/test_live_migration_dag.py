@@ -16,7 +16,8 @@ import pytest
 from kafkaops.airflow import pages
 from kafkaops.testing import clusters
 from kafkaops.platform import provision, state, store
-from kafkaops.platform.kafka import acls, connection, metadata, topics
+from kafkaops.platform.kafka import connection, metadata, topics
+from kafkaops.rekey import migration
 from kafkaops.testing.rehearsal import StandInOperator
 from kafkaops.testing.traffic import MigrationReport, MigrationTraffic
 from tests.dags.conftest import kafka_default_connection, run_partition_increase
@@ -235,8 +236,8 @@ def test_a_dry_run_plans_and_changes_nothing(dagbag, cluster, mode) -> None:
 def test_the_acl_check_passes_for_a_principal_that_may_alter_acls_and_names_one_that_may_not(acl_cluster) -> None:
     admin_config, app_config = acl_cluster
     with connection.connect(admin_config) as conn:
-        assert acls.acl_problem(conn) is None  # a super user: describe and alter
+        assert migration.acl_problem(conn) is None  # a super user: describe and alter
     with connection.connect(app_config) as conn:
-        problem = acls.acl_problem(conn)
+        problem = migration.acl_problem(conn)
     assert problem is not None and "may not read the brokers' configs" in problem, problem
     assert "it needs DescribeConfigs, Describe and Alter on the Cluster resource" in problem

@@ -34,7 +34,8 @@ from typing import Any
 from kafkaops.errors import KafkaOpsError
 from kafkaops.platform import lifecycle, render, state
 from kafkaops.platform import params as form
-from kafkaops.platform.kafka import acls, metadata, records, topics
+from kafkaops.platform.kafka import acls, configs, metadata, records, topics
+from kafkaops.platform.kafka.connection import KafkaConnection
 from kafkaops.rekey import backfill
 from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.rekey.records import (AbandonedNote, Abandonment, Action, ActionNote, CatchUp, CatchUpDone,
@@ -310,6 +311,42 @@ def _undo_denials(conn: Any, topic: str, principals: Sequence[str]) -> None:
     except KafkaOpsError as err:
         log.error("denying writes to %s failed, and removing any DENY Write ACL it created failed too (%s): check "
                   "with kafka-acls --list --topic %s", topic, err, topic)
+
+
+def acl_problem(conn: KafkaConnection) -> str | None:
+    """Why DENY Write ACLs cannot quiesce producers on this cluster, or None when they can, in three
+    reads that change nothing: each broker's ``authorizer.class.name`` (a broker without one enforces no
+    ACL; a KRaft cluster without any answers DescribeAcls with an empty list, not SECURITY_DISABLED), one
+    DescribeAcls (CLUSTER_AUTHORIZATION_FAILED: a principal without Describe on the cluster), then the
+    connection's authorized operations on the cluster, which must include Alter (creating and deleting
+    ACLs; a principal without any right there is also answered an empty list of ACLs)."""
+    brokers = [b.id for b in metadata.describe_cluster(conn)[2]]
+    try:
+        lacking = [b for b in brokers if not (configs.config_value(conn, "broker", b, acls.AUTHORIZER) or "").strip()]
+    except KafkaOpsError as err:
+        if err.code == acls.NOT_ALLOWED:
+            return (f"the Kafka connection's principal may not read the brokers' configs at {conn.bootstrap}, so it "
+                    "cannot manage ACLs either; it needs DescribeConfigs, Describe and Alter on the Cluster resource")
+        raise
+    if lacking:
+        return (f"broker(s) {', '.join(map(str, lacking))} of the cluster at {conn.bootstrap} have no authorizer "
+                f"({acls.AUTHORIZER} is not set), so no ACL can deny writes there")
+    try:
+        acls.describe_all(conn)
+    except KafkaOpsError as err:
+        if err.code == acls.NO_AUTHORIZER:  # ZooKeeper-era brokers answer so
+            return (f"the cluster at {conn.bootstrap} has no authorizer ({acls.AUTHORIZER} is not set), so no ACL can "
+                    "deny writes")
+        if err.code == acls.NOT_ALLOWED:
+            return (f"the Kafka connection's principal may not describe the ACLs of the cluster at {conn.bootstrap}; "
+                    "it needs Describe and Alter on the Cluster resource")
+        raise
+    allowed = acls.cluster_operations(conn)
+    if not allowed & {"ALTER", "ALL"}:
+        may = ", ".join(sorted(allowed)) or "nothing"
+        return (f"the Kafka connection's principal may not create or delete ACLs on the cluster at {conn.bootstrap} "
+                f"(on the Cluster resource it may: {may}); it needs Alter on the Cluster resource")
+    return None
 
 
 def cutover_summary(policy: LivePolicy, topic: str) -> str:

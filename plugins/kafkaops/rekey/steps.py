@@ -28,7 +28,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from kafkaops.platform.kafka import acls, configs, metadata, offsets, records, topics
+from kafkaops.platform.kafka import configs, metadata, offsets, records, topics
 from kafkaops.platform import keyrules
 from kafkaops.rekey import backfill
 from kafkaops.rekey import migration
@@ -387,7 +387,7 @@ def preflight(ctx: lifecycle.OperationContext) -> dict[str, Any]:
     p: PartitionParams = ctx.params  # type: ignore[assignment]
     if p.mode == Mode.MIGRATE and p.policy.quiesce == migration.Quiesce.ACL:
         with ctx.connect() as conn:
-            problem = acls.acl_problem(conn)
+            problem = migration.acl_problem(conn)
         if problem is not None:
             raise ConfigError(f"quiesce=acl cannot stop the producers of {p.topic}: {problem}. Nothing was changed; "
                               "trigger again with quiesce=manual (the run asks you to stop the producers), or give "
