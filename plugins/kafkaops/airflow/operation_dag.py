@@ -236,7 +236,7 @@ def finish(kind: str | None, started: dict[str, Any]) -> dict[str, Any]:
         unthrottle(ctx)
     except Exception as err:  # recorded as the failed step remove_throttles; the lock must still go
         log.error("throttles left after the run: %s", err)
-    concluded = lifecycle.finish(ctx, (started or {}).get("cluster_id"), failed_tasks=failed_tasks(context))
+    concluded = steps.finish(ctx, (started or {}).get("cluster_id"), failed_tasks=failed_tasks(context))
     failure = lifecycle.not_applied(concluded)  # the run's state in Airflow is its record's outcome
     if failure is not None:
         raise failure

@@ -231,7 +231,7 @@ def provision_brokers(ctx: OperationContext, ssh: provision.SshLogin | None = No
         new = [NewBroker(i, (p.new_broker_racks[k] or None) if k < len(p.new_broker_racks) else None,
                          hostname=hosts[k]) for k, i in enumerate(p.new_broker_ids)]
     where = ", ".join(f"{b.id} on {b.where}" for b in new)
-    ctx.audit.append("note", text=f"broker(s) {where} provisioned")
+    ctx.audit.append("note", text=f"broker(s) {where} provisioned", provisioned=[b.id for b in new])
     return Provisioned(tuple(new))
 
 
@@ -263,6 +263,27 @@ def _stop_half_provisioned(ctx: OperationContext, spec: provision.ClusterSpec, h
     else:
         ctx.audit.append("note", text=f"provisioning {', '.join(hosts)} failed; what it started was stopped and "
                                       "removed")
+
+
+def finish(ctx: OperationContext, cluster_id: str | None, *, failed_tasks: Iterable[str] = ()) -> dict[str, Any]:
+    """:func:`kafkaops.platform.lifecycle.finish`, whose outcome also names what a scale-out that did not
+    finish leaves behind: the brokers it provisioned keep running (registered, holding whatever moved onto
+    them), with the run that removes them."""
+    outcome, reason = lifecycle.outcome_of(ctx.audit.summary(), dry_run=ctx.params.dry_run, failed_tasks=failed_tasks)
+    left = provisioned_brokers(ctx) if outcome not in lifecycle.APPLIED else ()
+    if left:
+        ids = ", ".join(map(str, left))
+        reason += (f". Broker(s) {ids}, provisioned by this run, keep running: trigger the scale-out again to finish "
+                   f"it, or remove them with kafka_reassign (operation=drain, drain_brokers=[{ids}], "
+                   "stop_drained=true)")
+    return lifecycle.conclude(ctx, outcome, reason, cluster_id)
+
+
+def provisioned_brokers(ctx: OperationContext) -> tuple[int, ...]:
+    """The brokers this attempt of the run provisioned and did not stop again (its audit notes)."""
+    record = ctx.audit.summary()
+    done = [n["provisioned"] for n in record["notes"] if n.get("provisioned") and n["ts"] >= (record["started_at"] or 0)]
+    return tuple(sorted({int(b) for ids in done for b in ids}))
 
 
 def _chosen_brokers(ctx: OperationContext) -> tuple[int, ...]:

@@ -249,3 +249,30 @@ def test_only_a_drain_stops_brokers_whatever_else_the_form_holds(kafka: FakeKafk
     monkeypatch.setattr(provision, "run_playbook", lambda *a, **k: played.append(a))
     assert steps.stop_drained(ctx) == {"stopped": []}
     assert played == [] and 3 in kafka.online
+
+
+def test_a_scale_out_that_fails_after_its_provision_names_the_brokers_it_leaves_running(
+        local_store, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(provision, "cluster_up", lambda spec, *, limit=None, client_config=None: None)
+    _, ctx = _provisioning_run(local_store, tmp_path)
+    planned = (records.NewBroker(4, "rack-b"),)
+    assert steps.provision_brokers(ctx, planned=planned).ids == [4]
+    ctx.step("execute_batches", "failed", error="ReassignmentError: reassignment stalled")
+    done = steps.finish(ctx, "c1")
+    assert done["outcome"] == "failed" and done["reason"].startswith("failed steps: execute_batches: Reassignment")
+    assert ("Broker(s) 4, provisioned by this run, keep running: trigger the scale-out again to finish it, or remove "
+            "them with kafka_reassign (operation=drain, drain_brokers=[4], stop_drained=true)") in done["reason"]
+    assert local_store.lease("c1").free  # concluded: the lock is released
+
+
+def test_the_plans_new_broker_is_started_with_its_planned_id_and_rack_and_a_taken_id_is_refused(
+        local_store, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started = []
+    monkeypatch.setattr(provision, "cluster_up", lambda spec, *, limit=None, client_config=None: started.append(spec))
+    spec_path, ctx = _provisioning_run(local_store, tmp_path)
+    with pytest.raises(ConfigError, match=r"the plan adds broker\(s\) \[3\], but .* already has node\(s\)"):
+        steps.provision_brokers(ctx, planned=(records.NewBroker(3, "rack-a"),))
+    assert started == [] and len(provision.ClusterSpec.load(spec_path).nodes) == 3
+    done = steps.provision_brokers(ctx, planned=(records.NewBroker(7, "rack-c"),))
+    assert done.ids == [7] and done.new_brokers[0].rack == "rack-c"
+    assert provision.ClusterSpec.load(spec_path).node(7).rack == "rack-c"
