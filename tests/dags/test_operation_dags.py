@@ -75,10 +75,8 @@ def test_a_rejected_approval_leaves_the_cluster_unchanged(dagbag, cluster) -> No
 def test_each_form_with_its_defaults_and_what_it_requires_makes_a_dry_run(dagbag, cluster, dag_id, conf) -> None:
     """The Trigger form as it opens, plus only what the operator must choose (a partition increase's topic):
     a dry run that plans, gates and records the approval it would ask, on the cluster of kafka_default."""
-    from kafkaops.platform import state as records_state
-
     dag_run = run_dag(dagbag, dag_id, **conf)
-    record = records_state.AuditLog.for_run(dag_id, dag_run.run_id).summary()
+    record = state.AuditLog.for_run(dag_id, dag_run.run_id).summary()
     assert str(dag_run.state) == "success" and record["outcome"] == "dry_run", record
     assert record["plan"].get("approval"), record["plan"]  # what the record page shows as the approval it would ask
     if dag_id == "kafka_partition_increase":  # new_partition_count left empty: twice the 6 partitions, said so

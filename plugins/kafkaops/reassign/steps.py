@@ -363,7 +363,7 @@ def planned_brokers(cluster: Cluster, p: OperationParams) -> tuple[NewBroker, ..
     ids = p.new_broker_ids or tuple(range(start, start + p.add_brokers))
     if p.new_broker_racks:
         racks: Sequence[str] = p.new_broker_racks
-    elif Path(p.inventory or "x.json").suffix == ".json":
+    elif not p.inventory or Path(p.inventory).suffix == ".json":  # empty: the local cluster's spec
         racks = cluster.racks or ("",)
     else:
         racks = ("",)
