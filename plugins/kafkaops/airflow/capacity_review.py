@@ -30,6 +30,15 @@ from kafkaops.airflow.hooks import KafkaOpsHook
 from kafkaops.airflow.operation_dag import RETRIED, operation_dag, params_of, task_of, value_of
 from kafkaops.airflow.operators import failed_tasks, run_fields
 
+
+
+class ProposeScaleOut(TriggerDagRunOperator):
+    """The provider's TriggerDagRunOperator whose ``note`` is a template too (the provider renders only
+    its run id, dag id, conf and dates): the proposed run's note names the review run that proposed it."""
+
+    template_fields = (*TriggerDagRunOperator.template_fields, "note")
+
+
 SCHEDULE_VARIABLE = "kafkaops_capacity_review_schedule"
 DEFAULT_SCHEDULE = "@daily"
 
@@ -166,7 +175,7 @@ def build_capacity_review_dag(dag_id: str, *, schedule: str | None = DEFAULT_SCH
         reported = report(value_of(reviewed), value_of(skew))
         proposal = scale_out_proposal(value_of(reviewed))
         reported >> proposal
-        trigger = TriggerDagRunOperator(
+        trigger = ProposeScaleOut(
             task_id="propose_scale_out", trigger_dag_id=scale_out_dag_id,
             conf=value_of(proposal), wait_for_completion=False,
             note="proposed by the capacity review {{ run_id }}: approve or reject it in its approval step")

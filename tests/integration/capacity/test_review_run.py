@@ -176,9 +176,14 @@ def test_the_dag_runs_a_review_and_proposes_a_scale_out_run(cluster, airflow_db,
     assert states["key_skew"] == "skipped" and states["report"] == "success", states
     assert states["scale_out_proposal"] == "success" and states["propose_scale_out"] == "success", states
     from airflow.models import DagRun
+    from airflow.utils.session import create_session
 
-    # other tests of the session ran kafka_scale_out too (with a param-answered approval)
-    [proposed_run] = [r for r in DagRun.find(dag_id="kafka_scale_out") if (r.conf or {}).get("approval") == "manual"]
+    # other tests of the session ran kafka_scale_out too, some with approval=manual: the proposed run is the one
+    # whose note names this review's run
+    with create_session() as session:
+        runs = session.query(DagRun).filter(DagRun.dag_id == "kafka_scale_out").all()
+        [proposed_run] = [r for r in runs if run.run_id in (r.note or "")]
+        session.expunge(proposed_run)
     assert proposed_run.conf["approval"] == "manual" and proposed_run.conf["dry_run"] is False
     assert proposed_run.conf["add_brokers"] >= 1
     proposed = [n for n in record["notes"] if "proposed kafka_scale_out" in n["text"]]

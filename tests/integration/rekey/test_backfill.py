@@ -19,11 +19,12 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Producer
 
 from kafkaops.platform import waits
 from kafkaops.platform.kafka import connection, records, topics
@@ -90,20 +91,40 @@ def written(spec: provision.ClusterSpec, plan: BackfillPlan) -> int:
                for s, e in records.end_offsets(config, topic).values())
 
 
-def marked(spec: provision.ClusterSpec, plan: BackfillPlan) -> int:
-    """Rows the plan's commit markers count: its consumer group's committed offsets (not require-stable:
-    while a transaction holding a marker is open, the broker reports that partition unstable; then
-    this counts the marker as last committed)."""
-    from confluent_kafka.admin import AdminClient
-    from confluent_kafka import ConsumerGroupTopicPartitions
+#: The group coordinator's answers that a moment later are different: it is loading or has just moved.
+COORDINATOR_MOVING = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                      KafkaError.COORDINATOR_NOT_AVAILABLE)
 
-    # no Python log callback: librdkafka calling one after a short-lived client is gone is a crash risk
-    client = AdminClient({"bootstrap.servers": spec.bootstrap, "log_level": 3})
-    futures = client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(backfill.backfill_id(plan))],
-                                                 require_stable=False)
-    partitions = [tp for f in futures.values() for tp in f.result(30).topic_partitions]
-    assert not [tp for tp in partitions if tp.error], partitions
-    return sum(max(tp.offset, 0) for tp in partitions)
+
+def marked(spec: provision.ClusterSpec, plan: BackfillPlan) -> int:
+    """Rows the plan's commit markers count: its consumer group's committed offsets on every slice of
+    both copies, read through a consumer of that group (read_uncommitted, so not require-stable: while a
+    transaction holding a marker is open, the broker reports that partition unstable; then this counts
+    the marker as last committed). Never through the admin API: its group-coordinator requests abort
+    the process when one times out during a slow coordinator lookup (platform/kafka/offsets.py
+    ``_group_coordinator_ready``), which is what crashed this module's workers under CPU load."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition  # per call: the tests' client guard replaces it
+
+    names = backfill.slices(plan, backfill.DIRECT) + backfill.slices(plan, backfill.MERGED)
+    consumer = Consumer(connection.client_config({"bootstrap.servers": spec.bootstrap, "log_level": 3,
+                                                  "group.id": backfill.backfill_id(plan),
+                                                  "enable.auto.commit": False,
+                                                  "isolation.level": "read_uncommitted"}))
+    deadline = waits.Deadline(60)
+    try:
+        while True:  # a coordinator still loading or just moved answers the same request a moment later
+            try:
+                found = consumer.committed([TopicPartition(topic, p) for topic, p in names],
+                                           timeout=max(deadline.remaining(), 1.0))
+                break
+            except KafkaException as err:
+                if err.args[0].code() not in COORDINATOR_MOVING or deadline.expired():
+                    raise
+                time.sleep(0.5)
+    finally:
+        consumer.close()
+    assert not [tp for tp in found if tp.error], found
+    return sum(max(tp.offset, 0) for tp in found)
 
 
 def read_output(spec: provision.ClusterSpec, topic: str, isolation: str) -> list[records.Record]:
