@@ -22,6 +22,7 @@ from kafkaops.platform.kafka import metadata
 from kafkaops.testing import deployment as harness, postgres
 from tests.deployment.conftest import TOPIC, SpecCluster
 from tests.deployment.runs import run_path, task_states, wait_for_run, wait_for_task
+from tests.conftest import wait_for
 from tests.integration.conftest import throttles_left, wait_for_no_throttles
 
 pytestmark = [pytest.mark.deployment, pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(2400)]
@@ -94,6 +95,19 @@ def test_the_happy_path_survives_restarts_of_triggerer_scheduler_and_api_server(
     assert unauthenticated.status_code in (401, 403), \
         f"the record is readable without a token: {unauthenticated.status_code}"
 
+    # four eyes (on in this deployment): the question says who may approve; the operator who triggered the run
+    # approves it and is refused, recorded, and the question asked again; then the approver's answer stands
+    path = f"{run_path('kafka_scale_out', run)}/taskInstances/approval/-1/hitlDetails"
+    assert "only another user may approve it" in deployed.api("GET", path)["body"]
+    own = approve(deployed, "kafka_scale_out", run, user="operator")
+    assert own["responded_by"]["name"] == "operator", own
+    refusal = wait_for(lambda: [e for e in kafkaops_store.events("kafka_scale_out", run)
+                                if e.kind == "note" and "four eyes" in str(e.data.get("text"))],
+                       timeout=120, what="the refusal of the operator's own approval in the record")
+    assert "operator triggered this run and approved it" in refusal[0].data["text"], refusal[0].data
+    wait_for(lambda: not deployed.api("GET", path)["response_received"], timeout=120,
+             what="the approval asked again after the refused self-approval")
+    wait_for_task(deployed, "kafka_scale_out", run, "approval", {"awaiting_input", "deferred"}, timeout=120)
     answered = approve(deployed, "kafka_scale_out", run)
     assert answered["responded_by"]["name"] == "approver", answered
     wait_for_run(deployed, "kafka_scale_out", run)
@@ -123,8 +137,10 @@ def test_the_happy_path_survives_restarts_of_triggerer_scheduler_and_api_server(
 
 def test_a_worker_killed_during_execute_batches_is_replaced_and_the_run_resumes(
         deployed: harness.Deployment, deployment_cluster: SpecCluster, kafkaops_store: store.Store) -> None:
-    run = trigger(deployed, "kafka_scale_out", {"dry_run": False, "topics": [TOPIC], "approval": "auto_approve",
+    run = trigger(deployed, "kafka_scale_out", {"dry_run": False, "topics": [TOPIC], "approval": "manual",
                                                 "throttle_mb_per_s": 1.0})
+    wait_for_task(deployed, "kafka_scale_out", run, "approval", {"awaiting_input", "deferred"})
+    approve(deployed, "kafka_scale_out", run)  # four eyes: not the operator who triggered it
     wait_for_task(deployed, "kafka_scale_out", run, "execute_batches", {"running"}, poll_s=0.2)
     deployed.kill("worker")
     killed_at = time.monotonic()

@@ -4,10 +4,12 @@ Against Airflow as operators deploy it (conftest.py, kafkaops/testing/deployment
 CeleryExecutor, the installed wheel) on the deployment cluster, headless Chromium walks what an
 operator does:
 
-1. signs in;
+1. signs in as ``operator``; with four eyes on (the deployment's ``[kafkaops] four_eyes``), every approval is
+   answered by a second user, ``approver``, and the operator's own approval is refused and asked again;
 2. triggers kafka_scale_out from the Trigger form with its defaults plus only what an operator must
    choose (not a dry run, the topic); approval stays manual;
-3. opens Browse > Required Actions, reads the plan (moves, bytes, throttle, ETA) and approves it;
+3. opens Browse > Required Actions, reads the plan (moves, bytes, throttle, ETA) and who may approve it,
+   approves it and is refused; the approver approves it;
 4. follows the run to success, never clearing a task;
 5. opens the run's Operation record tab and one gate's Data Docs from it;
 6. triggers kafka_reassign to drain the new broker and stop it, and approves that;
@@ -37,6 +39,7 @@ from tests.deployment.conftest import TOPIC, SpecCluster
 from kafkaops.testing.deployment import Deployment
 from tests.deployment.runs import RUN_TIMEOUT_S, run_path, task_states, wait_for_run, wait_for_task
 from tests.deployment.ui import AirflowUI
+from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.deployment, pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(1800)]
 
@@ -103,8 +106,19 @@ def test_the_operators_path(deployed: Deployment, chrome: Any, deployment_cluste
     text = ui.open_required_action("kafka_scale_out", run, timeout=120)
     ui.shot("scale-out-approval")
     assert_shows_plan(text, "scale-out")
+    assert "only another user may approve it" in text, f"the approval should say who may approve it:\n{text}"
+    # four eyes (on in this deployment): the operator's own approval is refused and the question asked again
+    ui.respond("Approve")
+    ui.park()
+    wait_for(lambda: "four eyes" in str(airflow.call("GET", f"/kafkaops/records/kafka_scale_out/{quote(run, safe='')}"
+                                                            ".json").json().get("notes")),
+             timeout=RUN_TIMEOUT_S, what="the refusal of the operator's own approval in the record")
+    wait_for_approval(airflow, "kafka_scale_out", run)
+    ui.sign_in_as("approver", deployed.passwords["approver"])
+    ui.open_required_action("kafka_scale_out", run, timeout=120)
     ui.respond("Approve")
     ui.shot("scale-out-approved")
+    ui.sign_in_as("operator", deployed.passwords["operator"])
 
     # 4. to success with no Clear
     ui.park()
@@ -155,7 +169,10 @@ def test_the_operators_path(deployed: Deployment, chrome: Any, deployment_cluste
     assert_shows_plan(text, "drain")
     assert re.search(rf"(?i)\bstop\w*\b[^.\n]*\b{drained}\b|\b{drained}\b[^.\n]*\bstop", text), \
         f"the drain approval does not say that broker {drained} will be stopped:\n{text}"
+    ui.sign_in_as("approver", deployed.passwords["approver"])
+    ui.open_required_action("kafka_reassign", drain, timeout=120)
     ui.respond("Approve")
+    ui.sign_in_as("operator", deployed.passwords["operator"])
     ui.park()
     wait_for_run(airflow, "kafka_reassign", drain)
     ui.open_run_tab("kafka_reassign", drain, "Operation record")
@@ -219,6 +236,8 @@ def live_migration(airflow: Deployment, ui: AirflowUI, cluster: SpecCluster) -> 
     ui.shot("live-migration-approval")
     assert source in text and re.search(r"\b6\b", text) and "Live cut-over (quiesce=manual)" in text, \
         f"the plan's approval should name {source}, 6 partitions and the cut-over it will do:\n{text}"
+    ui.sign_in_as("approver", airflow.passwords["approver"])  # four eyes: the operator triggered it; the approver answers
+    ui.open_required_action(dag_id, run, timeout=120)
     ui.respond("Approve")
 
     # the copy, the quiesce (nothing writes to payments: still at once), the final pass, the gate, the groups
@@ -248,6 +267,6 @@ def live_migration(airflow: Deployment, ui: AirflowUI, cluster: SpecCluster) -> 
     ui.text_shown("Live cut-over")
     record = ui.visible_text()
     ui.shot("live-migration-record")
-    assert re.search(r"(?i)write window", record) and group in record and "operator" in record, \
+    assert re.search(r"(?i)write window", record) and group in record and "approver" in record, \
         f"the record's cut-over should show the write window, the group and who confirmed the switch:\n{record}"
     ui.driver.switch_to.default_content()

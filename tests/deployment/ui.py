@@ -103,6 +103,15 @@ class AirflowUI:
         self.wait(lambda d: "/auth/login" not in d.current_url and d.find_elements(By.LINK_TEXT, "Dags"),
                   "the home page after signing in")
 
+    def sign_in_as(self, user: str, password: str) -> None:
+        """Sign out (the session's cookies and the page's storage dropped) and sign in as ``user``: the
+        four-eyes rule wants the approver to be another user than the one who triggered the run."""
+        self.driver.switch_to.default_content()
+        self.open("/")
+        self.driver.delete_all_cookies()
+        self.driver.execute_script("window.localStorage.clear(); window.sessionStorage.clear();")
+        self.login(user, password)
+
     # -- the Trigger form ---------------------------------------------------------------------------------
 
     def trigger(self, dag_id: str, *, choices: Mapping[str, str] = {}, switches: Mapping[str, bool] = {},

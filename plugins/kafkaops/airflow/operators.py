@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from airflow.configuration import conf
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
@@ -171,18 +172,55 @@ class ReassignmentBatchesOperator(BaseOperator):
             self.log.error("while failing, could not remove the throttles: %s", err)
 
 
+def four_eyes() -> bool:
+    """The four-eyes rule, Airflow setting ``[kafkaops] four_eyes`` (``AIRFLOW__KAFKAOPS__FOUR_EYES``), off by
+    default: the user who triggered a run may reject it but not approve it, and ``approval=auto_approve``
+    is refused (:func:`kafkaops.platform.lifecycle.self_approval`)."""
+    return conf.getboolean("kafkaops", "four_eyes", fallback=False)
+
+
+def triggering_user(context: Any) -> str | None:
+    """Who triggered the run (Airflow's user name), or None for a scheduled or DAG-triggered run."""
+    return getattr(context["dag_run"], "triggering_user_name", None) or None
+
+
 def answer_by_param(op: ApprovalOperator, ctx: lifecycle.OperationContext, context: Any, *, ask: Callable[[], Any]
                     ) -> Any:
     """An approval step's start, recorded: with ``approval=manual`` it asks a person (``ask``: the
     operator's own ``execute``, which defers); ``auto_approve`` / ``auto_reject`` answer at once, by
-    the param, through the operator's ``execute_complete`` as a person's answer would."""
+    the param, through the operator's ``execute_complete`` as a person's answer would. Under the
+    four-eyes rule (:func:`four_eyes`) the question names who may approve, and ``auto_approve`` is refused."""
     ctx.step(op.task_id, "started", mode=ctx.params.approval)
+    user = triggering_user(context)
+    if four_eyes() and ctx.params.approval == "auto_approve":
+        refused = lifecycle.four_eyes_auto_approve(ctx.run_id, user or "the trigger")
+        ctx.step(op.task_id, "failed", error=f"{type(refused).__name__}: {refused}")
+        raise refused
     if ctx.params.approval == "manual":
+        if four_eyes() and user:
+            op.body = f"{op.body}\n\n{lifecycle.four_eyes_rule(user)}"
         return ask()
     choice = op.APPROVE if ctx.params.approval == "auto_approve" else op.REJECT
     event = {"chosen_options": [choice], "params_input": {}, "responded_at": dt.datetime.now(dt.timezone.utc),
              "responded_by_user": {"id": "kafkaops", "name": f"param approval={ctx.params.approval}"}}
     return op.execute_complete(context, event)
+
+
+def refused_self_approval(op: ApprovalOperator, ctx: lifecycle.OperationContext, context: Any,
+                          event: Mapping[str, Any]) -> bool:
+    """Whether ``event`` is an approval the four-eyes rule refuses; if so it is recorded and logged, and the
+    caller asks again (Airflow clears the step's answer when it asks again)."""
+    user = event.get("responded_by_user") or {}
+    at = event.get("responded_at")
+    reason = lifecycle.self_approval(
+        four_eyes=four_eyes(), approved=op.APPROVE in (event.get("chosen_options") or ()),
+        triggered_by=triggering_user(context), answered_by=(user.get("id"), user.get("name")),
+        at=at.strftime("%Y-%m-%d %H:%M:%S UTC") if isinstance(at, dt.datetime) else str(at))
+    if reason is None:
+        return False
+    ctx.audit.append("note", text=reason)
+    op.log.warning("%s", reason)
+    return True
 
 
 def answer_of(event: Mapping[str, Any]) -> tuple[str, str]:
@@ -213,6 +251,8 @@ class KafkaOpsApprovalOperator(ApprovalOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         ctx = self.operation_context(context)
+        if refused_self_approval(self, ctx, context, event):
+            return ApprovalOperator.execute(self, context)  # the same question again; Airflow clears the answer
         chosen, by = answer_of(event)
         lifecycle.record_approval(ctx, approved=chosen == self.APPROVE, by=by, mode=ctx.params.approval)
         ctx.step(self.task_id, "success", chosen=chosen)

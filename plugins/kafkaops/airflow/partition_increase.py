@@ -30,7 +30,7 @@ from kafkaops.airflow import spark_submit
 from kafkaops.airflow.hooks import KafkaOpsHook
 from kafkaops.airflow.operation_dag import LONG_TASK_TIMEOUT, RETRIED, operation_dag, params_of, task_of, value_of
 from kafkaops.airflow.operators import (KafkaOpsApprovalOperator, answer_by_param, answer_of, failed_tasks, recorded,
-                                        run_fields)
+                                        refused_self_approval, run_fields)
 
 PARAMS: dict[str, Param] = {
     **params_of((form.KAFKA_CONN_ID, steps.TOPIC, steps.NEW_PARTITION_COUNT, steps.MODE, steps.KEY_RULE,
@@ -80,6 +80,8 @@ class SwitchOperator(ApprovalOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         ctx = context_of(context)
+        if refused_self_approval(self, ctx, context, event):
+            return ApprovalOperator.execute(self, context)  # the same question again; Airflow clears the answer
         chosen, by = answer_of(event)
         state.append_note(ctx.audit, SwitchDecision(chosen == self.APPROVE, by))
         ctx.step(self.task_id, "success", chosen=chosen)

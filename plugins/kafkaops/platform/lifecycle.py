@@ -223,5 +223,35 @@ def record_approval(ctx: OperationContext[Any], approved: bool, by: str, mode: s
     ctx.audit.append("approval", approved=approved, by=by, mode=mode)
 
 
+class FourEyesError(KafkaOpsError):
+    """The four-eyes rule refuses an approval step's setting: nothing has changed."""
+
+
+def four_eyes_auto_approve(run: str, triggered_by: str) -> FourEyesError:
+    """The refusal of ``approval=auto_approve`` under the four-eyes rule, before the step answers."""
+    return FourEyesError(f"run {run}: four eyes is on ([kafkaops] four_eyes), so {triggered_by} cannot approve "
+                         "this run, and approval=auto_approve would approve it without a second person. Nothing "
+                         "changed: the cluster is as before. Trigger it again with approval=manual and let "
+                         "another user approve it")
+
+
+def four_eyes_rule(triggered_by: str) -> str:
+    """The approval's paragraph saying who may answer under the four-eyes rule."""
+    return (f"**Four eyes:** {triggered_by} triggered this run and may reject it, but only another user may "
+            f"approve it: an approval by {triggered_by} is refused, recorded, and this question is asked again.")
+
+
+def self_approval(*, four_eyes: bool, approved: bool, triggered_by: str | None,
+                  answered_by: tuple[str | None, ...], at: str) -> str | None:
+    """Why an answer breaks the four-eyes rule (``None``: it stands). Only an approval is refused, and only
+    when its user (any of ``answered_by``: the user's id and name) is the one who triggered the run; a
+    rejection by that user stands, since it changes nothing. A run without a triggering user (scheduled,
+    or triggered by another DAG) has no one to exclude."""
+    if not four_eyes or not approved or not triggered_by or triggered_by not in answered_by:
+        return None
+    return (f"four eyes: {triggered_by} triggered this run and approved it at {at}; that approval is refused "
+            "(another user must approve) and the approval is asked again. Nothing changed")
+
+
 def now() -> float:
     return time.time()

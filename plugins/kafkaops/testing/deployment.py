@@ -59,7 +59,7 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
 }
 EXECUTOR = "CeleryExecutor"
 # Who may sign in (SimpleAuthManager): the operator who triggers, the approver who answers the approval.
-USERS = {"operator": "admin", "approver": "op"}
+USERS = {"operator": "admin", "approver": "user"}
 STORE_CONN_ID = "kafkaops_store"
 COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", ".cache", "build", "*.egg-info", "__pycache__",
                                      ".pytest_cache", ".hypothesis", "target")
@@ -84,6 +84,8 @@ def shared_settings(*, metadata_url: str, store: Mapping[str, Any], broker_url: 
         "AIRFLOW__CORE__AUTH_MANAGER":
             "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": users,
+        # four eyes: the user who triggered a run may reject it but not approve it (docs/operations.md)
+        "AIRFLOW__KAFKAOPS__FOUR_EYES": "True",
         "AIRFLOW__CORE__DAGS_FOLDER": dags_folder,
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         # The scheduler declares a task whose worker died (no heartbeat) failed after 30 s, so its retry
