@@ -4,12 +4,13 @@ there (refused before the target topic exists, naming the master and the connect
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 
 import pytest
 
 from kafkaops.platform import provision, store
-from kafkaops.platform.kafka import connection
+from kafkaops.platform.kafka import connection, topics as kafka_topics
 from kafkaops.rekey import backfill
 from tests.conftest import committed_copy
 from tests.dags.conftest import run_partition_increase, with_keyed_topic
@@ -45,6 +46,24 @@ def test_an_unreachable_spark_master_fails_before_the_target_topic_exists(dagbag
     text = json.dumps(record)
     assert f"Spark master spark://127.0.0.1:{port} of connection 'spark_gone' is not reachable" in text, text[-3000:]
     assert not {f"{TOPIC}.gone", f"{TOPIC}.gone.dlq"} & topics(cluster)
+    # found by the preflight, before the plan and the approval
+    failed = {s["name"]: s for s in record["steps"] if s.get("status") == "failed"}
+    assert "preflight_gate" in failed and "not reachable" in failed["preflight_gate"]["error"], record["steps"]
+    assert "plan" not in {s["name"] for s in record["steps"]}, record["steps"]
+
+
+def test_an_existing_target_with_another_partition_count_is_refused_before_the_approval(dagbag, cluster) -> None:
+    with connection.connect(cluster.bootstrap) as conn:
+        kafka_topics.create_topic(conn, f"{TOPIC}.taken", 4, 1)
+    dag_run, record = run(dagbag, topic=TOPIC, new_partition_count=6, mode="migrate", target_topic=f"{TOPIC}.taken",
+                          dry_run=False, approval="auto_approve")
+    assert str(dag_run.state) == "failed", record
+    failed = {s["name"]: s for s in record["steps"] if s.get("status") == "failed"}
+    assert "plan" in failed, record["steps"]
+    error = failed["plan"]["error"]
+    assert f"target_topic {TOPIC}.taken exists with 4 partition(s), not 6" in error and "Nothing was changed" in error
+    assert re.search(rf"the next free name is {TOPIC}\.v\d+\b", error), error
+    assert record["approval"] is None and f"{TOPIC}.taken.dlq" not in topics(cluster)
 
 
 def test_migrate_runs_its_backfill_on_the_spark_standalone_cluster(dagbag, cluster, spark_standalone: StandaloneSpark,

@@ -116,7 +116,10 @@ def begin() -> dict[str, Any]:
 def preflight_gate() -> dict[str, Any]:
     ctx = context_of(get_current_context())
     with recorded(ctx, "preflight_gate"):
-        return steps.preflight(ctx)
+        before = steps.preflight(ctx)
+        if ctx.params.mode == steps.Mode.MIGRATE:  # the copy's Spark master answers, before a plan is asked for
+            spark_submit.launcher_of(get_current_context()).check()
+        return before
 
 
 @task

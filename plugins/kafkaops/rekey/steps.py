@@ -429,6 +429,12 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
             names = metadata.topic_names(conn)
             topic_configs = configs.describe_configs(conn, "topic", [p.topic])[p.topic]
         target = p.target_topic or backfill.next_target_topic(p.topic, names)
+        existing = sum(1 for x in cluster.partitions if x.topic == target)
+        if existing and existing != count:
+            raise ConfigError(f"target_topic {target} exists with {existing} partition(s), not {count}: the copy would "
+                              f"put keys where Kafka's partitioner does not. Nothing was changed; leave target_topic "
+                              f"empty (the next free name is {backfill.next_target_topic(p.topic, names)}) or name "
+                              "a topic that does not exist")
         bf = BackfillPlan(p.topic, tuple((k, s, e) for k, (s, e) in sorted(ranges.items())), target,
                           count, p.key_rule)
         dead = sum(1 for r in sampled if keyrules.extract_key(r.key, r.value, bf.rule) is None)
