@@ -117,7 +117,8 @@ def _scale_out_proposal(review_data: dict[str, Any], scale_out_dag_id: str) -> d
 
 def _finish(started: dict[str, Any]) -> dict[str, Any]:
     context, ctx = _context()
-    return lifecycle.finish(ctx, (started or {}).get("cluster_id"), failed_tasks=failed_tasks(context))
+    return lifecycle.finish(ctx, (started or {}).get("cluster_id"), failed_tasks=failed_tasks(context),
+                            next_steps={"success": steps.NEXT_STEPS})
 
 
 def _skew_or_none(skew: Any) -> dict[str, Any] | None:

@@ -34,6 +34,10 @@ from kafkaops.platform.recommendations import Published, Recommended
 log = logging.getLogger(__name__)
 
 KIND = "capacity_review"
+#: A finished review's closing "what to do now" (its record's page).
+NEXT_STEPS = ("Read the capacity report (the button above): its findings name what is short and its "
+              "recommendations what to run, with the DAG and its parameters. A review changes nothing in the "
+              "cluster; a proposed kafka_scale_out run, if the notes name one, waits for a person's approval.")
 
 
 # The review's params, in the form's order (the Spark connection's is the Airflow layer's); each one's default

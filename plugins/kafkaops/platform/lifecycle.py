@@ -159,18 +159,39 @@ def outcome_of(record: Mapping[str, Any], *, dry_run: bool, failed_tasks: Iterab
     return "success", ""
 
 
-def finish(ctx: OperationContext[Any], cluster_id: str | None, *, failed_tasks: Iterable[str] = ()
-           ) -> dict[str, Any]:
-    """Write the outcome of this attempt (its recorded steps and the tasks Airflow marked failed)
-    and release the lock; always runs."""
+def finish(ctx: OperationContext[Any], cluster_id: str | None, *, failed_tasks: Iterable[str] = (),
+           next_steps: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Write the outcome of this attempt (its recorded steps and the tasks Airflow marked failed), with
+    what to do now (``next_steps`` by outcome, else :data:`NEXT_STEPS`), and release the lock; always runs."""
     outcome, reason = outcome_of(ctx.audit.summary(), dry_run=ctx.params.dry_run, failed_tasks=failed_tasks)
-    return conclude(ctx, outcome, reason, cluster_id)
+    return conclude(ctx, outcome, reason, cluster_id, next_steps=(next_steps or {}).get(outcome, ""))
 
 
-def conclude(ctx: OperationContext[Any], outcome: str, reason: str, cluster_id: str | None = None
-             ) -> dict[str, Any]:
-    """Record ``outcome`` as the run's (event and operations row) and release its lock."""
-    ctx.audit.append("outcome", outcome=outcome, reason=reason)
+#: What an operator does after a run ended with each outcome, when its capability says nothing more precise.
+NEXT_STEPS = {
+    "success": "Nothing: the change is applied and checked. \"Cluster after\" below is the cluster as this run "
+               "left it.",
+    "dry_run": "Nothing changed. To apply the change, trigger the DAG again with the same parameters and dry_run "
+               "off: it plans again on the cluster as it is then, and its approval shows that plan.",
+    "rejected": "Nothing changed, and nothing needs undoing. Trigger the DAG again when the change should be made: "
+                "it plans again on the cluster as it is then.",
+    "refused": "Nothing changed. Change what the reason above names, then trigger the DAG again.",
+    "failed": "Read the reason above: it names the failed step, what stays and how to go on. Once that is fixed, "
+              "trigger the DAG again: it plans again on the cluster as it is then (\"Cluster after\" below).",
+    "abandoned": "The run was rolled back; the reason above names what stays. Trigger the DAG again to retry.",
+}
+
+
+def next_steps_of(outcome: str) -> str:
+    """:data:`NEXT_STEPS` of ``outcome`` (a closing sentence for every outcome)."""
+    return NEXT_STEPS.get(outcome, "Read the reason above: it names what stays.")
+
+
+def conclude(ctx: OperationContext[Any], outcome: str, reason: str, cluster_id: str | None = None, *,
+             next_steps: str = "") -> dict[str, Any]:
+    """Record ``outcome`` as the run's (event and operations row), with what to do now (``next_steps``, or
+    :func:`next_steps_of` the outcome), and release its lock."""
+    ctx.audit.append("outcome", outcome=outcome, reason=reason, next_steps=next_steps or next_steps_of(outcome))
     ctx.store.update_operation(ctx.dag_id, ctx.run_id, state="finished", outcome=outcome, reason=reason or None,
                                ended_at=time.time())
     released = ctx.store.release(cluster_id, ctx.dag_id, ctx.run_id) if cluster_id else False

@@ -129,6 +129,7 @@ def summarize(events: Iterable[AuditEvent]) -> dict[str, Any]:
                           outcome="running", ended_at=None, approval=None, steps=[], gates=[],
                           attempt=record["attempt"] + 1)
             record.pop("outcome_reason", None)
+            record.pop("next_steps", None)
             open_steps.clear()
             tries_seen.clear()
         elif e.kind == "snapshot":
@@ -148,6 +149,8 @@ def summarize(events: Iterable[AuditEvent]) -> dict[str, Any]:
             record["ended_at"] = e.ts
             if d.get("reason"):
                 record["outcome_reason"] = d["reason"]
+            if d.get("next_steps"):
+                record["next_steps"] = d["next_steps"]
     return record
 
 

@@ -640,13 +640,77 @@ def finish(ctx: lifecycle.OperationContext, cluster_id: str | None, *, failed_ta
     record = ctx.audit.summary()
     current = [n for n in record["notes"] if n["ts"] >= (record["started_at"] or 0)]
     migration.release_left_writes(ctx, current)
+    if record.get("before") is not None:
+        record_after(ctx)
     refusal = next(iter(state.read_notes(current, RefusedNote)), None)
     if refusal is not None:
         return lifecycle.conclude(ctx, "refused", refusal.text, cluster_id)
+    record = ctx.audit.summary()  # with the cluster after
+    plan = _recorded_plan(record)
+    before, after = (Cluster.from_dict(record[k]) if record.get(k) else None for k in ("before", "after"))
+    left = left_topics(plan, before, after)
     abandoned = next(iter(state.read_notes(current, AbandonedNote)), None)
     if abandoned is not None:  # a live migration rolled back before the switch
-        return lifecycle.conclude(ctx, "abandoned", abandoned.text, cluster_id)
-    return lifecycle.finish(ctx, cluster_id, failed_tasks=failed_tasks)
+        return lifecycle.conclude(ctx, "abandoned", abandoned.text, cluster_id,
+                                  next_steps=next_steps(plan, ctx.params, "abandoned", left))
+    outcome, _ = lifecycle.outcome_of(record, dry_run=ctx.params.dry_run, failed_tasks=failed_tasks)
+    return lifecycle.finish(ctx, cluster_id, failed_tasks=failed_tasks,
+                            next_steps={outcome: next_steps(plan, ctx.params, outcome, left)})
+
+
+def _recorded_plan(record: Mapping[str, Any]) -> PartitionPlan | None:
+    data = (record.get("plan") or {}).get("plan")
+    return PartitionPlan.from_dict(data) if isinstance(data, Mapping) else None
+
+
+def left_topics(plan: PartitionPlan | None, before: Cluster | None, after: Cluster | None) -> tuple[str, ...]:
+    """A migrate's target and dead-letter topics that the run made: there after it, not before (none for
+    in place)."""
+    if plan is None or plan.mode != Mode.MIGRATE or not plan.backfill or after is None:
+        return ()
+    bf = BackfillPlan.from_dict(plan.backfill)
+    had = set(before.topics) if before is not None else set()
+    return tuple(t for t in (bf.target_topic, bf.dead_letter_topic) if t in set(after.topics) and t not in had)
+
+
+def next_steps(plan: PartitionPlan | None, p: PartitionParams, outcome: str, left: tuple[str, ...]) -> str:
+    """The record's closing "what to do now" for a partition increase that ended ``outcome`` (pure);
+    ``left``: the target and dead-letter topics that exist after it (:func:`left_topics`)."""
+    if plan is None:
+        return lifecycle.next_steps_of(outcome)
+    if outcome == "success" and plan.mode == Mode.IN_PLACE:
+        return (f"Nothing to do: {plan.topic} has {plan.new_partitions} partitions now. Producers write to the new "
+                "partitions after their next metadata refresh (metadata.max.age.ms, 5 minutes by default), and "
+                "consumer groups rebalance onto them.")
+    if plan.mode != Mode.MIGRATE or not plan.backfill:
+        return lifecycle.next_steps_of(outcome)
+    bf = BackfillPlan.from_dict(plan.backfill)
+    dlq = f"{bf.dead_letter_topic} holds the records the key rule found no key in: read them before you delete it."
+    if outcome == "success" and p.policy.live:
+        return (f"Producers and consumers run on {bf.target_topic}, and {plan.topic} receives no writes. Keep "
+                f"{plan.topic} while you may still want to go back, then delete it. {dlq}")
+    if outcome == "success":
+        return (f"{bf.target_topic} holds {plan.topic} as it was at the snapshot; records written to {plan.topic} "
+                f"since are not in it. Move your consumers to {bf.target_topic} at the offsets translated in the "
+                f"notes, then your producers; delete {plan.topic} once nothing uses it. {dlq}")
+    stays = (f" {' and '.join(left)}, made by this run, stay: delete them before a new run with the same "
+             "target_topic, or leave target_topic empty to copy into the next free name.") if left else ""
+    return lifecycle.next_steps_of(outcome) + stays
+
+
+def record_after(ctx: lifecycle.OperationContext) -> None:
+    """The record's "Cluster after", whatever the outcome: the cluster as this run leaves it, so a migrate's
+    record shows its new topic, and a rejected or failed one what stays. A cluster that does not answer
+    now leaves a note instead: the run's outcome is recorded either way."""
+    try:
+        with ctx.connect() as conn:
+            after = metadata.snapshot(conn, include_internal=True)
+    except KafkaOpsError as err:
+        log.warning("no snapshot of the cluster after the run: %s", err)
+        ctx.audit.append("note", text=f"no snapshot of the cluster after the run ({err}); the record's "
+                                      "\"Cluster after\" is missing")
+        return
+    ctx.audit.append("snapshot", stage="after", cluster=after.to_dict())
 
 
 def plan_of(plan_data: Mapping[str, Any]) -> PartitionPlan:
