@@ -86,6 +86,14 @@ def test_migrate_runs_its_backfill_on_the_spark_standalone_cluster(dagbag, clust
     assert (plan["source_topic"], plan["target_topic"], plan["key_rule"]) == (TOPIC, f"{TOPIC}.v2", "field:key")
     report = json.loads(stored.artifact(argv[argv.index("--result-artifact") + 1]).body)
     assert report["integrity"]["ok"] and report["integrity"]["target_records"] == RECORDS, report
+    # the Spark log: stored, linked from the record's note, and a path the artifact route serves to the DAG's readers
+    from kafkaops.airflow.pages import artifact_href, render_record
+    from kafkaops.airflow.ui import artifact_dag_id
+
+    spark_log = stored.artifact(started["artifact"])
+    assert spark_log is not None and b"kafkaops-rekey-backfill" in spark_log.body, started
+    assert artifact_dag_id(started["artifact"]) == dag_run.dag_id
+    assert f'href="{artifact_href(started["artifact"])}"' in render_record(record)
     ran = [a for a in spark_standalone.applications() if a["id"] not in before]
     assert [(a["name"], a["state"]) for a in ran] == [("kafkaops-rekey-backfill", "FINISHED")]
     # the records a consumer sees (read_committed; the end offsets also count each transaction's commit marker)

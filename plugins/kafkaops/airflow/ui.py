@@ -53,20 +53,21 @@ READ_RUN = Depends(requires_access_dag("GET", DagAccessEntity.RUN))
 
 
 def artifact_dag_id(path: str) -> str | None:
-    """The DAG whose runs made the artifact at ``path``: the segment after ``docs/``; capacity
-    reports belong to kafka_capacity_review; None for any other path."""
+    """The DAG whose runs made the artifact at ``path``: the segment after ``docs/`` (Data Docs) or
+    ``backfill/`` (a backfill's Spark log, plan and result); capacity reports belong to
+    kafka_capacity_review; None for any other path."""
     parts = path.split("/")
     if len(parts) < 3 or any(p in ("", ".", "..") for p in parts):
         return None
-    return parts[1] if parts[0] == "docs" else CAPACITY_DAG_ID if parts[0] == "capacity" else None
+    return parts[1] if parts[0] in ("docs", "backfill") else CAPACITY_DAG_ID if parts[0] == "capacity" else None
 
 
 def read_artifact_dag(path: str, request: Request, user: GetUserDep) -> None:
     """Authorize reading the artifact at ``path`` as reading its DAG's runs."""
     dag_id = artifact_dag_id(path)
     if dag_id is None:
-        raise HTTPException(404, f"{path!r} is not a kafkaops artifact path (docs/<dag>/<run>/... or "
-                                 "capacity/<cluster>/<run>/...); open the artifact from its run's record")
+        raise HTTPException(404, f"{path!r} is not a kafkaops artifact path (docs/<dag>/<run>/..., "
+                                 "backfill/<dag>/<run>/... or capacity/<cluster>/<run>/...); open the artifact from its run's record")
     requires_access_dag("GET", DagAccessEntity.RUN, param_dag_id=dag_id)(request, user)
 
 

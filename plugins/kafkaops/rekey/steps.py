@@ -520,7 +520,7 @@ def run_backfill(ctx: lifecycle.OperationContext, bf: BackfillPlan, *, launcher:
             ctx.audit.append("note", text=f"{name} started on Spark master {launcher.master} (connection "
                                           f"{launcher.conn_id}): {bf.source_topic} -> {bf.target_topic}, "
                                           f"{bf.records:,} offsets (Spark log: artifact {log_artifact})",
-                             log_url=f"/kafkaops/artifacts/{log_artifact}", argv=argv)
+                             artifact=log_artifact, argv=argv)  # the record links the Spark log
         try:
             # exit 3 is a finished run whose integrity check failed: the report says so and the gate fails on it
             result = spark.run_spark_app(

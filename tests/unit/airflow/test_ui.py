@@ -213,6 +213,7 @@ def test_the_plugin_adds_a_dag_run_tab() -> None:
 @pytest.mark.parametrize("path, dag_id", [
     ("docs/kafka_scale_out/manual__1/preflight/index.html", "kafka_scale_out"),
     ("capacity/c1/scheduled__1/report.html", "kafka_capacity_review"),
+    ("backfill/kafka_partition_increase/manual__1/spark-try1.log", "kafka_partition_increase"),
     ("docs/kafka_scale_out", None), ("spark/x/y.log", None), ("docs/../capacity/c1/r/report.html", None),
     ("docs//kafka_scale_out/r/index.html", None),
 ])
