@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from kafkaops.model import Cluster
 from kafkaops.platform.kafka import connection, metadata
 from kafkaops.platform import store
 from kafkaops.platform import provision
@@ -55,3 +56,6 @@ def test_migrate_rekeys_gates_and_translates_offsets(dagbag, cluster) -> None:
         snap = metadata.snapshot(conn, topics=[f"{TOPIC}.v2"], sizes=False)
     moved = {x.partition: x.committed for g in snap.groups if g.group_id == "billing.v2" for x in g.partitions}
     assert moved == after
+    # the record ends with the cluster as the run left it (the new topic in it) and what to do now
+    assert {f"{TOPIC}.v2", f"{TOPIC}.v2.dlq"} <= set(Cluster.from_dict(record["after"]).topics)
+    assert record["next_steps"].startswith(f"{TOPIC}.v2 holds {TOPIC} as it was at the snapshot"), record["next_steps"]

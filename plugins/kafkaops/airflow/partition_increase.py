@@ -112,7 +112,7 @@ def begin() -> dict[str, Any]:
     return lifecycle.begin(context_of(context), dict(context["params"]))
 
 
-@task
+@task(show_return_value_in_logs=False)  # a whole snapshot; the step logs a summary line
 def preflight_gate() -> dict[str, Any]:
     ctx = context_of(get_current_context())
     with recorded(ctx, "preflight_gate"):
@@ -122,14 +122,14 @@ def preflight_gate() -> dict[str, Any]:
         return before
 
 
-@task
+@task(show_return_value_in_logs=False)  # the plan; make_plan logs its summary
 def plan(before: dict[str, Any]) -> dict[str, Any]:
     ctx = context_of(get_current_context())
     with recorded(ctx, "plan"):
         return steps.make_plan(ctx, before)
 
 
-@task(execution_timeout=LONG_TASK_TIMEOUT)
+@task(execution_timeout=LONG_TASK_TIMEOUT, show_return_value_in_logs=False)  # the step logs its summary line
 def execute(plan_data: dict[str, Any]) -> dict[str, Any]:
     ctx = context_of(get_current_context())
     plan = steps.plan_of(plan_data)
@@ -144,7 +144,7 @@ def execute(plan_data: dict[str, Any]) -> dict[str, Any]:
                                   verify=not ctx.params.policy.live).to_dict()
 
 
-@task(execution_timeout=LONG_TASK_TIMEOUT)
+@task(execution_timeout=LONG_TASK_TIMEOUT, show_return_value_in_logs=False)  # the step logs its summary line
 def catch_up(plan_data: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
     first = PassResult.from_dict(result).run
     return run_live("catch_up", plan_data, lambda ctx: migration.catch_up(
@@ -152,13 +152,13 @@ def catch_up(plan_data: dict[str, Any], result: dict[str, Any]) -> dict[str, Any
         passes(ctx), ctx.params.policy))
 
 
-@task(execution_timeout=LONG_TASK_TIMEOUT)
+@task(execution_timeout=LONG_TASK_TIMEOUT, show_return_value_in_logs=False)  # the step logs its summary line
 def quiesce(plan_data: dict[str, Any], caught: dict[str, Any]) -> dict[str, Any]:
     return run_live("quiesce", plan_data, lambda ctx: migration.quiesce(ctx, CatchUp.from_dict(caught).last_plan,
                                                                          ctx.params.policy))
 
 
-@task(execution_timeout=LONG_TASK_TIMEOUT)
+@task(execution_timeout=LONG_TASK_TIMEOUT, show_return_value_in_logs=False)  # the step logs its summary line
 def final_pass(plan_data: dict[str, Any], caught: dict[str, Any], quiesced: dict[str, Any]) -> dict[str, Any]:
     return run_live("final_pass", plan_data, lambda ctx: migration.final_pass(
         ctx, CatchUp.from_dict(caught), Quiesced.from_dict(quiesced), passes(ctx)))
@@ -190,7 +190,7 @@ def cutover(plan_data: dict[str, Any], before: dict[str, Any], quiesced: dict[st
         return steps.cutover(ctx, plan, before, None if quiesced is None else Quiesced.from_dict(quiesced)).to_dict()
 
 
-@task(execution_timeout=LONG_TASK_TIMEOUT)
+@task(execution_timeout=LONG_TASK_TIMEOUT, show_return_value_in_logs=False)  # the step logs its summary line
 def confirm(plan_data: dict[str, Any], quiesced: dict[str, Any], final: dict[str, Any],
             switched: dict[str, Any]) -> dict[str, Any]:
     done = PassResult.from_dict(final)

@@ -36,13 +36,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import secrets
 import socket
 import sys
 import tempfile
+import threading
+import time
 import zipfile
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -51,6 +55,8 @@ from urllib.parse import urlsplit
 from kafkaops.errors import ConfigError, KafkaOpsError
 from kafkaops.platform import redaction
 from kafkaops.platform.paths import jar_dir
+
+log = logging.getLogger(__name__)
 
 LOG_TAIL_CHARS = 1500
 
@@ -423,11 +429,42 @@ def submit_env() -> dict[str, str]:
     return env
 
 
+#: How often a running Spark app's progress is logged (:func:`run_spark_app`).
+PROGRESS_EVERY_S = 15.0
+
+
+@contextmanager
+def _progress_thread(progress: Callable[[float], None] | None, every_s: float, what: str) -> Iterator[None]:
+    """Call ``progress(elapsed_s)`` every ``every_s`` on a thread while the block runs; the thread is
+    stopped and joined when the block ends (a call under way is waited for, at most ``every_s`` + 60 s)."""
+    if progress is None:
+        yield
+        return
+    stop = threading.Event()
+    started = time.monotonic()
+
+    def watch() -> None:
+        while not stop.wait(every_s):
+            try:
+                progress(time.monotonic() - started)
+            except Exception as err:  # a progress line is never worth failing the run for
+                log.warning("the progress of %s could not be read: %s", what, err)
+
+    thread = threading.Thread(target=watch, name="kafkaops-spark-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(every_s + 60.0)
+
+
 def run_spark_app(app: str, args: Sequence[str], *, launcher: Launcher, log_file: Path, timeout_s: float,
                   what: str, on_timeout: str, on_failure: str = "", ok_exit_codes: Collection[int] | None = (0,),
                   kafka_config: Mapping[str, str] | None = None, driver_memory: str = "1g",
                   on_start: Callable[[list[str]], None] | None = None, exchange: Exchange | None = None,
-                  inputs: Mapping[str, str] | None = None) -> dict[str, Any]:
+                  inputs: Mapping[str, str] | None = None, progress: Callable[[float], None] | None = None,
+                  progress_every_s: float = PROGRESS_EVERY_S) -> dict[str, Any]:
     """Submit ``spark_apps/<app>.py`` with ``args`` through ``launcher`` and return its result.
 
     ``what`` names the run in errors (``"key skew of orders"``); ``on_timeout`` and ``on_failure``
@@ -438,7 +475,9 @@ def run_spark_app(app: str, args: Sequence[str], *, launcher: Launcher, log_file
     record it: it holds no secret). With an ``exchange`` each of ``inputs`` (name -> JSON text) is
     stored as ``<prefix>/<submission>/<name>.json`` for the app's ``--<name>-artifact`` and the
     result comes back as the artifact ``result.json`` beside them (module docstring). An
-    unreachable master raises before anything is submitted.
+    unreachable master raises before anything is submitted. ``progress`` is called every
+    ``progress_every_s`` while the app runs, with the seconds since it was submitted (to log how far it
+    got), on a thread of its own that ends before this returns; its errors are logged, never raised.
     """
     if inputs and exchange is None:
         raise ValueError("run_spark_app: inputs travel through the store: give an exchange")
@@ -468,7 +507,8 @@ def run_spark_app(app: str, args: Sequence[str], *, launcher: Launcher, log_file
         if on_start is not None:
             on_start(submission.describe(launcher.master))
         try:
-            code = launcher.submit(submission, env=submit_env(), log_file=log_file, timeout_s=timeout_s)
+            with _progress_thread(progress, progress_every_s, what):
+                code = launcher.submit(submission, env=submit_env(), log_file=log_file, timeout_s=timeout_s)
         except TimeoutError as err:
             raise SparkAppFailed(f"{what} did not finish within {timeout_s:.0f} s and was stopped (log {log_file}); "
                                  f"{on_timeout}") from err

@@ -684,3 +684,53 @@ def after_direct_pass(plan: BackfillPlan, spanning: int, how: str) -> CopyChoice
     return CopyChoice(MERGED, f"{spanning} key(s) have records in more than one source partition ({how})",
                       rewrite=True)
 
+
+
+# -- progress ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CopyProgress:
+    """How far one pass of the copy got, as the task log shows it while Spark runs: ``written`` offsets
+    taken in the target and dead-letter topics since the pass started (records, plus one transaction
+    marker per partition and commit, so "about") of the pass's ``total`` source offsets, after
+    ``elapsed_s`` seconds. ``checking``: the pass checks the whole copy once it has written (``--verify``).
+    ``previous``: the last observation ``(elapsed_s, written)``, so the rate is the recent one, not one
+    diluted by Spark's start."""
+
+    written: int
+    total: int
+    elapsed_s: float
+    checking: bool = False
+    previous: tuple[float, int] | None = None
+
+    @property
+    def rate(self) -> float | None:
+        """Records per second since the previous observation that had written some (else since the pass
+        started); None before any."""
+        if self.written <= 0 or self.elapsed_s <= 0:
+            return None
+        if self.previous is not None and self.previous[1] > 0 and self.elapsed_s > self.previous[0]:
+            return max(self.written - self.previous[1], 0) / (self.elapsed_s - self.previous[0]) or None
+        return self.written / self.elapsed_s
+
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds left at the rate so far; 0 once written; None while nothing was written yet."""
+        if self.written >= self.total:
+            return 0.0
+        rate = self.rate
+        return (self.total - self.written) / rate if rate else None
+
+    def line(self, name: str, duration: Callable[[float | None], str]) -> str:
+        """``backfill: about 62% (123,456 of 200,000 records), 9,876 records/s, ETA 8.1 s`` (``duration``
+        formats seconds); once written, what Spark still does."""
+        if self.total <= 0 or self.written >= self.total:
+            rest = "checking the whole copy" if self.checking else "committing and finishing"
+            return (f"{name}: {self.total:,} of {self.total:,} records written after {duration(self.elapsed_s)}; "
+                    f"Spark is {rest}")
+        rate = self.rate
+        return (f"{name}: about {100.0 * self.written / self.total:.0f}% ({self.written:,} of {self.total:,} records) "
+                f"after {duration(self.elapsed_s)}, "
+                + (f"{rate:,.0f} records/s, ETA {duration(self.eta_s)}" if rate
+                   else "Spark is starting (ETA unknown yet)" if self.written <= 0
+                   else "nothing written since the last line (ETA unknown yet)"))

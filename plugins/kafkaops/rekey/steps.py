@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -528,13 +528,43 @@ def run_backfill(ctx: lifecycle.OperationContext, bf: BackfillPlan, *, launcher:
                 ok_exit_codes=None, what=f"backfill {bf.source_topic} -> {bf.target_topic}",
                 on_timeout="run it again: it resumes where it stopped", on_failure="it resumes safely when run again",
                 kafka_config=ctx.conn_config, on_start=started, inputs={"plan": bf.to_json()},
-                exchange=spark.Exchange(ctx.store, artifacts))
+                exchange=spark.Exchange(ctx.store, artifacts), progress=copy_progress(ctx, bf, name, verify))
         finally:
             if log_file.exists():
                 ctx.store.put_artifact(log_artifact, log_file.read_bytes(), "text/plain; charset=utf-8")
     done = PassResult.from_dict(result)
-    state.append_note(ctx.audit, RunNote(f"{name} wrote {done.written:,} record(s) to {bf.target_topic}", done.run))
+    text = f"{name} wrote {done.written:,} record(s) to {bf.target_topic}"
+    state.append_note(ctx.audit, RunNote(text, done.run))
+    log.info("%s", text)
     return done
+
+
+def _output_offsets(ctx: lifecycle.OperationContext, bf: BackfillPlan) -> int:
+    """Offsets taken in the target and dead-letter topics now (records and transaction markers)."""
+    return sum(e for topic in (bf.target_topic, bf.dead_letter_topic)
+               for _, e in records.end_offsets(ctx.conn_config, topic).values())
+
+
+def copy_progress(ctx: lifecycle.OperationContext, bf: BackfillPlan, name: str, verify: bool
+                  ) -> Callable[[float], None]:
+    """What :func:`kafkaops.platform.spark.run_spark_app` calls while a pass runs: one task-log line of
+    records written of the pass's source offsets, the rate and the ETA (:class:`backfill.CopyProgress`),
+    from the output topics' end offsets against theirs when the pass started."""
+    try:
+        at_start = _output_offsets(ctx, bf)
+    except KafkaOpsError as err:  # no progress lines then; the pass itself is not at stake
+        log.warning("%s: the output topics' offsets could not be read, so no progress is logged: %s", name, err)
+        return lambda _elapsed_s: None
+
+    last: list[tuple[float, int]] = []  # the previous observation (the thread that calls this is the only one)
+
+    def progress(elapsed_s: float) -> None:
+        now = backfill.CopyProgress(max(_output_offsets(ctx, bf) - at_start, 0), bf.records, elapsed_s,
+                                    checking=verify, previous=last[-1] if last else None)
+        last[:] = [(elapsed_s, now.written)]
+        log.info("%s", now.line(name, render.duration))
+
+    return progress
 
 
 def backfill_gate(ctx: lifecycle.OperationContext, result: PassResult) -> dict[str, Any]:

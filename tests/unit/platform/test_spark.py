@@ -301,3 +301,24 @@ def test_the_stores_password_reaches_the_app_in_the_private_file_only(tmp_path: 
     (body, mode), = [v for f, v in launcher.seen["files"].items() if f.endswith("/kafkaops-store.properties")]
     assert mode == 0o600 and PASSWORD in body
     assert not any(PASSWORD.encode() in b for b in store.stored.values())
+
+
+def test_progress_is_called_while_the_app_runs_and_its_thread_ends_with_it(caplog) -> None:
+    import threading
+    import time
+
+    calls: list[float] = []
+
+    def progress(elapsed_s: float) -> None:
+        calls.append(elapsed_s)
+        if len(calls) == 2:
+            raise RuntimeError("the cluster did not answer")  # logged, never raised into the run
+
+    with spark._progress_thread(progress, 0.05, "backfill orders -> orders.v2"):
+        time.sleep(0.4)
+    seen = len(calls)
+    time.sleep(0.2)
+    assert seen >= 3 and len(calls) == seen, calls  # called every 0.05 s, and not after the block
+    assert calls == sorted(calls) and 0 < calls[0] < 0.4
+    assert not [t for t in threading.enumerate() if t.name == "kafkaops-spark-progress"]
+    assert "the progress of backfill orders -> orders.v2 could not be read: the cluster did not answer" in caplog.text
