@@ -47,9 +47,12 @@ def grouped(items: list[Any], name: str) -> list[Any]:
 def shuffled(items: list[Any], seed: str) -> list[Any]:
     """``items`` in an order drawn from ``seed`` (every xdist worker draws the same): the modules in a new
     order, and within each module its classes and loose tests, each class's tests too. A module's (or a
-    class's) tests stay together, so a fixture of that scope still starts once. A test that passes only
+    class's) tests stay together, so a fixture of that scope still starts once. A test marked
+    ``last_in_module`` (it changes its module's shared cluster for good) stays after its module's others. A test that passes only
     after another one fails in some seed: ``KAFKAOPS_TEST_SHUFFLE=<seed> make test`` (tests/conftest.py)."""
     rng = random.Random(seed)
+    last = [item for item in items if item.get_closest_marker("last_in_module")]
+    items = [item for item in items if item not in last]
     modules: dict[str, dict[str, list[Any]]] = {}
     for item in items:
         path, _, rest = item.nodeid.partition("::")
@@ -65,6 +68,8 @@ def shuffled(items: list[Any], seed: str) -> list[Any]:
             tests = list(tests)
             rng.shuffle(tests)
             result += tests
+        result += [item for item in last if item.nodeid.partition("::")[0] == path]
+    result += [item for item in last if item.nodeid.partition("::")[0] not in modules]
     return result
 
 

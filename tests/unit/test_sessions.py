@@ -6,8 +6,11 @@ from types import SimpleNamespace
 from tests import sessions
 
 
-def _items(*nodeids: str) -> list[SimpleNamespace]:
-    return [SimpleNamespace(nodeid=n, fixturenames=()) for n in nodeids]
+def _items(*nodeids: str, last: tuple[str, ...] = ()) -> list[SimpleNamespace]:
+    """Stand-in test items; those in ``last`` carry the ``last_in_module`` marker."""
+    return [SimpleNamespace(nodeid=n, fixturenames=(),
+                            get_closest_marker=lambda name, n=n: (name == "last_in_module" and n in last) or None)
+            for n in nodeids]
 
 
 ITEMS = _items(*(f"tests/a.py::test_{i}" for i in range(5)), *(f"tests/b.py::TestX::test_{i}" for i in range(4)),
@@ -33,6 +36,16 @@ def test_a_shuffle_keeps_every_test_once_and_each_module_and_class_together() ->
     modules = [r.split("::")[0] for r in runs]
     at = [k for k, m in enumerate(modules) if m == "tests/b.py"]
     assert at == [at[0], at[0] + 1], modules  # b.py's two blocks one after the other
+
+
+def test_a_test_marked_last_in_module_stays_after_its_modules_other_tests_in_every_seed() -> None:
+    last = "tests/b.py::test_loose_1"
+    items = _items(*(i.nodeid for i in ITEMS), last=(last,))
+    for seed in range(20):
+        order = [i.nodeid for i in sessions.shuffled(items, str(seed))]
+        assert sorted(order) == sorted(i.nodeid for i in ITEMS)
+        b = [k for k, n in enumerate(order) if n.startswith("tests/b.py")]
+        assert order[b[-1]] == last and b == list(range(b[0], b[0] + len(b))), order
 
 
 def test_a_seed_draws_one_order_and_another_seed_another() -> None:

@@ -64,15 +64,18 @@ def assert_verified(conn: connection.KafkaConnection, desired: Mapping[TopicPart
 def test_scale_out_onto_a_broker_added_by_the_role_under_load_loses_nothing(
         own_cluster: GrowableCluster, own_conn: connection.KafkaConnection) -> None:
     topic = f"scale-out-{time.monotonic_ns() % 10**6}"
-    fill(own_conn, topic, partitions=6, rf=2, records=3000, record_bytes=400)  # on brokers 1-3
-    result = own_cluster.add_broker(4, rack="rack-b")
-    assert set(result.changed) == {"kafka-4"}  # the three running nodes were not touched
-    ensure_broker_4(own_cluster, own_conn)
+    fill(own_conn, topic, partitions=6, rf=2, records=3000, record_bytes=400)  # on the running brokers
+    # a new id: in a shuffled order another test of the module may have added broker 4 already
+    new = max(n.node_id for n in own_cluster.spec.nodes) + 1
+    result = own_cluster.add_broker(new, rack="rack-b")
+    assert set(result.changed) == {f"kafka-{new}"}  # the running nodes were not touched
+    wait_for(lambda: any(b.id == new for b in metadata.describe_cluster(own_conn)[2]), timeout=60,
+             what=f"broker {new} to register")
 
     with Traffic(own_cluster.config, topic, 6) as traffic:
         before = whole(own_conn)
-        # three partitions onto broker 4, as their preferred leader
-        desired = {p.topic_partition: (4, p.replicas[0]) for p in before.partitions_of(topic)[:3]}
+        # three partitions onto the new broker, as their preferred leader
+        desired = {p.topic_partition: (new, p.replicas[0]) for p in before.partitions_of(topic)[:3]}
 
         dry = engine.execute(own_conn, desired, throttle_bytes_per_s=1_000_000, max_moves_per_broker=2)
         assert dry.dry_run and dry.submitted == () and [len(b.moves) for b in dry.batches] == [2, 1]
@@ -85,7 +88,7 @@ def test_scale_out_onto_a_broker_added_by_the_role_under_load_loses_nothing(
         assert sorted(report.submitted) == sorted(desired) and len(report.batches) == 2
         assert report.progress is not None and report.progress.done
         assert report.progress.bytes_total >= sum(before.partition(*k).size_bytes or 0 for k in desired) > 0
-        assert set(report.throttles.brokers) == {4} | {b for k in desired for b in before.partition(*k).replicas}
+        assert set(report.throttles.brokers) == {new} | {b for k in desired for b in before.partition(*k).replicas}
         assert report.throttles.topics == (topic,)
         assert_verified(own_conn, desired, before)
         wait_for_no_throttles(own_conn)
