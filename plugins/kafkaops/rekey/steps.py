@@ -715,7 +715,8 @@ def next_steps(plan: PartitionPlan | None, p: PartitionParams, outcome: str, lef
     if plan.mode != Mode.MIGRATE or not plan.backfill:
         return lifecycle.next_steps_of(outcome)
     bf = BackfillPlan.from_dict(plan.backfill)
-    dlq = f"{bf.dead_letter_topic} holds the records the key rule found no key in: read them before you delete it."
+    dlq = (f"{bf.dead_letter_topic} holds the records the key rule found no key in (the gate's dead-letter count "
+           "says how many): read them before you delete it.")
     if outcome == "success" and p.policy.live:
         return (f"Producers and consumers run on {bf.target_topic}, and {plan.topic} receives no writes. Keep "
                 f"{plan.topic} while you may still want to go back, then delete it. {dlq}")
