@@ -29,7 +29,7 @@ from kafkaops.reassign.planner.plan import ReassignmentPlan
 from kafkaops.errors import KafkaOpsError
 from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.rekey.records import FIRST_PASS, CatchUpNote, FinalPassNote, LiveRecord
-from kafkaops.rekey.steps import Mode, PartitionPlan
+from kafkaops.rekey.steps import KeyChange, KeySample, Mode, PartitionPlan
 
 OUTCOME_CLASS = {"success": "ok", "dry_run": "ok", "running": "running", "abandoned": "running"}
 RECORDS = "/kafkaops/records"
@@ -170,11 +170,11 @@ def _partition_plan(plan: Mapping[str, Any]) -> list[tuple[str, str]]:
              ("partitions", _arrow(grow.current_partitions, grow.new_partitions)),
              ("replication factor", str(grow.replication_factor))]
     change = grow.key_change
-    if change.get("summary"):
-        facts.append(("keys that change partition", str(change["summary"])))
-    if "sampled_records" in change:
-        facts.append(("records sampled", f"{change['sampled_records']} ({change.get('dead_letters_in_sample', 0)} "
-                                         "without a key under the rule: dead letters)"))
+    if isinstance(change, KeyChange):
+        facts.append(("keys that change partition", change.summary()))
+    elif isinstance(change, KeySample):
+        facts.append(("records sampled", f"{change.sampled_records:,} ({change.dead_letters_in_sample:,} without a key "
+                                         "under the rule: dead letters)"))
     if copy is not None:
         facts += [("new topic", copy.target_topic), ("key rule", copy.key_rule),
                   ("dead-letter topic", copy.dead_letter_topic)]

@@ -231,6 +231,19 @@ class KeyChange:
     def keyed(self) -> bool:
         return self.keyed_records > 0
 
+    def to_dict(self) -> dict[str, Any]:
+        """The fields, and the summary for readers of the JSON."""
+        return {"sampled_records": self.sampled_records, "keyed_records": self.keyed_records,
+                "distinct_keys": self.distinct_keys, "moved_keys": self.moved_keys,
+                "moved_records": self.moved_records, "old_partitions": self.old_partitions,
+                "new_partitions": self.new_partitions, "summary": self.summary()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> KeyChange:
+        return cls(*(int(data.get(name) or 0) for name in ("sampled_records", "keyed_records", "distinct_keys",
+                                                          "moved_keys", "moved_records", "old_partitions",
+                                                          "new_partitions")))
+
     def summary(self) -> str:
         if not self.keyed:
             return f"no key in {self.sampled_records} sampled record(s): the topic is not keyed"
@@ -238,6 +251,30 @@ class KeyChange:
         return (f"{self.moved_keys} of {self.distinct_keys} distinct keys ({self.moved_records} of "
                 f"{self.keyed_records} keyed records, {share:.1f}%) in a sample of {self.sampled_records} would "
                 f"change partition going from {self.old_partitions} to {self.new_partitions} partitions")
+
+
+@dataclass(frozen=True)
+class KeySample:
+    """What a migration's plan learnt from its sample of the source: records sampled, and how many of
+    them the key rule finds no key in (they would go to the dead-letter topic)."""
+
+    sampled_records: int
+    dead_letters_in_sample: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sampled_records": self.sampled_records, "dead_letters_in_sample": self.dead_letters_in_sample}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> KeySample:
+        return cls(int(data.get("sampled_records") or 0), int(data.get("dead_letters_in_sample") or 0))
+
+
+def key_change_of(data: Mapping[str, Any] | None) -> KeyChange | KeySample | None:
+    """A plan's ``key_change`` from its JSON: an in-place growth's :class:`KeyChange` (it has
+    ``keyed_records``), a migration's :class:`KeySample`, or None (nothing measured)."""
+    if not data:
+        return None
+    return KeyChange.from_dict(data) if "keyed_records" in data else KeySample.from_dict(data)
 
 
 def key_change(keys: Iterable[bytes | None], old: int, new: int) -> KeyChange:
@@ -265,7 +302,7 @@ class PartitionPlan:
     new_partitions: int
     replication_factor: int
     assignment: tuple[tuple[int, ...], ...] = ()
-    key_change: Mapping[str, Any] = field(default_factory=dict)
+    key_change: KeyChange | KeySample | None = None
     backfill: Mapping[str, Any] | None = None
     target_configs: Mapping[str, str] = field(default_factory=dict)
 
@@ -284,7 +321,8 @@ class PartitionPlan:
     def to_dict(self) -> dict[str, Any]:
         return {"mode": self.mode.value, "topic": self.topic, "current_partitions": self.current_partitions,
                 "new_partitions": self.new_partitions, "replication_factor": self.replication_factor,
-                "assignment": [list(r) for r in self.assignment], "key_change": dict(self.key_change),
+                "assignment": [list(r) for r in self.assignment],
+                "key_change": self.key_change.to_dict() if self.key_change is not None else {},
                 "backfill": dict(self.backfill) if self.backfill else None,
                 "target_configs": dict(self.target_configs)}
 
@@ -293,7 +331,7 @@ class PartitionPlan:
         return cls(mode=data["mode"], topic=data["topic"], current_partitions=data["current_partitions"],
                    new_partitions=data["new_partitions"], replication_factor=data["replication_factor"],
                    assignment=tuple(tuple(r) for r in data.get("assignment", ())),
-                   key_change=data.get("key_change") or {}, backfill=data.get("backfill"),
+                   key_change=key_change_of(data.get("key_change")), backfill=data.get("backfill"),
                    target_configs=data.get("target_configs") or {})
 
 
@@ -313,13 +351,14 @@ def approval_markdown(plan: PartitionPlan, params: PartitionParams, advice: Capa
             f"| Replication factor | {plan.replication_factor} | {plan.replication_factor} |", "",
             "#### New partitions", "| partition | replicas (the first leads) |", "|---|---|",
             *(f"| {plan.current_partitions + i} | {', '.join(map(str, r))} |" for i, r in enumerate(plan.assignment)),
-            "", "#### Keys", str(plan.key_change.get("summary") or "No key change was measured") + ".", "",
+            "", "#### Keys", (plan.key_change.summary() if isinstance(plan.key_change, KeyChange)
+                              else "No key change was measured") + ".", "",
             *review, "#### What follows",
             f"1. Add partitions {plan.current_partitions}-{plan.new_partitions - 1} to {plan.topic}; its records stay "
             "where they are, so the keys above change partition for new records only."])
     policy, bf = params.policy, BackfillPlan.from_dict(plan.backfill or {})
-    sampled = int(plan.key_change.get("sampled_records") or 0)
-    dead = int(plan.key_change.get("dead_letters_in_sample") or 0)
+    sample = plan.key_change if isinstance(plan.key_change, KeySample) else KeySample(0, 0)
+    sampled, dead = sample.sampled_records, sample.dead_letters_in_sample
     named, suffix = params.named_groups, params.cutover_group_suffix
     also = (f" (also {', '.join(named)}: from the target's start if they have no offset on {plan.topic})"
             if named else "")
@@ -419,11 +458,11 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
             text = (f"refusing to grow keyed topic {p.topic} in place: {change.summary()}, so their records would "
                     "sit in two partitions and per-key order breaks for consumers. Use mode=migrate (rekey "
                     "into a new topic), or set accept_ordering_break=true if consumers do not rely on key order")
-            state.append_note(ctx.audit, RefusedNote(text, change.__dict__))
+            state.append_note(ctx.audit, RefusedNote(text, change.to_dict()))
             raise OrderingBreakRefused(text)
         plan = PartitionPlan(Mode.IN_PLACE, p.topic, current, count, rf,
                              assignment=place_new_partitions(cluster, p.topic, count),
-                             key_change={**change.__dict__, "summary": change.summary()})
+                             key_change=change)
     else:
         with ctx.connect() as conn:
             names = metadata.topic_names(conn)
@@ -439,7 +478,7 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
                           count, p.key_rule)
         dead = sum(1 for r in sampled if keyrules.extract_key(r.key, r.value, bf.rule) is None)
         plan = PartitionPlan(Mode.MIGRATE, p.topic, current, count, rf, backfill=bf.to_dict(),
-                             key_change={"sampled_records": len(sampled), "dead_letters_in_sample": dead},
+                             key_change=KeySample(len(sampled), dead),
                              target_configs=topic_configs)
     data: dict[str, Any] = {"plan": plan.to_dict(), "summary": plan.summary()}
     if plan.mode == Mode.MIGRATE:

@@ -132,7 +132,9 @@ def test_a_partition_increase_shows_its_plan_in_words_without_reassignment_secti
     plan = {"summary": "grow orders in place from 3 to 6 partitions; new partitions on [[1, 2], [2, 3], [3, 1]]",
             "plan": {"mode": "in_place", "topic": "orders", "current_partitions": 3, "new_partitions": 6,
                      "replication_factor": 2, "assignment": [[1, 2], [2, 3], [3, 1]],
-                     "key_change": {"summary": "0 of 200 sampled keys change partition"}, "backfill": None,
+                     "key_change": {"sampled_records": 200, "keyed_records": 200, "distinct_keys": 50,
+                                    "moved_keys": 0, "moved_records": 0, "old_partitions": 3, "new_partitions": 6,
+                                    "summary": "0 of 50 distinct keys ..."}, "backfill": None,
                      "target_configs": {}}}
     record = summarize(events_of([
         ("started", {"operation": "partition_increase", "params": {"topic": "orders", "new_partition_count": 6}}),
@@ -141,7 +143,8 @@ def test_a_partition_increase_shows_its_plan_in_words_without_reassignment_secti
     text = text_of(render_record(record))
     assert "partition_increase: success" in text
     assert "mode in place (new partitions on the topic) topic orders partitions 3 → 6 replication factor 2" in text
-    assert "keys that change partition 0 of 200 sampled keys change partition" in text
+    assert ("keys that change partition 0 of 50 distinct keys (0 of 200 keyed records, 0.0%) in a sample of 200 "
+            "would change partition going from 3 to 6 partitions") in text
     assert "new partitions on brokers 1, 2; 2, 3; 3, 1" in text
     assert "how the approval param (auto_approve)" in text and "orders: grown 6 partitions" in text
     for absent in ("Batches", "Throttles", "Moves", "Load per broker"):

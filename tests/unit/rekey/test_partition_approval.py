@@ -7,14 +7,14 @@ import re
 from kafkaops.platform.recommendations import PartitionRecommendation
 from kafkaops.rekey.records import CapacityAdvice
 from kafkaops.rekey.backfill import BackfillPlan
-from kafkaops.rekey.steps import PartitionParams, PartitionPlan, approval_markdown
+from kafkaops.rekey.steps import KeyChange, KeySample, PartitionParams, PartitionPlan, approval_markdown
 
 SNAPSHOT = BackfillPlan("orders", ((0, 0, 40_000), (1, 0, 40_000), (2, 0, 40_000)), "orders.v2", 12, "field:customer")
 
 
 def migrate_plan() -> PartitionPlan:
     return PartitionPlan("migrate", "orders", 3, 12, 3, backfill=SNAPSHOT.to_dict(),
-                         key_change={"sampled_records": 1000, "dead_letters_in_sample": 2})
+                         key_change=KeySample(1000, 2))
 
 
 def rows(text: str) -> dict[str, list[str]]:
@@ -64,12 +64,27 @@ def test_a_snapshot_copy_says_nothing_is_committed_without_a_suffix_and_where_it
 
 def test_an_in_place_growth_lists_each_new_partitions_replicas_and_the_keys_that_move() -> None:
     plan = PartitionPlan("in_place", "orders", 3, 5, 3, assignment=((1, 2, 3), (2, 3, 1)),
-                         key_change={"summary": "40 of 100 distinct keys would change partition"})
+                         key_change=KeyChange(sampled_records=120, keyed_records=100, distinct_keys=100, moved_keys=40,
+                                              moved_records=40, old_partitions=3, new_partitions=5))
     text = approval_markdown(plan, PartitionParams(topic="orders", new_partition_count=5, mode="in_place"))
     assert text.startswith("Grow **orders** in place: 3 → 5 partitions.")
     table = rows(text)
     assert table["3"] == ["1, 2, 3"] and table["4"] == ["2, 3, 1"] and table["Partitions"] == ["3", "5"]
-    assert "40 of 100 distinct keys would change partition." in text
+    assert ("40 of 100 distinct keys (40 of 100 keyed records, 40.0%) in a sample of 120 would change partition "
+            "going from 3 to 5 partitions.") in text
     assert steps_of(text) == ["Add partitions 3-4 to orders; its records stay where they are, so the keys above "
                               "change partition for new records only."]
     assert "#### Cut-over" not in text
+
+
+def test_a_plans_key_change_round_trips_as_its_own_type() -> None:
+    from kafkaops.rekey.steps import key_change_of
+
+    change = KeyChange(sampled_records=120, keyed_records=100, distinct_keys=100, moved_keys=40, moved_records=40,
+                       old_partitions=3, new_partitions=5)
+    grown = PartitionPlan("in_place", "orders", 3, 5, 3, assignment=((1, 2, 3), (2, 3, 1)), key_change=change)
+    assert PartitionPlan.from_dict(grown.to_dict()) == grown
+    assert grown.to_dict()["key_change"]["summary"] == change.summary()
+    assert PartitionPlan.from_dict(migrate_plan().to_dict()).key_change == KeySample(1000, 2)
+    assert key_change_of({}) is None and key_change_of(None) is None
+    assert PartitionPlan.from_dict({**grown.to_dict(), "key_change": {}}).key_change is None
