@@ -223,7 +223,7 @@ def stop_drained(kind: str | None) -> dict[str, Any]:
     context = get_current_context()
     ctx = context_of(context, kind_of(context, kind))
     with recorded(ctx, "stop_drained"):
-        return steps.stop_drained(ctx, ssh_login(context) if ctx.params.stops_brokers else None)
+        return steps.stop_drained(ctx, ssh_login(context) if ctx.params.stops_brokers else None).to_dict()
 
 
 @task(multiple_outputs=False)

@@ -14,7 +14,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from kafkaops.platform import lifecycle, store
 from kafkaops.reassign import steps
-from kafkaops.reassign.records import ProgressEvent
+from kafkaops.reassign.records import ProgressEvent, ThrottleRemoved
 from kafkaops.airflow.hooks import KafkaOpsHook, kafkaops_store
 from kafkaops.airflow.triggers import ReassignmentProgressTrigger
 from kafkaops.errors import KafkaOpsError
@@ -80,7 +80,7 @@ def recorded(ctx: lifecycle.OperationContext, name: str) -> Iterator[None]:
     ctx.step(name, "success")
 
 
-def unthrottle(ctx: lifecycle.OperationContext) -> dict[str, Any] | None:
+def unthrottle(ctx: lifecycle.OperationContext) -> ThrottleRemoved | None:
     """Remove the throttles this attempt of the run set and has not removed yet, as the step
     ``remove_throttles``; None when there are none (:func:`kafkaops.reassign.steps.throttles_in_place`)."""
     throttles = steps.throttles_in_place(ctx)
@@ -161,7 +161,7 @@ class ReassignmentBatchesOperator(BaseOperator):
             unthrottle(ctx)
         with recorded(ctx, "elect_leaders"):
             elected = steps.elect_leaders(ctx, self.plan_data)
-        return {"done": True, **elected}
+        return {"done": True, "leaders": elected.to_dict()}
 
     def _unthrottle_failing(self, ctx: lifecycle.OperationContext) -> None:
         """While the task fails: remove the throttles, without hiding the error that fails it (a

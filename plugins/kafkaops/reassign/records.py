@@ -252,6 +252,36 @@ class ThrottleRemoved:
 
 
 @dataclass(frozen=True)
+class LeadersElected:
+    """The preferred-leader election after the moves: partitions ``asked`` (every moved one) and how many
+    ``changed`` leader (one already led by its first replica needs none)."""
+
+    asked: int
+    changed: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"asked": self.asked, "changed": self.changed}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LeadersElected:
+        return cls(int(data.get("asked") or 0), int(data.get("changed") or 0))
+
+
+@dataclass(frozen=True)
+class BrokersStopped:
+    """The drained brokers a drain stopped (none when it was not asked to)."""
+
+    brokers: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stopped": list(self.brokers)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BrokersStopped:
+        return cls(tuple(int(b) for b in data.get("stopped") or ()))
+
+
+@dataclass(frozen=True)
 class Reassignment:
     """A run's reassignment as its record tells it: the batches and the throttles, in order."""
 

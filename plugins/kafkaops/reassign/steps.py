@@ -393,14 +393,14 @@ def desired_of(plan_data: Mapping[str, Any]) -> dict[TopicPartition, tuple[int, 
     return {(p["topic"], int(p["partition"])): tuple(p["replicas"]) for p in plan_data["kafka_json"]["partitions"]}
 
 
-def set_throttles(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str, Any]:
+def set_throttles(ctx: OperationContext, plan_data: Mapping[str, Any]) -> engine.ThrottleRecord:
     """Throttle every move of the plan with :func:`engine.plan_throttles` and
     :func:`engine.set_throttles`; the record lets the removal undo exactly this. A retry re-applies
     the record an earlier try of this attempt set (:func:`throttles_in_place`): the rates the
     brokers hold then are this run's, not the values to restore."""
     desired = desired_of(plan_data)
     if not desired:
-        return engine.ThrottleRecord().to_dict()
+        return engine.ThrottleRecord()
     kept = throttles_in_place(ctx)
     with ctx.connect() as conn:
         if kept is not None:
@@ -418,7 +418,7 @@ def set_throttles(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[s
                                                                    ctx.params.throttle_bytes_per_s,
                                                                    record.to_dict()).to_dict())
         engine.set_throttles(conn, record, ctx.params.throttle_bytes_per_s)
-    return record.to_dict()
+    return record
 
 
 def throttles_in_place(ctx: OperationContext) -> dict[str, Any] | None:
@@ -430,7 +430,7 @@ def throttles_in_place(ctx: OperationContext) -> dict[str, Any] | None:
 
 
 def remove_throttles(ctx: OperationContext, record: Mapping[str, Any] | None, plan_data: Mapping[str, Any] | None
-                     ) -> dict[str, Any]:
+                     ) -> records.ThrottleRemoved:
     """Undo the throttles (teardown) with :func:`engine.remove_throttles`: exactly the record's,
     or, without one, every throttle on the plan's brokers and topics. A broker that is down keeps
     its rate until it is back: it is named in the error and in the throttle ledger, and the next
@@ -447,10 +447,11 @@ def remove_throttles(ctx: OperationContext, record: Mapping[str, Any] | None, pl
         removal = err.removal
         raise
     finally:
-        if removal is not None:
-            ctx.audit.append("throttle_removed", **records.ThrottleRemoved(removal.brokers, removal.topics,
-                                                                           removal.left).to_dict())
-    return {"brokers": list(removal.brokers), "topics": list(removal.topics)}
+        removed = None if removal is None else records.ThrottleRemoved(removal.brokers, removal.topics, removal.left)
+        if removed is not None:
+            ctx.audit.append("throttle_removed", **removed.to_dict())
+    assert removed is not None  # engine.remove_throttles returned it, or raised
+    return removed
 
 
 def next_batch(ctx: OperationContext, plan_data: Mapping[str, Any]) -> BatchStep:
@@ -502,16 +503,19 @@ def progress_of(conn_config: Mapping[str, str], spec: WaitSpec, started_at: floa
     return Polled(prog, tuple(f"{t}-{p}" for t, p in sorted(in_flight)))
 
 
-def verify_moves(ctx: OperationContext, plan_data: Mapping[str, Any], before: Mapping[str, Any]) -> dict[str, Any]:
+def verify_moves(ctx: OperationContext, plan_data: Mapping[str, Any], before: Mapping[str, Any]
+                 ) -> verify.VerificationResult:
+    """Check the cluster against the plan (replicas, ISR, data kept); the result, recorded; raises
+    :class:`engine.ReassignmentError` naming what failed."""
     with ctx.connect() as conn:
         result = verify.verify_live(conn, desired_of(plan_data), Cluster.from_dict(before))
     ctx.audit.append("note", text=str(result))
     if not result.ok:
         raise engine.ReassignmentError(str(result))
-    return {"ok": True}
+    return result
 
 
-def elect_leaders(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str, Any]:
+def elect_leaders(ctx: OperationContext, plan_data: Mapping[str, Any]) -> records.LeadersElected:
     """Move leadership to each moved partition's first replica. The record says how many were asked and how
     many changed leader (one already led by its first replica needs no election)."""
     keys = sorted(desired_of(plan_data))
@@ -524,7 +528,7 @@ def elect_leaders(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[s
     ctx.audit.append("note", text=f"preferred leader election on {len(keys):,} moved partition(s): {len(changed):,} "
                                   "changed leader" + (f", {kept:,} already led by their first replica" if kept else ""),
                      leaders_asked=len(keys), leaders_changed=len(changed))
-    return {"partitions": len(keys), "changed": len(changed)}
+    return records.LeadersElected(len(keys), len(changed))
 
 
 def post_move_gate(ctx: OperationContext, plan_data: Mapping[str, Any], before: Mapping[str, Any]
@@ -555,13 +559,13 @@ def record_after(ctx: OperationContext, why: str) -> None:
     ctx.audit.append("snapshot", stage="after", cluster=after.to_dict())
 
 
-def stop_drained(ctx: OperationContext, ssh: provision.SshLogin | None = None) -> dict[str, Any]:
+def stop_drained(ctx: OperationContext, ssh: provision.SshLogin | None = None) -> records.BrokersStopped:
     """After a drain, stop the drained brokers through the role, then record the cluster after that:
     the last step that changes it. ``ssh``: the login of the run's SSH connection, for an Ansible
     inventory's hosts."""
     p = ctx.params
     if not p.stops_brokers:
-        return {"stopped": []}
+        return records.BrokersStopped()
     path = Path(p.inventory)
     if path.suffix == ".json":
         spec = provision.ClusterSpec.load(path)
@@ -577,7 +581,7 @@ def stop_drained(ctx: OperationContext, ssh: provision.SshLogin | None = None) -
     stopped = ", ".join(map(str, p.drain_brokers))
     ctx.audit.append("note", text=f"drained broker(s) {stopped} stopped")
     record_after(ctx, f"stopping broker(s) {stopped}")
-    return {"stopped": list(p.drain_brokers)}
+    return records.BrokersStopped(tuple(p.drain_brokers))
 
 
 def login_hosts(p: OperationParams) -> tuple[str, ...]:

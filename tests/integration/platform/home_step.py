@@ -55,15 +55,15 @@ def main(name: str, data: dict[str, Any]) -> Any:
         elif name == "plan_gate":
             result = steps.plan_gate(ctx, args["plan"])
         elif name == "set_throttles":
-            result = steps.set_throttles(ctx, args["plan"])
+            result = steps.set_throttles(ctx, args["plan"]).to_dict()
         elif name == "execute_batches":
             result = _execute(ctx, args["plan"], args["before"])
         elif name == "verify":
-            result = steps.verify_moves(ctx, args["plan"], args["before"])
+            result = {"ok": steps.verify_moves(ctx, args["plan"], args["before"]).ok}
         elif name == "remove_throttles":
-            result = steps.remove_throttles(ctx, args.get("record"), args["plan"])
+            result = steps.remove_throttles(ctx, args.get("record"), args["plan"]).to_dict()
         elif name == "elect_leaders":
-            result = steps.elect_leaders(ctx, args["plan"])
+            result = steps.elect_leaders(ctx, args["plan"]).to_dict()
         elif name == "post_move_gate":
             result = steps.post_move_gate(ctx, args["plan"], args["before"])
         else:

@@ -116,7 +116,7 @@ def test_throttles_are_set_from_the_ledger_and_removed_into_it(kafka: FakeKafka)
     kafka.configs = {("broker", "3"): {engine.LEADER_RATE: "50"}}
     store.current().save_throttle_ledger("fake-cluster", {"3": [engine.LEADER_RATE]})
     data = kafka_plan({("orders", 0): (1, 3)})
-    record = steps.set_throttles(ctx, data)
+    record = steps.set_throttles(ctx, data).to_dict()
     assert [3, engine.LEADER_RATE, None] in record["rates"]  # the earlier run's 50 is not restored
     kafka.online.discard(2)
     with pytest.raises(engine.ThrottlesLeft, match=r"broker\(s\) \[2\]"):
@@ -131,7 +131,8 @@ def test_without_a_record_the_teardown_clears_the_plan_brokers_and_topics(kafka:
     data, _ = plan_data()  # a scale-out onto broker 4
     kafka.online.add(4)
     kafka.configs = {("broker", "1"): {engine.LEADER_RATE: "9"}, ("topic", "orders"): {engine.LEADER_REPLICAS: "*"}}
-    assert steps.remove_throttles(context(), None, data) == {"brokers": [1, 2, 3, 4], "topics": ["orders"]}
+    removed = steps.remove_throttles(context(), None, data)
+    assert (removed.brokers, removed.topics, dict(removed.left)) == ((1, 2, 3, 4), ("orders",), {})
     assert kafka.throttles() == {}
 
 
@@ -146,7 +147,7 @@ def test_stopping_drained_brokers_records_the_cluster_after_the_stop(kafka: Fake
     monkeypatch.setattr(provision, "run_playbook",
                         lambda name, inventory, limit, ssh: played.append((name, limit, ssh)) or kafka.online.discard(3))
     login = provision.SshLogin(user="kafka", port=22, key_file="/keys/id", name="kafka_hosts")
-    assert steps.stop_drained(ctx, login) == {"stopped": [3]}
+    assert steps.stop_drained(ctx, login) == records.BrokersStopped((3,))
     assert played == [("cluster_down.yml", "kafka-3", login)]  # the run's SSH connection reaches the host
     assert [b["id"] for b in ctx.audit.summary()["after"]["brokers"]] == [1, 2]  # taken after the stop
 
@@ -161,7 +162,7 @@ def test_a_cluster_unreadable_after_the_stop_keeps_the_earlier_after_and_says_so
     ctx.audit.append("snapshot", stage="after", cluster=kafka.snapshot(None).to_dict())
     monkeypatch.setattr(provision, "run_playbook", lambda *a, **k: setattr(kafka, "unreachable", True))
     monkeypatch.setattr(steps.metadata, "snapshot", lambda *a, **k: kafka.describe_cluster(None))
-    assert steps.stop_drained(ctx) == {"stopped": [3]}
+    assert steps.stop_drained(ctx) == records.BrokersStopped((3,))
     record = ctx.audit.summary()
     assert [b["id"] for b in record["after"]["brokers"]] == [1, 2, 3]
     assert "could not be read" in record["notes"][-1]["text"] and "no answer from Kafka" in record["notes"][-1]["text"]
@@ -247,7 +248,7 @@ def test_only_a_drain_stops_brokers_whatever_else_the_form_holds(kafka: FakeKafk
                                                                   stop_drained=True, inventory="hosts.yml"))
     played = []
     monkeypatch.setattr(provision, "run_playbook", lambda *a, **k: played.append(a))
-    assert steps.stop_drained(ctx) == {"stopped": []}
+    assert steps.stop_drained(ctx) == records.BrokersStopped()
     assert played == [] and 3 in kafka.online
 
 
