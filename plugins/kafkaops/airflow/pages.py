@@ -263,6 +263,19 @@ def _live(record: Mapping[str, Any]) -> dict[str, Any] | None:
             "facts": facts}
 
 
+def _banner(record: Mapping[str, Any]) -> str | None:
+    """What the operator must do now, above everything else on the page: a live migration's request to
+    stop the producers, with its deadline, while the run waits for the source to go still."""
+    if record.get("ended_at") is not None:
+        return None
+    live = LiveRecord.of(list(record.get("notes") or ()))
+    if live is None or live.stop_request is None or live.quiesced or live.abandoned:
+        return None
+    request = live.stop_request
+    deadline = f" The run gives up at {render.utc_time(request.deadline)}." if request.deadline else ""
+    return f"Action needed: {request.text}{deadline}"
+
+
 def render_record(record: Mapping[str, Any]) -> str:
     """An operation record (``state.read_record`` or ``state.summarize``) as one self-contained HTML page,
     from its kind's template (:data:`TEMPLATES`)."""
@@ -285,7 +298,7 @@ def render_record(record: Mapping[str, Any]) -> str:
             ("at", render.utc_time(approval.get("ts")))],
         outcome_class=OUTCOME_CLASS.get(str(record.get("outcome")), "bad"),
         took=None if started is None or ended is None else ended - started, ended=ended is not None,
-        approval_body=_approval_body(plan),
+        approval_body=_approval_body(plan), banner=_banner(record),
         clusters=[(stage, _cluster_view(record.get(stage))) for stage in ("before", "after")])
 
 

@@ -266,7 +266,7 @@ def quiesce(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePol
         f"Stop every producer writing to {topic} now; the write window begins. Let the consumers of {topic} read "
         f"to its end, then stop them: they restart on {target} at offsets kafkaops commits. Waiting up to "
         f"{policy.quiesce_timeout_s:.0f} s for the end offsets of {topic} to stay still for {policy.quiet_s:.0f} s.",
-        Action.STOP_PRODUCERS, topic=topic, target_topic=target))
+        Action.STOP_PRODUCERS, topic=topic, target_topic=target, deadline=asked_at + policy.quiesce_timeout_s))
     still, began = Stillness(policy.quiet_s), clock()
     while True:
         ends = source_ends(ctx, topic)

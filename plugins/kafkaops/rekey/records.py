@@ -432,9 +432,12 @@ class ActionNote(Note):
     target_topic: str | None = None
     acl: tuple[str, ...] = ()
     switch: Cutover | None = None
+    deadline: float | None = None  # epoch seconds: when the run gives up waiting for the action
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"text": self.text, "action": self.action.value}
+        if self.deadline is not None:
+            out["deadline"] = self.deadline
         if self.topic is not None:
             out["topic"] = self.topic
         if self.target_topic is not None:
@@ -450,7 +453,7 @@ class ActionNote(Note):
         switch = data.get("switch")
         return cls(str(data.get("text") or ""), Action(data["action"]), data.get("topic"), data.get("target_topic"),
                    tuple(str(p) for p in data.get("acl") or ()), Cutover.from_dict(switch) if switch else None,
-                   ts=_ts(data))
+                   deadline=data.get("deadline"), ts=_ts(data))
 
     @classmethod
     def in_note(cls, data: Mapping[str, Any]) -> bool:
@@ -547,6 +550,7 @@ class LiveRecord:
 
     backfill: RunNote | None
     passes: tuple[CatchUpNote | FinalPassNote, ...]
+    stop_request: ActionNote | None
     quiesced: QuiescedNote | None
     translations: tuple[TranslationNote, ...]
     decision: SwitchDecision | None
@@ -563,7 +567,8 @@ class LiveRecord:
                   for n in notes if state.holds(n, CatchUpNote) or state.holds(n, FinalPassNote)]
         return cls(backfill=next((r for r in state.read_notes(notes, RunNote)
                                   if r.run is not None and r.run.plan and r.run.first_pass), None),
-                   passes=tuple(passes), quiesced=next(iter(state.read_notes(notes, QuiescedNote)), None),
+                   passes=tuple(passes), stop_request=stops[-1] if stops else None,
+                   quiesced=next(iter(state.read_notes(notes, QuiescedNote)), None),
                    translations=tuple(state.read_notes(notes, TranslationNote)),
                    decision=next(iter(state.read_notes(notes, SwitchDecision)), None),
                    observed=next(iter(state.read_notes(notes, SwitchObservedNote)), None),

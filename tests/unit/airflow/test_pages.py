@@ -298,3 +298,21 @@ def test_an_ended_run_says_what_it_never_reached_without_yet() -> None:
     text = text_of(render_record(summarize(events_of(events))))
     assert "no plan: the run ended before it made one" in text
     assert "not asked: the run ended before the approval" in text and "(yet)" not in text
+
+
+def test_a_live_migration_waiting_for_the_producers_to_stop_says_so_above_everything_with_its_deadline() -> None:
+    request = ActionNote("Stop every producer writing to orders now.", Action.STOP_PRODUCERS, topic="orders",
+                         target_topic="orders.v2", deadline=T0 + 900)
+    started = ("started", {"operation": "partition_increase", "params": {"topic": "orders", "quiesce": "manual"}})
+    waiting = summarize(events_of([started, ("note", request.to_dict())]))
+    page = render_record(waiting)
+    assert page.index('class="banner"') < page.index("<h2>")  # first on the page
+    text = text_of(page)
+    assert "Action needed: Stop every producer writing to orders now." in text
+    assert "The run gives up at 2026-11-23 09:55:12 UTC." in text
+    still = Quiesced("manual", T0, T0 + 30, {0: 10})
+    quiesced = summarize(events_of([started, ("note", request.to_dict()),
+                                    ("note", QuiescedNote("producers quiesced", still).to_dict())]))
+    ended = summarize(events_of([started, ("note", request.to_dict()), ("outcome", {"outcome": "failed"})]))
+    for record in (quiesced, ended):
+        assert 'class="banner"' not in render_record(record)
