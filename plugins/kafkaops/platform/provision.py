@@ -566,6 +566,23 @@ def default_inventory() -> Path | None:
     return LOCAL_SPEC if LOCAL_SPEC.is_file() else None
 
 
+def inventory_hosts(path: Path) -> tuple[str, ...]:
+    """The hosts an Ansible inventory names, read by Ansible's own inventory parser (any format it reads);
+    :class:`ProvisionError` naming the file when it is missing, unreadable or names no host."""
+    if not path.is_file() or not os.access(path, os.R_OK):
+        raise ProvisionError(f"inventory {path} is not a readable file on {socket.gethostname()}, where this task "
+                             "runs; give a path that every Airflow worker can read (the package's "
+                             "playbooks/inventory, or a mounted one)")
+    from ansible.inventory.manager import InventoryManager  # looked up per call: Ansible's import is not cheap
+    from ansible.parsing.dataloader import DataLoader
+
+    hosts = tuple(sorted(h.name for h in InventoryManager(loader=DataLoader(), sources=[str(path)]).get_hosts()))
+    if not hosts:
+        raise ProvisionError(f"inventory {path} names no host that Ansible can read (is it an Ansible inventory, "
+                             "YAML or INI?)")
+    return hosts
+
+
 def _inventory(spec: ClusterSpec | None) -> tuple[Mapping[str, Any] | Path, dict[str, Any]]:
     if spec is None:
         return LOCAL_INVENTORY, {"kafka_broker_base_dir": str(LOCAL_BASE_DIR)}

@@ -235,14 +235,47 @@ def provision_brokers(ctx: OperationContext, ssh: provision.SshLogin | None = No
     return Provisioned(tuple(new))
 
 
-def _add_planned(spec: provision.ClusterSpec, planned: Sequence[NewBroker], path: Path
-                 ) -> tuple[provision.ClusterSpec, tuple[provision.NodeSpec, ...]]:
-    """``spec`` plus the planned brokers, each with its planned id and rack (the plan was made on them)."""
+def _taken_ids(spec: provision.ClusterSpec, planned: Sequence[NewBroker], path: Path) -> None:
+    """Refuse planned broker ids that ``spec`` (at ``path``) already has nodes for."""
     taken = sorted({b.id for b in planned} & {n.node_id for n in spec.nodes})
     if taken:
         raise ConfigError(f"the plan adds broker(s) {taken}, but {path} already has node(s) with those ids (stopped "
                           "ones are not in the cluster's metadata, so the plan did not see them); nothing was "
                           "provisioned: trigger again with new_broker_ids naming free ids")
+
+
+def check_inventory(p: OperationParams, planned: Sequence[NewBroker]) -> None:
+    """Before the plan is shown: the inventory a scale-out provisions through (or a drain stops its
+    brokers through) can be read and names what the run will need, so a wrong one is refused before the
+    approval, not after it. A cluster spec: readable, and free of the planned ids; an Ansible inventory:
+    readable by Ansible, with a host ``kafka-<id>`` for every broker the run starts or stops."""
+    if not (p.kind == "scale_out" or p.stops_brokers):
+        return
+    if not p.inventory:
+        raise ConfigError(f"the {p.kind} needs the inventory param: a kafkaops cluster spec (.json) or an Ansible "
+                          "inventory (.yml) that names the hosts; for the local cluster, run make cluster-up, "
+                          "which writes the spec an empty inventory stands for. Nothing was changed")
+    path = Path(p.inventory)
+    try:
+        if path.suffix == ".json":
+            if p.kind == "scale_out":
+                _taken_ids(provision.ClusterSpec.load(path), planned, path)
+            return
+        hosts = set(provision.inventory_hosts(path))
+    except ProvisionError as err:
+        raise ConfigError(f"{err}. Nothing was changed") from err
+    ids = [b.id for b in planned] if p.kind == "scale_out" else list(p.drain_brokers)
+    missing = [f"kafka-{i}" for i in ids if f"kafka-{i}" not in hosts]
+    if missing:
+        raise ConfigError(f"inventory {path} has no host {', '.join(missing)} for broker(s) "
+                          f"{', '.join(m.split('-', 1)[1] for m in missing)} (its hosts: {', '.join(sorted(hosts))}); "
+                          "add them, or name brokers it has hosts for. Nothing was changed")
+
+
+def _add_planned(spec: provision.ClusterSpec, planned: Sequence[NewBroker], path: Path
+                 ) -> tuple[provision.ClusterSpec, tuple[provision.NodeSpec, ...]]:
+    """``spec`` plus the planned brokers, each with its planned id and rack (the plan was made on them)."""
+    _taken_ids(spec, planned, path)
     grown, added = spec, list[provision.NodeSpec]()
     for broker in planned:
         grown, one = grown.with_new_brokers(node_ids=[broker.id], racks=[broker.rack or ""])
@@ -337,9 +370,11 @@ def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Seq
         cluster = replace(cluster, partitions=tuple(x for x in cluster.partitions if x.topic in topics), _index=None)
     if p.kind == "scale_out":
         new_brokers = tuple(new_brokers) or planned_brokers(cluster, p)
+        check_inventory(p, new_brokers)
         plan = plan_scale_out(cluster, [Broker(id=b.id, rack=b.rack) for b in new_brokers], topics=topics,
                               exclude=p.exclude_brokers)
     elif p.kind == "drain":
+        check_inventory(p, ())
         plan = plan_drain(cluster, p.drain_brokers, exclude=p.exclude_brokers)
     else:
         plan = plan_rebalance(cluster, exclude=p.exclude_brokers, topics=topics)

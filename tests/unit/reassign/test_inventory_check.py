@@ -1,0 +1,61 @@
+"""The inventory a scale-out provisions through (or a drain stops its brokers through) is checked with the
+plan, before the approval (kafkaops.reassign.steps.check_inventory): real files, Ansible's own parser."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kafkaops.errors import ConfigError
+from kafkaops.platform import provision
+from kafkaops.reassign import steps
+from kafkaops.reassign.records import NewBroker
+
+INVENTORY = """all:
+  children:
+    kafka:
+      hosts:
+        kafka-1: {ansible_host: 10.0.0.1}
+        kafka-4: {ansible_host: 10.0.0.4}
+"""
+
+
+def params(kind: str, inventory: str, **more: object) -> steps.OperationParams:
+    return steps.OperationParams.from_params(kind, {"inventory": inventory, "add_brokers": 1, **more})
+
+
+def test_an_ansible_inventory_with_a_host_for_each_new_broker_passes(tmp_path: Path) -> None:
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(INVENTORY)
+    steps.check_inventory(params("scale_out", str(inventory)), [NewBroker(4, None)])
+    assert provision.inventory_hosts(inventory) == ("kafka-1", "kafka-4")
+
+
+def test_a_broker_without_a_host_is_refused_naming_the_host_and_the_hosts_there_are(tmp_path: Path) -> None:
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(INVENTORY)
+    with pytest.raises(ConfigError, match=r"has no host kafka-5 for broker\(s\) 5 \(its hosts: kafka-1, kafka-4\)"):
+        steps.check_inventory(params("scale_out", str(inventory)), [NewBroker(5, None)])
+    with pytest.raises(ConfigError, match=r"no host kafka-2 for broker\(s\) 2"):  # a drain that stops broker 2
+        steps.check_inventory(params("drain", str(inventory), drain_brokers=[2], stop_drained=True), ())
+    steps.check_inventory(params("drain", str(inventory), drain_brokers=[2]), ())  # nothing to stop: no check
+
+
+@pytest.mark.parametrize("content, said", [(None, "is not a readable file"),
+                                           ("{{ not: an inventory", "names no host that Ansible can read")])
+def test_a_missing_or_unreadable_inventory_is_refused_before_anything_changes(tmp_path: Path, content: str | None,
+                                                                             said: str) -> None:
+    inventory = tmp_path / "hosts.yml"
+    if content is not None:
+        inventory.write_text(content)
+    with pytest.raises(ConfigError, match=said) as refused:
+        steps.check_inventory(params("scale_out", str(inventory)), [NewBroker(4, None)])
+    assert str(inventory) in str(refused.value) and "Nothing was changed" in str(refused.value)
+
+
+def test_a_cluster_spec_that_has_the_planned_id_already_is_refused(tmp_path: Path) -> None:
+    spec = provision.local_cluster_spec(tmp_path / "cluster", brokers=3)
+    path = spec.save(tmp_path / "spec.json")
+    with pytest.raises(ConfigError, match=r"adds broker\(s\) \[3\], but .* already has node\(s\) with those ids"):
+        steps.check_inventory(params("scale_out", str(path)), [NewBroker(3, None)])
+    steps.check_inventory(params("scale_out", str(path)), [NewBroker(4, None)])
