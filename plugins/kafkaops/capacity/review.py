@@ -392,16 +392,20 @@ def lag_findings(history: Sequence[ReviewPoint], min_points: int = 2) -> list[Fi
     return out
 
 
-def multiple_findings(cluster: Cluster) -> list[Finding]:
+def multiple_findings(cluster: Cluster, recommended: Mapping[str, int] | None = None) -> list[Finding]:
+    """Topics whose partition count is not a multiple of the brokers. One number per topic: where the
+    review recommends a partition count for the topic (``recommended``, a multiple of the brokers), the
+    finding names that count, not another."""
     brokers = len(cluster.online_broker_ids) or len(cluster.brokers)
     out = []
     for topic in cluster.topics:
         n = len(cluster.partitions_of(topic))
         if brokers and n % brokers:
-            up = math.ceil(n / brokers) * brokers
+            count = (recommended or {}).get(topic)
+            advice = (f"use a multiple of {brokers}: {count}, as recommended below" if count
+                      else f"use a multiple of {brokers}, e.g. {math.ceil(n / brokers) * brokers}")
             out.append(Finding("partitions_not_multiple_of_brokers", f"topic {topic}", n, brokers,
-                               f"topic {topic}: {n} partitions over {brokers} brokers leaves load uneven; "
-                               f"use a multiple of {brokers}, e.g. {up}"))
+                               f"topic {topic}: {n} partitions over {brokers} brokers leaves load uneven; {advice}"))
     return out
 
 
@@ -704,18 +708,17 @@ def review(current: Cluster, history: Sequence[ReviewPoint] = (), *, targets: Ca
     findings += disk_findings(current, thresholds.max_disk_use, verdict)
     findings += replica_findings(current, thresholds.max_replicas_per_broker)
     findings += idle_consumer_findings(current)
-    findings += lag_findings([*earlier, now], thresholds.min_lag_points)
-    findings += multiple_findings(current)
-    hot, empty = hot_partition_findings(current, parts, thresholds.hot_partition_ratio)
-    findings += hot
-    findings = [f for f in findings if not is_kafkaops_own(f.subject, current)]
-
     recs: list[Recommendation] = []
     for t in targets.topics:
         consumers = t.max_consumers if t.max_consumers is not None else max_consumers_of(current, t.topic)
         existing = len(current.partitions_of(t.topic)) if t.topic in current.topics else None
         recs.append(recommend_partitions(t.topic, t.target_per_s, t.per_consumer_per_s, consumers, brokers,
                                          current=existing, unit=t.unit))
+    findings += lag_findings([*earlier, now], thresholds.min_lag_points)
+    findings += multiple_findings(current, {t.topic: int(r.value) for t, r in zip(targets.topics, recs)})
+    hot, empty = hot_partition_findings(current, parts, thresholds.hot_partition_ratio)
+    findings += hot
+    findings = [f for f in findings if not is_kafkaops_own(f.subject, current)]
     disk = targets.disk_per_broker_bytes or min((b.disk_total_bytes for b in current.brokers if b.disk_total_bytes),
                                                 default=None)
     if disk:

@@ -184,6 +184,9 @@ def test_review_round_trips_through_json_and_names_what_fired() -> None:
     r = review(b, history, targets=targets)
     assert {"hot_partition", "lag_growing", "partitions_not_multiple_of_brokers"} <= r.rules_fired()
     assert r.recommendation("partitions").value == 9  # ceil(1000/150)=7 -> 9 (multiple of 3)
+    # one number per topic: the finding names the recommended count, not its own "e.g. 6"
+    [uneven] = [f for f in r.findings if f.rule == "partitions_not_multiple_of_brokers"]
+    assert uneven.message.endswith("use a multiple of 3: 9, as recommended below"), uneven.message
     brokers = r.recommendation("brokers")
     assert brokers.inputs["by_throughput"] == math.ceil((12_000 / 10) / 500)
     assert r.throughput and r.previous_taken_at == 0.0 and r.history_points == 2
