@@ -409,10 +409,29 @@ def multiple_findings(cluster: Cluster, recommended: Mapping[str, int] | None = 
     return out
 
 
+def _hot_cause(topic: str, skews: Mapping[str, Mapping[str, Any]], key_share: float) -> str:
+    """What a hot partition's finding says of its cause: what the key-skew sample of ``topic`` found, or
+    how to find out."""
+    found = skews.get(topic)
+    if found is None:
+        return "is one key dominant? run the review with key_skew on for this topic"
+    top = (found.get("top_keys") or [None])[0]
+    if not top:
+        return "the key-skew sample has no keyed records: the producers choose the partitions"
+    said = f"the key-skew sample's hottest key {top['key']} holds {float(top['share']):.0%} of its records"
+    if float(top["share"]) >= key_share:
+        return f"{said}: change the key or split that key (see the key change recommended below)"
+    return (f"{said}, under the {key_share:.0%} of a dominant key: the partition's keys together make it hot; "
+            "more partitions spread them (see the what-if in the key-skew result)")
+
+
 def hot_partition_findings(cluster: Cluster, parts: Sequence[PartitionThroughput] = (),
-                           ratio: float = 2.0) -> tuple[list[Finding], list[str]]:
+                           ratio: float = 2.0, skews: Sequence[Mapping[str, Any]] = (),
+                           key_share: float = 0.2) -> tuple[list[Finding], list[str]]:
     """Hot partitions by records (the throughput window when it saw records, else records stored)
-    and by bytes stored. Returns the findings and the topics with no records at all (empty)."""
+    and by bytes stored, each with what the key-skew sample of its topic says of the cause (``skews``).
+    Returns the findings and the topics with no records at all (empty)."""
+    by_topic = {str(k.get("topic")): k for k in skews}
     window: dict[str, dict[int, int]] = {}
     for p in parts:
         window.setdefault(p.topic, {})[p.partition] = p.records
@@ -440,8 +459,8 @@ def hot_partition_findings(cluster: Cluster, parts: Sequence[PartitionThroughput
                 amounts = ((_gib(top), _gib(mean)) if basis == "bytes stored" else (f"{top:,}", f"{mean:,.1f}"))
                 findings.append(Finding("hot_partition", f"{topic}-{hot}", round(top / mean, 4), ratio,
                                         f"partition {topic}-{hot} carries {top / mean:.2f} x the mean by {basis} "
-                                        f"({amounts[0]} vs mean {amounts[1]}); a dominant key? see the key-skew "
-                                        "result, change the key or split the hot key"))
+                                        f"({amounts[0]} vs mean {amounts[1]}); "
+                                        f"{_hot_cause(topic, by_topic, key_share)}"))
     return findings, empty
 
 
@@ -716,7 +735,7 @@ def review(current: Cluster, history: Sequence[ReviewPoint] = (), *, targets: Ca
                                          current=existing, unit=t.unit))
     findings += lag_findings([*earlier, now], thresholds.min_lag_points)
     findings += multiple_findings(current, {t.topic: int(r.value) for t, r in zip(targets.topics, recs)})
-    hot, empty = hot_partition_findings(current, parts, thresholds.hot_partition_ratio)
+    hot, empty = hot_partition_findings(current, parts, thresholds.hot_partition_ratio, skews, thresholds.key_share)
     findings += hot
     findings = [f for f in findings if not is_kafkaops_own(f.subject, current)]
     disk = targets.disk_per_broker_bytes or min((b.disk_total_bytes for b in current.brokers if b.disk_total_bytes),

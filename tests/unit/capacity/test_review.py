@@ -119,6 +119,24 @@ def test_hot_partition_by_records_and_bytes_and_empty_topics() -> None:
     assert capacity.hot_partition_findings(calm)[0] == []
 
 
+def test_a_hot_partition_says_what_the_key_skew_sample_found_or_how_to_find_out() -> None:
+    c = cluster(t=1.0, offsets={0: 400, 1: 100, 2: 100})
+
+    def cause(skews: list[dict]) -> str:
+        [found] = capacity.hot_partition_findings(c, skews=skews, key_share=0.2)[0]
+        return found.message.split("; ", 1)[1]
+
+    assert cause([]) == "is one key dominant? run the review with key_skew on for this topic"
+    dominant = {"topic": "orders", "top_keys": [{"key": "acct-1", "records": 300, "share": 0.5}]}
+    assert cause([dominant]) == ("the key-skew sample's hottest key acct-1 holds 50% of its records: change the key "
+                                 "or split that key (see the key change recommended below)")
+    spread = {"topic": "orders", "top_keys": [{"key": "acct-1", "records": 30, "share": 0.05}]}
+    assert cause([spread]).startswith("the key-skew sample's hottest key acct-1 holds 5% of its records, under the "
+                                      "20% of a dominant key")
+    assert cause([{"topic": "other", "top_keys": []}]).startswith("is one key dominant?")
+    assert "no keyed records" in cause([{"topic": "orders", "top_keys": []}])
+
+
 def test_hot_partition_uses_the_throughput_window_when_it_saw_records() -> None:
     a = cluster(t=0.0, offsets={0: 1000, 1: 1000, 2: 1000})
     b = cluster(t=10.0, offsets={0: 1300, 1: 1010, 2: 1010})  # stored: even; the window: partition 0 hot
