@@ -7,7 +7,8 @@ operator does:
 1. signs in as ``operator``; with four eyes on (the deployment's ``[kafkaops] four_eyes``), every approval is
    answered by a second user, ``approver``, and the operator's own approval is refused and asked again;
 2. triggers kafka_scale_out from the Trigger form with its defaults plus only what an operator must
-   choose (not a dry run, the topic); approval stays manual;
+   choose (not a dry run, the topic); approval stays manual; the approver rejects it, and no broker is
+   started or registered, the run is failed in Airflow and its record says rejected; then again:
 3. opens Browse > Required Actions, reads the plan (moves, bytes, throttle, ETA) and who may approve it,
    approves it and is refused; the approver approves it;
 4. follows the run to success, never clearing a task;
@@ -34,6 +35,7 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from kafkaops.cli import datagen
+from kafkaops.platform import provision
 from kafkaops.platform.kafka import metadata, offsets, records, topics
 from tests.deployment.conftest import TOPIC, SpecCluster
 from kafkaops.testing.deployment import Deployment
@@ -85,9 +87,10 @@ def test_the_operators_path(deployed: Deployment, chrome: Any, deployment_cluste
     ui.login("operator", deployed.passwords["operator"])
     ui.shot("home")
 
-    # 2. scale-out from the Trigger form: the defaults, not a dry run, the topic
+    # 2. scale-out from the Trigger form: the defaults, not a dry run, the topic; rejected first
     with deployment_cluster.connect() as conn:
         brokers_before = sorted(b.id for b in metadata.describe_cluster(conn)[2])
+    rejected_scale_out(airflow, ui, deployment_cluster, brokers_before)
     run = ui.trigger("kafka_scale_out", switches={"dry_run": False}, arrays={"topics": [TOPIC]}, name="scale-out")
     conf = airflow.api("GET", run_path("kafka_scale_out", run))["conf"]
     assert conf.get("dry_run") is False and conf.get("topics") == [TOPIC] and conf.get("approval") == "manual", \
@@ -213,6 +216,38 @@ def test_the_operators_path(deployed: Deployment, chrome: Any, deployment_cluste
 
     took = time.monotonic() - began
     print(f"\nthe operator's path took {took:.0f} s (after {airflow.started_in:.0f} s to start the deployment); screenshots in {artifacts}")
+
+
+def rejected_scale_out(airflow: Deployment, ui: AirflowUI, cluster: SpecCluster, brokers_before: list[int]) -> None:
+    """Step 2, first: a scale-out the approver rejects starts no broker (none registered, none running, the
+    spec unchanged), Airflow marks the run failed, and its record says it was rejected and that nothing changed."""
+    nodes_before = provision.ClusterSpec.load(cluster.spec_file).nodes
+    run = ui.trigger("kafka_scale_out", switches={"dry_run": False}, arrays={"topics": [TOPIC]}, name="scale-out-reject")
+    ui.park()
+    wait_for_approval(airflow, "kafka_scale_out", run)
+    ui.sign_in_as("approver", airflow.passwords["approver"])
+    text = ui.open_required_action("kafka_scale_out", run, timeout=120)
+    assert "Rejecting changes nothing: no broker is started, no partition moves" in text, \
+        f"the approval should say what Reject does in this run:\n{text}"
+    ui.respond("Reject")
+    ui.shot("scale-out-rejected")
+    ui.sign_in_as("operator", airflow.passwords["operator"])
+    ui.park()
+    wait_for_run(airflow, "kafka_scale_out", run, expect="failed")  # a rejected run is not a green one
+    ui.open_run_tab("kafka_scale_out", run, "Operation record")
+    ui.text_shown("What to do now")
+    record = ui.visible_text()
+    ui.shot("scale-out-rejected-record")
+    assert "scale_out: rejected" in record and "rejected by approver; nothing changed" in record, record
+    assert re.search(r"(?m)^What to do now$", record) and "Nothing changed, and nothing needs undoing" in record, record
+    ui.driver.switch_to.default_content()
+    data = airflow.call("GET", f"/kafkaops/records/kafka_scale_out/{quote(run, safe='')}.json").json()
+    planned = [b["id"] for b in data["plan"]["new_brokers"]]
+    assert planned, data["plan"]
+    with cluster.connect() as conn:
+        assert sorted(b.id for b in metadata.describe_cluster(conn)[2]) == brokers_before
+    assert provision.ClusterSpec.load(cluster.spec_file).nodes == nodes_before
+    assert all(provision.node_pid(cluster.spec, b) is None for b in planned), f"broker(s) {planned} run"
 
 
 def live_migration(airflow: Deployment, ui: AirflowUI, cluster: SpecCluster) -> None:
