@@ -15,7 +15,8 @@ operator does:
 5. opens the run's Operation record tab and one gate's Data Docs from it;
 6. triggers kafka_reassign to drain the new broker and stop it, and approves that;
 7. triggers kafka_capacity_review and opens its report from the run's record;
-8. runs a live migration (kafka_partition_increase, quiesce=manual) of a small topic with a
+8. triggers a live migration with quiesce=acl on the cluster, which has no authorizer, and reads its refusal;
+9. runs a live migration (kafka_partition_increase, quiesce=manual) of a small topic with a
    consumer group: approves the plan, reads the switch in Browse > Required Actions (the topics and
    the group's offsets on the target), moves "the producers" (writes to the target), approves the
    switch and reads the cut-over in the run's record.
@@ -211,7 +212,10 @@ def test_the_operators_path(deployed: Deployment, chrome: Any, deployment_cluste
         f"the capacity report lacks findings or UTC times:\n{report[:3000]}"
     chrome.switch_to.default_content()
 
-    # 8. a live migration: the plan approved, the switch read in Required Actions, the producers moved
+    # 8. quiesce=acl on this cluster, which has no authorizer: refused by the preflight, before any copy
+    acl_refused(airflow, ui, deployment_cluster)
+
+    # 9. a live migration: the plan approved, the switch read in Required Actions, the producers moved
     live_migration(airflow, ui, deployment_cluster)
 
     took = time.monotonic() - began
@@ -248,6 +252,30 @@ def rejected_scale_out(airflow: Deployment, ui: AirflowUI, cluster: SpecCluster,
         assert sorted(b.id for b in metadata.describe_cluster(conn)[2]) == brokers_before
     assert provision.ClusterSpec.load(cluster.spec_file).nodes == nodes_before
     assert all(provision.node_pid(cluster.spec, b) is None for b in planned), f"broker(s) {planned} run"
+
+
+def acl_refused(airflow: Deployment, ui: AirflowUI, cluster: SpecCluster) -> None:
+    """Step 8: a live migration with ``quiesce=acl`` on a cluster without an authorizer fails at its
+    preflight, naming why and the way on, with no target topic made and no plan asked for."""
+    dag_id = "kafka_partition_increase"
+    with cluster.connect() as conn:
+        topics_before = metadata.topic_names(conn)
+    run = ui.trigger(dag_id, texts={"topic": TOPIC, "quiesce_principals": "User:orders-app"},
+                     choices={"quiesce": "acl"}, switches={"dry_run": False}, name="acl-refused")
+    ui.park()
+    wait_for_run(airflow, dag_id, run, expect="failed")
+    ui.open_run_tab(dag_id, run, "Operation record")
+    ui.text_shown("What to do now")
+    record = ui.visible_text()
+    ui.shot("acl-quiesce-refused-record")
+    assert "quiesce=acl cannot stop the producers of orders" in record and "no authorizer" in record, record
+    assert "trigger again with quiesce=manual" in record and "could NOT be removed" not in record, record
+    ui.driver.switch_to.default_content()
+    states = task_states(airflow, dag_id, run)
+    assert states["preflight_gate"][0] == "failed" and states.get("plan", (None,))[0] != "success", states
+    with cluster.connect() as conn:
+        made = metadata.topic_names(conn) - topics_before
+    assert not made, f"the refused run made topics {sorted(made)}"
 
 
 def live_migration(airflow: Deployment, ui: AirflowUI, cluster: SpecCluster) -> None:
