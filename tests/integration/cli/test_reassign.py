@@ -16,6 +16,7 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import NewTopic
 
 from kafkaops.platform.kafka import connection, metadata, reassignments
@@ -40,10 +41,22 @@ def cli(*argv: str) -> tuple[int, str, str]:
 
 def create(conn: connection.KafkaConnection, topic: str, assignment: Sequence[Sequence[int]], records: int,
            record_bytes: int = 200) -> Cluster:
-    """A topic with exactly ``assignment``, filled with ``records`` records."""
-    for future in conn.admin.create_topics([NewTopic(topic, len(assignment), replica_assignment=[
-            list(r) for r in assignment])], request_timeout=30).values():
-        future.result(60)
+    """A topic with exactly ``assignment``, filled with ``records`` records. A creation that timed out (a
+    cluster just started, on a loaded machine: librdkafka still "waiting for controller") is asked again
+    for up to 2 minutes; one that then finds the topic there (the first request went through) is done."""
+    deadline = time.monotonic() + 120
+    while True:
+        future = conn.admin.create_topics([NewTopic(topic, len(assignment), replica_assignment=[
+            list(r) for r in assignment])], request_timeout=30)[topic]
+        try:
+            future.result(60)
+            break
+        except KafkaException as err:
+            code = err.args[0].code()
+            if code == KafkaError.TOPIC_ALREADY_EXISTS:
+                break
+            if code not in (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT) or time.monotonic() > deadline:
+                raise
     wait_for(lambda: len(partitions_of(conn, topic)) == len(assignment), timeout=30, what=f"{topic} in the metadata")
     time.sleep(1)
     datagen.produce(conn.config, topic, datagen.DatagenSpec(records=records, keys=50, skew="uniform",
