@@ -7,13 +7,16 @@ decides where the job runs: ``local[*]``, ``spark://host:7077``, ``yarn`` or ``k
 ``spark_default`` stands for ``local[*]`` (kafkaops supplies it); a missing connection of another
 name is refused, naming it.
 
-The hook logs spark-submit's output line by line (in client deploy mode the driver's own output:
-the task log has it); the launcher copies those lines to the run's Spark log file as well, where
-:func:`kafkaops.platform.spark.run_spark_app` finds the app's result and the tail of a failure.
+The hook reads spark-submit's output line by line (in client deploy mode the driver's own output): the
+launcher writes every line to the run's Spark log file, where :func:`kafkaops.platform.spark.run_spark_app`
+finds the app's result and the tail of a failure (and which the record links), and lets through to the task
+log all but Spark's own INFO lines (:func:`task_log_wants`), so the task log keeps the warnings, errors,
+the app's own lines and kafkaops' progress lines.
 """
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 from collections.abc import Iterator, Mapping
@@ -36,6 +39,20 @@ SPARK_CONN_PARAM = Param(None, type=["null", "string"], title="Spark connection"
                                      f"{DEFAULT_CONN_ID}, which is local[*] when Airflow has no such connection.")
 
 
+#: A line of Spark's own log at INFO (log4j's default layout: ``25/11/28 07:53:13 INFO SparkContext: ...``).
+SPARK_INFO = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO ")
+#: What the provider reads out of spark-submit's output to track or stop the job (YARN application, driver
+#: id, Kubernetes pod, exit code): such lines reach it even at INFO.
+TRACKED = re.compile(r"application[0-9_]+|driver-[0-9\-]+|pod name: |submission ID spark:|spark-app-selector -> |"
+                     r"[eE]xit code: ")
+
+
+def task_log_wants(line: str) -> bool:
+    """Whether a line of spark-submit's output goes to the task log too: everything but Spark's own INFO
+    lines (the Spark log has them all), and those the provider tracks the job by."""
+    return not SPARK_INFO.match(line) or bool(TRACKED.search(line))
+
+
 class KafkaOpsSparkSubmitHook(SparkSubmitHook):
     """``SparkSubmitHook`` whose missing ``spark_default`` is ``local[*]`` (the provider would take
     YARN), whose missing other connection is an error naming it, and which copies spark-submit's
@@ -46,7 +63,7 @@ class KafkaOpsSparkSubmitHook(SparkSubmitHook):
         self.output_file = output_file
 
     def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
-        # the provider reads spark-submit's merged stdout and stderr here, line by line
+        # the provider reads spark-submit's merged stdout and stderr here, line by line, and logs each
         if self.output_file is None:
             return super()._process_spark_submit_log(itr)
         with self.output_file.open("a", encoding="utf-8", errors="replace") as copy:
@@ -54,7 +71,9 @@ class KafkaOpsSparkSubmitHook(SparkSubmitHook):
                 for line in itr:
                     copy.write(line)
                     copy.flush()
-                    yield line
+                    if task_log_wants(line):
+                        yield line
+            self.log.info("Spark's INFO lines go to the run's Spark log (linked from its record), not here")
             return super()._process_spark_submit_log(tee())
 
     @classmethod

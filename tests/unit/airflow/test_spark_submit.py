@@ -19,6 +19,8 @@ import os, sys, time
 args = sys.argv[1:]
 print("spark-submit", " ".join(args), flush=True)
 print("cwd", os.getcwd(), flush=True)
+print("25/11/28 07:53:13 INFO SparkContext: Running Spark version 4.0.1", flush=True)
+print("25/11/28 07:53:14 WARN NativeCodeLoader: Unable to load native-hadoop library", flush=True)
 app_args = args[args.index(next(a for a in args if a.endswith(".py"))) + 1:]
 if "--sleep" in app_args:
     open(os.path.join(os.getcwd(), "pid"), "w").write(str(os.getpid()))
@@ -75,6 +77,33 @@ def test_submit_passes_everything_through_the_hook_and_copies_its_output(tmp_pat
                                 "--jars", "/j/a.jar,/j/b.jar", "--driver-memory", "512m", "--name", "kafkaops-key-skew",
                                 spark.app_file("key_skew"), "--topic", "t"]
     assert spark.result_of(log_file) == {"args": ["--topic", "t"]}
+
+
+def test_the_task_log_gets_all_but_sparks_own_info_lines_which_stay_in_the_spark_log(
+        tmp_path: Path, fake_spark_submit: dict[str, str], caplog: pytest.LogCaptureFixture,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    log_file = tmp_path / "spark.log"
+    with caplog.at_level("INFO"):
+        airflow_spark.SparkSubmitLauncher().submit(submission("--topic", "t"), env=fake_spark_submit,
+                                                   log_file=log_file, timeout_s=30)
+    assert "INFO SparkContext: Running Spark version" in log_file.read_text()
+    assert "WARN NativeCodeLoader" in log_file.read_text()
+    out, err = capfd.readouterr()
+    logged = caplog.text + out + err  # the hook logs through Airflow's logging: captured or printed
+    assert "WARN NativeCodeLoader" in logged and "kafkaops-result:" in logged
+    assert "INFO SparkContext" not in logged and "Spark's INFO lines go to the run's Spark log" in logged
+
+
+@pytest.mark.parametrize("line, wanted", [
+    ("25/11/28 07:53:13 INFO SparkContext: Running Spark version 4.0.1\n", False),
+    ("25/11/28 07:53:13 WARN TaskSetManager: Lost task 0.0\n", True),
+    ("25/11/28 07:53:13 INFO ClientEndpoint: Driver successfully submitted as driver-20261128075313-0001\n", True),
+    ("25/11/28 07:53:13 INFO Client: Application report for application_1700000000000_0001\n", True),
+    ("kafkaops-result: {}\n", True),
+    ("Traceback (most recent call last):\n", True),
+])
+def test_which_lines_the_task_log_gets(line: str, wanted: bool) -> None:
+    assert airflow_spark.task_log_wants(line) is wanted
 
 
 def test_submit_returns_spark_submits_exit_code(tmp_path: Path, fake_spark_submit: dict[str, str]) -> None:
