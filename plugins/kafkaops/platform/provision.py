@@ -9,6 +9,7 @@ import base64
 import json
 import logging
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -49,11 +50,40 @@ def new_cluster_id() -> str:
     return cluster_id
 
 
-def free_ports(count: int) -> list[int]:
-    """Ports on 127.0.0.1 that nothing listens on right now."""
-    sockets, ports = [], []
+#: The lowest port :func:`free_ports` draws from.
+LOWEST_FREE_PORT = 10_000
+
+
+def _ephemeral_start() -> int:
+    """The first port of the kernel's ephemeral range (outgoing connections' source ports)."""
     try:
-        for _ in range(count):
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports on 127.0.0.1 that nothing listens on right now, drawn at random below the kernel's ephemeral
+    range: an outgoing connection takes its source port from that range, and could take a port chosen
+    there in the seconds before its server (a broker's JVM) binds it. The kernel's own choice for any
+    that 200 draws did not find."""
+    rng, top = random.SystemRandom(), _ephemeral_start()
+    sockets: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        for _ in range(200 if top > LOWEST_FREE_PORT + count else 0):
+            if len(ports) == count:
+                break
+            port = rng.randrange(LOWEST_FREE_PORT, top)
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                sock.close()
+                continue
+            sockets.append(sock)
+            ports.append(port)
+        while len(ports) < count:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.bind(("127.0.0.1", 0))
             sockets.append(sock)

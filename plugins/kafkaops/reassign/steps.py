@@ -272,6 +272,21 @@ def check_inventory(p: OperationParams, planned: Sequence[NewBroker]) -> None:
                           "add them, or name brokers it has hosts for. Nothing was changed")
 
 
+def _inventory_checked(ctx: OperationContext, planned: Sequence[NewBroker]) -> str | None:
+    """:func:`check_inventory` for the plan step: a real run is refused on a wrong inventory; a dry run,
+    which never provisions or stops a broker, plans on and says what a real run would be refused for
+    (returned, and noted in the record)."""
+    try:
+        check_inventory(ctx.params, planned)
+    except ConfigError as err:
+        if not ctx.params.dry_run:
+            raise
+        ctx.audit.append("note", text=f"dry run: a real run would be refused at its plan: {err}")
+        log.warning("dry run: a real run would be refused at its plan: %s", err)
+        return str(err)
+    return None
+
+
 def _add_planned(spec: provision.ClusterSpec, planned: Sequence[NewBroker], path: Path
                  ) -> tuple[provision.ClusterSpec, tuple[provision.NodeSpec, ...]]:
     """``spec`` plus the planned brokers, each with its planned id and rack (the plan was made on them)."""
@@ -368,21 +383,25 @@ def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Seq
         for topic in topics:
             cluster.partitions_of(topic)  # an unknown topic is refused here, naming it
         cluster = replace(cluster, partitions=tuple(x for x in cluster.partitions if x.topic in topics), _index=None)
+    inventory_problem = None
     if p.kind == "scale_out":
         new_brokers = tuple(new_brokers) or planned_brokers(cluster, p)
-        check_inventory(p, new_brokers)
+        inventory_problem = _inventory_checked(ctx, new_brokers)
         plan = plan_scale_out(cluster, [Broker(id=b.id, rack=b.rack) for b in new_brokers], topics=topics,
                               exclude=p.exclude_brokers)
     elif p.kind == "drain":
-        check_inventory(p, ())
+        inventory_problem = _inventory_checked(ctx, ())
         plan = plan_drain(cluster, p.drain_brokers, exclude=p.exclude_brokers)
     else:
         plan = plan_rebalance(cluster, exclude=p.exclude_brokers, topics=topics)
     flows = approval.plan_traffic(plan, p)
-    data = {"plan": plan.to_dict(), "kafka_json": plan.to_kafka_json(), "diff": list(plan.diff()),
-            "table": list(plan.table()), "summary": plan.summary(), "moves": len(plan.moves),
-            "replica_moves": plan.replica_moves, "bytes_to_move": plan.bytes_to_move, "eta_s": flows.eta_s,
-            "approval": approval.approval_markdown(plan, p)}
+    refused = f"A real run would be refused here: {inventory_problem}" if inventory_problem else ""
+    data: dict[str, Any] = {
+        "plan": plan.to_dict(), "kafka_json": plan.to_kafka_json(), "diff": list(plan.diff()),
+        "table": list(plan.table()), "summary": plan.summary() + (f". {refused}" if refused else ""),
+        "moves": len(plan.moves), "replica_moves": plan.replica_moves, "bytes_to_move": plan.bytes_to_move,
+        "eta_s": flows.eta_s,
+        "approval": approval.approval_markdown(plan, p) + (f"\n\n**{refused}**" if refused else "")}
     if p.kind == "scale_out":
         data["new_brokers"] = Provisioned(tuple(new_brokers)).to_dict()["new_brokers"]
     ctx.audit.append("plan", **data)

@@ -56,7 +56,11 @@ def temporary_cluster(prefix: str = "kafkaops-", *, client_config: Mapping[str, 
         for guard in TEMPORARY_CLUSTER_GUARDS:
             guards.enter_context(guard(base))
         try:
-            cluster_up(spec, client_config=client_config)
+            try:
+                cluster_up(spec, client_config=client_config)
+            except ProvisionError:
+                log_node_tails(base)  # the folder goes below: what the nodes said is kept in the test's log
+                raise
             yield spec
         finally:
             try:
@@ -66,6 +70,13 @@ def temporary_cluster(prefix: str = "kafkaops-", *, client_config: Mapping[str, 
             finally:
                 kill_strays(base)  # also nodes added to the cluster after it started
                 shutil.rmtree(base, ignore_errors=True)
+
+
+def log_node_tails(base_dir: Path, lines: int = 25) -> None:
+    """Log the last ``lines`` of each node's server.log under ``base_dir`` (a cluster that did not come up)."""
+    for server_log in sorted(base_dir.glob("node-*/logs/server.log")):
+        tail = server_log.read_text(errors="replace").splitlines()[-lines:]
+        log.error("%s, its last %d lines:\n%s", server_log.relative_to(base_dir), len(tail), "\n".join(tail))
 
 
 def kill_strays(base_dir: Path) -> list[int]:

@@ -203,3 +203,16 @@ def test_a_kafka_3_9_spec_runs_its_own_jar_set_and_keeps_its_line_when_grown(tmp
     assert default.inventory()["all"]["vars"]["kafka_broker_classpath_dir"] == "{{ kafkaops_broker_jars }}"
     with pytest.raises(ProvisionError, match=r"no jar set for Kafka '3.7'"):
         provision.local_cluster_spec(tmp_path, brokers=1, controllers=1, kafka_version="3.7").inventory()
+
+
+def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> None:
+    """A port from the ephemeral range could become an outgoing connection's source port before its server
+    binds it; free ports come from below it."""
+    import socket
+
+    ports = provision.free_ports(12)
+    assert len(set(ports)) == 12
+    assert all(provision.LOWEST_FREE_PORT <= p < provision._ephemeral_start() for p in ports), ports
+    for port in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", port))

@@ -59,3 +59,25 @@ def test_a_cluster_spec_that_has_the_planned_id_already_is_refused(tmp_path: Pat
     with pytest.raises(ConfigError, match=r"adds broker\(s\) \[3\], but .* already has node\(s\) with those ids"):
         steps.check_inventory(params("scale_out", str(path)), [NewBroker(3, None)])
     steps.check_inventory(params("scale_out", str(path)), [NewBroker(4, None)])
+
+
+def test_a_dry_run_plans_on_and_says_what_a_real_run_would_be_refused_for(local_store) -> None:
+    """A dry run never provisions or stops a broker: a wrong inventory is said in its plan and record, and
+    the real run is refused at its plan."""
+    from kafkaops.platform import lifecycle
+    from tests.unit.clusters import three_brokers_one_topic
+
+    local_store.start_operation("kafka_scale_out", "dry", kind="scale_out", triggered_by="t", params={})
+    before = three_brokers_one_topic().to_dict()
+
+    def ctx(dry_run: bool) -> lifecycle.OperationContext:
+        return lifecycle.OperationContext(dag_id="kafka_scale_out", run_id="dry", conn_config={}, params=params(
+            "scale_out", "/nowhere/hosts.yml", dry_run=dry_run, new_broker_racks=["rack-a"]))
+
+    data = steps.make_plan(ctx(True), before)
+    assert "A real run would be refused here: inventory /nowhere/hosts.yml is not a readable file" in data["summary"]
+    assert "**A real run would be refused here: inventory /nowhere/hosts.yml" in data["approval"]
+    notes = ctx(True).audit.summary()["notes"]
+    assert any(n["text"].startswith("dry run: a real run would be refused at its plan: inventory") for n in notes)
+    with pytest.raises(ConfigError, match="inventory /nowhere/hosts.yml is not a readable file"):
+        steps.make_plan(ctx(False), before)
