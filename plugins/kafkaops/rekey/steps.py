@@ -715,9 +715,12 @@ def finish(ctx: lifecycle.OperationContext, cluster_id: str | None, *, failed_ta
     if refusal is not None:
         return lifecycle.conclude(ctx, "refused", refusal.text, cluster_id)
     record = ctx.audit.summary()  # with the cluster after
-    plan = _recorded_plan(record)
-    before, after = (Cluster.from_dict(record[k]) if record.get(k) else None for k in ("before", "after"))
-    left = left_topics(plan, before, after)
+    plan, left = _recorded_plan(record), tuple[str, ...]()
+    try:
+        before, after = (Cluster.from_dict(record[k]) if record.get(k) else None for k in ("before", "after"))
+        left = left_topics(plan, before, after)
+    except (KafkaOpsError, KeyError, TypeError, ValueError) as err:  # the outcome is recorded whatever this says
+        log.warning("the topics this run made could not be told from its record: %s", err)
     abandoned = next(iter(state.read_notes(current, AbandonedNote)), None)
     if abandoned is not None:  # a live migration rolled back before the switch
         return lifecycle.conclude(ctx, "abandoned", abandoned.text, cluster_id,
@@ -728,8 +731,13 @@ def finish(ctx: lifecycle.OperationContext, cluster_id: str | None, *, failed_ta
 
 
 def _recorded_plan(record: Mapping[str, Any]) -> PartitionPlan | None:
+    """The plan the record holds; None without one, or with one this kafkaops cannot read (an older record)."""
     data = (record.get("plan") or {}).get("plan")
-    return PartitionPlan.from_dict(data) if isinstance(data, Mapping) else None
+    try:
+        return PartitionPlan.from_dict(data) if isinstance(data, Mapping) else None
+    except (KafkaOpsError, KeyError, TypeError, ValueError) as err:
+        log.warning("the record's plan could not be read: %s", err)
+        return None
 
 
 def left_topics(plan: PartitionPlan | None, before: Cluster | None, after: Cluster | None) -> tuple[str, ...]:

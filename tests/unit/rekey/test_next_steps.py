@@ -66,3 +66,11 @@ def test_every_outcome_has_a_closing_sentence_and_the_record_carries_it_for_its_
                                                            next_steps="do this")]
     assert state.summarize(first)["next_steps"] == "do this"
     assert "next_steps" not in state.summarize([*first, event("started", 3.0, operation="x")])
+
+
+def test_a_record_whose_plan_this_kafkaops_cannot_read_has_none() -> None:
+    from kafkaops.rekey.steps import _recorded_plan
+
+    assert _recorded_plan({"plan": {"plan": {"mode": "migrate"}}}) is None  # an older record's shape
+    assert _recorded_plan({"plan": None}) is None and _recorded_plan({}) is None
+    assert _recorded_plan({"plan": {"plan": migrate_plan().to_dict()}}) == migrate_plan()
