@@ -12,7 +12,7 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
-from kafkaops.platform import lifecycle, store
+from kafkaops.platform import lifecycle, render, store
 from kafkaops.reassign import steps
 from kafkaops.reassign.records import ProgressEvent, ThrottleRemoved
 from kafkaops.airflow.hooks import KafkaOpsHook, kafkaops_store
@@ -215,7 +215,7 @@ def refused_self_approval(op: ApprovalOperator, ctx: lifecycle.OperationContext,
     reason = lifecycle.self_approval(
         four_eyes=four_eyes(), approved=op.APPROVE in (event.get("chosen_options") or ()),
         triggered_by=triggering_user(context), answered_by=(user.get("id"), user.get("name")),
-        at=at.strftime("%Y-%m-%d %H:%M:%S UTC") if isinstance(at, dt.datetime) else str(at))
+        at=render.utc_time(at.timestamp()) if isinstance(at, dt.datetime) else str(at))
     if reason is None:
         return False
     ctx.audit.append("note", text=reason)

@@ -501,11 +501,10 @@ def remove_throttles(ctx: OperationContext, record: Mapping[str, Any] | None, pl
         removal = err.removal
         raise
     finally:
-        removed = None if removal is None else records.ThrottleRemoved(removal.brokers, removal.topics, removal.left)
-        if removed is not None:
-            ctx.audit.append("throttle_removed", **removed.to_dict())
-    assert removed is not None  # engine.remove_throttles returned it, or raised
-    return removed
+        if removal is not None:
+            ctx.audit.append("throttle_removed", **records.ThrottleRemoved(removal.brokers, removal.topics,
+                                                                           removal.left).to_dict())
+    return records.ThrottleRemoved(removal.brokers, removal.topics, removal.left)
 
 
 def next_batch(ctx: OperationContext, plan_data: Mapping[str, Any]) -> BatchStep:
