@@ -67,7 +67,8 @@ def context_of(context: Any, kind: str) -> lifecycle.OperationContext:
 
 @contextmanager
 def recorded(ctx: lifecycle.OperationContext, name: str) -> Iterator[None]:
-    """Record a step's start and its end (success, skipped or failed with the error) in the audit."""
+    """Record a step's start and its end (success, skipped or failed with the error; a refusal marked, see
+    :func:`kafkaops.platform.lifecycle.refuses`) in the audit."""
     ctx.step(name, "started")
     try:
         yield
@@ -75,7 +76,8 @@ def recorded(ctx: lifecycle.OperationContext, name: str) -> Iterator[None]:
         ctx.step(name, "skipped", reason=str(err))
         raise
     except Exception as err:
-        ctx.step(name, "failed", error=f"{type(err).__name__}: {err}"[:2000])
+        refusal = {"refusal": True} if lifecycle.refuses(name, err) else {}
+        ctx.step(name, "failed", error=f"{type(err).__name__}: {err}"[:2000], **refusal)
         raise
     ctx.step(name, "success")
 

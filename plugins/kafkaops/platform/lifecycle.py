@@ -141,10 +141,22 @@ def begin(ctx: OperationContext[Any], raw_params: Mapping[str, Any],
             "lock_token": lease.token}
 
 
+#: The steps that only read the cluster and decide, before anything changes: a final error in one of them
+#: (a setting that cannot work, a failed preflight gate, a plan that cannot be made) refuses the run.
+CHECK_STEPS = frozenset({"preflight_gate", "plan"})
+
+
+def refuses(step: str, err: BaseException) -> bool:
+    """Whether ``err``, raised by ``step``, is a refusal: a final error (a retry would end the same way)
+    in one of :data:`CHECK_STEPS`, so nothing has changed and the operator must change something first."""
+    return step in CHECK_STEPS and bool(getattr(err, "final", False))
+
+
 def outcome_of(record: Mapping[str, Any], *, dry_run: bool, failed_tasks: Iterable[str] = ()) -> tuple[str, str]:
     """The outcome of the current attempt (pure): from its steps' last tries and the tasks Airflow
     marked failed (a task killed before it could record its failure counts too). A step still
-    "running" when the run finishes never recorded its end: its process died, so it counts as failed."""
+    "running" when the run finishes never recorded its end: its process died, so it counts as failed.
+    A run whose only failed steps are refusals (:func:`refuses`, recorded as ``refusal``) is ``refused``."""
     final = {s["name"]: s for s in record["steps"]}
     failed = [name for name, s in final.items() if s.get("status") in ("failed", "running")]
     failed += [t for t in failed_tasks if t not in failed]
@@ -153,6 +165,8 @@ def outcome_of(record: Mapping[str, Any], *, dry_run: bool, failed_tasks: Iterab
     if failed:
         errors = [final[name].get("error") or f"{name} did not record its end (its task died)"
                   if name in final else "failed in Airflow before it recorded a step" for name in failed]
+        if all(final.get(name, {}).get("refusal") for name in failed):
+            return "refused", f"refused at {', '.join(failed)}, before anything changed: {'; '.join(errors)[:2000]}"
         return "failed", f"failed steps: {', '.join(failed)}: {'; '.join(errors)[:2000]}"
     if dry_run:
         return "dry_run", "dry run: planned and gated, nothing changed"

@@ -1,7 +1,7 @@
 """The reassignment operations' steps (scale-out, rebalance, drain) on the shared lifecycle.
 
-    begin -> preflight gate -> provision? -> plan -> plan gate -> approval -> set throttles
-      -> submit batches / wait -> verify -> remove throttles (always) -> elect leaders
+    begin -> preflight gate -> plan -> plan gate -> approval -> provision? (a scale-out, once approved)
+      -> set throttles -> submit batches / wait -> verify -> remove throttles (always) -> elect leaders
       -> post-move gate -> finish (always: outcome in the audit record, lock released)
 
 begin, the preflight gate, approval and finish are :mod:`kafkaops.platform.lifecycle`'s; the rest is here.

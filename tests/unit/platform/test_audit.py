@@ -97,3 +97,24 @@ def test_the_outcome_counts_tasks_airflow_marks_failed_even_without_a_recorded_f
     assert outcome == "failed" and "before it recorded a step" in reason
     rejected = summarize([AuditEvent(1, "approval", {"approved": False, "by": "bob"})])
     assert outcome_of(rejected, dry_run=False)[0] == "rejected"
+
+
+def test_a_final_error_in_a_check_step_refuses_the_run_and_any_other_failure_fails_it() -> None:
+    from kafkaops.errors import ConfigError, KafkaUnreachable
+    from kafkaops.platform.gates import GateFailed, GateResult
+    from kafkaops.platform.lifecycle import outcome_of, refuses
+
+    assert refuses("preflight_gate", ConfigError("quiesce=acl needs an authorizer"))
+    assert refuses("plan", GateFailed("plan gate failed", GateResult("plan", ok=False, failures=("2 brokers offline",))))
+    assert not refuses("plan", KafkaUnreachable("no broker answered"))  # asking again may work: not final
+    assert not refuses("execute", ConfigError("found only after the copy began"))  # something may have changed
+    refused = summarize([AuditEvent(1, "step", {"name": "preflight_gate", "status": "started"}),
+                         AuditEvent(2, "step", {"name": "preflight_gate", "status": "failed", "refusal": True,
+                                                "error": "ConfigError: quiesce=acl cannot stop the producers"})])
+    outcome, reason = outcome_of(refused, dry_run=False, failed_tasks=["preflight_gate"])
+    assert outcome == "refused" and "refused at preflight_gate, before anything changed" in reason
+    assert "quiesce=acl cannot stop the producers" in reason
+    # a refusal beside a real failure (here a task that died unrecorded) is a failure
+    assert outcome_of(refused, dry_run=False, failed_tasks=["preflight_gate", "finish"])[0] == "failed"
+    unrefused = summarize([AuditEvent(1, "step", {"name": "plan", "status": "failed", "error": "KafkaUnreachable"})])
+    assert outcome_of(unrefused, dry_run=False)[0] == "failed"

@@ -149,14 +149,16 @@ def test_the_approval_says_what_the_cut_over_will_do_in_each_quiesce_mode() -> N
 
 def test_the_finish_names_the_step_that_failed_not_the_abandon_that_failed_the_run_after_it(local_store) -> None:
     """A plan refused (no partition to add): abandon then fails on purpose so nothing after it runs; the headline
-    names the plan, not abandon "before it recorded a step"."""
+    names the plan, not abandon "before it recorded a step", and the run is refused, not failed."""
     from kafkaops.rekey import steps
 
     dag = "kafka_partition_increase"
     local_store.start_operation(dag, "r1", kind="partition_increase", triggered_by="t", params={})
     ctx = steps.context({}, {"topic": "orders", "new_partition_count": 6}, dag_id=dag, run_id="r1")
     ctx.audit.append("started", operation="partition_increase")
-    ctx.step("plan", "failed", error="ConfigError: topic orders has 6 partitions; new_partition_count 6 must be larger")
+    ctx.step("plan", "failed", error="ConfigError: topic orders has 6 partitions; new_partition_count 6 must be larger",
+             refusal=True)
     done = steps.finish(ctx, None, failed_tasks=["plan", "abandon"])
-    assert done["outcome"] == "failed" and done["reason"].startswith("failed steps: plan: ConfigError"), done
+    assert done["outcome"] == "refused", done
+    assert done["reason"].startswith("refused at plan, before anything changed: ConfigError"), done
     assert "abandon" not in done["reason"]
