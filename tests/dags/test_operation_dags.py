@@ -215,6 +215,40 @@ def test_throttles_are_removed_when_the_batches_fail(dagbag, cluster, monkeypatc
         assert store.current().lease(metadata.describe_cluster(conn)[0]).free
 
 
+def test_a_scale_out_failing_after_its_provision_stops_removes_and_unregisters_its_new_broker(
+        dagbag, cluster, monkeypatch) -> None:
+    """The new broker started and registered, then the batches failed before any replica moved onto it:
+    finish stops it through the role, takes it out of the spec and unregisters it from the controller
+    (Kafka's kafka-cluster tool), and the record says so."""
+    from kafkaops.errors import ConfigError
+    from kafkaops.platform.kafka import registrations
+    from kafkaops.reassign import steps
+
+    spec, spec_path = cluster
+    new = next_node_id(spec_path)
+    nodes = [n.node_id for n in provision.ClusterSpec.load(spec_path).nodes]
+
+    def broken(ctx, plan_data):
+        raise ConfigError("no batch today (the test's failure)")
+
+    monkeypatch.setattr(steps, "next_batch", broken)
+    dag_run, record = run(dagbag, "kafka_scale_out", dry_run=False, approval="auto_approve", inventory=str(spec_path),
+                          add_brokers=1, topics=[TOPIC])
+    assert str(dag_run.state) == "failed" and record["outcome"] == "failed", record
+    assert any(n.get("provisioned") == [new] for n in record["notes"]), record["notes"]  # it did start
+    assert (f"Broker(s) {new}, provisioned by this run and holding no replica, were stopped, removed and "
+            "unregistered") in record["outcome_reason"], record["outcome_reason"]
+    assert [n.node_id for n in provision.ClusterSpec.load(spec_path).nodes] == nodes
+    assert not (spec.base_dir / f"node-{new}").exists()  # removed: no pid file, no data left
+    config = {"bootstrap.servers": spec.bootstrap}
+    registered = registrations.registered_brokers(config)  # fenced ones too
+    with connection.connect(spec.bootstrap) as conn:
+        running = sorted(b.id for b in metadata.describe_cluster(conn)[2])
+    assert new not in registered and running and set(running) <= set(registered), (registered, running)
+    with connection.connect(spec.bootstrap) as conn:
+        assert store.current().lease(metadata.describe_cluster(conn)[0]).free
+
+
 @pytest.fixture(scope="module")
 def scaled_out(dagbag, cluster):
     """The scale-out of the three brokers to four under traffic, run once, before any other test of this

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from kafkaops.cli import datagen
 from kafkaops.platform import provision, store
 from kafkaops.platform.kafka import connection, topics as kafka_topics
 from kafkaops.rekey import backfill
@@ -64,6 +65,22 @@ def test_an_existing_target_with_another_partition_count_is_refused_before_the_a
     assert f"target_topic {TOPIC}.taken exists with 4 partition(s), not 6" in error and "Nothing was changed" in error
     assert re.search(rf"the next free name is {TOPIC}\.v\d+\b", error), error
     assert record["approval"] is None and f"{TOPIC}.taken.dlq" not in topics(cluster)
+    assert record["outcome"] == "refused", record["outcome"]  # before anything changed
+
+
+def test_an_existing_target_holding_another_writers_records_is_refused_before_the_approval(dagbag, cluster) -> None:
+    """Same partition count, but records no run of this copy wrote (no lineage header): refused at the plan,
+    not after the approval when the backfill reads the target."""
+    with connection.connect(cluster.bootstrap) as conn:
+        kafka_topics.create_topic(conn, f"{TOPIC}.used", 6, 1)
+    datagen.produce({"bootstrap.servers": cluster.bootstrap}, f"{TOPIC}.used", datagen.DatagenSpec(records=50, keys=10, seed=3))
+    dag_run, record = run(dagbag, topic=TOPIC, new_partition_count=6, mode="migrate", target_topic=f"{TOPIC}.used",
+                          dry_run=False, approval="auto_approve")
+    assert str(dag_run.state) == "failed" and record["outcome"] == "refused", record
+    error = {s["name"]: s for s in record["steps"] if s.get("status") == "failed"}["plan"]["error"]
+    assert f"target_topic {TOPIC}.used exists and holds records that are not this copy's (50 offsets;" in error, error
+    assert "carries no kafkaops.lineage header" in error and "Nothing was changed" in error, error
+    assert record["approval"] is None and f"{TOPIC}.used.dlq" not in topics(cluster)
 
 
 def test_migrate_runs_its_backfill_on_the_spark_standalone_cluster(dagbag, cluster, spark_standalone: StandaloneSpark,

@@ -168,6 +168,18 @@ def run_step(kind: str | None, name: str, step: Any, *args: Any) -> Any:
 # would also push each key as an XCom of its own, a call to the api-server per key, none read.
 # ``kind``: the DAG's kind of operation, None when its ``operation`` param chooses.
 
+def finish_login(context: Any, ctx: lifecycle.OperationContext) -> SshLogin | None:
+    """The SSH login a finish needs to remove the brokers its scale-out provisioned (none otherwise); a
+    connection that no longer works is logged, and the finish names the brokers it could not remove."""
+    if not steps.provisioned_brokers(ctx):
+        return None
+    try:
+        return ssh_login(context)
+    except ConfigError as err:
+        log.error("no SSH login to remove the brokers this run provisioned: %s", err)
+        return None
+
+
 @task(multiple_outputs=False)
 def begin(kind: str | None) -> dict[str, Any]:
     context = get_current_context()
@@ -236,7 +248,8 @@ def finish(kind: str | None, started: dict[str, Any]) -> dict[str, Any]:
         unthrottle(ctx)
     except Exception as err:  # recorded as the failed step remove_throttles; the lock must still go
         log.error("throttles left after the run: %s", err)
-    concluded = steps.finish(ctx, (started or {}).get("cluster_id"), failed_tasks=failed_tasks(context))
+    concluded = steps.finish(ctx, (started or {}).get("cluster_id"), failed_tasks=failed_tasks(context),
+                             ssh=finish_login(context, ctx))
     failure = lifecycle.not_applied(concluded)  # the run's state in Airflow is its record's outcome
     if failure is not None:
         raise failure

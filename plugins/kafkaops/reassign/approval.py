@@ -38,6 +38,9 @@ class ApprovalParams(Protocol):
     @property
     def stop_drained(self) -> bool: ...
 
+    @property
+    def keep_new_brokers(self) -> bool: ...
+
 
 @dataclass(frozen=True)
 class Traffic:
@@ -143,6 +146,13 @@ def what_follows(plan: ReassignmentPlan, params: ApprovalParams) -> list[str]:
                      f"yet: approving provisions {'it' if one else 'them'} with the kafka_broker role and waits until "
                      f"the controller registers {'it' if one else 'them'}; {'it holds' if one else 'they hold'} "
                      "replicas once these moves ran.")
+        if params.keep_new_brokers:
+            lines.append(f"- If the run fails after that, {'it keeps' if one else 'they keep'} running "
+                         "(keep_new_brokers is on); the record names "
+                         f"{'it' if one else 'them'}.")
+        else:
+            lines.append(f"- If the run fails after that, {'it is' if one else 'each one is'} stopped, removed and "
+                         "unregistered unless it holds replicas by then; the record names any that stay.")
     lines.append("- Approving " + ("then " if plan.new_brokers else "") + "sets the throttle, moves the partitions in "
                  "batches, verifies them, removes the throttle (also on failure), elects the preferred leaders and "
                  "runs the post-move gate.")

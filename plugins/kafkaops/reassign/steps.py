@@ -20,7 +20,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from kafkaops.platform.kafka import connection, metadata, reassignments
+from kafkaops.platform.kafka import connection, metadata, reassignments, registrations
 from kafkaops.reassign import approval, engine
 from kafkaops.platform import lifecycle, state
 from kafkaops.platform import params as form
@@ -87,7 +87,10 @@ NEW_BROKER_IDS = form.WholeNumbers(name="new_broker_ids", title="New broker ids"
                                                "inventory); empty: the ids after the highest.")
 NEW_BROKER_RACKS = form.Texts(name="new_broker_racks", title="Racks of the new brokers",
                               description="Rack of each new broker, in order; empty: cycle the cluster's racks.")
-SCALE_OUT_PARAMS: tuple[form.Spec[Any], ...] = (ADD_BROKERS, NEW_BROKER_IDS, NEW_BROKER_RACKS)
+KEEP_NEW_BROKERS = form.Flag(name="keep_new_brokers", title="Keep new brokers if the run fails",
+                             description="A scale-out that fails after provisioning stops, removes and unregisters "
+                                         "the new brokers that hold no replica; on: keep them running.")
+SCALE_OUT_PARAMS: tuple[form.Spec[Any], ...] = (ADD_BROKERS, NEW_BROKER_IDS, NEW_BROKER_RACKS, KEEP_NEW_BROKERS)
 OPERATION = form.Choice(name="operation", given=Kind.REBALANCE, only=(Kind.REBALANCE, Kind.DRAIN), title="Operation",
                         description="rebalance: even out replicas and leaders over the brokers. drain: move every "
                                     "replica off drain_brokers.")
@@ -112,6 +115,7 @@ class OperationParams:
     add_brokers: int = ADD_BROKERS.default  # ignored when new_broker_ids is given
     new_broker_ids: tuple[int, ...] = NEW_BROKER_IDS.default
     new_broker_racks: tuple[str, ...] = NEW_BROKER_RACKS.default
+    keep_new_brokers: bool = KEEP_NEW_BROKERS.default
     drain_brokers: tuple[int, ...] = DRAIN_BROKERS.default
     exclude_brokers: tuple[int, ...] = EXCLUDE_BROKERS.default
     inventory: str = INVENTORY.default
@@ -138,6 +142,7 @@ class OperationParams:
                 max_bytes_to_move=MAX_BYTES.read(params),
                 add_brokers=ADD_BROKERS.read(params),
                 new_broker_ids=NEW_BROKER_IDS.read(params), new_broker_racks=NEW_BROKER_RACKS.read(params),
+                keep_new_brokers=KEEP_NEW_BROKERS.read(params),
                 drain_brokers=DRAIN_BROKERS.read(params), exclude_brokers=EXCLUDE_BROKERS.read(params),
                 inventory=INVENTORY.read(params) or str(provision.default_inventory() or ""),
                 stop_drained=STOP_DRAINED.read(params),
@@ -313,25 +318,69 @@ def _stop_half_provisioned(ctx: OperationContext, spec: provision.ClusterSpec, h
                                       "removed")
 
 
-def finish(ctx: OperationContext, cluster_id: str | None, *, failed_tasks: Iterable[str] = ()) -> dict[str, Any]:
-    """:func:`kafkaops.platform.lifecycle.finish`, whose outcome also names what a scale-out that did not
-    finish leaves behind: the brokers it provisioned keep running (registered, holding whatever moved onto
-    them), with the run that removes them."""
+def finish(ctx: OperationContext, cluster_id: str | None, *, failed_tasks: Iterable[str] = (),
+           ssh: provision.SshLogin | None = None) -> dict[str, Any]:
+    """:func:`kafkaops.platform.lifecycle.finish`; a scale-out that did not finish first removes the brokers
+    it provisioned that hold no replica (:func:`remove_new_brokers`, unless ``keep_new_brokers``), and its
+    outcome names every one that stays: running and registered, holding whatever moved onto them, with the
+    run that removes them. ``ssh``: the login of the run's SSH connection, for an Ansible inventory's hosts."""
     outcome, reason = lifecycle.outcome_of(ctx.audit.summary(), dry_run=ctx.params.dry_run, failed_tasks=failed_tasks)
     left = provisioned_brokers(ctx) if outcome not in lifecycle.APPLIED else ()
+    if left and not ctx.params.keep_new_brokers:
+        try:
+            removed = remove_new_brokers(ctx, left, ssh)
+        except KafkaOpsError as err:  # the outcome is recorded whatever this says; the brokers stay, named below
+            log.error("the brokers this run provisioned were not removed: %s", err)
+            ctx.audit.append("note", text=f"removing broker(s) {', '.join(map(str, left))}, provisioned by this run, "
+                                          f"failed: {err}")
+            removed = ()
+        if removed:
+            reason += (f". Broker(s) {', '.join(map(str, removed))}, provisioned by this run and holding no replica, "
+                       "were stopped, removed and unregistered")
+        left = tuple(b for b in left if b not in removed)
     if left:
         ids = ", ".join(map(str, left))
-        reason += (f". Broker(s) {ids}, provisioned by this run, keep running: trigger the scale-out again to finish "
-                   f"it, or remove them with kafka_reassign (operation=drain, drain_brokers=[{ids}], "
+        why = "keep_new_brokers is on" if ctx.params.keep_new_brokers else "they hold replicas or could not be removed"
+        reason += (f". Broker(s) {ids}, provisioned by this run, keep running ({why}): trigger the scale-out again to "
+                   f"finish it, or remove them with kafka_reassign (operation=drain, drain_brokers=[{ids}], "
                    "stop_drained=true)")
     return lifecycle.conclude(ctx, outcome, reason, cluster_id)
 
 
+def remove_new_brokers(ctx: OperationContext, provisioned: Sequence[int], ssh: provision.SshLogin | None = None
+                       ) -> tuple[int, ...]:
+    """Undo a scale-out's provisioning: of ``provisioned``, the brokers that hold no replica and are the target
+    of no reassignment in flight are stopped and removed through the role (taken out of a cluster spec), then
+    unregistered from the controller. Returns those removed; the others (holding what moved onto them) stay."""
+    with ctx.connect() as conn:  # a partition being moved lists its target and its old replicas both
+        cluster = metadata.snapshot(conn, include_internal=True, offsets=False, sizes=False, groups=False)
+    held = {b for x in cluster.partitions for b in x.replicas}
+    empty = tuple(b for b in sorted(provisioned) if b not in held)
+    if not empty:
+        return ()
+    ids = ", ".join(map(str, empty))
+    ctx.fence(f"stop the broker(s) {ids} this run provisioned")
+    path = Path(ctx.params.inventory)
+    if path.suffix == ".json":
+        spec = provision.ClusterSpec.load(path)
+        nodes = [n for n in spec.nodes if n.node_id in empty]
+        provision.cluster_down(spec, limit=[n.hostname for n in nodes], purge=True)
+        replace(spec, nodes=tuple(n for n in spec.nodes if n.node_id not in empty)).save(path)
+    else:
+        provision.run_playbook("cluster_down.yml", path, limit=",".join(f"kafka-{b}" for b in empty), ssh=ssh,
+                               extravars={"kafka_broker_down_state": "absent"})
+    registrations.unregister_brokers(ctx.conn_config, empty)
+    ctx.audit.append("note", text=f"broker(s) {ids}, provisioned by this run and holding no replica, stopped, "
+                                  "removed and unregistered", removed=list(empty))
+    return empty
+
+
 def provisioned_brokers(ctx: OperationContext) -> tuple[int, ...]:
-    """The brokers this attempt of the run provisioned and did not stop again (its audit notes)."""
+    """The brokers this attempt of the run provisioned and did not remove again (its audit notes)."""
     record = ctx.audit.summary()
-    done = [n["provisioned"] for n in record["notes"] if n.get("provisioned") and n["ts"] >= (record["started_at"] or 0)]
-    return tuple(sorted({int(b) for ids in done for b in ids}))
+    notes = [n for n in record["notes"] if n["ts"] >= (record["started_at"] or 0)]
+    removed = {int(b) for n in notes for b in n.get("removed") or ()}
+    return tuple(sorted({int(b) for n in notes for b in n.get("provisioned") or ()} - removed))
 
 
 def _chosen_brokers(ctx: OperationContext) -> tuple[int, ...]:

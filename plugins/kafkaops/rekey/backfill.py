@@ -586,6 +586,28 @@ def committed_output(plan: BackfillPlan, markers: Mapping[tuple[str, int], int],
     return CommittedOutput(mode, total)
 
 
+def foreign_record(plan: BackfillPlan, found: Iterable[tuple[str, int, int, bytes | None]]) -> str | None:
+    """The first of ``found`` (committed records of the target: topic, partition, offset, lineage header)
+    that no run of ``plan`` can have written, in words; None when each could be this plan's (pure). A
+    record without a lineage header, of another source topic or of a source offset outside the plan's
+    ranges (or before an earlier pass's start) is foreign: :func:`committed_output` would refuse it too,
+    after the approval. Lets the plan refuse a used target topic before anything is asked or written."""
+    ranges = {p: (plan.origin(p), e) for p, _, e in plan.source_offsets}
+    for topic, partition, offset, lineage in found:
+        where = f"{topic}-{partition} offset {offset}"
+        if lineage is None:
+            return f"{where} carries no {LINEAGE_HEADER} header (not written by a kafkaops backfill)"
+        try:
+            source, source_partition, source_offset = parse_lineage(lineage)
+        except BackfillError as err:
+            return f"{where}: {err}"
+        start, end = ranges.get(source_partition, (0, 0)) if source == plan.source_topic else (0, 0)
+        if not start <= source_offset < end:
+            return (f"{where} is a copy of {format_lineage(source, source_partition, source_offset)}, which this "
+                    f"copy of {plan.source_topic} does not hold (another plan or topic wrote it)")
+    return None
+
+
 def translate_offsets(source_topic: str, committed: Mapping[int, int],
                       target: Mapping[int, Sequence[tuple[int, str]]]) -> dict[int, dict[str, int]]:
     """Map a consumer group's committed source offsets (partition -> next offset to read) to target

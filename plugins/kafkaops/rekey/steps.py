@@ -476,6 +476,8 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
                               "a topic that does not exist")
         bf = BackfillPlan(p.topic, tuple((k, s, e) for k, (s, e) in sorted(ranges.items())), target,
                           count, p.key_rule)
+        if existing:
+            check_target_records(ctx, cluster, bf, backfill.next_target_topic(p.topic, names))
         dead = sum(1 for r in sampled if keyrules.extract_key(r.key, r.value, bf.rule) is None)
         plan = PartitionPlan(Mode.MIGRATE, p.topic, current, count, rf, backfill=bf.to_dict(),
                              key_change=KeySample(len(sampled), dead),
@@ -491,6 +493,27 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
     ctx.audit.append("plan", **data)
     log.info("plan: %s", data["summary"])
     return data
+
+
+#: Records sampled from the end of each partition of an existing target topic by :func:`check_target_records`.
+TARGET_SAMPLE = 8
+
+
+def check_target_records(ctx: lifecycle.OperationContext, cluster: Cluster, bf: BackfillPlan, free_name: str) -> None:
+    """An existing target topic of the planned count may hold only what a run of this copy wrote (a resumed
+    run): the newest committed records of each of its partitions are read (:data:`TARGET_SAMPLE`) and one
+    that no run of ``bf`` wrote (:func:`kafkaops.rekey.backfill.foreign_record`) refuses the plan, before the
+    approval; the backfill checks every record before it writes."""
+    ranges = {x.partition: (x.start_offset or 0, x.end_offset or 0) for x in cluster.partitions_of(bf.target_topic)}
+    tail = records.sample(ctx.conn_config, bf.target_topic, {k: v for k, v in ranges.items() if v[1] > v[0]},
+                          TARGET_SAMPLE)
+    found = backfill.foreign_record(bf, ((r.topic, r.partition, r.offset, r.header(backfill.LINEAGE_HEADER))
+                                         for r in tail))
+    if found is not None:
+        held = sum(e - s for s, e in ranges.values())
+        raise ConfigError(f"target_topic {bf.target_topic} exists and holds records that are not this copy's "
+                          f"({held:,} offsets; {found}). Nothing was changed; leave target_topic empty (the next "
+                          f"free name is {free_name}), or delete {bf.target_topic} if nothing needs it")
 
 
 def new_partition_count_for(store: Any, cluster_id: str | None, topic: str, current: int, asked: int | None

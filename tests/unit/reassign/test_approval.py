@@ -32,7 +32,13 @@ def test_scale_out_body_shows_moves_bytes_per_broker_throttle_eta_distribution_a
     assert "- Approving then sets the throttle" in text
     assert ("- Rejecting changes nothing: no broker is started, no partition moves. The run then ends failed in "
             "Airflow and its record says rejected.") in text
-    assert "stopped" not in text and "lower bound" not in text
+    assert ("- If the run fails after that, it is stopped, removed and unregistered unless it holds replicas by "
+            "then; the record names any that stay.") in text
+    assert "will be stopped" not in text and "lower bound" not in text
+    kept = approval.approval_markdown(scale_out(), steps.OperationParams(kind="scale_out", add_brokers=1,
+                                                                         keep_new_brokers=True))
+    assert ("- If the run fails after that, it keeps running (keep_new_brokers is on); the record names it."
+            in kept), kept
 
 
 def test_moves_beyond_the_cap_are_counted() -> None:

@@ -252,18 +252,59 @@ def test_only_a_drain_stops_brokers_whatever_else_the_form_holds(kafka: FakeKafk
     assert played == [] and 3 in kafka.online
 
 
-def test_a_scale_out_that_fails_after_its_provision_names_the_brokers_it_leaves_running(
-        local_store, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _failed_after_provision(local_store, tmp_path, monkeypatch: pytest.MonkeyPatch, holding: bool, **params: object
+                            ) -> tuple[Path, lifecycle.OperationContext, list[tuple[object, ...]]]:
+    """A scale-out that provisioned broker 4 (holding a replica of orders-0 when ``holding``), then failed in
+    execute_batches; the removal's calls (stop through the role, unregister) are recorded, not made."""
+    from kafkaops.platform.kafka import registrations
+
+    calls: list[tuple[object, ...]] = []
     monkeypatch.setattr(provision, "cluster_up", lambda spec, *, limit=None, client_config=None: None)
-    _, ctx = _provisioning_run(local_store, tmp_path)
-    planned = (records.NewBroker(4, "rack-b"),)
-    assert steps.provision_brokers(ctx, planned=planned).ids == [4]
+    monkeypatch.setattr(provision, "cluster_down", lambda spec, *, limit=None, purge=False: calls.append(
+        ("down", list(limit or ()), purge)))
+    monkeypatch.setattr(registrations, "unregister_brokers", lambda config, ids: calls.append(("unregister", ids)))
+    FakeKafka(replicas={("orders", 0): (1, 4) if holding else (1, 2), ("orders", 1): (2, 3)}, online={1, 2, 3, 4},
+              cluster_id="c1").install(monkeypatch)
+    spec_path, ctx = _provisioning_run(local_store, tmp_path)
+    if params:
+        ctx = lifecycle.OperationContext(dag_id=ctx.dag_id, run_id=ctx.run_id, conn_config={}, task_id="finish",
+                                         params=steps.OperationParams(kind="scale_out", inventory=str(spec_path),
+                                                                      **params))  # type: ignore[arg-type]
+    assert steps.provision_brokers(ctx, planned=(records.NewBroker(4, "rack-b"),)).ids == [4]
     ctx.step("execute_batches", "failed", error="ReassignmentError: reassignment stalled")
+    return spec_path, ctx, calls
+
+
+def test_a_scale_out_that_fails_after_its_provision_removes_and_unregisters_the_empty_new_brokers(
+        local_store, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec_path, ctx, calls = _failed_after_provision(local_store, tmp_path, monkeypatch, holding=False)
     done = steps.finish(ctx, "c1")
     assert done["outcome"] == "failed" and done["reason"].startswith("failed steps: execute_batches: Reassignment")
-    assert ("Broker(s) 4, provisioned by this run, keep running: trigger the scale-out again to finish it, or remove "
-            "them with kafka_reassign (operation=drain, drain_brokers=[4], stop_drained=true)") in done["reason"]
+    assert ("Broker(s) 4, provisioned by this run and holding no replica, were stopped, removed and unregistered"
+            in done["reason"]) and "keep running" not in done["reason"], done["reason"]
+    assert calls == [("down", ["kafka-4"], True), ("unregister", (4,))]
+    assert [n.node_id for n in provision.ClusterSpec.load(spec_path).nodes] == [1, 2, 3]  # out of the spec too
+    assert steps.provisioned_brokers(ctx) == ()  # removed: a later finish of this attempt leaves it alone
     assert local_store.lease("c1").free  # concluded: the lock is released
+
+
+def test_a_failed_scale_outs_new_broker_holding_a_replica_keeps_running_and_is_named(
+        local_store, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec_path, ctx, calls = _failed_after_provision(local_store, tmp_path, monkeypatch, holding=True)
+    done = steps.finish(ctx, "c1")
+    assert calls == [] and [n.node_id for n in provision.ClusterSpec.load(spec_path).nodes] == [1, 2, 3, 4]
+    assert ("Broker(s) 4, provisioned by this run, keep running (they hold replicas or could not be removed): "
+            "trigger the scale-out again to finish it, or remove them with kafka_reassign (operation=drain, "
+            "drain_brokers=[4], stop_drained=true)") in done["reason"], done["reason"]
+
+
+def test_keep_new_brokers_keeps_a_failed_scale_outs_brokers_running(
+        local_store, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, ctx, calls = _failed_after_provision(local_store, tmp_path, monkeypatch, holding=False, add_brokers=1,
+                                            keep_new_brokers=True)
+    done = steps.finish(ctx, "c1")
+    assert calls == [] and "Broker(s) 4, provisioned by this run, keep running (keep_new_brokers is on)" in \
+        done["reason"], done["reason"]
 
 
 def test_the_plans_new_broker_is_started_with_its_planned_id_and_rack_and_a_taken_id_is_refused(

@@ -318,3 +318,22 @@ def test_the_checksum_sums_as_two_32_bit_halves(values: list[bytes | None]) -> N
     assert all(0 <= h < 2**32 and 0 <= lo < 2**32 for h, lo in halves)
     assert backfill.checksum_of_sums(sum(h for h, _ in halves), sum(lo for _, lo in halves)) == \
         backfill.checksum(values)
+
+
+def test_a_target_record_no_run_of_the_plan_wrote_is_named_and_the_plans_own_are_not() -> None:
+    from kafkaops.rekey.backfill import foreign_record
+
+    plan = BackfillPlan("orders", ((0, 10, 100), (1, 0, 50)), "orders.v2", 6)
+    own = [("orders.v2", 3, 7, b"orders/0/10"), ("orders.v2", 5, 0, b"orders/1/49")]
+    assert foreign_record(plan, own) is None
+    assert foreign_record(plan, []) is None
+    assert "orders.v2-2 offset 4 carries no kafkaops.lineage header" in str(
+        foreign_record(plan, [*own, ("orders.v2", 2, 4, None)]))
+    assert "is a copy of orders/0/9, which this copy of orders does not hold" in str(
+        foreign_record(plan, [("orders.v2", 1, 0, b"orders/0/9")]))  # before the plan's start
+    assert "copy of orders/1/50" in str(foreign_record(plan, [("orders.v2", 1, 0, b"orders/1/50")]))  # at its end
+    assert "copy of payments/0/20" in str(foreign_record(plan, [("orders.v2", 1, 0, b"payments/0/20")]))
+    assert "is not 'topic/partition/offset'" in str(foreign_record(plan, [("orders.v2", 1, 0, b"garbage")]))
+    # a later pass of the same copy: records of the earlier passes (from the first pass's start) are its own
+    later = plan.next_pass({0: 150, 1: 50})
+    assert foreign_record(later, [("orders.v2", 0, 0, b"orders/0/10"), ("orders.v2", 0, 9, b"orders/0/149")]) is None

@@ -16,11 +16,13 @@ module             concern
 ``reassignments``  partition reassignments listed, submitted, cancelled; preferred leader elections.
 ``configs``        dynamic broker and topic configs: described, changed incrementally (``ConfigOp``).
 ``acls``           DENY Write ACLs: a live migration's quiesce.
+``registrations``  KRaft broker registrations, listed and unregistered through Kafka's ``kafka-cluster`` tool.
 ``records``        bounded reads of records (``read_ranges``, ``read_topic``, ``sample``).
 =================  ===========================================================================================
 
 confluent-kafka does the work; kafka-python's ``KafkaAdminClient`` only what confluent-kafka lacks (log dir
-sizes, partition reassignments). Modules depend downwards only: ``errors`` <- ``connection`` <- ``offsets`` <-
+sizes, partition reassignments); Kafka's own ``kafka-cluster`` tool what neither speaks (UnregisterBroker).
+Modules depend downwards only: ``errors`` <- ``connection`` <- ``offsets`` <-
 ``metadata`` <- ``topics``, ``records``; ``reassignments``, ``configs`` and ``acls`` need ``connection`` alone.
 
 Other modules that talk to Kafka, and why they are not here:
