@@ -434,7 +434,7 @@ def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Seq
         cluster = replace(cluster, partitions=tuple(x for x in cluster.partitions if x.topic in topics), _index=None)
     inventory_problem = None
     if p.kind == "scale_out":
-        new_brokers = tuple(new_brokers) or planned_brokers(cluster, p)
+        new_brokers = tuple(new_brokers) or planned_brokers(cluster, p, taken=_spec_node_ids(p))
         inventory_problem = _inventory_checked(ctx, new_brokers)
         plan = plan_scale_out(cluster, [Broker(id=b.id, rack=b.rack) for b in new_brokers], topics=topics,
                               exclude=p.exclude_brokers)
@@ -458,11 +458,25 @@ def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Seq
     return data
 
 
-def planned_brokers(cluster: Cluster, p: OperationParams) -> tuple[NewBroker, ...]:
-    """The brokers a scale-out will add (pure): ``new_broker_ids``, else ``add_brokers`` ids after the highest;
-    racks from ``new_broker_racks``, else (a kafkaops cluster spec, which the provision follows) the cluster's
-    racks in turn, else none (an Ansible inventory's hosts have the racks the inventory gives them)."""
-    start = max(cluster.broker_ids, default=0) + 1
+def _spec_node_ids(p: OperationParams) -> tuple[int, ...]:
+    """The node ids of the run's kafkaops cluster spec (stopped nodes included); none for an Ansible inventory,
+    or a spec that cannot be read (the inventory check names that)."""
+    if not p.inventory or Path(p.inventory).suffix != ".json":
+        return ()
+    try:
+        return tuple(n.node_id for n in provision.ClusterSpec.load(Path(p.inventory)).nodes)
+    except (KafkaOpsError, OSError, ValueError) as err:
+        log.warning("the cluster spec %s could not be read for its node ids: %s", p.inventory, err)
+        return ()
+
+
+def planned_brokers(cluster: Cluster, p: OperationParams, taken: Iterable[int] = ()) -> tuple[NewBroker, ...]:
+    """The brokers a scale-out will add (pure): ``new_broker_ids``, else ``add_brokers`` ids after the highest
+    of the cluster's and ``taken`` (ids the inventory holds already, e.g. a stopped broker's, which the
+    cluster's metadata does not list); racks from ``new_broker_racks``, else (a kafkaops cluster spec, which
+    the provision follows) the cluster's racks in turn, else none (an Ansible inventory's hosts have the racks
+    the inventory gives them)."""
+    start = max([*cluster.broker_ids, *taken], default=0) + 1
     ids = p.new_broker_ids or tuple(range(start, start + p.add_brokers))
     if p.new_broker_racks:
         racks: Sequence[str] = p.new_broker_racks

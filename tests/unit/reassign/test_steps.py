@@ -318,3 +318,27 @@ def test_the_plans_new_broker_is_started_with_its_planned_id_and_rack_and_a_take
     done = steps.provision_brokers(ctx, planned=(records.NewBroker(7, "rack-c"),))
     assert done.ids == [7] and done.new_brokers[0].rack == "rack-c"
     assert provision.ClusterSpec.load(spec_path).node(7).rack == "rack-c"
+
+
+def test_a_scale_outs_new_ids_follow_the_spec_s_stopped_nodes_too() -> None:
+    """A drained and stopped broker 5 is in the spec but not in the cluster's metadata: the next id is 6."""
+    cluster = three_brokers_one_topic()
+    p = steps.OperationParams(kind="scale_out", add_brokers=2, inventory="spec.json")
+    assert [b.id for b in steps.planned_brokers(cluster, p)] == [4, 5]
+    assert [b.id for b in steps.planned_brokers(cluster, p, taken=(1, 2, 3, 5))] == [6, 7]
+    named = steps.OperationParams(kind="scale_out", new_broker_ids=(9,), inventory="spec.json")
+    assert [b.id for b in steps.planned_brokers(cluster, named, taken=(1, 2, 3, 5))] == [9]  # named ids stand
+
+
+def test_the_plan_of_a_scale_out_onto_a_spec_skips_the_ids_of_its_stopped_nodes(kafka: FakeKafka, tmp_path) -> None:
+    spec = provision.local_cluster_spec(tmp_path / "cluster", brokers=3)
+    spec, _ = spec.with_new_brokers(node_ids=[4], racks=["rack-a"])  # in the spec, stopped: not online
+    spec_path = spec.save(tmp_path / "spec.json")
+    ctx = lifecycle.OperationContext(dag_id="kafka_reassign", run_id="test", conn_config={},
+                                     params=steps.OperationParams(kind="scale_out", add_brokers=1,
+                                                                  inventory=str(spec_path)))
+    from kafkaops.platform.kafka import metadata
+
+    data = steps.make_plan(ctx, metadata.snapshot(None).to_dict())  # the fake's cluster: brokers 1-3 online
+    assert [b["id"] for b in data["new_brokers"]] == [5], data["new_brokers"]
+    assert "A real run would be refused" not in data["summary"], data["summary"]
