@@ -164,7 +164,8 @@ def test_a_failing_preflight_gate_stops_the_run_before_anything_is_provisioned(d
             topics.delete_topics(conn, ["crawl"])
         wait_for(lambda: not reassignments.list_partition_reassignments(conn), timeout=30, what="the cancel")
     assert str(dag_run.state) == "failed"
-    assert record["outcome"] == "failed"
+    assert record["outcome"] == "refused", record["outcome"]  # nothing changed: refused, not failed
+    assert record["outcome_reason"].startswith("refused at preflight_gate, before anything changed: GateFailed")
     assert record["gates"][0]["gate"] == "preflight" and not record["gates"][0]["ok"]
     assert any("reassign" in f for f in record["gates"][0]["failures"])
     steps = {s["name"]: s["status"] for s in record["steps"]}

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import threading
 import time
 from typing import Any
 from urllib.parse import quote
@@ -278,6 +279,43 @@ def acl_refused(airflow: Deployment, ui: AirflowUI, cluster: SpecCluster) -> Non
     assert not made, f"the refused run made topics {sorted(made)}"
 
 
+class StillWriting:
+    """A producer writing a few keyed records a second to ``topic`` until the block ends: the operator's
+    application, which the live migration asks to stop."""
+
+    def __init__(self, config: dict[str, str], topic: str) -> None:
+        self.config, self.topic = config, topic
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._write, name=f"writes-{topic}", daemon=True)
+
+    def _write(self) -> None:
+        seed = 100
+        while not self.stop.wait(0.5):
+            datagen.produce(self.config, self.topic, datagen.DatagenSpec(records=5, keys=120, record_bytes=128,
+                                                                       seed=seed))
+            seed += 1
+
+    def __enter__(self) -> StillWriting:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=60)
+        assert not self.thread.is_alive(), f"the producer of {self.topic} did not stop"
+
+
+def wait_for_stop_request(airflow: Deployment, dag_id: str, run_id: str) -> None:
+    """Until the run's record asks the operator to stop the producers (the quiesce began)."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        answer = airflow.call("GET", f"/kafkaops/records/{dag_id}/{quote(run_id, safe='')}.json")
+        if answer.status_code == 200 and any(n.get("action") == "stop_producers" for n in answer.json()["notes"]):
+            return
+        time.sleep(3)
+    raise AssertionError(f"run {run_id} did not ask to stop the producers within {RUN_TIMEOUT_S} s")
+
+
 def live_migration(airflow: Deployment, ui: AirflowUI, cluster: SpecCluster) -> None:
     """Step 8: ``payments`` (3 partitions, a group halfway through it) migrated live to 6 partitions."""
     dag_id, source, group = "kafka_partition_increase", "payments", "payments.readers"
@@ -303,7 +341,17 @@ def live_migration(airflow: Deployment, ui: AirflowUI, cluster: SpecCluster) -> 
     ui.open_required_action(dag_id, run, timeout=120)
     ui.respond("Approve")
 
-    # the copy, the quiesce (nothing writes to payments: still at once), the final pass, the gate, the groups
+    # a producer still writes to payments: the run asks, above everything on its record, to stop it
+    ui.park()
+    with StillWriting(cluster.config, source):
+        wait_for_stop_request(airflow, dag_id, run)
+        ui.open_run_tab(dag_id, run, "Operation record")
+        banner = ui.text_shown("Action needed").text
+        ui.shot("live-migration-stop-the-producers")
+        assert f"Action needed: Stop every producer writing to {source} now" in banner, banner
+        assert re.search(r"The run gives up at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", banner), banner
+        ui.driver.switch_to.default_content()
+    # stopped: the source goes still, then the final pass, the gate, the groups
     ui.park()
     wait_for_task(airflow, dag_id, run, "switch", {"awaiting_input"}, timeout=RUN_TIMEOUT_S, poll_s=3)
     text = ui.open_required_action(dag_id, run, timeout=120, task_id="switch/")
