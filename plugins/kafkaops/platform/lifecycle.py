@@ -143,7 +143,7 @@ def begin(ctx: OperationContext[Any], raw_params: Mapping[str, Any],
 
 #: The steps that only read the cluster and decide, before anything changes: a final error in one of them
 #: (a setting that cannot work, a failed preflight gate, a plan that cannot be made) refuses the run.
-CHECK_STEPS = frozenset({"preflight_gate", "plan"})
+CHECK_STEPS = frozenset({"preflight_gate", "plan", "plan_gate"})
 
 
 def refuses(step: str, err: BaseException) -> bool:

@@ -105,7 +105,7 @@ def test_a_final_error_in_a_check_step_refuses_the_run_and_any_other_failure_fai
     from kafkaops.platform.lifecycle import outcome_of, refuses
 
     assert refuses("preflight_gate", ConfigError("quiesce=acl needs an authorizer"))
-    assert refuses("plan", GateFailed("plan gate failed", GateResult("plan", ok=False, failures=("2 brokers offline",))))
+    assert refuses("plan_gate", GateFailed("plan gate failed", GateResult("plan", ok=False, failures=("too many bytes",))))
     assert not refuses("plan", KafkaUnreachable("no broker answered"))  # asking again may work: not final
     assert not refuses("execute", ConfigError("found only after the copy began"))  # something may have changed
     refused = summarize([AuditEvent(1, "step", {"name": "preflight_gate", "status": "started"}),
