@@ -159,7 +159,10 @@ def outcome_of(record: Mapping[str, Any], *, dry_run: bool, failed_tasks: Iterab
     A run whose only failed steps are refusals (:func:`refuses`, recorded as ``refusal``) is ``refused``."""
     final = {s["name"]: s for s in record["steps"]}
     failed = [name for name, s in final.items() if s.get("status") in ("failed", "running")]
-    failed += [t for t in failed_tasks if t not in failed]
+    # a task Airflow marks failed whose own step succeeded failed in a later step it ran (the plan task's
+    # plan_gate): that recorded failure explains it
+    failed += [t for t in failed_tasks if t not in failed
+               and not (failed and final.get(t, {}).get("status") == "success")]
     if record.get("approval") and record["approval"].get("approved") is False:
         return "rejected", f"rejected by {record['approval'].get('by')}; nothing changed"
     if failed:

@@ -118,3 +118,21 @@ def test_a_final_error_in_a_check_step_refuses_the_run_and_any_other_failure_fai
     assert outcome_of(refused, dry_run=False, failed_tasks=["preflight_gate", "finish"])[0] == "failed"
     unrefused = summarize([AuditEvent(1, "step", {"name": "plan", "status": "failed", "error": "KafkaUnreachable"})])
     assert outcome_of(unrefused, dry_run=False)[0] == "failed"
+
+
+def test_a_task_failed_by_a_later_step_of_its_own_counts_once_and_a_refused_plan_gate_refuses() -> None:
+    """The plan task records the step plan (success), then plan_gate (failed): Airflow marks the task plan
+    failed, and the outcome names plan_gate alone."""
+    from kafkaops.platform.lifecycle import outcome_of
+
+    record = summarize([AuditEvent(1, "step", {"name": "plan", "status": "started"}),
+                        AuditEvent(2, "step", {"name": "plan", "status": "success"}),
+                        AuditEvent(3, "step", {"name": "plan_gate", "status": "started"}),
+                        AuditEvent(4, "step", {"name": "plan_gate", "status": "failed", "refusal": True,
+                                               "error": "GateFailed: gate plan failed"})])
+    outcome, reason = outcome_of(record, dry_run=False, failed_tasks=["plan"])
+    assert (outcome, reason) == ("refused", "refused at plan_gate, before anything changed: GateFailed: gate plan "
+                                            "failed")
+    # with no recorded failure, a task Airflow marks failed still fails the run
+    fine = summarize([AuditEvent(1, "step", {"name": "plan", "status": "success"})])
+    assert outcome_of(fine, dry_run=False, failed_tasks=["plan"])[0] == "failed"
