@@ -45,8 +45,10 @@ OTHER_DAG = "kafka_capacity_review"  # asks no approval: the role may not pause 
 FAB = roles.FAB_AUTH_MANAGER
 # What a worker leaves when an approval task parks (Airflow's execution API writes the same rows).
 WAITING_APPROVAL = """
-import sys
+import json, sys
+from pathlib import Path
 from sqlalchemy import select
+from airflow.configuration import conf
 from airflow.models.dagbag import DBDagBag
 from airflow.models.dagrun import DagRun
 from airflow.models.hitl import HITLDetail
@@ -62,9 +64,15 @@ with create_session() as session:
     session.flush()
     ti = session.scalar(select(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id,
                                                    TaskInstance.task_id == "approval"))
-    ti.state = TaskInstanceState.AWAITING_INPUT
+    ti.state, ti.try_number = TaskInstanceState.AWAITING_INPUT, 1
     session.add(HITLDetail(ti_id=ti.id, options=["Approve", "Reject"], subject="Approve the kafkaops scale-out plan",
                            body="the plan", defaults=None, multiple=False, params={}))
+# its first try's log, where the api-server reads a task's log (Airflow's default log_filename_template)
+log = Path(conf.get("logging", "base_log_folder"), f"dag_id={dag_id}", f"run_id={run_id}", "task_id=approval",
+           "attempt=1.log")
+log.parent.mkdir(parents=True, exist_ok=True)
+log.write_text(json.dumps({"timestamp": "2026-11-28T06:30:00.000000Z", "level": "info",
+                           "event": "Waiting for the approval of the scale-out plan"}) + "\\n")
 """
 
 
@@ -259,9 +267,9 @@ def test_the_approver_reads_dags_runs_task_instances_logs_and_the_record(fab: Fa
                  "/api/v2/plugins"):
         answer = fab.call("GET", path, user="approver")
         assert answer.status_code == 200, f"GET {path} as approver: {answer.status_code} {answer.text[:300]}"
-    # no task has run, so there is no log to read: authorized is what is asked (a refusal would be 403)
-    logs = fab.call("GET", f"/api/v2{run}/taskInstances/approval/logs/1", user="approver")
-    assert logs.status_code != 403, logs.text[:300]
+    logs = fab.call("GET", f"/api/v2{run}/taskInstances/approval/logs/1", user="approver",
+                    params={"full_content": True})
+    assert logs.status_code == 200 and "Waiting for the approval" in logs.text, (logs.status_code, logs.text[:500])
     plugins = fab.call("GET", "/api/v2/plugins", user="approver").json()["plugins"]
     assert any(v["name"] == "Operation record" for p in plugins for v in p["external_views"]), plugins
 
