@@ -4,8 +4,9 @@
 One throw-away Airflow for the module: PostgreSQL (Airflow's metadata and the kafkaops store), the project's wheel
 installed outside the checkout (kafkaops/testing/deployment.py), ``airflow db migrate`` and ``airflow dags
 reserialize`` (the kafkaops DAGs into the metadata database, and FAB's resource of each), and the api-server with
-``AIRFLOW__CORE__AUTH_MANAGER`` set to FAB's; no scheduler, worker or Kafka: nothing here runs a task. The users
-are made as an operator makes them, their passwords never in argv or a log: ``operator`` (Admin) with FAB's
+``AIRFLOW__CORE__AUTH_MANAGER`` set to FAB's; no scheduler, worker or Kafka: nothing here runs a task. The role
+is made before the api-server starts (as an init step would make it), the users after it, as an operator makes
+them, their passwords never in argv or a log: ``operator`` (Admin) with FAB's
 ``airflow users create`` (the password on its prompt, stdin), ``approver`` through FAB's users API as the
 operator. ``operator`` triggers a ``kafka_scale_out`` run; its approval task is then made to wait for an answer
 as a worker would have left it (task instance awaiting input, its human-in-the-loop detail), and its record is
@@ -190,6 +191,9 @@ def fab(artifacts: Path) -> Iterator[FabAirflow]:
         d.run("kafkaops check --upgrade", "kafkaops", "check", "--upgrade")
         d.run("airflow db migrate", "airflow", "db", "migrate")
         d.run("airflow dags reserialize", "airflow", "dags", "reserialize")
+        # the role right after the migration, as an init step would make it: the api-server's start (FAB's sync of
+        # its own roles) must leave it as it is
+        d.run("kafkaops approver-role", "kafkaops", "approver-role")
         with log.open("wb") as out:
             server = subprocess.Popen([str(installation.python), "-m", "airflow", "api-server"], cwd=home, env=env,
                                       stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -197,8 +201,7 @@ def fab(artifacts: Path) -> Iterator[FabAirflow]:
         stack.callback(harness.stop_group, server)
         wait_until_serving(d, server)
 
-        # the operator's set-up, as docs/operations.md gives it
-        d.run("kafkaops approver-role", "kafkaops", "approver-role")
+        # the users, as docs/operations.md gives them
         d.run("airflow users create", "airflow", "users", "create", "--username", "operator", "--role", "Admin",
               "--firstname", "Olga", "--lastname", "Operator", "--email", "operator@example.com",
               stdin=f"{d.passwords['operator']}\n{d.passwords['operator']}\n")
@@ -231,6 +234,7 @@ def fab(artifacts: Path) -> Iterator[FabAirflow]:
 
 def test_the_role_set_up_gives_the_approver_role_exactly_its_permissions(fab: FabAirflow) -> None:
     assert f"created role {roles.ROLE}" in fab.outputs["kafkaops approver-role"], fab.outputs["kafkaops approver-role"]
+    # after the api-server's start, which syncs FAB's roles
     again = fab.run("kafkaops approver-role --check", "kafkaops", "approver-role", "--check")
     assert f"role {roles.ROLE} has exactly" in again, again
 
@@ -288,6 +292,8 @@ def test_the_approver_answers_the_waiting_approval(fab: FabAirflow) -> None:
     assert answer.status_code == 200, f"the approver's answer: {answer.status_code} {answer.text[:500]}"
     # four eyes compares this name with the run's triggering user (kafkaops.airflow.operators)
     assert answer.json()["responded_by"]["name"] == "approver", answer.json()
+    run = fab.call("GET", f"/api/v2{run_path(DAG, fab.run_id)}", user="approver").json()
+    assert run["triggering_user_name"] == "operator", run  # the name four eyes holds the answer's to
     assert fab.call("GET", path, user="approver").json()["response_received"] is True
     again = fab.call("PATCH", path, user="operator", json={"chosen_options": ["Reject"], "params_input": {}})
     assert again.status_code == 409, again.text[:300]  # answered once; the operator may answer, too

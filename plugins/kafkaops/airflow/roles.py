@@ -125,8 +125,8 @@ def apply(role: str = ROLE, dag_ids: Sequence[str] = APPROVAL_DAGS, *, check: bo
         if missing_resources:
             raise RoleSetupError(
                 f"FAB has no resource {', '.join(repr(r) for r in missing_resources)} in Airflow's metadata database "
-                "yet (it makes them when the api-server starts, with [fab] update_fab_perms on): run 'airflow "
-                f"sync-perm', then this command again; role {role} was not changed")
+                "(FAB makes them wherever its app starts with [fab] update_fab_perms on, this command included): run "
+                f"'airflow sync-perm', then this command again; role {role} was not changed")
         outcome.unparsed_dags = [d for d in dict.fromkeys(dag_ids) if sm.get_resource(f"{DAG_PREFIX}{d}") is None]
         existing = sm.find_role(role)
         outcome.created = existing is None

@@ -1,6 +1,6 @@
 """``kafkaops approver-role``: the FAB auth manager's role for approvers who answer approvals and read runs,
 logs and records, but trigger no DAG and read no connection (:mod:`kafkaops.airflow.roles`). Run where Airflow
-runs (its settings, its metadata database), after the api-server has started once with the FAB auth manager;
+runs (its settings, its metadata database), after ``airflow db migrate`` with the FAB auth manager configured;
 running it again changes nothing, or brings a changed role back. No password is asked or printed."""
 from __future__ import annotations
 

@@ -117,7 +117,7 @@ def build_parser(prog: str = "python -m kafkaops") -> argparse.ArgumentParser:
              "its permissions, in Airflow's FAB auth manager: it reads DAGs, runs, task instances, task logs and\n"
              "the kafkaops records, and answers the approvals of the DAGs it names (--dag), but cannot trigger a DAG,\n"
              "change a run or task state, or read connections, variables or pools. Run it where Airflow runs, after\n"
-             "the api-server has started once with the FAB auth manager (docs/operations.md, Roles).\n\n"
+             "'airflow db migrate' with the FAB auth manager configured (docs/operations.md, Roles).\n\n"
              "  python -m kafkaops approver-role\n"
              "  python -m kafkaops approver-role --check")
     _command(sub, "datagen", datagen.add_arguments, datagen.run,
