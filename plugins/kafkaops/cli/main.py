@@ -1,6 +1,6 @@
 """``kafkaops`` (or ``python -m kafkaops``): plan, run, verify and cancel partition reassignments of a live Kafka
-cluster; read the operation records and cluster locks in the kafkaops store; and run the local
-cluster, test data and the demo.
+cluster; read the operation records and cluster locks in the kafkaops store; set up the approvers' role in
+Airflow; and run the local cluster, test data and the demo.
 
 Each command is a module of :mod:`kafkaops.cli` with ``add_arguments(parser)`` and
 ``run(args) -> exit code``; :func:`build_parser` gives each its subparser.
@@ -24,12 +24,12 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kafkaops.cli import check, cluster, datagen, demo, exits, lock, plan, reassign, records, snapshot, store
+from kafkaops.cli import approver_role, check, cluster, datagen, demo, exits, lock, plan, reassign, records, snapshot, store
 from kafkaops.errors import KafkaOpsError
 
 DESCRIPTION = """Scale Apache Kafka without losing data or key order: plan a partition reassignment, run it
 throttled and batched, verify it, or cancel it; read the operation records and cluster locks in the
-kafkaops store; and run the local cluster, test data and the demo."""
+kafkaops store; set up the approvers' role in Airflow; and run the local cluster, test data and the demo."""
 EXIT_CODES = "exit codes:\n" + __doc__.split("exit codes:\n", 1)[1].split("\n\n", 1)[0]
 EPILOG = f"""{EXIT_CODES}
 
@@ -111,6 +111,15 @@ def build_parser(prog: str = "python -m kafkaops") -> argparse.ArgumentParser:
              "answers. Stops at the first\nfailure, naming what failed and what to do; no password is printed.\n\n"
              "  python -m kafkaops check && exec airflow scheduler\n"
              "  python -m kafkaops check --upgrade        (the one-shot init step, after 'airflow db migrate')")
+    _command(sub, "approver-role", approver_role.add_arguments, approver_role.run,
+             "create the FAB auth manager's role of approvers who cannot trigger DAGs",
+             "Create the role kafkaops-approver (--role to name it otherwise), or bring an existing one to exactly\n"
+             "its permissions, in Airflow's FAB auth manager: it reads DAGs, runs, task instances, task logs and\n"
+             "the kafkaops records, and answers the approvals of the DAGs it names (--dag), but cannot trigger a DAG,\n"
+             "change a run or task state, or read connections, variables or pools. Run it where Airflow runs, after\n"
+             "'airflow db migrate' with the FAB auth manager configured (docs/operations.md, Roles).\n\n"
+             "  python -m kafkaops approver-role\n"
+             "  python -m kafkaops approver-role --check")
     _command(sub, "datagen", datagen.add_arguments, datagen.run,
              "write keyed JSON test records (deterministic, optionally skewed)",
              "Write keyed JSON records to a topic with acks=all, idempotence and the Java client's murmur2\n"

@@ -15,8 +15,8 @@ from kafkaops.cli import exits, main as cli_main
 from kafkaops.cli.main import build_parser, main
 
 NOWHERE = "127.0.0.1:1"
-COMMANDS = ["plan", "execute", "verify", "cancel", "snapshot", "records", "lock", "store", "check", "datagen", "cluster",
-            "demo"]
+COMMANDS = ["plan", "execute", "verify", "cancel", "snapshot", "records", "lock", "store", "check", "approver-role",
+            "datagen", "cluster", "demo"]
 
 
 def invoke(*argv: str) -> tuple[int, str, str]:
