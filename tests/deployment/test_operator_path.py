@@ -17,7 +17,9 @@ operator does:
 7. triggers kafka_capacity_review and opens its report from the run's record;
 8. triggers a live migration with quiesce=acl on the cluster, which has no authorizer, and reads its refusal;
 9. runs a live migration (kafka_partition_increase, quiesce=manual) of a small topic with a
-   consumer group: approves the plan, reads the switch in Browse > Required Actions (the topics and
+   consumer group while a producer still writes to it: approves the plan, reads the record's "Action
+   needed" banner (stop the producers, and when the run gives up), stops the producer, reads the switch
+   in Browse > Required Actions (the topics and
    the group's offsets on the target), moves "the producers" (writes to the target), approves the
    switch and reads the cut-over in the run's record.
 
