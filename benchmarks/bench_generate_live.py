@@ -37,6 +37,7 @@ from confluent_kafka.admin import NewTopic
 from benchmarks.kafka_generate import JavaRandom, place_topic, replica_moves, topic_outcomes
 from benchmarks.results import publish
 
+from kafkaops.errors import UnknownTopic
 from kafkaops.platform.kafka import connection, metadata
 
 from kafkaops.platform import provision
@@ -125,7 +126,13 @@ def measure(args: argparse.Namespace) -> list[str]:
             create_topics(conn, [b for b in registered if b.id != 4])
             deadline = time.monotonic() + 60
             while True:  # new topics reach every broker's metadata a moment later
-                cluster = metadata.snapshot(conn, topics=list(TOPICS), offsets=False, groups=False)
+                try:
+                    cluster = metadata.snapshot(conn, topics=list(TOPICS), offsets=False, groups=False)
+                except UnknownTopic:  # not in the metadata this broker answered with yet
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+                    continue
                 if len(cluster.partitions) == sum(p for p, _ in TOPICS.values()) or time.monotonic() > deadline:
                     break
                 time.sleep(0.5)

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = BackfillPlan("src", ranges, "out", 6, "field:key")
         spark = common.spark_session("local[2]", driver_memory="1g")
         spark.sparkContext.setLogLevel("ERROR")
-        copy_s, _ = timed(lambda: rekey_backfill.run(spark, plan, spec.bootstrap))
+        copy_s, _, _ = timed(lambda: rekey_backfill.run(spark, plan, spec.bootstrap))
         print(f"backfill (direct copy) {copy_s:.1f} s", flush=True)
 
         def noop(frame) -> None:
@@ -62,18 +62,18 @@ def main(argv: list[str] | None = None) -> int:
 
         snapshot = backfill_verify.read_source(spark, plan, spec.bootstrap)
         noop(snapshot)  # warm-up: JVM, connector, page cache
-        read_s, _ = timed(lambda: noop(snapshot))
-        python_s, python_peak = timed(lambda: noop(snapshot.mapInArrow(backfill_verify.rekeyed(plan.key_rule),
+        read_s, _, _ = timed(lambda: noop(snapshot))
+        python_s, python_peak, _ = timed(lambda: noop(snapshot.mapInArrow(backfill_verify.rekeyed(plan.key_rule),
                                                                        backfill_verify.SOURCE_SCHEMA)))
         print(f"snapshot read {read_s:.1f} s, with the Python key re-check {python_s:.1f} s", flush=True)
         got: dict = {}
-        spark_s, spark_peak = timed(lambda: got.update(report=rekey_backfill.verify(spark, plan, spec.bootstrap)))
+        spark_s, spark_peak, _ = timed(lambda: got.update(report=rekey_backfill.verify(spark, plan, spec.bootstrap)))
         report = got["report"]
         print(f"verify in Spark {spark_s:.1f} s, peak {spark_peak / 2**20:.0f} MiB, ok={report.ok}", flush=True)
         reference = "| skipped (--no-reference) | | |"
         if not args.no_reference:
             try:
-                ref_s, ref_peak = timed(lambda: got.update(
+                ref_s, ref_peak, _ = timed(lambda: got.update(
                     reference=integrity.check_integrity(plan, *integrity.read_back(
                         plan, common.snapshot(spark, plan, spec.bootstrap),
                         backfill_verify.read_output(spark, plan, spec.bootstrap)))))
