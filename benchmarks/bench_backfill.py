@@ -44,6 +44,7 @@ from kafkaops.platform import provision
 from kafkaops.platform.kafka import connection, records, topics
 from kafkaops.platform.paths import jar_dir
 from kafkaops.rekey.backfill import BackfillPlan
+from kafkaops.rekey.records import BackfillRun
 from kafkaops.testing import clusters
 from spark_apps import common, rekey_backfill
 
@@ -206,10 +207,10 @@ def measure(spark: Any, spec: provision.ClusterSpec, ranges: tuple, jobs: Sequen
                 seconds, peak, cpu = timed(sink.save, brokers)
             else:
                 plan = BackfillPlan("src", ranges, target, 6, job)
-                result: dict = {}
-                seconds, peak, cpu = timed(lambda: result.update(rekey_backfill.run(spark, plan, spec.bootstrap)),
+                done: list[BackfillRun] = []
+                seconds, peak, cpu = timed(lambda: done.append(rekey_backfill.run(spark, plan, spec.bootstrap)),
                                            brokers)
-                modes[job] = result["mode"]
+                modes[job] = done[0].mode
                 if verify and rnd == rounds - 1:
                     report = rekey_backfill.verify(spark, plan, spec.bootstrap)
                     verified[job] = "ok" if report.ok else "FAILED: " + "; ".join(report.failures)
