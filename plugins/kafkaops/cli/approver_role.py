@@ -13,6 +13,15 @@ from kafkaops.errors import ConfigError
 from kafkaops.platform import render
 
 COLUMNS = ("action", "resource", "why")
+#: ``kafkaops --help``'s line for the command, and the command's own help.
+SUMMARY = "create the FAB auth manager's role of approvers who cannot trigger DAGs"
+HELP = ("Create the role kafkaops-approver (--role to name it otherwise), or bring an existing one to exactly\n"
+        "its permissions, in Airflow's FAB auth manager: it reads DAGs, runs, task instances, task logs and\n"
+        "the kafkaops records, and answers the approvals of the DAGs it names (--dag), but cannot trigger a DAG,\n"
+        "change a run or task state, or read connections, variables or pools. Run it where Airflow runs, after\n"
+        "'airflow db migrate' with the FAB auth manager configured (docs/operations.md, Roles).\n\n"
+        "  python -m kafkaops approver-role\n"
+        "  python -m kafkaops approver-role --check")
 
 
 def _role(text: str) -> str:

@@ -111,15 +111,8 @@ def build_parser(prog: str = "python -m kafkaops") -> argparse.ArgumentParser:
              "answers. Stops at the first\nfailure, naming what failed and what to do; no password is printed.\n\n"
              "  python -m kafkaops check && exec airflow scheduler\n"
              "  python -m kafkaops check --upgrade        (the one-shot init step, after 'airflow db migrate')")
-    _command(sub, "approver-role", approver_role.add_arguments, approver_role.run,
-             "create the FAB auth manager's role of approvers who cannot trigger DAGs",
-             "Create the role kafkaops-approver (--role to name it otherwise), or bring an existing one to exactly\n"
-             "its permissions, in Airflow's FAB auth manager: it reads DAGs, runs, task instances, task logs and\n"
-             "the kafkaops records, and answers the approvals of the DAGs it names (--dag), but cannot trigger a DAG,\n"
-             "change a run or task state, or read connections, variables or pools. Run it where Airflow runs, after\n"
-             "'airflow db migrate' with the FAB auth manager configured (docs/operations.md, Roles).\n\n"
-             "  python -m kafkaops approver-role\n"
-             "  python -m kafkaops approver-role --check")
+    _command(sub, "approver-role", approver_role.add_arguments, approver_role.run, approver_role.SUMMARY,
+             approver_role.HELP)
     _command(sub, "datagen", datagen.add_arguments, datagen.run,
              "write keyed JSON test records (deterministic, optionally skewed)",
              "Write keyed JSON records to a topic with acks=all, idempotence and the Java client's murmur2\n"
