@@ -135,7 +135,8 @@ def test_the_acl_quiesce_on_a_cluster_without_an_authorizer_is_refused_before_an
         topics.create_topic(conn, topic, 3, 1)
     dag_run, record = run_partition_increase(dagbag, topic=topic, key_rule="record_key",
                                              **{**LIVE, "quiesce": "acl", "quiesce_principals": f"User:{APP}"})
-    assert str(dag_run.state) == "failed" and record["outcome"] == "failed", record
+    assert str(dag_run.state) == "failed" and record["outcome"] == "refused", record  # before anything changed
+    assert record["outcome_reason"].startswith("refused at preflight_gate, before anything changed: ConfigError")
     by_name = {s["name"]: s for s in record["steps"]}
     assert by_name["preflight_gate"]["status"] == "failed", record["steps"]
     error = by_name["preflight_gate"]["error"]

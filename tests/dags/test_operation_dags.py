@@ -95,7 +95,7 @@ def test_a_rejected_scale_out_starts_no_broker(dagbag, cluster) -> None:
                           inventory=str(spec_path), add_brokers=1, topics=[TOPIC])
     assert str(dag_run.state) == "failed" and record["outcome"] == "rejected", record
     assert record["outcome_reason"].startswith("rejected by param approval=auto_reject; nothing changed")
-    new = max(registered) + 1
+    new = max(registered + nodes) + 1  # after the spec's stopped nodes too (a drained broker's id is not reused)
     assert f"Broker {new} is new and not running yet: approving provisions it" in record["plan"]["approval"]
     assert record["plan"]["new_brokers"][0]["id"] == new
     assert "provision" not in {s["name"] for s in record["steps"]}
