@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -39,8 +39,19 @@ def ensure_broker_4(cluster: GrowableCluster, conn: connection.KafkaConnection) 
     wait_for(lambda: any(b.id == 4 for b in metadata.describe_cluster(conn)[2]), timeout=60, what="broker 4 to register")
 
 
-def fill(conn: connection.KafkaConnection, topic: str, partitions: int, rf: int, records: int, record_bytes: int) -> Cluster:
-    topics.create_topic(conn, topic, partitions, rf)
+def fill(conn: connection.KafkaConnection, topic: str, partitions: int, rf: int, records: int, record_bytes: int,
+         assignment: Sequence[Sequence[int]] = ()) -> Cluster:
+    """``topic`` made (Kafka's placement, or ``assignment``: each partition's replicas) and filled."""
+    if assignment:
+        from confluent_kafka.admin import NewTopic
+
+        future = conn.admin.create_topics([NewTopic(topic, len(assignment),
+                                                    replica_assignment=[list(r) for r in assignment])],
+                                          request_timeout=conn.timeout_s)[topic]
+        connection.wait_for(future, conn, f"the creation of {topic}")
+        wait_for(lambda: topic in metadata.topic_names(conn), timeout=30, what=f"{topic} in the metadata")
+    else:
+        topics.create_topic(conn, topic, partitions, rf)
     datagen.produce(conn.config, topic, datagen.DatagenSpec(records=records, keys=200, skew="uniform",
                                                             record_bytes=record_bytes, seed=5))
     return metadata.snapshot(conn, topics=[topic], groups=False)
@@ -106,8 +117,9 @@ def test_a_broker_is_drained_to_zero_replicas_in_capped_batches(
         own_cluster: GrowableCluster, own_conn: connection.KafkaConnection) -> None:
     ensure_broker_4(own_cluster, own_conn)
     topic = f"drain-{time.monotonic_ns() % 10**6}"
-    fill(own_conn, topic, partitions=4, rf=2, records=1000, record_bytes=300)
-    victim = 3
+    victim = 3  # in every partition, whatever Kafka's placement and the other tests' topics would give
+    fill(own_conn, topic, partitions=4, rf=2, records=1000, record_bytes=300,
+         assignment=[(victim, 1), (victim, 2), (1, victim), (2, victim)])
     before = whole(own_conn)
     load = {b: n for b, n in before.replicas_per_broker().items() if b != victim}
     desired = {}
