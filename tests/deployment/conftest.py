@@ -93,8 +93,11 @@ _ARTIFACTS_USED: list[Path] = []
 
 @pytest.fixture(scope="session")
 def artifacts() -> Path:
-    """This session's artifact folder (emptied first), listed at the end of the run."""
-    root = artifacts_root()
+    """This session's artifact folder (emptied first), listed at the end of the run. Under pytest-xdist each
+    worker is a session of its own: it gets a subfolder named after it, so one worker's emptying does not
+    delete another's screenshots."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    root = artifacts_root() / worker if worker else artifacts_root()
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     _ARTIFACTS_USED.append(root)
