@@ -6,7 +6,8 @@ downloads nothing).
 Everything started here runs in a process group of its own and is ended with it; the cluster goes
 through ``clusters.temporary_cluster`` (stopped through the role, stragglers killed). Each component's
 output goes to ``components/<name>.log`` among the artifacts, and a failed test shows their tails.
-Screenshots and those logs stay in ``$KAFKAOPS_ARTIFACTS`` (default ``.cache/artifacts/deployment``),
+Screenshots and those logs stay in ``$KAFKAOPS_ARTIFACTS`` (default ``.cache/artifacts/deployment``; under
+pytest-xdist in its subfolder named after the worker, e.g. ``gw0``),
 listed at the end.
 """
 from __future__ import annotations
@@ -159,7 +160,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.sections.append(("deployment (component log tails)", deployment.log_tails(40)))
         driver = getattr(item, "funcargs", {}).get("chrome")
         if driver is not None:
-            shot = artifacts_root() / f"failed-{report.when}.png"
+            folder = getattr(item, "funcargs", {}).get("artifacts") or artifacts_root()
+            shot = Path(folder) / f"failed-{report.when}.png"
             try:
                 driver.save_screenshot(str(shot))
                 report.sections.append(("browser", f"at {driver.current_url}; screenshot {shot}"))
