@@ -84,6 +84,17 @@ def test_each_form_with_its_defaults_and_what_it_requires_makes_a_dry_run(dagbag
         assert any(n["text"].startswith("new_partition_count 12: twice the current 6") for n in record["notes"])
 
 
+def test_a_dry_run_with_an_unreadable_inventory_says_what_a_real_run_would_be_refused_for(dagbag, cluster) -> None:
+    """A dry run provisions nothing, so a wrong inventory cannot stop it: it plans on, and its approval and record
+    say that a real run would be refused at its plan, and why."""
+    dag_run, record = run(dagbag, "kafka_scale_out", inventory="/nowhere/hosts.yml", add_brokers=1, topics=[TOPIC])
+    assert str(dag_run.state) == "success" and record["outcome"] == "dry_run", record
+    refused = "A real run would be refused here: inventory /nowhere/hosts.yml is not a readable file"
+    assert refused in record["plan"]["approval"], record["plan"]["approval"]
+    assert any(n["text"].startswith("dry run: a real run would be refused at its plan: inventory /nowhere/hosts.yml")
+               for n in record["notes"]), record["notes"]
+
+
 def test_a_rejected_scale_out_starts_no_broker(dagbag, cluster) -> None:
     """The approval comes before the provision: Reject leaves the cluster and its spec as they were, and the
     approval said so (the plan's new broker is not running yet)."""

@@ -31,6 +31,8 @@ from urllib.parse import quote
 import httpx
 import pytest
 import sqlalchemy as sa
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as EC
 from cryptography.fernet import Fernet
 
 from kafkaops.airflow import roles
@@ -38,6 +40,7 @@ from kafkaops.platform import provision, state, store as store_
 from kafkaops.testing import deployment as harness, watchdog
 from tests.deployment.conftest import REPO
 from tests.deployment.runs import run_path
+from tests.deployment.ui import AirflowUI
 
 pytestmark = [pytest.mark.deployment, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -87,6 +90,7 @@ class FabAirflow:
     http: httpx.Client = field(repr=False)
     passwords: dict[str, str] = field(repr=False)
     run_id: str = ""
+    store: Any = field(default=None, repr=False)  # the kafkaops store (its records)
     outputs: dict[str, str] = field(default_factory=dict, repr=False)  # what each one-shot command printed
     _tokens: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -114,6 +118,22 @@ class FabAirflow:
             pytest.fail(f"{' '.join(argv)} exited {done.returncode}, not {expect}:\n{done.stdout[-3000:]}"
                         f"{done.stderr[-3000:]}")
         return done.stdout
+
+
+def waiting_run(d: FabAirflow) -> str:
+    """A ``kafka_scale_out`` run the operator triggered, its approval task waiting for an answer as a worker
+    would have left it, with its kafkaops record; its run id."""
+    triggered = d.call("POST", f"/api/v2/dags/{DAG}/dagRuns", user="operator", json={"logical_date": None, "conf": {}})
+    assert triggered.status_code == 200, f"the operator could not trigger {DAG}: {triggered.status_code} " \
+                                         f"{triggered.text[:500]}"
+    run_id = str(triggered.json()["dag_run_id"])
+    done = subprocess.run([str(d.python), "-c", WAITING_APPROVAL, DAG, run_id], cwd=d.home, env=d.env,
+                          capture_output=True, text=True, timeout=180, start_new_session=True)
+    assert done.returncode == 0, f"the approval task could not be made to wait: {done.stderr[-3000:]}"
+    d.store.start_operation(DAG, run_id, kind="scale_out", triggered_by="operator", params={}, at=time.time())
+    state.AuditLog(DAG, run_id, store=d.store, task_id="begin", try_number=1).append(
+        "started", operation="scale_out", dag_id=DAG, run_id=run_id, triggered_by="operator", params={})
+    return run_id
 
 
 def settings(*, home: Path, metadata_url: str, store: dict[str, Any], url: str, port: int, dags_folder: str
@@ -212,20 +232,8 @@ def fab(artifacts: Path) -> Iterator[FabAirflow]:
         assert made.status_code in (200, 201), f"the operator could not make the approver: {made.status_code} " \
                                                f"{made.text[:500]}"
 
-        # a run the operator triggered, waiting at its approval, with its kafkaops record
-        triggered = d.call("POST", f"/api/v2/dags/{DAG}/dagRuns", user="operator",
-                           json={"logical_date": None, "conf": {}})
-        assert triggered.status_code == 200, f"the operator could not trigger {DAG}: {triggered.status_code} " \
-                                             f"{triggered.text[:500]}"
-        d.run_id = triggered.json()["dag_run_id"]
-        done = subprocess.run([str(installation.python), "-c", WAITING_APPROVAL, DAG, d.run_id], cwd=home, env=env,
-                              capture_output=True, text=True, timeout=180)
-        assert done.returncode == 0, f"the approval task could not be made to wait: {done.stderr[-3000:]}"
-        kafkaops_store = store_.open_store(databases["kafkaops"])
-        kafkaops_store.start_operation(DAG, d.run_id, kind="scale_out", triggered_by="operator", params={},
-                                       at=time.time())
-        state.AuditLog(DAG, d.run_id, store=kafkaops_store, task_id="begin", try_number=1).append(
-            "started", operation="scale_out", dag_id=DAG, run_id=d.run_id, triggered_by="operator", params={})
+        d.store = store_.open_store(databases["kafkaops"])
+        d.run_id = waiting_run(d)
         print(f"\nFAB Airflow up with its users and a waiting approval in {time.monotonic() - began:.0f} s at {url}")
         yield d
 
@@ -300,6 +308,55 @@ def test_the_approver_answers_the_waiting_approval(fab: FabAirflow) -> None:
     nowhere = fab.call("PATCH", f"/api/v2{run_path(DAG, 'manual__nowhere')}/taskInstances/approval/-1/hitlDetails",
                        user="approver", json={"chosen_options": ["Approve"], "params_input": {}})
     assert nowhere.status_code == 404, nowhere.text[:300]  # authorized, then not found
+
+
+def test_the_approver_signs_in_on_fabs_page_answers_in_the_browser_and_reads_the_record(
+        fab: FabAirflow, chrome: Any, artifacts: Path) -> None:
+    """The approver's day in headless Chromium: FAB's sign-in page, Browse > Required Actions, the approval
+    answered with its button, the run's Operation record tab; no Admin menu, and the Trigger form refused."""
+    run_id = waiting_run(fab)  # a run of its own: the REST tests answer the module's run
+    folder = artifacts / "fab-approver"
+    folder.mkdir(exist_ok=True)
+    ui = AirflowUI(chrome, fab.url, folder)
+    ui.login_fab("approver", fab.passwords["approver"])
+    home = ui.visible_text()
+    ui.shot("approver-home")
+    assert "Admin" not in home.split(), f"the approver's menu shows Admin (connections, variables):\n{home}"
+
+    text = ui.open_required_action(DAG, run_id, timeout=120)
+    ui.shot("approver-required-action")
+    assert "Approve the kafkaops scale-out plan" in text and "Reject" in text, text
+    ui.respond("Approve")
+    ui.shot("approver-answered")
+    detail = fab.call("GET", f"/api/v2{run_path(DAG, run_id)}/taskInstances/approval/-1/hitlDetails",
+                      user="operator").json()
+    assert detail["response_received"] is True and detail["chosen_options"] == ["Approve"], detail
+    assert (detail.get("responded_by_user") or {}).get("name") == "approver", detail  # who answered
+
+    ui.open_run_tab(DAG, run_id, "Operation record")
+    ui.text_shown(run_id)
+    record = ui.visible_text()
+    ui.shot("approver-operation-record")
+    assert f"run {run_id}, triggered by operator" in record, record
+    ui.driver.switch_to.default_content()
+
+    # the approver may open the DAG but not trigger it: the API refuses what the form would send
+    before = len(fab.call("GET", f"/api/v2/dags/{DAG}/dagRuns", user="operator").json()["dag_runs"])
+    ui.open(f"/dags/{DAG}")
+    ui.text_shown(DAG)
+    ui.shot("approver-dag-page")
+    trigger = [b for b in ui.driver.find_elements(By.CSS_SELECTOR, "[data-testid=trigger-dag-button]")
+               if b.is_displayed() and b.is_enabled()]
+    if trigger:  # shown to every reader: submitting it must be refused, and no run made
+        ui.click(trigger[0])
+        submit = ui.wait(EC.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-submit]")),
+                         "the Trigger form's submit button")
+        ui.click(submit)
+        ui.wait(lambda d: re.search(r"(?i)forbidden|not authori[sz]ed|403|access denied|permission",
+                                    ui.visible_text()), "the refusal of the approver's trigger", 30)
+        ui.shot("approver-trigger-refused")
+    after = len(fab.call("GET", f"/api/v2/dags/{DAG}/dagRuns", user="operator").json()["dag_runs"])
+    assert after == before, f"the approver's Trigger made {after - before} run(s)"
 
 
 # -- what the approver may not do, and the operator may --------------------------------------------------------

@@ -103,6 +103,19 @@ class AirflowUI:
         self.wait(lambda d: "/auth/login" not in d.current_url and d.find_elements(By.LINK_TEXT, "Dags"),
                   "the home page after signing in")
 
+    def login_fab(self, user: str, password: str) -> None:
+        """Sign in through the FAB auth manager's page (``/auth/login/``, Flask-AppBuilder's form, sent with
+        Enter as an operator does); land on Airflow's home page."""
+        self.open("/")
+        self.wait(lambda d: "/auth/login" in d.current_url, "the redirect to FAB's sign-in page")
+        field = self.wait(EC.visibility_of_element_located((By.NAME, "username")), "FAB's sign-in form")
+        field.send_keys(user)
+        self.driver.find_element(By.NAME, "password").send_keys(password)
+        self.shot("fab-sign-in")
+        self.driver.find_element(By.NAME, "password").send_keys(Keys.ENTER)
+        self.wait(lambda d: "/auth/login" not in d.current_url and d.find_elements(By.LINK_TEXT, "Dags"),
+                  "the home page after signing in on FAB's page")
+
     def sign_in_as(self, user: str, password: str) -> None:
         """Sign out (the session's cookies and the page's storage dropped) and sign in as ``user``: the
         four-eyes rule wants the approver to be another user than the one who triggered the run."""

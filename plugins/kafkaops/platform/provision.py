@@ -599,6 +599,23 @@ def default_inventory() -> Path | None:
 def inventory_hosts(path: Path) -> tuple[str, ...]:
     """The hosts an Ansible inventory names, read by Ansible's own inventory parser (any format it reads);
     :class:`ProvisionError` naming the file when it is missing, unreadable or names no host."""
+    return tuple(sorted(h.name for h in _inventory_manager(path).get_hosts()))
+
+
+def inventory_racks(path: Path) -> dict[str, str]:
+    """Each host of an Ansible inventory with its ``kafka_broker_rack`` as Ansible resolves it (the host's own
+    variables over its groups', ``host_vars``/``group_vars`` beside the file included); "" where none is set.
+    :class:`ProvisionError` as :func:`inventory_hosts`."""
+    from ansible.vars.manager import VariableManager
+
+    manager = _inventory_manager(path)
+    variables = VariableManager(loader=manager._loader, inventory=manager)
+    return {h.name: str(variables.get_vars(host=h, include_hostvars=False).get("kafka_broker_rack") or "")
+            for h in manager.get_hosts()}
+
+
+def _inventory_manager(path: Path) -> Any:
+    """Ansible's InventoryManager of ``path``, with at least one host (see :func:`inventory_hosts`)."""
     if not path.is_file() or not os.access(path, os.R_OK):
         raise ProvisionError(f"inventory {path} is not a readable file on {socket.gethostname()}, where this task "
                              "runs; give a path that every Airflow worker can read (the package's "
@@ -606,11 +623,11 @@ def inventory_hosts(path: Path) -> tuple[str, ...]:
     from ansible.inventory.manager import InventoryManager  # looked up per call: Ansible's import is not cheap
     from ansible.parsing.dataloader import DataLoader
 
-    hosts = tuple(sorted(h.name for h in InventoryManager(loader=DataLoader(), sources=[str(path)]).get_hosts()))
-    if not hosts:
+    manager = InventoryManager(loader=DataLoader(), sources=[str(path)])
+    if not manager.get_hosts():
         raise ProvisionError(f"inventory {path} names no host that Ansible can read (is it an Ansible inventory, "
                              "YAML or INI?)")
-    return hosts
+    return manager
 
 
 def _inventory(spec: ClusterSpec | None) -> tuple[Mapping[str, Any] | Path, dict[str, Any]]:

@@ -434,7 +434,8 @@ def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Seq
         cluster = replace(cluster, partitions=tuple(x for x in cluster.partitions if x.topic in topics), _index=None)
     inventory_problem = None
     if p.kind == "scale_out":
-        new_brokers = tuple(new_brokers) or planned_brokers(cluster, p, taken=_spec_node_ids(p))
+        new_brokers = tuple(new_brokers) or planned_brokers(cluster, p, taken=_spec_node_ids(p),
+                                                            inventory_racks=_inventory_racks(p))
         inventory_problem = _inventory_checked(ctx, new_brokers)
         plan = plan_scale_out(cluster, [Broker(id=b.id, rack=b.rack) for b in new_brokers], topics=topics,
                               exclude=p.exclude_brokers)
@@ -458,6 +459,20 @@ def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Seq
     return data
 
 
+def _inventory_racks(p: OperationParams) -> dict[int, str]:
+    """The rack an Ansible inventory gives each host ``kafka-<id>``, by id; none for a cluster spec, or an
+    inventory that cannot be read (the inventory check names that)."""
+    if not p.inventory or Path(p.inventory).suffix == ".json":
+        return {}
+    try:
+        racks = provision.inventory_racks(Path(p.inventory))
+    except (KafkaOpsError, OSError, ValueError) as err:
+        log.warning("the inventory %s could not be read for its racks: %s", p.inventory, err)
+        return {}
+    return {int(host.removeprefix("kafka-")): rack for host, rack in racks.items()
+            if host.startswith("kafka-") and host.removeprefix("kafka-").isdigit()}
+
+
 def _spec_node_ids(p: OperationParams) -> tuple[int, ...]:
     """The node ids of the run's kafkaops cluster spec (stopped nodes included); none for an Ansible inventory,
     or a spec that cannot be read (the inventory check names that)."""
@@ -470,21 +485,21 @@ def _spec_node_ids(p: OperationParams) -> tuple[int, ...]:
         return ()
 
 
-def planned_brokers(cluster: Cluster, p: OperationParams, taken: Iterable[int] = ()) -> tuple[NewBroker, ...]:
+def planned_brokers(cluster: Cluster, p: OperationParams, taken: Iterable[int] = (),
+                    inventory_racks: Mapping[int, str] | None = None) -> tuple[NewBroker, ...]:
     """The brokers a scale-out will add (pure): ``new_broker_ids``, else ``add_brokers`` ids after the highest
     of the cluster's and ``taken`` (ids the inventory holds already, e.g. a stopped broker's, which the
-    cluster's metadata does not list); racks from ``new_broker_racks``, else (a kafkaops cluster spec, which
-    the provision follows) the cluster's racks in turn, else none (an Ansible inventory's hosts have the racks
-    the inventory gives them)."""
+    cluster's metadata does not list). Racks: ``new_broker_racks``; else, for an Ansible inventory, the rack
+    its host ``kafka-<id>`` is given there (``inventory_racks``: id -> ``kafka_broker_rack``, "" for none), as
+    the provision will start it; else (a kafkaops cluster spec, which the provision follows, or an inventory
+    that cannot be read or has no such host, which the inventory check refuses before a real run) the
+    cluster's racks in turn."""
     start = max([*cluster.broker_ids, *taken], default=0) + 1
     ids = p.new_broker_ids or tuple(range(start, start + p.add_brokers))
-    if p.new_broker_racks:
-        racks: Sequence[str] = p.new_broker_racks
-    elif not p.inventory or Path(p.inventory).suffix == ".json":  # empty: the local cluster's spec
-        racks = cluster.racks or ("",)
-    else:
-        racks = ("",)
-    return tuple(NewBroker(i, racks[k % len(racks)] or None) for k, i in enumerate(ids))
+    racks: Sequence[str] = p.new_broker_racks or cluster.racks or ("",)
+    given = {} if p.new_broker_racks else dict(inventory_racks or {})
+    return tuple(NewBroker(i, (given[i] if i in given else racks[k % len(racks)]) or None)
+                 for k, i in enumerate(ids))
 
 
 def plan_gate(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str, Any]:

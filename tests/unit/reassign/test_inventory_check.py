@@ -81,3 +81,37 @@ def test_a_dry_run_plans_on_and_says_what_a_real_run_would_be_refused_for(local_
     assert any(n["text"].startswith("dry run: a real run would be refused at its plan: inventory") for n in notes)
     with pytest.raises(ConfigError, match="inventory /nowhere/hosts.yml is not a readable file"):
         steps.make_plan(ctx(False), before)
+
+
+def test_a_new_brokers_rack_is_the_one_its_ansible_host_is_given(tmp_path: Path) -> None:
+    """The provision starts host kafka-<id> with the inventory's kafka_broker_rack (a host's own over its
+    group's, host_vars beside the file included), so the plan places replicas on that rack; a host the
+    inventory lacks (refused before a real run) is planned on the cluster's racks in turn, as a preview."""
+    from tests.unit.clusters import three_brokers_one_topic
+
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("""all:
+  children:
+    kafka:
+      vars: {kafka_broker_rack: rack-a}
+      hosts:
+        kafka-4: {ansible_host: 10.0.0.4, kafka_broker_rack: rack-c}
+        kafka-5: {ansible_host: 10.0.0.5}
+        kafka-6: {ansible_host: 10.0.0.6}
+        zookeeper-1: {ansible_host: 10.0.0.9}
+""")
+    (tmp_path / "host_vars").mkdir()
+    (tmp_path / "host_vars" / "kafka-6.yml").write_text("kafka_broker_rack: rack-b\n")
+    assert provision.inventory_racks(inventory) == {"kafka-4": "rack-c", "kafka-5": "rack-a", "kafka-6": "rack-b",
+                                                    "zookeeper-1": "rack-a"}
+    cluster = three_brokers_one_topic()
+    given = steps._inventory_racks(params("scale_out", str(inventory)))
+    assert given == {4: "rack-c", 5: "rack-a", 6: "rack-b"}
+    planned = steps.planned_brokers(cluster, params("scale_out", str(inventory), add_brokers=4),
+                                    inventory_racks=given)
+    cycled = cluster.racks or ("",)
+    assert [(b.id, b.rack) for b in planned] == [(4, "rack-c"), (5, "rack-a"), (6, "rack-b"),
+                                                 (7, cycled[3 % len(cycled)] or None)]
+    named = params("scale_out", str(inventory), new_broker_racks=["rack-z"])  # the param wins
+    assert [b.rack for b in steps.planned_brokers(cluster, named, inventory_racks=given)] == ["rack-z"]
+    assert steps._inventory_racks(params("scale_out", str(tmp_path / "nowhere.yml"))) == {}
