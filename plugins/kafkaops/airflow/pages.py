@@ -248,10 +248,11 @@ def _live(record: Mapping[str, Any]) -> dict[str, Any] | None:
         facts.append(("switch", f"{'confirmed' if live.decision.approved else 'refused'} by {live.decision.by} at "
                                 f"{render.utc_time(live.decision.ts)}"))
     if live.observed:
-        window = live.observed.value.write_window_s
+        seen = live.observed.value
+        window = seen.write_window_s
         facts += [("switch observed", render.utc_time(live.observed.ts)),
-                  ("write-unavailable window", "unknown" if window is None else f"{window:.1f} s (last source record "
-                                                                               "to first target record)")]
+                  ("write-unavailable window", "unknown" if window is None else
+                   f"{window:.1f} s ({seen.window_from} to the first target record)")]
     if live.abandoned:
         facts.append(("abandoned", live.abandoned.text))
     return {"passes": (["pass", "kind", "lag before (records)", "copied (records)", "copy", "took (with the "

@@ -515,12 +515,36 @@ def confirm_switch(ctx: lifecycle.OperationContext, plan: BackfillPlan, quiesced
         ctx.conn_config, target, {p: (copied_ends.get(p, 0), min(e, copied_ends.get(p, 0) + TAIL))
                                   for p, e in now_target.items() if e > copied_ends.get(p, 0)})), default=None)
     last_old = last_timestamp(ctx, source, source_at)
-    window = (first_new - last_old) / 1000.0 if first_new is not None and last_old is not None else None
-    observed = SwitchObserved(window, last_old, first_new, tuple(sorted(arrived)))
+    window, began_with = write_window(last_old, first_new, quiesced.asked_at)
+    observed = SwitchObserved(window, last_old, first_new, tuple(sorted(arrived)), began_with)
     said = f"switch observed: writes reach {target}, none reach {source}"
-    state.append_note(ctx.audit, SwitchObservedNote(
-        said if window is None else f"{said}; write-unavailable window {window:.1f} s", observed))
+    if window is not None:
+        said += f"; write-unavailable window {window:.1f} s, from {began_with} to the first write to {target}"
+    if window is not None and last_old is not None and began_with == QUIESCE_BEGAN:
+        said += (f" ({source}'s last write came {render.duration((quiesced.asked_at or 0) - last_old / 1000.0)} "
+                 "before the quiesce: it was already still)")
+    state.append_note(ctx.audit, SwitchObservedNote(said, observed))
     return observed
+
+
+LAST_WRITE_BEGAN = "the last source write"
+QUIESCE_BEGAN = "the quiesce"
+
+
+def write_window(last_source_write_ms: int | None, first_target_write_ms: int | None, quiesce_asked_at: float | None
+                 ) -> tuple[float | None, str]:
+    """The write-unavailable window (seconds; None without a first target write) and what began it (pure):
+    from the later of the source's last write and the quiesce (epoch seconds) to the first write to the
+    target. A source already still before the quiesce was not made unavailable by it: its window begins
+    with the quiesce, never with a record written long before."""
+    if first_target_write_ms is None:
+        return None, LAST_WRITE_BEGAN
+    quiesce_ms = None if quiesce_asked_at is None else quiesce_asked_at * 1000.0
+    if last_source_write_ms is None and quiesce_ms is None:
+        return None, LAST_WRITE_BEGAN
+    if last_source_write_ms is None or (quiesce_ms is not None and quiesce_ms > last_source_write_ms):
+        return max(0.0, (first_target_write_ms - float(quiesce_ms or 0)) / 1000.0), QUIESCE_BEGAN
+    return (first_target_write_ms - last_source_write_ms) / 1000.0, LAST_WRITE_BEGAN
 
 
 def replace_ends(plan: BackfillPlan, ends: Mapping[int, int]) -> BackfillPlan:

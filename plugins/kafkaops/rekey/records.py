@@ -264,24 +264,27 @@ class Cutover:
 
 @dataclass(frozen=True)
 class SwitchObserved:
-    """The switch as observed: the write-unavailable window (seconds, None when a side had no record)
-    from the last source record's timestamp to the first target record's, and where writes landed."""
+    """The switch as observed: the write-unavailable window (seconds, None when a side had no record) from
+    its start (``window_from``: the source's last write, or the quiesce when the source was already still
+    before it) to the first target record's timestamp, and where writes landed."""
 
     write_window_s: float | None
     last_source_write_ms: int | None
     first_target_write_ms: int | None
     target_partitions_written: tuple[int, ...] = ()
+    window_from: str = "the last source write"
 
     def to_dict(self) -> dict[str, Any]:
         return {"write_window_s": self.write_window_s, "last_source_write_ms": self.last_source_write_ms,
                 "first_target_write_ms": self.first_target_write_ms,
-                "target_partitions_written": list(self.target_partitions_written)}
+                "target_partitions_written": list(self.target_partitions_written), "window_from": self.window_from}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SwitchObserved:
         return cls(write_window_s=data.get("write_window_s"), last_source_write_ms=data.get("last_source_write_ms"),
                    first_target_write_ms=data.get("first_target_write_ms"),
-                   target_partitions_written=tuple(int(p) for p in data.get("target_partitions_written") or ()))
+                   target_partitions_written=tuple(int(p) for p in data.get("target_partitions_written") or ()),
+                   window_from=str(data.get("window_from") or "the last source write"))
 
 
 @dataclass(frozen=True)

@@ -196,7 +196,7 @@ def test_a_confirmed_live_migration_shows_what_the_typed_notes_recorded() -> Non
              "1 backfill 9 direct 3.00 s",
              "2 catch-up 40 40 direct 4.00 s", "3 final (after the quiesce) 6 direct 2.00 s",
              "billing billing drained 3: 20 0", "switch confirmed by param approval=auto_approve",
-             "write-unavailable window 1.5 s (last source record to first target record)"]
+             "write-unavailable window 1.5 s (the last source write to the first target record)"]
     assert [s for s in shown if s not in text] == []
 
 

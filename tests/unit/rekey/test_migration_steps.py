@@ -309,3 +309,30 @@ def test_catch_up_passes_then_the_final_pass_are_numbered_on_from_the_backfill(m
     assert final.written == 5 and final.integrity == {"ok": True} and final.run and final.run.slices == 2 and not final.run.extra
     assert final.target_ends == {0: 80, 1: 70, 2: 20, 3: 10}
     assert PassResult.from_dict(final.to_dict()) == final and ctx.audit.notes[-1]["final_pass"]["pass"] == 3
+
+
+def test_the_window_of_a_source_already_still_before_the_quiesce_begins_with_the_quiesce() -> None:
+    """A source whose last record is 1,923 s older than the quiesce was not unavailable for 1,923 s."""
+    assert migration.write_window(10_000, 12_500, None) == (2.5, migration.LAST_WRITE_BEGAN)
+    assert migration.write_window(10_000, 12_500, 9.0) == (2.5, migration.LAST_WRITE_BEGAN)  # written after the ask
+    assert migration.write_window(10_000, 1_935_000, 1_933.0) == (2.0, migration.QUIESCE_BEGAN)
+    assert migration.write_window(None, 12_500, 11.0) == (1.5, migration.QUIESCE_BEGAN)  # an empty source
+    assert migration.write_window(10_000, None, 9.0) == (None, migration.LAST_WRITE_BEGAN)
+    assert migration.write_window(None, 12_500, None) == (None, migration.LAST_WRITE_BEGAN)
+
+
+def test_the_confirm_of_a_still_source_records_the_window_from_the_quiesce(monkeypatch) -> None:
+    clock = Clock()
+    kafka = Topics({"orders": {0: 100, 1: 50}, "orders.v2": {0: 90, 1: 60, 2: 40, 3: 10}},
+                   timestamps={("orders", 0, 97): 10_000, ("orders", 1, 48): 10_400,
+                               ("orders.v2", 2, 40): 1_935_400}).install(monkeypatch)
+    kafka.ends["orders.v2"][2] = 41
+    quiesced = Quiesced.from_dict({"how": "manual", "asked_at": 1_933.0, "ends": {"0": 100, "1": 50}})
+    ctx = Ctx()
+    out = migration.confirm_switch(ctx, PLAN, quiesced, {"0": 90, "1": 60, "2": 40, "3": 10}, ACL,  # type: ignore[arg-type]
+                                   clock=clock, sleep=clock.sleep)
+    assert out.write_window_s == pytest.approx(2.4) and out.window_from == migration.QUIESCE_BEGAN
+    said = [n["text"] for n in ctx.audit.notes if n["text"].startswith("switch observed")]
+    assert said and "write-unavailable window 2.4 s, from the quiesce" in said[0], said
+    assert "last write came 32 min 02 s before the quiesce: it was already still" in said[0], said
+    assert migration.SwitchObserved.from_dict(out.to_dict()) == out
