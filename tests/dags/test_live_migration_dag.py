@@ -8,7 +8,6 @@ by a DENY Write ACL on a cluster with an authorizer). Also: producers that never
 cleanly, the source staying authoritative."""
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -160,26 +159,16 @@ def acl_cluster(airflow_db) -> Iterator[tuple[dict[str, str], dict[str, str]]]:
     from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, ResourcePatternType,
                                        ResourceType)
 
-    password = {ADMIN: uuid.uuid4().hex, APP: uuid.uuid4().hex}
-    inventory = {"kafka_broker_listeners": [{"name": "CLIENT", "port": "{{ kafka_broker_port }}",
-                                             "protocol": "SASL_PLAINTEXT"}],
-                 "kafka_broker_scram_users": [{"name": n, "password": p} for n, p in password.items()],
-                 "kafka_broker_super_users": [ADMIN]}
-
-    def login(user: str) -> dict[str, str]:
-        return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user,
-                "sasl.password": password[user]}
-
-    with clusters.temporary_cluster("kafkaops-acl-", brokers=1, controllers=1, inventory_vars=inventory,
-                                    client_config=login(ADMIN)) as spec:
-        admin_config = {"bootstrap.servers": spec.bootstrap, **login(ADMIN)}
+    with clusters.authorizer_cluster("kafkaops-acl-", admin=ADMIN, users=[APP], brokers=1, controllers=1) as (
+            spec, logins):
+        admin_config = logins[ADMIN]
         with connection.connect(admin_config) as conn:
             grants = [AclBinding(kind, "live.", ResourcePatternType.PREFIXED, f"User:{APP}", "*", AclOperation.ALL,
                                  AclPermissionType.ALLOW) for kind in (ResourceType.TOPIC, ResourceType.GROUP)]
             for future in conn.admin.create_acls(grants).values():
                 future.result(30)
-        with kafka_default_connection(spec.bootstrap, login(ADMIN)):
-            yield admin_config, {"bootstrap.servers": spec.bootstrap, **login(APP)}
+        with kafka_default_connection(spec.bootstrap, admin_config):
+            yield admin_config, logins[APP]
 
 
 def test_a_live_migration_by_a_value_field_with_the_acl_quiesce(dagbag, acl_cluster) -> None:

@@ -349,13 +349,24 @@ def acl_problem(conn: KafkaConnection) -> str | None:
     return None
 
 
+#: What the ACL fence does to a running producer, as measured (tests/integration/rekey/test_acl_fence.py).
+FENCE_EFFECT = ("While the ACL stands, every send of those principals to {topic} is refused at once with "
+                "TOPIC_AUTHORIZATION_FAILED, which producers do not retry: a Java producer's callback gets a "
+                "TopicAuthorizationException, a librdkafka producer's produce() call raises it, and an application "
+                "that does not handle the error stops (a Kafka Streams application does, by default). A refused "
+                "record is not in {topic}; every acknowledged one is, and is copied. Producers that survive the "
+                "refusals write again once the ACL is removed, with no restart. A producer with acks=0 gets no answer: "
+                "what it sends while the ACL stands is dropped without its knowing. Other principals are not "
+                "stopped: the confirm refuses the switch if {topic} still grows")
+
+
 def cutover_summary(policy: LivePolicy, topic: str) -> str:
     """What the approval says of the cut-over the run will do after the copy, in the operator's terms."""
     if not policy.live:
         return (f"Snapshot copy (quiesce=none): records written to {topic} after the snapshot are not copied; "
                 "switch producers and consumers yourself afterwards, at the translated offsets")
     stop = (f"kafkaops denies Write on {topic} to {', '.join(policy.principals)} (a DENY ACL, removed after the "
-            "switch or on rollback)" if policy.quiesce == Quiesce.ACL else
+            f"switch or on rollback). {FENCE_EFFECT.format(topic=topic)}" if policy.quiesce == Quiesce.ACL else
             f"you are asked (in the run's record) to stop the producers of {topic}")
     return (f"Live cut-over (quiesce={policy.quiesce}): catch-up passes until the copy is at most "
             f"{policy.catch_up_lag_records:,} records behind (up to {policy.max_catch_up_passes} passes, "

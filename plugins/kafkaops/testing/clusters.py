@@ -12,7 +12,8 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,27 @@ def temporary_cluster(prefix: str = "kafkaops-", *, client_config: Mapping[str, 
             finally:
                 kill_strays(base)  # also nodes added to the cluster after it started
                 shutil.rmtree(base, ignore_errors=True)
+
+
+@contextmanager
+def authorizer_cluster(prefix: str = "kafkaops-acl-", *, admin: str, users: Sequence[str] = (), **spec_args: Any
+                       ) -> Iterator[tuple[ClusterSpec, dict[str, dict[str, str]]]]:
+    """A :func:`temporary_cluster` with an authorizer (StandardAuthorizer) on a SASL_PLAINTEXT listener with
+    SCRAM-SHA-512 logins: ``admin`` a super user, each of ``users`` a login with no grant (give it ACLs).
+    Yields the spec and each login's librdkafka config (bootstrap included); the passwords are new for
+    each cluster and go to the role through its inventory only."""
+    password = {name: uuid.uuid4().hex for name in (admin, *users)}
+    inventory = {"kafka_broker_listeners": [{"name": "CLIENT", "port": "{{ kafka_broker_port }}",
+                                             "protocol": "SASL_PLAINTEXT"}],
+                 "kafka_broker_scram_users": [{"name": n, "password": p} for n, p in password.items()],
+                 "kafka_broker_super_users": [admin]}
+
+    def login(user: str) -> dict[str, str]:
+        return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user,
+                "sasl.password": password[user]}
+
+    with temporary_cluster(prefix, inventory_vars=inventory, client_config=login(admin), **spec_args) as spec:
+        yield spec, {name: {"bootstrap.servers": spec.bootstrap, **login(name)} for name in password}
 
 
 def log_node_tails(base_dir: Path, lines: int = 25) -> None:

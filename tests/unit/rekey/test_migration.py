@@ -145,6 +145,9 @@ def test_the_approval_says_what_the_cut_over_will_do_in_each_quiesce_mode() -> N
     assert "not still for 10 s within 900 s" in manual and "second approval" in manual
     acl = migration.cutover_summary(migration.LivePolicy(quiesce="acl", principals=("User:a", "User:b")), "orders")
     assert "kafkaops denies Write on orders to User:a, User:b (a DENY ACL" in acl
+    # what the fence does to a running producer, as tests/integration/rekey/test_acl_fence.py measures it
+    assert "refused at once with TOPIC_AUTHORIZATION_FAILED, which producers do not retry" in acl
+    assert "A producer with acks=0 gets no answer" in acl and "Other principals are not stopped" in acl
 
 
 def test_the_finish_names_the_step_that_failed_not_the_abandon_that_failed_the_run_after_it(local_store) -> None:
