@@ -490,6 +490,46 @@ def last_timestamp(ctx: lifecycle.OperationContext, topic: str, ends: Mapping[in
     return max(stamps) if stamps else None
 
 
+def strays(quiesced_ends: Mapping[int, int], ends: Mapping[int, int]) -> dict[int, int]:
+    """The records written to each source partition past its quiesced end (pure); partitions with none
+    are left out."""
+    quiesced = offsets_of(quiesced_ends)
+    return {p: e - quiesced[p] for p, e in sorted(offsets_of(ends).items()) if p in quiesced and e > quiesced[p]}
+
+
+def stray_writes(ctx: lifecycle.OperationContext, topic: str, quiesced: Quiesced, policy: LivePolicy,
+                 ends: Mapping[int, int] | None = None) -> str | None:
+    """What the source received after the quiesce, said for the operator (how many records, in which
+    partitions, written when, and which producers the quiesce does not stop), or None when it stayed still.
+    ``ends``: the source's end offsets now (read when not given)."""
+    grown = strays(quiesced.ends, source_ends(ctx, topic) if ends is None else ends)
+    if not grown:
+        return None
+    start = offsets_of(quiesced.ends)
+    stamps = [r.timestamp for r in records.read_ranges(
+        ctx.conn_config, topic, {p: (start[p], start[p] + min(n, TAIL)) for p, n in grown.items()})]
+    last = last_timestamp(ctx, topic, {p: start[p] + n for p, n in grown.items()})
+    when = (f", written from {render.utc_time(min(stamps) / 1000.0)} to {render.utc_time(max(stamps + [last or 0]) / 1000.0)}"
+            if stamps else "")
+    who = (f"a principal the DENY Write ACL does not name (it names {', '.join(policy.principals)})"
+           if policy.quiesce == Quiesce.ACL else "a producer that was not stopped")
+    where = ", ".join(f"{p} ({n:,})" for p, n in grown.items())
+    return (f"{sum(grown.values()):,} record(s) were written to {topic} after the quiesce, in partition(s) {where}"
+            f"{when}: {who} still writes to it")
+
+
+def refuse_stray_writes(ctx: lifecycle.OperationContext, plan: BackfillPlan, quiesced: Quiesced,
+                        policy: LivePolicy) -> None:
+    """Before the switch is asked: the source must still end where the quiesce found it. A producer the quiesce
+    did not stop fails this step, naming it (:func:`stray_writes`); the migration is then abandoned and the
+    source stays authoritative, since those records are not in the copy."""
+    found = stray_writes(ctx, plan.source_topic, quiesced, policy)
+    if found:
+        raise MigrationAbandoned(f"{found}. Those records are not in {plan.target_topic}, so the switch is not asked: "
+                            f"the migration is abandoned and {plan.source_topic} stays authoritative. Stop that "
+                            "producer, then run the migration again")
+
+
 def confirm_switch(ctx: lifecycle.OperationContext, plan: BackfillPlan, quiesced: Quiesced,
                    copied_ends: Mapping[int, int], policy: LivePolicy, *,
                    clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
@@ -503,14 +543,12 @@ def confirm_switch(ctx: lifecycle.OperationContext, plan: BackfillPlan, quiesced
     copied_ends = offsets_of(copied_ends)
     began, first_seen = clock(), None
     while True:
-        now_source = source_ends(ctx, source)
-        stray = lag(replace_ends(plan, source_at), now_source)
-        if stray:
+        found = stray_writes(ctx, source, quiesced, policy, source_ends(ctx, source))
+        if found:
             raise KafkaOpsError(
-                f"{stray} record(s) were written to {source} after the quiesce (end offsets {source_at} -> "
-                f"{now_source}): some producer still writes to the source, and those records are not in {target}. "
-                f"Stop it, then copy them: kafka_partition_increase cannot merge them into {target} in key order "
-                "once producers write there; see docs/live-migration.md")
+                f"{found}, and those records are not in {target}. Stop it, then copy them: "
+                f"kafka_partition_increase cannot merge them into {target} in key order once producers write there; "
+                "see docs/live-migration.md")
         now_target = source_ends(ctx, target)
         arrived = {p: e - copied_ends.get(p, 0) for p, e in now_target.items() if e > copied_ends.get(p, 0)}
         if arrived and first_seen is None:

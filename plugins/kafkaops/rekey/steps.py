@@ -668,7 +668,8 @@ def cutover(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mappin
     then commits each group's translation on the target, for the group itself unless a suffix is set:
     its consumers restart on the target where they stopped. A group still active at the timeout stops
     the cut-over (its position could still move); one not read to the end is translated and its
-    redelivered count stated."""
+    redelivered count stated. So does a source written after the quiesce
+    (:func:`kafkaops.rekey.migration.refuse_stray_writes`): the switch is never asked then."""
     p: PartitionParams = ctx.params  # type: ignore[assignment]
     bf = BackfillPlan.from_dict(plan.backfill or {})
     settled: dict[str, str] = {}
@@ -681,6 +682,7 @@ def cutover(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mappin
                 f"{p.policy.quiesce_timeout_s:.0f} s after the quiesce: their position can still move, so no offset "
                 f"can be committed for them on {bf.target_topic}. Stop those consumers once they read to the end, "
                 "then trigger the migration again; nothing was switched")
+        migration.refuse_stray_writes(ctx, bf, quiesced, p.policy)  # a producer the quiesce did not stop
     with ctx.connect() as conn:
         snap = metadata.snapshot(conn, topics=[bf.source_topic, bf.target_topic], sizes=False)
     committed: dict[str, dict[int, int]] = {}

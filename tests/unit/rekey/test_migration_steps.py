@@ -336,3 +336,30 @@ def test_the_confirm_of_a_still_source_records_the_window_from_the_quiesce(monke
     assert said and "write-unavailable window 2.4 s, from the quiesce" in said[0], said
     assert "last write came 32 min 02 s before the quiesce: it was already still" in said[0], said
     assert migration.SwitchObserved.from_dict(out.to_dict()) == out
+
+
+def test_writes_after_the_quiesce_are_counted_per_partition() -> None:
+    assert migration.strays({"0": 100, "1": 50}, {0: 100, 1: 53, 2: 9}) == {1: 3}  # a partition not quiesced: not ours
+    assert migration.strays({0: 100, 1: 50}, {0: 100, 1: 50}) == {}
+
+
+def test_a_producer_the_quiesce_did_not_stop_refuses_the_switch_naming_where_and_when(monkeypatch) -> None:
+    """Records past the quiesced end (a principal the ACL does not name): the switch is not asked, and the error
+    says how many, in which partitions, written when, and that the source stays authoritative."""
+    kafka = Topics({"orders": {0: 104, 1: 50}, "orders.v2": {0: 90, 1: 60}},
+                   timestamps={("orders", 0, 100): 1_795_870_000_000, ("orders", 0, 103): 1_795_870_002_000}
+                   ).install(monkeypatch)
+    with pytest.raises(migration.MigrationAbandoned) as refused:
+        migration.refuse_stray_writes(Ctx(), PLAN, QUIESCED, ACL)  # type: ignore[arg-type]
+    said = str(refused.value)
+    assert said.startswith("4 record(s) were written to orders after the quiesce, in partition(s) 0 (4), written "
+                           "from 2026-11-28 12:46:40 UTC to 2026-11-28 12:46:42 UTC"), said
+    assert "a principal the DENY Write ACL does not name (it names User:orders-app)" in said
+    assert "the switch is not asked: the migration is abandoned and orders stays authoritative" in said
+    kafka.ends["orders"][0] = 100
+    migration.refuse_stray_writes(Ctx(), PLAN, QUIESCED, ACL)  # type: ignore[arg-type]  # still: nothing said
+    manual = migration.LivePolicy(quiesce="manual")
+    kafka.ends["orders"][1] = 51
+    with pytest.raises(migration.MigrationAbandoned, match=r"in partition\(s\) 1 \(1\): a producer that was not "
+                                                           r"stopped still writes to it"):
+        migration.refuse_stray_writes(Ctx(), PLAN, QUIESCED, manual)  # type: ignore[arg-type]
