@@ -7,7 +7,10 @@ provisioned by the same role, registered, the plan, approval (``auto_approve``: 
 click), throttled batches, verification, throttles removed, preferred leaders, the post-move gate.
 A traffic check (:mod:`kafkaops.testing.traffic`) produces and consumes keyed records throughout.
 ``kafka_reassign`` then drains broker 4 and stops it, so the next demo starts from the same three
-brokers. Both runs' operation records stay in ``.cache/airflow`` (the home ``make airflow``
+brokers. Last, ``kafka_partition_increase`` migrates ``orders`` live to a new topic of 6 partitions by the
+record key while an application writes and reads it (the demo plays the operator who stops the producers
+and moves them), and the application's traffic check says what it lost, duplicated or reordered (nothing).
+The runs' operation records stay in ``.cache/airflow`` (the home ``make airflow``
 serves), on the run's "Operation record" tab.
 
 The terminal tells the story from the run's audit events in the kafkaops store (and the batches'
@@ -321,7 +324,19 @@ def _after(cluster: Cluster, *, partitions: bool = True) -> str:
 
 
 def _fill(conn: connection.KafkaConnection, records: int) -> None:
-    """The skewed ``orders`` topic (kept from an earlier demo when the cluster kept it)."""
+    """The skewed ``orders`` topic, new: an earlier demo's ``orders`` (grown by its traffic) and the topics its
+    migration made (``orders.v2``, its dead letters) are deleted first, so every demo tells the same story
+    (``--records`` records, and the live migration's target is ``orders.v2`` each time)."""
+    earlier = sorted(t for t in metadata.topic_names(conn) if t == TOPIC or t.startswith(f"{TOPIC}.v"))
+    if earlier:
+        topics.delete_topics(conn, earlier)  # the groups' offsets on them go with them
+        deadline = time.monotonic() + 120
+        while set(earlier) & metadata.topic_names(conn):
+            if time.monotonic() > deadline:
+                raise KafkaOpsError(f"an earlier demo's topics {', '.join(earlier)} are still there 120 s after "
+                                    "their deletion; run make cluster-down, then the demo again")
+            time.sleep(1.0)
+        print(f"an earlier demo's topics deleted: {', '.join(earlier)}")
     if not topics.create_topic(conn, TOPIC, 3, 3):
         return
     result = datagen.produce(conn.config, TOPIC, datagen.DatagenSpec(
@@ -371,9 +386,47 @@ def _tell(spec: provision.ClusterSpec, spec_path: Path, records: int, out: TextI
         spec.save(spec_path)
     with connection.connect(config) as conn:
         print("\n== after the drain\n" + _after(metadata.snapshot(conn, groups=False), partitions=False), flush=True)
-    print(f"\nboth runs' operation records: `make airflow`, then the DAG run's \"Operation record\" tab "
+    migrated = _live_migration(config, env, out)
+    print(f"\nthe runs' operation records: `make airflow`, then the DAG run's \"Operation record\" tab "
           f"(AIRFLOW_HOME {os.environ['AIRFLOW_HOME']})")
-    return 0 if drained.get("outcome") == "success" and report.ok else 1
+    return 0 if drained.get("outcome") == "success" and report.ok and migrated else 1
+
+
+#: The live partition increase of the demo: the record key, catch-up passes until at most this many records
+#: are left, then the demo (the operator) stops the producers when the record asks.
+LIVE_MIGRATION = {"mode": "migrate", "new_partition_count": 6, "key_rule": "record_key", "dry_run": False,
+                  "approval": "auto_approve", "quiesce": "manual", "catch_up_lag_records": 2000,
+                  "catch_up_budget_s": 60, "quiet_s": 3, "quiesce_timeout_s": 300, "switch_timeout_s": 300}
+
+
+def _live_migration(config: Mapping[str, str], env: Mapping[str, str], out: TextIO) -> bool:
+    """``orders`` from 3 to 6 partitions by the record key while an application writes and reads it: the demo
+    plays its operator (:class:`kafkaops.testing.rehearsal.StandInOperator`: stops the producers when the
+    record asks, moves producers and consumers to the new topic at the switch), and the traffic check says
+    what the application saw. True when the run succeeded and nothing was lost, duplicated or reordered."""
+    from kafkaops.testing.rehearsal import StandInOperator
+
+    dag_id = "kafka_partition_increase"
+    print(f"\n== {dag_id} (airflow dags test): {TOPIC} from 3 to 6 partitions by the record key, live "
+          "(quiesce=manual: the demo stops the producers when the record asks, then moves them)", flush=True)
+    with traffic.MigrationTraffic(config, TOPIC, group=f"{TOPIC}.readers", keys=200, rate_per_s=200) as app:
+        print(f"traffic check: producers (acks=all, idempotent) send 200 keyed records/s over 200 keys to {TOPIC}, "
+              f"a consumer reads them in group {app.group}")
+        with StandInOperator(app, dag_id) as operator:
+            record = _run_dag(dag_id, {"topic": TOPIC, **LIVE_MIGRATION}, env=env, out=out,
+                              story=Story(dag_id, time.time(), config, brief=True))
+        report = app.finish()
+    if operator.error is not None:
+        print(f"the demo's operator failed: {operator.error}")
+    said = [str(n.get("text", "")) for n in record.get("notes") or []]
+    window = next((t for t in said if t.startswith("switch observed")), "no switch observed")
+    print(f"\n== the live migration: {record.get('outcome')}\n"
+          f"{window}\n"
+          f"the application's view (traffic check): {'OK' if report.ok else 'FAILED'}: sent {report.sent:,}, "
+          f"lost {report.lost}, duplicated {report.duplicated}, out of order {report.out_of_order} (per key); "
+          f"writes paused {duration(report.write_window_s)} between the last acknowledged write to {TOPIC} and "
+          "the first to the new topic", flush=True)
+    return record.get("outcome") == "success" and report.ok and operator.error is None
 
 
 def _stop(spec: provision.ClusterSpec, spec_path: Path) -> None:
