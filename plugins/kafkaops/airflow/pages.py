@@ -253,6 +253,9 @@ def _live(record: Mapping[str, Any]) -> dict[str, Any] | None:
         facts += [("switch observed", render.utc_time(live.observed.ts)),
                   ("write-unavailable window", "unknown" if window is None else
                    f"{window:.1f} s ({seen.window_from} to the first target record)")]
+        phases = live.window_phases()
+        if phases:
+            facts.append(("the window, by phase", "; ".join(f"{name} {render.duration(s)}" for name, s in phases)))
     if live.abandoned:
         facts.append(("abandoned", live.abandoned.text))
     return {"passes": (["pass", "kind", "lag before (records)", "copied (records)", "copy", "took (with the "

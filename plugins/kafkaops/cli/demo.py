@@ -45,6 +45,7 @@ from kafkaops.platform.render import (BROKER_COLUMNS, PARTITION_COLUMNS, broker_
 from kafkaops.reassign import records as reassign_records
 from kafkaops.reassign import steps
 from kafkaops.reassign.engine import Progress
+from kafkaops.rekey.records import LiveRecord
 from kafkaops.resources import dags_folder
 
 log = logging.getLogger(__name__)
@@ -420,8 +421,11 @@ def _live_migration(config: Mapping[str, str], env: Mapping[str, str], out: Text
         print(f"the demo's operator failed: {operator.error}")
     said = [str(n.get("text", "")) for n in record.get("notes") or []]
     window = next((t for t in said if t.startswith("switch observed")), "no switch observed")
+    live = LiveRecord.of(list(record.get("notes") or []))
+    phases = live.window_phases() if live else ()
     print(f"\n== the live migration: {record.get('outcome')}\n"
           f"{window}\n"
+          + "".join(f"  {duration(seconds):>12}  {name}\n" for name, seconds in phases) +
           f"the application's view (traffic check): {'OK' if report.ok else 'FAILED'}: sent {report.sent:,}, "
           f"lost {report.lost}, duplicated {report.duplicated}, out of order {report.out_of_order} (per key); "
           f"writes paused {duration(report.write_window_s)} between the last acknowledged write to {TOPIC} and "

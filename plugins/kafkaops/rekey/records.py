@@ -576,3 +576,23 @@ class LiveRecord:
                    decision=next(iter(state.read_notes(notes, SwitchDecision)), None),
                    observed=next(iter(state.read_notes(notes, SwitchObservedNote)), None),
                    abandoned=next(iter(state.read_notes(notes, AbandonedNote)), None))
+
+    def window_phases(self) -> tuple[tuple[str, float], ...]:
+        """Where the write-unavailable window went, phase by phase (seconds, in order; they add up to the
+        window), from the record's own times: until the source was seen still (``quiet_s`` included), the
+        final pass, the integrity gate with the consumer groups and their offsets, the switch's answer, and
+        the producers' first write to the target. Empty when the record lacks one of those times (a run
+        that did not reach its confirm)."""
+        final = next((n for n in reversed(self.passes) if isinstance(n, FinalPassNote)), None)
+        seen = self.observed.value if self.observed else None
+        q = self.quiesced.value if self.quiesced else None
+        last_translation = self.translations[-1] if self.translations else None
+        if (seen is None or seen.write_window_s is None or seen.first_target_write_ms is None or q is None
+                or q.settled_at is None or final is None or final.ts is None or last_translation is None
+                or last_translation.ts is None or self.decision is None or self.decision.ts is None):
+            return ()
+        end = seen.first_target_write_ms / 1000.0
+        marks = [end - seen.write_window_s, q.settled_at, final.ts, last_translation.ts, self.decision.ts, end]
+        names = ("until the source was seen still", "the final pass", "the integrity gate, the consumer groups "
+                 "and their offsets", "the switch's answer", "the producers' first write to the target")
+        return tuple((name, round(max(0.0, b - a), 2)) for name, a, b in zip(names, marks, marks[1:]))
