@@ -596,13 +596,6 @@ def write_window(last_source_write_ms: int | None, first_target_write_ms: int | 
     return (first_target_write_ms - last_source_write_ms) / 1000.0, LAST_WRITE_BEGAN
 
 
-def replace_ends(plan: BackfillPlan, ends: Mapping[int, int]) -> BackfillPlan:
-    """``plan`` ending at ``ends`` (for :func:`lag` against a quiesced end)."""
-    return backfill.BackfillPlan(plan.source_topic, tuple((p, s, int(ends.get(p, e))) for p, s, e in
-                                                          plan.source_offsets),
-                                 plan.target_topic, plan.target_partitions, plan.key_rule, plan.dead_letter_topic)
-
-
 def abandon(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePolicy, reason: str, *,
             copied_ends: Mapping[Any, int] | None = None) -> Abandonment:
     """Roll back before the switch: writes to the source allowed again, the target deleted (with
