@@ -19,7 +19,10 @@ each in turn (the first round also warms the JVMs up; each job's best round is r
   - the merged copy's reference: the plain copy with a shuffle in between (``repartition`` on the
     key into the 6 output partitions), the least any order-restoring regrouping costs in Spark;
 and then org.apache.kafka.tools.ProducerPerformance (tools jar) writing as many records of that
-size with acks=all. Peak memory is the largest resident set of this process and every process
+size with acks=all. ``--brokers 3`` runs it all on the production-like shape (3 brokers, replication
+factor 3, min.insync.replicas 2); ``--verify`` times each rekey's Spark verify (the gate's check) as a row of
+its own, with copy plus verify against the plain copy (issue 32: within 1.3x); the Spark start-up (the
+session to its first job's end, which every pass pays) is a row apart. Peak memory is the largest resident set of this process and every process
 under it, sampled every 0.1 s during a job.
 """
 from __future__ import annotations
@@ -133,22 +136,22 @@ JOBS = ("copy", "shuffled_copy", "record_key", "field:key", "field:seq")
 REFERENCE = {"record_key": "copy", "field:key": "copy", "field:seq": "shuffled_copy"}
 TARGET = 0.9
 MASTERS = ("local", "standalone")
+#: Seconds from asking for the SparkSession to its first job's end, per master: what every pass pays once.
+STARTUP: dict[str, float] = {}
 
 
 @contextmanager
-def one_broker(prefix: str) -> Iterator[provision.ClusterSpec]:
-    """A one-broker, one-controller cluster in a temp folder, gone (with any stray process) when the block ends."""
-    base = Path(tempfile.mkdtemp(prefix=prefix))
-    spec = provision.local_cluster_spec(base, brokers=1, controllers=1)
-    try:
-        provision.cluster_up(spec)
+def brokers_up(prefix: str, brokers: int) -> Iterator[provision.ClusterSpec]:
+    """A cluster of ``brokers`` brokers and one controller in a temp folder, gone (with any stray process) when
+    the block ends."""
+    with clusters.temporary_cluster(prefix, brokers=brokers, controllers=1) as spec:
         yield spec
-    finally:
-        try:
-            provision.cluster_down(spec, purge=True)
-        finally:
-            clusters.kill_strays(base)
-            shutil.rmtree(base, ignore_errors=True)
+
+
+def topic_settings(brokers: int) -> tuple[int, dict[str, str]]:
+    """The replication factor and config of every topic here: RF 1 on one broker; the production-like shape
+    on three (RF 3, min.insync.replicas 2, so acks=all waits for a second replica)."""
+    return (3, {"min.insync.replicas": "2"}) if brokers >= 3 else (1, {})
 
 
 @contextmanager
@@ -167,8 +170,11 @@ def spark_on(master: str) -> Iterator[Any]:
             # its spark-defaults.conf, given here: a second session in this process reads no conf folder
             conf = dict(line.split(None, 1) for line in (cluster.conf_dir / "spark-defaults.conf").read_text().splitlines()
                         if line.strip())
+        began = time.monotonic()
         spark = common.spark_session(url, driver_memory="1g", conf=conf)
         spark.sparkContext.setLogLevel("ERROR")
+        spark.range(1).count()  # the first job: the executors are up
+        STARTUP[master] = time.monotonic() - began
         if master == "standalone":  # the verify's Python pass runs on the Workers, which see no checkout
             from kafkaops.platform.spark import python_archive
 
@@ -182,9 +188,11 @@ def spark_on(master: str) -> Iterator[Any]:
 
 
 def measure(spark: Any, spec: provision.ClusterSpec, ranges: tuple, jobs: Sequence[str], rounds: int, tag: str,
-            verify: bool) -> dict[str, Any]:
+            verify: bool, brokers_n: int = 1) -> dict[str, Any]:
     """Each job ``rounds`` times in turn (round 1 also warms up); its times, CPU seconds, peak memory, copy
-    mode, integrity."""
+    mode, integrity, and (``verify``) the seconds of each rekey's Spark verify after its last round."""
+    rf, config = topic_settings(brokers_n)
+    verify_s: dict[str, float] = {}
     times: dict[str, list[float]] = {job: [] for job in jobs}
     cpus: dict[str, list[float]] = {job: [] for job in jobs}
     peaks: dict[str, int] = dict.fromkeys(jobs, 0)
@@ -195,8 +203,8 @@ def measure(spark: Any, spec: provision.ClusterSpec, ranges: tuple, jobs: Sequen
         for job in jobs:
             target = f"out.{tag}.{job.replace(':', '.')}.{rnd}"
             with connection.connect(spec.bootstrap, timeout_s=60) as conn:
-                topics.create_topic(conn, target, 6, 1)  # every job writes the same 6-partition layout
-                topics.create_topic(conn, f"{target}.dlq", 1, 1)
+                topics.create_topic(conn, target, 6, rf, config)  # every job writes the same 6-partition layout
+                topics.create_topic(conn, f"{target}.dlq", 1, rf, config)
             if job in ("copy", "shuffled_copy"):
                 frame = common.source(spark, BackfillPlan("src", ranges, target, 6), spec.bootstrap, {})
                 frame = frame.selectExpr(f"'{target}' AS topic", "key", "value")
@@ -212,14 +220,17 @@ def measure(spark: Any, spec: provision.ClusterSpec, ranges: tuple, jobs: Sequen
                                            brokers)
                 modes[job] = done[0].mode
                 if verify and rnd == rounds - 1:
+                    began = time.monotonic()
                     report = rekey_backfill.verify(spark, plan, spec.bootstrap)
+                    verify_s[job] = time.monotonic() - began
                     verified[job] = "ok" if report.ok else "FAILED: " + "; ".join(report.failures)
+                    print(f"{tag}: verify of {job} {verify_s[job]:.1f} s ({verified[job]})", flush=True)
             print(f"{tag} round {rnd + 1}: {job} {seconds:.1f} s, {cpu:.1f} CPU s, peak RSS {peak / 2**20:.0f} MiB",
                   flush=True)
             times[job].append(seconds)
             cpus[job].append(cpu)
             peaks[job] = max(peaks[job], peak)
-    return {"times": times, "cpus": cpus, "peaks": peaks, "modes": modes, "verified": verified}
+    return {"times": times, "cpus": cpus, "peaks": peaks, "modes": modes, "verified": verified, "verify_s": verify_s}
 
 
 def table(n: int, runs: Mapping[str, Mapping[str, Any]], perf: float) -> list[str]:
@@ -249,6 +260,15 @@ def table(n: int, runs: Mapping[str, Mapping[str, Any]], perf: float) -> list[st
             lines.append(f"| {master} | {label} | {best[job]:.1f} | {cpu:.1f} | {rate:,.0f} "
                          f"| {run['peaks'][job] / 2**20:,.0f} MiB "
                          f"| {vs} | {rate / perf:.2f} |")
+        for job, seconds in run.get("verify_s", {}).items():  # the check of the copy, as its own row
+            copy = best.get("copy")
+            both = (f"copy + verify {(best[job] + seconds) / copy:.2f} x the plain copy (target <= 1.3)"
+                    if copy else "")
+            lines.append(f"| {master} | the Spark verify of {labels[job]} | {seconds:.1f} | | {n / seconds:,.0f} | "
+                         f"| {both} | |")
+        if master in STARTUP:
+            lines.append(f"| {master} | Spark start-up (session to its first job's end; every pass pays it) | "
+                         f"{STARTUP[master]:.1f} | | | | | |")
     lines.append(f"| | reference: kafka ProducerPerformance (acks=all, own JVM) | | | {perf:,.0f} | | | 1.00 |")
     return lines
 
@@ -261,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--masters", default=",".join(MASTERS), help="local, standalone or both (comma-separated)")
     parser.add_argument("--verify", action="store_true",
                         help="check the integrity of each rekey's last round with the Spark verify")
+    parser.add_argument("--brokers", type=int, default=1, choices=(1, 3),
+                        help="1 (RF 1), or 3: the production-like shape, RF 3 and min.insync.replicas 2")
     parser.add_argument("--no-results", action="store_true")
     parser.add_argument("--only", metavar="JOB,...",
                         help="time only these jobs (with --no-results; the table needs them all): " + ", ".join(JOBS))
@@ -272,24 +294,26 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--masters takes {', '.join(MASTERS)}")
     jobs = tuple(args.only.split(",")) if args.only else JOBS
     runs: dict[str, dict[str, Any]] = {}
-    with one_broker("kafkaops-bench-backfill-") as spec:
+    rf, topic_config = topic_settings(args.brokers)
+    with brokers_up("kafkaops-bench-backfill-", args.brokers) as spec:
         config = {"bootstrap.servers": spec.bootstrap}
         with connection.connect(spec.bootstrap, timeout_s=60) as conn:
-            topics.create_topic(conn, "src", 3, 1)
-            topics.create_topic(conn, "perf", 3, 1)
+            topics.create_topic(conn, "src", 3, rf, topic_config)
+            topics.create_topic(conn, "perf", 3, rf, topic_config)
         gen = datagen.produce(config, "src", datagen.DatagenSpec(records=args.records, keys=10_000,
                                                                  record_bytes=args.record_bytes))
         ranges = tuple((p, s, e) for p, (s, e) in sorted(records.end_offsets(config, "src").items()))
         for master in masters:
             with spark_on(master) as spark:
-                runs[master] = measure(spark, spec, ranges, jobs, args.rounds, master, args.verify)
+                runs[master] = measure(spark, spec, ranges, jobs, args.rounds, master, args.verify, args.brokers)
         if args.only:
             return 0
         perf = producer_perf(spec.bootstrap, "perf", args.records, args.record_bytes)
     n = args.records
     verified = {f"{m} {job}": v for m, run in runs.items() for job, v in run["verified"].items()}
     lines = [
-        f"{n} records of {args.record_bytes} bytes (10,000 zipf keys), source 3 partitions -> 6, 1 broker, "
+        f"{n} records of {args.record_bytes} bytes (10,000 zipf keys), source 3 partitions -> 6, "
+        f"{'3 brokers, RF 3, min.insync.replicas 2' if args.brokers >= 3 else '1 broker'}, "
         f"Spark driver 1g; local: local[2]; standalone: a Master and 2 Workers of 1 core and 1 GiB (kafkaops.testing.spark), "
         f"shuffle read over the block managers; best of {args.rounds} rounds per job (round 1 warms up), "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
