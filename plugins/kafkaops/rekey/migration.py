@@ -133,11 +133,24 @@ def lag(plan: BackfillPlan, ends: Mapping[int, int]) -> int:
     return sum(max(0, int(ends.get(p, e)) - e) for p, _, e in plan.source_offsets)
 
 
-def stop_reason(remaining: int, passes: int, elapsed_s: float, policy: LivePolicy) -> str | None:
-    """Why the catch-up stops before another pass (None: run one). The final pass after the quiesce
-    copies what is left, so stopping early loses nothing: it only lengthens the write window."""
+#: A catch-up pass must bring the lag below this share of the lag before it, or the catch-up stops: another
+#: pass would copy as much again and end no nearer (the source is written about as fast as a pass copies).
+SHRINK = 0.9
+
+
+def stop_reason(remaining: int, passes: int, elapsed_s: float, policy: LivePolicy,
+                last: PassRow | None = None) -> str | None:
+    """Why the catch-up stops before another pass (None: run one). ``last``: the pass before (its lag before
+    it, records copied and seconds): when the lag did not shrink below :data:`SHRINK` of that pass's, the
+    catch-up stops, saying both rates. The final pass after the quiesce copies what is left, so stopping
+    early loses nothing: it only lengthens the write window."""
     if remaining <= policy.catch_up_lag_records:
         return f"the lag is {remaining:,} record(s), at or below the threshold of {policy.catch_up_lag_records:,}"
+    if last is not None and last.lag_before and remaining >= SHRINK * last.lag_before and last.seconds:
+        return (f"the lag is not shrinking ({last.lag_before:,} record(s) before pass {last.number}, {remaining:,} "
+                f"after it): the source was written at about {remaining / last.seconds:,.0f} records/s while the "
+                f"pass copied {last.written:,} record(s) in {last.seconds:.1f} s ({last.written / last.seconds:,.0f} "
+                f"records/s, a Spark start included); {remaining:,} record(s) left for the final pass")
     if passes >= policy.max_catch_up_passes:
         return f"{passes} catch-up pass(es) ran, the most allowed; {remaining:,} record(s) left for the final pass"
     if elapsed_s >= policy.catch_up_budget_s:
@@ -223,7 +236,7 @@ def catch_up(ctx: lifecycle.OperationContext, first: BackfillPlan, run_pass: Run
     while True:
         ends = source_ends(ctx, plan.source_topic)
         remaining = lag(plan, ends)
-        why = stop_reason(remaining, len(passes), clock() - started, policy)
+        why = stop_reason(remaining, len(passes), clock() - started, policy, passes[-1] if passes else None)
         if why:
             break
         plan = plan.next_pass(ends)

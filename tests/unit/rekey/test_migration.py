@@ -9,7 +9,7 @@ from kafkaops.rekey import migration
 from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.capacity.records import ReportNote
 from kafkaops.platform.recommendations import Published, Recommended
-from kafkaops.rekey.records import Cutover
+from kafkaops.rekey.records import Cutover, PassRow
 from kafkaops.rekey.steps import PartitionParams
 
 PASS = BackfillPlan("orders", ((0, 0, 100), (1, 0, 50), (2, 0, 0)), "orders.v2", 12).next_pass({0: 120, 1: 50, 2: 7})
@@ -165,3 +165,16 @@ def test_the_finish_names_the_step_that_failed_not_the_abandon_that_failed_the_r
     assert done["outcome"] == "refused", done
     assert done["reason"].startswith("refused at plan, before anything changed: ConfigError"), done
     assert "abandon" not in done["reason"]
+
+
+def test_the_catch_up_stops_when_a_pass_does_not_shrink_the_lag_and_says_both_rates() -> None:
+    """Each pass pays a Spark start: at 200 records/s a 21 s pass leaves as much as it copied (the demo's
+    5,176 -> 4,550 -> 4,360 records); another pass would end no nearer."""
+    policy = migration.LivePolicy(quiesce="manual", catch_up_lag_records=2000)
+    stalled = PassRow(3, written=4550, records=4550, mode="direct", seconds=21.5, lag_before=4550)
+    why = migration.stop_reason(4360, 2, 45.0, policy, stalled)
+    assert why is not None and why.startswith("the lag is not shrinking (4,550 record(s) before pass 3, 4,360 after it)")
+    assert "written at about 203 records/s" in why and "4,550 record(s) in 21.5 s (212 records/s" in why
+    shrinking = PassRow(2, written=5176, records=5176, mode="direct", seconds=22.5, lag_before=5176)
+    assert migration.stop_reason(2500, 1, 23.0, policy, shrinking) is None  # 2,500 < 0.9 x 5,176: go on
+    assert migration.stop_reason(1500, 1, 23.0, policy, stalled).startswith("the lag is 1,500")  # the threshold first
