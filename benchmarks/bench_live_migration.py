@@ -28,6 +28,7 @@ from typing import Any
 from benchmarks.results import publish
 from kafkaops.platform import provision, state
 from kafkaops.platform.kafka import connection, topics
+from kafkaops.rekey.records import LiveRecord
 from kafkaops.testing import dag_runs, jvm
 from kafkaops.testing.clusters import TEST_BROKER_CONFIG, temporary_cluster
 from kafkaops.testing.rehearsal import StandInOperator
@@ -74,9 +75,11 @@ def migrate(bag: Any, spec: provision.ClusterSpec, rule: str, rate: float, warmu
     record = state.AuditLog.for_run(DAG, dag_run.run_id).summary()
     observed = next((n["switch_observed"] for n in record["notes"] if "switch_observed" in n), {})
     passes = [n["catch_up"] for n in record["notes"] if "catch_up" in n]
+    live = LiveRecord.of(record["notes"])
     return {"rule": rule, "outcome": record["outcome"], "report": report, "total_s": total,
             "recorded_window_s": observed.get("write_window_s"), "passes": len(passes),
-            "copied": sum(p["written"] for p in passes), "phases": phases(record)}
+            "copied": sum(p["written"] for p in passes), "phases": phases(record),
+            "window_phases": live.window_phases() if live else ()}
 
 
 def bare_switch(spec: provision.ClusterSpec, rate: float) -> float:
@@ -121,8 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         f"switching at once to an empty topic, no copy and no gate: {reference:.2f} s.",
         "",
         "| rekey | outcome | sent | lost | duplicated | out of order | catch-up passes (records) | write window "
-        "(harness / recorded) | vs bare switch | total migration | final pass, gate, cut-over (s) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "(harness / recorded) | vs bare switch | total migration | final pass, gate, cut-over (s) | the recorded window "
+        "by phase (s: seen still, final pass, gate and offsets, switch answer, first write) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         rep, ph = r["report"], r["phases"]
@@ -130,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r['rule']} | {r['outcome']} | {rep.sent:,} | {rep.lost} | {rep.duplicated} | {rep.out_of_order} | "
             f"{r['passes']} ({r['copied']:,}) | {rep.write_window_s or 0:.1f} s / {r['recorded_window_s'] or 0:.1f} s | "
             f"{(rep.write_window_s or 0) / max(reference, 1e-3):.0f}x | {r['total_s']:.0f} s | "
-            f"{ph.get('final_pass', 0)}, {ph.get('verify', 0)}, {ph.get('cutover', 0)} |")
+            f"{ph.get('final_pass', 0)}, {ph.get('verify', 0)}, {ph.get('cutover', 0)} | "
+            f"{', '.join(f'{seconds:.1f}' for _, seconds in r['window_phases']) or '-'} |")
     publish("Live migration under traffic", lines, save=not args.no_results)
     return 0 if all(r["report"].ok and r["outcome"] == "success" for r in runs) else 1
 
