@@ -269,7 +269,9 @@ class _Watchdog:
             if stat and stat[3] not in "ZX":
                 children.setdefault(stat[0], []).append((int(name), stat[2]))
                 table[int(name)] = stat[2]
-        seen = {p: s for p, s in self.seen.items() if table.get(p) == s}
+        # a watchdog found before its exec (between fork and exec it still has its pytest's command line) is
+        # dropped once it shows what it is: another pytest's watchdog, left to clean up after its own pytest
+        seen = {p: s for p, s in self.seen.items() if table.get(p) == s and not _is_watchdog(p)}
         todo = [self.parent, *seen]
         while todo:
             for child, started in children.get(todo.pop(), ()):
@@ -311,7 +313,7 @@ class _Watchdog:
                 except Exception as err:  # the next action matters more
                     _say(f"{entry_id}: {action}: {err!r}")
         self.scan()  # the last look at what the parent left running, then kill it
-        strays = {p: s for p, s in self.seen.items() if start_time(p) == s}
+        strays = {p: s for p, s in self.seen.items() if start_time(p) == s and not _is_watchdog(p)}
         if strays:
             _say(f"killing {len(strays)} process(es) left by pytest process {self.parent}: {sorted(strays)}")
             self.kill(strays)
