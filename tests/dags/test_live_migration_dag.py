@@ -13,12 +13,13 @@ from collections.abc import Iterator
 import pytest
 
 from kafkaops.airflow import pages
-from kafkaops.testing import clusters
+from kafkaops.testing import clusters, fence
 from kafkaops.platform import provision, state, store
 from kafkaops.platform.kafka import connection, metadata, topics
 from kafkaops.rekey import migration
 from kafkaops.testing.rehearsal import StandInOperator
 from kafkaops.testing.traffic import MigrationReport, MigrationTraffic
+from tests.conftest import wait_for
 from tests.dags.conftest import kafka_default_connection, run_partition_increase
 
 pytestmark = pytest.mark.integration
@@ -167,6 +168,9 @@ def acl_cluster(airflow_db) -> Iterator[tuple[dict[str, str], dict[str, str]]]:
                                  AclPermissionType.ALLOW) for kind in (ResourceType.TOPIC, ResourceType.GROUP)]
             for future in conn.admin.create_acls(grants).values():
                 future.result(30)
+            topics.create_topic(conn, "live.probe", 1, 1)
+        # the grant is the controller's at once, the broker's a moment later: until then the application is refused
+        wait_for(lambda: fence.can_write(logins[APP], "live.probe"), timeout=60, what=f"{APP}'s grants in effect")
         with kafka_default_connection(spec.bootstrap, admin_config):
             yield admin_config, logins[APP]
 

@@ -140,6 +140,8 @@ class JavaProducer:
             if self._reader is not None:
                 self._reader.join(30)
         finally:
+            if self._process is not None and self._process.stdout is not None:
+                self._process.stdout.close()
             if self._folder is not None:
                 self._folder.cleanup()
             if self._guard is not None:
