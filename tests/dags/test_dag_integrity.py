@@ -16,7 +16,7 @@ DAG_IDS = {"kafka_scale_out", "kafka_reassign", "kafka_partition_increase", "kaf
 _REASSIGNMENT = {"begin", "preflight_gate", "execute_batches", "post_move_gate", "finish"}
 RETRIED = {"kafka_scale_out": _REASSIGNMENT | {"provision"},
            "kafka_reassign": _REASSIGNMENT | {"stop_drained"},
-           "kafka_partition_increase": {"begin", "preflight_gate", "plan", "execute", "final_pass", "verify",
+           "kafka_partition_increase": {"begin", "preflight_gate", "plan", "execute", "catch_up", "final_pass", "verify",
                                         "cutover", "finish"},
            "kafka_capacity_review": {"begin", "snapshot", "key_skew", "finish"}}
 

@@ -17,6 +17,7 @@ from kafkaops.testing import clusters, fence
 from kafkaops.platform import provision, state, store
 from kafkaops.platform.kafka import connection, metadata, topics
 from kafkaops.rekey import migration
+from kafkaops.rekey.records import LiveRecord
 from kafkaops.testing.rehearsal import StandInOperator
 from kafkaops.testing.traffic import MigrationReport, MigrationTraffic
 from tests.conftest import wait_for
@@ -103,6 +104,13 @@ def assert_live_record(config: dict, topic: str, record: dict, report: Migration
         (observed, report.write_window_s)
     decision = next(n["switch_decision"] for n in notes if "switch_decision" in n)
     assert decision == {"approved": True, "by": "param approval=auto_approve"}
+    # where the window went, from the record's own times: the phases add up to it
+    phases = LiveRecord.of(notes).window_phases()
+    assert phases and abs(sum(s for _, s in phases) - observed["write_window_s"]) < 0.1, (phases, observed)
+    print(f"{topic}: write window {observed['write_window_s']:.2f} s (harness {report.write_window_s:.2f} s): "
+          + ", ".join(f"{name} {s:.2f} s" for name, s in phases))
+    tail = next(n["catch_up"] for n in notes if "catch_up" in n)
+    assert tail["mode"] == "tail" and tail["written"] > 0
     with connection.connect(config) as conn:
         assert len(metadata.snapshot(conn, topics=[target], sizes=False, groups=False).partitions) == 12
 

@@ -93,11 +93,6 @@ class SwitchOperator(ApprovalOperator):
         return None if not returned else cls.APPROVE in (returned.get("chosen_options") or [])
 
 
-def passes(ctx: lifecycle.OperationContext) -> migration.RunPass:
-    launcher = spark_submit.launcher_of(get_current_context())
-    return lambda bf, name, check: steps.run_backfill(ctx, bf, launcher=launcher, verify=check, name=name)
-
-
 def run_live(name: str, plan_data: dict[str, Any], step: Callable[[lifecycle.OperationContext], Any]) -> Any:
     """A live migration's step ``step(ctx)`` as task ``name``, recorded; skipped unless the run is live."""
     ctx = context_of(get_current_context())
@@ -139,17 +134,16 @@ def execute(plan_data: dict[str, Any]) -> dict[str, Any]:
         launcher = spark_submit.launcher_of(get_current_context())
         launcher.check()  # an unreachable master fails here, before the target topic exists
         steps.create_target(ctx, plan)
-        # live: the gate checks the whole copy after the final pass
-        return steps.run_backfill(ctx, BackfillPlan.from_dict(plan.backfill or {}), launcher=launcher,
-                                  verify=not ctx.params.policy.live).to_dict()
+        # live too: the backfill checks its copy here, the tail each of its parts (the gate adds them up)
+        return steps.run_backfill(ctx, BackfillPlan.from_dict(plan.backfill or {}), launcher=launcher).to_dict()
 
 
 @task(execution_timeout=LONG_TASK_TIMEOUT, show_return_value_in_logs=False)  # the step logs its summary line
 def catch_up(plan_data: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
     first = PassResult.from_dict(result).run
-    return run_live("catch_up", plan_data, lambda ctx: migration.catch_up(
+    return run_live("catch_up", plan_data, lambda ctx: migration.follow(
         ctx, first.backfill if first else BackfillPlan.from_dict(steps.plan_of(plan_data).backfill or {}),
-        passes(ctx), ctx.params.policy))
+        ctx.params.policy))
 
 
 @task(execution_timeout=LONG_TASK_TIMEOUT, show_return_value_in_logs=False)  # the step logs its summary line
@@ -159,9 +153,10 @@ def quiesce(plan_data: dict[str, Any], caught: dict[str, Any]) -> dict[str, Any]
 
 
 @task(execution_timeout=LONG_TASK_TIMEOUT, show_return_value_in_logs=False)  # the step logs its summary line
-def final_pass(plan_data: dict[str, Any], caught: dict[str, Any], quiesced: dict[str, Any]) -> dict[str, Any]:
-    return run_live("final_pass", plan_data, lambda ctx: migration.final_pass(
-        ctx, CatchUp.from_dict(caught), Quiesced.from_dict(quiesced), passes(ctx)))
+def final_pass(plan_data: dict[str, Any], result: dict[str, Any], caught: dict[str, Any], quiesced: dict[str, Any]
+               ) -> dict[str, Any]:
+    return run_live("final_pass", plan_data, lambda ctx: migration.final_part(
+        ctx, CatchUp.from_dict(caught), Quiesced.from_dict(quiesced), PassResult.from_dict(result)))
 
 
 @task(trigger_rule=TriggerRule.NONE_FAILED)
@@ -251,10 +246,10 @@ def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[st
         planned >> approval
         result = execute.override(**RETRIED)(value_of(planned))
         approval >> result
-        # not retried: a retry would plan other passes than the ones written
-        caught = catch_up(value_of(planned), value_of(result))
+        # retried: the tail resumes at its last committed part
+        caught = catch_up.override(**RETRIED)(value_of(planned), value_of(result))
         quiesced = quiesce(value_of(planned), value_of(caught))  # not retried: a retry would ask the operator again
-        final = final_pass.override(**RETRIED)(value_of(planned), value_of(caught), value_of(quiesced))
+        final = final_pass.override(**RETRIED)(value_of(planned), value_of(result), value_of(caught), value_of(quiesced))
         verified = verify.override(**RETRIED)(value_of(planned), value_of(result), value_of(final))
         translated = cutover.override(**RETRIED)(value_of(planned), value_of(before), value_of(quiesced),
                                                 value_of(verified))

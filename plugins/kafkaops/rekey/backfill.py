@@ -304,6 +304,8 @@ class PartitionIntegrity:
     order_breaks: int
     duplicate_lineages: int
     unknown_lineages: int
+    #: which part of a live migration's copy the row counts: "" (a one-part copy), ``backfill`` or ``tail``
+    part: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -359,7 +361,7 @@ class IntegrityReport(IntegrityCounts):
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per target partition and dead-letter partition, for the backfill gate."""
-        return [{"name": f"{p.topic}-{p.partition}", "topic": p.topic, "partition": p.partition,
+        return [{"name": f"{p.topic}-{p.partition}" + (f" ({p.part})" if p.part else ""), "topic": p.topic, "partition": p.partition,
                  "records": p.records, "keys": p.keys, "misplaced": p.misplaced, "split_keys": p.split_keys,
                  "order_breaks": p.order_breaks, "duplicate_lineages": p.duplicate_lineages,
                  "unknown_lineages": p.unknown_lineages} for p in self.partitions]

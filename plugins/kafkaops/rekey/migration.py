@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -36,11 +36,12 @@ from kafkaops.platform import lifecycle, render, state
 from kafkaops.platform import params as form
 from kafkaops.platform.kafka import acls, configs, metadata, records, topics
 from kafkaops.platform.kafka.connection import KafkaConnection
-from kafkaops.rekey import backfill
+from kafkaops.platform.kafka.transactions import NOTE_BYTES, TransactionalCopy
+from kafkaops.rekey import backfill, tail
 from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.rekey.records import (AbandonedNote, Abandonment, Action, ActionNote, CatchUp, CatchUpDone,
                                     CatchUpNote, Cutover, FinalPassNote, PassResult, PassRow, Quiesced, QuiescedNote,
-                                    SwitchObserved, SwitchObservedNote, offsets_of, pass_number)
+                                    SwitchObserved, SwitchObservedNote, TailNote, offsets_of, pass_number)
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,6 @@ class LivePolicy:
     quiesce: Quiesce = QUIESCE.default
     catch_up_lag_records: int = CATCH_UP_LAG.default
     catch_up_budget_s: float = float(CATCH_UP_BUDGET.default)
-    max_catch_up_passes: int = 10
     quiet_s: float = float(QUIET.default)
     quiesce_timeout_s: float = float(QUIESCE_TIMEOUT.default)
     switch_timeout_s: float = float(SWITCH_TIMEOUT.default)
@@ -115,9 +115,8 @@ class LivePolicy:
         bad = [p for p in self.principals if not p.startswith("User:") or len(p) <= len("User:")]
         if bad:
             found.append(f"quiesce_principals {bad} are not Kafka principals of the form User:<name>")
-        for name in ("catch_up_lag_records", "max_catch_up_passes"):
-            if getattr(self, name) < 0:
-                found.append(f"{name} is {getattr(self, name)}; give 0 or more")
+        if self.catch_up_lag_records < 0:
+            found.append(f"catch_up_lag_records is {self.catch_up_lag_records}; give 0 or more")
         for name in ("catch_up_budget_s", "quiet_s", "quiesce_timeout_s", "switch_timeout_s"):
             if getattr(self, name) <= 0:
                 found.append(f"{name} is {getattr(self, name)}; give a number of seconds above 0")
@@ -128,35 +127,44 @@ class LivePolicy:
 
 # -- pure decisions -----------------------------------------------------------------------------------------
 
-def lag(plan: BackfillPlan, ends: Mapping[int, int]) -> int:
-    """Records of the source past the end of ``plan`` (the last pass), given its end offsets now."""
-    return sum(max(0, int(ends.get(p, e)) - e) for p, _, e in plan.source_offsets)
+@dataclass(frozen=True)
+class CatchUpVerdict:
+    """Why the tail's catch-up ends: ``quiesce`` (the lag is within the threshold: ask for the quiesce) or
+    not (the budget is spent with the source still too far ahead: abandon, the source stays
+    authoritative)."""
+
+    why: str
+    quiesce: bool
 
 
-#: A catch-up pass must bring the lag below this share of the lag before it, or the catch-up stops: another
-#: pass would copy as much again and end no nearer (the source is written about as fast as a pass copies).
-SHRINK = 0.9
-
-
-def stop_reason(remaining: int, passes: int, elapsed_s: float, policy: LivePolicy,
-                last: PassRow | None = None) -> str | None:
-    """Why the catch-up stops before another pass (None: run one). ``last``: the pass before (its lag before
-    it, records copied and seconds): when the lag did not shrink below :data:`SHRINK` of that pass's, the
-    catch-up stops, saying both rates. The final pass after the quiesce copies what is left, so stopping
-    early loses nothing: it only lengthens the write window."""
-    if remaining <= policy.catch_up_lag_records:
-        return f"the lag is {remaining:,} record(s), at or below the threshold of {policy.catch_up_lag_records:,}"
-    if last is not None and last.lag_before and remaining >= SHRINK * last.lag_before and last.seconds:
-        return (f"the lag is not shrinking ({last.lag_before:,} record(s) before pass {last.number}, {remaining:,} "
-                f"after it): the source was written at about {remaining / last.seconds:,.0f} records/s while the "
-                f"pass copied {last.written:,} record(s) in {last.seconds:.1f} s ({last.written / last.seconds:,.0f} "
-                f"records/s, a Spark start included); {remaining:,} record(s) left for the final pass")
-    if passes >= policy.max_catch_up_passes:
-        return f"{passes} catch-up pass(es) ran, the most allowed; {remaining:,} record(s) left for the final pass"
-    if elapsed_s >= policy.catch_up_budget_s:
-        return (f"the catch-up budget of {policy.catch_up_budget_s:.0f} s is spent ({elapsed_s:.0f} s); "
-                f"{remaining:,} record(s) left for the final pass")
+def catch_up_verdict(progress: tail.TailProgress, policy: LivePolicy) -> CatchUpVerdict | None:
+    """Whether the tail's catch-up ends now (None: copy on). The quiesce is asked for only once the lag is
+    within ``catch_up_lag_records``: the write window then holds only those records' copy. Past
+    ``catch_up_budget_s`` with more behind, the migration is abandoned, saying both rates."""
+    if progress.lag <= policy.catch_up_lag_records:
+        return CatchUpVerdict(f"the lag is {progress.lag:,} record(s), at or below the threshold of "
+                              f"{policy.catch_up_lag_records:,}", True)
+    if progress.elapsed_s >= policy.catch_up_budget_s:
+        return CatchUpVerdict(
+            f"the tail copy did not come within {policy.catch_up_lag_records:,} record(s) of the source in the "
+            f"catch-up budget of {policy.catch_up_budget_s:.0f} s: {progress.lag:,} record(s) behind, the source "
+            f"written at {progress.written_rate:,.0f} records/s and copied at {progress.copied_rate:,.0f} records/s. "
+            "Nothing was quiesced; raise catch_up_budget_s or catch_up_lag_records, or migrate when the source is "
+            "written more slowly", False)
     return None
+
+
+#: quiesce=acl: how long the source's end offsets must stay still after the DENY Write ACL (at most
+#: ``quiet_s``). The ACL refuses the named principals' writes, so stillness only has to show that it is in
+#: effect on every broker and that no write accepted before it is still arriving; a producer the ACL
+#: does not name is found by :func:`refuse_stray_writes` before the switch.
+ACL_QUIET_S = 1.0
+
+
+def quiet_period(policy: LivePolicy) -> float:
+    """Seconds the source must stay still to count as quiesced: ``quiet_s`` (manual), at most
+    :data:`ACL_QUIET_S` (acl)."""
+    return min(policy.quiet_s, ACL_QUIET_S) if policy.quiesce == Quiesce.ACL else policy.quiet_s
 
 
 class Stillness:
@@ -223,34 +231,179 @@ def source_ends(ctx: lifecycle.OperationContext, topic: str) -> dict[int, int]:
     return {p: e for p, (_, e) in records.end_offsets(ctx.conn_config, topic).items()}
 
 
-RunPass = Callable[[BackfillPlan, str, bool], PassResult]
-"""Runs one pass (plan, artifact name, verify the whole copy after it) and returns the Spark app's result."""
+#: Records a tail part reads at most (split over the source partitions): a part's records are held in
+#: memory until they are committed, so a large lag is copied in parts of this size.
+PART_RECORDS = 50_000
+#: How often the tail writes its lag, rates and ETA to the task log and the record ...
+TAIL_REPORT_S = 10.0
+#: ... with the rates over this many seconds before.
+RATE_WINDOW_S = 5.0
+#: How long the tail waits for new records when it has copied everything.
+TAIL_IDLE_S = 0.05
 
 
-def catch_up(ctx: lifecycle.OperationContext, first: BackfillPlan, run_pass: RunPass, policy: LivePolicy, *,
-             clock: Callable[[], float] = time.monotonic) -> CatchUp:
-    """Catch-up passes after the backfill while producers keep writing, each from where the last
-    ended to the source's end offsets then, until :func:`stop_reason`. Returns the last pass's plan."""
-    plan, started = first, clock()
-    passes: list[PassRow] = []
-    while True:
-        ends = source_ends(ctx, plan.source_topic)
-        remaining = lag(plan, ends)
-        why = stop_reason(remaining, len(passes), clock() - started, policy, passes[-1] if passes else None)
-        if why:
-            break
-        plan = plan.next_pass(ends)
-        number = pass_number(len(passes))
-        began = clock()
-        result = run_pass(plan, f"pass{number}", False)
-        row = PassRow(number, result.written, plan.records, result.mode, round(clock() - began, 1), remaining)
-        passes.append(row)
-        state.append_note(ctx.audit, CatchUpNote(f"catch-up pass {number}: {row.written:,} record(s) copied in "
-                                                 f"{row.seconds} s (lag was {remaining:,})", row))
-        log.info("catch-up pass %d: %d record(s) in %.1f s, lag was %d", number, row.written, row.seconds, remaining)
-    state.append_note(ctx.audit, CatchUpDone(f"catch-up done after {len(passes)} pass(es): {why}", remaining,
-                                             len(passes)))
-    return CatchUp(plan.to_dict(), tuple(passes), remaining, why)
+class Tail:
+    """The tail copy (:mod:`kafkaops.rekey.tail`) of one migration, run in this process: each part is read
+    from the source up to its last stable offsets, rekeyed, written in a transaction, read back and
+    checked (:func:`tail.check_part`) and only then committed with its source position. Resumes where
+    the last commit of any earlier process left it (the transactional id fences that process). Close it
+    (a context manager) in the code that opened it."""
+
+    def __init__(self, ctx: lifecycle.OperationContext, first: BackfillPlan, report: tail.TailReport | None = None,
+                 *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ctx, self.first, self.clock = ctx, first, clock
+        name = tail.tail_id(first)
+        self.copy = TransactionalCopy(ctx.conn_config, source_topic=first.source_topic, transactional_id=name,
+                                      group_id=name)
+        try:
+            partitions = [p for p, _, _ in first.source_offsets]
+            committed, note = self.copy.committed(partitions)
+            began = {p: e for p, _, e in first.source_offsets}
+            self.position: dict[int, int] = {p: began[p] if committed.get(p) is None else int(committed[p] or 0)
+                                             for p in partitions}
+            if report is not None and dict(report.position) != self.position:
+                raise KafkaOpsError(
+                    f"the tail copy into {first.target_topic} stands at {render.offsets(self.position)} in Kafka "
+                    f"(group {name}) but its record says {render.offsets(report.position)}: another process "
+                    "copied in between; nothing more was copied. Abandon the migration and start it again")
+            self.report = report or (tail.TailReport.from_note(note, self.position) if note else
+                                     tail.TailReport(began=began, position=dict(self.position)))
+            self.outputs = [(first.target_topic, p) for p in range(first.target_partitions)] + \
+                [(first.dead_letter_topic, 0)]
+            # read back from here on: whatever reaches the outputs from now is a part's, or a part fails
+            self.checked_to = self.copy.ends(self.outputs, committed=False)
+        except BaseException:
+            self.copy.close()
+            raise
+        self.keys = tail.TailKeys()
+        self.started = clock()
+
+    def __enter__(self) -> Tail:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.copy.close()
+
+    def source_ends(self) -> dict[int, int]:
+        return {p: e for (_, p), e in self.copy.ends([(self.first.source_topic, p) for p in self.position]).items()}
+
+    def lag(self, ends: Mapping[int, int]) -> int:
+        return sum(max(0, ends.get(p, o) - o) for p, o in self.position.items())
+
+    def part(self, ends: Mapping[int, int]) -> int:
+        """Copy one part, up to ``ends`` (or fewer records: :data:`PART_RECORDS`); returns its records."""
+        cap = max(100, PART_RECORDS // max(1, len(self.position)))
+        upto = {p: min(max(o, ends.get(p, o)), o + cap) for p, o in self.position.items()}
+        if upto == self.position:
+            return 0
+        source: Sequence[tail.Record] = self.copy.read_source(self.position, upto)
+        more = [p for p, o in upto.items() if o < ends.get(p, o)]
+        if more:  # capped: cut every partition at one moment, so the merged order holds across parts
+            source, upto = tail.cut_by_time(source, upto, more)
+        outputs = tail.rekey_part(self.first, source)
+        before = self.checked_to
+        self.copy.begin()
+        try:
+            self.copy.write(outputs)
+            after = self.copy.ends(self.outputs, committed=False)
+            written = self.copy.read_back({tp: (before[tp], after[tp]) for tp in self.outputs})
+            check = tail.check_part(self.first, source, written)
+            if not check.ok:
+                raise backfill.BackfillError(
+                    f"a part of the tail copy into {self.first.target_topic} ({len(source):,} record(s) of "
+                    f"{self.first.source_topic} from {render.offsets(self.position)} to {render.offsets(upto)}) failed "
+                    f"its check: {'; '.join(check.failures)}. It was aborted: the target holds only the parts before "
+                    "it, each checked; abandon the migration (the source stays authoritative)")
+            report = tail.add_part(self.report, check, upto)
+            self.copy.commit(upto, report.note(NOTE_BYTES))
+        except BaseException:
+            self.copy.abort()
+            raise
+        self.keys.add(check)
+        self.report = replace(report, keys=self.keys.counts())
+        self.position, self.checked_to = dict(upto), after
+        return len(source)
+
+    def progress(self, samples: Sequence[tuple[float, int, int]], lag: int) -> tail.TailProgress:
+        """The tail now, its rates over ``samples`` ``(seconds, source end total, copied total)``."""
+        written, copied = tail.rates(samples[0], samples[-1]) if len(samples) > 1 else (0.0, 0.0)
+        return tail.TailProgress(lag, written, copied, samples[-1][0] - self.started, self.report.parts,
+                                 self.report.source_records)
+
+    def run(self, done: Callable[[tail.TailProgress], CatchUpVerdict | None], *, label: str = "tail",
+            stop_at: Mapping[int, int] | None = None) -> CatchUpVerdict:
+        """Copy parts until ``done(progress)`` gives a verdict (returned), or with ``stop_at`` until the
+        position reached it (copying only up to it). Logs and records the lag, the rates (over the last
+        :data:`RATE_WINDOW_S`) and the ETA every :data:`TAIL_REPORT_S`, and when it ends."""
+        samples: list[tuple[float, int, int]] = []
+        reported = self.clock()
+        while True:
+            ends = dict(stop_at) if stop_at is not None else self.source_ends()
+            now, lag = self.clock(), self.lag(ends)
+            samples = [x for x in samples if now - x[0] <= RATE_WINDOW_S] + [(now, sum(ends.values()),
+                                                                                self.report.source_records)]
+            progress = self.progress(samples, lag)
+            verdict = done(progress) if stop_at is None else \
+                CatchUpVerdict("the copy reached the quiesced end offsets", True) if lag == 0 else None
+            if verdict is not None or now - reported >= TAIL_REPORT_S:
+                line = progress.line(render.duration)
+                state.append_note(self.ctx.audit, TailNote(line, progress))
+                log.info("%s", line.replace("tail:", f"{label}:", 1))
+                reported = now
+            if verdict is not None:
+                return verdict
+            if not self.part(ends):
+                time.sleep(TAIL_IDLE_S)
+
+
+def follow(ctx: lifecycle.OperationContext, first: BackfillPlan, policy: LivePolicy, *,
+           clock: Callable[[], float] = time.monotonic) -> CatchUp:
+    """The catch-up by the tail copy: from the backfill's end (or where an earlier try committed), part
+    after part, while producers keep writing, until :func:`catch_up_verdict` ends it: the lag is within
+    ``catch_up_lag_records`` (returns the position as the next pass's plan), or the budget is spent
+    (raises :class:`MigrationAbandoned`: nothing was quiesced, the source stays authoritative)."""
+    began = clock()
+    with Tail(ctx, first, clock=clock) as t:
+        lag_before = t.lag(t.source_ends())
+        verdict = t.run(lambda progress: catch_up_verdict(progress, policy), label="catch-up")
+        remaining, report = t.lag(t.source_ends()), t.report
+    plan = first.next_pass(report.position)
+    row = PassRow(pass_number(0), report.source_records, plan.records, "tail", round(clock() - began, 1), lag_before)
+    state.append_note(ctx.audit, CatchUpNote(f"catch-up by the tail copy: {row.written:,} record(s) in "
+                                             f"{report.parts:,} checked part(s) in {row.seconds} s (lag was "
+                                             f"{lag_before:,})", row))
+    if not verdict.quiesce:
+        raise MigrationAbandoned(f"{verdict.why}. The migration is abandoned: {first.source_topic} stays authoritative")
+    state.append_note(ctx.audit, CatchUpDone(f"catch-up done: {verdict.why}", remaining, 1))
+    return CatchUp(plan.to_dict(), (row,), remaining, verdict.why, tail=report)
+
+
+def final_part(ctx: lifecycle.OperationContext, caught: CatchUp, quiesced: Quiesced, copied: PassResult,
+               *, clock: Callable[[], float] = time.monotonic) -> PassResult:
+    """The tail's last part, to the quiesced end offsets, checked before its commit; returns the whole
+    copy's integrity report (the backfill's, ``copied``, with every tail part's: :func:`tail.whole_copy`)
+    and the target's end offsets after it (where the switch's first writes begin)."""
+    if copied.integrity is None:
+        raise KafkaOpsError("the backfill reported no integrity check, so the whole copy cannot be gated; run the "
+                            "migration again (a live backfill checks its copy before the tail begins)")
+    first = BackfillPlan.from_dict(copied.run.plan) if copied.run else caught.last_plan
+    began = clock()
+    with Tail(ctx, first, caught.tail, clock=clock) as t:
+        before = t.report.source_records
+        t.run(lambda _progress: None, stop_at=quiesced.ends, label="final part")
+        report = t.report
+    plan = caught.last_plan.next_pass(quiesced.ends)
+    target_ends = source_ends(ctx, plan.target_topic)
+    number = caught.next_pass
+    row = PassRow(number, report.source_records - before, plan.records, "tail", round(clock() - began, 2))
+    state.append_note(ctx.audit, FinalPassNote(
+        f"final part: {row.written:,} record(s) copied and checked up to the quiesced end offsets in {row.seconds} s; "
+        f"the copy holds every record of {plan.source_topic} from "
+        f"{render.offsets({p: plan.origin(p) for p, _, _ in plan.source_offsets})} to {render.offsets(quiesced.ends)} "
+        f"(the backfill and {report.parts:,} tail part(s), each checked)", row))
+    whole = tail.whole_copy(backfill.IntegrityReport.from_dict(copied.integrity), report)
+    run = copied.run
+    return PassResult(run, whole.to_dict(), target_ends)
 
 
 def quiesce(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePolicy, *,
@@ -278,9 +431,9 @@ def quiesce(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePol
     state.append_note(ctx.audit, ActionNote(
         f"Stop every producer writing to {topic} now; the write window begins. Let the consumers of {topic} read "
         f"to its end, then stop them: they restart on {target} at offsets kafkaops commits. Waiting up to "
-        f"{policy.quiesce_timeout_s:.0f} s for the end offsets of {topic} to stay still for {policy.quiet_s:.0f} s.",
+        f"{policy.quiesce_timeout_s:.0f} s for the end offsets of {topic} to stay still for {quiet_period(policy):g} s.",
         Action.STOP_PRODUCERS, topic=topic, target_topic=target, deadline=asked_at + policy.quiesce_timeout_s))
-    still, began = Stillness(policy.quiet_s), clock()
+    still, began = Stillness(quiet_period(policy)), clock()
     while True:
         ends = source_ends(ctx, topic)
         if still.see(clock(), ends):
@@ -290,30 +443,13 @@ def quiesce(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePol
                 f"{topic}'s end offsets still moved after {policy.quiesce_timeout_s:.0f} s (now {render.offsets(ends)}): producers "
                 f"did not stop. The migration is abandoned: {topic} stays authoritative and nothing was switched; "
                 "stop the producers and trigger the migration again")
-        sleep(min(1.0, policy.quiet_s / 4))
+        sleep(min(1.0, still.quiet_s / 4))
     settled_at = lifecycle.now()
     quiesced = Quiesced(policy.quiesce.value, asked_at, settled_at, ends)
     state.append_note(ctx.audit, QuiescedNote(f"producers quiesced ({policy.quiesce}): {topic}'s end offsets stayed "
-                                              f"still for {policy.quiet_s:.0f} s, {settled_at - asked_at:.1f} s "
+                                              f"still for {still.quiet_s:g} s, {settled_at - asked_at:.1f} s "
                                               "after asking", quiesced))
     return quiesced
-
-
-def final_pass(ctx: lifecycle.OperationContext, caught: CatchUp, quiesced: Quiesced, run_pass: RunPass
-               ) -> PassResult:
-    """The last pass (numbered after the catch-up's), to the quiesced end offsets, with the integrity
-    check of the whole copy; returns the Spark app's result and the target's end offsets after it
-    (where the switch's first writes begin)."""
-    number = caught.next_pass
-    plan = caught.last_plan.next_pass(quiesced.ends)
-    result = run_pass(plan, f"pass{number}", True)
-    target_ends = source_ends(ctx, plan.target_topic)
-    row = PassRow(number, result.written, plan.records, result.mode, result.run.seconds if result.run else None)
-    state.append_note(ctx.audit, FinalPassNote(
-        f"final pass {number}: {row.written:,} record(s) copied up to the quiesced end offsets; the copy holds every "
-        f"record of {plan.source_topic} from {render.offsets({p: plan.origin(p) for p, _, _ in plan.source_offsets})} "
-        f"to {render.offsets(quiesced.ends)}", row))
-    return PassResult(result.run, result.integrity, target_ends)
 
 
 def _undo_denials(conn: Any, topic: str, principals: Sequence[str]) -> None:
@@ -381,10 +517,11 @@ def cutover_summary(policy: LivePolicy, topic: str) -> str:
     stop = (f"kafkaops denies Write on {topic} to {', '.join(policy.principals)} (a DENY ACL, removed after the "
             f"switch or on rollback). {FENCE_EFFECT.format(topic=topic)}" if policy.quiesce == Quiesce.ACL else
             f"you are asked (in the run's record) to stop the producers of {topic}")
-    return (f"Live cut-over (quiesce={policy.quiesce}): catch-up passes until the copy is at most "
-            f"{policy.catch_up_lag_records:,} records behind (up to {policy.max_catch_up_passes} passes, "
-            f"{policy.catch_up_budget_s:.0f} s); then {stop}, and writes pause until the switch. Abandoned, "
-            f"{topic} staying authoritative, if {topic} is not still for {policy.quiet_s:.0f} s within "
+    return (f"Live cut-over (quiesce={policy.quiesce}): after the backfill a tail copy follows {topic}, each part "
+            f"checked before it is committed, until it is at most {policy.catch_up_lag_records:,} records behind "
+            f"(abandoned if not within {policy.catch_up_budget_s:.0f} s); then {stop}, the last part is copied and "
+            "checked, and writes pause until the switch. Abandoned, "
+            f"{topic} staying authoritative, if {topic} is not still for {quiet_period(policy):g} s within "
             f"{policy.quiesce_timeout_s:.0f} s. The switch is a second approval, with the groups' offsets")
 
 

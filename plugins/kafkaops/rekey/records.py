@@ -33,6 +33,7 @@ from typing import Any, ClassVar, Generic, Self, TypeVar
 from kafkaops.platform import render, state
 from kafkaops.platform.recommendations import PartitionRecommendation
 from kafkaops.rekey.backfill import BackfillPlan
+from kafkaops.rekey.tail import TailProgress, TailReport
 
 FIRST_PASS = 1
 """The backfill is pass 1; catch-up passes and the final pass follow it, numbered on."""
@@ -170,6 +171,8 @@ class CatchUp:
     passes: tuple[PassRow, ...] = ()
     lag: int = 0
     why: str = ""
+    #: the tail copy's parts, checked and added up (None: the catch-up ran Spark passes)
+    tail: TailReport | None = None
 
     @property
     def last_plan(self) -> BackfillPlan:
@@ -181,13 +184,15 @@ class CatchUp:
         return pass_number(len(self.passes))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"backfill": dict(self.backfill), "passes": [p.to_dict() for p in self.passes], "lag": self.lag,
-                "why": self.why}
+        out = {"backfill": dict(self.backfill), "passes": [p.to_dict() for p in self.passes], "lag": self.lag,
+               "why": self.why}
+        return out if self.tail is None else {**out, "tail": self.tail.to_dict()}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CatchUp:
         return cls(backfill=dict(data["backfill"]), passes=tuple(PassRow.from_dict(p) for p in data.get("passes", ())),
-                   lag=int(data.get("lag") or 0), why=str(data.get("why") or ""))
+                   lag=int(data.get("lag") or 0), why=str(data.get("why") or ""),
+                   tail=TailReport.from_dict(data["tail"]) if data.get("tail") else None)
 
 
 @dataclass(frozen=True)
@@ -377,7 +382,7 @@ class RunNote(Note):
         return cls(str(data.get("text") or ""), BackfillRun.from_dict(run) if run else None, ts=_ts(data))
 
 
-V = TypeVar("V", PassRow, Quiesced, SwitchObserved)
+V = TypeVar("V", PassRow, Quiesced, SwitchObserved, TailProgress)
 
 
 @dataclass(frozen=True)
@@ -399,6 +404,12 @@ class CatchUpNote(ValueNote[PassRow]):
     """One catch-up pass, done."""
 
     KEY, VALUE = "catch_up", PassRow
+
+
+class TailNote(ValueNote[TailProgress]):
+    """The tail copy while it runs: its lag, the rates and the ETA to caught up (every few seconds)."""
+
+    KEY, VALUE = "tail", TailProgress
 
 
 class FinalPassNote(ValueNote[PassRow]):

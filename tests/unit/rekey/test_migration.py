@@ -5,30 +5,33 @@ from __future__ import annotations
 import pytest
 
 from kafkaops.errors import ConfigError
-from kafkaops.rekey import migration
+from kafkaops.rekey import migration, tail
 from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.capacity.records import ReportNote
 from kafkaops.platform.recommendations import Published, Recommended
-from kafkaops.rekey.records import Cutover, PassRow
+from kafkaops.rekey.records import Cutover
 from kafkaops.rekey.steps import PartitionParams
 
 PASS = BackfillPlan("orders", ((0, 0, 100), (1, 0, 50), (2, 0, 0)), "orders.v2", 12).next_pass({0: 120, 1: 50, 2: 7})
 
 
-def test_the_lag_counts_records_past_the_last_pass_and_never_goes_negative() -> None:
-    assert migration.lag(PASS, {0: 130, 1: 50, 2: 7}) == 10
-    assert migration.lag(PASS, {0: 120, 1: 40}) == 0  # a partition behind or unnamed: nothing to copy
-
-
-@pytest.mark.parametrize(("remaining", "passes", "elapsed", "words"), [
-    (1000, 0, 0.0, "at or below the threshold of 1,000"),
-    (5000, 10, 0.0, "10 catch-up pass(es) ran"),
-    (5000, 1, 700.0, "budget of 600 s is spent"),
-    (1001, 3, 10.0, None),
+@pytest.mark.parametrize(("lag", "elapsed", "quiesce", "words"), [
+    (1000, 0.0, True, "at or below the threshold of 1,000"),
+    (1000, 900.0, True, "at or below the threshold of 1,000"),  # the threshold first
+    (5000, 600.0, False, "5,000 record(s) behind, the source written at 2,500 records/s and copied at 2,000"),
+    (1001, 10.0, None, None),
 ])
-def test_the_catch_up_stops_at_the_threshold_the_pass_limit_or_the_budget(remaining, passes, elapsed, words) -> None:
-    why = migration.stop_reason(remaining, passes, elapsed, migration.LivePolicy(quiesce="manual"))
-    assert why is None if words is None else words in why
+def test_the_catch_up_asks_for_the_quiesce_within_the_threshold_and_abandons_past_the_budget(lag, elapsed, quiesce,
+                                                                                           words) -> None:
+    progress = tail.TailProgress(lag, 2500.0, 2000.0, elapsed, 7, 20_000)
+    verdict = migration.catch_up_verdict(progress, migration.LivePolicy(quiesce="manual"))
+    assert verdict is None if words is None else (verdict.quiesce is quiesce and words in verdict.why)
+
+
+def test_the_acl_fence_waits_a_second_of_stillness_and_the_manual_quiesce_its_quiet_period() -> None:
+    assert migration.quiet_period(migration.LivePolicy(quiesce="manual", quiet_s=10)) == 10
+    assert migration.quiet_period(migration.LivePolicy(quiesce="acl", principals=("User:a",), quiet_s=10)) == 1.0
+    assert migration.quiet_period(migration.LivePolicy(quiesce="acl", principals=("User:a",), quiet_s=0.5)) == 0.5
 
 
 def test_a_topic_is_still_once_its_end_offsets_stayed_the_same_for_the_quiet_period() -> None:
@@ -140,11 +143,12 @@ def test_the_approval_says_what_the_cut_over_will_do_in_each_quiesce_mode() -> N
     snapshot = migration.cutover_summary(migration.LivePolicy(), "orders")
     assert "records written to orders after the snapshot are not copied" in snapshot
     manual = migration.cutover_summary(migration.LivePolicy(quiesce="manual", catch_up_lag_records=5000), "orders")
-    assert manual.startswith("Live cut-over (quiesce=manual): catch-up passes until the copy is at most 5,000 records")
+    assert manual.startswith("Live cut-over (quiesce=manual): after the backfill a tail copy follows orders, each part "
+                             "checked before it is committed, until it is at most 5,000 records behind")
     assert "you are asked (in the run's record) to stop the producers of orders" in manual
     assert "not still for 10 s within 900 s" in manual and "second approval" in manual
     acl = migration.cutover_summary(migration.LivePolicy(quiesce="acl", principals=("User:a", "User:b")), "orders")
-    assert "kafkaops denies Write on orders to User:a, User:b (a DENY ACL" in acl
+    assert "kafkaops denies Write on orders to User:a, User:b (a DENY ACL" in acl and "not still for 1 s within" in acl
     # what the fence does to a running producer, as tests/integration/rekey/test_acl_fence.py measures it
     assert "refused at once with TOPIC_AUTHORIZATION_FAILED, which producers do not retry" in acl
     assert "A producer with acks=0 gets no answer" in acl and "Other principals are not stopped" in acl
@@ -165,16 +169,3 @@ def test_the_finish_names_the_step_that_failed_not_the_abandon_that_failed_the_r
     assert done["outcome"] == "refused", done
     assert done["reason"].startswith("refused at plan, before anything changed: ConfigError"), done
     assert "abandon" not in done["reason"]
-
-
-def test_the_catch_up_stops_when_a_pass_does_not_shrink_the_lag_and_says_both_rates() -> None:
-    """Each pass pays a Spark start: at 200 records/s a 21 s pass leaves as much as it copied (the demo's
-    5,176 -> 4,550 -> 4,360 records); another pass would end no nearer."""
-    policy = migration.LivePolicy(quiesce="manual", catch_up_lag_records=2000)
-    stalled = PassRow(3, written=4550, records=4550, mode="direct", seconds=21.5, lag_before=4550)
-    why = migration.stop_reason(4360, 2, 45.0, policy, stalled)
-    assert why is not None and why.startswith("the lag is not shrinking (4,550 record(s) before pass 3, 4,360 after it)")
-    assert "written at about 203 records/s" in why and "4,550 record(s) in 21.5 s (212 records/s" in why
-    shrinking = PassRow(2, written=5176, records=5176, mode="direct", seconds=22.5, lag_before=5176)
-    assert migration.stop_reason(2500, 1, 23.0, policy, shrinking) is None  # 2,500 < 0.9 x 5,176: go on
-    assert migration.stop_reason(1500, 1, 23.0, policy, stalled).startswith("the lag is 1,500")  # the threshold first

@@ -16,7 +16,7 @@ from kafkaops.model import Cluster, ConsumerGroup, GroupPartitionLag
 from kafkaops.platform.kafka import acls, metadata, records, topics
 from kafkaops.rekey import migration
 from kafkaops.rekey.backfill import BackfillPlan
-from kafkaops.rekey.records import Abandonment, PassResult, Quiesced
+from kafkaops.rekey.records import Abandonment, Quiesced
 
 PLAN = BackfillPlan("orders", ((0, 0, 100), (1, 0, 50)), "orders.v2", 4)
 ACL = migration.LivePolicy(quiesce="acl", principals=("User:orders-app",), quiet_s=3, switch_timeout_s=20)
@@ -281,34 +281,6 @@ def test_a_group_still_consuming_at_the_timeout_is_said_so(monkeypatch) -> None:
     Topics({}, groups=[[group("billing", 1, {0: 100, 1: 50})]]).install(monkeypatch)
     states = migration.settle_groups(Ctx(), "orders", {0: 100, 1: 50}, timeout_s=5, clock=clock, sleep=clock.sleep)
     assert states == {"billing": "still active"} and 5 < clock.now <= 7
-
-
-# -- the passes -----------------------------------------------------------------------------------------------
-
-def test_catch_up_passes_then_the_final_pass_are_numbered_on_from_the_backfill(monkeypatch) -> None:
-    """Producers write 30 records during the backfill and 5 during the catch-up pass: one catch-up pass
-    (pass 2, lag 30), then the final pass (pass 3) to the quiesced ends, from where the last pass ended."""
-    kafka = Topics({"orders": {0: 120, 1: 60}, "orders.v2": {0: 80, 1: 70, 2: 20, 3: 10}}).install(monkeypatch)
-    ran: list[tuple[str, bool, tuple]] = []
-
-    def run_pass(plan: BackfillPlan, name: str, verify: bool) -> PassResult:
-        ran.append((name, verify, plan.source_offsets))
-        kafka.ends["orders"][0] += 5 if name == "pass2" else 0
-        return PassResult.from_dict({"run": {"plan": plan.to_dict(), "written": plan.records, "mode": "direct",
-                                             "seconds": 1.5, "slices": 2}, "integrity": {"ok": verify}})
-    ctx = Ctx()
-    policy = migration.LivePolicy(quiesce="manual", catch_up_lag_records=10)
-    caught = migration.catch_up(ctx, PLAN, run_pass, policy, clock=Clock())
-    assert [p.number for p in caught.passes] == [2] and caught.passes[0].lag_before == 30 and caught.lag == 5
-    assert caught.next_pass == 3 and ctx.audit.notes[-1]["catch_up_done"] and ctx.audit.notes[-1]["passes"] == 1
-    assert ctx.audit.notes[0]["catch_up"] == {"pass": 2, "lag_before": 30, "records": 30, "written": 30,
-                                              "mode": "direct", "seconds": 0.0}  # the stored shape pages read
-    final = migration.final_pass(ctx, type(caught).from_dict(caught.to_dict()),  # through XCom
-                                 Quiesced("manual", 1.0, 2.0, {0: 125, 1: 60}), run_pass)
-    assert ran == [("pass2", False, ((0, 100, 120), (1, 50, 60))), ("pass3", True, ((0, 120, 125), (1, 60, 60)))]
-    assert final.written == 5 and final.integrity == {"ok": True} and final.run and final.run.slices == 2 and not final.run.extra
-    assert final.target_ends == {0: 80, 1: 70, 2: 20, 3: 10}
-    assert PassResult.from_dict(final.to_dict()) == final and ctx.audit.notes[-1]["final_pass"]["pass"] == 3
 
 
 def test_the_window_of_a_source_already_still_before_the_quiesce_begins_with_the_quiesce() -> None:

@@ -73,7 +73,7 @@ def read_ranges(config: Mapping[str, str], topic: str, ranges: Mapping[int, tupl
                 if offset >= wanted[p][1]:
                     pending.discard(p)
                     continue
-                yield Record(topic, p, offset, msg.timestamp()[1], msg.key(), msg.value(), _headers(msg.headers()))
+                yield Record(topic, p, offset, msg.timestamp()[1], msg.key(), msg.value(), headers_of(msg.headers()))
                 if offset + 1 >= wanted[p][1]:
                     pending.discard(p)
     finally:
@@ -99,7 +99,7 @@ def sample(config: Mapping[str, str], topic: str, ranges: Mapping[int, tuple[int
     return list(read_ranges(config, topic, tail))
 
 
-def _headers(raw: Any) -> tuple[tuple[str, bytes | None], ...]:
+def headers_of(raw: Any) -> tuple[tuple[str, bytes | None], ...]:
     """A consumed record's headers as :class:`Record` keeps them: confluent-kafka gives a list of (name, value)
     pairs, or None; a value given as text is taken as UTF-8."""
     return tuple((name, value.encode() if isinstance(value, str) else value) for name, value in (raw or ()))

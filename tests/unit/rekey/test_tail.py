@@ -1,0 +1,100 @@
+"""The tail copy's pure parts: what a part writes, and its check finding each kind of fault."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from kafkaops.platform.kafka.records import Record
+from kafkaops.platform.partitioner import partition_for
+from kafkaops.rekey import tail
+from kafkaops.rekey.backfill import (CODE_HEADER, LINEAGE_HEADER, BackfillPlan, IntegrityReport, PartitionIntegrity,
+                                     checksum)
+
+PLAN = BackfillPlan("orders", ((0, 0, 100), (1, 0, 100)), "orders.v2", 6, key_rule="field:customer")
+
+
+def source(partition: int, offset: int, ts: int, customer: str | None) -> Record:
+    value = json.dumps({"customer": customer} if customer is not None else {"other": 1}).encode()
+    return Record("orders", partition, offset, ts, f"k{offset}".encode(), value)
+
+
+def read_back(outputs: list[tail.Output]) -> list[Record]:
+    """What a faithful broker gives back: each output partition's records in the order written."""
+    offsets: dict[tuple[str, int], int] = {}
+    found = []
+    for o in outputs:
+        at = offsets.get((o.topic, o.partition), 0)
+        offsets[(o.topic, o.partition)] = at + 1
+        found.append(Record(o.topic, o.partition, at, o.timestamp or 0, o.key, o.value, o.headers))
+    return found
+
+
+# one new key ("alice") in two source partitions, its timestamps interleaved; one record without the field
+SOURCE = [source(0, 10, 1000, "alice"), source(0, 11, 1003, "bob"), source(1, 20, 1001, "alice"),
+          source(1, 21, 1002, "alice"), source(1, 22, 1004, None)]
+
+
+def test_a_part_places_each_key_where_javas_partitioner_does_in_timestamp_order_and_dead_letters_the_rest() -> None:
+    out = tail.rekey_part(PLAN, SOURCE)
+    alice = [dict(o.headers)[LINEAGE_HEADER].decode() for o in out if o.key == b"alice"]
+    assert alice == ["orders/0/10", "orders/1/20", "orders/1/21"]  # merged by the order clock, not by partition
+    assert {o.partition for o in out if o.key == b"alice"} == {partition_for(b"alice", 6)}
+    dead = [o for o in out if o.topic == PLAN.dead_letter_topic]
+    assert len(dead) == 1 and dict(dead[0].headers)[CODE_HEADER] == b"FIELD_MISSING" and dead[0].key is None
+    assert sorted(o.value for o in out) == sorted(r.value for r in SOURCE)
+
+
+def test_a_faithful_read_back_passes_with_the_counts_and_checksums_of_the_part() -> None:
+    check = tail.check_part(PLAN, SOURCE, read_back(tail.rekey_part(PLAN, SOURCE)))
+    assert check.ok, check.failures
+    assert (check.source_records, check.target_records, check.dead_letters, check.expected_dead_letters) == (5, 4, 1, 1)
+    assert f"{check.source_sum:016x}" == checksum(r.value for r in SOURCE) == f"{check.output_sum:016x}"
+
+
+@pytest.mark.parametrize("fault, finding", [
+    (lambda rs: rs[1:], "missing from the outputs"),
+    (lambda rs: rs + rs[:1], "written more than once"),
+    (lambda rs: [replace(r, partition=(r.partition + 1) % 6) if r.key == b"bob" else r for r in rs],
+     "another output partition than planned"),
+    (lambda rs: [replace(r, value=b"{}") if r.key == b"bob" else r for r in rs], "value differs"),
+    (lambda rs: [replace(r, key=b"carol") if r.key == b"bob" else r for r in rs], "another key than the rule gives"),
+    (lambda rs: rs + [Record("orders.v2", 0, 99, 0, b"x", b"y", ((LINEAGE_HEADER, b"orders/0/99"),))],
+     "not of this part"),
+    (lambda rs: [replace(r, headers=((LINEAGE_HEADER, dict(r.headers)[LINEAGE_HEADER]), (CODE_HEADER, b"NO_KEY")))
+                 if r.topic == PLAN.dead_letter_topic else r for r in rs], "another reason code"),
+    (lambda rs: sorted(rs, key=lambda r: r.header(LINEAGE_HEADER) != b"orders/1/21"), "out of per-key source order"),
+])
+def test_the_check_of_a_part_finds_each_fault(fault, finding) -> None:
+    check = tail.check_part(PLAN, SOURCE, fault(read_back(tail.rekey_part(PLAN, SOURCE))))
+    assert not check.ok and any(finding in f for f in check.failures), check.failures
+
+
+def test_the_gate_report_adds_the_tail_to_the_backfills_report() -> None:
+    first = tail.check_part(PLAN, SOURCE, read_back(tail.rekey_part(PLAN, SOURCE)))
+    keys = tail.TailKeys()
+    keys.add(first)
+    report = replace(tail.add_part(tail.TailReport(began={0: 10, 1: 20}), first, {0: 12, 1: 23}), keys=keys.counts())
+    backfill = IntegrityReport(source_records=3, target_records=3, dead_letters=0, expected_dead_letters=0,
+                               source_checksum=checksum([b"a", b"b", b"c"]), output_checksum=checksum([b"a", b"b", b"c"]),
+                               partitions=(PartitionIntegrity("orders.v2", 0, 3, 2, 0, 0, 0, 0, 0),),
+                               source_topic="orders", target_topic="orders.v2", target_partitions=6, failures=())
+    whole = tail.whole_copy(backfill, report)
+    assert whole.ok and (whole.source_records, whole.target_records, whole.dead_letters) == (8, 7, 1)
+    assert whole.source_checksum == checksum([b"a", b"b", b"c"] + [r.value for r in SOURCE]) == whole.output_checksum
+    assert {r["name"] for r in whole.rows()} >= {"orders.v2-0 (backfill)", f"orders.v2-{partition_for(b'alice', 6)} (tail)"}
+    assert tail.TailReport.from_dict(report.to_dict()) == report and report.position == {0: 12, 1: 23}
+    assert IntegrityReport.from_dict(whole.to_dict()) == whole
+    # the totals travel with the committed position, for a retried task (its keys do not)
+    resumed = tail.TailReport.from_note(report.note(4000), report.position)
+    assert resumed.resumed and resumed.keys == {} and replace(resumed, keys=report.keys, resumed=False) == report
+    assert tail.TailReport.from_note(report.note(100), report.position).records == {}  # too long: the totals only
+
+
+def test_the_progress_says_when_the_copy_catches_up_and_when_it_does_not_gain() -> None:
+    assert tail.TailProgress(2_000, 1_000.0, 3_000.0, 5.0, 10, 50_000).eta_s == 1.0
+    assert tail.TailProgress(2_000, 3_000.0, 3_000.0, 5.0, 10, 50_000).eta_s is None
+    line = tail.TailProgress(2_000, 3_000.0, 2_000.0, 5.0, 10, 50_000).line(lambda s: f"{s} s")
+    assert "not gaining on the source" in line and "lag 2,000" in line
+    assert tail.rates((0.0, 100, 50), (2.0, 300, 450)) == (100.0, 200.0)
