@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration
 CAPACITY_DAG = "kafka_capacity_review"  # the records a partition increase reads its capacity advice from
 #: a short protocol: one catch-up pass (the budget is spent after it), a 3 s quiet period
 LIVE = dict(mode="migrate", new_partition_count=12, dry_run=False, approval="auto_approve", quiesce="manual",
-            catch_up_lag_records=0, catch_up_budget_s=1, quiet_s=3, quiesce_timeout_s=120, switch_timeout_s=120)
+            catch_up_lag_records=2000, catch_up_budget_s=300, quiet_s=3, quiesce_timeout_s=120, switch_timeout_s=120)
 
 
 @pytest.fixture(scope="module")

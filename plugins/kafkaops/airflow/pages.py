@@ -216,6 +216,8 @@ def _steps(record: Mapping[str, Any]) -> tuple[list[str], list[list[Any]]]:
 def _pass_row(note: CatchUpNote | FinalPassNote) -> list[Any]:
     row = note.value
     kind = "catch-up" if isinstance(note, CatchUpNote) else "final (after the quiesce)"
+    if row.mode == "tail":  # the tail copy: one process, each part checked before its commit
+        kind = "catch-up: tail copy" if isinstance(note, CatchUpNote) else "final (after the quiesce): last tail part"
     return [row.number, kind, "" if row.lag_before is None else f"{row.lag_before:,}", f"{row.written:,}",
             row.mode or "", render.duration(row.seconds), render.utc_time(note.ts)]
 
@@ -236,6 +238,8 @@ def _live(record: Mapping[str, Any]) -> dict[str, Any] | None:
                g.redelivered, g.stated or ""]
               for n in live.translations for group, g in sorted(n.groups.items())]
     facts = []
+    if live.tail is not None:  # the tail copy's last word on its lag (every 10 s while it runs)
+        facts.append(("tail copy (last report)", f"{live.tail.text} at {render.utc_time(live.tail.ts)}"))
     if live.quiesced:
         q = live.quiesced.value
         facts += [("quiesce", {"manual": "the record asked for the producers to stop (quiesce=manual); the source "
@@ -258,8 +262,7 @@ def _live(record: Mapping[str, Any]) -> dict[str, Any] | None:
             facts.append(("the window, by phase", "; ".join(f"{name} {render.duration(s)}" for name, s in phases)))
     if live.abandoned:
         facts.append(("abandoned", live.abandoned.text))
-    return {"passes": (["pass", "kind", "lag before (records)", "copied (records)", "copy", "took (with the "
-                                                                                         "gate's check: final)",
+    return {"passes": (["pass", "kind", "lag before (records)", "copied (records)", "copy", "took",
                         "ended (UTC)"],
                        passes),
             "groups": (["group", "committed for", "settled", "target offsets (partition: offset)", "redelivered",

@@ -138,18 +138,25 @@ def execute(plan_data: dict[str, Any]) -> dict[str, Any]:
         return steps.run_backfill(ctx, BackfillPlan.from_dict(plan.backfill or {}), launcher=launcher).to_dict()
 
 
+def first_plan(plan_data: dict[str, Any], result: dict[str, Any]) -> BackfillPlan:
+    """The backfill's plan (the tail copy's name and start), from its result or else the run's plan."""
+    run = PassResult.from_dict(result).run
+    return run.backfill if run else BackfillPlan.from_dict(steps.plan_of(plan_data).backfill or {})
+
+
 @task(execution_timeout=LONG_TASK_TIMEOUT, show_return_value_in_logs=False)  # the step logs its summary line
 def catch_up(plan_data: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
-    first = PassResult.from_dict(result).run
-    return run_live("catch_up", plan_data, lambda ctx: migration.follow(
-        ctx, first.backfill if first else BackfillPlan.from_dict(steps.plan_of(plan_data).backfill or {}),
-        ctx.params.policy))
+    return run_live("catch_up", plan_data, lambda ctx: migration.follow(ctx, first_plan(plan_data, result),
+                                                                         ctx.params.policy))
 
 
 @task(execution_timeout=LONG_TASK_TIMEOUT, show_return_value_in_logs=False)  # the step logs its summary line
-def quiesce(plan_data: dict[str, Any], caught: dict[str, Any]) -> dict[str, Any]:
-    return run_live("quiesce", plan_data, lambda ctx: migration.quiesce(ctx, CatchUp.from_dict(caught).last_plan,
-                                                                         ctx.params.policy))
+def quiesce(plan_data: dict[str, Any], result: dict[str, Any], caught: dict[str, Any]) -> dict[str, Any]:
+    def step(ctx: lifecycle.OperationContext) -> Any:
+        done = CatchUp.from_dict(caught)
+        with migration.Tail(ctx, first_plan(plan_data, result), done.tail) as copy:  # copies on while it waits
+            return migration.quiesce(ctx, done.last_plan, ctx.params.policy, copy=copy)
+    return run_live("quiesce", plan_data, step)
 
 
 @task(execution_timeout=LONG_TASK_TIMEOUT, show_return_value_in_logs=False)  # the step logs its summary line
@@ -248,7 +255,8 @@ def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[st
         approval >> result
         # retried: the tail resumes at its last committed part
         caught = catch_up.override(**RETRIED)(value_of(planned), value_of(result))
-        quiesced = quiesce(value_of(planned), value_of(caught))  # not retried: a retry would ask the operator again
+        # not retried: a retry would ask the operator again
+        quiesced = quiesce(value_of(planned), value_of(result), value_of(caught))
         final = final_pass.override(**RETRIED)(value_of(planned), value_of(result), value_of(caught), value_of(quiesced))
         verified = verify.override(**RETRIED)(value_of(planned), value_of(result), value_of(final))
         translated = cutover.override(**RETRIED)(value_of(planned), value_of(before), value_of(quiesced),

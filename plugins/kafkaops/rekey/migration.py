@@ -85,7 +85,10 @@ DELETE_TARGET = form.Flag(name="delete_target_on_abandon", title="Delete the tar
 
 
 class MigrationAbandoned(KafkaOpsError):
-    """The live migration stopped before the switch; the source stays authoritative."""
+    """The live migration stopped before the switch; the source stays authoritative. Final: a retry of
+    the step would not change why (the producers, the groups or the budget decided it)."""
+
+    final = True
 
 
 @dataclass(frozen=True)
@@ -307,7 +310,7 @@ class Tail:
             self.copy.write(outputs)
             after = self.copy.ends(self.outputs, committed=False)
             written = self.copy.read_back({tp: (before[tp], after[tp]) for tp in self.outputs})
-            check = tail.check_part(self.first, source, written)
+            check = tail.check_part(self.first, source, written, outputs)
             if not check.ok:
                 raise backfill.BackfillError(
                     f"a part of the tail copy into {self.first.target_topic} ({len(source):,} record(s) of "
@@ -340,8 +343,10 @@ class Tail:
         while True:
             ends = dict(stop_at) if stop_at is not None else self.source_ends()
             now, lag = self.clock(), self.lag(ends)
-            samples = [x for x in samples if now - x[0] <= RATE_WINDOW_S] + [(now, sum(ends.values()),
-                                                                                self.report.source_records)]
+            # the rates over the last RATE_WINDOW_S, or since the sample before a part that took longer
+            recent = [x for x in samples if now - x[0] <= RATE_WINDOW_S]
+            samples = samples[-1:] if not recent and samples else recent
+            samples.append((now, sum(ends.values()), self.report.source_records))
             progress = self.progress(samples, lag)
             verdict = done(progress) if stop_at is None else \
                 CatchUpVerdict("the copy reached the quiesced end offsets", True) if lag == 0 else None
@@ -388,7 +393,7 @@ def final_part(ctx: lifecycle.OperationContext, caught: CatchUp, quiesced: Quies
                             "migration again (a live backfill checks its copy before the tail begins)")
     first = BackfillPlan.from_dict(copied.run.plan) if copied.run else caught.last_plan
     began = clock()
-    with Tail(ctx, first, caught.tail, clock=clock) as t:
+    with Tail(ctx, first, quiesced.tail or caught.tail, clock=clock) as t:  # the quiesce's copy went on
         before = t.report.source_records
         t.run(lambda _progress: None, stop_at=quiesced.ends, label="final part")
         report = t.report
@@ -406,15 +411,17 @@ def final_part(ctx: lifecycle.OperationContext, caught: CatchUp, quiesced: Quies
     return PassResult(run, whole.to_dict(), target_ends)
 
 
-def quiesce(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePolicy, *,
+def quiesce(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePolicy, *, copy: Tail | None = None,
             clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
             ) -> Quiesced:
-    """Stop the writes to the source and wait until its end offsets stay still for ``quiet_s``.
+    """Stop the writes to the source and wait until its end offsets stay still for :func:`quiet_period`.
 
     manual: the record asks the operator to stop the producers (and to let consumers read to the end,
     then stop them); acl: a DENY Write ACL on the source for each principal (removed by
-    :func:`release_writes`, whatever happens later). Raises :class:`MigrationAbandoned` when the end
-    offsets still move after ``quiesce_timeout_s``."""
+    :func:`release_writes`, whatever happens later). ``copy``: the tail copy, which goes on copying
+    (and checking) what the source still receives while it is waited on, so that at the quiesce only
+    what arrived in the last moment is left; the result carries its report. Raises
+    :class:`MigrationAbandoned` when the end offsets still move after ``quiesce_timeout_s``."""
     topic, target = plan.source_topic, plan.target_topic
     asked_at = lifecycle.now()
     if policy.quiesce == Quiesce.ACL:
@@ -435,17 +442,18 @@ def quiesce(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePol
         Action.STOP_PRODUCERS, topic=topic, target_topic=target, deadline=asked_at + policy.quiesce_timeout_s))
     still, began = Stillness(quiet_period(policy)), clock()
     while True:
-        ends = source_ends(ctx, topic)
-        if still.see(clock(), ends):
+        ends = copy.source_ends() if copy is not None else source_ends(ctx, topic)
+        if still.see(clock(), ends) and (copy is None or copy.position == ends):
             break
         if clock() - began > policy.quiesce_timeout_s:
             raise MigrationAbandoned(
                 f"{topic}'s end offsets still moved after {policy.quiesce_timeout_s:.0f} s (now {render.offsets(ends)}): producers "
                 f"did not stop. The migration is abandoned: {topic} stays authoritative and nothing was switched; "
                 "stop the producers and trigger the migration again")
-        sleep(min(1.0, still.quiet_s / 4))
+        if copy is None or not copy.part(ends):
+            sleep(min(1.0, still.quiet_s / 4) if copy is None else TAIL_IDLE_S)
     settled_at = lifecycle.now()
-    quiesced = Quiesced(policy.quiesce.value, asked_at, settled_at, ends)
+    quiesced = Quiesced(policy.quiesce.value, asked_at, settled_at, ends, None if copy is None else copy.report)
     state.append_note(ctx.audit, QuiescedNote(f"producers quiesced ({policy.quiesce}): {topic}'s end offsets stayed "
                                               f"still for {still.quiet_s:g} s, {settled_at - asked_at:.1f} s "
                                               "after asking", quiesced))

@@ -204,14 +204,17 @@ class Quiesced:
     asked_at: float | None
     settled_at: float | None
     ends: Mapping[int, int]
+    #: the tail copy as the quiesce left it (it copied on while the source was waited on); None: no tail
+    tail: TailReport | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"how": self.how, "asked_at": self.asked_at, "settled_at": self.settled_at, "ends": dict(self.ends)}
+        out = {"how": self.how, "asked_at": self.asked_at, "settled_at": self.settled_at, "ends": dict(self.ends)}
+        return out if self.tail is None else {**out, "tail": self.tail.to_dict()}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Quiesced:
         return cls(how=str(data.get("how") or ""), asked_at=data.get("asked_at"), settled_at=data.get("settled_at"),
-                   ends=offsets_of(data.get("ends")))
+                   ends=offsets_of(data.get("ends")), tail=TailReport.from_dict(data["tail"]) if data.get("tail") else None)
 
 
 @dataclass(frozen=True)
@@ -570,6 +573,8 @@ class LiveRecord:
     decision: SwitchDecision | None
     observed: SwitchObservedNote | None
     abandoned: AbandonedNote | None
+    #: the tail copy's latest report of its lag and rates (None: no tail ran, or it ran less than 10 s)
+    tail: TailNote | None = None
 
     @classmethod
     def of(cls, notes: Sequence[Mapping[str, Any]]) -> LiveRecord | None:
@@ -586,7 +591,8 @@ class LiveRecord:
                    translations=tuple(state.read_notes(notes, TranslationNote)),
                    decision=next(iter(state.read_notes(notes, SwitchDecision)), None),
                    observed=next(iter(state.read_notes(notes, SwitchObservedNote)), None),
-                   abandoned=next(iter(state.read_notes(notes, AbandonedNote)), None))
+                   abandoned=next(iter(state.read_notes(notes, AbandonedNote)), None),
+                   tail=next(iter(reversed(state.read_notes(notes, TailNote))), None))
 
     def window_phases(self) -> tuple[tuple[str, float], ...]:
         """Where the write-unavailable window went, phase by phase (seconds, in order; they add up to the

@@ -697,13 +697,20 @@ def cutover(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mappin
         committed.setdefault(group, {})
     ranges = {x.partition: (x.start_offset or 0, x.end_offset or 0) for x in snap.partitions_of(bf.target_topic)}
     lineage: dict[int, list[tuple[int, str]]] = {k: [] for k in ranges}
-    if committed:
+    # a group that read the source to its quiesced end resumes at the target's end, one that never committed at
+    # its start: no lineage to read for either, so the cut-over's time does not grow with the topic
+    at_end = {g for g, o in committed.items() if quiesced is not None and o and
+              all(o.get(p, 0) >= e for p, e in quiesced.ends.items())}
+    unread = {g for g, o in committed.items() if not o}
+    if set(committed) - at_end - unread:
         for r in records.read_ranges(ctx.conn_config, bf.target_topic, ranges):
             value = r.header(backfill.LINEAGE_HEADER)
             lineage[r.partition].append((r.offset, value.decode() if value else f"?/{-1}/-1"))
     translated = {}
     for group, source_offsets in sorted(committed.items()):
-        table = backfill.translate_offsets(bf.source_topic, source_offsets, lineage)
+        table = ({p: {"offset": end, "redelivered": 0} for p, (_, end) in sorted(ranges.items())} if group in at_end
+                 else {p: {"offset": start, "redelivered": 0} for p, (start, _) in sorted(ranges.items())}
+                 if group in unread else backfill.translate_offsets(bf.source_topic, source_offsets, lineage))
         new_group = None
         if p.cutover_group_suffix or quiesced is not None:
             new_group = f"{group}{p.cutover_group_suffix}"

@@ -148,86 +148,108 @@ class PartCheck:
         return not self.failures
 
 
-def _lineage(r: Record) -> str | None:
-    value = r.header(LINEAGE_HEADER)
-    return value.decode("utf-8", "replace") if value is not None else None
+def _where(r: Record) -> str:
+    return f"{r.topic}-{r.partition}@{r.offset}"
 
 
-def check_part(plan: BackfillPlan, source: Sequence[Record], written: Sequence[Record]) -> PartCheck:
+def check_part(plan: BackfillPlan, source: Sequence[Record], written: Sequence[Record],
+               expected: Sequence[Output] | None = None) -> PartCheck:
     """Check ``written`` (what the outputs hold of this part, read back, in offset order per partition)
-    against ``source`` (the part's source records): every source record exactly once, in the target on
-    its new key's partition or a dead letter with the rule's reason code, its value unchanged, in per-key
-    order as :func:`rekey_part` orders it, and nothing else. Pure."""
-    expected = rekey_part(plan, source)
-    want = {_out_lineage(o): o for o in expected}
-    failures: list[str] = []
-    seen: Counter[str] = Counter()
-    foreign, duplicates, misplaced, wrong_keys, wrong_values, wrong_codes, wrong_place = [], [], [], [], [], [], []
-    got_order: dict[tuple[str, int, bytes | None], list[str]] = defaultdict(list)
+    against ``source`` (the part's source records; ``expected``: :func:`rekey_part` of them, when already
+    made): every source record exactly once, in the target on its new key's partition or a dead letter
+    with the rule's reason code, its value unchanged, each output partition holding exactly the planned
+    sequence (so per-key order as :func:`rekey_part` orders it), and nothing else. Pure."""
+    expected = rekey_part(plan, source) if expected is None else expected
+    want: dict[bytes, Output] = {}
+    planned: dict[tuple[str, int], list[bytes]] = defaultdict(list)
+    for out in expected:
+        planned_lineage = out.headers[0][1]  # the lineage header comes first (rekey_part)
+        want[planned_lineage] = out
+        planned[(out.topic, out.partition)].append(planned_lineage)
+    seen: set[bytes] = set()
+    got: dict[tuple[str, int], list[bytes]] = defaultdict(list)
+    foreign: list[str] = []
+    duplicates: list[str] = []
+    wrong_place: list[str] = []
+    wrong_keys: list[str] = []
+    wrong_values: list[str] = []
+    wrong_codes: list[str] = []
     partitions: Counter[tuple[str, int]] = Counter()
     keys: dict[tuple[str, int], set[bytes]] = defaultdict(set)
     output_sum = dead = 0
+    dead_letter_topic = plan.dead_letter_topic
     for r in written:
-        where = f"{r.topic}-{r.partition}@{r.offset}"
-        lineage = _lineage(r)
-        partitions[(r.topic, r.partition)] += 1
-        output_sum = (output_sum + value_digest(r.value)) & _MASK64
-        if r.topic == plan.dead_letter_topic:
+        where = (r.topic, r.partition)
+        partitions[where] += 1
+        output_sum += value_digest(r.value)
+        if r.topic == dead_letter_topic:
             dead += 1
-        if lineage is None or lineage not in want:
-            foreign.append(f"{where} ({lineage or 'no lineage'})")
+        lineage = r.header(LINEAGE_HEADER)
+        o = want.get(lineage) if lineage is not None else None
+        if o is None or lineage is None:
+            foreign.append(f"{_where(r)} ({lineage.decode('utf-8', 'replace') if lineage else 'no lineage'})")
             continue
-        seen[lineage] += 1
-        if seen[lineage] > 1:
-            duplicates.append(lineage)
+        if lineage in seen:
+            duplicates.append(lineage.decode())
             continue
-        o = want[lineage]
-        if (r.topic, r.partition) != (o.topic, o.partition):
-            wrong_place.append(f"{lineage} at {where}, planned {o.topic}-{o.partition}")
-        if r.topic == plan.target_topic:
-            if r.key != o.key:
-                wrong_keys.append(f"{where} key {r.key!r}, rule gives {o.key!r}")
-            elif r.key is not None and partition_for(r.key, plan.target_partitions) != r.partition:
-                misplaced.append(f"key {r.key!r} at {where}")
-            if r.key is not None:
-                keys[(r.topic, r.partition)].add(r.key)
-        elif r.header(CODE_HEADER) != dict(o.headers).get(CODE_HEADER):
-            wrong_codes.append(f"{where} code {r.header(CODE_HEADER)!r}, rule gives {dict(o.headers).get(CODE_HEADER)!r}")
+        seen.add(lineage)
+        got[where].append(lineage)
+        if where != (o.topic, o.partition):
+            wrong_place.append(f"{lineage.decode()} at {_where(r)}, planned {o.topic}-{o.partition}")
+        if r.key != o.key:
+            wrong_keys.append(f"{_where(r)} key {r.key!r}, rule gives {o.key!r}")
+        elif r.key is not None:
+            keys[where].add(r.key)
         if r.value != o.value:
-            wrong_values.append(where)
-        got_order[(o.topic, o.partition, o.key)].append(lineage)
-    lost = [lineage for lineage in want if not seen[lineage]]
-    want_order: dict[tuple[str, int, bytes | None], list[str]] = defaultdict(list)
-    for o in expected:
-        want_order[(o.topic, o.partition, o.key)].append(_out_lineage(o))
-    breaks = []
-    for k, lineages in want_order.items():
-        planned = [x for x in lineages if seen[x]]  # the lost are counted above, not twice here
-        if got_order.get(k, []) != planned:
-            breaks.append((k, got_order.get(k, []), planned))
+            wrong_values.append(_where(r))
+        if r.topic == dead_letter_topic and r.header(CODE_HEADER) != o.headers[1][1]:
+            wrong_codes.append(f"{_where(r)} code {r.header(CODE_HEADER)!r}, rule gives {o.headers[1][1]!r}")
+    failures: list[str] = []
+    lost = [lineage.decode() for lineage in want if lineage not in seen]
+    breaks = _order_breaks(want, planned, got, seen)
     for label, found in (("record(s) not of this part (no or another lineage)", foreign),
                          ("source record(s) written more than once", duplicates),
                          ("source record(s) missing from the outputs", lost),
                          ("record(s) in another output partition than planned", wrong_place),
-                         ("target record(s) with another key than the rule gives", wrong_keys),
-                         ("target record(s) off their key's partition", misplaced),
+                         ("record(s) with another key than the rule gives", wrong_keys),
                          ("dead letter(s) with another reason code than the rule gives", wrong_codes),
                          ("record(s) whose value differs from the source's", wrong_values)):
         if found:
             failures.append(f"{len(found)} {label}, e.g. {found[:SAMPLE]}")
     if breaks:
-        failures.append(f"{len(breaks)} key(s) out of per-key source order, e.g. key {breaks[0][0][2]!r} in "
-                        f"{breaks[0][0][0]}-{breaks[0][0][1]}: read back {breaks[0][1][:4]}, planned {breaks[0][2][:4]}")
+        (topic, partition, key), read, wanted = breaks[0]
+        failures.append(f"{len(breaks)} key(s) out of per-key source order, e.g. key {key!r} in {topic}-{partition}: "
+                        f"read back {[x.decode() for x in read[:4]]}, planned {[x.decode() for x in wanted[:4]]}")
     source_sum = 0
     for r in source:
-        source_sum = (source_sum + value_digest(r.value)) & _MASK64
-    expected_dead = sum(1 for o in expected if o.topic == plan.dead_letter_topic)
-    return PartCheck(len(source), len(written) - dead, dead, expected_dead, len(wrong_codes), source_sum, output_sum,
-                     dict(partitions), tuple(failures), {k: frozenset(v) for k, v in keys.items()})
+        source_sum += value_digest(r.value)
+    expected_dead = sum(1 for o in expected if o.topic == dead_letter_topic)
+    return PartCheck(len(source), len(written) - dead, dead, expected_dead, len(wrong_codes), source_sum & _MASK64,
+                     output_sum & _MASK64, dict(partitions), tuple(failures),
+                     {k: frozenset(v) for k, v in keys.items()})
 
 
-def _out_lineage(o: Output) -> str:
-    return dict(o.headers)[LINEAGE_HEADER].decode()
+def _order_breaks(want: Mapping[bytes, Output], planned: Mapping[tuple[str, int], list[bytes]],
+                  got: Mapping[tuple[str, int], list[bytes]], seen: set[bytes]
+                  ) -> list[tuple[tuple[str, int, bytes | None], list[bytes], list[bytes]]]:
+    """The keys whose records were read back in another order than planned (each lost record left out of
+    the plan, each misplaced one counted where it was planned). Each output partition is compared whole
+    first: equal sequences (the usual case) need no per-key look."""
+    if all(got.get(tp, []) == [x for x in lineages if x in seen] for tp, lineages in planned.items()) and \
+            set(got) <= set(planned):
+        return []
+    read: dict[tuple[str, int, bytes | None], list[bytes]] = defaultdict(list)
+    for lineages in got.values():
+        for x in lineages:
+            o = want[x]
+            read[(o.topic, o.partition, o.key)].append(x)
+    wanted: dict[tuple[str, int, bytes | None], list[bytes]] = defaultdict(list)
+    for lineages in planned.values():
+        for x in lineages:
+            if x in seen:
+                o = want[x]
+                wanted[(o.topic, o.partition, o.key)].append(x)
+    return [(k, read.get(k, []), w) for k, w in wanted.items() if read.get(k, []) != w]
 
 
 # -- the checks added up ----------------------------------------------------------------------------------

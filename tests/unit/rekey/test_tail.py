@@ -98,3 +98,17 @@ def test_the_progress_says_when_the_copy_catches_up_and_when_it_does_not_gain() 
     line = tail.TailProgress(2_000, 3_000.0, 2_000.0, 5.0, 10, 50_000).line(lambda s: f"{s} s")
     assert "not gaining on the source" in line and "lag 2,000" in line
     assert tail.rates((0.0, 100, 50), (2.0, 300, 450)) == (100.0, 200.0)
+
+
+def test_a_capped_part_is_cut_at_one_moment_in_every_partition() -> None:
+    """Partition 0 is written fast (its cap reached at ts 1004), partition 1 slowly: the part keeps every
+    record up to ts 1004 of both, so partition 1's later records (ts 1005, 1010) wait for the next part."""
+    fast = [source(0, o, 1000 + o, "alice") for o in range(5)]  # ts 1000..1004, capped at offset 5
+    slow = [source(1, 20, 1002, "alice"), source(1, 21, 1005, "alice"), source(1, 22, 1010, "bob")]
+    kept, ends = tail.cut_by_time(fast + slow, {0: 5, 1: 23}, more=[0])
+    assert [(r.partition, r.offset) for r in kept] == [(0, o) for o in range(5)] + [(1, 20)]
+    assert ends == {0: 5, 1: 21}
+    # nothing capped, or nothing before the cut: the part is kept whole
+    assert tail.cut_by_time(fast + slow, {0: 5, 1: 23}, more=[]) == (fast + slow, {0: 5, 1: 23})
+    late = [source(0, 0, 2000, "alice"), source(0, 1, 1000, "alice")]
+    assert tail.cut_by_time(late, {0: 2}, more=[0])[1] == {0: 2}

@@ -12,6 +12,7 @@ once (:func:`wait_for`, :func:`tls_refusal`); every other error is classified by
 """
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import sys
 import time
@@ -310,7 +311,10 @@ def wait_for(future: Any, conn: KafkaConnection, what: str) -> Any:
     refused login or handshake ends the wait at once instead of after the request's timeout."""
     deadline = time.monotonic() + conn.timeout_s + 5
     while not future.done() and conn.refused is None and time.monotonic() < deadline:
-        conn.admin.poll(0.1)
+        # returns once answered (librdkafka's own thread completes the future); the error callback is served
+        # at least every 0.1 s meanwhile
+        concurrent.futures.wait([future], timeout=0.1)
+        conn.admin.poll(0)
         conn.probe_tls()
     try:
         if not future.done() and conn.refused is not None:

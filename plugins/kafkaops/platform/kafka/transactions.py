@@ -144,8 +144,10 @@ class TransactionalCopy:
         """The copy's committed source position (next offset to copy) per partition (None: none yet), and
         the text committed with it (:meth:`commit`'s ``note``; empty when none)."""
         asked = [TopicPartition(self.source_topic, int(p)) for p in sorted(partitions)]
-        found = self._call(f"the committed position of group {self.group_id}",
-                           lambda: self._source.committed(asked, timeout=self.timeout_s))
+        what = f"the committed position of group {self.group_id}"
+        # a coordinator still loading or moving (a fresh cluster creates __consumer_offsets on first use) is asked again
+        found = errors.retrying(what, attempts=None, deadline_s=self.timeout_s, first_wait_s=0.2, max_wait_s=2.0)(
+            self._call, what, lambda: self._source.committed(asked, timeout=self.timeout_s))
         note = next((tp.metadata for tp in found if tp.metadata), "") if found else ""
         return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in found}, note or ""
 
