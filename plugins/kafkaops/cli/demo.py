@@ -393,7 +393,7 @@ def _tell(spec: provision.ClusterSpec, spec_path: Path, records: int, out: TextI
     return 0 if drained.get("outcome") == "success" and report.ok and migrated else 1
 
 
-#: The live partition increase of the demo: the record key, catch-up passes until at most this many records
+#: The live partition increase of the demo: the record key, the tail copy until at most this many records
 #: are left, then the demo (the operator) stops the producers when the record asks.
 LIVE_MIGRATION = {"mode": "migrate", "new_partition_count": 6, "key_rule": "record_key", "dry_run": False,
                   "approval": "auto_approve", "quiesce": "manual", "catch_up_lag_records": 2000,

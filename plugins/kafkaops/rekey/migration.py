@@ -161,7 +161,7 @@ def catch_up_verdict(progress: tail.TailProgress, policy: LivePolicy) -> CatchUp
 #: ``quiet_s``). The ACL refuses the named principals' writes, so stillness only has to show that it is in
 #: effect on every broker and that no write accepted before it is still arriving; a producer the ACL
 #: does not name is found by :func:`refuse_stray_writes` before the switch.
-ACL_QUIET_S = 1.0
+ACL_QUIET_S = 0.5
 
 
 def quiet_period(policy: LivePolicy) -> float:

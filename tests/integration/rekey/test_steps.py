@@ -127,3 +127,26 @@ def test_the_merged_copy_gives_each_output_partition_a_task_of_its_own_in_order(
     assert len(out) == len(rows) and len(tasks) >= 10  # 40 keys over 12 partitions
     for task, order in tasks.items():
         assert order == sorted(order), f"task {task} is not in (order_ts, partition, offset) order"
+
+
+@pytest.mark.parametrize("rule", ["field:account", "jsonpath:$.account", "record_key"])
+def test_the_tail_copy_writes_what_the_jvm_step_plans_in_the_same_order(spark, rule) -> None:
+    """The tail (kafkaops.rekey.tail.rekey_part, the Python side of the contract) against the backfill's JVM
+    step on the same rows: the same output topic, partition, key, value and reason code for every record,
+    and each output partition in the merged copy's (order timestamp, source partition, source offset) order."""
+    from kafkaops.platform.kafka.records import Record
+    from kafkaops.rekey import tail
+    from kafkaops.rekey.backfill import CODE_HEADER, LINEAGE_HEADER, format_lineage
+
+    rows = sorted(MIXED)  # each source partition in offset order, as the tail reads it
+    jvm = actual(step(spark, rows, rule))
+    written = tail.rekey_part(plan(rule), [Record("orders", p, o, ts, k, v) for p, o, ts, k, v in rows])
+    lineage = {format_lineage("orders", r[3], r[4]).encode(): r for r in jvm}
+    assert sorted(lineage) == sorted(dict(o.headers)[LINEAGE_HEADER] for o in written)
+    for o in written:
+        want = lineage[dict(o.headers)[LINEAGE_HEADER]]
+        assert (o.topic, o.partition, o.key, o.value, (dict(o.headers).get(CODE_HEADER) or b"").decode() or None) == \
+            (want[0], want[1], want[5], want[6], want[7])
+    for topic, partition in {(o.topic, o.partition) for o in written}:
+        here = [lineage[dict(o.headers)[LINEAGE_HEADER]] for o in written if (o.topic, o.partition) == (topic, partition)]
+        assert here == sorted(here, key=lambda r: (r[2], r[3], r[4]))

@@ -28,10 +28,10 @@ def test_the_catch_up_asks_for_the_quiesce_within_the_threshold_and_abandons_pas
     assert verdict is None if words is None else (verdict.quiesce is quiesce and words in verdict.why)
 
 
-def test_the_acl_fence_waits_a_second_of_stillness_and_the_manual_quiesce_its_quiet_period() -> None:
+def test_the_acl_fence_waits_half_a_second_of_stillness_and_the_manual_quiesce_its_quiet_period() -> None:
     assert migration.quiet_period(migration.LivePolicy(quiesce="manual", quiet_s=10)) == 10
-    assert migration.quiet_period(migration.LivePolicy(quiesce="acl", principals=("User:a",), quiet_s=10)) == 1.0
-    assert migration.quiet_period(migration.LivePolicy(quiesce="acl", principals=("User:a",), quiet_s=0.5)) == 0.5
+    assert migration.quiet_period(migration.LivePolicy(quiesce="acl", principals=("User:a",), quiet_s=10)) == 0.5
+    assert migration.quiet_period(migration.LivePolicy(quiesce="acl", principals=("User:a",), quiet_s=0.2)) == 0.2
 
 
 def test_a_topic_is_still_once_its_end_offsets_stayed_the_same_for_the_quiet_period() -> None:
@@ -148,7 +148,7 @@ def test_the_approval_says_what_the_cut_over_will_do_in_each_quiesce_mode() -> N
     assert "you are asked (in the run's record) to stop the producers of orders" in manual
     assert "not still for 10 s within 900 s" in manual and "second approval" in manual
     acl = migration.cutover_summary(migration.LivePolicy(quiesce="acl", principals=("User:a", "User:b")), "orders")
-    assert "kafkaops denies Write on orders to User:a, User:b (a DENY ACL" in acl and "not still for 1 s within" in acl
+    assert "kafkaops denies Write on orders to User:a, User:b (a DENY ACL" in acl and "not still for 0.5 s within" in acl
     # what the fence does to a running producer, as tests/integration/rekey/test_acl_fence.py measures it
     assert "refused at once with TOPIC_AUTHORIZATION_FAILED, which producers do not retry" in acl
     assert "A producer with acks=0 gets no answer" in acl and "Other principals are not stopped" in acl
