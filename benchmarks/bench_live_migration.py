@@ -106,15 +106,16 @@ def migrate(bag: Any, shape: Shape, rule: str, rate: float, warmup_s: float) -> 
     with connection.connect(shape.admin) as conn:
         topics.create_topic(conn, topic, 3, shape.replication, shape.topic_config)
     prefill(shape.app, topic, shape.source_records)
-    acl = {"quiesce": "acl", "quiesce_principals": f"User:{APP}"} if shape.quiesce == "acl" else {}
+    quiesce = {"quiesce": "acl", "quiesce_principals": f"User:{APP}"} if shape.quiesce == "acl" else \
+        {"quiesce": "manual"}
     with MigrationTraffic(shape.app, topic, group=f"{topic}.readers", rate_per_s=rate) as traffic:
         time.sleep(warmup_s)
         began = time.monotonic()
         with StandInOperator(traffic, DAG, stop_producers=shape.quiesce != "acl") as operator:
             dag_run = dag_runs.run_dag(bag, DAG, topic=topic, key_rule=rule, mode="migrate", new_partition_count=12,
-                                      dry_run=False, approval="auto_approve", quiesce="manual",
-                                      catch_up_lag_records=int(rate * 2), catch_up_budget_s=600, quiet_s=3,
-                                      quiesce_timeout_s=300, switch_timeout_s=300, **acl)
+                                      dry_run=False, approval="auto_approve", catch_up_lag_records=int(rate * 2),
+                                      catch_up_budget_s=600, quiet_s=3, quiesce_timeout_s=300, switch_timeout_s=300,
+                                      **quiesce)
         total = time.monotonic() - began
         time.sleep(2)  # traffic on the target after the switch
         report = traffic.finish()

@@ -393,10 +393,14 @@ def final_part(ctx: lifecycle.OperationContext, caught: CatchUp, quiesced: Quies
                             "migration again (a live backfill checks its copy before the tail begins)")
     first = BackfillPlan.from_dict(copied.run.plan) if copied.run else caught.last_plan
     began = clock()
-    with Tail(ctx, first, quiesced.tail or caught.tail, clock=clock) as t:  # the quiesce's copy went on
-        before = t.report.source_records
-        t.run(lambda _progress: None, stop_at=quiesced.ends, label="final part")
-        report = t.report
+    left = quiesced.tail or caught.tail
+    if left is not None and dict(left.position) == dict(quiesced.ends):  # the quiesce's copy committed it all
+        before, report = left.source_records, left
+    else:
+        with Tail(ctx, first, left, clock=clock) as t:
+            before = t.report.source_records
+            t.run(lambda _progress: None, stop_at=quiesced.ends, label="final part")
+            report = t.report
     plan = caught.last_plan.next_pass(quiesced.ends)
     target_ends = source_ends(ctx, plan.target_topic)
     number = caught.next_pass
@@ -441,6 +445,7 @@ def quiesce(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePol
         f"{policy.quiesce_timeout_s:.0f} s for the end offsets of {topic} to stay still for {quiet_period(policy):g} s.",
         Action.STOP_PRODUCERS, topic=topic, target_topic=target, deadline=asked_at + policy.quiesce_timeout_s))
     still, began = Stillness(quiet_period(policy)), clock()
+    copied_before = copy.report.source_records if copy is not None else 0
     while True:
         ends = copy.source_ends() if copy is not None else source_ends(ctx, topic)
         if still.see(clock(), ends) and (copy is None or copy.position == ends):
@@ -454,9 +459,11 @@ def quiesce(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePol
             sleep(min(1.0, still.quiet_s / 4) if copy is None else TAIL_IDLE_S)
     settled_at = lifecycle.now()
     quiesced = Quiesced(policy.quiesce.value, asked_at, settled_at, ends, None if copy is None else copy.report)
+    meanwhile = ("" if copy is None else f"; the tail copy went on meanwhile and copied and checked "
+                 f"{copy.report.source_records - copied_before:,} record(s), up to the quiesced end offsets")
     state.append_note(ctx.audit, QuiescedNote(f"producers quiesced ({policy.quiesce}): {topic}'s end offsets stayed "
                                               f"still for {still.quiet_s:g} s, {settled_at - asked_at:.1f} s "
-                                              "after asking", quiesced))
+                                              f"after asking{meanwhile}", quiesced))
     return quiesced
 
 

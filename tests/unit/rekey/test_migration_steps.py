@@ -16,7 +16,7 @@ from kafkaops.model import Cluster, ConsumerGroup, GroupPartitionLag
 from kafkaops.platform.kafka import acls, metadata, records, topics
 from kafkaops.rekey import migration
 from kafkaops.rekey.backfill import BackfillPlan
-from kafkaops.rekey.records import Abandonment, Quiesced
+from kafkaops.rekey.records import Abandonment, PassResult, Quiesced
 
 PLAN = BackfillPlan("orders", ((0, 0, 100), (1, 0, 50)), "orders.v2", 4)
 ACL = migration.LivePolicy(quiesce="acl", principals=("User:orders-app",), quiet_s=3, switch_timeout_s=20)
@@ -335,3 +335,30 @@ def test_a_producer_the_quiesce_did_not_stop_refuses_the_switch_naming_where_and
     with pytest.raises(migration.MigrationAbandoned, match=r"in partition\(s\) 1 \(1\): a producer that was not "
                                                            r"stopped still writes to it"):
         migration.refuse_stray_writes(Ctx(), PLAN, QUIESCED, manual)  # type: ignore[arg-type]
+
+
+def test_the_final_part_after_a_quiesce_whose_copy_reached_the_end_gates_the_whole_copy_without_copying(
+        monkeypatch) -> None:
+    """The quiesce's tail copied up to the quiesced ends: the final part opens no copy, and the gate's report
+    adds the backfill's check and the tail's parts (the backfill wrote 150, the tail 25 more)."""
+    from kafkaops.rekey import tail
+    from kafkaops.rekey.backfill import IntegrityReport
+    from kafkaops.rekey.records import BackfillRun, CatchUp, PassRow
+
+    Topics({"orders": {0: 110, 1: 65}, "orders.v2": {0: 60, 1: 50, 2: 40, 3: 30}}).install(monkeypatch)
+    monkeypatch.setattr(migration, "Tail", None)  # opening a copy would fail here
+    copied = IntegrityReport(source_records=150, target_records=150, dead_letters=0, expected_dead_letters=0,
+                             source_checksum="0" * 15 + "5", output_checksum="0" * 15 + "5", partitions=(),
+                             source_topic="orders", target_topic="orders.v2", target_partitions=4, failures=())
+    report = tail.TailReport(parts=3, source_records=25, target_records=25, source_sum=7, output_sum=7,
+                             records={"orders.v2-0": 25}, keys={"orders.v2-0": 4}, began={0: 100, 1: 50},
+                             position={0: 110, 1: 65})
+    caught = CatchUp(PLAN.next_pass({0: 105, 1: 60}).to_dict(), (PassRow(2, 15, 15, "tail", 3.0, 15),), 5, "ok")
+    quiesced = Quiesced("acl", 1.0, 2.0, {0: 110, 1: 65}, report)
+    ctx = Ctx()
+    done = migration.final_part(ctx, caught, quiesced, PassResult(BackfillRun(PLAN.to_dict(), 150), copied.to_dict()))
+    whole = IntegrityReport.from_dict(done.integrity or {})
+    assert whole.ok and (whole.source_records, whole.target_records) == (175, 175)
+    assert whole.source_checksum == whole.output_checksum == "0" * 15 + "c"
+    assert done.target_ends == {0: 60, 1: 50, 2: 40, 3: 30}
+    assert ctx.audit.notes[-1]["final_pass"]["written"] == 0 and "3 tail part(s), each checked" in ctx.audit.notes[-1]["text"]

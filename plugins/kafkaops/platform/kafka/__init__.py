@@ -18,12 +18,14 @@ module             concern
 ``acls``           DENY Write ACLs: a live migration's quiesce.
 ``registrations``  KRaft broker registrations, listed and unregistered through Kafka's ``kafka-cluster`` tool.
 ``records``        bounded reads of records (``read_ranges``, ``read_topic``, ``sample``).
+``transactions``   :class:`~transactions.TransactionalCopy`: consume-transform-produce in Kafka transactions (a live
+                   migration's tail copy), each part read back before its commit.
 =================  ===========================================================================================
 
 confluent-kafka does the work; kafka-python's ``KafkaAdminClient`` only what confluent-kafka lacks (log dir
 sizes, partition reassignments); Kafka's own ``kafka-cluster`` tool what neither speaks (UnregisterBroker).
 Modules depend downwards only: ``errors`` <- ``connection`` <- ``offsets`` <-
-``metadata`` <- ``topics``, ``records``; ``reassignments``, ``configs`` and ``acls`` need ``connection`` alone.
+``metadata`` <- ``topics``, ``records`` <- ``transactions``; ``reassignments``, ``configs`` and ``acls`` need ``connection`` alone.
 
 Other modules that talk to Kafka, and why they are not here:
 
