@@ -1,25 +1,28 @@
 """Live migration: a partition increase by migration while producers and consumers keep running, with
 no record lost, duplicated or out of per-key order.
 
-    backfill (pass 1) -> catch-up passes (until the lag is below a threshold or the budget is spent)
+    backfill (Spark, pass 1, checked) -> the tail copy (:class:`Tail`: one process, part after part, each
+         checked before its commit) until the lag is within a threshold (or abandon past the budget)
       -> quiesce the producers (manual: the operator stops them and kafkaops sees the end offsets stay
-         still; acl: a DENY Write ACL on the source for named principals, removed whatever happens)
-      -> final pass to the quiesced end offsets -> integrity gate over the whole copy
+         still; acl: a DENY Write ACL on the source for named principals, removed whatever happens), the
+         tail copying on meanwhile
+      -> final part to the quiesced end offsets -> integrity gate: the backfill's check and every part's
       -> consumer groups settled (read to the end and stopped), offsets translated and committed on the target
       -> switch (a person moves producers and consumers to the target)
       -> confirmed by observation: writes reach the target and none reach the source
     before the switch, any failure (or a refused switch): abandon, the source stays authoritative.
 
-The copy in passes is :meth:`kafkaops.rekey.backfill.BackfillPlan.next_pass`: each pass appends after
-the last, exactly once (its own transactional slices and markers), and the gate checks all passes as
-one copy ordered by pass. A consumer group that read the source to its quiesced end resumes on the
-target after the last copied record of every partition: every record once, in per-key order, also
-those produced during the catch-up passes (they are in the copy).
+The tail appends after the backfill, exactly once (Kafka transactions: a part's records and its source
+position commit together; a retry fences the process before it). A consumer group that read the source
+to its quiesced end resumes on the target after the last copied record of every partition: every record
+once, in per-key order, also those the tail copied. The design and why it is not Spark Structured
+Streaming: docs/live-migration.md.
 
 The write-unavailable window is measured from the records themselves: the timestamp of the last
 record written to the source to the first written to the target after the switch.
 
-Pure decisions (:func:`lag`, :func:`stop_reason`, :class:`Stillness`) are separated from the steps,
+Pure decisions (:func:`catch_up_verdict`, :func:`quiet_period`, :class:`Stillness`, :func:`abandon_decision`;
+the tail's own in :mod:`kafkaops.rekey.tail`) are separated from the steps,
 which take the run's :class:`kafkaops.platform.lifecycle.OperationContext` and append to its record.
 """
 from __future__ import annotations
@@ -58,7 +61,7 @@ class Quiesce(StrEnum):
 QUIESCE = form.Choice(
     name="quiesce", given=Quiesce.NONE, title="Live cut-over",
     description="migrate while producers and consumers keep running. none: copy a snapshot and translate offsets "
-                "(switch when you like). manual: catch-up passes, then you stop the producers when asked and "
+                "(switch when you like). manual: a tail copy follows the source, then you stop the producers when asked and "
                 "kafkaops waits until the source stays still, copies the rest, gates, commits the groups' offsets "
                 "on the target and asks you to switch. acl: the same, with a DENY Write ACL on the source for the "
                 "principals below (needs an authorizer; removed whatever happens).")
@@ -66,10 +69,12 @@ PRINCIPALS = form.Text(name="quiesce_principals", title="Producer principals (ac
                        description="quiesce=acl: comma-separated principals whose writes to the source are denied, "
                                    "e.g. User:orders-app.")
 CATCH_UP_LAG = form.Integer(name="catch_up_lag_records", given=1000, minimum=0, title="Catch-up lag threshold (records)",
-                            description="Live: catch-up passes run until the source is at most this many records "
-                                        "ahead of the copy; then the producers are quiesced.")
+                            description="Live: the tail copy follows the source until it is at most this many "
+                                        "records behind; only then are the producers quiesced.")
 CATCH_UP_BUDGET = form.Integer(name="catch_up_budget_s", given=600, minimum=1, title="Catch-up budget (s)",
-                               description="Live: no catch-up pass starts after this many seconds.")
+                               description="Live: if the tail copy is not within the lag threshold this many seconds "
+                                           "after it began, the migration is abandoned before anything is quiesced "
+                                           "(the record states both rates).")
 QUIET = form.Integer(name="quiet_s", given=10, minimum=1, title="Quiet period (s)",
                      description="Live: the source's end offsets must stay still this long to count as quiesced.")
 QUIESCE_TIMEOUT = form.Integer(

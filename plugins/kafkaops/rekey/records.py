@@ -6,7 +6,7 @@ Step results (:meth:`to_dict` is what crosses XCom; :meth:`from_dict` reads it b
     PassResult       the rekey backfill app's result (``spark_apps/rekey_backfill.py``): its ``run``
                      (a :class:`BackfillRun`) and ``integrity`` report; the final pass adds the
                      target's end offsets after it
-    CatchUp          the catch-up passes (:class:`PassRow`) and the plan of the last one
+    CatchUp          the catch-up (the tail copy's :class:`PassRow` and report) and the plan up to it
     Quiesced         how producers were stopped and the source's end offsets, still
     Cutover          per consumer group, its offsets translated to the target (:class:`GroupTranslation`)
     SwitchObserved   the observed switch and the write-unavailable window
