@@ -7,6 +7,7 @@ its end checks that login in ``begin``, before any replica moves."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,13 +71,18 @@ def cluster_now(remote: RemoteCluster):
 
 @pytest.mark.parametrize("bad", ["wrong key", "closed port"])
 def test_a_bad_ssh_connection_fails_the_provision_step_before_any_change(dagbag, remote: RemoteCluster, bad: str,
-                                                                         tmp_path: Path, monkeypatch) -> None:
+                                                                         tmp_path: Path, monkeypatch, request) -> None:
     if bad == "wrong key":
         key = tmp_path / "wrong_key"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
         conn, said = remote.connection(NEW, key=key), "Permission denied"
     else:
-        conn, said = remote.connection(NEW, port=provision.free_ports(1)[0]), "Connection refused"
+        # a port bound and never listened on, held for the test: refused, and no other process (another xdist
+        # worker's broker or sshd) can take it meanwhile, as it could a port that was merely free (a broken pipe)
+        closed = socket.socket()
+        closed.bind((remote.hosts[NEW].address, 0))
+        request.addfinalizer(closed.close)
+        conn, said = remote.connection(NEW, port=closed.getsockname()[1]), "Connection refused"
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_HOSTS_BAD", json.dumps(conn))
     before, _, _ = cluster_now(remote)
     files_before = files_of(remote.hosts[NEW].home)
