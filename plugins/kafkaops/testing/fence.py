@@ -222,7 +222,16 @@ def can_write(config: Mapping[str, str], topic: str) -> bool:
         return False
     finally:
         waits.close_producer(producer, waits.Deadline(30))
-    return outcome == [None]
+    return acknowledged(outcome)
+
+
+def acknowledged(outcome: list[Any]) -> bool:
+    """Whether the delivery callbacks' errors in ``outcome`` are exactly one ``None`` (one record acknowledged).
+
+    Never ``outcome == [None]``: confluent-kafka's ``KafkaError == None`` converts ``None`` to an int, gets a
+    ``TypeError``, and returns a result with that exception still set, so the next native call raises
+    ``SystemError: ... returned a result with an exception set`` (the error at f69339e's run)."""
+    return len(outcome) == 1 and outcome[0] is None
 
 
 def topic_values(config: Mapping[str, str], topic: str) -> Counter[str]:

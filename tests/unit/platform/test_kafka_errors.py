@@ -217,3 +217,16 @@ def test_no_admin_offset_commit_is_sent_before_the_group_coordinator_answered(mo
     conn.admin.alter_consumer_group_offsets = alter
     offsets.commit_group_offsets(conn, "billing", "orders", {0: 5})  # type: ignore[arg-type]
     assert sent_at == [0] and conn.timeouts == [offsets.COMMIT_ATTEMPT_S]
+
+
+def test_a_refused_probe_is_read_without_comparing_a_kafka_error_to_none() -> None:
+    """``KafkaError == None`` leaves a TypeError set behind a valid result (confluent-kafka's richcompare);
+    the next native call then raises SystemError. The fence probe's reading never makes that comparison."""
+    import time
+
+    from kafkaops.testing import fence
+
+    refused = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    assert fence.acknowledged([None]) and not fence.acknowledged([refused]) and not fence.acknowledged([])
+    assert not fence.acknowledged([None, None])
+    assert time.monotonic() > 0  # raised SystemError after ``[refused] == [None]``
