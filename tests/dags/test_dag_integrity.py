@@ -16,7 +16,7 @@ DAG_IDS = {"kafka_scale_out", "kafka_reassign", "kafka_partition_increase", "kaf
 _REASSIGNMENT = {"begin", "preflight_gate", "execute_batches", "post_move_gate", "finish"}
 RETRIED = {"kafka_scale_out": _REASSIGNMENT | {"provision"},
            "kafka_reassign": _REASSIGNMENT | {"stop_drained"},
-           "kafka_partition_increase": {"begin", "preflight_gate", "plan", "execute", "catch_up", "final_pass", "verify",
+           "kafka_partition_increase": {"begin", "preflight_gate", "plan", "execute", "catch_up", "verify",
                                         "cutover", "finish"},
            "kafka_capacity_review": {"begin", "snapshot", "key_skew", "finish"}}
 
@@ -141,12 +141,12 @@ def test_a_refused_switch_or_any_failure_before_it_reaches_the_rollback(dagbag) 
     switch, abandon = dag.task_dict["switch"], dag.task_dict["abandon"]
     assert "abandon" not in switch.downstream_task_ids and switch.ignore_downstream_trigger_rules is False
     assert str(abandon.trigger_rule) in ("all_done", "TriggerRule.ALL_DONE")
-    assert {"catch_up", "quiesce", "final_pass", "verify", "cutover", "confirm"} <= abandon.upstream_task_ids
+    assert {"catch_up", "quiesce", "verify", "cutover", "confirm"} <= abandon.upstream_task_ids
     assert "switch" in {t.task_id for t in abandon.get_flat_relatives(upstream=True)}  # it runs after the switch
     assert dag.task_dict["finish"].is_teardown
 
 
-LONG = {"kafka_partition_increase": {"execute", "catch_up", "quiesce", "final_pass", "confirm"}}
+LONG = {"kafka_partition_increase": {"execute", "catch_up", "quiesce", "confirm"}}
 
 
 @pytest.mark.parametrize("dag_id", sorted(DAG_IDS))

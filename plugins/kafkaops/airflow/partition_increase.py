@@ -2,10 +2,10 @@
 
     begin (setup) -> preflight gate -> plan (in_place: refuses a keyed topic unless accepted)
       -> approval -> execute (in_place: create_partitions; migrate: target topics + rekey backfill)
-      -> [live: catch_up -> quiesce -> final_pass]
-      -> verify (in_place: the new assignment; migrate: the backfill gate, live: over the whole copy)
-      -> cut-over (migrate; live: after the groups settled, committed on the target)
-      -> [live: switch (a person) -> confirm (observed)] -> abandon (live, before the switch: roll back)
+      -> verify (in_place: the new assignment; migrate: the backfill gate) -> cut-over (migrate, not live)
+      -> [live: catch_up (the tail copy) -> quiesce (the quiesce, the last tail part, the gate over the whole copy and the
+          cut-over with its groups settled, in one task: no scheduler hop inside the write window)
+          -> switch (a person) -> confirm (observed)] -> abandon (live, before the switch: roll back)
       -> finish (teardown: outcome into the audit record, cluster lock released)
 
 ``dags/kafka_partition_increase.py`` calls :func:`build_partition_increase_dag`; nothing here
@@ -25,7 +25,7 @@ from kafkaops.platform import lifecycle, state
 from kafkaops.platform import params as form
 from kafkaops.rekey import migration, steps
 from kafkaops.rekey.backfill import BackfillPlan
-from kafkaops.rekey.records import Action, ActionNote, CatchUp, Cutover, PassResult, Quiesced, SwitchDecision
+from kafkaops.rekey.records import Action, ActionNote, CatchUp, PassResult, SwitchDecision, TargetReady
 from kafkaops.airflow import spark_submit
 from kafkaops.airflow.hooks import KafkaOpsHook
 from kafkaops.airflow.operation_dag import LONG_TASK_TIMEOUT, RETRIED, operation_dag, params_of, task_of, value_of
@@ -74,7 +74,7 @@ class SwitchOperator(ApprovalOperator):
     def execute(self, context: Any) -> Any:
         ctx = context_of(context)
         live_only(ctx, steps.plan_of(context["ti"].xcom_pull(task_ids="plan")), "switch")
-        cut = Cutover.from_dict(context["ti"].xcom_pull(task_ids="cutover") or {})
+        cut = TargetReady.from_dict(context["ti"].xcom_pull(task_ids="quiesce") or {}).cutover
         state.append_note(ctx.audit, ActionNote(migration.switch_request(cut), Action.SWITCH, switch=cut))
         return answer_by_param(self, ctx, context, ask=lambda: super(SwitchOperator, self).execute(context))
 
@@ -144,64 +144,65 @@ def first_plan(plan_data: dict[str, Any], result: dict[str, Any]) -> BackfillPla
     return run.backfill if run else BackfillPlan.from_dict(steps.plan_of(plan_data).backfill or {})
 
 
-@task(execution_timeout=LONG_TASK_TIMEOUT, show_return_value_in_logs=False)  # the step logs its summary line
-def catch_up(plan_data: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+@task(execution_timeout=LONG_TASK_TIMEOUT, show_return_value_in_logs=False, trigger_rule=TriggerRule.NONE_FAILED)
+def catch_up(plan_data: dict[str, Any], result: dict[str, Any] | None) -> dict[str, Any]:
+    """After verify and cutover (both skip in a live migration): once they are done, nothing is left between
+    the quiesce task and the switch."""
+    if result is None:  # execute did not run (a dry run, a rejected plan)
+        raise AirflowSkipException("nothing was executed: no tail to follow")
     return run_live("catch_up", plan_data, lambda ctx: migration.follow(ctx, first_plan(plan_data, result),
                                                                          ctx.params.policy))
 
 
-@task(execution_timeout=LONG_TASK_TIMEOUT, show_return_value_in_logs=False)  # the step logs its summary line
-def quiesce(plan_data: dict[str, Any], result: dict[str, Any], caught: dict[str, Any]) -> dict[str, Any]:
-    def step(ctx: lifecycle.OperationContext) -> Any:
-        done = CatchUp.from_dict(caught)
-        with migration.Tail(ctx, first_plan(plan_data, result), done.tail) as copy:  # copies on while it waits
-            return migration.quiesce(ctx, done.last_plan, ctx.params.policy, copy=copy)
-    return run_live("quiesce", plan_data, step)
-
-
-@task(execution_timeout=LONG_TASK_TIMEOUT, show_return_value_in_logs=False)  # the step logs its summary line
-def final_pass(plan_data: dict[str, Any], result: dict[str, Any], caught: dict[str, Any], quiesced: dict[str, Any]
-               ) -> dict[str, Any]:
-    return run_live("final_pass", plan_data, lambda ctx: migration.final_part(
-        ctx, CatchUp.from_dict(caught), Quiesced.from_dict(quiesced), PassResult.from_dict(result)))
+@task(execution_timeout=LONG_TASK_TIMEOUT, show_return_value_in_logs=False)  # the steps log their summary lines
+def quiesce(plan_data: dict[str, Any], before: dict[str, Any], result: dict[str, Any], caught: dict[str, Any]
+            ) -> dict[str, Any]:
+    """Live: the quiesce, the last tail part, the gate over the whole copy and the cut-over, one step of the
+    record each, in this one task (:func:`kafkaops.rekey.steps.ready_target`)."""
+    ctx = context_of(get_current_context())
+    plan = steps.plan_of(plan_data)
+    live_only(ctx, plan, "quiesce")
+    return steps.ready_target(ctx, plan, before, first_plan(plan_data, result), CatchUp.from_dict(caught),
+                              PassResult.from_dict(result), lambda name: recorded(ctx, name)).to_dict()
 
 
 @task(trigger_rule=TriggerRule.NONE_FAILED)
-def verify(plan_data: dict[str, Any], result: dict[str, Any], final: dict[str, Any] | None) -> dict[str, Any]:
+def verify(plan_data: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
     ctx = context_of(get_current_context())
     plan = steps.plan_of(plan_data)
     if result is None:  # execute did not run (a dry run, a rejected plan)
         raise AirflowSkipException("nothing was executed: nothing to verify")
+    if plan.mode == steps.Mode.MIGRATE and ctx.params.policy.live:
+        raise AirflowSkipException("live: the quiesce task gates the whole copy after its last part (its step "
+                                   "'verify' in the record)")
     with recorded(ctx, "verify"):
         if plan.mode == steps.Mode.IN_PLACE:
             return steps.verify_in_place(ctx, plan)
-        # live: the whole copy, after the final pass
-        return steps.backfill_gate(ctx, PassResult.from_dict(final or result))
+        return steps.backfill_gate(ctx, PassResult.from_dict(result))
 
 
 @task(trigger_rule=TriggerRule.NONE_FAILED)
-def cutover(plan_data: dict[str, Any], before: dict[str, Any], quiesced: dict[str, Any] | None,
-            verified: dict[str, Any] | None) -> dict[str, Any]:
+def cutover(plan_data: dict[str, Any], before: dict[str, Any], verified: dict[str, Any] | None) -> dict[str, Any]:
     ctx = context_of(get_current_context())
     plan = steps.plan_of(plan_data)
     if verified is None:
-        raise AirflowSkipException("the copy was not verified (a dry run, or it was not made): no cut-over")
+        raise AirflowSkipException("the copy was not verified (a dry run, a live migration, or it was not made): "
+                                   "no cut-over here (a live migration's is in its quiesce task)")
     if plan.mode == steps.Mode.IN_PLACE:
         raise AirflowSkipException("in_place: consumers keep their topic; nothing to cut over")
     with recorded(ctx, "cutover"):
-        return steps.cutover(ctx, plan, before, None if quiesced is None else Quiesced.from_dict(quiesced)).to_dict()
+        return steps.cutover(ctx, plan, before).to_dict()
 
 
 @task(execution_timeout=LONG_TASK_TIMEOUT, show_return_value_in_logs=False)  # the step logs its summary line
-def confirm(plan_data: dict[str, Any], quiesced: dict[str, Any], final: dict[str, Any],
-            switched: dict[str, Any]) -> dict[str, Any]:
-    done = PassResult.from_dict(final)
+def confirm(plan_data: dict[str, Any], ready: dict[str, Any], switched: dict[str, Any]) -> dict[str, Any]:
+    target = TargetReady.from_dict(ready)
+    done = target.final
 
     def observe(ctx: lifecycle.OperationContext) -> Any:
         bf = BackfillPlan.from_dict(done.run.plan if done.run else {})
         try:
-            return migration.confirm_switch(ctx, bf, Quiesced.from_dict(quiesced), done.target_ends or {},
-                                            ctx.params.policy)
+            return migration.confirm_switch(ctx, bf, target.quiesced, done.target_ends or {}, ctx.params.policy)
         finally:
             migration.release_writes(ctx, bf.source_topic, ctx.params.policy)
     return run_live("confirm", plan_data, observe)
@@ -225,7 +226,7 @@ def abandon(plan_data: dict[str, Any] | None) -> dict[str, Any]:
         migration.release_writes(ctx, bf.source_topic, ctx.params.policy)
     if not decision.roll_back or bf is None:
         raise (AirflowFailException if decision.fails else AirflowSkipException)(decision.text)
-    final = PassResult.from_dict(context["ti"].xcom_pull(task_ids="final_pass") or {})
+    final = TargetReady.from_dict(context["ti"].xcom_pull(task_ids="quiesce") or {}).final
     with recorded(ctx, "abandon"):
         done = migration.abandon(ctx, bf, ctx.params.policy, decision.reason, copied_ends=final.target_ends)
     raise AirflowFailException(done.outcome)  # rolled back as planned, but the migration did not happen
@@ -253,24 +254,23 @@ def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[st
         planned >> approval
         result = execute.override(**RETRIED)(value_of(planned))
         approval >> result
+        verified = verify.override(**RETRIED)(value_of(planned), value_of(result))
+        translated = cutover.override(**RETRIED)(value_of(planned), value_of(before), value_of(verified))
         # retried: the tail resumes at its last committed part
         caught = catch_up.override(**RETRIED)(value_of(planned), value_of(result))
+        translated >> caught
         # not retried: a retry would ask the operator again
-        quiesced = quiesce(value_of(planned), value_of(result), value_of(caught))
-        final = final_pass.override(**RETRIED)(value_of(planned), value_of(result), value_of(caught), value_of(quiesced))
-        verified = verify.override(**RETRIED)(value_of(planned), value_of(result), value_of(final))
-        translated = cutover.override(**RETRIED)(value_of(planned), value_of(before), value_of(quiesced),
-                                                value_of(verified))
+        ready = quiesce(value_of(planned), value_of(before), value_of(result), value_of(caught))
         switch = SwitchOperator(
             task_id="switch", subject="Switch producers and consumers to the target topic",
-            body="{{ (ti.xcom_pull(task_ids='cutover') or {}).get('switch_text', '') }}",
+            body="{{ ((ti.xcom_pull(task_ids='quiesce') or {}).get('cutover') or {}).get('switch_text', '') }}",
             response_timeout=dt.timedelta(hours=24))
-        translated >> switch
+        ready >> switch
         # waits on people: once
-        confirmed = confirm(value_of(planned), value_of(quiesced), value_of(final), value_of(switch.output))
+        confirmed = confirm(value_of(planned), value_of(ready), value_of(switch.output))
         rolled_back = abandon(value_of(planned))
         # not downstream of the switch itself: a rejected switch skips its direct downstream tasks
-        [confirmed, quiesced, caught, final, verified, translated] >> rolled_back
+        [confirmed, ready, caught, verified, translated] >> rolled_back
         done = finish.override(**RETRIED)(value_of(started))
         rolled_back >> done.as_teardown(setups=task_of(started), on_failure_fail_dagrun=True)
     return dag

@@ -9,6 +9,7 @@ Step results (:meth:`to_dict` is what crosses XCom; :meth:`from_dict` reads it b
     CatchUp          the catch-up (the tail copy's :class:`PassRow` and report) and the plan up to it
     Quiesced         how producers were stopped and the source's end offsets, still
     Cutover          per consumer group, its offsets translated to the target (:class:`GroupTranslation`)
+    TargetReady      a live migration's quiesce, last part, gate and cut-over, made in one task
     SwitchObserved   the observed switch and the write-unavailable window
     Abandonment      a rollback before the switch
 
@@ -268,6 +269,30 @@ class Cutover:
         return cls(source_topic=str(data.get("source_topic") or "the source"),
                    target_topic=str(data.get("target_topic") or "the target"), groups=groups_of(data.get("groups")),
                    switch_text=data.get("switch_text"))
+
+
+@dataclass(frozen=True)
+class TargetReady:
+    """A live migration's cut-over, made in one task from the quiesce to the switch's question (so that no
+    scheduler hop lies inside the write window): producers stopped (``quiesced``), the tail's last part
+    copied and checked (``final``: the whole copy's report and the target's end offsets after it), the
+    whole copy gated (``verified``: the gate's result and the report's totals) and the consumer groups'
+    offsets committed on the target (``cutover``, with the switch's request)."""
+
+    quiesced: Quiesced
+    final: PassResult
+    verified: Mapping[str, Any]
+    cutover: Cutover
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"quiesced": self.quiesced.to_dict(), "final": self.final.to_dict(), "verified": dict(self.verified),
+                "cutover": self.cutover.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TargetReady:
+        return cls(quiesced=Quiesced.from_dict(data.get("quiesced") or {}),
+                   final=PassResult.from_dict(data.get("final") or {}), verified=dict(data.get("verified") or {}),
+                   cutover=Cutover.from_dict(data.get("cutover") or {}))
 
 
 @dataclass(frozen=True)

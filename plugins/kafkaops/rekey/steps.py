@@ -23,6 +23,7 @@ import logging
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -36,8 +37,8 @@ from kafkaops.platform import lifecycle, recommendations, render, state
 from kafkaops.platform import params as form
 from kafkaops.platform import spark
 from kafkaops.rekey.backfill import BackfillPlan
-from kafkaops.rekey.records import (AbandonedNote, CapacityAdvice, Cutover, GroupTranslation, PassResult, Quiesced, RefusedNote,
-                                    RunNote, TranslationNote)
+from kafkaops.rekey.records import (AbandonedNote, CapacityAdvice, CatchUp, Cutover, GroupTranslation, PassResult, Quiesced,
+                                    RefusedNote, RunNote, TargetReady, TranslationNote)
 from kafkaops.errors import ConfigError, KafkaOpsError
 from kafkaops.model import Cluster
 from kafkaops.platform.partitioner import partition_for
@@ -638,6 +639,27 @@ def backfill_gate(ctx: lifecycle.OperationContext, result: PassResult) -> dict[s
     gate = lifecycle.gate(ctx, "backfill", integrity_frames(report))
     report.require()
     return {"gate": gate, "totals": report.totals()}
+
+
+def ready_target(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mapping[str, Any], first: BackfillPlan,
+                 caught: CatchUp, copied: PassResult, step: Callable[[str], AbstractContextManager[Any]]) -> TargetReady:
+    """A live migration from the quiesce to the switch's question, in one process: no scheduler hop
+    (seconds each through a Celery deployment) lies inside the write window. Each part is a step of the
+    record of its own, in order (``step(name)`` records it): ``quiesce`` (the tail copies on while the
+    source is waited on, so its last part is usually empty), ``final_pass`` (the last part, checked),
+    ``verify`` (the gate over the whole copy: the backfill's check and every part's) and ``cutover``
+    (groups settled, offsets committed on the target). A failure in any part fails the task and the
+    abandon step rolls back: the source stays authoritative."""
+    p: PartitionParams = ctx.params  # type: ignore[assignment]
+    with step("quiesce"), migration.Tail(ctx, first, caught.tail) as copy:
+        quiesced = migration.quiesce(ctx, caught.last_plan, p.policy, copy=copy)
+    with step("final_pass"):
+        final = migration.final_part(ctx, caught, quiesced, copied)
+    with step("verify"):
+        verified = backfill_gate(ctx, final)
+    with step("cutover"):
+        cut = cutover(ctx, plan, before, quiesced)
+    return TargetReady(quiesced, final, verified, cut)
 
 
 def verify_in_place(ctx: lifecycle.OperationContext, plan: PartitionPlan) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import itertools
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -362,3 +363,61 @@ def test_the_final_part_after_a_quiesce_whose_copy_reached_the_end_gates_the_who
     assert whole.source_checksum == whole.output_checksum == "0" * 15 + "c"
     assert done.target_ends == {0: 60, 1: 50, 2: 40, 3: 30}
     assert ctx.audit.notes[-1]["final_pass"]["written"] == 0 and "3 tail part(s), each checked" in ctx.audit.notes[-1]["text"]
+
+
+def test_the_target_is_made_ready_in_one_task_step_by_step_and_stops_at_the_first_failure(monkeypatch) -> None:
+    """``steps.ready_target``: quiesce (with the tail open), last part, gate, cut-over, each recorded as its
+    own step in that order; a failing gate records its step failed and runs no cut-over."""
+    from kafkaops.rekey import steps
+    from kafkaops.rekey.records import CatchUp, Cutover, TargetReady
+
+    done: list[tuple[str, str]] = []
+
+    @contextmanager
+    def step(name: str) -> Iterator[None]:
+        done.append((name, "started"))
+        try:
+            yield
+        except Exception:
+            done.append((name, "failed"))
+            raise
+        done.append((name, "success"))
+
+    class OpenTail:
+        def __init__(self, *_: object) -> None:
+            self.open = False
+
+        def __enter__(self) -> OpenTail:
+            self.open = True
+            return self
+
+        def __exit__(self, *_: object) -> None:
+            self.open = False
+            done.append(("tail", "closed"))
+
+    final = PassResult(integrity={"ok": True}, target_ends={0: 7})
+    cut = Cutover("orders", "orders.v2", switch_text="switch now")
+    monkeypatch.setattr(migration, "Tail", OpenTail)
+    monkeypatch.setattr(migration, "quiesce", lambda ctx, plan, policy, copy: (
+        done.append(("quiesce ran", "tail open" if copy.open else "tail closed")), QUIESCED)[1])
+    monkeypatch.setattr(migration, "final_part", lambda ctx, caught, quiesced, copied: final)
+    monkeypatch.setattr(steps, "backfill_gate", lambda ctx, result: {"gate": {"ok": result is final}})
+    monkeypatch.setattr(steps, "cutover", lambda ctx, plan, before, quiesced: cut if quiesced is QUIESCED else None)
+    ctx = Ctx()
+    ctx.params = SimpleNamespace(policy=ACL)  # type: ignore[attr-defined]
+    caught = CatchUp(backfill=PLAN.to_dict())
+    ready = steps.ready_target(ctx, None, {}, PLAN, caught, PassResult(), step)  # type: ignore[arg-type]
+    assert done == [("quiesce", "started"), ("quiesce ran", "tail open"), ("tail", "closed"), ("quiesce", "success"),
+                    ("final_pass", "started"), ("final_pass", "success"), ("verify", "started"),
+                    ("verify", "success"), ("cutover", "started"), ("cutover", "success")]
+    assert ready == TargetReady(QUIESCED, final, {"gate": {"ok": True}}, cut)
+    assert TargetReady.from_dict(ready.to_dict()) == ready  # as it crosses XCom
+
+    def refused(ctx: object, result: object) -> dict[str, Any]:
+        raise KafkaOpsError("gate backfill failed: 1 of 9 expectations")
+
+    monkeypatch.setattr(steps, "backfill_gate", refused)
+    done.clear()
+    with pytest.raises(KafkaOpsError, match="gate backfill failed"):
+        steps.ready_target(ctx, None, {}, PLAN, caught, PassResult(), step)  # type: ignore[arg-type]
+    assert done[-2:] == [("verify", "started"), ("verify", "failed")] and not any(n == "cutover" for n, _ in done)
