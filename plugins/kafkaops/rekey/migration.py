@@ -432,6 +432,8 @@ def quiesce(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePol
     what arrived in the last moment is left; the result carries its report. Raises
     :class:`MigrationAbandoned` when the end offsets still move after ``quiesce_timeout_s``."""
     topic, target = plan.source_topic, plan.target_topic
+    if copy is not None:  # before the window opens: the lag copied, and the tail's consumers connected and
+        copy.part(copy.source_ends())  # fetching (a new one's first part takes a second or two, its next tenths)
     asked_at = lifecycle.now()
     if policy.quiesce == Quiesce.ACL:
         with ctx.connect() as conn:

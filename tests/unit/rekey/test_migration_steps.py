@@ -18,6 +18,7 @@ from kafkaops.platform.kafka import acls, metadata, records, topics
 from kafkaops.rekey import migration
 from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.rekey.records import Abandonment, PassResult, Quiesced
+from kafkaops.rekey.tail import TailReport
 
 PLAN = BackfillPlan("orders", ((0, 0, 100), (1, 0, 50)), "orders.v2", 4)
 ACL = migration.LivePolicy(quiesce="acl", principals=("User:orders-app",), quiet_s=3, switch_timeout_s=20)
@@ -215,6 +216,37 @@ def test_a_failed_deny_removes_what_it_may_have_created_and_records_no_deny(monk
         migration.quiesce(ctx, PLAN, ACL)  # type: ignore[arg-type]
     assert kafka.denied == set() and migration.denied_writes(ctx.audit.notes) is None
     assert not any(n.get("action") for n in ctx.audit.notes)
+
+
+def test_the_tail_copies_a_part_before_the_fence_goes_up_and_on_until_the_source_is_still(monkeypatch) -> None:
+    """The window opens with the deny: the tail's lag is copied (its consumers connected) before it, so that
+    after it only the last moment's records are left, and the quiesce ends once the copy reached the still ends."""
+    from kafkaops.platform import lifecycle
+
+    events: list[str] = []
+    clock = Clock()
+    ends = iter([{0: 100, 1: 50}, {0: 110, 1: 52}, {0: 112, 1: 52}] + [{0: 112, 1: 52}] * 40)
+
+    class Copy:
+        position = {0: 90, 1: 48}
+        report = TailReport()
+
+        def source_ends(self) -> dict[int, int]:
+            return dict(next(ends))
+
+        def part(self, upto: Mapping[int, int]) -> int:
+            moved = sum(upto.values()) - sum(self.position.values())
+            self.position = dict(upto)
+            events.append(f"part {moved}")
+            return moved
+
+    Topics({"orders": {0: 100, 1: 50}}).install(monkeypatch)
+    monkeypatch.setattr(acls, "deny_writes", lambda conn, topic, principals: events.append("deny") or 1)
+    monkeypatch.setattr(lifecycle, "now", clock)
+    copy = Copy()
+    quiesced = migration.quiesce(Ctx(), PLAN, ACL, copy=copy, clock=clock, sleep=clock.sleep)  # type: ignore[arg-type]
+    assert events[:4] == ["part 12", "deny", "part 12", "part 2"] and set(events[4:]) <= {"part 0"}, events
+    assert dict(quiesced.ends) == {0: 112, 1: 52} == copy.position and clock.now >= migration.ACL_QUIET_S
 
 
 # -- the observed switch ------------------------------------------------------------------------------------
