@@ -228,9 +228,22 @@ def abandon_decision(*, planned: bool, dry_run: bool, live: bool, failed: Sequen
         return AbandonDecision(False, "the switch was made: the target is authoritative, nothing to roll back",
                                failed, release=True)
     errors = {s["name"]: s.get("error") for s in steps if s.get("status") == "failed"}
-    reason = ("; ".join(f"{t} failed: {errors.get(t) or 'see its log'}" for t in failed) if failed else
+    reason = ("; ".join(_failure(t, errors) for t in failed) if failed else
               "the switch was refused" if switch is not None else "stopped before the switch")
     return AbandonDecision(True, reason, failed)
+
+
+#: The steps of the record the ``quiesce`` task runs, in order (:func:`kafkaops.rekey.steps.ready_target`).
+READY_STEPS = ("quiesce", "final_pass", "verify", "cutover")
+
+
+def _failure(task: str, errors: Mapping[str, str | None]) -> str:
+    """A failed task said with its step's error: the quiesce task's own step, or the one of its later
+    steps that failed (:data:`READY_STEPS`)."""
+    for name in READY_STEPS if task == "quiesce" else (task,):
+        if errors.get(name):
+            return f"{task} failed: {errors[name]}" if name == task else f"{task} failed at its step {name}: {errors[name]}"
+    return f"{task} failed: see its log"
 
 
 # -- steps (I/O) ----------------------------------------------------------------------------------------------

@@ -82,6 +82,10 @@ def test_the_switch_request_names_topics_groups_and_offsets_in_partition_order()
     (dict(switch=False), True, True, "the switch was refused"),
     (dict(), True, True, "stopped before the switch"),
     (dict(failed=["quiesce", "verify"]), True, True, "quiesce failed: producers did not stop; verify failed: see its log"),
+    (dict(failed=["quiesce"], steps=[{"name": "quiesce", "status": "success"},
+                                     {"name": "final_pass", "status": "success"},
+                                     {"name": "verify", "status": "failed", "error": "GateFailed: 1 of 9 failed"}]),
+     True, True, "quiesce failed at its step verify: GateFailed: 1 of 9 failed"),
 ])
 def test_the_abandon_step_rolls_back_only_a_live_migration_stopped_before_the_switch(given, roll_back, fails,
                                                                                        words) -> None:

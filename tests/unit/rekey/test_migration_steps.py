@@ -442,6 +442,7 @@ def test_the_target_is_made_ready_in_one_task_step_by_step_and_stops_at_the_firs
     assert done == [("quiesce", "started"), ("quiesce ran", "tail open"), ("tail", "closed"), ("quiesce", "success"),
                     ("final_pass", "started"), ("final_pass", "success"), ("verify", "started"),
                     ("verify", "success"), ("cutover", "started"), ("cutover", "success")]
+    assert tuple(n for n, s in done if s == "started") == migration.READY_STEPS  # as the abandon step names them
     assert ready == TargetReady(QUIESCED, final, {"gate": {"ok": True}}, cut)
     assert TargetReady.from_dict(ready.to_dict()) == ready  # as it crosses XCom
 
