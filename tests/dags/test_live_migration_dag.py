@@ -215,6 +215,39 @@ def test_a_live_migration_by_a_value_field_with_the_acl_quiesce(dagbag, acl_clus
     assert left == []
 
 
+def test_a_principal_the_acl_does_not_name_abandons_the_migration_named_with_what_it_wrote(dagbag, acl_cluster) -> None:
+    """kafkaops' own login (not named in ``quiesce_principals``) keeps writing through the fence: the quiesce
+    ends abandoned, the record names the records written since the DENY and the principals it names, the
+    DENY is removed and the source stays authoritative with every acknowledged record in it."""
+    from confluent_kafka.admin import AclBindingFilter, AclOperation, AclPermissionType, ResourcePatternType, \
+        ResourceType
+
+    admin_config, app_config = acl_cluster
+    topic = "live.stray"
+    with connection.connect(admin_config) as conn:
+        topics.create_topic(conn, topic, 3, 1)
+    with MigrationTraffic(app_config, topic, group=f"{topic}.readers", rate_per_s=500) as traffic, \
+            fence.LibrdkafkaProducer(admin_config, topic, rate_per_s=20, prefix="stray") as stray:
+        dag_run, record = run_partition_increase(dagbag, topic=topic, key_rule="record_key",
+                                                 **{**LIVE, "quiesce": "acl", "quiesce_principals": f"User:{APP}",
+                                                    "quiesce_timeout_s": 8, "catch_up_lag_records": 10**9,
+                                                    "delete_target_on_abandon": True})
+        report = traffic.finish()
+    assert str(dag_run.state) == "failed" and record["outcome"] == "abandoned", record
+    reason = record["outcome_reason"]
+    assert "quiesce failed" in reason and "since the DENY Write ACL went up, in partition(s)" in reason, reason
+    assert f"a principal the DENY Write ACL does not name (it names User:{APP}) still writes to it" in reason, reason
+    assert not stray.sends.refused and len(stray.sends.acked) > 0  # the fence never stopped it
+    held = fence.topic_values(admin_config, topic)
+    assert all(held[v] == 1 for _, v in stray.sends.acked), "an acknowledged stray record is not in the source once"
+    assert (report.lost, report.duplicated, report.out_of_order) == (0, 0, 0), str(report)
+    with connection.connect(admin_config) as conn:
+        left = conn.admin.describe_acls(AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                                                         AclOperation.ANY, AclPermissionType.DENY)).result(30)
+        names = conn.admin.list_topics(timeout=10).topics
+    assert left == [] and f"{topic}.v2" not in names and topic in names
+
+
 @pytest.mark.parametrize("mode", ["migrate", "in_place"])
 def test_a_dry_run_plans_and_changes_nothing(dagbag, cluster, mode) -> None:
     """Dry run is the default: planned (and for a live migration nothing asked of the operator), no step

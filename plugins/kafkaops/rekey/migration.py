@@ -466,15 +466,20 @@ def quiesce(ctx: lifecycle.OperationContext, plan: BackfillPlan, policy: LivePol
         Action.STOP_PRODUCERS, topic=topic, target_topic=target, deadline=asked_at + policy.quiesce_timeout_s))
     still, began = Stillness(quiet_period(policy)), clock()
     copied_before = copy.report.source_records if copy is not None else 0
+    first: dict[int, int] | None = None
     while True:
         ends = copy.source_ends() if copy is not None else source_ends(ctx, topic)
+        first = dict(ends) if first is None else first
         if still.see(clock(), ends) and (copy is None or copy.position == ends):
             break
         if clock() - began > policy.quiesce_timeout_s:
+            found = (stray_writes(ctx, topic, Quiesced(policy.quiesce.value, asked_at, None, first), policy, ends,
+                                  since="since the DENY Write ACL went up") if policy.quiesce == Quiesce.ACL else None)
             raise MigrationAbandoned(
-                f"{topic}'s end offsets still moved after {policy.quiesce_timeout_s:.0f} s (now {render.offsets(ends)}): producers "
-                f"did not stop. The migration is abandoned: {topic} stays authoritative and nothing was switched; "
-                "stop the producers and trigger the migration again")
+                f"{topic}'s end offsets still moved after {policy.quiesce_timeout_s:.0f} s (now {render.offsets(ends)}): "
+                f"{found or 'producers did not stop'}. The migration is abandoned: {topic} stays authoritative and "
+                "nothing was switched; stop the producers (with acl: name every principal that writes to it in "
+                "quiesce_principals) and trigger the migration again")
         if copy is None or not copy.part(ends):
             sleep(min(1.0, still.quiet_s / 4) if copy is None else TAIL_IDLE_S)
     settled_at = lifecycle.now()
@@ -683,10 +688,10 @@ def strays(quiesced_ends: Mapping[int, int], ends: Mapping[int, int]) -> dict[in
 
 
 def stray_writes(ctx: lifecycle.OperationContext, topic: str, quiesced: Quiesced, policy: LivePolicy,
-                 ends: Mapping[int, int] | None = None) -> str | None:
-    """What the source received after the quiesce, said for the operator (how many records, in which
+                 ends: Mapping[int, int] | None = None, *, since: str = "after the quiesce") -> str | None:
+    """What the source received past ``quiesced.ends``, said for the operator (how many records, in which
     partitions, written when, and which producers the quiesce does not stop), or None when it stayed still.
-    ``ends``: the source's end offsets now (read when not given)."""
+    ``ends``: the source's end offsets now (read when not given); ``since``: when ``quiesced.ends`` were read."""
     grown = strays(quiesced.ends, source_ends(ctx, topic) if ends is None else ends)
     if not grown:
         return None
@@ -699,7 +704,7 @@ def stray_writes(ctx: lifecycle.OperationContext, topic: str, quiesced: Quiesced
     who = (f"a principal the DENY Write ACL does not name (it names {', '.join(policy.principals)})"
            if policy.quiesce == Quiesce.ACL else "a producer that was not stopped")
     where = ", ".join(f"{p} ({n:,})" for p, n in grown.items())
-    return (f"{sum(grown.values()):,} record(s) were written to {topic} after the quiesce, in partition(s) {where}"
+    return (f"{sum(grown.values()):,} record(s) were written to {topic} {since}, in partition(s) {where}"
             f"{when}: {who} still writes to it")
 
 

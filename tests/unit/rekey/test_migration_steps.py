@@ -249,6 +249,34 @@ def test_the_tail_copies_a_part_before_the_fence_goes_up_and_on_until_the_source
     assert dict(quiesced.ends) == {0: 112, 1: 52} == copy.position and clock.now >= migration.ACL_QUIET_S
 
 
+def test_a_principal_the_acl_does_not_name_abandons_the_quiesce_and_is_named_with_what_it_wrote(monkeypatch) -> None:
+    """With acl, end offsets that still move at the timeout are writes the DENY did not stop: the error says
+    how many since it went up, where and when, and which principals it names; with manual, the producers."""
+    from kafkaops.platform import lifecycle
+
+    clock = Clock()
+    kafka = Topics({"orders": {0: 100, 1: 50}}, timestamps={("orders", 1, o): 1_795_000_000_000 + o for o in range(50, 99)})
+    kafka.install(monkeypatch)
+
+    def another_writer(topic: str) -> None:  # 2 records a second into partition 1, whatever the ACL says
+        kafka.ends["orders"][1] = 50 + int(clock.now * 2)
+    kafka.on_end_offsets = another_writer
+    monkeypatch.setattr(acls, "deny_writes", lambda conn, topic, principals: 1)
+    monkeypatch.setattr(lifecycle, "now", clock)
+    policy = migration.LivePolicy(quiesce="acl", principals=("User:orders-app",), quiesce_timeout_s=20)
+    with pytest.raises(migration.MigrationAbandoned) as err:
+        migration.quiesce(Ctx(), PLAN, policy, clock=clock, sleep=clock.sleep)  # type: ignore[arg-type]
+    said = str(err.value)
+    assert "orders's end offsets still moved after 20 s" in said
+    assert "record(s) were written to orders since the DENY Write ACL went up, in partition(s) 1 (4" in said, said
+    assert "a principal the DENY Write ACL does not name (it names User:orders-app) still writes to it" in said
+    assert "orders stays authoritative" in said and "quiesce_principals" in said
+    clock.now = 0.0
+    with pytest.raises(migration.MigrationAbandoned, match="producers did not stop"):
+        migration.quiesce(Ctx(), PLAN, migration.LivePolicy(quiesce="manual", quiesce_timeout_s=20),  # type: ignore[arg-type]
+                          clock=clock, sleep=clock.sleep)
+
+
 # -- the observed switch ------------------------------------------------------------------------------------
 
 def test_the_switch_is_confirmed_after_the_quiet_period_with_the_window_from_the_records(monkeypatch) -> None:
