@@ -253,7 +253,8 @@ def source_ends(ctx: lifecycle.OperationContext, topic: str) -> dict[int, int]:
 
 
 #: Records a tail part reads at most (split over the source partitions): a part's records are held in
-#: memory until they are committed, so a large lag is copied in parts of this size.
+#: memory until they are committed, so a large lag is copied in parts of this size (and of at most
+#: :data:`kafkaops.rekey.tail.PART_BYTES`).
 PART_RECORDS = 50_000
 #: How often the tail writes its lag, rates and ETA to the task log and the record ...
 TAIL_REPORT_S = 10.0
@@ -313,7 +314,7 @@ class Tail:
 
     def part(self, ends: Mapping[int, int]) -> int:
         """Copy one part, up to ``ends`` (or fewer records: :data:`PART_RECORDS`); returns its records."""
-        cap = max(100, PART_RECORDS // max(1, len(self.position)))
+        cap = tail.part_cap(len(self.position), PART_RECORDS, self.report)
         upto = {p: min(max(o, ends.get(p, o)), o + cap) for p, o in self.position.items()}
         if upto == self.position:
             return 0
@@ -335,7 +336,8 @@ class Tail:
                     f"{self.first.source_topic} from {render.offsets(self.position)} to {render.offsets(upto)}) failed "
                     f"its check: {'; '.join(check.failures)}. It was aborted: the target holds only the parts before "
                     "it, each checked; abandon the migration (the source stays authoritative)")
-            report = tail.add_part(self.report, check, upto)
+            report = tail.add_part(self.report, check, upto,
+                                   source_bytes=sum(len(r.key or b"") + len(r.value or b"") for r in source))
             self.copy.commit(upto, report.note(NOTE_BYTES))
         except BaseException:
             self.copy.abort()

@@ -274,6 +274,8 @@ class TailReport:
     keys: Mapping[str, int] = field(default_factory=dict)
     began: Mapping[int, int] = field(default_factory=dict)
     position: Mapping[int, int] = field(default_factory=dict)
+    #: the source records' keys and values, in bytes (what sizes the next part: :func:`part_cap`)
+    source_bytes: int = 0
 
     #: the parts before this process's first were counted by an earlier one (a retried task): their
     #: totals came with the committed position (:meth:`note`), their distinct keys did not
@@ -323,9 +325,11 @@ class TailKeys:
         return {name: len(keys) for name, keys in sorted(self._keys.items())}
 
 
-def add_part(report: TailReport, check: PartCheck, position: Mapping[int, int]) -> TailReport:
-    """``report`` with one more part (its check passed) ending at ``position``; the distinct keys are
-    added apart (:class:`TailKeys`), once the part is committed."""
+def add_part(report: TailReport, check: PartCheck, position: Mapping[int, int], *, source_bytes: int = 0
+             ) -> TailReport:
+    """``report`` with one more part (its check passed) ending at ``position``, its source records'
+    keys and values ``source_bytes`` long; the distinct keys are added apart (:class:`TailKeys`), once
+    the part is committed."""
     records = Counter(dict(report.records))
     for (topic, partition), n in check.partitions.items():
         records[f"{topic}-{partition}"] += n
@@ -336,7 +340,29 @@ def add_part(report: TailReport, check: PartCheck, position: Mapping[int, int]) 
                    wrong_codes=report.wrong_codes + check.wrong_codes,
                    source_sum=(report.source_sum + check.source_sum) & _MASK64,
                    output_sum=(report.output_sum + check.output_sum) & _MASK64,
-                   records=dict(sorted(records.items())), position=dict(position))
+                   records=dict(sorted(records.items())), position=dict(position),
+                   source_bytes=report.source_bytes + source_bytes)
+
+
+#: The bytes of keys and values a part reads at most: it holds them, their outputs and the read-back
+#: until its commit, about three times this.
+PART_BYTES = 64 * 2**20
+#: A part's records while no record size is known (a tail's first part): few, whatever their size.
+FIRST_PART_RECORDS = 100
+
+
+def part_cap(partitions: int, most_records: int, report: TailReport, most_bytes: int = PART_BYTES) -> int:
+    """Records a part reads at most from each of ``partitions`` source partitions: ``most_records`` over
+    them all (at least 100 each), fewer where records of the mean size so far (``report``'s bytes per
+    source record) would pass ``most_bytes``, and :data:`FIRST_PART_RECORDS` over them all while no size
+    is known (a report without bytes). At least 1: a record larger than ``most_bytes`` is a part alone."""
+    n = max(1, partitions)
+    cap = max(100, most_records // n)
+    if report.source_records and report.source_bytes:
+        cap = min(cap, int(most_bytes * report.source_records / report.source_bytes) // n)
+    else:
+        cap = min(cap, FIRST_PART_RECORDS // n)
+    return max(1, cap)
 
 
 def whole_copy(copied: IntegrityReport, tail: TailReport) -> IntegrityReport:

@@ -92,6 +92,20 @@ def test_the_gate_report_adds_the_tail_to_the_backfills_report() -> None:
     assert tail.TailReport.from_note(report.note(100), report.position).records == {}  # too long: the totals only
 
 
+def test_a_part_reads_few_records_until_their_size_is_known_then_at_most_its_bytes() -> None:
+    """A part holds its records until its commit: its size is capped in bytes too, from the mean record
+    size so far, which travels in the report (and its note) to the next task's tail."""
+    first = tail.check_part(PLAN, SOURCE, read_back(tail.rekey_part(PLAN, SOURCE)))
+    assert tail.part_cap(3, 50_000, tail.TailReport()) == tail.FIRST_PART_RECORDS // 3  # no size known yet
+    small = tail.add_part(tail.TailReport(), first, {0: 12, 1: 23}, source_bytes=5 * 200)  # 200-byte records
+    assert small.source_bytes == 1_000 and tail.part_cap(3, 50_000, small) == 50_000 // 3  # the records cap holds
+    big = tail.add_part(tail.TailReport(), first, {0: 12, 1: 23}, source_bytes=5 * 2**20)  # 1 MiB records
+    assert tail.part_cap(2, 50_000, big) == tail.PART_BYTES // 2**20 // 2 == 32  # 64 MiB over 2 partitions
+    assert tail.part_cap(2, 50_000, big, most_bytes=2**19) == 1  # a record larger than the cap: alone
+    assert tail.TailReport.from_note(big.note(4000), big.position).source_bytes == big.source_bytes
+    assert tail.TailReport.from_dict({k: v for k, v in small.to_dict().items() if k != "source_bytes"}).source_bytes == 0
+
+
 def test_the_progress_says_when_the_copy_catches_up_and_when_it_does_not_gain() -> None:
     assert tail.TailProgress(2_000, 1_000.0, 3_000.0, 5.0, 10, 50_000).eta_s == 1.0
     assert tail.TailProgress(2_000, 3_000.0, 3_000.0, 5.0, 10, 50_000).eta_s is None
