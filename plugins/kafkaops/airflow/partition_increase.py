@@ -178,7 +178,7 @@ def verify(plan_data: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
     with recorded(ctx, "verify"):
         if plan.mode == steps.Mode.IN_PLACE:
             return steps.verify_in_place(ctx, plan)
-        return steps.backfill_gate(ctx, PassResult.from_dict(result))
+        return steps.backfill_gate(ctx, PassResult.from_dict(result)).to_dict()
 
 
 @task(trigger_rule=TriggerRule.NONE_FAILED)

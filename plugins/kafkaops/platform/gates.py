@@ -74,6 +74,12 @@ class GateResult:
         return {"gate": self.gate, "ok": self.ok, "failures": list(self.failures),
                 "statistics": dict(self.statistics), "docs_path": self.docs_path, "details": dict(self.details)}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GateResult:
+        return cls(gate=str(data.get("gate") or ""), ok=bool(data.get("ok")), failures=tuple(data.get("failures") or ()),
+                   statistics=dict(data.get("statistics") or {}), docs_path=data.get("docs_path"),
+                   details=dict(data.get("details") or {}))
+
 
 def require(result: GateResult) -> GateResult:
     """``result`` when it passed; otherwise raise :class:`GateFailed` naming every failure."""

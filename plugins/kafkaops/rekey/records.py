@@ -9,6 +9,7 @@ Step results (:meth:`to_dict` is what crosses XCom; :meth:`from_dict` reads it b
     CatchUp          the catch-up (the tail copy's :class:`PassRow` and report) and the plan up to it
     Quiesced         how producers were stopped and the source's end offsets, still
     Cutover          per consumer group, its offsets translated to the target (:class:`GroupTranslation`)
+    GateVerdict      the copy gated: the suite's result and the report's totals
     TargetReady      a live migration's quiesce, last part, gate and cut-over, made in one task
     SwitchObserved   the observed switch and the write-unavailable window
     Abandonment      a rollback before the switch
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
 from kafkaops.platform import render, state
+from kafkaops.platform.gates import GateResult
 from kafkaops.platform.recommendations import PartitionRecommendation
 from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.rekey.tail import TailProgress, TailReport
@@ -272,6 +274,22 @@ class Cutover:
 
 
 @dataclass(frozen=True)
+class GateVerdict:
+    """The copy gated (``expectations/backfill.json``): the suite's result, with its Data Docs page in the
+    store, and the integrity report's totals."""
+
+    result: GateResult
+    totals: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gate": self.result.to_dict(), "totals": dict(self.totals)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GateVerdict:
+        return cls(result=GateResult.from_dict(data.get("gate") or {}), totals=dict(data.get("totals") or {}))
+
+
+@dataclass(frozen=True)
 class TargetReady:
     """A live migration's cut-over, made in one task from the quiesce to the switch's question (so that no
     scheduler hop lies inside the write window): producers stopped (``quiesced``), the tail's last part
@@ -281,17 +299,18 @@ class TargetReady:
 
     quiesced: Quiesced
     final: PassResult
-    verified: Mapping[str, Any]
+    verified: GateVerdict
     cutover: Cutover
 
     def to_dict(self) -> dict[str, Any]:
-        return {"quiesced": self.quiesced.to_dict(), "final": self.final.to_dict(), "verified": dict(self.verified),
+        return {"quiesced": self.quiesced.to_dict(), "final": self.final.to_dict(), "verified": self.verified.to_dict(),
                 "cutover": self.cutover.to_dict()}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TargetReady:
         return cls(quiesced=Quiesced.from_dict(data.get("quiesced") or {}),
-                   final=PassResult.from_dict(data.get("final") or {}), verified=dict(data.get("verified") or {}),
+                   final=PassResult.from_dict(data.get("final") or {}),
+                   verified=GateVerdict.from_dict(data.get("verified") or {}),
                    cutover=Cutover.from_dict(data.get("cutover") or {}))
 
 

@@ -33,12 +33,12 @@ from kafkaops.platform.kafka import configs, metadata, offsets, records, topics
 from kafkaops.platform import keyrules
 from kafkaops.rekey import backfill
 from kafkaops.rekey import migration
-from kafkaops.platform import lifecycle, recommendations, render, state
+from kafkaops.platform import gates, lifecycle, recommendations, render, state
 from kafkaops.platform import params as form
 from kafkaops.platform import spark
 from kafkaops.rekey.backfill import BackfillPlan
-from kafkaops.rekey.records import (AbandonedNote, CapacityAdvice, CatchUp, Cutover, GroupTranslation, PassResult, Quiesced,
-                                    RefusedNote, RunNote, TargetReady, TranslationNote)
+from kafkaops.rekey.records import (AbandonedNote, CapacityAdvice, CatchUp, Cutover, GateVerdict, GroupTranslation,
+                                    PassResult, Quiesced, RefusedNote, RunNote, TargetReady, TranslationNote)
 from kafkaops.errors import ConfigError, KafkaOpsError
 from kafkaops.model import Cluster
 from kafkaops.platform.partitioner import partition_for
@@ -630,7 +630,7 @@ def copy_progress(ctx: lifecycle.OperationContext, bf: BackfillPlan, name: str, 
     return progress
 
 
-def backfill_gate(ctx: lifecycle.OperationContext, result: PassResult) -> dict[str, Any]:
+def backfill_gate(ctx: lifecycle.OperationContext, result: PassResult) -> GateVerdict:
     """Gate the integrity report with ``expectations/backfill.json``, then require it outright too."""
     if result.integrity is None:
         raise KafkaOpsError(f"the backfill into {(result.run.plan if result.run else {}).get('target_topic')} "
@@ -638,7 +638,7 @@ def backfill_gate(ctx: lifecycle.OperationContext, result: PassResult) -> dict[s
     report = backfill.IntegrityReport.from_dict(result.integrity)
     gate = lifecycle.gate(ctx, "backfill", integrity_frames(report))
     report.require()
-    return {"gate": gate, "totals": report.totals()}
+    return GateVerdict(gates.GateResult.from_dict(gate), report.totals())
 
 
 def ready_target(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mapping[str, Any], first: BackfillPlan,

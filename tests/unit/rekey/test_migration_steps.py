@@ -429,7 +429,8 @@ def test_the_target_is_made_ready_in_one_task_step_by_step_and_stops_at_the_firs
     """``steps.ready_target``: quiesce (with the tail open), last part, gate, cut-over, each recorded as its
     own step in that order; a failing gate records its step failed and runs no cut-over."""
     from kafkaops.rekey import steps
-    from kafkaops.rekey.records import CatchUp, Cutover, TargetReady
+    from kafkaops.platform.gates import GateResult
+    from kafkaops.rekey.records import CatchUp, Cutover, GateVerdict, TargetReady
 
     done: list[tuple[str, str]] = []
 
@@ -461,7 +462,8 @@ def test_the_target_is_made_ready_in_one_task_step_by_step_and_stops_at_the_firs
     monkeypatch.setattr(migration, "quiesce", lambda ctx, plan, policy, copy: (
         done.append(("quiesce ran", "tail open" if copy.open else "tail closed")), QUIESCED)[1])
     monkeypatch.setattr(migration, "final_part", lambda ctx, caught, quiesced, copied: final)
-    monkeypatch.setattr(steps, "backfill_gate", lambda ctx, result: {"gate": {"ok": result is final}})
+    monkeypatch.setattr(steps, "backfill_gate", lambda ctx, result: GateVerdict(GateResult("backfill", result is final),
+                                                                              {"source_records": 7}))
     monkeypatch.setattr(steps, "cutover", lambda ctx, plan, before, quiesced: cut if quiesced is QUIESCED else None)
     ctx = Ctx()
     ctx.params = SimpleNamespace(policy=ACL)  # type: ignore[attr-defined]
@@ -471,10 +473,10 @@ def test_the_target_is_made_ready_in_one_task_step_by_step_and_stops_at_the_firs
                     ("final_pass", "started"), ("final_pass", "success"), ("verify", "started"),
                     ("verify", "success"), ("cutover", "started"), ("cutover", "success")]
     assert tuple(n for n, s in done if s == "started") == migration.READY_STEPS  # as the abandon step names them
-    assert ready == TargetReady(QUIESCED, final, {"gate": {"ok": True}}, cut)
+    assert ready == TargetReady(QUIESCED, final, GateVerdict(GateResult("backfill", True), {"source_records": 7}), cut)
     assert TargetReady.from_dict(ready.to_dict()) == ready  # as it crosses XCom
 
-    def refused(ctx: object, result: object) -> dict[str, Any]:
+    def refused(ctx: object, result: object) -> GateVerdict:
         raise KafkaOpsError("gate backfill failed: 1 of 9 expectations")
 
     monkeypatch.setattr(steps, "backfill_gate", refused)
