@@ -42,42 +42,54 @@ def read_ranges(config: Mapping[str, str], topic: str, ranges: Mapping[int, tupl
     """Records of ``topic`` in ``[start, end)`` per partition (``ranges``), in offset order per partition."""
     from confluent_kafka import Consumer  # looked up per call: the tests' client guard replaces it
 
-    wanted = {int(p): (int(s), int(e)) for p, (s, e) in ranges.items() if e > s}
-    if not wanted:
+    if not any(e > s for s, e in ranges.values()):
         return
     consumer = Consumer(connection.client_config({**config, "group.id": f"kafkaops-read-{time.monotonic_ns()}",
                                                  "enable.auto.commit": False, "enable.partition.eof": True,
                                                  "auto.offset.reset": "earliest", "fetch.max.bytes": 16 * 1024 * 1024}))
     try:
-        consumer.assign([TopicPartition(topic, p, s) for p, (s, _) in sorted(wanted.items())])
-        pending = set(wanted)
-        deadline = time.monotonic() + timeout_s
-        while pending:
-            if time.monotonic() > deadline:
-                raise KafkaUnreachable(f"reading {topic} partitions {sorted(pending)} did not reach the end offsets "
-                                       f"{ {p: wanted[p][1] for p in sorted(pending)} } within {timeout_s:.0f} s; "
-                                       "check the brokers, or that the records were not deleted meanwhile")
-            for msg in consumer.consume(10_000, 1.0):
-                p, offset, error = msg.partition(), msg.offset(), msg.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        if p in pending and offset is not None and offset >= wanted[p][1]:
-                            pending.discard(p)
-                        continue
-                    raise KafkaOpsError(f"reading {topic}-{p}: {error}")
-                if p is None or offset is None:  # a record always has both: never skip one silently
-                    raise KafkaOpsError(f"reading {topic}: the client gave a record without its partition ({p}) or "
-                                        f"offset ({offset}); nothing was read past it: read again")
-                if p not in pending:
-                    continue
-                if offset >= wanted[p][1]:
-                    pending.discard(p)
-                    continue
-                yield Record(topic, p, offset, msg.timestamp()[1], msg.key(), msg.value(), headers_of(msg.headers()))
-                if offset + 1 >= wanted[p][1]:
-                    pending.discard(p)
+        yield from consume_ranges(consumer, {(topic, int(p)): r for p, r in ranges.items()}, timeout_s=timeout_s)
     finally:
         consumer.close()
+
+
+def consume_ranges(consumer: Any, ranges: Mapping[tuple[str, int], tuple[int, int]], *, timeout_s: float,
+                   poll_s: float = 1.0) -> Iterator[Record]:
+    """Records of ``ranges`` (topic partition -> ``[start, end)``) read by ``consumer`` (assigned here; it
+    needs ``enable.partition.eof``), in offset order per topic partition, each asked for at most ``poll_s``;
+    :class:`KafkaUnreachable` when the ends are not reached within ``timeout_s``."""
+    wanted = {(str(t), int(p)): (int(s), int(e)) for (t, p), (s, e) in ranges.items() if e > s}
+    if not wanted:
+        return
+    consumer.assign([TopicPartition(t, p, s) for (t, p), (s, _) in sorted(wanted.items())])
+    pending = set(wanted)
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        if time.monotonic() > deadline:
+            left = {f"{t}-{p}": wanted[(t, p)][1] for t, p in sorted(pending)}
+            raise KafkaUnreachable(f"reading {', '.join(sorted({t for t, _ in pending}))}: partitions did not reach "
+                                   f"their end offsets {left} within {timeout_s:.0f} s; check the brokers, or that "
+                                   "the records were not deleted meanwhile")
+        for msg in consumer.consume(10_000, poll_s):
+            t, p, offset, error = msg.topic(), msg.partition(), msg.offset(), msg.error()
+            key = (t, p)
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    if key in pending and offset is not None and offset >= wanted[key][1]:
+                        pending.discard(key)
+                    continue
+                raise KafkaOpsError(f"reading {t}-{p}: {error}")
+            if p is None or offset is None:  # a record always has both: never skip one silently
+                raise KafkaOpsError(f"reading {t}: the client gave a record without its partition ({p}) or "
+                                    f"offset ({offset}); nothing was read past it: read again")
+            if key not in pending:
+                continue
+            if offset >= wanted[key][1]:
+                pending.discard(key)
+                continue
+            yield Record(t, p, offset, msg.timestamp()[1], msg.key(), msg.value(), headers_of(msg.headers()))
+            if offset + 1 >= wanted[key][1]:
+                pending.discard(key)
 
 
 def end_offsets(config: Mapping[str, str], topic: str) -> dict[int, tuple[int, int]]:

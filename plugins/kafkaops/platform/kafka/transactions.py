@@ -16,16 +16,16 @@ end offsets it was given.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from kafkaops.errors import KafkaOpsError, KafkaUnreachable
+from kafkaops.errors import KafkaOpsError
 from kafkaops.platform.kafka import connection, errors
-from kafkaops.platform.kafka.records import Record, headers_of
+from kafkaops.platform.kafka import records
+from kafkaops.platform.kafka.records import Record
 
 log = logging.getLogger(__name__)
 
@@ -168,12 +168,11 @@ class TransactionalCopy:
 
     def read_source(self, starts: Mapping[int, int], ends: Mapping[int, int]) -> list[Record]:
         """The source's committed records in ``[starts[p], ends[p])``, in offset order per partition."""
-        return _read(self._source, {(self.source_topic, p): (s, ends[p]) for p, s in starts.items()}, self.timeout_s,
-                     f"the source {self.source_topic}")
+        return _read(self._source, {(self.source_topic, p): (s, ends[p]) for p, s in starts.items()}, self.timeout_s)
 
     def read_back(self, ranges: Mapping[TopicPartitionKey, tuple[int, int]]) -> list[Record]:
         """The outputs' records in ``[start, end)`` per topic partition, an open transaction's included."""
-        return _read(self._reader, ranges, self.timeout_s, "the outputs")
+        return _read(self._reader, ranges, self.timeout_s)
 
     # -- writing ---------------------------------------------------------------------------------------
 
@@ -228,35 +227,7 @@ class TransactionalCopy:
             raise errors.classify(err, "aborting the transaction", self._open()) from err
 
 
-def _read(consumer: Any, ranges: Mapping[TopicPartitionKey, tuple[int, int]], timeout_s: float,
-          what: str) -> list[Record]:
-    """Records of ``ranges`` read by ``consumer`` (assigned here), in offset order per topic partition."""
-    wanted = {tp: (int(s), int(e)) for tp, (s, e) in ranges.items() if e > s}
-    if not wanted:
-        return []
-    consumer.assign([TopicPartition(t, p, s) for (t, p), (s, _) in sorted(wanted.items())])
-    pending, found = set(wanted), []
-    deadline = time.monotonic() + timeout_s
-    while pending:
-        if time.monotonic() > deadline:
-            left = sorted(pending)[:3]
-            raise KafkaUnreachable(f"reading {what}: {len(pending)} partition(s) did not reach their end offsets within "
-                                   f"{timeout_s:.0f} s, e.g. {', '.join(f'{t}-{p} at {wanted[(t, p)][1]}' for t, p in left)}")
-        for msg in consumer.consume(10_000, POLL_S):
-            error = msg.error()
-            key = (msg.topic(), msg.partition())
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    if key in pending and msg.offset() >= wanted[key][1]:
-                        pending.discard(key)
-                    continue
-                raise KafkaOpsError(f"reading {what}, {key[0]}-{key[1]}: {error}")
-            offset = msg.offset()
-            if key not in pending or offset >= wanted[key][1]:
-                pending.discard(key)
-                continue
-            found.append(Record(key[0], key[1], offset, msg.timestamp()[1], msg.key(), msg.value(),
-                                headers_of(msg.headers())))
-            if offset + 1 >= wanted[key][1]:
-                pending.discard(key)
-    return found
+def _read(consumer: Any, ranges: Mapping[TopicPartitionKey, tuple[int, int]], timeout_s: float) -> list[Record]:
+    """Records of ``ranges`` read by ``consumer`` (assigned here), in offset order per topic partition
+    (:func:`kafkaops.platform.kafka.records.consume_ranges`, asking every :data:`POLL_S`)."""
+    return list(records.consume_ranges(consumer, ranges, timeout_s=timeout_s, poll_s=POLL_S))
