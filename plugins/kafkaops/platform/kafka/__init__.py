@@ -17,7 +17,7 @@ module             concern
 ``configs``        dynamic broker and topic configs: described, changed incrementally (``ConfigOp``).
 ``acls``           DENY Write ACLs: a live migration's quiesce.
 ``registrations``  KRaft broker registrations, listed and unregistered through Kafka's ``kafka-cluster`` tool.
-``records``        bounded reads of records (``read_ranges``, ``read_topic``, ``sample``).
+``records``        bounded reads of records (``read_ranges``, ``read_topic``, ``sample``; ``consume_ranges``, the one read loop, also the tail's).
 ``transactions``   :class:`~transactions.TransactionalCopy`: consume-transform-produce in Kafka transactions (a live
                    migration's tail copy), each part read back before its commit.
 =================  ===========================================================================================
