@@ -355,13 +355,14 @@ def part_cap(partitions: int, most_records: int, report: TailReport, most_bytes:
     """Records a part reads at most from each of ``partitions`` source partitions: ``most_records`` over
     them all (at least 100 each), fewer where records of the mean size so far (``report``'s bytes per
     source record) would pass ``most_bytes``, and :data:`FIRST_PART_RECORDS` over them all while no size
-    is known (a report without bytes). At least 1: a record larger than ``most_bytes`` is a part alone."""
+    is known (no record copied yet). Records of no bytes at all (empty keys and values) leave the records'
+    cap alone. At least 1: a record larger than ``most_bytes`` is a part alone."""
     n = max(1, partitions)
     cap = max(100, most_records // n)
-    if report.source_records and report.source_bytes:
-        cap = min(cap, int(most_bytes * report.source_records / report.source_bytes) // n)
-    else:
+    if not report.source_records:
         cap = min(cap, FIRST_PART_RECORDS // n)
+    elif report.source_bytes:
+        cap = min(cap, int(most_bytes * report.source_records / report.source_bytes) // n)
     return max(1, cap)
 
 

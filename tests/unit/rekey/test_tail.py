@@ -102,6 +102,8 @@ def test_a_part_reads_few_records_until_their_size_is_known_then_at_most_its_byt
     big = tail.add_part(tail.TailReport(), first, {0: 12, 1: 23}, source_bytes=5 * 2**20)  # 1 MiB records
     assert tail.part_cap(2, 50_000, big) == tail.PART_BYTES // 2**20 // 2 == 32  # 64 MiB over 2 partitions
     assert tail.part_cap(2, 50_000, big, most_bytes=2**19) == 1  # a record larger than the cap: alone
+    empty = tail.add_part(tail.TailReport(), first, {0: 12, 1: 23})  # keys and values of no bytes: the records cap
+    assert empty.source_records and tail.part_cap(3, 50_000, empty) == 50_000 // 3
     assert tail.TailReport.from_note(big.note(4000), big.position).source_bytes == big.source_bytes
     assert tail.TailReport.from_dict({k: v for k, v in small.to_dict().items() if k != "source_bytes"}).source_bytes == 0
 
