@@ -53,6 +53,7 @@ def test_a_scale_out_adds_a_remote_broker_and_moves_replicas_onto_it(remote: Rem
     from kafkaops.cli.main import main as cli
     from tests.integration.cli.test_reassign import create
 
+    remote.up()  # the session's fixture starts nothing: in a shuffled order this test may come first
     topic = f"remote-{uuid.uuid4().hex[:6]}"
     with connection.connect({"bootstrap.servers": remote.bootstrap}, timeout_s=15) as conn:
         create(conn, topic, [[1, 2], [2, 1], [1, 2], [2, 1]], records=400)
