@@ -21,7 +21,8 @@ each in turn (the first round also warms the JVMs up; each job's best round is r
 and then org.apache.kafka.tools.ProducerPerformance (tools jar) writing as many records of that
 size with acks=all. ``--brokers 3`` runs it all on the production-like shape (3 brokers, replication
 factor 3, min.insync.replicas 2); ``--verify`` times each rekey's Spark verify (the gate's check) as a row of
-its own, with copy plus verify against the plain copy (issue 32: within 1.3x); the Spark start-up (the
+its own, with copy plus verify against the plain copy (issue 32: within 1.3x), beside the full check alone
+(the joins and windows the verify's proof avoids on a clean direct copy) as its reference; the Spark start-up (the
 session to its first job's end, which every pass pays) is a row apart. Peak memory is the largest resident set of this process and every process
 under it, sampled every 0.1 s during a job.
 """
@@ -49,7 +50,7 @@ from kafkaops.platform.paths import jar_dir
 from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.rekey.records import BackfillRun
 from kafkaops.testing import clusters
-from spark_apps import common, rekey_backfill
+from spark_apps import backfill_verify, common, rekey_backfill
 
 
 def producer_perf(bootstrap: str, topic: str, n: int, size: int) -> float:
@@ -193,6 +194,7 @@ def measure(spark: Any, spec: provision.ClusterSpec, ranges: tuple, jobs: Sequen
     mode, integrity, and (``verify``) the seconds of each rekey's Spark verify after its last round."""
     rf, config = topic_settings(brokers_n)
     verify_s: dict[str, float] = {}
+    full_s: dict[str, float] = {}
     times: dict[str, list[float]] = {job: [] for job in jobs}
     cpus: dict[str, list[float]] = {job: [] for job in jobs}
     peaks: dict[str, int] = dict.fromkeys(jobs, 0)
@@ -225,12 +227,18 @@ def measure(spark: Any, spec: provision.ClusterSpec, ranges: tuple, jobs: Sequen
                     verify_s[job] = time.monotonic() - began
                     verified[job] = "ok" if report.ok else "FAILED: " + "; ".join(report.failures)
                     print(f"{tag}: verify of {job} {verify_s[job]:.1f} s ({verified[job]})", flush=True)
+                    began = time.monotonic()  # its reference: the full check alone (joins and windows)
+                    backfill_verify.check(spark, plan, backfill_verify.read_source(spark, plan, spec.bootstrap),
+                                          backfill_verify.read_output(spark, plan, spec.bootstrap), proof=False)
+                    full_s[job] = time.monotonic() - began
+                    print(f"{tag}: full check of {job} {full_s[job]:.1f} s", flush=True)
             print(f"{tag} round {rnd + 1}: {job} {seconds:.1f} s, {cpu:.1f} CPU s, peak RSS {peak / 2**20:.0f} MiB",
                   flush=True)
             times[job].append(seconds)
             cpus[job].append(cpu)
             peaks[job] = max(peaks[job], peak)
-    return {"times": times, "cpus": cpus, "peaks": peaks, "modes": modes, "verified": verified, "verify_s": verify_s}
+    return {"times": times, "cpus": cpus, "peaks": peaks, "modes": modes, "verified": verified, "verify_s": verify_s,
+            "full_s": full_s}
 
 
 def table(n: int, runs: Mapping[str, Mapping[str, Any]], perf: float) -> list[str]:
@@ -266,6 +274,10 @@ def table(n: int, runs: Mapping[str, Mapping[str, Any]], perf: float) -> list[st
                     if copy else "")
             lines.append(f"| {master} | the Spark verify of {labels[job]} | {seconds:.1f} | | {n / seconds:,.0f} | "
                          f"| {both} | |")
+            full = run.get("full_s", {}).get(job)
+            if full:
+                lines.append(f"| {master} | reference: the full check alone (joins and windows), {labels[job]} | "
+                             f"{full:.1f} | | {n / full:,.0f} | | verify {seconds / full:.2f} x the full check | |")
         if master in STARTUP:
             lines.append(f"| {master} | Spark start-up (session to its first job's end; every pass pays it) | "
                          f"{STARTUP[master]:.1f} | | | | | |")

@@ -22,6 +22,28 @@ Reads are ``read_committed``: the records a consumer of the target sees.
   that reached neither topic (gaps).
 * **Placement**: ``kafka_key_hash(key) % N`` (jvm/spark-udf, Kafka's own ``Utils.murmur2``) against
   the record's target partition.
+
+**Proof first, the full check only to name what failed.** The joins and windows above cost several times
+the copy itself. :func:`proven` shows a clean copy clean without them (:func:`check` runs it first):
+
+* every snapshot record becomes one element (its lineage; target or dead letter; its new key, or its
+  reason code; its value digest), and so does every output record (lineage header; its topic; its key, or
+  its reason-code header; its value digest). The two multisets are compared by their sizes and by sums
+  of two 64-bit hashes of the elements (:func:`_element_sums`). Equal sums say, but for a chance of about
+  2^-64 per accidental match, that the output holds every snapshot record exactly once, in the right
+  topic, with the Python key rules' key or reason code and the same value: no gap, duplicate, foreign
+  record, wrong key, wrong code or dead letter in the wrong place;
+* **placement** as above, counted without a join: with every target record on its key's home partition,
+  no key is split;
+* **order** of a direct copy: in each target partition, each key's records by target offset come from
+  one source partition at rising offsets (a window over the target's small columns; a copy in passes
+  keeps that order too, a pass starts where the last ended). Where that does not hold (a merged copy,
+  or a key out of order), every (key, position, lineage) of the planned order and of the target's order
+  is summed as the elements are (:func:`_sequence_sums`): equal sums, equal sequences, without the
+  full check's join of the two.
+
+Any of these not shown, and :func:`check` runs the full check, whose findings name the failures; a report
+the proof gives equals the full check's on the same records (the tests compare them).
 """
 from __future__ import annotations
 
@@ -42,6 +64,7 @@ SOURCE_SCHEMA = ("partition int, offset long, ts long, new_key binary, code stri
 #: Each target and dead-letter record after the Python pass (its value digested and dropped).
 OUTPUT_SCHEMA = ("topic string, partition int, offset long, key binary, lineage string, code string, "
                  "digest_high long, digest_low long")
+OUTPUT_SCHEMA_COLUMNS = tuple(c.split()[0] for c in OUTPUT_SCHEMA.split(", "))
 
 
 def verify(spark: Any, plan: BackfillPlan, kafka: Kafka) -> IntegrityReport:
@@ -102,34 +125,25 @@ def digested(batches: Iterator[Any]) -> Iterator[Any]:
 
 # -- the checks --------------------------------------------------------------------------------------------
 
-def check(spark: Any, plan: BackfillPlan, source: Any, output: Any) -> IntegrityReport:
+def check(spark: Any, plan: BackfillPlan, source: Any, output: Any, *, proof: bool = True) -> IntegrityReport:
     """The integrity report of ``source`` (``partition, offset, ts, key, value``) copied into ``output``
-    (``topic, partition, offset, key, value, lineage, code``), as Spark jobs."""
+    (``topic, partition, offset, key, value, lineage, code``), as Spark jobs: :func:`proven` first, the
+    full check when that does not show the copy clean (at once without ``proof``: the benchmark's
+    reference)."""
     from pyspark import StorageLevel
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
 
     n = plan.target_partitions
     common.register_key_hash(spark, n)
-    # a copy in passes (BackfillPlan.pass_starts): each pass has a clock of its own and comes after the last
-    copy_pass = F.lit(0)
-    for p, start in plan.pass_starts:
-        copy_pass = copy_pass + F.when((F.col("partition") == F.lit(p)) & (F.col("offset") >= F.lit(start)),
-                                       F.lit(1)).otherwise(F.lit(0))
-    clock = (Window.partitionBy("partition", "new_key", "copy_pass").orderBy("offset")
-             .rowsBetween(Window.unboundedPreceding, 0))
-    snap = (source.select("partition", "offset", "ts", "key", "value")
-            .mapInArrow(rekeyed(plan.key_rule), SOURCE_SCHEMA)
-            .withColumn("copy_pass", copy_pass)
-            .select("*", common.lineage(plan.source_topic, F.col("partition"), F.col("offset")).alias("lineage"),
-                    F.max("ts").over(clock).alias("order_ts"))
-            .persist(StorageLevel.MEMORY_AND_DISK))
-    out = (output.select("topic", "partition", "offset", "key", "value", "lineage", "code")
-           .mapInArrow(digested, OUTPUT_SCHEMA)
-           .withColumn("is_target", F.col("topic") == F.lit(plan.target_topic))
-           .persist(StorageLevel.MEMORY_AND_DISK))
-    cached = [snap, out]
+    out = elements(plan, output).persist(StorageLevel.MEMORY_AND_DISK)
+    cached = [out]
     try:
+        found = proven(plan, source, out) if proof else None
+        if found is not None:
+            return backfill.integrity_report(plan, found)
+        # not proven: the full check, whose findings name what failed
+        snap = _snapshot(plan, source).persist(StorageLevel.MEMORY_AND_DISK)
+        cached.append(snap)
+        out = out.select(*OUTPUT_SCHEMA_COLUMNS, "is_target")
         per_key, positions = _keys(snap, out)
         keyed = (per_key.persist(StorageLevel.MEMORY_AND_DISK), positions)
         cached.append(per_key)
@@ -141,21 +155,202 @@ def check(spark: Any, plan: BackfillPlan, source: Any, output: Any) -> Integrity
             frame.unpersist()
 
 
+def _snapshot(plan: BackfillPlan, source: Any) -> Any:
+    """The snapshot after the Python pass (:data:`SOURCE_SCHEMA`) with each record's ``lineage``, its
+    ``copy_pass`` and its ``order_ts``: the running maximum of the source timestamp per source partition,
+    new key and pass (a copy in passes, BackfillPlan.pass_starts: each pass has a clock of its own and
+    comes after the last)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    copy_pass = F.lit(0)
+    for p, start in plan.pass_starts:
+        copy_pass = copy_pass + F.when((F.col("partition") == F.lit(p)) & (F.col("offset") >= F.lit(start)),
+                                       F.lit(1)).otherwise(F.lit(0))
+    clock = (Window.partitionBy("partition", "new_key", "copy_pass").orderBy("offset")
+             .rowsBetween(Window.unboundedPreceding, 0))
+    return (source.select("partition", "offset", "ts", "key", "value")
+            .mapInArrow(rekeyed(plan.key_rule), SOURCE_SCHEMA)
+            .withColumn("copy_pass", copy_pass)
+            .select("*", common.lineage(plan.source_topic, F.col("partition"), F.col("offset")).alias("lineage"),
+                    F.max("ts").over(clock).alias("order_ts")))
+
+
+def _planned_order() -> Any:
+    """The order the copy writes each new key's records in (over :func:`_snapshot`'s rows)."""
+    from pyspark.sql import Window
+
+    return Window.partitionBy("new_key").orderBy("copy_pass", "order_ts", "partition", "offset")
+
+
+def _found_order() -> Any:
+    """The order a consumer of the target reads each key's records in (over the output's rows)."""
+    from pyspark.sql import Window
+
+    return Window.partitionBy("key").orderBy("partition", "offset")
+
+
+def elements(plan: BackfillPlan, output: Any) -> Any:
+    """``output`` (``topic, partition, offset, key, value, lineage, code``) digested (:data:`OUTPUT_SCHEMA`),
+    with ``is_target`` and each record's element of :func:`proven`'s multiset (:data:`ELEMENT_SUMS`)."""
+    from pyspark.sql import functions as F
+
+    col = F.col
+    digests = (output.select("topic", "partition", "offset", "key", "value", "lineage", "code")
+               .mapInArrow(digested, OUTPUT_SCHEMA)
+               .withColumn("is_target", col("topic") == F.lit(plan.target_topic)))
+    # a dead letter without a code header matches no snapshot record's element
+    return digests.select("*", *_element_sums(col("lineage"), ~col("is_target"), col("key"),
+                                              F.coalesce("code", F.lit("\u0000none")), col("digest_high"),
+                                              col("digest_low")))
+
+
+def proven(plan: BackfillPlan, source: Any, out: Any) -> IntegrityFindings | None:
+    """The findings of a clean copy of ``source`` into ``out`` (the output's :func:`elements`), shown
+    without a join (the module's "Proof first"), or None when the copy is not shown clean this way: then
+    the full check says what is wrong. The output's checks come first: a damaged output costs no pass over
+    the source. Needs ``kafka_key_hash`` registered."""
+    from pyspark.sql import functions as F
+
+    col, n = F.col, plan.target_partitions
+    home = F.call_function(common.KAFKA_KEY_HASH, col("key"), col("partition")) % F.lit(n)
+    parts = out.groupBy("topic", "partition", "is_target").agg(
+        F.count(F.lit(1)).alias("records"),
+        (F.count_distinct("key") + F.max(col("key").isNull().cast("int"))).alias("keys"),
+        F.sum("digest_high").alias("high"), F.sum("digest_low").alias("low"),
+        _count(col("lineage").isNull()).alias("no_lineage"),
+        _count(col("is_target") & (col("key").isNull() | (home != col("partition")))).alias("off_home"),
+        *[F.sum(c).alias(c) for c in ELEMENT_SUMS]).collect()
+    if any(r["no_lineage"] or r["off_home"] or (r["is_target"] and not 0 <= r["partition"] < n) for r in parts):
+        return None
+    direct = not _unordered(out)
+    snap = _snapshot(plan, source)
+    elements = _element_sums(col("lineage"), col("new_key").isNull(), col("new_key"), F.coalesce("code", F.lit("")),
+                             col("digest_high"), col("digest_low"))
+    sums = [F.sum(c).alias(c) for c in ELEMENT_SUMS]
+    if direct:  # the order is shown: the snapshot's elements only (Spark drops the unused clock window)
+        codes = snap.select("new_key", "code", "digest_high", "digest_low", *elements)
+    else:  # a merged copy, or out of order: each key's planned sequence against the one found
+        positions = _sequence_sums(col("new_key"), col("lineage"), F.row_number().over(_planned_order()))
+        codes = snap.select("new_key", "code", "digest_high", "digest_low", *elements, *positions)
+        sums += [F.sum(F.when(col("new_key").isNotNull(), col(c))).alias(c) for c in SEQUENCE_SUMS]
+    codes = codes.groupBy(col("new_key").isNull().alias("dead"), "code").agg(
+        F.count(F.lit(1)).alias("n"), F.sum("digest_high").alias("high"), F.sum("digest_low").alias("low"),
+        *sums).collect()
+    if not _same_elements(codes, parts):
+        return None
+    if not direct:
+        found = out.where(col("is_target")).select(*_sequence_sums(
+            col("key"), col("lineage"), F.row_number().over(_found_order())))
+        got = found.agg(*[F.sum(c).alias(c) for c in SEQUENCE_SUMS]).first()
+        if any((sum(r[c] or 0 for r in codes)) != (got[c] or 0) for c in SEQUENCE_SUMS):
+            return None
+    return _clean_findings(plan, codes, parts)
+
+
+#: The columns of :func:`_sequence_sums`: a key's record at a position, summed as :data:`ELEMENT_SUMS` are.
+SEQUENCE_SUMS = ("s1_high", "s1_low", "s2_high", "s2_low")
+
+
+def _sequence_sums(key: Any, lineage: Any, position: Any) -> list[Any]:
+    """(key, position, lineage) as the halves of two 64-bit hashes (:data:`SEQUENCE_SUMS`): summed over the
+    planned order and over the target, equal sums say that every key holds the same lineages at the same
+    positions (:func:`_keys`' check, without its join)."""
+    from pyspark.sql import functions as F
+
+    parts = [key, position.cast("long"), lineage.cast("string")]
+    first = F.xxhash64(F.lit("kafkaops.sequence"), *parts)
+    second = F.xxhash64(F.lit("kafkaops.sequence.2"), *parts)
+    return [F.shiftrightunsigned(first, 32).alias("s1_high"), first.bitwiseAND(F.lit(0xFFFFFFFF)).alias("s1_low"),
+            F.shiftrightunsigned(second, 32).alias("s2_high"), second.bitwiseAND(F.lit(0xFFFFFFFF)).alias("s2_low")]
+
+
+#: The columns of :func:`_element_sums`: two 64-bit hashes of an element, each summed as two 32-bit halves
+#: (a sum of 64-bit values would overflow a long; of 32-bit ones, not before 2^31 records).
+ELEMENT_SUMS = ("e1_high", "e1_low", "e2_high", "e2_low")
+
+
+def _element_sums(lineage: Any, dead: Any, key: Any, code: Any, high: Any, low: Any) -> list[Any]:
+    """One record as an element of the multisets :func:`proven` compares (lineage; dead letter or not;
+    the key of a target record, the reason code of a dead letter; its value digest), as the halves of two
+    independent 64-bit hashes (:data:`ELEMENT_SUMS`)."""
+    from pyspark.sql import functions as F
+
+    said = F.when(dead, code.cast("binary")).otherwise(key)
+    parts = [lineage.cast("string"), dead.cast("boolean"), said, high, low]
+    first = F.xxhash64(*parts)
+    second = F.xxhash64(F.lit("kafkaops.element"), *parts)
+    return [F.shiftrightunsigned(first, 32).alias("e1_high"), first.bitwiseAND(F.lit(0xFFFFFFFF)).alias("e1_low"),
+            F.shiftrightunsigned(second, 32).alias("e2_high"), second.bitwiseAND(F.lit(0xFFFFFFFF)).alias("e2_low")]
+
+
+def _same_elements(codes: list[Any], parts: list[Any]) -> bool:
+    """Whether the snapshot (``codes``: :func:`proven`'s rows per dead-or-not and reason code) and the
+    output (``parts``: its rows per topic and partition) hold the same elements: as many of each kind
+    (target, dead letter) and the same :data:`ELEMENT_SUMS`."""
+    keyed = sum(r["n"] for r in codes if not r["dead"])
+    dead = sum(r["n"] for r in codes if r["dead"])
+    if (keyed, dead) != (sum(r["records"] for r in parts if r["is_target"]),
+                         sum(r["records"] for r in parts if not r["is_target"])):
+        return False
+    return all(sum(r[c] or 0 for r in codes) == sum(r[c] or 0 for r in parts) for c in ELEMENT_SUMS)
+
+
+def _unordered(out: Any) -> bool:
+    """Whether some key, in some target partition, has a record that does not come from the same source
+    partition as its key's record before it at a higher offset: not in order, or a key from several
+    source partitions (a merged copy), which only the full check can judge."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    col = F.col
+    parts = common.lineage_parts(col("lineage"))
+    by_key = Window.partitionBy("partition", "key").orderBy("offset")
+    target = out.where(col("is_target")).select(
+        "partition", "key", "offset", parts[1].try_cast("int").alias("from_partition"),
+        parts[2].try_cast("long").alias("from_offset"))
+    steps = target.select("from_partition", "from_offset",
+                          F.lag("from_partition").over(by_key).alias("before_partition"),
+                          F.lag("from_offset").over(by_key).alias("before_offset"))
+    broken = steps.where(col("before_partition").isNotNull() & (
+        ~col("from_partition").eqNullSafe(col("before_partition")) | col("from_offset").isNull()
+        | (col("from_offset") <= col("before_offset"))))
+    return bool(broken.limit(1).count())
+
+
+def _clean_findings(plan: BackfillPlan, codes: list[Any], parts: list[Any]) -> IntegrityFindings:
+    """:func:`_findings` of a copy :func:`proven` showed clean: the counts, no failure."""
+    by_partition = {(r["topic"], r["partition"]): r for r in parts}
+
+    def row(topic: str, partition: int) -> PartitionIntegrity:
+        r = by_partition.get((topic, partition))
+        return PartitionIntegrity(topic, partition, r["records"] if r else 0, r["keys"] if r else 0, 0, 0, 0, 0, 0)
+
+    dead_parts = sorted(p for t, p in by_partition if t == plan.dead_letter_topic)
+    return IntegrityFindings(
+        source_records=sum(r["n"] for r in codes),
+        target_records=sum(r["records"] for r in parts if r["is_target"]),
+        dead_letters=sum(r["records"] for r in parts if not r["is_target"]),
+        expected_dead_letters=sum(r["n"] for r in codes if r["dead"]),
+        source_checksum=backfill.checksum_of_sums(sum(r["high"] or 0 for r in codes), sum(r["low"] or 0 for r in codes)),
+        output_checksum=backfill.checksum_of_sums(sum(r["high"] or 0 for r in parts), sum(r["low"] or 0 for r in parts)),
+        partitions=tuple([row(plan.target_topic, p) for p in range(plan.target_partitions)]
+                         + [row(plan.dead_letter_topic, p) for p in dead_parts or [0]]),
+        dead_letter_codes={r["code"] or "": r["n"] for r in codes if r["dead"]})
+
+
 def _keys(snap: Any, out: Any) -> Any:
     """Per new key (planned or found in the target): ``n_want`` planned and ``n_got`` found records,
     ``first_bad`` (1-based position of the first difference, null when none), ``low``/``high`` target
     partition; and the positions themselves (``positions``: key, pos, want, got) for the example."""
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     planned = (snap.where(F.col("new_key").isNotNull())
                .select(F.col("new_key").alias("key"), F.col("lineage").alias("want"),
-                       F.row_number().over(Window.partitionBy("new_key").orderBy("copy_pass", "order_ts", "partition",
-                                                                                  "offset"))
-                       .alias("pos")))
+                       F.row_number().over(_planned_order()).alias("pos")))
     found = (out.where(F.col("is_target") & F.col("key").isNotNull())
              .select("key", "partition", F.coalesce("lineage", F.lit("?")).alias("got"),
-                     F.row_number().over(Window.partitionBy("key").orderBy("partition", "offset")).alias("pos")))
+                     F.row_number().over(_found_order()).alias("pos")))
     positions = planned.join(found, ["key", "pos"], "full")
     differ = F.col("want").isNull() | F.col("got").isNull() | (F.col("want") != F.col("got"))
     per_key = positions.groupBy("key").agg(

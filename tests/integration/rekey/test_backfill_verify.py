@@ -6,6 +6,7 @@ reason code), the Spark report names it and equals check_integrity's on the reco
 confluent-kafka. One SparkSession and one broker per module."""
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -38,9 +39,22 @@ def spark_report(spark, plan: BackfillPlan, source: list[SourceRecord], target: 
     return backfill_verify.check(spark, plan, src, out)
 
 
-def more_damage(kind: str) -> tuple[list[OutputRecord], list[OutputRecord]]:
-    """Damage that tests/unit/rekey's ``damaged`` does not make."""
-    target, dlq = copy(source_records())
+def spark_proof(spark, plan: BackfillPlan, source: list[SourceRecord], target: list[OutputRecord],
+                dead_letters: list[OutputRecord]) -> backfill.IntegrityFindings | None:
+    """What backfill_verify.proven, the verify's cheap path, makes of the same records: findings of a copy
+    it shows clean, None when only the full check can judge."""
+    from spark_apps import backfill_verify, common
+
+    common.register_key_hash(spark, plan.target_partitions)
+    src = spark.createDataFrame([(r.partition, r.offset, r.timestamp, r.key, r.value) for r in source], SOURCE_COLUMNS)
+    out = spark.createDataFrame([(r.topic, r.partition, r.offset, r.key, r.value, r.lineage, r.code)
+                                 for r in (*target, *dead_letters)], OUTPUT_COLUMNS)
+    return backfill_verify.proven(plan, src, backfill_verify.elements(plan, out))
+
+
+def more_damage(kind: str, source: list[SourceRecord] | None = None) -> tuple[list[OutputRecord], list[OutputRecord]]:
+    """Damage that tests/unit/rekey's ``damaged`` does not make, to a copy of ``source``."""
+    target, dlq = copy(source_records() if source is None else source)
     if kind == "no lineage":
         target.append(replace(target[0], offset=30_000, lineage=None))
         dlq.append(replace(dlq[0], offset=30_000, lineage=None))
@@ -81,6 +95,34 @@ def test_the_spark_report_equals_check_integrity(spark, kind: str) -> None:
     assert want.ok == (kind in ("none", "second dead-letter partition")), want.failures
     got = spark_report(spark, PLAN, source, target, dlq)
     assert got.to_dict() == want.to_dict()
+    # (a proof that passed damage would have made the report above ok.) A clean merged copy (these keys span
+    # the source partitions) is shown by the proof alone, as the full check shows it
+    if kind == "none":
+        proof = spark_proof(spark, PLAN, source, target, dlq)
+        assert proof is not None and backfill.integrity_report(PLAN, proof).to_dict() == want.to_dict()
+
+
+def direct_source(n: int = 300) -> list[SourceRecord]:
+    """:func:`source_records`' records, each key's in one source partition (a direct copy's source)."""
+    out, next_offset = [], [0, 0, 0]
+    for r in source_records(n):
+        key = json.loads(r.value).get("key")
+        p = r.partition if key is None else int(key.split("-")[1]) % 3
+        out.append(replace(r, partition=p, offset=next_offset[p]))
+        next_offset[p] += 1
+    return out
+
+
+@pytest.mark.parametrize("kind", DAMAGED + MORE)
+def test_the_cheap_path_shows_a_clean_direct_copy_and_no_damaged_one(spark, kind: str) -> None:
+    source = direct_source()
+    target, dlq = (copy(source) if kind == "none" else damaged(kind, source)) if kind in DAMAGED \
+        else more_damage(kind, source)
+    want = check_integrity(PLAN, source, target, dlq)
+    proof = spark_proof(spark, PLAN, source, target, dlq)
+    assert (proof is not None) == want.ok, (kind, want.failures)
+    if proof is not None:
+        assert backfill.integrity_report(PLAN, proof).to_dict() == want.to_dict()
 
 
 def test_keys_spanning_source_partitions_are_ordered_by_time_in_spark_too(spark) -> None:
@@ -92,7 +134,10 @@ def test_keys_spanning_source_partitions_are_ordered_by_time_in_spark_too(spark)
              enumerate([(b"a", "orders/0/0"), (b"b", "orders/0/1"), (b"c", "orders/1/0"), (b"d", "orders/1/1")])]
     dlq = [OutputRecord(plan.dead_letter_topic, 0, 0, None, b"e", "orders/2/0", "NO_KEY")]
     assert spark_report(spark, plan, source, right, dlq).ok
+    proof = spark_proof(spark, plan, source, right, dlq)  # by the planned sequence: a key from two partitions
+    assert proof is not None and backfill.integrity_report(plan, proof).ok
     wrong = [replace(r, offset=3 - r.offset) for r in right]  # offset order instead of time order
+    assert spark_proof(spark, plan, source, wrong, dlq) is None
     report = spark_report(spark, plan, source, wrong, dlq)
     assert report == check_integrity(plan, source, wrong, dlq)
     assert report.failures == ("1 key(s) are out of per-key source order, e.g. b'k': position 0 holds orders/1/1, "
@@ -203,3 +248,10 @@ def test_a_clean_copy_verifies_and_counts_its_dead_letters(cluster, spark) -> No
     assert (report.source_records, report.target_records, report.dead_letters) == (RECORDS + 3, RECORDS, 3)
     assert report.dead_letter_codes == {"FIELD_MISSING": 1, "NOT_JSON": 1, "NULL_VALUE": 1}
     assert report.to_dict() == check_integrity(plan, *read_back(cluster, plan)).to_dict()
+    # the verify's cheap path showed it (a direct copy, read from Kafka), no join needed
+    from spark_apps import backfill_verify, common
+
+    common.register_key_hash(spark, plan.target_partitions)
+    assert backfill_verify.proven(plan, backfill_verify.read_source(spark, plan, cluster.bootstrap),
+                                  backfill_verify.elements(plan, backfill_verify.read_output(spark, plan,
+                                                                                             cluster.bootstrap)))

@@ -96,8 +96,9 @@ def test_a_correct_copy_passes_every_check() -> None:
     assert backfill.IntegrityReport.from_dict(json.loads(json.dumps(report.to_dict()))) == report
 
 
-def damaged(kind: str) -> tuple[list[OutputRecord], list[OutputRecord]]:
-    target, dlq = copy(source_records())
+def damaged(kind: str, source: list[SourceRecord] | None = None) -> tuple[list[OutputRecord], list[OutputRecord]]:
+    """A copy of ``source`` (:func:`source_records` if None) with one kind of damage."""
+    target, dlq = copy(source_records() if source is None else source)
     if kind == "duplicate":
         target.append(replace(target[0], offset=10_000))
     elif kind == "lost":
