@@ -216,14 +216,14 @@ def proven(plan: BackfillPlan, source: Any, out: Any) -> IntegrityFindings | Non
     home = F.call_function(common.KAFKA_KEY_HASH, col("key"), col("partition")) % F.lit(n)
     parts = out.groupBy("topic", "partition", "is_target").agg(
         F.count(F.lit(1)).alias("records"),
-        (F.count_distinct("key") + F.max(col("key").isNull().cast("int"))).alias("keys"),
         F.sum("digest_high").alias("high"), F.sum("digest_low").alias("low"),
         _count(col("lineage").isNull()).alias("no_lineage"),
         _count(col("is_target") & (col("key").isNull() | (home != col("partition")))).alias("off_home"),
         *[F.sum(c).alias(c) for c in ELEMENT_SUMS]).collect()
     if any(r["no_lineage"] or r["off_home"] or (r["is_target"] and not 0 <= r["partition"] < n) for r in parts):
         return None
-    direct = not _unordered(out)
+    keys, direct = _keys_and_order(out)
+    parts = [{**r.asDict(), "keys": keys.get((r["topic"], r["partition"]), 0)} for r in parts]
     snap = _snapshot(plan, source)
     elements = _element_sums(col("lineage"), col("new_key").isNull(), col("new_key"), F.coalesce("code", F.lit("")),
                              col("digest_high"), col("digest_low"))
@@ -296,26 +296,27 @@ def _same_elements(codes: list[Any], parts: list[Any]) -> bool:
     return all(sum(r[c] or 0 for r in codes) == sum(r[c] or 0 for r in parts) for c in ELEMENT_SUMS)
 
 
-def _unordered(out: Any) -> bool:
-    """Whether some key, in some target partition, has a record that does not come from the same source
-    partition as its key's record before it at a higher offset: not in order, or a key from several
-    source partitions (a merged copy), which only the full check can judge."""
+def _keys_and_order(out: Any) -> tuple[dict[tuple[str, int], int], bool]:
+    """The keys of each output partition (a null key counting as one), and whether each key, in each target
+    partition, has all its records from one source partition at rising offsets by target offset: a direct
+    copy in order (a copy in passes keeps that order too: a pass starts where the last ended). False for a
+    merged copy or a key out of order, which :func:`_sequence_sums` then judges. One window, no join."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     col = F.col
-    parts = common.lineage_parts(col("lineage"))
-    by_key = Window.partitionBy("partition", "key").orderBy("offset")
-    target = out.where(col("is_target")).select(
-        "partition", "key", "offset", parts[1].try_cast("int").alias("from_partition"),
-        parts[2].try_cast("long").alias("from_offset"))
-    steps = target.select("from_partition", "from_offset",
-                          F.lag("from_partition").over(by_key).alias("before_partition"),
-                          F.lag("from_offset").over(by_key).alias("before_offset"))
-    broken = steps.where(col("before_partition").isNotNull() & (
+    lineage = common.lineage_parts(col("lineage"))
+    by_key = Window.partitionBy("topic", "partition", "key").orderBy("offset")
+    steps = out.select("topic", "partition", "key", "offset", "is_target", lineage[1].try_cast("int").alias("from_partition"),
+                       lineage[2].try_cast("long").alias("from_offset"))
+    steps = steps.select("*", F.lag("from_partition").over(by_key).alias("before_partition"),
+                         F.lag("from_offset").over(by_key).alias("before_offset"))
+    broken = col("is_target") & col("before_partition").isNotNull() & (
         ~col("from_partition").eqNullSafe(col("before_partition")) | col("from_offset").isNull()
-        | (col("from_offset") <= col("before_offset"))))
-    return bool(broken.limit(1).count())
+        | (col("from_offset") <= col("before_offset")))
+    rows = steps.groupBy("topic", "partition").agg(_count(col("before_partition").isNull()).alias("keys"),
+                                                   _count(broken).alias("broken")).collect()
+    return {(r["topic"], r["partition"]): r["keys"] for r in rows}, not any(r["broken"] for r in rows)
 
 
 def _clean_findings(plan: BackfillPlan, codes: list[Any], parts: list[Any]) -> IntegrityFindings:

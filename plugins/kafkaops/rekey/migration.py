@@ -299,6 +299,8 @@ class Tail:
             raise
         self.keys = tail.TailKeys()
         self.started = clock()
+        #: the lag the last :meth:`run` ended on: what its verdict was given
+        self.ended_lag = 0
 
     def __enter__(self) -> Tail:
         return self
@@ -376,6 +378,7 @@ class Tail:
                 log.info("%s", line.replace("tail:", f"{label}:", 1))
                 reported = now
             if verdict is not None:
+                self.ended_lag = lag
                 return verdict
             if not self.part(ends):
                 time.sleep(TAIL_IDLE_S)
@@ -391,7 +394,8 @@ def follow(ctx: lifecycle.OperationContext, first: BackfillPlan, policy: LivePol
     with Tail(ctx, first, clock=clock) as t:
         lag_before = t.lag(t.source_ends())
         verdict = t.run(lambda progress: catch_up_verdict(progress, policy), label="catch-up")
-        remaining, report = t.lag(t.source_ends()), t.report
+        # the lag the verdict was given (the log's and the record's), not a later look at a source still written
+        remaining, report = t.ended_lag, t.report
     plan = first.next_pass(report.position)
     row = PassRow(pass_number(0), report.source_records, plan.records, "tail", round(clock() - began, 1), lag_before)
     state.append_note(ctx.audit, CatchUpNote(f"catch-up by the tail copy: {row.written:,} record(s) in "
