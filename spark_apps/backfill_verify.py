@@ -64,6 +64,7 @@ SOURCE_SCHEMA = ("partition int, offset long, ts long, new_key binary, code stri
 #: Each target and dead-letter record after the Python pass (its value digested and dropped).
 OUTPUT_SCHEMA = ("topic string, partition int, offset long, key binary, lineage string, code string, "
                  "digest_high long, digest_low long")
+#: The columns of :data:`OUTPUT_SCHEMA`, what the full check reads of :func:`elements`' rows (with ``is_target``).
 OUTPUT_SCHEMA_COLUMNS = tuple(c.split()[0] for c in OUTPUT_SCHEMA.split(", "))
 
 
