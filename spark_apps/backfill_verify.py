@@ -259,11 +259,20 @@ def _sequence_sums(key: Any, lineage: Any, position: Any) -> list[Any]:
     positions (:func:`_keys`' check, without its join)."""
     from pyspark.sql import functions as F
 
-    parts = [key, position.cast("long"), lineage.cast("string")]
-    first = F.xxhash64(F.lit("kafkaops.sequence"), *parts)
-    second = F.xxhash64(F.lit("kafkaops.sequence.2"), *parts)
-    return [F.shiftrightunsigned(first, 32).alias("s1_high"), first.bitwiseAND(F.lit(0xFFFFFFFF)).alias("s1_low"),
-            F.shiftrightunsigned(second, 32).alias("s2_high"), second.bitwiseAND(F.lit(0xFFFFFFFF)).alias("s2_low")]
+    return _hash_halves(SEQUENCE_SUMS, [F.lit("kafkaops.sequence")], [F.lit("kafkaops.sequence.2")],
+                        [key, position.cast("long"), lineage.cast("string")])
+
+
+def _hash_halves(names: tuple[str, ...], first_salt: list[Any], second_salt: list[Any], parts: list[Any]) -> list[Any]:
+    """Two 64-bit hashes (``xxhash64``) of ``parts``, each after its salt columns, as four columns
+    ``names``: each hash's high and low 32 bits, so that sums of them do not overflow a long."""
+    from pyspark.sql import functions as F
+
+    out = []
+    for i, salt in enumerate((first_salt, second_salt)):
+        h = F.xxhash64(*salt, *parts)
+        out += [F.shiftrightunsigned(h, 32).alias(names[2 * i]), h.bitwiseAND(F.lit(0xFFFFFFFF)).alias(names[2 * i + 1])]
+    return out
 
 
 #: The columns of :func:`_element_sums`: two 64-bit hashes of an element, each summed as two 32-bit halves
@@ -278,11 +287,8 @@ def _element_sums(lineage: Any, dead: Any, key: Any, code: Any, high: Any, low: 
     from pyspark.sql import functions as F
 
     said = F.when(dead, code.cast("binary")).otherwise(key)
-    parts = [lineage.cast("string"), dead.cast("boolean"), said, high, low]
-    first = F.xxhash64(*parts)
-    second = F.xxhash64(F.lit("kafkaops.element"), *parts)
-    return [F.shiftrightunsigned(first, 32).alias("e1_high"), first.bitwiseAND(F.lit(0xFFFFFFFF)).alias("e1_low"),
-            F.shiftrightunsigned(second, 32).alias("e2_high"), second.bitwiseAND(F.lit(0xFFFFFFFF)).alias("e2_low")]
+    return _hash_halves(ELEMENT_SUMS, [], [F.lit("kafkaops.element")],
+                        [lineage.cast("string"), dead.cast("boolean"), said, high, low])
 
 
 def _same_elements(codes: list[Any], parts: list[Any]) -> bool:

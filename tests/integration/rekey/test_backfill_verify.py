@@ -29,14 +29,20 @@ SOURCE_COLUMNS = "partition int, offset long, ts long, key binary, value binary"
 OUTPUT_COLUMNS = "topic string, partition int, offset long, key binary, value binary, lineage string, code string"
 
 
+def frames(spark, source: list[SourceRecord], target: list[OutputRecord], dead_letters: list[OutputRecord]):
+    """The snapshot and the output as the verify reads them from Kafka (:data:`SOURCE_COLUMNS`,
+    :data:`OUTPUT_COLUMNS`), made from records in Python."""
+    src = spark.createDataFrame([(r.partition, r.offset, r.timestamp, r.key, r.value) for r in source], SOURCE_COLUMNS)
+    out = spark.createDataFrame([(r.topic, r.partition, r.offset, r.key, r.value, r.lineage, r.code)
+                                 for r in (*target, *dead_letters)], OUTPUT_COLUMNS)
+    return src, out
+
+
 def spark_report(spark, plan: BackfillPlan, source: list[SourceRecord], target: list[OutputRecord],
                  dead_letters: list[OutputRecord]) -> backfill.IntegrityReport:
     from spark_apps import backfill_verify
 
-    src = spark.createDataFrame([(r.partition, r.offset, r.timestamp, r.key, r.value) for r in source], SOURCE_COLUMNS)
-    out = spark.createDataFrame([(r.topic, r.partition, r.offset, r.key, r.value, r.lineage, r.code)
-                                 for r in (*target, *dead_letters)], OUTPUT_COLUMNS)
-    return backfill_verify.check(spark, plan, src, out)
+    return backfill_verify.check(spark, plan, *frames(spark, source, target, dead_letters))
 
 
 def spark_proof(spark, plan: BackfillPlan, source: list[SourceRecord], target: list[OutputRecord],
@@ -46,9 +52,7 @@ def spark_proof(spark, plan: BackfillPlan, source: list[SourceRecord], target: l
     from spark_apps import backfill_verify, common
 
     common.register_key_hash(spark, plan.target_partitions)
-    src = spark.createDataFrame([(r.partition, r.offset, r.timestamp, r.key, r.value) for r in source], SOURCE_COLUMNS)
-    out = spark.createDataFrame([(r.topic, r.partition, r.offset, r.key, r.value, r.lineage, r.code)
-                                 for r in (*target, *dead_letters)], OUTPUT_COLUMNS)
+    src, out = frames(spark, source, target, dead_letters)
     return backfill_verify.proven(plan, src, backfill_verify.elements(plan, out))
 
 
@@ -252,6 +256,5 @@ def test_a_clean_copy_verifies_and_counts_its_dead_letters(cluster, spark) -> No
     from spark_apps import backfill_verify, common
 
     common.register_key_hash(spark, plan.target_partitions)
-    assert backfill_verify.proven(plan, backfill_verify.read_source(spark, plan, cluster.bootstrap),
-                                  backfill_verify.elements(plan, backfill_verify.read_output(spark, plan,
-                                                                                             cluster.bootstrap)))
+    output = backfill_verify.elements(plan, backfill_verify.read_output(spark, plan, cluster.bootstrap))
+    assert backfill_verify.proven(plan, backfill_verify.read_source(spark, plan, cluster.bootstrap), output) is not None
