@@ -3,13 +3,17 @@ partitions, while keyed acks=all producers write ``--rate`` records/s and a cons
 through the switch; run for the record key (the direct copy) and a value field spanning source
 partitions (``field:customer``: the merged copy).
 
-    .venv/bin/python -m benchmarks.bench_live_migration [--rate 2000] [--warmup-s 20] [--brokers 1|3]
-        [--quiesce manual|acl] [--source-records N] [--rules record_key,field:customer] [--no-results]
+    .venv/bin/python -m benchmarks.bench_live_migration [--rate 2000[,20000]] [--warmup-s 20] [--brokers 1|3]
+        [--quiesce manual|acl] [--source-records N[,M]] [--rules record_key,field:customer] [--deployment]
+        [--no-results]
 
 Starts a cluster (``--brokers 3``: replication factor 3, ``min.insync.replicas`` 2; ``--quiesce acl``: with an
 authorizer, the application's producers a principal of their own that the quiesce denies), an Airflow
-metadata DB (SQLite, ``dag.test()``; the Spark jobs run as spark-submit subprocesses on local[*]), then per
-rule: ``--source-records`` records already in the source (JSON of 256 bytes with a customer, written
+metadata DB (SQLite, ``dag.test()``; the Spark jobs run as spark-submit subprocesses on local[*]) or, with
+``--deployment``, the deployment operators run (kafkaops.testing.deployment: PostgreSQL, Redis, each Airflow
+component a process of its own, a Celery worker; Spark standalone from kafkaops.testing.spark; the DAG triggered
+as ``operator`` through the REST API, its approval and switch answered as ``approver``), then per source size,
+rate and rule: ``--source-records`` records already in the source (JSON of 256 bytes with a customer, written
 before the traffic), then the traffic harness
 (kafkaops.testing.traffic.MigrationTraffic) runs ``--warmup-s`` seconds, the DAG is triggered, and
 kafkaops.testing.rehearsal.StandInOperator does what the run's record asks (stop the producers and drain the
@@ -24,14 +28,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from benchmarks.results import publish
 from kafkaops.platform import provision, state
@@ -44,6 +51,7 @@ from kafkaops.testing.rehearsal import StandInOperator
 from kafkaops.testing.traffic import MigrationTraffic
 
 ROOT = Path(__file__).resolve().parents[1]
+log = logging.getLogger("bench_live_migration")
 
 DAG = "kafka_partition_increase"
 RULES = ("record_key", "field:customer")
@@ -66,11 +74,10 @@ def phases(record: dict[str, Any]) -> dict[str, float]:
 @dataclass(frozen=True)
 class Shape:
     """The cluster and the cut-over the runs use: brokers (3: replication factor 3, min.insync 2), the
-    quiesce, the records already in the source, and the logins (kafkaops', the application's)."""
+    quiesce, and the logins (kafkaops', the application's)."""
 
     brokers: int
     quiesce: str
-    source_records: int
     admin: dict[str, str]
     app: dict[str, str]
 
@@ -101,32 +108,89 @@ def prefill(config: dict[str, str], topic: str, records: int) -> None:
     assert waits.close_producer(producer, waits.Deadline(300)) == 0, f"prefilling {topic}: records unsent"
 
 
-def migrate(bag: Any, shape: Shape, rule: str, rate: float, warmup_s: float) -> dict[str, Any]:
-    topic = f"live.bench.{rule.replace(':', '.')}"
+class DagTest:
+    """Runs the DAG in this process with ``dag.test()`` (SQLite metadata, the store on local disk, Spark jobs
+    as spark-submit subprocesses on local[*])."""
+
+    label = "dag.test() with Spark local[*] subprocesses"
+
+    def __init__(self) -> None:
+        self.bag = dag_bag()
+
+    def run(self, conf: dict[str, Any], operator: StandInOperator) -> str:
+        return str(dag_runs.run_dag(self.bag, DAG, **conf).run_id)
+
+
+class Deployed:
+    """Triggers the DAG through the deployment's REST API (kafkaops.testing.deployment: PostgreSQL, Redis, each
+    Airflow component a process of its own, CeleryExecutor) and waits for the run's end."""
+
+    label = ("the deployment (CeleryExecutor, PostgreSQL, Redis, each Airflow component a process of its own) "
+             "with Spark standalone (a Master and 2 Workers of 1 core and 1 GiB)")
+
+    def __init__(self, deployed: Any) -> None:
+        self.deployed = deployed
+
+    def run(self, conf: dict[str, Any], operator: StandInOperator) -> str:
+        """Trigger as ``operator``; as ``approver`` (four eyes is on, as deployed) answer the approval, and the
+        switch once ``operator`` has switched the applications; wait for the run's end."""
+        d = self.deployed
+        d.api("PATCH", f"/dags/{DAG}", json={"is_paused": False})
+        run_id = d.api("POST", f"/dags/{DAG}/dagRuns",
+                       json={"logical_date": None, "conf": {**conf, "approval": "manual"}})["dag_run_id"]
+        path = f"/dags/{DAG}/dagRuns/{quote(run_id, safe='')}"
+        deadline, answered = waits.Deadline(RUN_TIMEOUT_S), set()
+        while d.api("GET", path)["state"] not in ("success", "failed"):
+            if deadline.expired():
+                raise TimeoutError(f"{DAG} run {run_id} still running after {RUN_TIMEOUT_S:.0f} s")
+            tis = d.api("GET", f"{path}/taskInstances", params={"limit": 100})["task_instances"]
+            for task in ("approval", "switch"):
+                asked = any(t["task_id"] == task and t["state"] in ("awaiting_input", "deferred") for t in tis)
+                if asked and task not in answered and (task == "approval" or operator.switched):
+                    d.api("PATCH", f"{path}/taskInstances/{task}/-1/hitlDetails", user="approver",
+                          json={"chosen_options": ["Approve"], "params_input": {}})
+                    answered.add(task)
+            time.sleep(0.5)
+        return str(run_id)
+
+
+RUN_TIMEOUT_S = 3600.0
+
+
+def migrate(runner: DagTest | Deployed, shape: Shape, rule: str, rate: float, warmup_s: float,
+            source_records: int) -> dict[str, Any]:
+    topic = f"live.bench.{rule.replace(':', '.')}.{source_records}.{rate:.0f}"
     with connection.connect(shape.admin) as conn:
         topics.create_topic(conn, topic, 3, shape.replication, shape.topic_config)
-    prefill(shape.app, topic, shape.source_records)
+    began_fill = time.monotonic()
+    prefill(shape.app, topic, source_records)
+    log.info("%s: %d records in the source in %.0f s", topic, source_records, time.monotonic() - began_fill)
     quiesce = {"quiesce": "acl", "quiesce_principals": f"User:{APP}"} if shape.quiesce == "acl" else \
         {"quiesce": "manual"}
+    conf = {"topic": topic, "key_rule": rule, "mode": "migrate", "new_partition_count": 12, "dry_run": False,
+            "approval": "auto_approve", "catch_up_lag_records": int(rate * 2), "catch_up_budget_s": 600,
+            "quiet_s": 3, "quiesce_timeout_s": 300, "switch_timeout_s": 300, **quiesce}
     with MigrationTraffic(shape.app, topic, group=f"{topic}.readers", rate_per_s=rate) as traffic:
         time.sleep(warmup_s)
         began = time.monotonic()
         with StandInOperator(traffic, DAG, stop_producers=shape.quiesce != "acl") as operator:
-            dag_run = dag_runs.run_dag(bag, DAG, topic=topic, key_rule=rule, mode="migrate", new_partition_count=12,
-                                      dry_run=False, approval="auto_approve", catch_up_lag_records=int(rate * 2),
-                                      catch_up_budget_s=600, quiet_s=3, quiesce_timeout_s=300, switch_timeout_s=300,
-                                      **quiesce)
+            run_id = runner.run(conf, operator)
         total = time.monotonic() - began
         time.sleep(2)  # traffic on the target after the switch
         report = traffic.finish()
     if operator.error:
         raise operator.error
-    record = state.AuditLog.for_run(DAG, dag_run.run_id).summary()
+    record = state.AuditLog.for_run(DAG, run_id).summary()
+    if record["outcome"] != "success":
+        log.error("%s run %s: %s; steps %s; notes %s", DAG, run_id, record["outcome"],
+                  [(s["name"], s.get("status"), s.get("error")) for s in record["steps"]],
+                  [n.get("text") for n in record["notes"]][-10:])
     observed = next((n["switch_observed"] for n in record["notes"] if "switch_observed" in n), {})
     tails = [n["tail"] for n in record["notes"] if "tail" in n]
     catch_up = next((n["catch_up"] for n in record["notes"] if "catch_up" in n), {})
     live = LiveRecord.of(record["notes"])
-    return {"rule": rule, "outcome": record["outcome"], "report": report, "total_s": total,
+    return {"rule": rule, "records": source_records, "rate": rate, "outcome": record["outcome"], "report": report,
+            "total_s": total,
             "recorded_window_s": observed.get("write_window_s"), "copied": catch_up.get("written", 0),
             "lag_before": catch_up.get("lag_before", 0), "catch_up_s": catch_up.get("seconds"),
             "lags": [t["lag"] for t in tails], "phases": phases(record),
@@ -135,14 +199,16 @@ def migrate(bag: Any, shape: Shape, rule: str, rate: float, warmup_s: float) -> 
 
 def bare_switch(shape: Shape, rate: float) -> float:
     """The reference: stop, drain and switch at once to an empty 12-partition topic (no copy, no gate)."""
+    bare = f"live.bare.{rate:.0f}"
     with connection.connect(shape.admin) as conn:
-        topics.create_topic(conn, "live.bare", 3, shape.replication, shape.topic_config)
-        topics.create_topic(conn, "live.bare.v2", 12, shape.replication, shape.topic_config)
-    with MigrationTraffic(shape.app, "live.bare", group="live.bare.readers", rate_per_s=rate) as traffic:
+        topics.create_topic(conn, bare, 3, shape.replication, shape.topic_config)
+        topics.create_topic(conn, f"{bare}.v2", 12, shape.replication, shape.topic_config)
+    with MigrationTraffic(shape.app, bare, group=f"{bare}.readers", rate_per_s=rate) as traffic:
         time.sleep(5)
         traffic.stop_producing()
         traffic.drain_and_stop_consumer()
-        traffic.switch_producers("live.bare.v2")
+        traffic.switch_producers(f"{bare}.v2")
+        traffic.switch_consumer(f"{bare}.v2")
         time.sleep(2)
         traffic.finish()
     return traffic.write_window_s or 0.0
@@ -175,51 +241,93 @@ def cluster(brokers: int, quiesce: str) -> Iterator[tuple[provision.ClusterSpec,
         yield spec, logins[ADMIN], logins[APP]
 
 
+@contextmanager
+def deployed_airflow(bootstrap: str, login: dict[str, str]) -> Iterator[Any]:
+    """A Spark standalone cluster and the deployment on it, kafka_default logged in as kafkaops; this process
+    reads the runs' records from the deployment's store."""
+    from kafkaops.platform import store as store_
+    from kafkaops.platform.paths import JARS
+    from kafkaops.testing import deployment as harness
+    from kafkaops.testing.spark import standalone_cluster
+
+    jvm.use_lean_jvms()
+    with ExitStack() as stack:
+        spark = stack.enter_context(standalone_cluster(ROOT))
+        cache = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kafkaops-bench-worker-")))
+        deployed = stack.enter_context(harness.deployment(
+            checkout=ROOT, kafka_bootstrap=bootstrap, worker_cache=cache, jars=JARS, dag_ids={DAG},
+            kafka_login=login, spark_master=spark.master_url, worker_env={"SPARK_CONF_DIR": str(spark.conf_dir)}))
+        log.info("deployment up in %.0f s at %s", deployed.started_in, deployed.url)
+        kafkaops_store = store_.open_store(deployed.databases["kafkaops"])
+        stack.callback(kafkaops_store.engine.dispose)
+        store_.use(kafkaops_store)
+        stack.callback(store_.use, None)
+        yield deployed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rate", type=float, default=2000.0, help="records/s of the producers")
+    parser.add_argument("--rate", default="2000", help="records/s of the producers (a comma list: each in turn)")
     parser.add_argument("--warmup-s", type=float, default=20.0, help="traffic before the migration starts")
     parser.add_argument("--brokers", type=int, default=1, choices=(1, 3))
     parser.add_argument("--quiesce", default="manual", choices=("manual", "acl"))
-    parser.add_argument("--source-records", type=int, default=0, help="records in the source before the traffic")
+    parser.add_argument("--source-records", default="0",
+                        help="records in the source before the traffic (a comma list: each in turn)")
     parser.add_argument("--rules", default=",".join(RULES))
+    parser.add_argument("--deployment", action="store_true",
+                        help="run the DAG through the deployment (Celery worker, Spark standalone), not dag.test()")
     parser.add_argument("--no-results", action="store_true")
     args = parser.parse_args(argv)
-    bag = dag_bag()
-    runs = []
-    with cluster(args.brokers, args.quiesce) as (spec, admin, app):
-        shape = Shape(args.brokers, args.quiesce, args.source_records, admin, app)
-        extra = {k: v for k, v in admin.items() if k != "bootstrap.servers"}
-        os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = json.dumps({"conn_type": "kafka", "extra": {
-            "bootstrap.servers": spec.bootstrap, **extra}})
-        reference = bare_switch(shape, args.rate)
-        for rule in args.rules.split(","):
-            runs.append(migrate(bag, shape, rule, args.rate, args.warmup_s))
-            print({k: v for k, v in runs[-1].items() if k != "lags"}, flush=True)
+    rates = [float(r) for r in args.rate.split(",")]
+    sizes = [int(n) for n in args.source_records.split(",")]
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    runs, references = [], {}
+    with ExitStack() as stack:
+        spec, admin, app = stack.enter_context(cluster(args.brokers, args.quiesce))
+        shape = Shape(args.brokers, args.quiesce, admin, app)
+        login = {k: v for k, v in admin.items() if k != "bootstrap.servers"}
+        if args.deployment:
+            runner: DagTest | Deployed = Deployed(stack.enter_context(deployed_airflow(spec.bootstrap, login)))
+        else:
+            os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = json.dumps({"conn_type": "kafka", "extra": {
+                "bootstrap.servers": spec.bootstrap, **login}})
+            runner = DagTest()
+        for size in sizes:
+            for rate in rates:
+                references.setdefault(rate, bare_switch(shape, rate))
+                for rule in args.rules.split(","):
+                    runs.append(migrate(runner, shape, rule, rate, args.warmup_s, size))
+                    print({k: v for k, v in runs[-1].items() if k != "lags"}, flush=True)
     lines = [
         f"kafka_partition_increase quiesce={args.quiesce}, 3 -> 12 partitions, {args.brokers} broker(s) (replication "
-        f"factor {shape.replication}{', min.insync.replicas 2' if shape.topic_config else ''}), dag.test() with Spark "
-        f"local[*] subprocesses; {args.source_records:,} records in the source before the traffic; traffic: 200 keys "
-        f"at {args.rate:,.0f} records/s (acks=all, idempotent), {args.warmup_s:.0f} s before the trigger, one consumer "
-        "group reading through the switch; the operator's part played by kafkaops.testing.rehearsal.StandInOperator; "
+        f"factor {shape.replication}{', min.insync.replicas 2' if shape.topic_config else ''}), {runner.label}; "
+        "records in the source before the traffic: JSON of 256 bytes over 1,000 keys; traffic: 200 keys (acks=all, "
+        f"idempotent), {args.warmup_s:.0f} s before the trigger, one consumer group reading through the switch; the "
+        "operator's part played by kafkaops.testing.rehearsal.StandInOperator"
+        f"{' (and the approver answering the approval and the switch through the REST API)' if args.deployment else ''}; "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores.",
         "Write window: the producers' last ack on the source to their first on the target (harness), and as kafkaops "
-        "recorded it from the records' timestamps. Reference (same run): the harness stopping, draining and "
-        f"switching at once to an empty topic, no copy and no gate: {reference:.2f} s. The catch-up is the tail "
-        "copy (one process, each part checked before its commit); its lag as it reported it every 10 s.",
+        "recorded it from the records' timestamps. Reference (same run, per rate): the harness stopping, draining and "
+        "switching at once to an empty topic, no copy and no gate: "
+        + ", ".join(f"{ref:.2f} s at {rate:,.0f} records/s" for rate, ref in references.items())
+        + ". The catch-up is the tail copy (one process, each part checked before its commit); its lag as it "
+        "reported it every 10 s. Backfill: the execute step (the Spark copy of the source and its check).",
         "",
-        "| rekey | outcome | sent | lost | duplicated | out of order | tail catch-up: lag before, copied, took | "
-        "tail lag every 10 s | write window (harness / recorded) | vs bare switch | total migration | the recorded "
-        "window by phase (s: seen still, final part, gate and offsets, switch answer, first write) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| rekey | source records | records/s | outcome | sent | lost | duplicated | out of order | backfill | "
+        "tail catch-up: lag before, copied, took | tail lag every 10 s | write window (harness / recorded) | "
+        "vs bare switch | total migration | the recorded window by phase (s: seen still, final part, gate and "
+        "offsets, switch asked, applications' switch) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         rep = r["report"]
         lines.append(
-            f"| {r['rule']} | {r['outcome']} | {rep.sent:,} | {rep.lost} | {rep.duplicated} | {rep.out_of_order} | "
+            f"| {r['rule']} | {r['records']:,} | {r['rate']:,.0f} | {r['outcome']} | {rep.sent:,} | {rep.lost} | "
+            f"{rep.duplicated} | {rep.out_of_order} | {r['phases'].get('execute', 0):.0f} s | "
             f"{r['lag_before']:,}, {r['copied']:,}, {r['catch_up_s']} s | {', '.join(f'{x:,}' for x in r['lags']) or '-'} | "
             f"{rep.write_window_s or 0:.2f} s / {r['recorded_window_s'] or 0:.2f} s | "
-            f"{(rep.write_window_s or 0) / max(reference, 1e-3):.0f}x | {r['total_s']:.0f} s | "
+            f"{(rep.write_window_s or 0) / max(references[r['rate']], 1e-3):.0f}x | {r['total_s']:.0f} s | "
             f"{', '.join(f'{seconds:.2f}' for _, seconds in r['window_phases']) or '-'} |")
     publish("Live migration under traffic", lines, save=not args.no_results)
     # under the acl fence the producers' refused sends are unacknowledged (never lost): not a failure

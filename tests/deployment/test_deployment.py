@@ -18,8 +18,11 @@ import pytest
 import sqlalchemy as sa
 
 from kafkaops.platform import provision, state, store
-from kafkaops.platform.kafka import metadata
+from kafkaops.platform.kafka import metadata, records, topics
+from kafkaops.rekey.backfill import LINEAGE_HEADER, parse_lineage
 from kafkaops.testing import deployment as harness, postgres
+from kafkaops.testing.rehearsal import StandInOperator
+from kafkaops.testing.traffic import MigrationTraffic
 from tests.deployment.conftest import TOPIC, SpecCluster
 from tests.deployment.runs import run_path, task_states, wait_for_run, wait_for_task
 from tests.conftest import wait_for
@@ -44,9 +47,10 @@ def trigger(d: harness.Deployment, dag_id: str, conf: dict[str, Any], *, user: s
     return run["dag_run_id"]
 
 
-def approve(d: harness.Deployment, dag_id: str, run_id: str, *, user: str = "approver") -> dict[str, Any]:
-    """Answer the run's approval through the human-in-the-loop API, as ``user``."""
-    path = f"{run_path(dag_id, run_id)}/taskInstances/approval/-1/hitlDetails"
+def approve(d: harness.Deployment, dag_id: str, run_id: str, *, user: str = "approver",
+            task_id: str = "approval") -> dict[str, Any]:
+    """Answer the run's approval (or another question, ``task_id``) through the human-in-the-loop API, as ``user``."""
+    path = f"{run_path(dag_id, run_id)}/taskInstances/{task_id}/-1/hitlDetails"
     return d.api("PATCH", path, user=user, json={"chosen_options": ["Approve"], "params_input": {}})
 
 
@@ -157,6 +161,67 @@ def test_a_worker_killed_during_execute_batches_is_replaced_and_the_run_resumes(
     assert rec["outcome"] == "success" and rec["batches"], rec["outcome"]
     assert_no_throttle(deployment_cluster)
     print(f"\nthe run ended {time.monotonic() - killed_at:.0f} s after the worker was killed")
+
+
+def tail_notes(kafkaops_store: store.Store, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+    """The tail copy's progress notes of the run, oldest first."""
+    return [e.data["tail"] for e in kafkaops_store.events(dag_id, run_id) if "tail" in e.data]
+
+
+def test_a_worker_killed_while_the_tail_copies_is_replaced_and_the_copy_resumes_exactly_once(
+        deployed: harness.Deployment, deployment_cluster: SpecCluster, kafkaops_store: store.Store) -> None:
+    """A live migration (quiesce=manual) under traffic: the Celery worker is killed while the catch-up task's
+    tail copy follows the source (it has reported its lag), a new worker runs the task again, and the copy goes
+    on from its committed position: every source record once in the target, in key order, and the consumer
+    group reads through the switch with nothing lost, duplicated or out of order. The lag threshold is 0, so
+    the tail follows for as long as producers write; they stop once the second try reports, and the tail then
+    catches up."""
+    dag_id, topic = "kafka_partition_increase", "live.orders"
+    with deployment_cluster.connect() as conn:
+        topics.create_topic(conn, topic, 3, 3, {"min.insync.replicas": "2"})
+    conf = {"dry_run": False, "topic": topic, "mode": "migrate", "new_partition_count": 6, "key_rule": "record_key",
+            "quiesce": "manual", "quiet_s": 2, "approval": "manual", "catch_up_lag_records": 0,
+            "catch_up_budget_s": 600}
+    with MigrationTraffic(deployment_cluster.config, topic, group=f"{topic}.readers", rate_per_s=300) as traffic:
+        time.sleep(3)
+        with StandInOperator(traffic, dag_id, store=kafkaops_store) as operator:
+            run = trigger(deployed, dag_id, conf)
+            wait_for_task(deployed, dag_id, run, "approval", {"awaiting_input", "deferred"})
+            approve(deployed, dag_id, run)
+            wait_for_task(deployed, dag_id, run, "catch_up", {"running"})
+            wait_for(lambda: tail_notes(kafkaops_store, dag_id, run), timeout=180, what="the tail's first report")
+            deployed.kill("worker")
+            killed = len(tail_notes(kafkaops_store, dag_id, run))
+            time.sleep(5)
+            deployed.start("worker")
+            deployed.wait_for_worker()
+            wait_for(lambda: task_states(deployed, dag_id, run)["catch_up"] == ("running", 2), timeout=180,
+                     what="catch_up's second try running")
+            wait_for(lambda: len(tail_notes(kafkaops_store, dag_id, run)) > killed, timeout=180,
+                     what="the second try's tail reporting")
+            traffic.stop_producing()  # the tail can now reach a lag of 0
+            wait_for_task(deployed, dag_id, run, "switch", {"awaiting_input", "deferred"})
+            wait_for(lambda: operator.switched, timeout=60, what="the stand-in operator's switch")
+            approve(deployed, dag_id, run, task_id="switch")
+            wait_for_run(deployed, dag_id, run)
+        assert operator.error is None, operator.error
+        time.sleep(1)
+        report = traffic.finish()
+    assert (report.lost, report.duplicated, report.out_of_order) == (0, 0, 0), str(report)
+    assert task_states(deployed, dag_id, run)["catch_up"][1] == 2
+    rec = record(deployed, dag_id, run)
+    assert rec["outcome"] == "success" and [(g["gate"], g["ok"]) for g in rec["gates"]] == \
+        [("preflight", True), ("backfill", True)], rec["outcome"]
+    # the copy: each source record once (its lineage), and each key's records in the source's offset order;
+    # the target's other records are the producers' own, written after the switch
+    source = records.read_topic(deployment_cluster.config, topic)
+    copied = [r for r in records.read_topic(deployment_cluster.config, f"{topic}.v2") if r.header(LINEAGE_HEADER)]
+    lineages = [parse_lineage(r.header(LINEAGE_HEADER) or b"") for r in copied]
+    assert len(lineages) == len(set(lineages)) == len(source) > 0, (len(lineages), len(set(lineages)), len(source))
+    by_key: dict[bytes | None, list[tuple[str, int, int]]] = {}
+    for r, lineage in zip(copied, lineages):
+        by_key.setdefault(r.key, []).append(lineage)
+    assert all(seen == sorted(seen) for seen in by_key.values())
 
 
 def test_a_busy_cluster_refuses_the_second_operation_and_a_failing_gate_fails_cleanly(

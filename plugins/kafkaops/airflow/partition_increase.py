@@ -64,9 +64,10 @@ def live_only(ctx: lifecycle.OperationContext, plan: steps.PartitionPlan, step: 
 
 
 class SwitchOperator(ApprovalOperator):
-    """The switch, a person's step: the body names the topics and the offsets committed on the target.
-    Approve once producers and consumers run on the target; Reject abandons the migration (the source
-    stays authoritative). ``approval`` param auto_*: answered by the param, recorded as such."""
+    """The switch, a person's step: the body names the topics and the offsets committed on the target (the
+    quiesce task has asked for the switch in the record already). Approve once producers and consumers run
+    on the target; Reject abandons the migration (the source stays authoritative). ``approval`` param
+    auto_*: answered by the param, recorded as such."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(ignore_downstream_trigger_rules=False, **kwargs)
@@ -74,8 +75,6 @@ class SwitchOperator(ApprovalOperator):
     def execute(self, context: Any) -> Any:
         ctx = context_of(context)
         live_only(ctx, steps.plan_of(context["ti"].xcom_pull(task_ids="plan")), "switch")
-        cut = TargetReady.from_dict(context["ti"].xcom_pull(task_ids="quiesce") or {}).cutover
-        state.append_note(ctx.audit, ActionNote(migration.switch_request(cut), Action.SWITCH, switch=cut))
         return answer_by_param(self, ctx, context, ask=lambda: super(SwitchOperator, self).execute(context))
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
@@ -158,12 +157,16 @@ def catch_up(plan_data: dict[str, Any], result: dict[str, Any] | None) -> dict[s
 def quiesce(plan_data: dict[str, Any], before: dict[str, Any], result: dict[str, Any], caught: dict[str, Any]
             ) -> dict[str, Any]:
     """Live: the quiesce, the last tail part, the gate over the whole copy and the cut-over, one step of the
-    record each, in this one task (:func:`kafkaops.rekey.steps.ready_target`)."""
+    record each, in this one task (:func:`kafkaops.rekey.steps.ready_target`); then the request to switch,
+    from here: the applications can move while the switch task, a scheduler hop later, asks its question."""
     ctx = context_of(get_current_context())
     plan = steps.plan_of(plan_data)
     live_only(ctx, plan, "quiesce")
-    return steps.ready_target(ctx, plan, before, first_plan(plan_data, result), CatchUp.from_dict(caught),
-                              PassResult.from_dict(result), lambda name: recorded(ctx, name)).to_dict()
+    ready = steps.ready_target(ctx, plan, before, first_plan(plan_data, result), CatchUp.from_dict(caught),
+                               PassResult.from_dict(result), lambda name: recorded(ctx, name))
+    state.append_note(ctx.audit, ActionNote(migration.switch_request(ready.cutover), Action.SWITCH,
+                                            switch=ready.cutover))
+    return ready.to_dict()
 
 
 @task(trigger_rule=TriggerRule.NONE_FAILED)

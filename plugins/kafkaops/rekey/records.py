@@ -619,11 +619,15 @@ class LiveRecord:
     abandoned: AbandonedNote | None
     #: the tail copy's latest report of its lag and rates (None: no tail ran, or it ran less than 10 s)
     tail: TailNote | None = None
+    #: the request to switch the applications to the target (written once the target is ready)
+    switch_request: ActionNote | None = None
 
     @classmethod
     def of(cls, notes: Sequence[Mapping[str, Any]]) -> LiveRecord | None:
         """None unless the notes are a live migration's (a catch-up, a quiesce or a request to stop producers)."""
-        stops = [a for a in state.read_notes(notes, ActionNote) if a.action is Action.STOP_PRODUCERS]
+        actions = state.read_notes(notes, ActionNote)
+        stops = [a for a in actions if a.action is Action.STOP_PRODUCERS]
+        switches = [a for a in actions if a.action is Action.SWITCH]
         if not (stops or any(state.holds(n, QuiescedNote) or state.holds(n, CatchUpNote) for n in notes)):
             return None
         passes = [CatchUpNote.from_dict(n) if state.holds(n, CatchUpNote) else FinalPassNote.from_dict(n)
@@ -636,24 +640,28 @@ class LiveRecord:
                    decision=next(iter(state.read_notes(notes, SwitchDecision)), None),
                    observed=next(iter(state.read_notes(notes, SwitchObservedNote)), None),
                    abandoned=next(iter(state.read_notes(notes, AbandonedNote)), None),
-                   tail=next(iter(reversed(state.read_notes(notes, TailNote))), None))
+                   tail=next(iter(reversed(state.read_notes(notes, TailNote))), None),
+                   switch_request=switches[0] if switches else None)
 
     def window_phases(self) -> tuple[tuple[str, float], ...]:
         """Where the write-unavailable window went, phase by phase (seconds, in order; they add up to the
         window), from the record's own times: until the source was seen still (``quiet_s`` included), the
-        final pass, the integrity gate with the consumer groups and their offsets, the switch's answer, and
-        the producers' first write to the target. Empty when the record lacks one of those times (a run
-        that did not reach its confirm)."""
+        final pass, the integrity gate with the consumer groups and their offsets, the request to switch
+        (written as the target is ready), and the applications' switch (from that request to the producers'
+        first write to the target; a person's confirmation of the switch may come later and is no part of
+        it). Empty when the record lacks one of those times (a run that did not reach its confirm)."""
         final = next((n for n in reversed(self.passes) if isinstance(n, FinalPassNote)), None)
         seen = self.observed.value if self.observed else None
         q = self.quiesced.value if self.quiesced else None
         last_translation = self.translations[-1] if self.translations else None
+        asked = self.switch_request
         if (seen is None or seen.write_window_s is None or seen.first_target_write_ms is None or q is None
                 or q.settled_at is None or final is None or final.ts is None or last_translation is None
-                or last_translation.ts is None or self.decision is None or self.decision.ts is None):
+                or last_translation.ts is None or asked is None or asked.ts is None):
             return ()
         end = seen.first_target_write_ms / 1000.0
-        marks = [end - seen.write_window_s, q.settled_at, final.ts, last_translation.ts, self.decision.ts, end]
+        marks = [end - seen.write_window_s, q.settled_at, final.ts, last_translation.ts, asked.ts, end]
         names = ("until the source was seen still", "the final pass", "the integrity gate, the consumer groups "
-                 "and their offsets", "the switch's answer", "the producers' first write to the target")
+                 "and their offsets", "the request to switch", "the applications' switch (the request to the "
+                 "producers' first write to the target)")
         return tuple((name, round(max(0.0, b - a), 2)) for name, a, b in zip(names, marks, marks[1:]))

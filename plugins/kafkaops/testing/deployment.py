@@ -428,10 +428,13 @@ class Deployment:
 
 @contextmanager
 def deployment(*, checkout: Path, kafka_bootstrap: str, worker_cache: Path, jars: Path, dag_ids: set[str],
-               logs: Path | None = None) -> Iterator[Deployment]:
+               logs: Path | None = None, kafka_login: Mapping[str, str] | None = None,
+               spark_master: str = "local[*]", worker_env: Mapping[str, str] | None = None) -> Iterator[Deployment]:
     """Everything of the module docstring, up and healthy, for the ``with`` block; all of it stopped after.
     The wheel is the working tree ``checkout``'s (unless ``$KAFKAOPS_WHEEL`` names one). Each component's
-    output goes to ``<logs>/<component>.log`` (default: a folder removed at the end)."""
+    output goes to ``<logs>/<component>.log`` (default: a folder removed at the end). ``kafka_login``: the
+    client settings ``kafka_default`` adds to the bootstrap (a SASL login); ``spark_master``: ``spark_default``'s
+    master (a standalone Master's URL: its ``SPARK_CONF_DIR`` in ``worker_env``, the worker's extra environment)."""
     root = Path(tempfile.mkdtemp(prefix="kafkaops-deploy-"))
     logs = logs or root / "logs"
     began = time.monotonic()
@@ -459,7 +462,10 @@ def deployment(*, checkout: Path, kafka_bootstrap: str, worker_cache: Path, jars
             api_url=url, jwt_secret=secrets.token_urlsafe(32), fernet_key=Fernet.generate_key().decode(),
             secret_key=secrets.token_urlsafe(32), kafka_bootstrap=kafka_bootstrap,
             dags_folder=installation.resource("r.dags_folder()"),
-            users=",".join(f"{user}:{role}" for user, role in USERS.items()), spark_master="local[*]")
+            users=",".join(f"{user}:{role}" for user, role in USERS.items()), spark_master=spark_master)
+        if kafka_login:
+            settings["AIRFLOW_CONN_KAFKA_DEFAULT"] = json.dumps({"conn_type": "kafka", "extra": {
+                "bootstrap.servers": kafka_bootstrap, **kafka_login}})
         # Task logs stay on the worker (and the triggerer) that wrote them; the api-server reads them
         # from their log servers, on ports every component knows.
         worker_logs, trigger_logs = provision.free_ports(2)
@@ -471,7 +477,7 @@ def deployment(*, checkout: Path, kafka_bootstrap: str, worker_cache: Path, jars
             (home / "kafkaops-cache").mkdir(parents=True)
             env = {**clean_env(installation.venv), **settings, "AIRFLOW_HOME": str(home),
                    "KAFKAOPS_CACHE": str(worker_cache if name == "worker" else home / "kafkaops-cache"),
-                   "KAFKAOPS_JARS": str(jars)}
+                   "KAFKAOPS_JARS": str(jars), **((worker_env or {}) if name == "worker" else {})}
             if name == "api-server":
                 (home / "passwords.json").write_text(json.dumps(passwords))
                 env.update({"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),

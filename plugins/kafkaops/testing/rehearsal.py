@@ -55,6 +55,11 @@ class StandInOperator:
         self._stop.set()
         self._thread.join(30)
 
+    @property
+    def switched(self) -> bool:
+        """Whether the applications run on the target (the switch the record asked for is done)."""
+        return any(a == "switched" for a, _ in self.done)
+
     def _run_id(self) -> str | None:
         for op in self.store.list_operations(self.dag_id, limit=5):
             if (op.get("started_at") or 0) >= self._since - 1:
@@ -80,19 +85,20 @@ class StandInOperator:
         asked = state.read_notes([data], ActionNote)
         action = asked[0].action if asked else None
         if action is Action.STOP_PRODUCERS and not any(a == "stopped" for a, _ in self.done):
-            log.info("operator: %sdraining the consumer of %s", "stopping producers and " if self.stop_producers
-                     else "", self.traffic.source)
-            if self.stop_producers:
+            stop = self.stop_producers and self.traffic.writing_to == self.traffic.source  # not stopped before
+            log.info("operator: %sdraining the consumer of %s", "stopping producers and " if stop else "",
+                     self.traffic.source)
+            if stop:
                 self.traffic.stop_producing()
             self.traffic.drain_and_stop_consumer()
             self.done.append(("stopped", time.monotonic()))
-        elif action is Action.SWITCH and not any(a == "switched" for a, _ in self.done):
+        elif action is Action.SWITCH and not self.switched:
             switch = asked[0].switch
             if switch is None:
                 raise RuntimeError(f"the switch asked for in {self.dag_id} names no target topic: {data}")
             target = switch.target_topic
             log.info("operator: switching producers and consumers to %s", target)
-            if not self.stop_producers:  # refused by the ACL until now: stop them to move them
+            if self.traffic.writing_to is not None:  # refused by the ACL until now: stop them to move them
                 self.traffic.stop_producing()
             self.traffic.switch_producers(target)
             self.traffic.switch_consumer(target)

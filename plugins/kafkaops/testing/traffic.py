@@ -621,6 +621,12 @@ class MigrationTraffic:
         self._start_writing(self.source)
         self._transition("running", f"producing to and consuming {self.source}")
 
+    @property
+    def writing_to(self) -> str | None:
+        """The topic the producers write to now; None while they are stopped."""
+        writing = self._writing
+        return None if writing is None else writing.topic
+
     def stop_producing(self, timeout_s: float = 30.0) -> float:
         """Quiesce: stop sending to the source and flush. Returns the monotonic time (``time.monotonic``)
         of the last acknowledged write to the source (:attr:`last_source_ack_utc` shows it in UTC). Once
