@@ -92,6 +92,9 @@ def assert_live_record(config: dict, topic: str, record: dict, report: Migration
     target = f"{topic}.v2"
     assert report.received_by_topic[topic] > 0 and report.received_by_topic[target] > 0, str(report)
     assert [(g["gate"], g["ok"]) for g in record["gates"]] == [("preflight", True), ("backfill", True)]
+    # the backfill gate's Data Docs, stored after the switch was asked for (outside the window), and linked
+    docs = record["gates"][1]["docs_path"]
+    assert docs and store.current().artifact(docs) is not None, record["gates"]
     notes = record["notes"]
     catch_up = [n["catch_up"] for n in notes if "catch_up" in n]
     assert len(catch_up) == 1 and catch_up[0]["written"] > 0  # records produced during the backfill

@@ -166,6 +166,7 @@ def quiesce(plan_data: dict[str, Any], before: dict[str, Any], result: dict[str,
                                PassResult.from_dict(result), lambda name: recorded(ctx, name))
     state.append_note(ctx.audit, ActionNote(migration.switch_request(ready.cutover), Action.SWITCH,
                                             switch=ready.cutover))
+    steps.publish_gate_docs(ctx, ready)  # the gate's Data Docs, now that the window is over for kafkaops
     return ready.to_dict()
 
 

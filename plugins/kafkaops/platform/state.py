@@ -138,6 +138,11 @@ def summarize(events: Iterable[AuditEvent]) -> dict[str, Any]:
             record["plan"] = d
         elif e.kind == "step":
             _fold_step(record, open_steps, tries_seen, e, d)
+        elif e.kind == "gate" and d.get("docs_of"):  # a gate's Data Docs, stored after its verdict
+            for entry in reversed(record["gates"]):
+                if entry.get("gate") == d.get("gate"):
+                    entry["docs_path"] = d.get("docs_path")
+                    break
         elif e.kind == "gate":
             record["gates"].append({"ts": e.ts, **d})
         elif e.kind == "approval":

@@ -630,15 +630,23 @@ def copy_progress(ctx: lifecycle.OperationContext, bf: BackfillPlan, name: str, 
     return progress
 
 
-def backfill_gate(ctx: lifecycle.OperationContext, result: PassResult) -> GateVerdict:
-    """Gate the integrity report with ``expectations/backfill.json``, then require it outright too."""
+def backfill_gate(ctx: lifecycle.OperationContext, result: PassResult, *, docs_after: bool = False) -> GateVerdict:
+    """Gate the integrity report with ``expectations/backfill.json``, then require it outright too.
+    ``docs_after``: the verdict only, its Data Docs later (:func:`publish_gate_docs`)."""
     if result.integrity is None:
         raise KafkaOpsError(f"the backfill into {(result.run.plan if result.run else {}).get('target_topic')} "
                             "reported no integrity check: nothing to gate; run the pass again with --verify")
     report = backfill.IntegrityReport.from_dict(result.integrity)
-    gate = lifecycle.gate(ctx, "backfill", integrity_frames(report))
+    gate = lifecycle.gate(ctx, "backfill", integrity_frames(report), docs_after=docs_after)
     report.require()
     return GateVerdict(gates.GateResult.from_dict(gate), report.totals())
+
+
+def publish_gate_docs(ctx: lifecycle.OperationContext, ready: TargetReady) -> None:
+    """The Data Docs of a live cut-over's gate (:func:`ready_target` gives its verdict without them), built
+    and stored once the switch is asked for: outside the write window. Never raises."""
+    lifecycle.publish_docs(ctx, "backfill", integrity_frames(backfill.IntegrityReport.from_dict(
+        ready.final.integrity or {})))
 
 
 def ready_target(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mapping[str, Any], first: BackfillPlan,
@@ -647,7 +655,8 @@ def ready_target(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: M
     (seconds each through a Celery deployment) lies inside the write window. Each part is a step of the
     record of its own, in order (``step(name)`` records it): ``quiesce`` (the tail copies on while the
     source is waited on, so its last part is usually empty), ``final_pass`` (the last part, checked),
-    ``verify`` (the gate over the whole copy: the backfill's check and every part's) and ``cutover``
+    ``verify`` (the gate over the whole copy: the backfill's check and every part's; its verdict only, the
+    Data Docs after the switch is asked for: :func:`publish_gate_docs`) and ``cutover``
     (groups settled, offsets committed on the target). A failure in any part fails the task and the
     abandon step rolls back: the source stays authoritative."""
     p: PartitionParams = ctx.params  # type: ignore[assignment]
@@ -656,7 +665,7 @@ def ready_target(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: M
     with step("final_pass"):
         final = migration.final_part(ctx, caught, quiesced, copied)
     with step("verify"):
-        verified = backfill_gate(ctx, final)
+        verified = backfill_gate(ctx, final, docs_after=True)
     with step("cutover"):
         cut = cutover(ctx, plan, before, quiesced)
     return TargetReady(quiesced, final, verified, cut)

@@ -49,6 +49,16 @@ def test_a_rerun_shows_its_own_attempt_not_the_previous_outcome() -> None:
     assert record["attempt"] == 2 and [(s["name"], s["status"]) for s in record["steps"]] == [("plan", "running")]
 
 
+def test_a_gates_data_docs_stored_after_its_verdict_point_its_entry_at_them() -> None:
+    """A live cut-over records the gate's verdict without Data Docs, and the docs once the switch is asked."""
+    record = summarize([AuditEvent(1, "gate", {"gate": "preflight", "ok": True, "docs_path": "docs/r/preflight/i.html"}),
+                        AuditEvent(2, "gate", {"gate": "backfill", "ok": True, "docs_path": None}),
+                        AuditEvent(3, "gate", {"gate": "backfill", "docs_of": True,
+                                               "docs_path": "docs/r/backfill/index.html"})])
+    assert [(g["gate"], g["ok"], g["docs_path"]) for g in record["gates"]] == [
+        ("preflight", True, "docs/r/preflight/i.html"), ("backfill", True, "docs/r/backfill/index.html")]
+
+
 def test_a_retried_step_is_one_row_counting_its_tries() -> None:
     record = summarize([AuditEvent(1, "step", {"name": "execute", "status": "started"}, "execute", 1),
                         AuditEvent(2, "step", {"name": "execute", "status": "failed", "error": "x"}, "execute", 1),

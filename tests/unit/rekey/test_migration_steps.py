@@ -462,8 +462,9 @@ def test_the_target_is_made_ready_in_one_task_step_by_step_and_stops_at_the_firs
     monkeypatch.setattr(migration, "quiesce", lambda ctx, plan, policy, copy: (
         done.append(("quiesce ran", "tail open" if copy.open else "tail closed")), QUIESCED)[1])
     monkeypatch.setattr(migration, "final_part", lambda ctx, caught, quiesced, copied: final)
-    monkeypatch.setattr(steps, "backfill_gate", lambda ctx, result: GateVerdict(GateResult("backfill", result is final),
-                                                                              {"source_records": 7}))
+    # the verdict only inside the window: its Data Docs come after the switch is asked (docs_after)
+    monkeypatch.setattr(steps, "backfill_gate", lambda ctx, result, docs_after: GateVerdict(
+        GateResult("backfill", result is final and docs_after), {"source_records": 7}))
     monkeypatch.setattr(steps, "cutover", lambda ctx, plan, before, quiesced: cut if quiesced is QUIESCED else None)
     ctx = Ctx()
     ctx.params = SimpleNamespace(policy=ACL)  # type: ignore[attr-defined]
@@ -476,7 +477,7 @@ def test_the_target_is_made_ready_in_one_task_step_by_step_and_stops_at_the_firs
     assert ready == TargetReady(QUIESCED, final, GateVerdict(GateResult("backfill", True), {"source_records": 7}), cut)
     assert TargetReady.from_dict(ready.to_dict()) == ready  # as it crosses XCom
 
-    def refused(ctx: object, result: object) -> GateVerdict:
+    def refused(ctx: object, result: object, docs_after: bool) -> GateVerdict:
         raise KafkaOpsError("gate backfill failed: 1 of 9 expectations")
 
     monkeypatch.setattr(steps, "backfill_gate", refused)
