@@ -190,7 +190,7 @@ def migrate(runner: DagTest | Deployed, shape: Shape, rule: str, rate: float, wa
     catch_up = next((n["catch_up"] for n in record["notes"] if "catch_up" in n), {})
     live = LiveRecord.of(record["notes"])
     return {"rule": rule, "records": source_records, "rate": rate, "outcome": record["outcome"], "report": report,
-            "total_s": total,
+            "total_s": total, "load": os.getloadavg()[1],
             "recorded_window_s": observed.get("write_window_s"), "copied": catch_up.get("written", 0),
             "lag_before": catch_up.get("lag_before", 0), "catch_up_s": catch_up.get("seconds"),
             "lags": [t["lag"] for t in tails], "phases": phases(record),
@@ -317,8 +317,8 @@ def main(argv: list[str] | None = None) -> int:
         "| rekey | source records | records/s | outcome | sent | lost | duplicated | out of order | backfill | "
         "tail catch-up: lag before, copied, took | tail lag every 10 s | write window (harness / recorded) | "
         "vs bare switch | total migration | the recorded window by phase (s: seen still, final part, gate and "
-        "offsets, switch asked, applications' switch) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "offsets, switch asked, applications' switch) | load (5 min) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         rep = r["report"]
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['lag_before']:,}, {r['copied']:,}, {r['catch_up_s']} s | {', '.join(f'{x:,}' for x in r['lags']) or '-'} | "
             f"{rep.write_window_s or 0:.2f} s / {r['recorded_window_s'] or 0:.2f} s | "
             f"{(rep.write_window_s or 0) / max(references[r['rate']], 1e-3):.0f}x | {r['total_s']:.0f} s | "
-            f"{', '.join(f'{seconds:.2f}' for _, seconds in r['window_phases']) or '-'} |")
+            f"{', '.join(f'{seconds:.2f}' for _, seconds in r['window_phases']) or '-'} | {r['load']:.1f} |")
     publish("Live migration under traffic", lines, save=not args.no_results)
     # under the acl fence the producers' refused sends are unacknowledged (never lost): not a failure
     return 0 if all((r["report"].lost, r["report"].duplicated, r["report"].out_of_order) == (0, 0, 0)
