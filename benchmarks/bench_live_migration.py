@@ -44,7 +44,7 @@ from benchmarks.results import publish
 from kafkaops.platform import provision, state
 from kafkaops.platform import waits
 from kafkaops.platform.kafka import connection, topics
-from kafkaops.rekey.records import LiveRecord
+from kafkaops.rekey.records import LiveRecord, TailNote
 from kafkaops.testing import clusters, dag_runs, fence, jvm
 from kafkaops.testing.clusters import TEST_BROKER_CONFIG, temporary_cluster
 from kafkaops.testing.rehearsal import StandInOperator
@@ -158,7 +158,7 @@ RUN_TIMEOUT_S = 3600.0
 
 
 def migrate(runner: DagTest | Deployed, shape: Shape, rule: str, rate: float, warmup_s: float,
-            source_records: int) -> dict[str, Any]:
+            source_records: int, budget_s: int = 600) -> dict[str, Any]:
     topic = f"live.bench.{rule.replace(':', '.')}.{source_records}.{rate:.0f}"
     with connection.connect(shape.admin) as conn:
         topics.create_topic(conn, topic, 3, shape.replication, shape.topic_config)
@@ -168,7 +168,7 @@ def migrate(runner: DagTest | Deployed, shape: Shape, rule: str, rate: float, wa
     quiesce = {"quiesce": "acl", "quiesce_principals": f"User:{APP}"} if shape.quiesce == "acl" else \
         {"quiesce": "manual"}
     conf = {"topic": topic, "key_rule": rule, "mode": "migrate", "new_partition_count": 12, "dry_run": False,
-            "approval": "auto_approve", "catch_up_lag_records": int(rate * 2), "catch_up_budget_s": 600,
+            "approval": "auto_approve", "catch_up_lag_records": int(rate * 2), "catch_up_budget_s": budget_s,
             "quiet_s": 3, "quiesce_timeout_s": 300, "switch_timeout_s": 300, **quiesce}
     with MigrationTraffic(shape.app, topic, group=f"{topic}.readers", rate_per_s=rate) as traffic:
         time.sleep(warmup_s)
@@ -186,14 +186,15 @@ def migrate(runner: DagTest | Deployed, shape: Shape, rule: str, rate: float, wa
                   [(s["name"], s.get("status"), s.get("error")) for s in record["steps"]],
                   [n.get("text") for n in record["notes"]][-10:])
     observed = next((n["switch_observed"] for n in record["notes"] if "switch_observed" in n), {})
-    tails = [n["tail"] for n in record["notes"] if "tail" in n]
+    tails = [t.value for t in state.read_notes(record["notes"], TailNote)]
     catch_up = next((n["catch_up"] for n in record["notes"] if "catch_up" in n), {})
     live = LiveRecord.of(record["notes"])
     return {"rule": rule, "records": source_records, "rate": rate, "outcome": record["outcome"], "report": report,
             "total_s": total, "load": os.getloadavg()[1],
             "recorded_window_s": observed.get("write_window_s"), "copied": catch_up.get("written", 0),
             "lag_before": catch_up.get("lag_before", 0), "catch_up_s": catch_up.get("seconds"),
-            "lags": [t["lag"] for t in tails], "phases": phases(record),
+            "lags": [t.lag for t in tails], "phases": phases(record),
+            "rates": (tails[-1].written_rate, tails[-1].copied_rate) if tails else None,
             "window_phases": live.window_phases() if live else ()}
 
 
@@ -274,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source-records", default="0",
                         help="records in the source before the traffic (a comma list: each in turn)")
     parser.add_argument("--rules", default=",".join(RULES))
+    parser.add_argument("--catch-up-budget-s", type=int, default=600,
+                        help="the runs' catch_up_budget_s: abandoned when the tail is not within 2 s of writes by then")
     parser.add_argument("--deployment", action="store_true",
                         help="run the DAG through the deployment (Celery worker, Spark standalone), not dag.test()")
     parser.add_argument("--no-results", action="store_true")
@@ -297,13 +300,14 @@ def main(argv: list[str] | None = None) -> int:
             for rate in rates:
                 references.setdefault(rate, bare_switch(shape, rate))
                 for rule in args.rules.split(","):
-                    runs.append(migrate(runner, shape, rule, rate, args.warmup_s, size))
+                    runs.append(migrate(runner, shape, rule, rate, args.warmup_s, size, args.catch_up_budget_s))
                     print({k: v for k, v in runs[-1].items() if k != "lags"}, flush=True)
     lines = [
         f"kafka_partition_increase quiesce={args.quiesce}, 3 -> 12 partitions, {args.brokers} broker(s) (replication "
         f"factor {shape.replication}{', min.insync.replicas 2' if shape.topic_config else ''}), {runner.label}; "
         "records in the source before the traffic: JSON of 256 bytes over 1,000 keys; traffic: 200 keys (acks=all, "
-        f"idempotent), {args.warmup_s:.0f} s before the trigger, one consumer group reading through the switch; the "
+        f"idempotent), {args.warmup_s:.0f} s before the trigger, one consumer group reading through the switch; "
+        f"catch_up_lag_records 2 s of writes, catch_up_budget_s {args.catch_up_budget_s}; the "
         "operator's part played by kafkaops.testing.rehearsal.StandInOperator"
         f"{' (and the approver answering the approval and the switch through the REST API)' if args.deployment else ''}; "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores.",
@@ -315,10 +319,11 @@ def main(argv: list[str] | None = None) -> int:
         "reported it every 10 s. Backfill: the execute step (the Spark copy of the source and its check).",
         "",
         "| rekey | source records | records/s | outcome | sent | lost | duplicated | out of order | backfill | "
-        "tail catch-up: lag before, copied, took | tail lag every 10 s | write window (harness / recorded) | "
+        "tail catch-up: lag before, copied, took | tail lag every 10 s | written / copied records/s (last report) | "
+        "write window (harness / recorded) | "
         "vs bare switch | total migration | the recorded window by phase (s: seen still, final part, gate and "
         "offsets, switch asked, applications' switch) | load (5 min) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         rep = r["report"]
@@ -326,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r['rule']} | {r['records']:,} | {r['rate']:,.0f} | {r['outcome']} | {rep.sent:,} | {rep.lost} | "
             f"{rep.duplicated} | {rep.out_of_order} | {r['phases'].get('execute', 0):.0f} s | "
             f"{r['lag_before']:,}, {r['copied']:,}, {r['catch_up_s']} s | {', '.join(f'{x:,}' for x in r['lags']) or '-'} | "
-            f"{rep.write_window_s or 0:.2f} s / {r['recorded_window_s'] or 0:.2f} s | "
+            f"{' / '.join(f'{x:,.0f}' for x in r['rates']) if r['rates'] else '-'} | {rep.write_window_s or 0:.2f} s / {r['recorded_window_s'] or 0:.2f} s | "
             f"{(rep.write_window_s or 0) / max(references[r['rate']], 1e-3):.0f}x | {r['total_s']:.0f} s | "
             f"{', '.join(f'{seconds:.2f}' for _, seconds in r['window_phases']) or '-'} | {r['load']:.1f} |")
     publish("Live migration under traffic", lines, save=not args.no_results)
