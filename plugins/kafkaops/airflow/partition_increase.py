@@ -75,9 +75,6 @@ class SwitchOperator(ApprovalOperator):
     def execute(self, context: Any) -> Any:
         ctx = context_of(context)
         live_only(ctx, steps.plan_of(context["ti"].xcom_pull(task_ids="plan")), "switch")
-        ready = context["ti"].xcom_pull(task_ids="quiesce")
-        if ready:  # the gate's Data Docs, now that the write window is over (the quiesce task gave the verdict alone)
-            steps.publish_gate_docs(ctx, TargetReady.from_dict(ready))
         return answer_by_param(self, ctx, context, ask=lambda: super(SwitchOperator, self).execute(context))
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
@@ -161,17 +158,15 @@ def quiesce(plan_data: dict[str, Any], before: dict[str, Any], result: dict[str,
             ) -> dict[str, Any]:
     """Live: the quiesce, the last tail part, the gate over the whole copy and the cut-over, one step of the
     record each, in this one task (:func:`kafkaops.rekey.steps.ready_target`); then the request to switch,
-    from here: the applications can move while the switch task, a scheduler hop later, stores the gate's
-    Data Docs and asks its question."""
+    from here: the applications can move while the switch task, a scheduler hop later, asks its question."""
     ctx = context_of(get_current_context())
     plan = steps.plan_of(plan_data)
     live_only(ctx, plan, "quiesce")
     ready = steps.ready_target(ctx, plan, before, first_plan(plan_data, result), CatchUp.from_dict(caught),
                                PassResult.from_dict(result), lambda name: recorded(ctx, name))
-    # the last thing this task does: once it is asked for, applications move, and a failure of this task
-    # would roll the migration back under them
     state.append_note(ctx.audit, ActionNote(migration.switch_request(ready.cutover), Action.SWITCH,
                                             switch=ready.cutover))
+    steps.publish_gate_docs(ctx, ready)  # the gate's Data Docs, now that the window is over for kafkaops
     return ready.to_dict()
 
 

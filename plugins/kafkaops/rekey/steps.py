@@ -644,7 +644,7 @@ def backfill_gate(ctx: lifecycle.OperationContext, result: PassResult, *, docs_a
 
 def publish_gate_docs(ctx: lifecycle.OperationContext, ready: TargetReady) -> None:
     """The Data Docs of a live cut-over's gate (:func:`ready_target` gives its verdict without them), built
-    and stored by the switch task, after the switch was asked for: outside the write window. Never raises."""
+    and stored once the switch is asked for: outside the write window. Never raises."""
     lifecycle.publish_docs(ctx, "backfill", integrity_frames(backfill.IntegrityReport.from_dict(
         ready.final.integrity or {})))
 
