@@ -186,29 +186,35 @@ def test_a_worker_killed_while_the_tail_copies_is_replaced_and_the_copy_resumes_
         time.sleep(3)
         with StandInOperator(traffic, dag_id, store=kafkaops_store) as operator:
             run = trigger(deployed, dag_id, conf)
-            wait_for_task(deployed, dag_id, run, "approval", {"awaiting_input", "deferred"})
-            approve(deployed, dag_id, run)
-            wait_for_task(deployed, dag_id, run, "catch_up", {"running"})
-            wait_for(lambda: tail_notes(kafkaops_store, dag_id, run), timeout=180, what="the tail's first report")
-            deployed.kill("worker")
-            killed = len(tail_notes(kafkaops_store, dag_id, run))
-            time.sleep(5)
-            deployed.start("worker")
-            deployed.wait_for_worker()
-            wait_for(lambda: task_states(deployed, dag_id, run)["catch_up"] == ("running", 2), timeout=180,
-                     what="catch_up's second try running")
-            wait_for(lambda: len(tail_notes(kafkaops_store, dag_id, run)) > killed, timeout=180,
-                     what="the second try's tail reporting")
-            traffic.stop_producing()  # the tail can now reach a lag of 0
-            wait_for_task(deployed, dag_id, run, "switch", {"awaiting_input", "deferred"})
-            wait_for(lambda: operator.switched, timeout=60, what="the stand-in operator's switch")
-            approve(deployed, dag_id, run, task_id="switch")
-            wait_for_run(deployed, dag_id, run)
+            try:
+                wait_for_task(deployed, dag_id, run, "approval", {"awaiting_input", "deferred"})
+                approve(deployed, dag_id, run)
+                wait_for_task(deployed, dag_id, run, "catch_up", {"running"})
+                wait_for(lambda: tail_notes(kafkaops_store, dag_id, run), timeout=180, what="the tail's first report")
+                deployed.kill("worker")
+                killed = len(tail_notes(kafkaops_store, dag_id, run))
+                time.sleep(5)
+                deployed.start("worker")
+                deployed.wait_for_worker()
+                # the scheduler finds the dead task after its heartbeat timeout, then retries it: a later try
+                wait_for(lambda: task_states(deployed, dag_id, run)["catch_up"][1] >= 2, timeout=300,
+                         what="catch_up's second try")
+                wait_for(lambda: len(tail_notes(kafkaops_store, dag_id, run)) > killed, timeout=180,
+                         what="the second try's tail reporting")
+                traffic.stop_producing()  # the tail can now reach a lag of 0
+                wait_for_task(deployed, dag_id, run, "switch", {"awaiting_input", "deferred"})
+                wait_for(lambda: operator.switched, timeout=60, what="the stand-in operator's switch")
+                approve(deployed, dag_id, run, task_id="switch")
+                wait_for_run(deployed, dag_id, run)
+            except BaseException:
+                # a run left going would hold the cluster's lock for the package's later tests: end it
+                deployed.api("PATCH", run_path(dag_id, run), json={"state": "failed"})
+                raise
         assert operator.error is None, operator.error
         time.sleep(1)
         report = traffic.finish()
     assert (report.lost, report.duplicated, report.out_of_order) == (0, 0, 0), str(report)
-    assert task_states(deployed, dag_id, run)["catch_up"][1] == 2
+    assert task_states(deployed, dag_id, run)["catch_up"][1] >= 2
     rec = record(deployed, dag_id, run)
     assert rec["outcome"] == "success" and [(g["gate"], g["ok"]) for g in rec["gates"]] == \
         [("preflight", True), ("backfill", True)], rec["outcome"]
