@@ -38,13 +38,12 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from benchmarks.results import publish
 from kafkaops.platform import provision, state
 from kafkaops.platform import waits
 from kafkaops.platform.kafka import connection, topics
-from kafkaops.rekey.records import LiveRecord, TailNote
+from kafkaops.rekey.records import CatchUpNote, LiveRecord, PassRow, TailNote
 from kafkaops.testing import clusters, dag_runs, fence, jvm
 from kafkaops.testing.clusters import TEST_BROKER_CONFIG, temporary_cluster
 from kafkaops.testing.rehearsal import StandInOperator
@@ -135,10 +134,8 @@ class Deployed:
         """Trigger as ``operator``; as ``approver`` (four eyes is on, as deployed) answer the approval, and the
         switch once ``operator`` has switched the applications; wait for the run's end."""
         d = self.deployed
-        d.api("PATCH", f"/dags/{DAG}", json={"is_paused": False})
-        run_id = d.api("POST", f"/dags/{DAG}/dagRuns",
-                       json={"logical_date": None, "conf": {**conf, "approval": "manual"}})["dag_run_id"]
-        path = f"/dags/{DAG}/dagRuns/{quote(run_id, safe='')}"
+        run_id = d.trigger(DAG, {**conf, "approval": "manual"})
+        path = d.run_path(DAG, run_id)
         deadline, answered = waits.Deadline(RUN_TIMEOUT_S), set()
         while d.api("GET", path)["state"] not in ("success", "failed"):
             if deadline.expired():
@@ -147,8 +144,7 @@ class Deployed:
             for task in ("approval", "switch"):
                 asked = any(t["task_id"] == task and t["state"] in ("awaiting_input", "deferred") for t in tis)
                 if asked and task not in answered and (task == "approval" or operator.switched):
-                    d.api("PATCH", f"{path}/taskInstances/{task}/-1/hitlDetails", user="approver",
-                          json={"chosen_options": ["Approve"], "params_input": {}})
+                    d.approve(DAG, run_id, task_id=task)
                     answered.add(task)
             time.sleep(0.5)
         return str(run_id)
@@ -185,14 +181,14 @@ def migrate(runner: DagTest | Deployed, shape: Shape, rule: str, rate: float, wa
         log.error("%s run %s: %s; steps %s; notes %s", DAG, run_id, record["outcome"],
                   [(s["name"], s.get("status"), s.get("error")) for s in record["steps"]],
                   [n.get("text") for n in record["notes"]][-10:])
-    observed = next((n["switch_observed"] for n in record["notes"] if "switch_observed" in n), {})
     tails = [t.value for t in state.read_notes(record["notes"], TailNote)]
-    catch_up = next((n["catch_up"] for n in record["notes"] if "catch_up" in n), {})
     live = LiveRecord.of(record["notes"])
+    observed = live.observed.value if live and live.observed else None
+    catch_up = next((p.value for p in live.passes if isinstance(p, CatchUpNote)), PassRow(0)) if live else PassRow(0)
     return {"rule": rule, "records": source_records, "rate": rate, "outcome": record["outcome"], "report": report,
             "total_s": total, "load": os.getloadavg()[1],
-            "recorded_window_s": observed.get("write_window_s"), "copied": catch_up.get("written", 0),
-            "lag_before": catch_up.get("lag_before", 0), "catch_up_s": catch_up.get("seconds"),
+            "recorded_window_s": observed.write_window_s if observed else None, "copied": catch_up.written,
+            "lag_before": catch_up.lag_before or 0, "catch_up_s": catch_up.seconds,
             "lags": [t.lag for t in tails], "phases": phases(record),
             "rates": (tails[-1].written_rate, tails[-1].copied_rate) if tails else None,
             "window_phases": live.window_phases() if live else ()}

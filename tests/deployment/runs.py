@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import time
 from typing import Any
-from urllib.parse import quote
 
 import pytest
 
@@ -14,8 +13,7 @@ RUN_TIMEOUT_S = 600.0
 FINAL_STATES = {"success", "failed"}
 
 
-def run_path(dag_id: str, run_id: str) -> str:
-    return f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}"
+run_path = Deployment.run_path
 
 
 def task_states(d: Deployment, dag_id: str, run_id: str) -> dict[str, tuple[str | None, int]]:

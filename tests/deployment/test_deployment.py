@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from kafkaops.platform import provision, state, store
 from kafkaops.platform.kafka import metadata, records, topics
 from kafkaops.rekey.backfill import LINEAGE_HEADER, parse_lineage
+from kafkaops.rekey.records import TailNote
 from kafkaops.testing import deployment as harness, postgres
 from kafkaops.testing.rehearsal import StandInOperator
 from kafkaops.testing.traffic import MigrationTraffic
@@ -42,16 +43,13 @@ def kafkaops_store(deployed: harness.Deployment) -> store.Store:
 # -- runs ----------------------------------------------------------------------------------------------------
 
 def trigger(d: harness.Deployment, dag_id: str, conf: dict[str, Any], *, user: str = "operator") -> str:
-    d.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False}, user=user)
-    run = d.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf}, user=user)
-    return run["dag_run_id"]
+    return d.trigger(dag_id, conf, user=user)
 
 
 def approve(d: harness.Deployment, dag_id: str, run_id: str, *, user: str = "approver",
             task_id: str = "approval") -> dict[str, Any]:
     """Answer the run's approval (or another question, ``task_id``) through the human-in-the-loop API, as ``user``."""
-    path = f"{run_path(dag_id, run_id)}/taskInstances/{task_id}/-1/hitlDetails"
-    return d.api("PATCH", path, user=user, json={"chosen_options": ["Approve"], "params_input": {}})
+    return d.approve(dag_id, run_id, task_id=task_id, user=user)
 
 
 def record(d: harness.Deployment, dag_id: str, run_id: str, *, user: str = "operator") -> dict[str, Any]:
@@ -163,9 +161,9 @@ def test_a_worker_killed_during_execute_batches_is_replaced_and_the_run_resumes(
     print(f"\nthe run ended {time.monotonic() - killed_at:.0f} s after the worker was killed")
 
 
-def tail_notes(kafkaops_store: store.Store, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+def tail_notes(kafkaops_store: store.Store, dag_id: str, run_id: str) -> list[TailNote]:
     """The tail copy's progress notes of the run, oldest first."""
-    return [e.data["tail"] for e in kafkaops_store.events(dag_id, run_id) if "tail" in e.data]
+    return state.read_notes([e.data for e in kafkaops_store.events(dag_id, run_id)], TailNote)
 
 
 def test_a_worker_killed_while_the_tail_copies_is_replaced_and_the_copy_resumes_exactly_once(

@@ -38,6 +38,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -323,6 +324,24 @@ class Deployment:
         if answer.status_code >= 400:
             pytest.fail(f"{method} /api/v2{path} as {user} answered {answer.status_code}: {answer.text[:1000]}")
         return answer.json() if answer.content else None
+
+    # -- DAG runs, as people start and answer them
+    @staticmethod
+    def run_path(dag_id: str, run_id: str) -> str:
+        """The REST path of one DAG run (``/dags/<dag>/dagRuns/<run>``, the run id quoted)."""
+        return f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}"
+
+    def trigger(self, dag_id: str, conf: Mapping[str, Any], *, user: str = "operator") -> str:
+        """Unpause ``dag_id`` and trigger it with ``conf`` as ``user``; the new run's id."""
+        self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False}, user=user)
+        run = self.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": dict(conf)}, user=user)
+        return str(run["dag_run_id"])
+
+    def approve(self, dag_id: str, run_id: str, *, task_id: str = "approval", user: str = "approver") -> Any:
+        """Answer the run's human-in-the-loop question ``task_id`` (the approval, the switch) with Approve, as
+        ``user``."""
+        return self.api("PATCH", f"{self.run_path(dag_id, run_id)}/taskInstances/{task_id}/-1/hitlDetails",
+                        user=user, json={"chosen_options": ["Approve"], "params_input": {}})
 
     # -- components
     def start(self, name: str, *, check: bool = True) -> Component:
