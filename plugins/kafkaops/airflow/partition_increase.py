@@ -23,8 +23,9 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from kafkaops.platform import lifecycle, state
 from kafkaops.platform import params as form
-from kafkaops.rekey import migration, steps
+from kafkaops.rekey import migration, steps, streams_steps
 from kafkaops.rekey.backfill import BackfillPlan
+from kafkaops.rekey.streams import StreamsPlan
 from kafkaops.rekey.records import Action, ActionNote, CatchUp, PassResult, SwitchDecision, TargetReady
 from kafkaops.airflow import spark_submit
 from kafkaops.airflow.hooks import KafkaOpsHook
@@ -37,7 +38,8 @@ PARAMS: dict[str, Param] = {
                  steps.TARGET_TOPIC, steps.ACCEPT_ORDERING_BREAK, steps.SAMPLE_RECORDS, steps.CUTOVER_GROUP_SUFFIX,
                  migration.QUIESCE, migration.PRINCIPALS, migration.CATCH_UP_LAG, migration.CATCH_UP_BUDGET,
                  migration.QUIET, migration.QUIESCE_TIMEOUT, migration.SWITCH_TIMEOUT, migration.DELETE_TARGET,
-                 steps.CUTOVER_GROUPS)),
+                 steps.CUTOVER_GROUPS, steps.STREAMS_APPLICATION_ID, steps.STREAMS_NEW_APPLICATION_ID,
+                 steps.STREAMS_STORE_KINDS, steps.STREAMS_STOP_TIMEOUT)),
     "spark_conn_id": spark_submit.SPARK_CONN_PARAM,
     **params_of((form.APPROVAL, steps.DRY_RUN)),
 }
@@ -120,6 +122,8 @@ def preflight_gate() -> dict[str, Any]:
 def plan(before: dict[str, Any]) -> dict[str, Any]:
     ctx = context_of(get_current_context())
     with recorded(ctx, "plan"):
+        if ctx.params.streams_application_id:  # a Kafka Streams application: all its inputs and stores
+            return streams_steps.make_plan(ctx, before)
         return steps.make_plan(ctx, before)
 
 
@@ -132,6 +136,10 @@ def execute(plan_data: dict[str, Any]) -> dict[str, Any]:
             return steps.execute_in_place(ctx, plan)
         launcher = spark_submit.launcher_of(get_current_context())
         launcher.check()  # an unreachable master fails here, before the target topic exists
+        if plan.streams:  # waits for the application to stop, then copies, gates and commits its offsets
+            return {"streams_cut": streams_steps.cut(ctx, StreamsPlan.from_dict(plan.streams), launcher=launcher,
+                                                     stop_timeout_s=float(ctx.params.streams_stop_timeout_s)
+                                                     ).to_dict()}
         steps.create_target(ctx, plan)
         # live too: the backfill checks its copy here, the tail each of its parts (the gate adds them up)
         return steps.run_backfill(ctx, BackfillPlan.from_dict(plan.backfill or {}), launcher=launcher).to_dict()
@@ -179,6 +187,9 @@ def verify(plan_data: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
     if plan.mode == steps.Mode.MIGRATE and ctx.params.policy.live:
         raise AirflowSkipException("live: the quiesce task gates the whole copy after its last part (its step "
                                    "'verify' in the record)")
+    if plan.streams:
+        raise AirflowSkipException("a Kafka Streams application: the cut (execute) gated each copy before it "
+                                   "committed the new application's offsets")
     with recorded(ctx, "verify"):
         if plan.mode == steps.Mode.IN_PLACE:
             return steps.verify_in_place(ctx, plan)
@@ -194,6 +205,8 @@ def cutover(plan_data: dict[str, Any], before: dict[str, Any], verified: dict[st
                                    "no cut-over here (a live migration's is in its quiesce task)")
     if plan.mode == steps.Mode.IN_PLACE:
         raise AirflowSkipException("in_place: consumers keep their topic; nothing to cut over")
+    if plan.streams:
+        raise AirflowSkipException("a Kafka Streams application: its offsets were committed by the cut (execute)")
     with recorded(ctx, "cutover"):
         return steps.cutover(ctx, plan, before).to_dict()
 

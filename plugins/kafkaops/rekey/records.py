@@ -37,6 +37,7 @@ from kafkaops.platform.gates import GateResult
 from kafkaops.platform.recommendations import PartitionRecommendation
 from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.rekey.tail import TailProgress, TailReport
+from kafkaops.rekey.streams import StreamsCut
 
 FIRST_PASS = 1
 """The backfill is pass 1; catch-up passes and the final pass follow it, numbered on."""
@@ -429,7 +430,7 @@ class RunNote(Note):
         return cls(str(data.get("text") or ""), BackfillRun.from_dict(run) if run else None, ts=_ts(data))
 
 
-V = TypeVar("V", PassRow, Quiesced, SwitchObserved, TailProgress)
+V = TypeVar("V", PassRow, Quiesced, SwitchObserved, TailProgress, StreamsCut)
 
 
 @dataclass(frozen=True)
@@ -457,6 +458,12 @@ class TailNote(ValueNote[TailProgress]):
     """The tail copy while it runs: its lag, the rates and the ETA to caught up (every few seconds)."""
 
     KEY, VALUE = "tail", TailProgress
+
+
+class StreamsCutNote(ValueNote[StreamsCut]):
+    """A Kafka Streams application's cut: its repartition topics drained, each copy gated, its offsets committed."""
+
+    KEY, VALUE = "streams_cut", StreamsCut
 
 
 class FinalPassNote(ValueNote[PassRow]):

@@ -37,6 +37,7 @@ from kafkaops.platform import gates, lifecycle, recommendations, render, state
 from kafkaops.platform import params as form
 from kafkaops.platform import spark
 from kafkaops.rekey.backfill import BackfillPlan
+from kafkaops.rekey.streams import StoreKind, StreamsPlan
 from kafkaops.rekey.records import (AbandonedNote, CapacityAdvice, CatchUp, Cutover, GateVerdict, GroupTranslation,
                                     PassResult, Quiesced, RefusedNote, RunNote, TargetReady, TranslationNote)
 from kafkaops.errors import ConfigError, KafkaOpsError
@@ -85,6 +86,24 @@ CUTOVER_GROUPS = form.Text(
     description="migrate: comma-separated groups to give offsets on the target besides every group with offsets "
                 "on the source; one without a committed offset starts at the start of the target (said in the "
                 "record).")
+STREAMS_APPLICATION_ID = form.Text(
+    name="streams_application_id", title="Kafka Streams application",
+    description="migrate a Kafka Streams application, not only a topic: its application.id. Every input topic "
+                "it reads moves to the new count together, each state store's changelog is copied to the new "
+                "application's, and its input offsets are committed for the new application.id. topic names "
+                "one of its inputs (target_topic is that input's new name).")
+STREAMS_NEW_APPLICATION_ID = form.Text(
+    name="streams_new_application_id", title="New application.id",
+    description="The application.id the application restarts with on the new topics; empty for "
+                "<application.id>-p<new count>. The old application's topics stay as they are for a rollback.")
+STREAMS_STORE_KINDS = form.Text(
+    name="streams_store_kinds", title="State store kinds",
+    description="Only where kafkaops cannot tell a store's kind from its changelog (it says so): store=kind, "
+                "comma-separated, kind one of key_value, window, session.")
+STREAMS_STOP_TIMEOUT = form.Integer(
+    name="streams_stop_timeout_s", given=900, minimum=10, title="Wait for the application to stop (s)",
+    description="After the approval, how long the cut waits for every instance of the application to stop "
+                "before it refuses, naming them.")
 DRY_RUN = form.dry_run("Plan only (sample, target name, backfill plan): nothing is created or written.")
 
 
@@ -117,6 +136,10 @@ class PartitionParams:
     quiesce_principals: str = migration.PRINCIPALS.default
     delete_target_on_abandon: bool = migration.DELETE_TARGET.default
     cutover_groups: str = CUTOVER_GROUPS.default
+    streams_application_id: str = STREAMS_APPLICATION_ID.default
+    streams_new_application_id: str = STREAMS_NEW_APPLICATION_ID.default
+    streams_store_kinds: str = STREAMS_STORE_KINDS.default
+    streams_stop_timeout_s: int = STREAMS_STOP_TIMEOUT.default
     kind: str = KIND
 
     def __post_init__(self) -> None:
@@ -128,6 +151,22 @@ class PartitionParams:
         """Consumer groups the operator names for the cut-over (besides every group with offsets on the
         source): one without a committed offset there starts at the start of the target."""
         return tuple(sorted({g.strip() for g in self.cutover_groups.split(",") if g.strip()}))
+
+    @property
+    def store_kinds(self) -> dict[str, StoreKind]:
+        """``streams_store_kinds`` read: store -> kind."""
+        kinds = {}
+        for item in (i.strip() for i in self.streams_store_kinds.split(",")):
+            if not item:
+                continue
+            store, sep, kind = item.partition("=")
+            if not sep or not store.strip():
+                raise ConfigError(f"streams_store_kinds item {item!r} is not store=kind (e.g. counts=key_value)")
+            kinds[store.strip()] = StoreKind.parse(kind, store.strip())
+        return kinds
+
+    def new_application_id(self, count: int) -> str:
+        return self.streams_new_application_id or f"{self.streams_application_id}-p{count}"
 
     @property
     def policy(self) -> migration.LivePolicy:
@@ -150,7 +189,10 @@ class PartitionParams:
                      catch_up_lag_records=read(migration.CATCH_UP_LAG), catch_up_budget_s=read(migration.CATCH_UP_BUDGET),
                      quiet_s=read(migration.QUIET), quiesce_timeout_s=read(migration.QUIESCE_TIMEOUT),
                      switch_timeout_s=read(migration.SWITCH_TIMEOUT), quiesce_principals=read(migration.PRINCIPALS),
-                     delete_target_on_abandon=read(migration.DELETE_TARGET), cutover_groups=read(CUTOVER_GROUPS))
+                     delete_target_on_abandon=read(migration.DELETE_TARGET), cutover_groups=read(CUTOVER_GROUPS),
+                     streams_application_id=read(STREAMS_APPLICATION_ID).strip(),
+                     streams_new_application_id=read(STREAMS_NEW_APPLICATION_ID).strip(),
+                     streams_store_kinds=read(STREAMS_STORE_KINDS), streams_stop_timeout_s=read(STREAMS_STOP_TIMEOUT))
         result.validate(read.problems)
         return result
 
@@ -174,6 +216,22 @@ class PartitionParams:
         problems += self.policy.problems()
         if self.policy.live and self.mode != Mode.MIGRATE:
             problems.append(f"quiesce={self.quiesce} is a live migration's cut-over; it needs mode=migrate")
+        if self.streams_application_id:
+            if self.mode != Mode.MIGRATE:
+                problems.append("streams_application_id needs mode=migrate: in place, a Streams application's state "
+                                "would sit in the wrong partitions")
+            if self.policy.live:
+                problems.append(f"streams_application_id with quiesce={self.quiesce}: a Streams application is "
+                                "migrated stopped (quiesce=none); stop it when the cut asks")
+            if self.key_rule != "record_key":
+                problems.append(f"streams_application_id with key_rule {self.key_rule!r}: Kafka Streams places "
+                                "records by their record key, so its inputs are copied by record_key")
+            try:
+                _ = self.store_kinds
+            except ConfigError as err:
+                problems.append(str(err))
+        elif self.streams_new_application_id or self.streams_store_kinds:
+            problems.append("streams_new_application_id and streams_store_kinds need streams_application_id")
         if problems:
             raise ConfigError("refusing the partition increase, nothing was changed: " + "; ".join(problems))
 
@@ -306,6 +364,8 @@ class PartitionPlan:
     key_change: KeyChange | KeySample | None = None
     backfill: Mapping[str, Any] | None = None
     target_configs: Mapping[str, str] = field(default_factory=dict)
+    #: a Kafka Streams application's migration (:class:`kafkaops.rekey.streams.StreamsPlan`), when one was asked for
+    streams: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:  # a mode given as its string (JSON)
         object.__setattr__(self, "mode", form.mode_of("mode", self.mode, Mode))
@@ -325,7 +385,8 @@ class PartitionPlan:
                 "assignment": [list(r) for r in self.assignment],
                 "key_change": self.key_change.to_dict() if self.key_change is not None else {},
                 "backfill": dict(self.backfill) if self.backfill else None,
-                "target_configs": dict(self.target_configs)}
+                "target_configs": dict(self.target_configs),
+                **({"streams": dict(self.streams)} if self.streams else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PartitionPlan:
@@ -333,7 +394,7 @@ class PartitionPlan:
                    new_partitions=data["new_partitions"], replication_factor=data["replication_factor"],
                    assignment=tuple(tuple(r) for r in data.get("assignment", ())),
                    key_change=key_change_of(data.get("key_change")), backfill=data.get("backfill"),
-                   target_configs=data.get("target_configs") or {})
+                   target_configs=data.get("target_configs") or {}, streams=data.get("streams"))
 
 
 def approval_markdown(plan: PartitionPlan, params: PartitionParams, advice: CapacityAdvice | None = None
@@ -824,6 +885,9 @@ def next_steps(plan: PartitionPlan | None, p: PartitionParams, outcome: str, lef
                 "consumer groups rebalance onto them.")
     if plan.mode != Mode.MIGRATE or not plan.backfill:
         return lifecycle.next_steps_of(outcome)
+    if plan.streams and outcome == "success":
+        text = StreamsPlan.from_dict(plan.streams).start_text()
+        return text[0].upper() + text[1:] + "."
     bf = BackfillPlan.from_dict(plan.backfill)
     dlq = (f"{bf.dead_letter_topic} holds the records the key rule found no key in (the gate's dead-letter count "
            "says how many): read them before you delete it.")

@@ -89,6 +89,15 @@ def consumer_groups(conn: KafkaConnection, end_offsets: Mapping[tuple[str, int],
     return groups
 
 
+def group_members(conn: KafkaConnection, group_id: str) -> tuple[str, tuple[str, ...]]:
+    """The state of consumer group ``group_id`` and its members as ``client.id@host`` (sorted); a group the
+    coordinator does not know is ``("DEAD", ())``."""
+    future = conn.admin.describe_consumer_groups([group_id], request_timeout=conn.timeout_s)[group_id]
+    desc = connection.wait_for(future, conn, f"the members of consumer group {group_id}")
+    state = str(desc.state.name if hasattr(desc.state, "name") else desc.state)
+    return state, tuple(sorted(f"{m.client_id}@{m.host.lstrip('/')}" for m in desc.members))
+
+
 def delete_consumer_group(conn: KafkaConnection, group_id: str, *, attempts: int = 5) -> None:
     """Delete consumer group ``group_id``; a group whose members are still leaving
     (NON_EMPTY_GROUP) is asked again, up to ``attempts`` times."""

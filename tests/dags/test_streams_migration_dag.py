@@ -1,0 +1,104 @@
+"""Issue 33's proof: a real stateful Kafka Streams application (jvm/streams-app: a per-key count, a windowed
+count and a stream-table join) runs on 3 partitions, is migrated by kafka_partition_increase
+(``streams_application_id``) to 12, restarts as 4 instances of a new application.id on the new topics, and
+its outputs then equal a reference computed from every input record: no count restarted from zero, none
+counted twice, no join result missing. The old application's topics are left as they were."""
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kafkaops.platform import provision, state
+from kafkaops.platform.kafka import connection, metadata, topics
+from kafkaops.rekey.records import StreamsCutNote
+from kafkaops.testing import streams
+from kafkaops.testing.streams import InputRecord, StreamsApp, StreamsTopics
+from tests.dags.conftest import run_partition_increase
+
+pytestmark = pytest.mark.integration
+
+OLD, NEW = 3, 12
+WINDOW_MS = 10_000
+STEP_MS = 20
+KEYS = [f"acct-{i:03d}" for i in range(120)]
+
+
+def stream_batch(base: int, start: int, count: int) -> list[InputRecord]:
+    """Stream records from sequence ``start`` in timestamp order, keys round robin; every 13th key has no table
+    row (never joined)."""
+    return [InputRecord(f"nojoin-{seq % 3}" if seq % 13 == 0 else KEYS[seq % len(KEYS)], f"v{seq}",
+                        base + seq * STEP_MS) for seq in range(start, start + count)]
+
+
+@pytest.fixture
+def app_topics(one_broker_cluster: provision.ClusterSpec) -> Iterator[tuple[str, StreamsTopics]]:
+    run = uuid.uuid4().hex[:6]
+    names = StreamsTopics(input=f"sm-in-{run}", table=f"sm-table-{run}", counts=f"sm-counts-{run}",
+                          windowed=f"sm-windowed-{run}", joined=f"sm-joined-{run}")
+    application_id = f"sm-app-{run}"
+    with connection.connect(one_broker_cluster.bootstrap) as conn:
+        for name in (*names.sources, *names.outputs):
+            topics.create_topic(conn, name, OLD, 1)
+    yield application_id, names
+    with connection.connect(one_broker_cluster.bootstrap) as conn:  # the shared broker keeps nothing of this test
+        mine = [t for t in metadata.topic_names(conn) if run in t]
+        topics.delete_topics(conn, mine)
+
+
+def test_a_streams_application_keeps_its_state_across_a_partition_increase(
+        dagbag, one_broker_cluster: provision.ClusterSpec, app_topics: tuple[str, StreamsTopics],
+        tmp_path: Path) -> None:
+    bootstrap = one_broker_cluster.bootstrap
+    application_id, names = app_topics
+    base = (time.time_ns() // 1_000_000 - 3_600_000) // WINDOW_MS * WINDOW_MS  # an hour ago, a window's start
+    table = [InputRecord(k, f"t-{k}", base - 1_000) for k in KEYS]
+    first = stream_batch(base, 0, 3_000)
+    streams.produce(bootstrap, names.table, table)
+    streams.produce(bootstrap, names.input, first)
+    with StreamsApp(bootstrap, application_id, names, window_ms=WINDOW_MS, workdir=tmp_path / "old") as app:
+        app.wait_running(90)
+        streams.wait_caught_up(app, 90)
+        assert app.stop() == {0: 0}, app.describe()
+    expected = streams.reference_outputs(first, table, WINDOW_MS)
+    outputs = streams.read_outputs(bootstrap, names)
+    assert outputs == expected, outputs.differences(expected)
+
+    new_id = f"{application_id}-v2"
+    dag_run, record = run_partition_increase(
+        dagbag, topic=names.input, new_partition_count=NEW, mode="migrate", streams_application_id=application_id,
+        streams_new_application_id=new_id, dry_run=False, approval="auto_approve")
+    assert str(dag_run.state) == "success", record
+    assert record["outcome"] == "success", record
+    cut = next(iter(state.read_notes(record["notes"], StreamsCutNote))).value
+    assert cut.ready and len(cut.copies) == 5, cut
+    assert {c.key_rule for c in cut.copies} == {"record_key", "window_key"}
+    assert all(c.source_records == c.target_records for c in cut.copies), cut.copies
+    assert {o.source for o in cut.offsets} == set(names.sources)
+    assert f"application.id={new_id}" in record["next_steps"], record["next_steps"]
+    moved = {m.source: m.target for m in cut.plan.inputs}
+
+    # the old application is untouched: its changelogs and inputs keep their counts
+    with connection.connect(bootstrap) as conn:
+        snap = metadata.snapshot(conn, sizes=False, groups=False)
+    counts = {t: len(snap.partitions_of(t)) for t in snap.topics}
+    for store in streams.STORES:
+        assert counts[streams.changelog(application_id, store)] == OLD
+        assert counts[streams.changelog(new_id, store)] == NEW
+    assert counts[moved[names.input]] == counts[moved[names.table]] == NEW
+
+    # the new application: 4 instances, empty state dirs, restored from the copied changelogs
+    new_names = StreamsTopics(input=moved[names.input], table=moved[names.table], counts=names.counts,
+                              windowed=names.windowed, joined=names.joined)
+    second = stream_batch(base, 3_000, 2_000)
+    with StreamsApp(bootstrap, new_id, new_names, instances=4, window_ms=WINDOW_MS, workdir=tmp_path / "new") as app:
+        app.wait_running(120)
+        streams.produce(bootstrap, new_names.input, second)
+        streams.wait_caught_up(app, 120)
+        assert app.stop() == {0: 0, 1: 0, 2: 0, 3: 0}, app.describe()
+    expected = streams.reference_outputs(first + second, table, WINDOW_MS)
+    outputs = streams.read_outputs(bootstrap, names)
+    assert outputs == expected, outputs.differences(expected)
