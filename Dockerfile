@@ -15,11 +15,12 @@
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
-# -- the jars: Maven copies the broker, tools and Spark classpaths and builds spark-udf (its JUnit tests run)
+# -- the jars: Maven copies the broker, tools and Spark classpaths and builds spark-udf (its JUnit tests run);
+#    not streams-app, the tests' Kafka Streams application (kafka-streams and RocksDB: no run needs them)
 FROM maven:3.9-eclipse-temurin-17 AS jars
 WORKDIR /src
 COPY jvm/ jvm/
-RUN mvn -q -B -f jvm/pom.xml package -Djars.dir=/opt/kafkaops/jars
+RUN mvn -q -B -f jvm/pom.xml package -pl '!streams-app' -Djars.dir=/opt/kafkaops/jars
 
 # -- the wheel: kafkaops, the Spark apps, and as package data the DAG files, playbooks and gate suites
 FROM ${PYTHON_IMAGE} AS wheel

@@ -33,6 +33,8 @@ Other modules that talk to Kafka, and why they are not here:
   (``list_topics``): it is the one waiting rule of the platform, which ``metadata`` calls.
 * :mod:`kafkaops.testing.traffic` (the harness of the tests, the benchmarks and the demo) runs its own
   producers and consumers: checking what a cluster lost or reordered is its subject.
+* :mod:`kafkaops.testing.streams` produces the input of the tests' Kafka Streams application with a Producer of
+  its own (the traffic check's settings: the Java client's placement) and reads its outputs through ``records``.
 * :mod:`kafkaops.cli.datagen` produces generated test records with a Producer of its own: the data generator
   of the CLI, the demo and the tests, not an operation.
 * ``spark_apps`` read and write through Spark's Kafka source and sink, in the JVM; their driver reads and
