@@ -105,7 +105,8 @@ def launched_by_spark_submit() -> bool:
 #: ``kafka_key_hash(key, source_partition) % n`` is the partition its producer gives the key in a topic of
 #: ``n``. It also counts records off their key's home source partition (:func:`register_key_hash`).
 KAFKA_KEY_HASH = "kafka_key_hash"
-#: Spark SQL function (jvm/spark-udf ``NewKey``) of a value rule: :func:`register_functions`.
+#: Spark SQL function (jvm/spark-udf ``NewKey``) of a rule that computes the key (all but ``record_key``):
+#: :func:`register_functions`.
 NEW_KEY = "kafkaops_new_key"
 #: Spark SQL function (jvm/spark-udf ``OrderClock``), the merged copy's order timestamp.
 ORDER_TS = "kafkaops_order_ts"
@@ -139,18 +140,20 @@ def register_functions(spark: Any, plan: BackfillPlan, spread: Any = None) -> An
     query uses the ones registered when it was built. Returns ``kafka_key_hash``'s accumulator
     (:func:`register_key_hash`).
 
-    * ``kafkaops_new_key(value, source_partition)`` (a value rule; :func:`register_new_key`).
+    * ``kafkaops_new_key(input, source_partition)`` (a rule that computes the key, all but
+      ``record_key``; :func:`register_new_key`): ``input`` is the column the rule reads
+      (``KeyRule.reads``: the value, or the key for ``window_key`` and ``session_key``).
       ``spread`` (:func:`key_spread`) collects each task's key hashes while queries using it run.
     * ``kafkaops_order_ts(new_key, source_partition, offset, ts)`` (``OrderClock``): the order
       timestamp of :class:`kafkaops.rekey.backfill.OrderClock`; it keeps state per Spark task, so it is
       registered non-deterministic (evaluated once per row, in row order).
-    * ``kafkaops_new_key_ordered(value, source_partition, offset, ts)`` (a value rule;
+    * ``kafkaops_new_key_ordered(input, source_partition, offset, ts)`` (as ``kafkaops_new_key``;
       ``OrderedNewKey``): the two above in one call, ``kafkaops_new_key``'s struct with ``order_ts``
-      (non-deterministic too): the merged copy parses and copies each value once.
+      (non-deterministic too): the merged copy reads and copies each record once.
     """
     away = register_key_hash(spark, source_partition_count(plan))
     spark_udf = spark.sparkContext._jvm.io.kafkaops.spark
-    if plan.rule.needs_value:
+    if not plan.rule.keeps_key:
         register_new_key(spark, plan.rule, plan.target_partitions, spread)
         try:
             spark._jsparkSession.udf().register(NEW_KEY_ORDERED, spark_udf.OrderedNewKey.function(
@@ -165,11 +168,12 @@ def register_functions(spark: Any, plan: BackfillPlan, spread: Any = None) -> An
 
 
 def register_new_key(spark: Any, rule: keyrules.KeyRule, partitions: int, spread: Any = None) -> None:
-    """Register ``kafkaops_new_key(value, source_partition)`` (jvm/spark-udf ``NewKey``) for a value
-    ``rule``: ``struct<key, code, detail, partition>``, the new key by the key-rule contract
-    (docs/key-rules.md; ``KeyRule`` on Jackson) and its partition in a topic of ``partitions`` (Kafka's
-    ``Utils.murmur2``), or a null key, the reason code and a free-text detail. The backfill and the
-    key-skew job (spark_apps/key_skew.py) read value keys with it."""
+    """Register ``kafkaops_new_key(input, source_partition)`` (jvm/spark-udf ``NewKey``) for a ``rule``
+    that computes the key (all but ``record_key``; ``input`` is the column ``rule.reads``: the value,
+    or the key for ``window_key`` and ``session_key``): ``struct<key, code, detail, partition>``, the
+    new key by the key-rule contract (docs/key-rules.md; ``KeyRule``, on Jackson for a value rule) and its
+    partition in a topic of ``partitions`` (Kafka's ``Utils.murmur2``), or a null key, the reason code
+    and a free-text detail. The backfill and the key-skew job (spark_apps/key_skew.py) read keys with it."""
     jvm = spark.sparkContext._jvm
     try:
         function = jvm.io.kafkaops.spark.NewKey(list(rule.steps), rule.text, partitions, spread)

@@ -65,19 +65,21 @@ def direct_frame(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict
 def rekey_rows(source: Any, plan: BackfillPlan, *, ordered: bool = False) -> Any:
     """Source rows ``partition, offset, ts, key, value`` (one Spark task per source partition, in
     offset order) -> ``out_topic, out_partition, order_ts, src_partition, src_offset, key, value,
-    code, detail``: one projection on the JVM. The new key is the record key, or the value rule's
-    (``kafkaops_new_key``); keyed records go to ``murmur2(new key) % N`` of the target, the others to
-    partition 0 of the dead-letter topic with the reason code and detail. ``order_ts`` is the merged copy's order
+    code, detail``: one projection on the JVM. The new key is the record key, or the one the rule
+    computes (``kafkaops_new_key``, given the value, or the key for ``window_key``/``session_key``);
+    keyed records go to ``murmur2(new key) % N`` of the target, the others to partition 0 of the
+    dead-letter topic with the reason code and detail. ``order_ts`` is the merged copy's order
     timestamp (``kafkaops_order_ts``) when ``ordered``, else 0: the direct copy writes each source
     partition in offset order, which is per-key order only when no key has records in two source
     partitions (:func:`write_direct` checks that)."""
     from pyspark.sql import functions as F
 
     order = F.lit(0)
-    if plan.rule.needs_value:
+    if not plan.rule.keeps_key:
         # the struct in a column of its own: the projection below reads its fields, never calls it again
-        new = (F.call_function(common.NEW_KEY_ORDERED, F.col("value"), F.col("partition"), F.col("offset"), F.col("ts"))
-               if ordered else F.call_function(common.NEW_KEY, F.col("value"), F.col("partition")))
+        reads = F.col(plan.rule.reads)
+        new = (F.call_function(common.NEW_KEY_ORDERED, reads, F.col("partition"), F.col("offset"), F.col("ts"))
+               if ordered else F.call_function(common.NEW_KEY, reads, F.col("partition")))
         rows = source.select("*", new.alias("new"))
         key, code, detail, out = F.col("new.key"), F.col("new.code"), F.col("new.detail"), F.col("new.partition")
         if ordered:
@@ -228,7 +230,8 @@ def keys_in_several_partitions(spark: Any, plan: BackfillPlan, bootstrap: Kafka,
                                options: dict[str, str] | None = None) -> int:
     """How many new keys of the snapshot have records in more than one source partition (by the
     record key: an earlier partition increase, or a producer with another partitioner; by a value
-    field: whenever the field does not refine the record key)."""
+    field: whenever the field does not refine the record key; by a Streams store key: a changelog
+    not partitioned by the store's key)."""
     from pyspark.sql import functions as F
 
     common.register_functions(spark, plan)
@@ -272,9 +275,10 @@ def write_direct(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict
     The pass reads and places every record of the snapshot, also those of rows committed before, so
     its checks see them all. By the record key it counts records off their key's home partition under
     the source's count (constant memory); only when there are some are the keys counted exactly. By a
-    value rule it collects each task's key hashes (:func:`spark_apps.common.spanning_keys_of`)."""
+    rule that computes the key (a value rule, ``window_key``, ``session_key``) it collects each task's
+    key hashes (:func:`spark_apps.common.spanning_keys_of`)."""
     options = options or {}
-    spread = common.key_spread(spark) if plan.rule.needs_value else None
+    spread = None if plan.rule.keeps_key else common.key_spread(spark)
     away = common.register_functions(spark, plan, spread)
     counts = write(_sink_frame(direct_frame(spark, plan, bootstrap, options), plan), plan, bootstrap, options)
     if spread is not None:

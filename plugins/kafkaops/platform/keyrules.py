@@ -1,7 +1,9 @@
 """Key rules: where the new key of a rekey backfill comes from, as ``docs/key-rules.md`` defines them.
 
-A rule is ``record_key`` (the record's key bytes), ``field:NAME`` (a member of the JSON value) or
-``jsonpath:$...`` (``.name``, ``['any name']``, ``["any name"]`` and ``[index]`` steps from ``$``).
+A rule is ``record_key`` (the record's key bytes), ``window_key`` / ``session_key`` (the key of a Kafka
+Streams window / session store changelog record without its window suffix), ``field:NAME`` (a member of
+the JSON value) or ``jsonpath:$...`` (``.name``, ``['any name']``, ``["any name"]`` and ``[index]`` steps
+from ``$``).
 :func:`extract` gives a record's new key, or the reason code of a dead letter (:data:`CODES`) with a
 free-text detail that is not part of the contract.
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import struct
 import threading
 from dataclasses import dataclass, field
 from json.decoder import scanstring  # type: ignore[attr-defined]  # CPython's, missing from typeshed's stub
@@ -30,7 +33,7 @@ from typing import Any, NamedTuple
 
 from kafkaops.errors import ConfigError
 
-__all__ = ["CODES", "MAX_DEPTH", "MAX_NUMBER_LENGTH", "KeyResult", "KeyRule", "KeyRuleError", "Number",
+__all__ = ["CODES", "KEY_RULES", "MAX_DEPTH", "MAX_NUMBER_LENGTH", "KeyResult", "KeyRule", "KeyRuleError", "Number",
            "extract", "extract_key", "rule_of"]
 
 #: Arrays and objects nested deeper than this make ``TOO_DEEP``.
@@ -38,7 +41,8 @@ MAX_DEPTH = 100
 #: A number token with more digits than this (integer, fraction and exponent digits) makes ``NUMBER_TOO_LONG``.
 MAX_NUMBER_LENGTH = 1000
 
-NO_KEY = "NO_KEY"                    # record_key: the record has no key
+NO_KEY = "NO_KEY"                    # record_key, window_key, session_key: the record has no key
+NOT_A_WINDOWED_KEY = "NOT_A_WINDOWED_KEY"  # window_key, session_key: the key holds no window Streams writes
 NO_VALUE = "NO_VALUE"                # a value rule: the record has no value (a tombstone)
 NOT_UTF8 = "NOT_UTF8"                # the value is not well-formed UTF-8
 NOT_JSON = "NOT_JSON"                # the value is not one RFC 8259 JSON text
@@ -49,8 +53,19 @@ NULL_VALUE = "NULL_VALUE"            # the path leads to null
 NOT_A_SCALAR = "NOT_A_SCALAR"        # the path leads to an object or an array
 LONE_SURROGATE = "LONE_SURROGATE"    # the path leads to a string holding an unpaired \\uD800-\\uDFFF escape
 #: Every reason code, in the order the contract decides them.
-CODES = (NO_KEY, NO_VALUE, NOT_UTF8, NOT_JSON, TOO_DEEP, NUMBER_TOO_LONG, FIELD_MISSING, NULL_VALUE, NOT_A_SCALAR,
-         LONE_SURROGATE)
+CODES = (NO_KEY, NOT_A_WINDOWED_KEY, NO_VALUE, NOT_UTF8, NOT_JSON, TOO_DEEP, NUMBER_TOO_LONG, FIELD_MISSING,
+         NULL_VALUE, NOT_A_SCALAR, LONE_SURROGATE)
+
+RECORD_KEY = "record_key"
+#: Kafka Streams' window store changelog key (``WindowKeySchema.toStoreKeyBinary``): key bytes, 8-byte
+#: big-endian window start, 4-byte big-endian sequence number.
+WINDOW_KEY = "window_key"
+#: Kafka Streams' session store changelog key (``SessionKeySchema.toBinary``): key bytes, 8-byte
+#: big-endian window end, 8-byte big-endian window start.
+SESSION_KEY = "session_key"
+#: The rules that read the record key alone (never the value), each with the bytes of the window
+#: suffix it takes off the key's end.
+KEY_RULES = {RECORD_KEY: 0, WINDOW_KEY: 12, SESSION_KEY: 16}
 
 
 
@@ -67,10 +82,13 @@ _MAX_INDEX = 2**31 - 1
 
 @dataclass(frozen=True)
 class KeyRule:
-    """Where the new key comes from: ``record_key``, ``field:<name>`` or ``jsonpath:$.a.b`` (a safe
-    JSON-path subset: ``.name``, ``['any name']``, ``["any name"]`` and ``[index]`` steps from ``$``;
-    no wildcards, filters, slices or recursive descent). ``steps`` are the names (str) and indices
-    (int) the JVM side receives."""
+    """Where the new key comes from: ``record_key``; ``window_key`` or ``session_key`` (the record key
+    of a Kafka Streams window or session store changelog without its 12- or 16-byte window suffix, so
+    the record goes where Streams placed it: by the store's key); ``field:<name>`` or ``jsonpath:$.a.b``
+    (a safe JSON-path subset: ``.name``, ``['any name']``, ``["any name"]`` and ``[index]`` steps from
+    ``$``; no wildcards, filters, slices or recursive descent). ``steps`` are the names (str) and
+    indices (int) the JVM side receives: none for the rules of :data:`KEY_RULES`, which it knows by
+    their text."""
 
     text: str
     steps: tuple[str | int, ...] = field(default=(), compare=False, repr=False)
@@ -80,11 +98,23 @@ class KeyRule:
 
     @property
     def needs_value(self) -> bool:
-        return self.text != "record_key"
+        """A value rule (``field:``, ``jsonpath:``): the key comes from the record value."""
+        return self.text not in KEY_RULES
+
+    @property
+    def keeps_key(self) -> bool:
+        """``record_key``: the new key is the record key as it is (Spark SQL places it); every other rule
+        computes it on the JVM (``kafkaops_new_key``)."""
+        return self.text == RECORD_KEY
+
+    @property
+    def reads(self) -> str:
+        """What the rule reads of a record, the column the JVM side is given: ``value`` or ``key``."""
+        return "value" if self.needs_value else "key"
 
 
 def _parse_rule(text: str) -> tuple[str | int, ...]:
-    if text == "record_key":
+    if text in KEY_RULES:
         return ()
     if text.startswith("field:"):
         name = text[len("field:"):]
@@ -115,7 +145,8 @@ def _parse_rule(text: str) -> tuple[str | int, ...]:
         if not steps:
             raise KeyRuleError(f"key rule {text!r} selects the whole value; name a field, e.g. '$.id'")
         return tuple(steps)
-    raise KeyRuleError(f"key rule {text!r} is unknown; use 'record_key', 'field:<name>' or 'jsonpath:$.a.b'")
+    raise KeyRuleError(f"key rule {text!r} is unknown; use 'record_key', 'window_key', 'session_key', "
+                       "'field:<name>' or 'jsonpath:$.a.b'")
 
 
 def _unicode(text: str, name: str) -> str:
@@ -297,12 +328,39 @@ def _parse(value: bytes) -> tuple[Any, str | None, str | None]:
     return doc, None, None
 
 
+def _store_key(key: bytes, rule: str) -> KeyResult:
+    """The key of a Kafka Streams window or session store changelog record without its window suffix,
+    or ``NOT_A_WINDOWED_KEY`` when the key is too short to hold one or it is not a window Streams can
+    write (``Window``: start 0 or more, end not before start; a sequence number 0 or more)."""
+    suffix = KEY_RULES[rule]
+    base = len(key) - suffix
+    if base < 0:
+        return KeyResult(None, NOT_A_WINDOWED_KEY, f"the key has {len(key)} byte(s), fewer than the {suffix} of "
+                                                   f"{rule}'s window suffix")
+    if rule == WINDOW_KEY:
+        start, seq = struct.unpack_from(">qi", key, base)
+        if start < 0:
+            return KeyResult(None, NOT_A_WINDOWED_KEY, f"the key's window start {start} is negative")
+        if seq < 0:
+            return KeyResult(None, NOT_A_WINDOWED_KEY, f"the key's sequence number {seq} is negative")
+    else:
+        end, start = struct.unpack_from(">qq", key, base)
+        if start < 0 or end < 0:
+            return KeyResult(None, NOT_A_WINDOWED_KEY, f"the key's session window [{start}, {end}] has a "
+                                                       "negative time")
+        if start > end:
+            return KeyResult(None, NOT_A_WINDOWED_KEY, f"the key's session window starts at {start}, after "
+                                                       f"its end {end}")
+    return KeyResult(key[:base])
+
+
 def extract(key_bytes: bytes | None, value_bytes: bytes | None, rule: KeyRule | str) -> KeyResult:
     """The new key of a record under ``rule``, or why it has none (docs/key-rules.md)."""
     rule = rule if isinstance(rule, KeyRule) else rule_of(rule)
     if not rule.steps:
-        return KeyResult(bytes(key_bytes)) if key_bytes is not None else \
-            KeyResult(None, NO_KEY, "the record has no key")
+        if key_bytes is None:
+            return KeyResult(None, NO_KEY, "the record has no key")
+        return KeyResult(bytes(key_bytes)) if rule.keeps_key else _store_key(bytes(key_bytes), rule.text)
     if value_bytes is None:
         return KeyResult(None, NO_VALUE, "the record has no value (a tombstone)")
     node, code, detail = _parse(value_bytes)

@@ -66,8 +66,10 @@ MODE = form.Choice(name="mode", given=Mode.MIGRATE, title="Mode",
                    description="in_place: add partitions to the topic (keys move: per-key order breaks). migrate: "
                                "rekey into a new topic with the new count, order kept, then cut consumers over.")
 KEY_RULE = form.Text(name="key_rule", given="record_key", title="Key rule",
-                     description="Where the key comes from: record_key, field:<name> (a top-level JSON field) or "
-                                 "jsonpath:$.a.b. Records without a key go to the dead-letter topic.")
+                     description="Where the key comes from: record_key, field:<name> (a top-level JSON field), "
+                                 "jsonpath:$.a.b, or for a Kafka Streams window/session store changelog window_key/"
+                                 "session_key (the record key without its window suffix). Records without a key go "
+                                 "to the dead-letter topic.")
 TARGET_TOPIC = form.Text(name="target_topic", title="Target topic",
                          description="migrate: the new topic; empty for <topic>.v2 or the next free version.")
 ACCEPT_ORDERING_BREAK = form.Flag(

@@ -7,8 +7,8 @@ without the key field land in the dead-letter topic with the reason code of docs
 copies are covered: the
 direct one (every new key in one source partition: by the record key, or by a value field equal to
 it) and the merged one (by a value field whose values span source partitions; and when a direct
-copy finds keys spanning source partitions, where it is deleted and done again merged). One
-SparkSession per module."""
+copy finds keys spanning source partitions, where it is deleted and done again merged), also by
+``window_key`` for a Kafka Streams window store changelog. One SparkSession per module."""
 from __future__ import annotations
 
 import contextlib
@@ -17,9 +17,11 @@ from collections import Counter
 import os
 import re
 import signal
+import struct
 import subprocess
 import sys
 import time
+from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
@@ -59,11 +61,12 @@ def cluster(rekey_cluster: provision.ClusterSpec) -> provision.ClusterSpec:
     return rekey_cluster
 
 
-def plan_for(spec: provision.ClusterSpec, target: str, rule: str = "field:key", source: str = SOURCE) -> BackfillPlan:
+def plan_for(spec: provision.ClusterSpec, target: str, rule: str = "field:key", source: str = SOURCE,
+             partitions: int = 6) -> BackfillPlan:
     ranges = records.end_offsets({"bootstrap.servers": spec.bootstrap}, source)
-    plan = BackfillPlan(source, tuple((p, s, e) for p, (s, e) in sorted(ranges.items())), target, 6, rule)
+    plan = BackfillPlan(source, tuple((p, s, e) for p, (s, e) in sorted(ranges.items())), target, partitions, rule)
     with connection.connect(spec.bootstrap) as conn:
-        topics.create_topic(conn, plan.target_topic, 6, 1)
+        topics.create_topic(conn, plan.target_topic, partitions, 1)
         topics.create_topic(conn, plan.dead_letter_topic, 1, 1)
     return plan
 
@@ -296,6 +299,74 @@ def test_record_keys_off_their_home_partition(cluster, spark, spanning) -> None:
     again = rekey_backfill.run(spark, plan, cluster.bootstrap)
     assert (again.already_written, again.mode, again.written) == (600, first.mode, 0)
     assert report.totals() == check_integrity(plan, *read_back(cluster, plan)).totals()
+
+
+@pytest.mark.parametrize("spanning", [False, True])
+def test_a_window_store_changelog_goes_where_streams_puts_its_store_keys(cluster, spark, spanning) -> None:
+    """A Kafka Streams window store changelog: keys of a store key, an 8-byte window start and a 4-byte
+    sequence number (WindowKeySchema.toStoreKeyBinary), tombstones among the values, headers on some
+    records, each record on murmur2(store key) % 3 as Streams writes it (one store key empty), and two
+    records no window store writes. By ``window_key`` into 12 partitions: every record on murmur2(store
+    key) % 12 in its store key's source order, tombstones as records, the two as dead letters with their
+    codes, the integrity gate passing. Spanning (some store keys also written to another partition): the
+    direct pass finds them and the merged copy replaces it. The copy writes its own lineage header on each
+    record; it does not copy the source's headers."""
+    from kafkaops.platform import gates
+    from kafkaops.rekey import steps as partitions
+    from spark_apps import rekey_backfill
+
+    topic = f"changelog.window.{'spanning' if spanning else 'home'}"
+    with connection.connect(cluster.bootstrap) as conn:
+        topics.create_topic(conn, topic, 3, 1)
+    producer = Producer(connection.client_config({"bootstrap.servers": cluster.bootstrap}))
+    stores = [f"sensor-{i}".encode() for i in range(40)] + [b""]
+    tombstones = 0
+    for i in range(1200):
+        store = stores[i % len(stores)]
+        start = 1_700_000_000_000 + (i // (3 * len(stores))) * 60_000  # three records per window and store key
+        value = None if i % 9 == 4 else json.dumps({"count": i}).encode()
+        tombstones += value is None
+        home = partition_for(store, 3)
+        moved = spanning and i % len(stores) < 10 and (i // len(stores)) % 2  # every other record of 10 store keys
+        producer.produce(topic, key=store + struct.pack(">qi", start, i % 4), value=value,
+                         partition=(home + 1) % 3 if moved else home,
+                         headers=[("trace", str(i).encode())] if i % 2 else None)
+        producer.poll(0)
+    producer.produce(topic, key=b"short", value=b"{}", partition=0)  # no room for the 12-byte suffix
+    producer.produce(topic, key=None, value=b"{}", partition=2)
+    assert waits.close_producer(producer, waits.Deadline(30)) == 0
+    plan = plan_for(cluster, f"{topic}.v2", "window_key", source=topic, partitions=12)
+
+    first = rekey_backfill.run(spark, plan, cluster.bootstrap)
+    assert (first.mode, first.rewritten, first.written) == (("merged", True, 1202) if spanning
+                                                            else ("direct", False, 1202)), first
+    source, target, dlq = read_back(cluster, plan)
+    by_lineage = {backfill.format_lineage(topic, r.partition, r.offset): r for r in source}
+    placed: dict[bytes, list[tuple[int, int]]] = defaultdict(list)
+    for r in target:  # in target offset order per partition; a store key is in one target partition
+        origin = by_lineage[r.lineage]
+        assert origin.key is not None and r.key == origin.key[:-12] and r.value == origin.value
+        assert r.partition == partition_for(r.key, 12)
+        placed[r.key].append((origin.partition, origin.offset))
+    assert set(placed) == set(stores) and sum(map(len, placed.values())) == 1200
+    for store, got in placed.items():  # each source partition's records of a store key in offset order
+        for p in range(3):
+            assert [o for q, o in got if q == p] == sorted(o for q, o in got if q == p), store
+        if not spanning:
+            assert got == sorted(got) and len({p for p, _ in got}) == 1, store
+    assert sum(r.value is None for r in target) == tombstones > 0
+    raw = read_output(cluster, plan.target_topic, "read_committed")
+    assert all(r.headers == ((backfill.LINEAGE_HEADER, r.header(backfill.LINEAGE_HEADER)),) for r in raw)
+    assert Counter(r.header(backfill.CODE_HEADER).decode()
+                   for r in read_output(cluster, plan.dead_letter_topic, "read_committed")) == \
+        {keyrules.NOT_A_WINDOWED_KEY: 1, keyrules.NO_KEY: 1}  # as the JVM side wrote them
+
+    report = check_integrity(plan, source, target, dlq)
+    assert report.ok, report.failures
+    assert report.dead_letter_codes == {keyrules.NOT_A_WINDOWED_KEY: 1, keyrules.NO_KEY: 1}
+    spark_report = rekey_backfill.verify(spark, plan, cluster.bootstrap)
+    assert spark_report.ok and spark_report.totals() == report.totals()
+    assert gates.run("backfill", partitions.integrity_frames(spark_report)).ok
 
 
 def test_a_value_rule_whose_keys_span_partitions_past_the_sample_is_redone_merged(cluster, spark, monkeypatch

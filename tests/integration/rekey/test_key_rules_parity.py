@@ -2,7 +2,8 @@
 behind ``kafkaops_new_key``, what both backfill copies and the key-skew job run) and the Python side
 (``kafkaops.platform.keyrules``, which the integrity check recomputes every key with) give the same key
 bytes and the same reason code. First the shared vectors through the backfill's own projection
-(``rekey_rows``), then generated and byte-mutated documents, both sides compared value by value. Only
+(``rekey_rows``), then generated and byte-mutated documents, and generated Kafka Streams store keys
+(``window_key``, ``session_key``), both sides compared record by record. Only
 the free-text detail may differ. Needs the jars of ``make setup``, not a cluster; one SparkSession
 per module, values go over in batches."""
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import struct
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 
@@ -29,7 +31,8 @@ Outcome = tuple[bytes | None, str | None]
 
 def jvm_outcomes(spark, rule: KeyRule, rows: Sequence[tuple[bytes | None, bytes | None]]) -> list[Outcome]:
     """``(key, code)`` of each ``(record key, value)`` by the backfill's projection on the JVM
-    (spark_apps.rekey_backfill.rekey_rows: ``kafkaops_new_key`` for a value rule), in one Spark job."""
+    (spark_apps.rekey_backfill.rekey_rows: ``kafkaops_new_key`` for every rule but ``record_key``), in one
+    Spark job."""
     from pyspark.sql import functions as F
 
     from spark_apps import common, rekey_backfill
@@ -220,7 +223,7 @@ def test_generated_documents_in_bulk(spark) -> None:
         rule = gen_rule(rnd)
         codes.update(code for _, code in assert_parity(spark, rule, list(gen_documents(rnd, rule, 1000))))
     assert sum(codes.values()) > 15_000
-    assert set(codes) >= {None, *keyrules.CODES} - {keyrules.NO_KEY, keyrules.NO_VALUE}, codes
+    assert set(codes) >= {None, *keyrules.CODES} - {keyrules.NO_KEY, keyrules.NOT_A_WINDOWED_KEY, keyrules.NO_VALUE}, codes
 
 
 @settings(max_examples=25, deadline=None, database=None,
@@ -252,3 +255,43 @@ def test_hypothesis_values(spark, value: object, key: str, seed: int) -> None:
     data = [d.encode("utf-8", "surrogatepass") for d in docs]
     assert_parity(spark, KeyRule("jsonpath:$['" + re.sub(r"(['\\])", r"\\\1", key) + "']"),
                   data + [mutate(rnd, d) for d in data for _ in range(3)])
+
+
+# -- generated Kafka Streams store keys --------------------------------------------------------------------
+
+SUFFIX_LONGS = [0, 1, 1_700_000_000_000, 2**31, 2**63 - 1, -1, -(2**63), -1_700_000_000_000]
+SUFFIX_INTS = [0, 1, 7, 2**31 - 1, -1, -(2**31)]
+
+
+def gen_store_key(rnd: random.Random, rule: str) -> bytes | None:
+    """A window or session store key as Streams writes it (sometimes an implausible window), cut short,
+    lengthened or none at all."""
+    if rnd.random() < 0.03:
+        return None
+    base = rnd.randbytes(rnd.choice((0, 0, 1, 3, 8, 20)))
+    if rule == "window_key":
+        key = base + struct.pack(">qi", rnd.choice(SUFFIX_LONGS + [rnd.randrange(2**40)]),
+                                 rnd.choice(SUFFIX_INTS + [rnd.randrange(2**31)]))
+    else:
+        start = rnd.choice(SUFFIX_LONGS + [rnd.randrange(2**40)])
+        end = start + rnd.choice((0, 0, 1, 60_000, -1)) if rnd.random() < 0.7 else rnd.choice(SUFFIX_LONGS)
+        key = base + struct.pack(">qq", max(min(end, 2**63 - 1), -(2**63)), start)
+    if rnd.random() < 0.15:
+        key = key[:rnd.randrange(len(key) + 1)]
+    elif rnd.random() < 0.05:
+        key += rnd.randbytes(rnd.randrange(1, 4))
+    return key
+
+
+@pytest.mark.parametrize("rule", ["window_key", "session_key"])
+def test_generated_store_keys(spark, rule: str) -> None:
+    """Both sides agree on generated store keys, whatever the value (tombstones, not JSON); every outcome
+    of the rule turns up."""
+    rnd = random.Random(f"store keys {rule}")
+    rows = [(gen_store_key(rnd, rule), rnd.choice((None, b"", b"\xff", b'{"key": "v"}'))) for _ in range(3000)]
+    jvm, python = jvm_outcomes(spark, KeyRule(rule), rows), python_outcomes(KeyRule(rule), rows)
+    bad = [(k, p, j) for (k, _), p, j in zip(rows, python, jvm) if p != j]
+    assert not bad, f"{len(bad)} of {len(rows)} keys differ under {rule!r}, e.g. {bad[:8]}"
+    codes = Counter(code for _, code in python)
+    assert set(codes) == {None, keyrules.NO_KEY, keyrules.NOT_A_WINDOWED_KEY}, codes
+    assert b"" in {key for key, _ in python}  # an empty store key is a key

@@ -6,6 +6,7 @@ backwards refused."""
 from __future__ import annotations
 
 import json
+import struct
 
 import pytest
 
@@ -68,13 +69,41 @@ MIXED = [
 ]
 
 
-@pytest.mark.parametrize("rule", ["field:account", "jsonpath:$.account", "record_key"])
+def store_rows(rule: str) -> list[tuple]:
+    """Kafka Streams store changelog rows for ``window_key`` (key, window start, sequence number) or
+    ``session_key`` (key, window end, window start): store keys in two source partitions, a tombstone, an
+    empty store key, and records no such store writes."""
+    def key(store: bytes, start: int, other: int) -> bytes:  # other: the sequence number, or the session's end
+        return store + (struct.pack(">qi", start, other) if rule == "window_key" else struct.pack(">qq", other, start))
+
+    return [
+        (0, 0, 100, key(b"s1", 0, 0), b'{"n": 1}'),
+        (0, 1, 90, key(b"s1", 60_000, 60_000), None),  # a tombstone: a record like any other
+        (0, 2, 95, None, b'{"n": 2}'),
+        (0, 3, 96, b"short", b'{"n": 3}'),
+        (0, 4, 97, key(b"s2", -1, 0), b'{"n": 4}'),  # a negative window start
+        (0, 5, 98, key(b"", 5, 9), b'{"n": 5}'),  # an empty store key
+        (0, 6, 99, key(b"s2", 10, 10), b"not json"),  # the value is not read
+        (1, 0, 80, key(b"s1", 0, 1), b'{"n": 6}'),
+        (1, 1, 130, key(b"s3", 0, 0), None),
+        (1, 2, 70, key(b"s1", 120_000, 120_000), b'{"n": 7}'),
+    ]
+
+
+def rows_of(rule: str) -> list[tuple]:
+    return store_rows(rule) if rule in ("window_key", "session_key") else MIXED
+
+
+@pytest.mark.parametrize("rule", ["field:account", "jsonpath:$.account", "record_key", "window_key", "session_key"])
 def test_the_jvm_step_gives_what_the_python_reference_gives(spark, rule) -> None:
-    got = actual(step(spark, MIXED, rule))
-    assert got == expected(MIXED, rule)
+    got = actual(step(spark, rows_of(rule), rule))
+    assert got == expected(rows_of(rule), rule)
     codes = [r[-1] for r in got]
     if rule == "record_key":
         assert codes.count(keyrules.NO_KEY) == 1
+    elif rule in ("window_key", "session_key"):  # the store key without the suffix, tombstones placed too
+        assert codes == [None, None, "NO_KEY", "NOT_A_WINDOWED_KEY", "NOT_A_WINDOWED_KEY", None, None, None, None, None]
+        assert [r[5] for r in got if r[5] is not None] == [b"s1", b"s1", b"", b"s2", b"s1", b"s3", b"s1"]
     else:  # every kind of dead letter is present, and the keyed records are placed
         assert set(codes) == {None, "NOT_JSON", "FIELD_MISSING", "NO_VALUE", "NULL_VALUE", "NOT_A_SCALAR"}
         assert got[8][5] == b"first" and got[6][5] == b"1e+16"  # the first duplicate; the number as written
@@ -129,7 +158,7 @@ def test_the_merged_copy_gives_each_output_partition_a_task_of_its_own_in_order(
         assert order == sorted(order), f"task {task} is not in (order_ts, partition, offset) order"
 
 
-@pytest.mark.parametrize("rule", ["field:account", "jsonpath:$.account", "record_key"])
+@pytest.mark.parametrize("rule", ["field:account", "jsonpath:$.account", "record_key", "window_key"])
 def test_the_tail_copy_writes_what_the_jvm_step_plans_in_the_same_order(spark, rule) -> None:
     """The tail (kafkaops.rekey.tail.rekey_part, the Python side of the contract) against the backfill's JVM
     step on the same rows: the same output topic, partition, key, value and reason code for every record,
@@ -138,7 +167,7 @@ def test_the_tail_copy_writes_what_the_jvm_step_plans_in_the_same_order(spark, r
     from kafkaops.rekey import tail
     from kafkaops.rekey.backfill import CODE_HEADER, LINEAGE_HEADER, format_lineage
 
-    rows = sorted(MIXED)  # each source partition in offset order, as the tail reads it
+    rows = sorted(rows_of(rule), key=lambda r: r[:2])  # each source partition in offset order, as the tail reads it
     jvm = actual(step(spark, rows, rule))
     written = tail.rekey_part(plan(rule), [Record("orders", p, o, ts, k, v) for p, o, ts, k, v in rows])
     lineage = {format_lineage("orders", r[3], r[4]).encode(): r for r in jvm}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 import sys
 from collections import Counter
 
@@ -38,14 +39,16 @@ def test_the_vectors_cover_every_code_and_the_limits_they_assume() -> None:
 
 
 @pytest.mark.parametrize("rule, steps", [
-    ("record_key", ()), ("field:account_id", ("account_id",)), ("field:odd name.x", ("odd name.x",)),
+    ("record_key", ()), ("window_key", ()), ("session_key", ()), ("field:account_id", ("account_id",)), ("field:odd name.x", ("odd name.x",)),
     ("jsonpath:$.customer.id", ("customer", "id")), ("jsonpath:$.items[1].sku", ("items", 1, "sku")),
     ("jsonpath:$['it\\'s'][0]", ("it's", 0)), ('jsonpath:$["say \\"hi\\""]', ('say "hi"',)),
     ("jsonpath: $.a ", ("a",)), ("jsonpath:$['']", ("",)),
 ])
 def test_rule_syntax(rule: str, steps: tuple) -> None:
     assert KeyRule(rule).steps == steps
-    assert KeyRule(rule).needs_value == (rule != "record_key")
+    assert KeyRule(rule).needs_value == (rule not in ("record_key", "window_key", "session_key"))
+    assert KeyRule(rule).keeps_key == (rule == "record_key")
+    assert KeyRule(rule).reads == ("value" if KeyRule(rule).needs_value else "key")
 
 
 @pytest.mark.parametrize("rule, words", [
@@ -53,11 +56,70 @@ def test_rule_syntax(rule: str, steps: tuple) -> None:
     ("jsonpath:$", "whole value"), ("field:", "names no field"), ("key", "unknown"),
     ("jsonpath:$.a[?(@.b)]", "no wildcards"), ("jsonpath:$[\u0663]", "no wildcards"),
     (f"jsonpath:$[{2**31}]", "above 2147483647"), ("field:\ud800", "lone surrogate"),
+    ("window_key:", "unknown"), ("Window_key", "unknown"), ("session_key ", "unknown"),
 ])
 def test_unsupported_rules_are_refused_naming_the_rule(rule: str, words: str) -> None:
     with pytest.raises(KeyRuleError, match=words) as err:
         KeyRule(rule)
     assert isinstance(err.value, ConfigError) and "key rule" in str(err.value)
+
+
+def test_an_unknown_rule_names_every_form() -> None:
+    with pytest.raises(KeyRuleError) as err:
+        KeyRule("windowed")
+    for form in ("record_key", "window_key", "session_key", "field:<name>", "jsonpath:$.a.b"):
+        assert f"'{form}'" in str(err.value)
+
+
+def test_not_a_windowed_key_is_decided_right_after_no_key() -> None:
+    """Both are decided from the key alone, before anything a value rule decides."""
+    assert keyrules.CODES[:3] == ("NO_KEY", "NOT_A_WINDOWED_KEY", "NO_VALUE")
+
+
+def test_the_vectors_cover_each_store_key_rule() -> None:
+    """Per store key rule: a key, an empty store key, a tombstone copied by its key, a key without a
+    plausible suffix, a record without a key."""
+    for rule, suffix in (("window_key", 12), ("session_key", 16)):
+        of_rule = [v for v in VECTORS if v.rule == rule]
+        assert all(v.steps == () for v in of_rule)
+        assert b"" in {v.key for v in of_rule}
+        assert any(v.value is None and v.key is not None for v in of_rule)
+        assert {v.code for v in of_rule} == {None, "NO_KEY", "NOT_A_WINDOWED_KEY"}
+        assert any(v.code == "NOT_A_WINDOWED_KEY" and len(v.record_key or b"") == suffix - 1 for v in of_rule)
+
+
+LONGS = st.integers(-(2**63), 2**63 - 1)
+
+
+@given(st.binary(max_size=40), LONGS, st.integers(-(2**31), 2**31 - 1), st.one_of(st.none(), st.binary(max_size=5)))
+@settings(max_examples=300)
+def test_window_key_is_the_key_before_a_plausible_window_suffix(base: bytes, start: int, seq: int,
+                                                                 value: bytes | None) -> None:
+    key = base + struct.pack(">qi", start, seq)  # WindowKeySchema.toStoreKeyBinary
+    want = KeyResult(base) if start >= 0 and seq >= 0 else None
+    got = extract(key, value, "window_key")
+    assert got == want if want else got.code == "NOT_A_WINDOWED_KEY"
+    assert extract(key[-11:], value, "window_key").code == "NOT_A_WINDOWED_KEY"
+
+
+@given(st.binary(max_size=40), LONGS, LONGS, st.one_of(st.none(), st.binary(max_size=5)))
+@settings(max_examples=300)
+def test_session_key_is_the_key_before_a_plausible_session_window(base: bytes, end: int, start: int,
+                                                                   value: bytes | None) -> None:
+    key = base + struct.pack(">qq", end, start)  # SessionKeySchema.toBinary: end, then start
+    want = KeyResult(base) if 0 <= start <= end else None
+    got = extract(key, value, "session_key")
+    assert got == want if want else got.code == "NOT_A_WINDOWED_KEY"
+    assert extract(key[-15:], value, "session_key").code == "NOT_A_WINDOWED_KEY"
+
+
+def test_store_key_rules_read_the_key_only() -> None:
+    key = b"k" + struct.pack(">qi", 5, 0)
+    for value in (None, b"", b"\xff", b'{"key": "other"}'):
+        assert extract(key, value, "window_key") == KeyResult(b"k")
+    assert extract(None, b'{"key": "k"}', "session_key") == KeyResult(None, "NO_KEY", "the record has no key")
+    assert "negative" in str(extract(b"k" + struct.pack(">qi", -5, 0), None, "window_key").detail)
+    assert "after" in str(extract(b"k" + struct.pack(">qq", 1, 2), None, "session_key").detail)
 
 
 @given(st.dictionaries(st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True),

@@ -4,8 +4,10 @@ import java.io.IOException;
 import java.io.Serializable;
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
+import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
 import java.util.List;
 
 import com.fasterxml.jackson.core.JsonFactory;
@@ -17,12 +19,16 @@ import com.fasterxml.jackson.core.exc.StreamConstraintsException;
 import com.fasterxml.jackson.core.io.SerializedString;
 
 /**
- * A value key rule ({@code field:NAME} or {@code jsonpath:...}) as docs/key-rules.md defines it: the new
- * key of a record read from its JSON value, or the reason code of a dead letter. One pass of Jackson's
- * streaming parser over the value; {@code kafkaops.platform.keyrules} is the independent Python side of the
- * same contract, and both are held to the vectors in {@code src/test/resources/key_rules_vectors.json}.
+ * A key rule that computes the new key, as docs/key-rules.md defines it: a value rule ({@code field:NAME}
+ * or {@code jsonpath:...}), which reads the record's JSON value, or a Kafka Streams store key rule
+ * ({@code window_key}, {@code session_key}), which reads the record's key; the new key, or the reason code
+ * of a dead letter. {@code record_key} is not one: the record key is placed in Spark SQL as it is.
+ * {@code kafkaops.platform.keyrules} is the independent Python side of the same contract, and both are
+ * held to the vectors in {@code src/test/resources/key_rules_vectors.json}.
  *
- * <p>The reason is decided tier by tier: no value; not UTF-8; not JSON anywhere (grammar, NaN/Infinity,
+ * <p>A value rule makes one pass of Jackson's streaming parser over the value.
+ *
+ * <p>A value rule's reason is decided tier by tier: no value; not UTF-8; not JSON anywhere (grammar, NaN/Infinity,
  * a byte-order mark, trailing data); nested deeper than {@link #MAX_DEPTH}; a number longer than
  * {@link #MAX_NUMBER_LENGTH} digits; then what the path finds. A strict pass enforces the limits with
  * {@link StreamReadConstraints}; only when one trips does an unlimited pass tell a grammar error further
@@ -31,17 +37,26 @@ import com.fasterxml.jackson.core.io.SerializedString;
  * <p>Instances are immutable and serializable; {@link #extract} is thread-safe.
  */
 public final class KeyRule implements Serializable {
-    private static final long serialVersionUID = 2L;
+    private static final long serialVersionUID = 3L;
 
     /** Arrays and objects nested deeper than this make {@link #TOO_DEEP}. */
     public static final int MAX_DEPTH = 100;
     /** A number token with more digits than this (integer, fraction and exponent digits) makes {@link #NUMBER_TOO_LONG}. */
     public static final int MAX_NUMBER_LENGTH = 1000;
 
-    /** The reason codes of docs/key-rules.md a value rule gives (NO_KEY is the record-key rule's, in Spark SQL). */
-    public static final String NO_VALUE = "NO_VALUE", NOT_UTF8 = "NOT_UTF8", NOT_JSON = "NOT_JSON", TOO_DEEP = "TOO_DEEP",
-            NUMBER_TOO_LONG = "NUMBER_TOO_LONG", FIELD_MISSING = "FIELD_MISSING", NULL_VALUE = "NULL_VALUE",
-            NOT_A_SCALAR = "NOT_A_SCALAR", LONE_SURROGATE = "LONE_SURROGATE";
+    /** Kafka Streams' window store changelog key: key bytes, 8-byte window start, 4-byte sequence number. */
+    public static final String WINDOW_KEY = "window_key";
+    /** Kafka Streams' session store changelog key: key bytes, 8-byte window end, 8-byte window start. */
+    public static final String SESSION_KEY = "session_key";
+
+    /**
+     * The reason codes of docs/key-rules.md a rule here gives, in the contract's order (record_key's NO_KEY is
+     * decided in Spark SQL; window_key's and session_key's here).
+     */
+    public static final String NO_KEY = "NO_KEY", NOT_A_WINDOWED_KEY = "NOT_A_WINDOWED_KEY", NO_VALUE = "NO_VALUE",
+            NOT_UTF8 = "NOT_UTF8", NOT_JSON = "NOT_JSON", TOO_DEEP = "TOO_DEEP", NUMBER_TOO_LONG = "NUMBER_TOO_LONG",
+            FIELD_MISSING = "FIELD_MISSING", NULL_VALUE = "NULL_VALUE", NOT_A_SCALAR = "NOT_A_SCALAR",
+            LONE_SURROGATE = "LONE_SURROGATE";
 
     private static final JsonFactory STRICT = factory(MAX_DEPTH, MAX_NUMBER_LENGTH);
     private static final JsonFactory UNLIMITED = factory(Integer.MAX_VALUE, Integer.MAX_VALUE);
@@ -69,6 +84,8 @@ public final class KeyRule implements Serializable {
     }
 
     private final String text;
+    /** A store key rule: the bytes of the window suffix it takes off the key (12 or 16); 0 for a value rule. */
+    private final int suffix;
     /** Per step: a field name (String) or an array index (Integer). */
     private final Object[] steps;
     private final SerializedString[] names;
@@ -76,13 +93,25 @@ public final class KeyRule implements Serializable {
 
     /**
      * The rule of {@code text} (quoted in details) with the steps Python's {@code KeyRule.steps} parsed
-     * from it: a String is a field name, an Integer an array index.
+     * from it: a String is a field name, an Integer an array index. A store key rule ({@link #WINDOW_KEY},
+     * {@link #SESSION_KEY}) has no steps.
      */
     public KeyRule(List<Object> steps, String text) {
-        if (steps == null || steps.isEmpty()) {
-            throw new IllegalArgumentException("key rule " + text + " has no steps: record_key does not read the value");
-        }
         this.text = text;
+        this.suffix = WINDOW_KEY.equals(text) ? 12 : SESSION_KEY.equals(text) ? 16 : 0;
+        if (suffix > 0) {
+            if (steps != null && !steps.isEmpty()) {
+                throw new IllegalArgumentException("key rule " + text + " reads the record key: it has no steps, not " + steps);
+            }
+            this.steps = new Object[0];
+            this.names = new SerializedString[0];
+            this.missing = new Result[0];
+            return;
+        }
+        if (steps == null || steps.isEmpty()) {
+            throw new IllegalArgumentException("key rule " + text + " has no steps: only window_key and session_key "
+                    + "read the record key here (record_key is placed in Spark SQL)");
+        }
         this.steps = steps.toArray();
         this.names = new SerializedString[this.steps.length];
         this.missing = new Result[this.steps.length];
@@ -100,8 +129,51 @@ public final class KeyRule implements Serializable {
         }
     }
 
-    /** The key of a record whose value is {@code value} (null: a tombstone), or why it has none. */
-    public Result extract(byte[] value) {
+    /** True for {@code window_key} and {@code session_key}: {@link #extract} is given the record key, not its value. */
+    public boolean readsKey() {
+        return suffix > 0;
+    }
+
+    /**
+     * The new key of a record, or why it has none. A value rule is given the record value ({@code null}: a
+     * tombstone); a store key rule ({@link #readsKey}) the record key ({@code null}: none).
+     */
+    public Result extract(byte[] input) {
+        return suffix > 0 ? storeKey(input) : fromValue(input);
+    }
+
+    /**
+     * The record key without Kafka Streams' window suffix, or {@link #NOT_A_WINDOWED_KEY} when it is too short
+     * for one or holds no window Streams writes ({@code Window}: start 0 or more, end not before start; a
+     * sequence number 0 or more). The key before the suffix may be empty.
+     */
+    private Result storeKey(byte[] key) {
+        if (key == null) {
+            return dead(NO_KEY, "the record has no key");
+        }
+        int base = key.length - suffix;
+        if (base < 0) {
+            return dead(NOT_A_WINDOWED_KEY, "key of " + key.length + " byte(s): " + text + " needs at least " + suffix);
+        }
+        ByteBuffer suffixBytes = ByteBuffer.wrap(key);  // big-endian, as Streams writes it
+        if (suffix == 12) {
+            long start = suffixBytes.getLong(base);
+            int seq = suffixBytes.getInt(base + 8);
+            if (start < 0 || seq < 0) {
+                return dead(NOT_A_WINDOWED_KEY, "window start " + start + ", sequence number " + seq + ": a negative one");
+            }
+        } else {
+            long end = suffixBytes.getLong(base);
+            long start = suffixBytes.getLong(base + 8);
+            if (start < 0 || end < start) {
+                return dead(NOT_A_WINDOWED_KEY, "session window start " + start + ", end " + end
+                        + ": not a window (start 0 or more, end not before it)");
+            }
+        }
+        return new Result(Arrays.copyOf(key, base), null, null);
+    }
+
+    private Result fromValue(byte[] value) {
         if (value == null) {
             return dead(NO_VALUE, "the record has no value (a tombstone)");
         }

@@ -11,12 +11,14 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.util.CollectionAccumulator;
 
 /**
- * {@code kafkaops_new_key(value BINARY, source_partition INT) -> STRUCT<key, code, detail, partition>}:
- * the new key of a record under a value rule ({@link KeyRule}, the contract of docs/key-rules.md) and its
- * partition in the target ({@code Utils.toPositive(Utils.murmur2(key)) % partitions}, Kafka's Java
- * producer), or a null key, the dead letter's reason code and a free-text detail. A Spark SQL function,
- * so the direct copy by a value rule stays one projection over the Kafka source, and the key-skew job
- * reads a candidate key field with the same rules.
+ * {@code kafkaops_new_key(input BINARY, source_partition INT) -> STRUCT<key, code, detail, partition>}:
+ * the new key of a record under a rule that computes it ({@link KeyRule}, the contract of docs/key-rules.md)
+ * and its partition in the target ({@code Utils.toPositive(Utils.murmur2(key)) % partitions}, Kafka's Java
+ * producer), or a null key, the dead letter's reason code and a free-text detail. {@code input} is what the
+ * rule reads ({@link KeyRule#readsKey}): the record value for a value rule, the record key for
+ * {@code window_key} and {@code session_key}. A Spark SQL function, so the direct copy by such a rule
+ * stays one projection over the Kafka source, and the key-skew job reads a candidate key field with the
+ * same rules.
  *
  * <p>With a {@code spread} accumulator it also collects, per Spark task, the 64-bit hashes of the keys
  * it saw by source partition, and adds them as a {@link KeySpread.Seen} when the task completes; on the
@@ -45,8 +47,8 @@ public final class NewKey implements UDF2<byte[], Integer, Row> {
     }
 
     @Override
-    public Row call(byte[] value, Integer sourcePartition) {
-        KeyRule.Result found = rule.extract(value);
+    public Row call(byte[] input, Integer sourcePartition) {
+        KeyRule.Result found = rule.extract(input);
         if (found.key == null) {
             return RowFactory.create(null, found.code, found.detail, null);
         }

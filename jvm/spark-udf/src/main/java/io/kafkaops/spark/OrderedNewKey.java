@@ -12,10 +12,11 @@ import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
 
 /**
- * {@code kafkaops_new_key_ordered(value BINARY, source_partition INT, offset BIGINT, ts BIGINT) ->
- * STRUCT<key, code, detail, partition, order_ts>}: {@link NewKey}'s result and the merged copy's
- * order timestamp of the new key ({@link OrderClock}) in one call, so the merged copy by a value rule
- * parses each value once, copies it once and keeps one clock. Stateful per task like {@link OrderClock}:
+ * {@code kafkaops_new_key_ordered(input BINARY, source_partition INT, offset BIGINT, ts BIGINT) ->
+ * STRUCT<key, code, detail, partition, order_ts>}: {@link NewKey}'s result ({@code input} as there: the
+ * value, or the key for {@code window_key} and {@code session_key}) and the merged copy's order timestamp
+ * of the new key ({@link OrderClock}) in one call, so the merged copy by such a rule reads each record
+ * once, copies it once and keeps one clock. Stateful per task like {@link OrderClock}:
  * build it with {@link #function}, which marks it non-deterministic (evaluated once per row, in row order).
  */
 public final class OrderedNewKey implements UDF4<byte[], Integer, Long, Long, Row> {
@@ -40,8 +41,8 @@ public final class OrderedNewKey implements UDF4<byte[], Integer, Long, Long, Ro
     }
 
     @Override
-    public Row call(byte[] value, Integer sourcePartition, Long offset, Long ts) {
-        KeyRule.Result found = rule.extract(value);
+    public Row call(byte[] input, Integer sourcePartition, Long offset, Long ts) {
+        KeyRule.Result found = rule.extract(input);
         OrderClock.State clock = tasks.get(OrderClock.State::new, done -> { });
         if (found.key == null) {
             return RowFactory.create(null, found.code, found.detail, null, clock.next(null, sourcePartition, offset, ts));
