@@ -21,7 +21,7 @@ from pathlib import Path
 
 import kafkaops
 import spark_apps
-from benchmarks.bench_backfill import one_broker, timed
+from benchmarks.bench_backfill import brokers_up, timed
 from benchmarks.results import publish
 from kafkaops.cli import datagen
 from kafkaops.platform.kafka import connection, records, topics
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-reference", action="store_true", help="skip the driver-side verify")
     parser.add_argument("--no-results", action="store_true")
     args = parser.parse_args(argv)
-    with one_broker("kafkaops-bench-verify-") as spec:
+    with brokers_up("kafkaops-bench-verify-", 1) as spec:
         config = {"bootstrap.servers": spec.bootstrap}
         with connection.connect(spec.bootstrap, timeout_s=60) as conn:
             topics.create_topic(conn, "src", 3, 1)

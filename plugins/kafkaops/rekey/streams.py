@@ -458,16 +458,18 @@ class CopyDone:
     target_records: int
     dead_letters: int
     gate_passed: bool
+    seconds: float = 0.0  # the copy and its gate
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "target": self.target, "key_rule": self.key_rule,
                 "source_records": self.source_records, "target_records": self.target_records,
-                "dead_letters": self.dead_letters, "gate_passed": self.gate_passed}
+                "dead_letters": self.dead_letters, "gate_passed": self.gate_passed, "seconds": round(self.seconds, 3)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CopyDone:
         return cls(str(data["source"]), str(data["target"]), str(data["key_rule"]), int(data["source_records"]),
-                   int(data["target_records"]), int(data["dead_letters"]), bool(data["gate_passed"]))
+                   int(data["target_records"]), int(data["dead_letters"]), bool(data["gate_passed"]),
+                   float(data.get("seconds", 0.0)))
 
 
 @dataclass(frozen=True)

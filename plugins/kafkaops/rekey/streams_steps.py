@@ -167,11 +167,13 @@ def _require_same(made: StreamsPlan, now: StreamsApplication) -> None:
 
 def _copy(ctx: lifecycle.OperationContext, bf: BackfillPlan, *, launcher: spark.Launcher, timeout_s: float,
           name: str) -> CopyDone:
+    began = time.monotonic()
     result = steps.run_backfill(ctx, bf, launcher=launcher, timeout_s=timeout_s, verify=True, name=name)
     verdict = steps.backfill_gate(ctx, result)
     totals = verdict.totals
     return CopyDone(bf.source_topic, bf.target_topic, bf.key_rule, int(totals["source_records"]),
-                    int(totals["target_records"]), int(totals["dead_letters"]), verdict.result.ok)
+                    int(totals["target_records"]), int(totals["dead_letters"]), verdict.result.ok,
+                    time.monotonic() - began)
 
 
 def _commit_offsets(ctx: lifecycle.OperationContext, made: StreamsPlan, bf: BackfillPlan,

@@ -75,7 +75,14 @@ def truncate_topics(conn: KafkaConnection, names: Iterable[str]) -> dict[tuple[s
     keeping the topics and their configs; returns the offsets each partition now starts at."""
     names = list(names)
     snap = metadata.snapshot(conn, topics=names, sizes=False, groups=False)
-    ends = [TopicPartition(p.topic, p.partition, p.end_offset or 0) for p in snap.partitions if p.end_offset]
+    delete_records_before(conn, {(p.topic, p.partition): p.end_offset or 0 for p in snap.partitions})
+    return {(p.topic, p.partition): p.end_offset or 0 for p in snap.partitions}
+
+
+def delete_records_before(conn: KafkaConnection, offsets: Mapping[tuple[str, int], int]) -> None:
+    """DeleteRecords: each partition's records before its offset in ``offsets`` (what retention does to the
+    oldest records); a partition at offset 0 is left alone."""
+    ends = [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items()) if o]
     if ends:
         futures = conn.admin.delete_records(ends, request_timeout=conn.timeout_s)
         for tp, future in futures.items():
@@ -85,7 +92,6 @@ def truncate_topics(conn: KafkaConnection, names: Iterable[str]) -> dict[tuple[s
                 raise KafkaOpsError(f"cannot delete the records of {tp.topic}-{tp.partition} before offset "
                                     f"{tp.offset}: {err}; a compacted topic refuses DeleteRecords: delete the "
                                     "topic and create it again") from err
-    return {(p.topic, p.partition): p.end_offset or 0 for p in snap.partitions}
 
 
 def create_partitions(conn: KafkaConnection, topic: str, new_total: int,
