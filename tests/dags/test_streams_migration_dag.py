@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kafkaops.airflow.pages import render_record
 from kafkaops.platform import provision, state
 from kafkaops.platform.kafka import connection, metadata, topics
 from kafkaops.rekey.records import StreamsCutNote
@@ -90,6 +91,12 @@ def test_a_streams_application_keeps_its_state_across_a_partition_increase(
     assert {o.source for o in cut.offsets} == set(names.sources)
     assert f"application.id={new_id}" in record["next_steps"], record["next_steps"]
     moved = {m.source: m.target for m in cut.plan.inputs}
+    # the record's page shows the application: each input, store and repartition topic with what happened to it
+    page = render_record(record)
+    (tmp_path / "record.html").write_text(page)
+    for shown in ("Kafka Streams application", "windowed-counts", "window_key", "table-store", new_id,
+                  moved[names.input], "passed"):
+        assert shown in page, shown
 
     # the old application is untouched: its changelogs and inputs keep their counts
     with connection.connect(bootstrap) as conn:

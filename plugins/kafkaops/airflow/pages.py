@@ -28,8 +28,9 @@ from kafkaops.reassign.planner.errors import PlanInputError
 from kafkaops.reassign.planner.plan import ReassignmentPlan
 from kafkaops.errors import KafkaOpsError
 from kafkaops.rekey.backfill import BackfillPlan
-from kafkaops.rekey.records import FIRST_PASS, CatchUpNote, FinalPassNote, LiveRecord
+from kafkaops.rekey.records import FIRST_PASS, CatchUpNote, FinalPassNote, LiveRecord, StreamsCutNote
 from kafkaops.rekey.steps import KeyChange, KeySample, Mode, PartitionPlan
+from kafkaops.rekey.streams import StreamsPlan
 
 OUTCOME_CLASS = {"success": "ok", "dry_run": "ok", "running": "running", "abandoned": "running"}
 RECORDS = "/kafkaops/records"
@@ -270,6 +271,53 @@ def _live(record: Mapping[str, Any]) -> dict[str, Any] | None:
             "facts": facts}
 
 
+def _streams(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A Kafka Streams application's migration from its record (None for any other run): the plan's inputs,
+    stores and repartition topics and, once the cut ran, each copy with its gate and the offsets committed."""
+    data = (record.get("plan") or {}).get("plan")
+    if not isinstance(data, Mapping) or not data.get("streams"):
+        return None
+    try:
+        made = StreamsPlan.from_dict(data["streams"])
+    except KafkaOpsError:
+        return None
+    cut = next(iter(state.read_notes(list(record.get("notes") or ()), StreamsCutNote)), None)
+    done = {c.source: c for c in cut.value.copies} if cut else {}
+    moved = {o.source: o for o in cut.value.offsets} if cut else {}
+    drained = {r.name: r for r in cut.value.repartitions} if cut else {}
+
+    def copied(source: str) -> list[Any]:
+        c = done.get(source)
+        if c is None:
+            return ["not copied", "", ""]
+        return [f"{c.target_records:,} of {c.source_records:,}" + (f", {c.dead_letters:,} dead letters"
+                                                                   if c.dead_letters else ""),
+                "passed" if c.gate_passed else "FAILED", render.duration(c.seconds)]
+
+    def offsets(source: str) -> str:
+        o = moved.get(source)
+        if o is None:
+            return ""
+        return ", ".join(f"{p}: {n:,}" for p, n in o.translated) + (f" ({o.redelivered:,} read again)"
+                                                                     if o.redelivered else "")
+    inputs = [[m.source, m.target, *copied(m.source), offsets(m.source)] for m in made.inputs]
+    stores = [[s.store.name, s.store.kind.value.replace("_", "-"), s.store.how, s.store.changelog, s.target,
+               s.key_rule, *copied(s.store.changelog)] for s in made.stores]
+    repartitions = [[r.name, f"{r.lag:,}" if r.lag is not None else "",
+                     ("drained (lag 0)" if not drained[r.name].lag else f"lag {drained[r.name].lag:,}")
+                     if r.name in drained else "not checked (the cut did not run)"] for r in made.repartitions]
+    facts = [("application", f"{made.application_id} -> {made.new_application_id} (a new application.id: the old "
+                             "one stays whole for a rollback)"),
+             ("partitions", _arrow(made.old_partitions, made.new_partitions)),
+             ("cut", render.utc_time(cut.ts) + "; " + made.start_text() if cut else "not done")]
+    return {"facts": facts,
+            "inputs": (["input topic", "new topic", "copied (records)", "gate", "took",
+                        f"offsets committed for {made.new_application_id} (partition: offset)"], inputs),
+            "stores": (["store", "kind", "told by", "changelog", "new changelog", "key rule", "copied (records)",
+                        "gate", "took"], stores),
+            "repartitions": (["repartition topic", "lag at the plan (records)", "at the cut"], repartitions)}
+
+
 def _banner(record: Mapping[str, Any]) -> str | None:
     """What the operator must do now, above everything else on the page: a live migration's request to
     stop the producers, with its deadline, while the run waits for the source to go still."""
@@ -293,7 +341,7 @@ def render_record(record: Mapping[str, Any]) -> str:
     approval = record.get("approval")
     return _templates.get_template(template_of(record)).render(
         record=record, plan=plan, plan_facts=render.plan_facts(plan), reassignment=_reassignment_plan(plan),
-        partition_plan=_partition_plan(plan), report=report, live=_live(record),
+        partition_plan=_partition_plan(plan), report=report, live=_live(record), streams=_streams(record),
         docs=[artifact_href(g["docs_path"]) if g.get("docs_path") else None for g in record.get("gates") or ()],
         notes=notes, steps=_steps(record), batches=_batches(record), throttles=_throttles(record),
         params=[(name, _value(value)) for name, value in sorted((record.get("params") or {}).items())],
