@@ -49,6 +49,21 @@ def lost(got: Outputs, want: Outputs) -> tuple[int, int, int]:
     return len(short), sum(short.values()), windows
 
 
+def restarted(bootstrap: str, application_id: str, names: StreamsTopics, instances: int, probe: list[InputRecord],
+              workdir: Path, want: Outputs) -> tuple[float, tuple[int, int, int]]:
+    """``instances`` instances of the application on ``names`` started, ``probe`` written once they run: the
+    seconds until they caught up, and the state lost (:func:`lost`)."""
+    began = time.monotonic()
+    with StreamsApp(bootstrap, application_id, names, instances=instances, window_ms=WINDOW_MS,
+                    workdir=workdir) as app:
+        app.wait_running(300)
+        streams.produce(bootstrap, names.input, probe)
+        streams.wait_caught_up(app, 1_800)
+        took = time.monotonic() - began
+        app.stop()
+    return took, lost(streams.read_outputs(bootstrap, names), want)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000)
@@ -70,9 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     with brokers_up("kafkaops-bench-streams-", 1) as spec, tempfile.TemporaryDirectory(prefix="kafkaops-bench-") as tmp:
         bootstrap, work = spec.bootstrap, Path(tmp)
         config = {"bootstrap.servers": bootstrap}
+        streams.create_topics(bootstrap, old, OLD)
         with connection.connect(bootstrap, timeout_s=60) as conn:
-            for name in (*old.sources, *old.outputs):
-                topics.create_topic(conn, name, OLD, 1)
             for way in ("a", "b"):
                 for name in old.outputs:
                     topics.create_topic(conn, f"{name}-{way}", NEW, 1)
@@ -105,15 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         cut_s = time.monotonic() - began
         moved = {m.source: m.target for m in made.inputs}
         new_a = StreamsTopics(moved[old.input], moved[old.table], "counts-a", "windowed-a", "joined-a")
-        began = time.monotonic()
-        with StreamsApp(bootstrap, new_app, new_a, instances=args.instances, window_ms=WINDOW_MS,
-                        workdir=work / "a") as app:
-            app.wait_running(300)
-            streams.produce(bootstrap, new_a.input, probe)
-            streams.wait_caught_up(app, 1_800)
-            start_a = time.monotonic() - began
-            app.stop()
-        got_a = lost(streams.read_outputs(bootstrap, new_a), want)
+        start_a, got_a = restarted(bootstrap, new_app, new_a, args.instances, probe, work / "a", want)
         store.use(None)
         input_copies = sum(c.seconds for c in cut.copies if c.source in moved)
 
@@ -127,15 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         if reset.returncode != 0:
             raise SystemExit(f"the reset tool failed ({reset.returncode}): {reset.stdout[-2000:]} {reset.stderr[-2000:]}")
         new_b = StreamsTopics(new_a.input, new_a.table, "counts-b", "windowed-b", "joined-b")
-        began = time.monotonic()
-        with StreamsApp(bootstrap, old_app, new_b, instances=args.instances, window_ms=WINDOW_MS,
-                        workdir=work / "b") as app:
-            app.wait_running(300)
-            streams.produce(bootstrap, new_b.input, probe)
-            streams.wait_caught_up(app, 1_800)
-            start_b = time.monotonic() - began
-            app.stop()
-        got_b = lost(streams.read_outputs(bootstrap, new_b), want)
+        start_b, got_b = restarted(bootstrap, old_app, new_b, args.instances, probe, work / "b", want)
     copies = ", ".join(f"{c.source} {c.seconds:.1f} s" for c in cut.copies)
     rows = [
         f"The tests' Kafka Streams application (jvm/streams-app: count, windowed count, stream-table join; "

@@ -6,7 +6,6 @@ counted twice, no join result missing. The old application's topics are left as 
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,18 +36,13 @@ def stream_batch(base: int, start: int, count: int) -> list[InputRecord]:
 
 @pytest.fixture
 def app_topics(one_broker_cluster: provision.ClusterSpec) -> Iterator[tuple[str, StreamsTopics]]:
-    run = uuid.uuid4().hex[:6]
-    names = StreamsTopics(input=f"sm-in-{run}", table=f"sm-table-{run}", counts=f"sm-counts-{run}",
-                          windowed=f"sm-windowed-{run}", joined=f"sm-joined-{run}")
-    application_id = f"sm-app-{run}"
-    with connection.connect(one_broker_cluster.bootstrap) as conn:
-        for name in (*names.sources, *names.outputs):
-            topics.create_topic(conn, name, OLD, 1)
+    application_id, names = streams.named("sm")
+    streams.create_topics(one_broker_cluster.bootstrap, names, OLD)
     with kafka_default_connection(one_broker_cluster.bootstrap):
         yield application_id, names
+    run = application_id.rsplit("-", 1)[1]
     with connection.connect(one_broker_cluster.bootstrap) as conn:  # the shared broker keeps nothing of this test
-        mine = [t for t in metadata.topic_names(conn) if run in t]
-        topics.delete_topics(conn, mine)
+        topics.delete_topics(conn, [t for t in metadata.topic_names(conn) if run in t])
 
 
 def test_a_streams_application_keeps_its_state_across_a_partition_increase(

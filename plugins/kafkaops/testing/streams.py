@@ -31,6 +31,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -517,6 +518,24 @@ def _signal_group(instance: Instance, sig: int) -> None:
         os.killpg(instance.process.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def named(prefix: str) -> tuple[str, StreamsTopics]:
+    """An application id and topic names of its own: ``<prefix>-app-<run>``, ``<prefix>-in-<run>``, ... (``run``
+    random), so tests on a shared broker never meet."""
+    run = uuid.uuid4().hex[:8]
+    return f"{prefix}-app-{run}", StreamsTopics(*(f"{prefix}-{part}-{run}"
+                                                for part in ("in", "table", "counts", "windowed", "joined")))
+
+
+def create_topics(source: str | Mapping[str, str], topics: StreamsTopics, partitions: int) -> None:
+    """The application's sources and outputs, ``partitions`` each, replication factor 1."""
+    from kafkaops.platform.kafka import connection
+    from kafkaops.platform.kafka import topics as topic_admin
+
+    with connection.connect(_client_config(source)) as conn:
+        for name in (*topics.sources, *topics.outputs):
+            topic_admin.create_topic(conn, name, partitions, 1)
 
 
 def topic_set(topics: StreamsTopics, application_id: str) -> Sequence[str]:

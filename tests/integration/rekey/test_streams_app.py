@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kafkaops.platform import provision
-from kafkaops.platform.kafka import configs, connection, metadata, records, topics
+from kafkaops.platform.kafka import configs, connection, metadata, records
 from kafkaops.platform.partitioner import partition_for
 from kafkaops.testing import streams
 from kafkaops.testing.streams import InputRecord, StreamsApp, StreamsTopics
@@ -54,13 +54,8 @@ def table_batch(base: int) -> list[InputRecord]:
 
 @pytest.fixture
 def app_topics(rekey_cluster: provision.ClusterSpec) -> Iterator[tuple[str, StreamsTopics]]:
-    run = uuid.uuid4().hex[:8]
-    names = StreamsTopics(input=f"sa-in-{run}", table=f"sa-table-{run}", counts=f"sa-counts-{run}",
-                          windowed=f"sa-windowed-{run}", joined=f"sa-joined-{run}")
-    application_id = f"kafkaops-stateful-{run}"
-    with connection.connect(rekey_cluster.bootstrap) as conn:
-        for name in (*names.sources, *names.outputs):
-            topics.create_topic(conn, name, PARTITIONS, 1)
+    application_id, names = streams.named("sa")
+    streams.create_topics(rekey_cluster.bootstrap, names, PARTITIONS)
     yield application_id, names
     streams.delete_application(rekey_cluster.bootstrap, application_id, names)  # the shared broker keeps nothing
 
