@@ -16,6 +16,8 @@ import pytest
 from kafkaops.platform import provision
 from kafkaops.platform.kafka import configs, connection, metadata, records
 from kafkaops.platform.partitioner import partition_for
+from kafkaops.rekey import steps, streams_steps
+from kafkaops.rekey.streams import StreamsError
 from kafkaops.testing import streams
 from kafkaops.testing.streams import InputRecord, StreamsApp, StreamsTopics
 from tests.conftest import wait_for
@@ -81,6 +83,10 @@ def test_the_streams_app_computes_its_outputs_and_keeps_its_state_across_a_resta
     with StreamsApp(bootstrap, application_id, names, window_ms=WINDOW_MS, workdir=tmp_path / "first") as app:
         app.wait_running(60)
         streams.wait_caught_up(app, 60)
+        # a migration's cut waits for the application to stop, then refuses naming its members
+        ctx = steps.context({"bootstrap.servers": bootstrap}, {"topic": names.input}, dag_id="test", run_id="cut")
+        with pytest.raises(StreamsError, match=rf"{application_id} still has 1 member\(s\) .*@.*Stop every instance"):
+            streams_steps.wait_stopped(ctx, application_id, timeout_s=2)
         outputs = streams.read_outputs(bootstrap, names)
         expected = streams.reference_outputs(first, table, WINDOW_MS)
         assert outputs == expected, outputs.differences(expected)
