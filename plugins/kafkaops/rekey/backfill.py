@@ -54,6 +54,8 @@ __all__ = [
     "translate_offsets", "value_digest",
 ]
 
+#: The lineage header a copy writes on each record, after the source record's own headers: a record of a
+#: topic copied twice carries two, and the copy's is the last (read it with ``Record.last_header``).
 LINEAGE_HEADER = "kafkaops.lineage"
 #: Between the source topic, partition and offset of a lineage (:func:`format_lineage`); no topic name holds it.
 LINEAGE_SEPARATOR = "/"
@@ -613,7 +615,9 @@ def foreign_record(plan: BackfillPlan, found: Iterable[tuple[str, int, int, byte
 def translate_offsets(source_topic: str, committed: Mapping[int, int],
                       target: Mapping[int, Sequence[tuple[int, str]]]) -> dict[int, dict[str, int]]:
     """Map a consumer group's committed source offsets (partition -> next offset to read) to target
-    offsets. ``target`` holds, per target partition, ``(offset, lineage)`` in offset order.
+    offsets. ``target`` holds, per target partition, ``(offset, lineage)`` in offset order: each record's
+    **last** lineage header (``Record.last_header``), the copy's own; a source that is itself a copy keeps
+    its earlier lineage before it.
 
     Per target partition the resume offset is the first record the group has not consumed, so
     nothing is lost; ``redelivered`` counts consumed records after it (read again: duplicates to

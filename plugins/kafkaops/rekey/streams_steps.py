@@ -182,7 +182,7 @@ def _commit_offsets(ctx: lifecycle.OperationContext, made: StreamsPlan, bf: Back
     ends = records.end_offsets(ctx.conn_config, bf.target_topic)
     lineage: dict[int, list[tuple[int, str]]] = {p: [] for p in ends}
     for r in records.read_ranges(ctx.conn_config, bf.target_topic, ends):
-        value = r.header(backfill.LINEAGE_HEADER)
+        value = r.last_header(backfill.LINEAGE_HEADER)
         lineage[r.partition].append((r.offset, value.decode() if value else "?/-1/-1"))
     table = backfill.translate_offsets(bf.source_topic, committed, lineage)
     translated = {p: v["offset"] for p, v in table.items()}
