@@ -184,7 +184,7 @@ def _commit_offsets(ctx: lifecycle.OperationContext, made: StreamsPlan, bf: Back
     for r in records.read_ranges(ctx.conn_config, bf.target_topic, ends):
         value = r.last_header(backfill.LINEAGE_HEADER)
         lineage[r.partition].append((r.offset, value.decode() if value else "?/-1/-1"))
-    table = backfill.translate_offsets(bf.source_topic, committed, lineage)
+    table = backfill.translate_offsets(bf.source_topic, committed, lineage, {p: e for p, (_, e) in ends.items()})
     translated = {p: v["offset"] for p, v in table.items()}
     with ctx.connect() as conn:
         ctx.fence(f"commit offsets for group {made.new_application_id} on {bf.target_topic}")

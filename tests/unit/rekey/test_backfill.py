@@ -325,6 +325,10 @@ def test_offset_translation_resumes_at_the_first_unconsumed_record() -> None:
         0: {"offset": 3, "redelivered": 0}, 1: {"offset": 0, "redelivered": 0}}
     assert backfill.translate_offsets("s", {0: 2}, target)[0] == {"offset": 1, "redelivered": 1}
     assert backfill.translate_offsets("s", {0: 3, 1: 2}, target)[0] == {"offset": 4, "redelivered": 0}
+    # with the partitions' end offsets (the copy's last transaction marker after its last record): no lag left
+    assert backfill.translate_offsets("s", {0: 3, 1: 2}, target, {0: 5, 1: 2}) == {
+        0: {"offset": 5, "redelivered": 0}, 1: {"offset": 2, "redelivered": 0}}
+    assert backfill.translate_offsets("s", {0: 2}, target, {0: 5, 1: 2})[0] == {"offset": 1, "redelivered": 1}
 
 
 def test_a_copy_of_a_copy_is_read_by_its_last_lineage_header() -> None:
