@@ -20,14 +20,19 @@ Reads are ``read_committed``: the records a consumer of the target sees.
 * **Lineages**: a window over each lineage counts its copies (duplicates), a join with the snapshot
   finds lineages of no snapshot record (foreign records) and, as an anti join, snapshot records
   that reached neither topic (gaps).
-* **Placement**: ``kafka_key_hash(key) % N`` (jvm/spark-udf, Kafka's own ``Utils.murmur2``) against
-  the record's target partition.
+* **Placement**: ``kafka_key_hash(place) % N`` (jvm/spark-udf, Kafka's own ``Utils.murmur2``) against
+  the record's target partition, ``place`` being the key the record is placed by, read from the key it was
+  written with by the Python key rules (:func:`kafkaops.platform.keyrules.placement_key`: the store key of
+  a ``window_key``/``session_key`` copy, which writes the whole changelog key; else the written key). Order,
+  split keys and the keys per partition are per placement key too.
+* **Headers**: the lineage and reason code are a record's *last* headers of those names: the copy writes
+  them after the source record's own headers (a topic copied twice carries the first copy's lineage too).
 
 **Proof first, the full check only to name what failed.** The joins and windows above cost several times
 the copy itself. :func:`proven` shows a clean copy clean without them (:func:`check` runs it first):
 
-* every snapshot record becomes one element (its lineage; target or dead letter; its new key, or its
-  reason code; its value digest), and so does every output record (lineage header; its topic; its key, or
+* every snapshot record becomes one element (its lineage; target or dead letter; the key the copy writes
+  on it, or its reason code; its value digest), and so does every output record (lineage header; its topic; its key, or
   its reason-code header; its value digest). The two multisets are compared by their sizes and by sums
   of two 64-bit hashes of the elements (:func:`_element_sums`). Equal sums say, but for a chance of about
   2^-64 per accidental match, that the output holds every snapshot record exactly once, in the right
@@ -57,12 +62,16 @@ from kafkaops.rekey.backfill import (CODE_HEADER, LINEAGE_HEADER, SAMPLE, Backfi
 from spark_apps import common
 from spark_apps.common import READ_COMMITTED, Kafka
 
-#: Each snapshot record after the Python pass: its new key and reason code by the Python key rules,
-#: and the halves of its value digest.
-SOURCE_SCHEMA = ("partition int, offset long, ts long, new_key binary, code string, "
+#: Each snapshot record after the Python pass: its new key (the key it is placed and ordered by), the key
+#: the copy writes on it when it has one (``written_key``: the record's own for ``record_key``, ``window_key``
+#: and ``session_key``, the new key for a value rule) and reason code by the Python key rules, and the
+#: halves of its value digest.
+SOURCE_SCHEMA = ("partition int, offset long, ts long, new_key binary, written_key binary, code string, "
                  "digest_high long, digest_low long")
-#: Each target and dead-letter record after the Python pass (its value digested and dropped).
-OUTPUT_SCHEMA = ("topic string, partition int, offset long, key binary, lineage string, code string, "
+#: Each target and dead-letter record after the Python pass (its value digested and dropped), with ``place``,
+#: the key it is placed and ordered by, read from its key by the Python key rules
+#: (:func:`kafkaops.platform.keyrules.placement_key`: the store key of a changelog key, else the key).
+OUTPUT_SCHEMA = ("topic string, partition int, offset long, key binary, place binary, lineage string, code string, "
                  "digest_high long, digest_low long")
 #: The columns of :data:`OUTPUT_SCHEMA`, what the full check reads of :func:`elements`' rows (with ``is_target``).
 OUTPUT_SCHEMA_COLUMNS = tuple(c.split()[0] for c in OUTPUT_SCHEMA.split(", "))
@@ -80,7 +89,8 @@ def read_source(spark: Any, plan: BackfillPlan, kafka: Kafka) -> Any:
 
 def read_output(spark: Any, plan: BackfillPlan, kafka: Kafka) -> Any:
     """The target and dead-letter topics as ``topic, partition, offset, key, value, lineage, code``
-    (the lineage and reason-code headers as text, null where a record lacks one), read_committed."""
+    (the last lineage and reason-code headers as text, the copy's own, after the source record's headers;
+    null where a record lacks one), read_committed."""
     return common.output(spark, plan, kafka).select(
         "topic", "partition", "offset", "key", "value", common.header(LINEAGE_HEADER).cast("string").alias("lineage"),
         common.header(CODE_HEADER).cast("string").alias("code"))
@@ -96,32 +106,44 @@ def rekeyed(rule: str) -> Any:
 
         key_rule = keyrules.rule_of(rule)
         for batch in batches:
-            keys, codes, high, low = [], [], [], []
+            keys, written, codes, high, low = [], [], [], [], []
             for key, value in zip(batch.column("key").to_pylist(), batch.column("value").to_pylist()):
                 found = keyrules.extract(key, value, key_rule)
                 keys.append(found.key)
+                written.append(None if found.key is None else keyrules.written_key(key, found.key, key_rule))
                 codes.append(found.code)
                 h, lo = backfill.digest_halves(value)
                 high.append(h)
                 low.append(lo)
             yield pa.RecordBatch.from_arrays(
                 [batch.column("partition"), batch.column("offset"), batch.column("ts"), pa.array(keys, pa.binary()),
-                 pa.array(codes, pa.string()), pa.array(high, pa.int64()), pa.array(low, pa.int64())],
-                names=["partition", "offset", "ts", "new_key", "code", "digest_high", "digest_low"])
+                 pa.array(written, pa.binary()), pa.array(codes, pa.string()), pa.array(high, pa.int64()),
+                 pa.array(low, pa.int64())],
+                names=["partition", "offset", "ts", "new_key", "written_key", "code", "digest_high", "digest_low"])
 
     return rekey
 
 
-def digested(batches: Iterator[Any]) -> Iterator[Any]:
-    """The ``mapInArrow`` function of the output (:data:`OUTPUT_SCHEMA`): each value's digest halves."""
-    import pyarrow as pa
+def digested(rule: str) -> Any:
+    """The ``mapInArrow`` function of the output (:data:`OUTPUT_SCHEMA`) under key rule ``rule``: each
+    value's digest halves, and each record's placement key."""
 
-    for batch in batches:
-        halves = [backfill.digest_halves(v) for v in batch.column("value").to_pylist()]
-        yield pa.RecordBatch.from_arrays(
-            [batch.column(c) for c in ("topic", "partition", "offset", "key", "lineage", "code")]
-            + [pa.array([h for h, _ in halves], pa.int64()), pa.array([lo for _, lo in halves], pa.int64())],
-            names=["topic", "partition", "offset", "key", "lineage", "code", "digest_high", "digest_low"])
+    def digest(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        key_rule = keyrules.rule_of(rule)
+        for batch in batches:
+            halves = [backfill.digest_halves(v) for v in batch.column("value").to_pylist()]
+            place = (pa.array([keyrules.placement_key(k, key_rule) for k in batch.column("key").to_pylist()],
+                              pa.binary()) if key_rule.keeps_record_key and not key_rule.is_record_key
+                     else batch.column("key"))
+            yield pa.RecordBatch.from_arrays(
+                [batch.column(c) for c in ("topic", "partition", "offset", "key")] + [place]
+                + [batch.column(c) for c in ("lineage", "code")]
+                + [pa.array([h for h, _ in halves], pa.int64()), pa.array([lo for _, lo in halves], pa.int64())],
+                names=["topic", "partition", "offset", "key", "place", "lineage", "code", "digest_high", "digest_low"])
+
+    return digest
 
 
 # -- the checks --------------------------------------------------------------------------------------------
@@ -185,10 +207,11 @@ def _planned_order() -> Any:
 
 
 def _found_order() -> Any:
-    """The order a consumer of the target reads each key's records in (over the output's rows)."""
+    """The order a consumer of the target reads each key's records in (over the output's rows), by the
+    key each record is placed by."""
     from pyspark.sql import Window
 
-    return Window.partitionBy("key").orderBy("partition", "offset")
+    return Window.partitionBy("place").orderBy("partition", "offset")
 
 
 def elements(plan: BackfillPlan, output: Any) -> Any:
@@ -198,7 +221,7 @@ def elements(plan: BackfillPlan, output: Any) -> Any:
 
     col = F.col
     digests = (output.select("topic", "partition", "offset", "key", "value", "lineage", "code")
-               .mapInArrow(digested, OUTPUT_SCHEMA)
+               .mapInArrow(digested(plan.key_rule), OUTPUT_SCHEMA)
                .withColumn("is_target", col("topic") == F.lit(plan.target_topic)))
     # a dead letter without a code header matches no snapshot record's element
     return digests.select("*", *_element_sums(col("lineage"), ~col("is_target"), col("key"),
@@ -214,20 +237,20 @@ def proven(plan: BackfillPlan, source: Any, out: Any) -> IntegrityFindings | Non
     from pyspark.sql import functions as F
 
     col, n = F.col, plan.target_partitions
-    home = F.call_function(common.KAFKA_KEY_HASH, col("key"), col("partition")) % F.lit(n)
+    home = F.call_function(common.KAFKA_KEY_HASH, col("place"), col("partition")) % F.lit(n)
     parts = out.groupBy("topic", "partition", "is_target").agg(
         F.count(F.lit(1)).alias("records"),
         F.sum("digest_high").alias("high"), F.sum("digest_low").alias("low"),
         _count(col("lineage").isNull()).alias("no_lineage"),
-        _count(col("is_target") & (col("key").isNull() | (home != col("partition")))).alias("off_home"),
+        _count(col("is_target") & (col("place").isNull() | (home != col("partition")))).alias("off_home"),
         *[F.sum(c).alias(c) for c in ELEMENT_SUMS]).collect()
     if any(r["no_lineage"] or r["off_home"] or (r["is_target"] and not 0 <= r["partition"] < n) for r in parts):
         return None
     keys, direct = _keys_and_order(out)
     parts = [{**r.asDict(), "keys": keys.get((r["topic"], r["partition"]), 0)} for r in parts]
     snap = _snapshot(plan, source)
-    elements = _element_sums(col("lineage"), col("new_key").isNull(), col("new_key"), F.coalesce("code", F.lit("")),
-                             col("digest_high"), col("digest_low"))
+    elements = _element_sums(col("lineage"), col("new_key").isNull(), col("written_key"),
+                             F.coalesce("code", F.lit("")), col("digest_high"), col("digest_low"))
     sums = [F.sum(c).alias(c) for c in ELEMENT_SUMS]
     if direct:  # the order is shown: the snapshot's elements only (Spark drops the unused clock window)
         codes = snap.select("new_key", "code", "digest_high", "digest_low", *elements)
@@ -242,7 +265,7 @@ def proven(plan: BackfillPlan, source: Any, out: Any) -> IntegrityFindings | Non
         return None
     if not direct:
         found = out.where(col("is_target")).select(*_sequence_sums(
-            col("key"), col("lineage"), F.row_number().over(_found_order())))
+            col("place"), col("lineage"), F.row_number().over(_found_order())))
         got = found.agg(*[F.sum(c).alias(c) for c in SEQUENCE_SUMS]).first()
         if any((sum(r[c] or 0 for r in codes)) != (got[c] or 0) for c in SEQUENCE_SUMS):
             return None
@@ -313,8 +336,8 @@ def _keys_and_order(out: Any) -> tuple[dict[tuple[str, int], int], bool]:
 
     col = F.col
     lineage = common.lineage_parts(col("lineage"))
-    by_key = Window.partitionBy("topic", "partition", "key").orderBy("offset")
-    steps = out.select("topic", "partition", "key", "offset", "is_target", lineage[1].try_cast("int").alias("from_partition"),
+    by_key = Window.partitionBy("topic", "partition", "place").orderBy("offset")
+    steps = out.select("topic", "partition", "place", "offset", "is_target", lineage[1].try_cast("int").alias("from_partition"),
                        lineage[2].try_cast("long").alias("from_offset"))
     steps = steps.select("*", F.lag("from_partition").over(by_key).alias("before_partition"),
                          F.lag("from_offset").over(by_key).alias("before_offset"))
@@ -356,8 +379,8 @@ def _keys(snap: Any, out: Any) -> Any:
     planned = (snap.where(F.col("new_key").isNotNull())
                .select(F.col("new_key").alias("key"), F.col("lineage").alias("want"),
                        F.row_number().over(_planned_order()).alias("pos")))
-    found = (out.where(F.col("is_target") & F.col("key").isNotNull())
-             .select("key", "partition", F.coalesce("lineage", F.lit("?")).alias("got"),
+    found = (out.where(F.col("is_target") & F.col("place").isNotNull())
+             .select(F.col("place").alias("key"), "partition", F.coalesce("lineage", F.lit("?")).alias("got"),
                      F.row_number().over(_found_order()).alias("pos")))
     positions = planned.join(found, ["key", "pos"], "full")
     differ = F.col("want").isNull() | F.col("got").isNull() | (F.col("want") != F.col("got"))
@@ -376,21 +399,21 @@ def _records(snap: Any, out: Any, keyed: Any, n: int) -> Any:
     from pyspark.sql import functions as F
 
     per_key, _ = keyed
-    origin = snap.select("lineage", F.col("new_key").alias("s_key"), F.col("code").alias("s_code"),
+    origin = snap.select("lineage", F.col("written_key").alias("s_key"), F.col("code").alias("s_code"),
                          F.col("new_key").isNull().alias("s_dead"), F.lit(True).alias("s_found"))
     lineage = Window.partitionBy("lineage")
-    flags = per_key.select("key", (F.col("low") != F.col("high")).alias("split"),
+    flags = per_key.select(F.col("key").alias("place"), (F.col("low") != F.col("high")).alias("split"),
                            F.col("first_bad").isNotNull().alias("broken"))
-    home = F.call_function(common.KAFKA_KEY_HASH, F.col("key"), F.col("partition")) % F.lit(n)
+    home = F.call_function(common.KAFKA_KEY_HASH, F.col("place"), F.col("partition")) % F.lit(n)
     return (out.join(origin, "lineage", "left")
             .select("*", F.count(F.lit(1)).over(lineage).alias("seen"),
                     F.row_number().over(lineage.orderBy("topic", "partition", "offset")).alias("copy"),
                     F.row_number().over(Window.partitionBy("lineage", "is_target").orderBy("partition", "offset"))
                     .alias("copy_here"))
-            .join(flags, "key", "left")
+            .join(flags, "place", "left")
             .select("*", (F.col("lineage").isNotNull() & (F.col("copy") == 1)).alias("first"),
                     (F.col("lineage").isNotNull() & (F.col("copy_here") == 1)).alias("first_here"),
-                    (F.col("is_target") & (F.col("key").isNull() | (home != F.col("partition")))).alias("off_home"),
+                    (F.col("is_target") & (F.col("place").isNull() | (home != F.col("partition")))).alias("off_home"),
                     F.coalesce("s_found", F.lit(False)).alias("known"),
                     F.coalesce(F.col("s_found") & F.col("s_dead"), F.lit(False)).alias("dead_in_source")))
 
@@ -450,15 +473,15 @@ def _partition_rows(plan: BackfillPlan, records: Any) -> tuple[PartitionIntegrit
     from pyspark.sql import functions as F
 
     col = F.col
-    by_key = records.groupBy("topic", "partition", "is_target", "key").agg(
+    by_key = records.groupBy("topic", "partition", "is_target", "place").agg(
         F.count(F.lit(1)).alias("records"), _count(col("off_home")).alias("misplaced"),
         F.max(F.coalesce("split", F.lit(False))).alias("split"), F.max(F.coalesce("broken", F.lit(False))).alias("broken"),
         _count(col("lineage").isNotNull() & (col("seen") > 1)).alias("duplicates"),
         _count(col("lineage").isNotNull() & ~col("known")).alias("unknown"))
     parts = {(r["topic"], r["partition"]): r for r in by_key.groupBy("topic", "partition", "is_target").agg(
         F.sum("records").alias("records"), F.count(F.lit(1)).alias("keys"), F.sum("misplaced").alias("misplaced"),
-        _count(col("split") & col("key").isNotNull()).alias("split_keys"),
-        _count(col("broken") & col("key").isNotNull()).alias("order_breaks"),
+        _count(col("split") & col("place").isNotNull()).alias("split_keys"),
+        _count(col("broken") & col("place").isNotNull()).alias("order_breaks"),
         F.sum("duplicates").alias("duplicates"), F.sum("unknown").alias("unknown")).collect()}
 
     def row(topic: str, partition: int, is_target: bool) -> PartitionIntegrity:
@@ -579,11 +602,11 @@ def _key_examples(plan: BackfillPlan, records: Any, keyed: Any, misplaced: bool,
     found: dict[str, Any] = {}
     if misplaced:
         r = _first(records.where(col("off_home")), "partition", "offset")
-        key = _b(r["key"])
+        key = _b(r["place"])
         found["misplaced"] = (key, _at(r), None if key is None else backfill.target_partition(key, n))
     if split_keys:
         k = _b(_first(per_key.where(col("low") != col("high")), "key")["key"])
-        found["split"] = (k, tuple(r["partition"] for r in records.where(col("is_target") & (col("key") == F.lit(k)))
+        found["split"] = (k, tuple(r["partition"] for r in records.where(col("is_target") & (col("place") == F.lit(k)))
                                        .select("partition").distinct().orderBy("partition").collect()))
     if order_breaks:
         k = _first(per_key.where(col("first_bad").isNotNull()), "key")

@@ -153,7 +153,7 @@ def register_functions(spark: Any, plan: BackfillPlan, spread: Any = None) -> An
     """
     away = register_key_hash(spark, source_partition_count(plan))
     spark_udf = spark.sparkContext._jvm.io.kafkaops.spark
-    if not plan.rule.keeps_key:
+    if not plan.rule.is_record_key:
         register_new_key(spark, plan.rule, plan.target_partitions, spread)
         try:
             spark._jsparkSession.udf().register(NEW_KEY_ORDERED, spark_udf.OrderedNewKey.function(
@@ -213,12 +213,15 @@ def source(spark: Any, plan: BackfillPlan, kafka: Kafka, options: Mapping[str, s
             .load())
 
 
-def snapshot(spark: Any, plan: BackfillPlan, kafka: Kafka, options: Mapping[str, str] | None = None) -> Any:
-    """The snapshot as ``partition, offset, ts, key, value`` (``ts`` in epoch milliseconds)."""
+def snapshot(spark: Any, plan: BackfillPlan, kafka: Kafka, options: Mapping[str, str] | None = None, *,
+             headers: bool = False) -> Any:
+    """The snapshot as ``partition, offset, ts, key, value`` (``ts`` in epoch milliseconds), with
+    ``headers`` (``array<struct<key string, value binary>>``, in order) when asked: what a copy writes."""
     from pyspark.sql import functions as F
 
-    return source(spark, plan, kafka, options).select(
-        "partition", "offset", F.unix_millis("timestamp").alias("ts"), "key", "value")
+    read = source(spark, plan, kafka, {**(options or {}), **({"includeHeaders": "true"} if headers else {})})
+    return read.select("partition", "offset", F.unix_millis("timestamp").alias("ts"), "key", "value",
+                       *(["headers"] if headers else []))
 
 
 def output(spark: Any, plan: BackfillPlan, kafka: Kafka) -> Any:
@@ -231,11 +234,12 @@ def output(spark: Any, plan: BackfillPlan, kafka: Kafka) -> Any:
 
 
 def header(name: str) -> Any:
-    """The value (binary) of a record's header ``name`` as a column of :func:`output`'s rows; null where
-    the record lacks it (a keyed record has no reason code)."""
+    """The value (binary) of a record's **last** header ``name`` as a column of :func:`output`'s rows; null
+    where the record lacks it (a keyed record has no reason code). A copy writes its own headers after the
+    source record's, so the last lineage (reason code) is the copy's, also of a topic copied twice."""
     from pyspark.sql import functions as F
 
-    return F.try_element_at(F.filter("headers", lambda h: h["key"] == F.lit(name)), F.lit(1))["value"]
+    return F.try_element_at(F.filter("headers", lambda h: h["key"] == F.lit(name)), F.lit(-1))["value"]
 
 
 def lineage(source_topic: str, partition: Any, offset: Any) -> Any:

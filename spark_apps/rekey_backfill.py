@@ -53,50 +53,56 @@ PRODUCER_OPTIONS = {
 def planned_frame(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str] | None = None) -> Any:
     """The rows of the merged copy, before resume: :func:`rekey_rows` with order timestamps.
     Register the functions first (:func:`spark_apps.common.register_functions`)."""
-    return rekey_rows(common.snapshot(spark, plan, bootstrap, options), plan, ordered=True)
+    return rekey_rows(common.snapshot(spark, plan, bootstrap, options, headers=True), plan, ordered=True)
 
 
 def direct_frame(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict[str, str] | None = None) -> Any:
     """The rows of the direct copy, before resume: :func:`rekey_rows` in offset order. Register the
     functions first (:func:`spark_apps.common.register_functions`)."""
-    return rekey_rows(common.snapshot(spark, plan, bootstrap, options), plan)
+    return rekey_rows(common.snapshot(spark, plan, bootstrap, options, headers=True), plan)
 
 
 def rekey_rows(source: Any, plan: BackfillPlan, *, ordered: bool = False) -> Any:
-    """Source rows ``partition, offset, ts, key, value`` (one Spark task per source partition, in
-    offset order) -> ``out_topic, out_partition, order_ts, src_partition, src_offset, key, value,
-    code, detail``: one projection on the JVM. The new key is the record key, or the one the rule
-    computes (``kafkaops_new_key``, given the value, or the key for ``window_key``/``session_key``);
-    keyed records go to ``murmur2(new key) % N`` of the target, the others to partition 0 of the
-    dead-letter topic with the reason code and detail. ``order_ts`` is the merged copy's order
-    timestamp (``kafkaops_order_ts``) when ``ordered``, else 0: the direct copy writes each source
-    partition in offset order, which is per-key order only when no key has records in two source
-    partitions (:func:`write_direct` checks that)."""
+    """Source rows ``partition, offset, ts, key, value`` and optionally ``headers`` (one Spark task per
+    source partition, in offset order) -> ``out_topic, out_partition, order_ts, src_partition, src_offset,
+    key, place, value, code, detail, ts`` (and ``headers``): one projection on the JVM. The new key
+    (``place``) is the record key, or the one the rule computes (``kafkaops_new_key``, given the value, or
+    the key for ``window_key``/``session_key``); keyed records go to ``murmur2(new key) % N`` of the target,
+    the others to partition 0 of the dead-letter topic with the reason code and detail. ``key`` is the key
+    written (:attr:`kafkaops.platform.keyrules.KeyRule.keeps_record_key`): the record's own for
+    ``record_key``, ``window_key`` and ``session_key`` (a changelog key keeps its window suffix; dead letters
+    keep theirs too), the new key for a value rule (its dead letters: none). ``ts`` and ``headers`` are the
+    source's, written with the record. ``order_ts`` is the merged copy's order timestamp
+    (``kafkaops_order_ts``) when ``ordered``, else 0: the direct copy writes each source partition in offset
+    order, which is per-key order only when no key has records in two source partitions (:func:`write_direct`
+    checks that)."""
     from pyspark.sql import functions as F
 
     order = F.lit(0)
-    if not plan.rule.keeps_key:
+    if not plan.rule.is_record_key:
         # the struct in a column of its own: the projection below reads its fields, never calls it again
         reads = F.col(plan.rule.reads)
         new = (F.call_function(common.NEW_KEY_ORDERED, reads, F.col("partition"), F.col("offset"), F.col("ts"))
                if ordered else F.call_function(common.NEW_KEY, reads, F.col("partition")))
         rows = source.select("*", new.alias("new"))
-        key, code, detail, out = F.col("new.key"), F.col("new.code"), F.col("new.detail"), F.col("new.partition")
+        place, code, detail, out = F.col("new.key"), F.col("new.code"), F.col("new.detail"), F.col("new.partition")
         if ordered:
             order = F.col("new.order_ts")
     else:
         rows = source
-        key = F.col("key")
-        code = F.when(key.isNull(), F.lit(keyrules.NO_KEY))
-        detail = F.when(key.isNull(), F.lit("the record has no key"))
+        place = F.col("key")
+        code = F.when(place.isNull(), F.lit(keyrules.NO_KEY))
+        detail = F.when(place.isNull(), F.lit("the record has no key"))
         out = F.call_function(common.KAFKA_KEY_HASH, F.col("key"), F.col("partition")) % plan.target_partitions
         if ordered:
-            order = F.call_function(common.ORDER_TS, key, F.col("partition"), F.col("offset"), F.col("ts"))
+            order = F.call_function(common.ORDER_TS, place, F.col("partition"), F.col("offset"), F.col("ts"))
+    key = F.col("key") if plan.rule.keeps_record_key else place
     return rows.select(
-        F.when(key.isNotNull(), F.lit(plan.target_topic)).otherwise(F.lit(plan.dead_letter_topic)).alias("out_topic"),
+        F.when(place.isNotNull(), F.lit(plan.target_topic)).otherwise(F.lit(plan.dead_letter_topic)).alias("out_topic"),
         F.coalesce(out, F.lit(0)).alias("out_partition"), order.cast("long").alias("order_ts"),
-        F.col("partition").alias("src_partition"), F.col("offset").alias("src_offset"), key.alias("key"), "value",
-        code.cast("string").alias("code"), detail.cast("string").alias("detail"))
+        F.col("partition").alias("src_partition"), F.col("offset").alias("src_offset"), key.alias("key"),
+        place.alias("place"), "value", code.cast("string").alias("code"), detail.cast("string").alias("detail"),
+        F.col("ts").cast("long").alias("ts"), *(["headers"] if "headers" in source.columns else []))
 
 
 # -- what earlier runs committed ---------------------------------------------------------------------------
@@ -192,8 +198,9 @@ def committed(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict[st
 # -- the job ---------------------------------------------------------------------------------------------
 
 def _sink_frame(frame: Any, plan: BackfillPlan, mode: str = backfill.DIRECT) -> Any:
-    """``topic, partition, key, value`` for the sink, the lineage columns ``lineage_partition,
-    lineage_offset, code, detail`` from which it builds each record's headers on the JVM (the lineage
+    """``topic, partition, key, value, timestamp`` (the source's, epoch ms) for the sink, the source's
+    ``headers`` when the frame has them, the lineage columns ``lineage_partition, lineage_offset, code,
+    detail`` from which it builds the copy's own headers on the JVM, after the source's (the lineage
     header on every record, the reason code and detail on dead letters: the ``kafkaops.header.*`` options
     of :func:`sink_options` name them), and ``slice_topic, slice_partition``, the slice of ``mode`` the row belongs to
     (:func:`kafkaops.rekey.backfill.slices`: direct, its source partition; merged, its output
@@ -205,6 +212,7 @@ def _sink_frame(frame: Any, plan: BackfillPlan, mode: str = backfill.DIRECT) -> 
     else:
         slice_topic, slice_partition = F.col("out_topic"), F.col("out_partition")
     return frame.select(F.col("out_topic").alias("topic"), F.col("out_partition").alias("partition"), "key", "value",
+                        F.col("ts").cast("long").alias("timestamp"), *(["headers"] if "headers" in frame.columns else []),
                         F.col("src_partition").cast("int").alias("lineage_partition"),
                         F.col("src_offset").cast("long").alias("lineage_offset"), "code", "detail",
                         slice_topic.alias("slice_topic"), slice_partition.cast("int").alias("slice_partition"))
@@ -220,7 +228,7 @@ def output_frame(planned: Any, plan: BackfillPlan) -> Any:
     # a dead letter is exactly a row with a reason code: the topic names stay out of the shuffle and the
     # sort (fewer bytes moved and sorted), and come back after
     task = F.when(F.col("code").isNull(), F.col("out_partition")).otherwise(F.lit(plan.target_partitions))
-    ordered = (planned.drop("out_topic").repartitionById(plan.target_partitions + 1, task)
+    ordered = (planned.drop("out_topic", "place").repartitionById(plan.target_partitions + 1, task)
                .sortWithinPartitions("order_ts", "src_partition", "src_offset"))
     topic = F.when(F.col("code").isNull(), F.lit(plan.target_topic)).otherwise(F.lit(plan.dead_letter_topic))
     return _sink_frame(ordered.withColumn("out_topic", topic), plan, backfill.MERGED)
@@ -236,7 +244,7 @@ def keys_in_several_partitions(spark: Any, plan: BackfillPlan, bootstrap: Kafka,
 
     common.register_functions(spark, plan)
     keys = direct_frame(spark, plan, bootstrap, options).where(F.col("code").isNull())
-    return keys.groupBy("key").agg(F.countDistinct("src_partition").alias("n")).where(F.col("n") > 1).count()
+    return keys.groupBy("place").agg(F.countDistinct("src_partition").alias("n")).where(F.col("n") > 1).count()
 
 
 #: Records per source partition that :func:`sample_spans` reads to guess a value rule's copy.
@@ -278,7 +286,7 @@ def write_direct(spark: Any, plan: BackfillPlan, bootstrap: Kafka, options: dict
     rule that computes the key (a value rule, ``window_key``, ``session_key``) it collects each task's
     key hashes (:func:`spark_apps.common.spanning_keys_of`)."""
     options = options or {}
-    spread = None if plan.rule.keeps_key else common.key_spread(spark)
+    spread = None if plan.rule.is_record_key else common.key_spread(spark)
     away = common.register_functions(spark, plan, spread)
     counts = write(_sink_frame(direct_frame(spark, plan, bootstrap, options), plan), plan, bootstrap, options)
     if spread is not None:

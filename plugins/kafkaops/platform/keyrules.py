@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 from kafkaops.errors import ConfigError
 
 __all__ = ["CODES", "KEY_RULES", "MAX_DEPTH", "MAX_NUMBER_LENGTH", "KeyResult", "KeyRule", "KeyRuleError", "Number",
-           "extract", "extract_key", "rule_of"]
+           "extract", "extract_key", "placement_key", "rule_of", "written_key"]
 
 #: Arrays and objects nested deeper than this make ``TOO_DEEP``.
 MAX_DEPTH = 100
@@ -102,10 +102,18 @@ class KeyRule:
         return self.text not in KEY_RULES
 
     @property
-    def keeps_key(self) -> bool:
+    def is_record_key(self) -> bool:
         """``record_key``: the new key is the record key as it is (Spark SQL places it); every other rule
         computes it on the JVM (``kafkaops_new_key``)."""
         return self.text == RECORD_KEY
+
+    @property
+    def keeps_record_key(self) -> bool:
+        """The copy writes each record with its own key, whatever the new key: ``record_key`` (the same
+        bytes), ``window_key`` and ``session_key`` (a Kafka Streams changelog key, window suffix and all,
+        is what the application restores its store from; the store key, the new key, only *places* the
+        record). A value rule writes its new key (:func:`written_key`, :func:`placement_key`)."""
+        return self.text in KEY_RULES
 
     @property
     def reads(self) -> str:
@@ -360,7 +368,7 @@ def extract(key_bytes: bytes | None, value_bytes: bytes | None, rule: KeyRule | 
     if not rule.steps:
         if key_bytes is None:
             return KeyResult(None, NO_KEY, "the record has no key")
-        return KeyResult(bytes(key_bytes)) if rule.keeps_key else _store_key(bytes(key_bytes), rule.text)
+        return KeyResult(bytes(key_bytes)) if rule.is_record_key else _store_key(bytes(key_bytes), rule.text)
     if value_bytes is None:
         return KeyResult(None, NO_VALUE, "the record has no value (a tombstone)")
     node, code, detail = _parse(value_bytes)
@@ -390,3 +398,22 @@ def extract(key_bytes: bytes | None, value_bytes: bytes | None, rule: KeyRule | 
 def extract_key(key_bytes: bytes | None, value_bytes: bytes | None, rule: KeyRule | str) -> bytes | None:
     """The new key of a record under ``rule``; ``None`` when it has none (a dead letter)."""
     return extract(key_bytes, value_bytes, rule).key
+
+
+def written_key(key_bytes: bytes | None, new_key: bytes | None, rule: KeyRule | str) -> bytes | None:
+    """The key a copy writes on a record whose key is ``key_bytes`` and new key ``new_key`` (None: a dead
+    letter): the record's own key for the rules that keep it (:attr:`KeyRule.keeps_record_key`, dead letters
+    included), else the new key (a value rule's dead letter: None)."""
+    rule = rule if isinstance(rule, KeyRule) else rule_of(rule)
+    return (None if key_bytes is None else bytes(key_bytes)) if rule.keeps_record_key else new_key
+
+
+def placement_key(written: bytes | None, rule: KeyRule | str) -> bytes | None:
+    """The key a copied record is placed and ordered by, read from the key it was written with: the rule
+    applied to that key for ``window_key`` and ``session_key`` (the store key; None when it holds no window),
+    the written key itself for ``record_key`` and the value rules (their written key is the new key). A copy
+    is right where ``partition == murmur2(placement_key(key)) % N``."""
+    rule = rule if isinstance(rule, KeyRule) else rule_of(rule)
+    if written is None or not rule.keeps_record_key or rule.is_record_key:
+        return None if written is None else bytes(written)
+    return _store_key(bytes(written), rule.text).key

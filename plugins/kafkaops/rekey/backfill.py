@@ -54,6 +54,8 @@ __all__ = [
     "translate_offsets", "value_digest",
 ]
 
+#: The lineage header a copy writes on each record, after the source record's own headers: a record of a
+#: topic copied twice carries two, and the copy's is the last (read it with ``Record.last_header``).
 LINEAGE_HEADER = "kafkaops.lineage"
 #: Between the source topic, partition and offset of a lineage (:func:`format_lineage`); no topic name holds it.
 LINEAGE_SEPARATOR = "/"
@@ -611,22 +613,27 @@ def foreign_record(plan: BackfillPlan, found: Iterable[tuple[str, int, int, byte
 
 
 def translate_offsets(source_topic: str, committed: Mapping[int, int],
-                      target: Mapping[int, Sequence[tuple[int, str]]]) -> dict[int, dict[str, int]]:
+                      target: Mapping[int, Sequence[tuple[int, str]]],
+                      ends: Mapping[int, int] | None = None) -> dict[int, dict[str, int]]:
     """Map a consumer group's committed source offsets (partition -> next offset to read) to target
-    offsets. ``target`` holds, per target partition, ``(offset, lineage)`` in offset order.
+    offsets. ``target`` holds, per target partition, ``(offset, lineage)`` in offset order: each record's
+    **last** lineage header (``Record.last_header``), the copy's own; a source that is itself a copy keeps
+    its earlier lineage before it.
 
     Per target partition the resume offset is the first record the group has not consumed, so
     nothing is lost; ``redelivered`` counts consumed records after it (read again: duplicates to
     the consumer). It is 0 exactly when the consumed records form a prefix of the partition:
     always for a group that has caught up to the snapshot's end (the usual cut-over: stop the
     producers, let the consumers drain, translate); the audit records the number either way.
-    A source partition the group never committed counts as not consumed.
+    A source partition the group never committed counts as not consumed. A target partition whose every
+    record was consumed resumes at its end offset in ``ends`` (partition -> end offset, when given): past
+    the copy's last transaction marker too, so the group shows no lag; else after its last record.
     """
     out: dict[int, dict[str, int]] = {}
     for p, records in sorted(target.items()):
         resume = None
         redelivered = 0
-        end = records[-1][0] + 1 if records else 0
+        end = max(records[-1][0] + 1 if records else 0, (ends or {}).get(p, 0))
         for offset, lineage in records:
             topic, sp, so = parse_lineage(lineage)
             consumed = topic == source_topic and so < committed.get(sp, 0)

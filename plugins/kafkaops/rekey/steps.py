@@ -68,8 +68,8 @@ MODE = form.Choice(name="mode", given=Mode.MIGRATE, title="Mode",
 KEY_RULE = form.Text(name="key_rule", given="record_key", title="Key rule",
                      description="Where the key comes from: record_key, field:<name> (a top-level JSON field), "
                                  "jsonpath:$.a.b, or for a Kafka Streams window/session store changelog window_key/"
-                                 "session_key (the record key without its window suffix). Records without a key go "
-                                 "to the dead-letter topic.")
+                                 "session_key (placed by the record key without its window suffix, written whole). "
+                                 "Records without a key go to the dead-letter topic.")
 TARGET_TOPIC = form.Text(name="target_topic", title="Target topic",
                          description="migrate: the new topic; empty for <topic>.v2 or the next free version.")
 ACCEPT_ORDERING_BREAK = form.Flag(
@@ -571,7 +571,7 @@ def check_target_records(ctx: lifecycle.OperationContext, cluster: Cluster, bf: 
     ranges = {x.partition: (x.start_offset or 0, x.end_offset or 0) for x in cluster.partitions_of(bf.target_topic)}
     tail = records.sample(ctx.conn_config, bf.target_topic, {k: v for k, v in ranges.items() if v[1] > v[0]},
                           TARGET_SAMPLE)
-    found = backfill.foreign_record(bf, ((r.topic, r.partition, r.offset, r.header(backfill.LINEAGE_HEADER))
+    found = backfill.foreign_record(bf, ((r.topic, r.partition, r.offset, r.last_header(backfill.LINEAGE_HEADER))
                                          for r in tail))
     if found is not None:
         held = sum(e - s for s, e in ranges.values())
@@ -798,7 +798,7 @@ def cutover(ctx: lifecycle.OperationContext, plan: PartitionPlan, before: Mappin
     unread = {g for g, o in committed.items() if not o}
     if set(committed) - at_end - unread:
         for r in records.read_ranges(ctx.conn_config, bf.target_topic, ranges):
-            value = r.header(backfill.LINEAGE_HEADER)
+            value = r.last_header(backfill.LINEAGE_HEADER)
             lineage[r.partition].append((r.offset, value.decode() if value else f"?/{-1}/-1"))
     translated = {}
     for group, source_offsets in sorted(committed.items()):

@@ -184,9 +184,9 @@ def _commit_offsets(ctx: lifecycle.OperationContext, made: StreamsPlan, bf: Back
     ends = records.end_offsets(ctx.conn_config, bf.target_topic)
     lineage: dict[int, list[tuple[int, str]]] = {p: [] for p in ends}
     for r in records.read_ranges(ctx.conn_config, bf.target_topic, ends):
-        value = r.header(backfill.LINEAGE_HEADER)
+        value = r.last_header(backfill.LINEAGE_HEADER)
         lineage[r.partition].append((r.offset, value.decode() if value else "?/-1/-1"))
-    table = backfill.translate_offsets(bf.source_topic, committed, lineage)
+    table = backfill.translate_offsets(bf.source_topic, committed, lineage, {p: e for p, (_, e) in ends.items()})
     translated = {p: v["offset"] for p, v in table.items()}
     with ctx.connect() as conn:
         ctx.fence(f"commit offsets for group {made.new_application_id} on {bf.target_topic}")

@@ -56,39 +56,59 @@ class Record(Protocol):
     def key(self) -> bytes | None: ...
     @property
     def value(self) -> bytes | None: ...
-    def header(self, name: str) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes | None]]: ...
+    def last_header(self, name: str) -> bytes | None: ...
 
 
 @dataclass(frozen=True)
 class Output:
-    """One record a part writes: where, its key, value, headers and the source's timestamp (ms)."""
+    """One record a part writes: where, its key, value, headers (the source's, in order, then the copy's
+    lineage and a dead letter's code and detail) and the source's timestamp (ms); ``placement``: the key it is
+    placed and ordered by (:func:`kafkaops.platform.keyrules.placement_key`; None for a dead letter), which
+    is its written ``key`` but for ``window_key``/``session_key``, which write the changelog key."""
 
     topic: str
     partition: int
     key: bytes | None
     value: bytes | None
-    headers: tuple[tuple[str, bytes], ...]
+    headers: tuple[tuple[str, bytes | None], ...]
     timestamp: int | None = None
+    placement: bytes | None = None
+
+    def last_header(self, name: str) -> bytes | None:
+        """The value of the last header ``name``: the copy's own (they come after the source's)."""
+        return last_header(self.headers, name)
+
+
+def last_header(headers: Sequence[tuple[str, bytes | None]], name: str) -> bytes | None:
+    """The value of the last header ``name`` of ``headers``; None when there is none."""
+    for k, v in reversed(headers):
+        if k == name:
+            return v
+    return None
 
 
 def rekey_part(plan: BackfillPlan, records: Sequence[Record]) -> list[Output]:
     """The outputs of one part, in the order they are written: ``records`` (the part's source records,
     in offset order per partition) rekeyed by ``plan``'s rule, each on ``partition_for(new key, N)`` of the
-    target or partition 0 of the dead-letter topic (with the reason code and detail), with its lineage
-    header and source timestamp, ordered by ``(order timestamp, source partition, source offset)``."""
+    target or partition 0 of the dead-letter topic (with the reason code and detail), with the key the rule
+    writes (:func:`kafkaops.platform.keyrules.written_key`), the source's headers then its lineage header,
+    and its source timestamp, ordered by ``(order timestamp, source partition, source offset)``."""
     clock = OrderClock()
     rule = plan.rule
     rows: list[tuple[int, int, int, Output]] = []
     for r in records:
         found = keyrules.extract(r.key, r.value, rule)
-        lineage = (LINEAGE_HEADER, format_lineage(plan.source_topic, r.partition, r.offset).encode())
+        key = keyrules.written_key(r.key, found.key, rule)
+        headers = (*r.headers, (LINEAGE_HEADER, format_lineage(plan.source_topic, r.partition, r.offset).encode()))
         if found.key is None:
-            out = Output(plan.dead_letter_topic, 0, None, r.value,
-                         (lineage, (CODE_HEADER, str(found.code).encode()),
+            out = Output(plan.dead_letter_topic, 0, key, r.value,
+                         (*headers, (CODE_HEADER, str(found.code).encode()),
                           (REASON_HEADER, str(found.detail).encode())), r.timestamp)
         else:
-            out = Output(plan.target_topic, partition_for(found.key, plan.target_partitions), found.key, r.value,
-                         (lineage,), r.timestamp)
+            out = Output(plan.target_topic, partition_for(found.key, plan.target_partitions), key, r.value,
+                         headers, r.timestamp, found.key)
         rows.append((clock.tick(r.partition, r.offset, r.timestamp, found.key), r.partition, r.offset, out))
     rows.sort(key=lambda row: row[:3])
     return [row[3] for row in rows]
@@ -129,7 +149,8 @@ SAMPLE = 3
 @dataclass(frozen=True)
 class PartCheck:
     """One part read back (before its commit) against what it had to write. ``partitions``: records per
-    output topic partition; ``keys``: the target keys per partition. A part is good exactly when
+    output topic partition; ``keys``: the target keys per partition (the keys records are placed by:
+    :func:`kafkaops.platform.keyrules.placement_key`). A part is good exactly when
     ``failures`` is empty."""
 
     source_records: int
@@ -156,14 +177,16 @@ def check_part(plan: BackfillPlan, source: Sequence[Record], written: Sequence[R
                expected: Sequence[Output] | None = None) -> PartCheck:
     """Check ``written`` (what the outputs hold of this part, read back, in offset order per partition)
     against ``source`` (the part's source records; ``expected``: :func:`rekey_part` of them, when already
-    made): every source record exactly once, in the target on its new key's partition or a dead letter
-    with the rule's reason code, its value unchanged, each output partition holding exactly the planned
-    sequence (so per-key order as :func:`rekey_part` orders it), and nothing else. Pure."""
+    made): every source record exactly once (by the last lineage header of each record: a source copied
+    before carries one of its own), in the target on its new key's partition with the key the rule writes
+    or a dead letter with the rule's reason code, its value unchanged, each output partition holding exactly
+    the planned sequence (so per-key order, by the placement key, as :func:`rekey_part` orders it), and
+    nothing else. Pure."""
     expected = rekey_part(plan, source) if expected is None else expected
     want: dict[bytes, Output] = {}
     planned: dict[tuple[str, int], list[bytes]] = defaultdict(list)
     for out in expected:
-        planned_lineage = out.headers[0][1]  # the lineage header comes first (rekey_part)
+        planned_lineage = out.last_header(LINEAGE_HEADER) or b""  # after the source's headers (rekey_part)
         want[planned_lineage] = out
         planned[(out.topic, out.partition)].append(planned_lineage)
     seen: set[bytes] = set()
@@ -184,7 +207,7 @@ def check_part(plan: BackfillPlan, source: Sequence[Record], written: Sequence[R
         output_sum += value_digest(r.value)
         if r.topic == dead_letter_topic:
             dead += 1
-        lineage = r.header(LINEAGE_HEADER)
+        lineage = r.last_header(LINEAGE_HEADER)  # the copy's: a source copied before has one of its own
         o = want.get(lineage) if lineage is not None else None
         if o is None or lineage is None:
             foreign.append(f"{_where(r)} ({lineage.decode('utf-8', 'replace') if lineage else 'no lineage'})")
@@ -198,12 +221,13 @@ def check_part(plan: BackfillPlan, source: Sequence[Record], written: Sequence[R
             wrong_place.append(f"{lineage.decode()} at {_where(r)}, planned {o.topic}-{o.partition}")
         if r.key != o.key:
             wrong_keys.append(f"{_where(r)} key {r.key!r}, rule gives {o.key!r}")
-        elif r.key is not None:
-            keys[where].add(r.key)
+        elif o.placement is not None:
+            keys[where].add(o.placement)
         if r.value != o.value:
             wrong_values.append(_where(r))
-        if r.topic == dead_letter_topic and r.header(CODE_HEADER) != o.headers[1][1]:
-            wrong_codes.append(f"{_where(r)} code {r.header(CODE_HEADER)!r}, rule gives {o.headers[1][1]!r}")
+        if r.topic == dead_letter_topic and r.last_header(CODE_HEADER) != o.last_header(CODE_HEADER):
+            wrong_codes.append(f"{_where(r)} code {r.last_header(CODE_HEADER)!r}, rule gives "
+                               f"{o.last_header(CODE_HEADER)!r}")
     failures: list[str] = []
     lost = [lineage.decode() for lineage in want if lineage not in seen]
     breaks = _order_breaks(want, planned, got, seen)
@@ -242,13 +266,13 @@ def _order_breaks(want: Mapping[bytes, Output], planned: Mapping[tuple[str, int]
     for lineages in got.values():
         for x in lineages:
             o = want[x]
-            read[(o.topic, o.partition, o.key)].append(x)
+            read[(o.topic, o.partition, o.placement)].append(x)
     wanted: dict[tuple[str, int, bytes | None], list[bytes]] = defaultdict(list)
     for lineages in planned.values():
         for x in lineages:
             if x in seen:
                 o = want[x]
-                wanted[(o.topic, o.partition, o.key)].append(x)
+                wanted[(o.topic, o.partition, o.placement)].append(x)
     return [(k, read.get(k, []), w) for k, w in wanted.items() if read.get(k, []) != w]
 
 

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kafkaops.platform.keyrules import extract
+from kafkaops.platform.keyrules import extract, placement_key, written_key
 from kafkaops.platform.partitioner import partition_for
 from kafkaops.rekey.backfill import (SAMPLE, BackfillPlan, IntegrityFindings, IntegrityReport, OrderClock,
                                      PartitionIntegrity, checksum, format_lineage, integrity_report, order_key,
@@ -36,7 +36,7 @@ class SourceRecord:
 @dataclass(frozen=True)
 class OutputRecord:
     """A record read back from the target or dead-letter topic (``lineage`` and, on a dead letter,
-    ``code`` from their headers)."""
+    ``code`` from their headers: the last of each name, the copy's own, after the source's)."""
 
     topic: str
     partition: int
@@ -49,8 +49,8 @@ class OutputRecord:
 
 def expected_order(plan: BackfillPlan, source: Iterable[SourceRecord]
                    ) -> tuple[dict[bytes, list[str]], dict[str, bytes | None], dict[str, str]]:
-    """Per new key, the lineages in per-key source order; each lineage's new key; each dead-letter
-    lineage's reason code."""
+    """Per new key (the key records are placed and ordered by), the lineages in per-key source order; each
+    lineage's new key; each dead-letter lineage's reason code."""
     rule = plan.rule
     clock = OrderClock()
     keyed: dict[bytes, list[tuple[tuple[int, int, int, int], str]]] = defaultdict(list)
@@ -109,9 +109,12 @@ def check_integrity(plan: BackfillPlan, source: Iterable[SourceRecord], target: 
       (:mod:`kafkaops.platform.keyrules`: the Python side of the contract, so this cross-checks the
       JVM side that wrote them);
     * every lineage of the snapshot appears once, no lineage repeats, none is unknown;
-    * each target record's key is its source record's new key, on ``partition_for(key, N)``,
-      and every key lives in exactly one target partition;
-    * per key, the target order is the per-key source order (the module docstring of
+    * each target record's key is the key the rule writes (:func:`kafkaops.platform.keyrules.written_key`:
+      the source record's own for ``record_key``, ``window_key`` and ``session_key``, the new key for a
+      value rule), on ``partition_for(placement key, N)``, the placement key being the rule applied to the
+      written key (:func:`~kafkaops.platform.keyrules.placement_key`: the store key of a changelog key, else
+      the written key itself), and every placement key lives in exactly one target partition;
+    * per placement key, the target order is the per-key source order (the module docstring of
       :mod:`kafkaops.rekey.backfill`);
     * the order-independent checksum of values is the same on both sides.
 
@@ -121,6 +124,9 @@ def check_integrity(plan: BackfillPlan, source: Iterable[SourceRecord], target: 
     target = sorted(target, key=lambda r: (r.partition, r.offset))
     dead_letters = sorted(dead_letters, key=lambda r: (r.partition, r.offset))
     expected, key_of, expected_dead = expected_order(plan, source)
+    rule = plan.rule
+    written_of = {format_lineage(plan.source_topic, r.partition, r.offset): written_key(r.key, None, rule)
+                  for r in source} if rule.keeps_record_key else key_of
     n = plan.target_partitions
 
     seen: dict[str, int] = defaultdict(int)
@@ -132,9 +138,10 @@ def check_integrity(plan: BackfillPlan, source: Iterable[SourceRecord], target: 
     keys_in: dict[bytes, set[int]] = defaultdict(set)
     actual: dict[bytes, list[str]] = defaultdict(list)
     for r in target:
-        if r.key is not None:
-            keys_in[r.key].add(r.partition)
-            actual[r.key].append(r.lineage or "?")
+        place = placement_key(r.key, rule)
+        if place is not None:
+            keys_in[place].add(r.partition)
+            actual[place].append(r.lineage or "?")
     split = {k for k, ps in keys_in.items() if len(ps) > 1}
     broken = {k for k in expected.keys() | actual.keys() if expected.get(k, []) != actual.get(k, [])}
     rows = _partition_rows(plan, target, dead_letters, split=split, broken=broken, seen=seen, known=key_of.keys())
@@ -146,8 +153,9 @@ def check_integrity(plan: BackfillPlan, source: Iterable[SourceRecord], target: 
     wrong_dead = sorted({r.lineage for r in dead_letters if r.lineage} - expected_dead.keys())
     dead_in_target = sorted({r.lineage for r in target if r.lineage} & expected_dead.keys())
     wrong_code = [r for r in dead_letters if r.lineage in expected_dead and r.code != expected_dead[r.lineage]]
-    wrong_key = [r for r in target if r.lineage in key_of and key_of[r.lineage] != r.key]
-    off_home = next((r for r in target if r.key is None or partition_for(r.key, n) != r.partition), None)
+    wrong_key = [r for r in target if r.lineage in key_of and written_of[r.lineage] != r.key]
+    off_home = next((r for r in target if _off_home(r, plan)), None)
+    home_key = None if off_home is None else placement_key(off_home.key, rule)
     found = IntegrityFindings(
         source_records=len(source), target_records=len(target), dead_letters=len(dead_letters),
         expected_dead_letters=len(expected_dead), source_checksum=checksum(r.value for r in source),
@@ -164,9 +172,9 @@ def check_integrity(plan: BackfillPlan, source: Iterable[SourceRecord], target: 
         wrong_code=(_at(wrong_code[0]), wrong_code[0].lineage or "", wrong_code[0].code,
                     expected_dead[wrong_code[0].lineage or ""]) if wrong_code else None,
         wrong_keys=len(wrong_key),
-        wrong_key=(_at(wrong_key[0]), wrong_key[0].key, key_of[wrong_key[0].lineage or ""]) if wrong_key else None,
+        wrong_key=(_at(wrong_key[0]), wrong_key[0].key, written_of[wrong_key[0].lineage or ""]) if wrong_key else None,
         misplaced=None if off_home is None else (
-            off_home.key, _at(off_home), None if off_home.key is None else partition_for(off_home.key, n)),
+            home_key, _at(off_home), None if home_key is None else partition_for(home_key, n)),
         split_keys=len(split), split=(min(split), tuple(sorted(keys_in[min(split)]))) if split else None,
         order_breaks=len(broken), order=_first_order_break(broken, expected, actual))
     return integrity_report(plan, found)
@@ -180,8 +188,8 @@ def _partition_rows(plan: BackfillPlan, target: list[OutputRecord], dead_letters
     n = plan.target_partitions
 
     def row(topic: str, partition: int, records: list[OutputRecord], *, is_target: bool) -> PartitionIntegrity:
-        keys = {r.key for r in records}
-        misplaced = sum(1 for r in records if is_target and (r.key is None or partition_for(r.key, n) != partition))
+        keys = {placement_key(r.key, plan.rule) for r in records}
+        misplaced = sum(1 for r in records if is_target and _off_home(r, plan))
         return PartitionIntegrity(
             topic=topic, partition=partition, records=len(records), keys=len(keys), misplaced=misplaced,
             split_keys=sum(1 for k in keys if k in split) if is_target else 0,
@@ -197,6 +205,12 @@ def _partition_rows(plan: BackfillPlan, target: list[OutputRecord], dead_letters
         dead_by[r.partition].append(r)
     return ([row(plan.target_topic, p, by_partition.get(p, []), is_target=True) for p in range(n)]
             + [row(plan.dead_letter_topic, p, dead_by.get(p, []), is_target=False) for p in sorted(dead_by) or [0]])
+
+
+def _off_home(r: OutputRecord, plan: BackfillPlan) -> bool:
+    """A target record off its placement key's partition, or without a placement key."""
+    place = placement_key(r.key, plan.rule)
+    return place is None or partition_for(place, plan.target_partitions) != r.partition
 
 
 def _first_order_break(broken: set[bytes], expected: Mapping[bytes, list[str]], actual: Mapping[bytes, list[str]]

@@ -78,9 +78,9 @@ def read_back(spec: provision.ClusterSpec, plan: BackfillPlan
               records.read_ranges(config, plan.source_topic, {p: (s, e) for p, s, e in plan.source_offsets})]
 
     def out(topic: str) -> list[OutputRecord]:
-        return [OutputRecord(r.topic, r.partition, r.offset, r.key, r.value,
-                             (r.header(backfill.LINEAGE_HEADER) or b"").decode() or None,
-                             (r.header(backfill.CODE_HEADER) or b"").decode() or None)
+        return [OutputRecord(r.topic, r.partition, r.offset, r.key, r.value,  # the copy's headers come last
+                             (r.last_header(backfill.LINEAGE_HEADER) or b"").decode() or None,
+                             (r.last_header(backfill.CODE_HEADER) or b"").decode() or None)
                 for r in read_output(spec, topic, "read_committed")]
 
     return source, out(plan.target_topic), out(plan.dead_letter_topic)
@@ -301,16 +301,41 @@ def test_record_keys_off_their_home_partition(cluster, spark, spanning) -> None:
     assert report.totals() == check_integrity(plan, *read_back(cluster, plan)).totals()
 
 
+def _kept(spec: provision.ClusterSpec, plan: BackfillPlan) -> tuple[dict[str, records.Record], list[records.Record],
+                                                                    list[records.Record]]:
+    """The snapshot by lineage, and the target and dead-letter records read_committed, headers and timestamps
+    as the broker gives them."""
+    config = {"bootstrap.servers": spec.bootstrap}
+    source = {backfill.format_lineage(plan.source_topic, r.partition, r.offset): r for r in
+              records.read_ranges(config, plan.source_topic, {p: (s, e) for p, s, e in plan.source_offsets})}
+    return (source, read_output(spec, plan.target_topic, "read_committed"),
+            read_output(spec, plan.dead_letter_topic, "read_committed"))
+
+
+def assert_kept(source: dict[str, records.Record], copied: list[records.Record], *, dead: bool = False) -> None:
+    """Each copied record has its source record's timestamp and headers, in order, then the copy's own: its
+    lineage (a dead letter: and its code and detail)."""
+    own = [backfill.LINEAGE_HEADER] + ([backfill.CODE_HEADER, backfill.REASON_HEADER] if dead else [])
+    for r in copied:
+        lineage = (r.last_header(backfill.LINEAGE_HEADER) or b"").decode()
+        origin = source[lineage]
+        assert r.timestamp == origin.timestamp, (lineage, r.timestamp, origin.timestamp)
+        assert r.headers[:len(origin.headers)] == origin.headers, (lineage, r.headers)
+        assert [k for k, _ in r.headers[len(origin.headers):]] == own, (lineage, r.headers)
+        assert r.headers[len(origin.headers)] == (backfill.LINEAGE_HEADER, lineage.encode())
+
+
 @pytest.mark.parametrize("spanning", [False, True])
 def test_a_window_store_changelog_goes_where_streams_puts_its_store_keys(cluster, spark, spanning) -> None:
     """A Kafka Streams window store changelog: keys of a store key, an 8-byte window start and a 4-byte
     sequence number (WindowKeySchema.toStoreKeyBinary), tombstones among the values, headers on some
-    records, each record on murmur2(store key) % 3 as Streams writes it (one store key empty), and two
-    records no window store writes. By ``window_key`` into 12 partitions: every record on murmur2(store
-    key) % 12 in its store key's source order, tombstones as records, the two as dead letters with their
-    codes, the integrity gate passing. Spanning (some store keys also written to another partition): the
-    direct pass finds them and the merged copy replaces it. The copy writes its own lineage header on each
-    record; it does not copy the source's headers."""
+    records, timestamps of their own, each record on murmur2(store key) % 3 as Streams writes it (one store
+    key empty), and two records no window store writes. By ``window_key`` into 12 partitions: every record
+    keeps its whole changelog key (what the application restores its store from) and sits on murmur2(store
+    key) % 12 in its store key's source order, tombstones as records, the source's timestamps and headers
+    kept (the lineage after them), the two as dead letters with their codes (and keys), the integrity gate
+    passing. Spanning (some store keys also written to another partition): the direct pass finds them and
+    the merged copy replaces it."""
     from kafkaops.platform import gates
     from kafkaops.rekey import steps as partitions
     from spark_apps import rekey_backfill
@@ -321,6 +346,7 @@ def test_a_window_store_changelog_goes_where_streams_puts_its_store_keys(cluster
     producer = Producer(connection.client_config({"bootstrap.servers": cluster.bootstrap}))
     stores = [f"sensor-{i}".encode() for i in range(40)] + [b""]
     tombstones = 0
+    stamped = int(time.time() * 1000) - 3_600_000  # an hour ago, a millisecond apart: not the copy's clock
     for i in range(1200):
         store = stores[i % len(stores)]
         start = 1_700_000_000_000 + (i // (3 * len(stores))) * 60_000  # three records per window and store key
@@ -329,11 +355,12 @@ def test_a_window_store_changelog_goes_where_streams_puts_its_store_keys(cluster
         home = partition_for(store, 3)
         moved = spanning and i % len(stores) < 10 and (i // len(stores)) % 2  # every other record of 10 store keys
         producer.produce(topic, key=store + struct.pack(">qi", start, i % 4), value=value,
-                         partition=(home + 1) % 3 if moved else home,
-                         headers=[("trace", str(i).encode())] if i % 2 else None)
+                         partition=(home + 1) % 3 if moved else home, timestamp=stamped + i,
+                         headers=[("v", b"\x00"), ("trace", str(i).encode())] if i % 2 else None)
         producer.poll(0)
-    producer.produce(topic, key=b"short", value=b"{}", partition=0)  # no room for the 12-byte suffix
-    producer.produce(topic, key=None, value=b"{}", partition=2)
+    producer.produce(topic, key=b"short", value=b"{}", partition=0, timestamp=stamped,
+                     headers=[("trace", b"dead")])  # no room for the 12-byte suffix
+    producer.produce(topic, key=None, value=b"{}", partition=2, timestamp=stamped)
     assert waits.close_producer(producer, waits.Deadline(30)) == 0
     plan = plan_for(cluster, f"{topic}.v2", "window_key", source=topic, partitions=12)
 
@@ -345,9 +372,9 @@ def test_a_window_store_changelog_goes_where_streams_puts_its_store_keys(cluster
     placed: dict[bytes, list[tuple[int, int]]] = defaultdict(list)
     for r in target:  # in target offset order per partition; a store key is in one target partition
         origin = by_lineage[r.lineage]
-        assert origin.key is not None and r.key == origin.key[:-12] and r.value == origin.value
-        assert r.partition == partition_for(r.key, 12)
-        placed[r.key].append((origin.partition, origin.offset))
+        assert origin.key is not None and r.key == origin.key and r.value == origin.value  # the changelog key, whole
+        assert r.partition == partition_for(origin.key[:-12], 12)  # placed by the store key
+        placed[origin.key[:-12]].append((origin.partition, origin.offset))
     assert set(placed) == set(stores) and sum(map(len, placed.values())) == 1200
     for store, got in placed.items():  # each source partition's records of a store key in offset order
         for p in range(3):
@@ -355,18 +382,59 @@ def test_a_window_store_changelog_goes_where_streams_puts_its_store_keys(cluster
         if not spanning:
             assert got == sorted(got) and len({p for p, _ in got}) == 1, store
     assert sum(r.value is None for r in target) == tombstones > 0
-    raw = read_output(cluster, plan.target_topic, "read_committed")
-    assert all(r.headers == ((backfill.LINEAGE_HEADER, r.header(backfill.LINEAGE_HEADER)),) for r in raw)
-    assert Counter(r.header(backfill.CODE_HEADER).decode()
-                   for r in read_output(cluster, plan.dead_letter_topic, "read_committed")) == \
+    assert sorted((r.key or b"") for r in dlq) == [b"", b"short"] and \
+        [r.key for r in dlq if r.code == keyrules.NO_KEY] == [None]  # dead letters keep their key too
+    kept, raw, dead = _kept(cluster, plan)
+    assert_kept(kept, raw)
+    assert_kept(kept, dead, dead=True)
+    assert {r.headers[0] for r in raw if len(r.headers) > 1} == {("v", b"\x00")}  # some with headers, kept
+    assert Counter(r.last_header(backfill.CODE_HEADER).decode() for r in dead) == \
         {keyrules.NOT_A_WINDOWED_KEY: 1, keyrules.NO_KEY: 1}  # as the JVM side wrote them
 
     report = check_integrity(plan, source, target, dlq)
     assert report.ok, report.failures
     assert report.dead_letter_codes == {keyrules.NOT_A_WINDOWED_KEY: 1, keyrules.NO_KEY: 1}
+    assert sum(p.keys for p in report.partitions if p.topic == plan.target_topic) == len(stores)  # store keys
     spark_report = rekey_backfill.verify(spark, plan, cluster.bootstrap)
     assert spark_report.ok and spark_report.totals() == report.totals()
+    assert spark_report.to_dict() == report.to_dict()
     assert gates.run("backfill", partitions.integrity_frames(spark_report)).ok
+
+
+@pytest.mark.parametrize("rule", ["record_key", "field:acct"])  # the direct copy and the merged copy
+def test_a_copy_keeps_the_source_timestamps_and_headers_also_of_a_topic_copied_before(cluster, spark, rule) -> None:
+    """Records with timestamps of their own and headers (repeated names, a null value, and on some the
+    lineage header of an earlier kafkaops copy: this topic is a copy being copied again), and dead letters:
+    every target record and dead letter has its source's timestamp and headers, in order, the new lineage
+    after them; check_integrity and the verify read the last lineage, and both pass."""
+    from spark_apps import rekey_backfill
+
+    topic = f"stamped.{rule.replace(':', '.')}"
+    with connection.connect(cluster.bootstrap) as conn:
+        topics.create_topic(conn, topic, 3, 1)
+    producer = Producer(connection.client_config({"bootstrap.servers": cluster.bootstrap}))
+    stamped = int(time.time() * 1000) - 7_200_000
+    for i in range(900):
+        headers = [("trace", str(i).encode()), ("note", None), ("trace", b"again")] if i % 3 else []
+        if i % 5 == 0:
+            headers.append((backfill.LINEAGE_HEADER, f"older/{i % 4}/{i}".encode()))
+        value = json.dumps({"acct": f"a-{i % 17}", "i": i} if i % 97 else {"i": i}).encode()  # 10 without acct
+        producer.produce(topic, key=None if i % 301 == 5 else f"k-{i % 50}".encode(), value=value,
+                         timestamp=stamped + 7 * i, headers=headers or None)
+        producer.poll(0)
+    assert waits.close_producer(producer, waits.Deadline(30)) == 0
+    plan = plan_for(cluster, f"{topic}.v2", rule, source=topic)
+    done = rekey_backfill.run(spark, plan, cluster.bootstrap)
+    assert done.mode == {"record_key": "direct", "field:acct": "merged"}[rule], done
+    kept, raw, dead = _kept(cluster, plan)
+    assert len(raw) + len(dead) == 900 and dead
+    assert_kept(kept, raw)
+    assert_kept(kept, dead, dead=True)
+    assert sum(1 for r in raw if [k for k, _ in r.headers].count(backfill.LINEAGE_HEADER) == 2) > 0
+    report = check_integrity(plan, *read_back(cluster, plan))
+    assert report.ok, report.failures
+    spark_report = rekey_backfill.verify(spark, plan, cluster.bootstrap)
+    assert spark_report.ok and spark_report.to_dict() == report.to_dict()
 
 
 def test_a_value_rule_whose_keys_span_partitions_past_the_sample_is_redone_merged(cluster, spark, monkeypatch

@@ -21,7 +21,7 @@ from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.testing.integrity import OutputRecord, SourceRecord, check_integrity
 from tests.integration.rekey.conftest import seed_source
 from tests.integration.rekey.test_backfill import plan_for, read_back
-from tests.unit.rekey.test_backfill import PLAN, copy, damaged, source_records
+from tests.unit.rekey.test_backfill import PLAN, WINDOWED, copy, damaged, source_records, window_records
 
 pytestmark = pytest.mark.integration
 
@@ -127,6 +127,31 @@ def test_the_cheap_path_shows_a_clean_direct_copy_and_no_damaged_one(spark, kind
     assert (proof is not None) == want.ok, (kind, want.failures)
     if proof is not None:
         assert backfill.integrity_report(PLAN, proof).to_dict() == want.to_dict()
+
+
+@pytest.mark.parametrize("kind", ["none", "placed by the whole changelog key", "written with the store key"])
+def test_a_window_store_copy_is_checked_by_its_store_keys_in_spark_too(spark, kind: str) -> None:
+    """window_key writes each changelog key whole and places it by its store key: the Spark verify reads the
+    store key back from the written key (placement, split keys, order, keys per partition), as check_integrity
+    does; a record placed by its whole key (as record_key would) fails placement, one written with the store
+    key fails the key check, and the proof shows neither clean."""
+    source = window_records()
+    target, dlq = copy(source, WINDOWED)
+    i = next(i for i, r in enumerate(target) if partition_for(r.key or b"", 6) != r.partition)
+    r = target[i]
+    if kind == "placed by the whole changelog key":
+        target[i] = replace(r, partition=partition_for(r.key or b"", 6), offset=30_000)
+    elif kind == "written with the store key":
+        target[i] = replace(r, key=(r.key or b"")[:-12])
+    want = check_integrity(WINDOWED, source, target, dlq)
+    assert want.ok == (kind == "none"), want.failures
+    if kind == "placed by the whole changelog key":
+        assert sum(p.misplaced for p in want.partitions) == 1, want.failures
+    assert spark_report(spark, WINDOWED, source, target, dlq).to_dict() == want.to_dict()
+    proof = spark_proof(spark, WINDOWED, source, target, dlq)
+    assert (proof is not None) == want.ok
+    if proof is not None:
+        assert backfill.integrity_report(WINDOWED, proof).to_dict() == want.to_dict()
 
 
 def test_keys_spanning_source_partitions_are_ordered_by_time_in_spark_too(spark) -> None:

@@ -32,7 +32,7 @@ Outcome = tuple[bytes | None, str | None]
 def jvm_outcomes(spark, rule: KeyRule, rows: Sequence[tuple[bytes | None, bytes | None]]) -> list[Outcome]:
     """``(key, code)`` of each ``(record key, value)`` by the backfill's projection on the JVM
     (spark_apps.rekey_backfill.rekey_rows: ``kafkaops_new_key`` for every rule but ``record_key``), in one
-    Spark job."""
+    Spark job: the new key is the row's ``place`` (the key written is the record's own for the store rules)."""
     from pyspark.sql import functions as F
 
     from spark_apps import common, rekey_backfill
@@ -41,7 +41,8 @@ def jvm_outcomes(spark, rule: KeyRule, rows: Sequence[tuple[bytes | None, bytes 
     common.register_functions(spark, plan)
     frame = spark.createDataFrame([(0, i, 0, k, v) for i, (k, v) in enumerate(rows)],
                                   "partition int, offset bigint, ts bigint, key binary, value binary")
-    got = rekey_backfill.rekey_rows(frame, plan).orderBy("src_offset").select("key", "code", F.col("detail")).collect()
+    got = rekey_backfill.rekey_rows(frame, plan).orderBy("src_offset").select(
+        F.col("place").alias("key"), "code", F.col("detail")).collect()
     assert all((r.code is None) == (r.detail is None) for r in got)
     return [(None if r.key is None else bytes(r.key), r.code) for r in got]
 

@@ -39,16 +39,18 @@ def expected(rows: list[tuple], rule: str) -> list[tuple]:
         new_key, code, _ = keyrules.extract(key, value, p.rule)
         order = clock.tick(partition, offset, ts, new_key)
         topic, target = (p.target_topic, partition_for(new_key, 12)) if new_key is not None else (p.dead_letter_topic, 0)
-        out.append((topic, target, order, partition, offset, new_key, value, code))
+        out.append((topic, target, order, partition, offset, keyrules.written_key(key, new_key, p.rule), value, code,
+                    new_key, ts))
     return out
 
 
 def actual(rows: list) -> list[tuple]:
     """The rows as :func:`expected` gives them: the reason code, not the free-text detail (only a dead
-    letter has both)."""
+    letter has both); the written key, and the new key it is placed by (``place``); the source timestamp."""
     assert all((r.code is None) == (r.detail is None) for r in rows)
     return [(r.out_topic, r.out_partition, r.order_ts, r.src_partition, r.src_offset,
-             None if r.key is None else bytes(r.key), None if r.value is None else bytes(r.value), r.code)
+             None if r.key is None else bytes(r.key), None if r.value is None else bytes(r.value), r.code,
+             None if r.place is None else bytes(r.place), r.ts)
             for r in rows]
 
 
@@ -98,12 +100,13 @@ def rows_of(rule: str) -> list[tuple]:
 def test_the_jvm_step_gives_what_the_python_reference_gives(spark, rule) -> None:
     got = actual(step(spark, rows_of(rule), rule))
     assert got == expected(rows_of(rule), rule)
-    codes = [r[-1] for r in got]
+    codes = [r[7] for r in got]
     if rule == "record_key":
         assert codes.count(keyrules.NO_KEY) == 1
-    elif rule in ("window_key", "session_key"):  # the store key without the suffix, tombstones placed too
+    elif rule in ("window_key", "session_key"):  # placed by the store key, tombstones too; the key written whole
         assert codes == [None, None, "NO_KEY", "NOT_A_WINDOWED_KEY", "NOT_A_WINDOWED_KEY", None, None, None, None, None]
-        assert [r[5] for r in got if r[5] is not None] == [b"s1", b"s1", b"", b"s2", b"s1", b"s3", b"s1"]
+        assert [r[8] for r in got if r[8] is not None] == [b"s1", b"s1", b"", b"s2", b"s1", b"s3", b"s1"]
+        assert [r[5] for r in got] == [row[3] for row in rows_of(rule)]  # every record keeps its key
     else:  # every kind of dead letter is present, and the keyed records are placed
         assert set(codes) == {None, "NOT_JSON", "FIELD_MISSING", "NO_VALUE", "NULL_VALUE", "NOT_A_SCALAR"}
         assert got[8][5] == b"first" and got[6][5] == b"1e+16"  # the first duplicate; the number as written
@@ -174,8 +177,8 @@ def test_the_tail_copy_writes_what_the_jvm_step_plans_in_the_same_order(spark, r
     assert sorted(lineage) == sorted(dict(o.headers)[LINEAGE_HEADER] for o in written)
     for o in written:
         want = lineage[dict(o.headers)[LINEAGE_HEADER]]
-        assert (o.topic, o.partition, o.key, o.value, (dict(o.headers).get(CODE_HEADER) or b"").decode() or None) == \
-            (want[0], want[1], want[5], want[6], want[7])
+        assert (o.topic, o.partition, o.key, o.value, (dict(o.headers).get(CODE_HEADER) or b"").decode() or None,
+                o.placement, o.timestamp) == (want[0], want[1], want[5], want[6], want[7], want[8], want[9])
     for topic, partition in {(o.topic, o.partition) for o in written}:
         here = [lineage[dict(o.headers)[LINEAGE_HEADER]] for o in written if (o.topic, o.partition) == (topic, partition)]
         assert here == sorted(here, key=lambda r: (r[2], r[3], r[4]))

@@ -47,8 +47,27 @@ def test_the_vectors_cover_every_code_and_the_limits_they_assume() -> None:
 def test_rule_syntax(rule: str, steps: tuple) -> None:
     assert KeyRule(rule).steps == steps
     assert KeyRule(rule).needs_value == (rule not in ("record_key", "window_key", "session_key"))
-    assert KeyRule(rule).keeps_key == (rule == "record_key")
+    assert KeyRule(rule).is_record_key == (rule == "record_key")
     assert KeyRule(rule).reads == ("value" if KeyRule(rule).needs_value else "key")
+    assert KeyRule(rule).keeps_record_key == (not KeyRule(rule).needs_value)
+
+
+def test_the_written_key_and_the_placement_key_of_each_kind_of_rule() -> None:
+    """record_key and the store rules write the record's own key (the store rules place it by the store key);
+    a value rule writes and places by its new key."""
+    from kafkaops.platform.keyrules import placement_key, written_key
+
+    changelog = b"sensor-1" + struct.pack(">qi", 60_000, 3)
+    assert written_key(changelog, b"sensor-1", "window_key") == changelog
+    assert placement_key(changelog, "window_key") == b"sensor-1"
+    assert placement_key(b"sensor-1" + struct.pack(">qq", 9, 5), "session_key") == b"sensor-1"
+    assert written_key(b"short", None, "window_key") == b"short"  # a dead letter keeps its key too
+    assert placement_key(b"short", "window_key") is None  # no store key: placed nowhere
+    assert written_key(b"r1", b"r1", "record_key") == placement_key(b"r1", "record_key") == b"r1"
+    assert written_key(b"r1", b"acct-7", "field:account") == placement_key(b"acct-7", "field:account") == b"acct-7"
+    assert written_key(b"r1", None, "field:account") is None and placement_key(None, "window_key") is None
+    # placed by the whole changelog key, as record_key would: not where window_key puts it
+    assert placement_key(changelog, "record_key") == changelog
 
 
 @pytest.mark.parametrize("rule, words", [

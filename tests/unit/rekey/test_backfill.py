@@ -4,12 +4,14 @@ rules are tests/unit/platform/test_keyrules.py's)."""
 from __future__ import annotations
 
 import json
+import struct
 from dataclasses import replace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kafkaops.platform import keyrules
 from kafkaops.rekey import backfill
 from kafkaops.rekey import steps as partitions
 from kafkaops.rekey.backfill import BackfillError, BackfillPlan, OrderClock, format_lineage, parse_lineage
@@ -75,14 +77,72 @@ def copy(source: list[SourceRecord], plan: BackfillPlan = PLAN) -> tuple[list[Ou
     expected, key_of, dead = expected_order(plan, source)
     by_lineage = {format_lineage(plan.source_topic, r.partition, r.offset): r for r in source}
     target, next_offset = [], [0] * plan.target_partitions
-    for key, lineages in sorted(expected.items()):
+    for key, lineages in sorted(expected.items()):  # placed by the new key, written with the key the rule writes
         p = partition_for(key, plan.target_partitions)
         for lin in lineages:
-            target.append(OutputRecord(plan.target_topic, p, next_offset[p], key, by_lineage[lin].value, lin))
+            written = keyrules.written_key(by_lineage[lin].key, key, plan.rule)
+            target.append(OutputRecord(plan.target_topic, p, next_offset[p], written, by_lineage[lin].value, lin))
             next_offset[p] += 1
-    dlq = [OutputRecord(plan.dead_letter_topic, 0, i, None, by_lineage[lin].value, lin, dead[lin])
+    dlq = [OutputRecord(plan.dead_letter_topic, 0, i, keyrules.written_key(by_lineage[lin].key, None, plan.rule),
+                        by_lineage[lin].value, lin, dead[lin])
            for i, lin in enumerate(sorted(dead, key=parse_lineage))]
     return target, dlq
+
+
+#: A Kafka Streams window store changelog copied by window_key into 6 partitions.
+WINDOWED = replace(PLAN, key_rule="window_key", source_offsets=((0, 0, 1000), (1, 0, 1000), (2, 0, 1000)))
+
+
+def window_records(n: int = 240) -> list[SourceRecord]:
+    """A window store changelog: 12 store keys, each in the source partition Streams put it in
+    (murmur2(store key) % 3), windows of a minute, tombstones, and two records no window store writes."""
+    out, offsets = [], [0, 0, 0]
+    for i in range(n):
+        store = f"sensor-{i % 12}".encode()
+        p = partition_for(store, 3)
+        key = store + struct.pack(">qi", 60_000 * (i // 36), i % 2)
+        out.append(SourceRecord(p, offsets[p], 1000 + i, key, None if i % 11 == 3 else json.dumps({"n": i}).encode()))
+        offsets[p] += 1
+    out += [SourceRecord(0, offsets[0], 5000, b"short", b"{}"), SourceRecord(1, offsets[1], 5001, None, b"{}")]
+    return out
+
+
+def test_a_window_store_copy_keeps_each_changelog_key_placed_by_its_store_key() -> None:
+    source = window_records()
+    target, dlq = copy(source, WINDOWED)
+    by_lineage = {format_lineage("orders", r.partition, r.offset): r for r in source}
+    assert all(r.key == by_lineage[r.lineage or ""].key and r.partition == partition_for(r.key[:-12], 6)
+               for r in target if r.key is not None)
+    assert [r.key for r in dlq] == [b"short", None]  # dead letters keep their key too
+    report = check_integrity(WINDOWED, source, target, dlq)
+    assert report.ok, report.failures
+    assert (report.target_records, report.dead_letters) == (240, 2)
+    assert sum(p.keys for p in report.partitions if p.topic == WINDOWED.target_topic) == 12  # store keys
+
+
+@pytest.mark.parametrize("kind, words", [
+    ("placed by the whole changelog key", "off their key's partition"),
+    ("written with the store key", "carry another key than rule 'window_key' gives"),
+    ("a store key's windows reordered", "out of per-key source order"),
+])
+def test_a_window_store_copy_placed_or_keyed_by_anything_but_the_rule_fails(kind: str, words: str) -> None:
+    source = window_records()
+    target, dlq = copy(source, WINDOWED)
+    i = next(i for i, r in enumerate(target)
+             if partition_for(r.key or b"", 6) != r.partition and partition_for(r.key or b"", 6) in (0, 1, 2))
+    r = target[i]
+    if kind == "placed by the whole changelog key":  # as record_key (or a copy ignoring the rule) would place it
+        target[i] = replace(r, partition=partition_for(r.key or b"", 6), offset=30_000)
+    elif kind == "written with the store key":  # as the backfill wrote it before: the suffix lost
+        target[i] = replace(r, key=(r.key or b"")[:-12])
+    else:  # two windows of one store key swapped
+        j = next(j for j in range(i + 1, len(target)) if (target[j].key or b"")[:-12] == (r.key or b"")[:-12])
+        target[i], target[j] = replace(target[j], offset=r.offset), replace(r, offset=target[j].offset)
+    report = check_integrity(WINDOWED, source, target, dlq)
+    assert not report.ok and any(words in f for f in report.failures), report.failures
+    if kind == "placed by the whole changelog key":
+        assert sum(p.misplaced for p in report.partitions) == 1
+        assert any(f"key {(r.key or b'')[:-12]!r}" in f for f in report.failures), report.failures
 
 
 def test_a_correct_copy_passes_every_check() -> None:
@@ -265,6 +325,30 @@ def test_offset_translation_resumes_at_the_first_unconsumed_record() -> None:
         0: {"offset": 3, "redelivered": 0}, 1: {"offset": 0, "redelivered": 0}}
     assert backfill.translate_offsets("s", {0: 2}, target)[0] == {"offset": 1, "redelivered": 1}
     assert backfill.translate_offsets("s", {0: 3, 1: 2}, target)[0] == {"offset": 4, "redelivered": 0}
+    # with the partitions' end offsets (the copy's last transaction marker after its last record): no lag left
+    assert backfill.translate_offsets("s", {0: 3, 1: 2}, target, {0: 5, 1: 2}) == {
+        0: {"offset": 5, "redelivered": 0}, 1: {"offset": 2, "redelivered": 0}}
+    assert backfill.translate_offsets("s", {0: 2}, target, {0: 5, 1: 2})[0] == {"offset": 1, "redelivered": 1}
+
+
+def test_a_copy_of_a_copy_is_read_by_its_last_lineage_header() -> None:
+    """A topic copied twice: each record carries the first copy's lineage (kept with the source's headers)
+    and the second's after it. Offset translation and the check of a used target read the last one."""
+    from kafkaops.platform.kafka.records import Record
+
+    lineage = backfill.LINEAGE_HEADER
+    copied = [Record("s.v3", 0, o, 0, b"k", b"v", ((lineage, f"s.v1/2/{o + 100}".encode()), ("trace", None),
+                                                   (lineage, f"s/0/{o}".encode()))) for o in range(4)]
+    assert copied[1].header(lineage) == b"s.v1/2/101" and copied[1].last_header(lineage) == b"s/0/1"
+    assert copied[1].last_header("absent") is None
+    table = backfill.translate_offsets("s", {0: 2}, {0: [(r.offset, (r.last_header(lineage) or b"").decode())
+                                                         for r in copied]})
+    assert table == {0: {"offset": 2, "redelivered": 0}}
+    plan = BackfillPlan("s", ((0, 0, 10),), "s.v3", 1)
+    assert backfill.foreign_record(plan, ((r.topic, r.partition, r.offset, r.last_header(lineage)) for r in copied)) \
+        is None
+    assert "does not hold" in str(backfill.foreign_record(plan, ((r.topic, r.partition, r.offset, r.header(lineage))
+                                                                 for r in copied)))
 
 
 # -- in-place placement and key change --------------------------------------------------------------------

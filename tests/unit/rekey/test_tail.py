@@ -128,3 +128,52 @@ def test_a_capped_part_is_cut_at_one_moment_in_every_partition() -> None:
     assert tail.cut_by_time(fast + slow, {0: 5, 1: 23}, more=[]) == (fast + slow, {0: 5, 1: 23})
     late = [source(0, 0, 2000, "alice"), source(0, 1, 1000, "alice")]
     assert tail.cut_by_time(late, {0: 2}, more=[0])[1] == {0: 2}
+
+
+def test_a_part_keeps_the_source_headers_and_timestamp_and_appends_its_lineage_last() -> None:
+    """Every output keeps the source record's headers in order (duplicates, null values and a lineage of an
+    earlier copy included) and its timestamp; the copy's lineage, and a dead letter's code and detail, come
+    after them. The check reads the last lineage, so a topic copied twice checks clean, and a copy that lost
+    its own lineage is caught."""
+    earlier = ((LINEAGE_HEADER, b"older/2/7"), ("trace", b"t1"), ("trace", None))
+    records = [replace(r, headers=earlier) for r in SOURCE]
+    out = tail.rekey_part(PLAN, records)
+    for o in out:
+        source = next(r for r in records if o.last_header(LINEAGE_HEADER) == f"orders/{r.partition}/{r.offset}".encode())
+        assert o.timestamp == source.timestamp
+        assert o.headers[:3] == earlier and o.headers[3][0] == LINEAGE_HEADER
+        assert [k for k, _ in o.headers[4:]] == ([CODE_HEADER, "kafkaops.dead_letter_reason"]
+                                                 if o.topic == PLAN.dead_letter_topic else [])
+    check = tail.check_part(PLAN, records, read_back(out))
+    assert check.ok, check.failures
+    stripped = [replace(r, headers=r.headers[:3]) for r in read_back(out)]  # only the earlier copy's lineage left
+    check = tail.check_part(PLAN, records, stripped)
+    assert not check.ok and any("not of this part" in f for f in check.failures), check.failures
+
+
+def test_a_window_store_part_writes_each_changelog_key_placed_and_ordered_by_its_store_key() -> None:
+    import struct
+
+    plan = replace(PLAN, key_rule="window_key")
+
+    def changelog(partition: int, offset: int, ts: int, store: bytes, start: int) -> Record:
+        return Record("orders", partition, offset, ts, store + struct.pack(">qi", start, 0), None if offset == 2 else b"{}")
+
+    records = [changelog(0, 1, 1000, b"s1", 0), changelog(0, 2, 1001, b"s1", 60_000), changelog(1, 5, 999, b"s1", 0),
+               changelog(1, 6, 1002, b"s2", 0), Record("orders", 1, 7, 1003, b"short", b"{}")]
+    out = tail.rekey_part(plan, records)
+    target = [o for o in out if o.topic == plan.target_topic]
+    assert [o.key for o in target] == [records[2].key, records[0].key, records[1].key, records[3].key]  # s1 by time
+    assert all(o.partition == partition_for(o.placement or b"", 6) and o.placement == (o.key or b"")[:-12]
+               for o in target)
+    assert target[2].value is None  # a tombstone stays a record
+    (dead,) = [o for o in out if o.topic == plan.dead_letter_topic]
+    assert dead.key == b"short" and dead.last_header(CODE_HEADER) == b"NOT_A_WINDOWED_KEY"
+    check = tail.check_part(plan, records, read_back(out))
+    assert check.ok, check.failures
+    assert check.keys == {(plan.target_topic, partition_for(b"s1", 6)): frozenset({b"s1"}) |
+                          ({b"s2"} if partition_for(b"s2", 6) == partition_for(b"s1", 6) else set()),
+                          **({} if partition_for(b"s2", 6) == partition_for(b"s1", 6)
+                             else {(plan.target_topic, partition_for(b"s2", 6)): frozenset({b"s2"})})}
+    suffixless = [replace(r, key=r.key[:-12]) if r.topic == plan.target_topic and r.key else r for r in read_back(out)]
+    assert any("another key than the rule gives" in f for f in tail.check_part(plan, records, suffixless).failures)

@@ -31,7 +31,16 @@ class Record:
     headers: tuple[tuple[str, bytes | None], ...] = ()
 
     def header(self, name: str) -> bytes | None:
+        """The value of the first header ``name`` (None when there is none)."""
         for k, v in self.headers:
+            if k == name:
+                return v
+        return None
+
+    def last_header(self, name: str) -> bytes | None:
+        """The value of the last header ``name`` (None when there is none): the one a kafkaops copy wrote
+        (its lineage, a dead letter's code), after the source record's own headers."""
+        for k, v in reversed(self.headers):
             if k == name:
                 return v
         return None

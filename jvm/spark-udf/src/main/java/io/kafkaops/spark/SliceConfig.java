@@ -35,7 +35,7 @@ final class SliceConfig implements Serializable {
     /**
      * With lineage columns in the frame: the source topic each record's lineage header names
      * ({@code <topic>/<lineage_partition>/<lineage_offset>}), and the names of the lineage, reason-code
-     * and reason-detail headers.
+     * and reason-detail headers (appended after the record's own headers, if the frame gives some).
      */
     static final String LINEAGE_TOPIC = "kafkaops.lineage.topic";
     static final String LINEAGE_HEADER = "kafkaops.header.lineage";

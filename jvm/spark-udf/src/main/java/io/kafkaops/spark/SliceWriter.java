@@ -396,9 +396,21 @@ final class SliceWriter implements DataWriter<InternalRow> {
                 : row.getInt(columns.partition);
         byte[] key = row.isNullAt(columns.key) ? null : row.getBinary(columns.key);
         byte[] value = row.isNullAt(columns.value) ? null : row.getBinary(columns.value);
+        Long timestamp = columns.timestamp < 0 || row.isNullAt(columns.timestamp) ? null
+                : row.getLong(columns.timestamp);
         List<Header> headers = null;
-        if (columns.lineagePartition >= 0) {  // built here: the lineage, and a dead letter's code and detail
-            headers = new ArrayList<>(3);
+        if (columns.headers >= 0 && !row.isNullAt(columns.headers)) {  // the given headers (a source's), in order
+            ArrayData array = row.getArray(columns.headers);
+            headers = new ArrayList<>(array.numElements() + 3);
+            for (int i = 0; i < array.numElements(); i++) {
+                InternalRow h = array.getStruct(i, 2);
+                headers.add(new RecordHeader(h.getUTF8String(0).toString(), h.isNullAt(1) ? null : h.getBinary(1)));
+            }
+        }
+        if (columns.lineagePartition >= 0) {  // built here, after them: the lineage, a dead letter's code and detail
+            if (headers == null) {
+                headers = new ArrayList<>(3);
+            }
             headers.add(new RecordHeader(config.headers.lineage(),
                     lineage(row.getInt(columns.lineagePartition), row.getLong(columns.lineageOffset))));
             if (columns.code >= 0 && !row.isNullAt(columns.code)) {
@@ -406,15 +418,8 @@ final class SliceWriter implements DataWriter<InternalRow> {
                 headers.add(new RecordHeader(config.headers.reason(), columns.detail < 0 || row.isNullAt(columns.detail)
                         ? null : row.getUTF8String(columns.detail).getBytes()));
             }
-        } else if (columns.headers >= 0 && !row.isNullAt(columns.headers)) {
-            ArrayData array = row.getArray(columns.headers);
-            headers = new ArrayList<>(array.numElements());
-            for (int i = 0; i < array.numElements(); i++) {
-                InternalRow h = array.getStruct(i, 2);
-                headers.add(new RecordHeader(h.getUTF8String(0).toString(), h.isNullAt(1) ? null : h.getBinary(1)));
-            }
         }
-        return new ProducerRecord<>(lastTopicName, partition, null, key, value,
+        return new ProducerRecord<>(lastTopicName, partition, timestamp, key, value,
                 headers == null ? null : new RecordHeaders(headers));
     }
 
@@ -450,15 +455,26 @@ final class SliceWriter implements DataWriter<InternalRow> {
 
     /**
      * Where the columns are in the written frame; checked on the driver before any task starts. The
-     * record headers come from {@code headers} (an array of key/value structs), or are built here from
-     * {@code lineage_partition}, {@code lineage_offset} and, for dead letters, {@code code} and
-     * {@code detail} (the options name the topic and the header names: {@link SliceConfig.Headers}).
+     * record headers are those of {@code headers} (an array of key/value structs: a copy's source headers),
+     * in order, then the ones built here from {@code lineage_partition}, {@code lineage_offset} and, for
+     * dead letters, {@code code} and {@code detail} (the options name the topic and the header names:
+     * {@link SliceConfig.Headers}): the copy's own headers come last. {@code timestamp} (epoch
+     * milliseconds, optional) is each record's timestamp, a copy's source timestamp; null or absent, the
+     * producer's clock (a topic of {@code message.timestamp.type=LogAppendTime} takes the broker's anyway).
      */
     record Columns(int topic, int partition, int key, int value, int headers, int sliceTopic, int slicePartition,
-                   int lineagePartition, int lineageOffset, int code, int detail) implements Serializable {
-        /** Columns without lineage ones: headers come from {@code headers}, if any. */
+                   int lineagePartition, int lineageOffset, int code, int detail, int timestamp)
+            implements Serializable {
+        /** Columns without lineage ones or a timestamp: headers come from {@code headers}, if any. */
         Columns(int topic, int partition, int key, int value, int headers, int sliceTopic, int slicePartition) {
-            this(topic, partition, key, value, headers, sliceTopic, slicePartition, -1, -1, -1, -1);
+            this(topic, partition, key, value, headers, sliceTopic, slicePartition, -1, -1, -1, -1, -1);
+        }
+
+        /** Columns without a timestamp. */
+        Columns(int topic, int partition, int key, int value, int headers, int sliceTopic, int slicePartition,
+                int lineagePartition, int lineageOffset, int code, int detail) {
+            this(topic, partition, key, value, headers, sliceTopic, slicePartition, lineagePartition, lineageOffset,
+                    code, detail, -1);
         }
 
         static Columns of(StructType schema) {
@@ -476,15 +492,13 @@ final class SliceWriter implements DataWriter<InternalRow> {
             int lineageOffset = find(schema, "lineage_offset", DataTypes.LongType, lineagePartition >= 0, problems);
             int code = find(schema, "code", DataTypes.StringType, false, problems);
             int detail = find(schema, "detail", DataTypes.StringType, false, problems);
-            if (lineagePartition >= 0 && headers >= 0) {
-                problems.add("columns headers and lineage_partition both give the headers: keep one");
-            }
+            int timestamp = find(schema, "timestamp", DataTypes.LongType, false, problems);
             if (!problems.isEmpty()) {
                 throw new IllegalArgumentException("TransactionalKafkaSink: the frame " + schema.simpleString()
                         + " does not fit: " + String.join("; ", problems));
             }
             return new Columns(topic, partition, key, value, headers, sliceTopic, slicePartition, lineagePartition,
-                    lineageOffset, code, detail);
+                    lineageOffset, code, detail, timestamp);
         }
 
         private static int find(StructType schema, String name, DataType type, boolean required,

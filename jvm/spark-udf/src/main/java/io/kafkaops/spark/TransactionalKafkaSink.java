@@ -48,7 +48,9 @@ import org.slf4j.LoggerFactory;
 
 /**
  * An exactly-once Kafka sink for Spark batch writes ({@code df.write.format(<this class>).mode("append")}):
- * rows {@code topic, partition, key, value, headers} as Spark's Kafka sink takes them, plus
+ * rows {@code topic, partition, key, value, headers} as Spark's Kafka sink takes them, an optional
+ * {@code timestamp} (epoch milliseconds: a copy's source timestamp), the lineage columns from which it appends
+ * the copy's own headers after {@code headers} ({@link SliceWriter.Columns}), plus
  * {@code slice_topic, slice_partition}, the slice the row belongs to. One Spark task writes one slice
  * (and a slice is written by one task), in an order that every attempt and every run repeats.
  *

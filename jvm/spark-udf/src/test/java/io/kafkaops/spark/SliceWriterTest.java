@@ -250,4 +250,59 @@ class SliceWriterTest {
         noTopic.remove(SliceConfig.LINEAGE_TOPIC);
         assertThrows(IllegalArgumentException.class, () -> new SliceWriter(SliceConfig.of(noTopic), columns, broker));
     }
+
+    @Test
+    void aCopyKeepsTheSourceHeadersInOrderWithItsOwnAfterThemAndTheSourceTimestamp() {
+        Map<String, String> options = new HashMap<>();
+        options.put("kafka.bootstrap.servers", "127.0.0.1:9092");
+        options.put(SliceConfig.TRANSACTIONAL_ID_PREFIX, GROUP);
+        options.put(SliceConfig.MARKER_GROUP, GROUP);
+        options.put(SliceConfig.LINEAGE_TOPIC, "orders");
+        options.put(SliceConfig.LINEAGE_HEADER, "kafkaops.lineage");
+        options.put(SliceConfig.CODE_HEADER, "kafkaops.dead_letter_code");
+        options.put(SliceConfig.REASON_HEADER, "kafkaops.dead_letter_reason");
+        // topic, partition, key, value, timestamp, headers, lineage_partition, lineage_offset, code, detail,
+        // slice_topic, slice_partition: the frame's headers and lineage columns together
+        SliceWriter.Columns columns = new SliceWriter.Columns(0, 1, 2, 3, 5, 10, 11, 6, 7, 8, 9, 4);
+        Broker broker = new Broker();
+        SliceWriter writer = new SliceWriter(SliceConfig.of(options), columns, broker);
+        // a source record copied before (its lineage header first), with a duplicate header name and a null value
+        GenericArrayData source = new GenericArrayData(new Object[] {
+            new GenericInternalRow(new Object[] {UTF8String.fromString("trace"), "t1".getBytes(StandardCharsets.UTF_8)}),
+            new GenericInternalRow(new Object[] {UTF8String.fromString("kafkaops.lineage"),
+                "older/1/5".getBytes(StandardCharsets.UTF_8)}),
+            new GenericInternalRow(new Object[] {UTF8String.fromString("trace"), null})});
+        writer.write(new GenericInternalRow(new Object[] {UTF8String.fromString("orders.v2"), 4,
+            "k".getBytes(StandardCharsets.UTF_8), "{}".getBytes(StandardCharsets.UTF_8), 1_700_000_000_123L, source,
+            2, 7L, null, null, UTF8String.fromString("orders"), 2}));
+        writer.write(new GenericInternalRow(new Object[] {UTF8String.fromString("orders.v2.dlq"), 0, null,
+            "x".getBytes(StandardCharsets.UTF_8), 1_600_000_000_000L, source, 2, 8L, UTF8String.fromString("NO_KEY"),
+            UTF8String.fromString("no key"), UTF8String.fromString("orders"), 2}));
+        writer.write(new GenericInternalRow(new Object[] {UTF8String.fromString("orders.v2"), 1,
+            "j".getBytes(StandardCharsets.UTF_8), null, null, null, 2, 9L, null, null, UTF8String.fromString("orders"),
+            2}));
+        assertEquals(new SliceWriter.Done("orders-2", 3, 3, 0), writer.commit());
+        writer.close();
+        List<ProducerRecord<byte[], byte[]>> sent = broker.all.get(0).history();
+        assertEquals(List.of("trace", "kafkaops.lineage", "trace", "kafkaops.lineage"),
+                names(sent.get(0)));
+        assertArrayEquals("older/1/5".getBytes(StandardCharsets.UTF_8), sent.get(0).headers().toArray()[1].value());
+        assertEquals(null, sent.get(0).headers().toArray()[2].value());
+        assertArrayEquals("orders/2/7".getBytes(StandardCharsets.US_ASCII),
+                sent.get(0).headers().lastHeader("kafkaops.lineage").value());
+        assertEquals(1_700_000_000_123L, sent.get(0).timestamp());
+        assertEquals(List.of("trace", "kafkaops.lineage", "trace", "kafkaops.lineage", "kafkaops.dead_letter_code",
+                "kafkaops.dead_letter_reason"), names(sent.get(1)));
+        assertEquals(1_600_000_000_000L, sent.get(1).timestamp());
+        assertEquals(List.of("kafkaops.lineage"), names(sent.get(2)));  // no source headers, no timestamp given
+        assertEquals(null, sent.get(2).timestamp());
+    }
+
+    private static List<String> names(ProducerRecord<byte[], byte[]> record) {
+        List<String> out = new ArrayList<>();
+        for (org.apache.kafka.common.header.Header h : record.headers()) {
+            out.add(h.key());
+        }
+        return out;
+    }
 }
