@@ -64,10 +64,9 @@ def test_a_streams_application_keeps_its_state_across_a_partition_increase(
     assert outputs == expected, outputs.differences(expected)
 
     new_id = f"{application_id}-v2"
-    with kafka_default_connection(bootstrap):  # the DAG reaches the cluster through kafka_default
-        dag_run, record = run_partition_increase(
-            dagbag, topic=names.input, new_partition_count=NEW, mode="migrate", streams_application_id=application_id,
-            streams_new_application_id=new_id, dry_run=False, approval="auto_approve")
+    dag_run, record = run_partition_increase(
+        dagbag, topic=names.input, new_partition_count=NEW, mode="migrate", streams_application_id=application_id,
+        streams_new_application_id=new_id, dry_run=False, approval="auto_approve")
     assert str(dag_run.state) == "success", record
     assert record["outcome"] == "success", record
     cut = next(iter(state.read_notes(record["notes"], StreamsCutNote))).value
