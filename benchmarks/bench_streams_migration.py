@@ -43,9 +43,11 @@ OLD, NEW = 3, 12
 
 
 def lost(got: Outputs, want: Outputs) -> tuple[int, int, int]:
-    """Counts short of the reference: keys whose count is short, records missing from the counts, windows off."""
+    """State short of the reference: keys whose count is short, records missing from the counts, and windowed
+    counts the restarted application wrote that differ from the reference (it writes the windows it updates: the
+    probe's, where the last records of the stream also fall, and, reprocessing, every window it reads again)."""
     short = {k: want.counts[k] - got.counts.get(k, 0) for k in want.counts if got.counts.get(k, 0) != want.counts[k]}
-    windows = sum(1 for k in want.windowed if got.windowed.get(k) != want.windowed[k])
+    windows = sum(1 for k, n in got.windowed.items() if want.windowed.get(k) != n)
     return len(short), sum(short.values()), windows
 
 
@@ -133,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         if reset.returncode != 0:
             raise SystemExit(f"the reset tool failed ({reset.returncode}): {reset.stdout[-2000:]} {reset.stderr[-2000:]}")
         new_b = StreamsTopics(new_a.input, new_a.table, "counts-b", "windowed-b", "joined-b")
-        start_b, got_b = restarted(bootstrap, old_app, new_b, args.instances, probe, work / "b", want)
+        # the copies hold kafkaops' probe too: what the reset tool's way reads has it twice, so its reference does
+        start_b, got_b = restarted(bootstrap, old_app, new_b, args.instances, probe, work / "b",
+                                   streams.reference_outputs(written + probe + probe, table, WINDOW_MS))
     copies = ", ".join(f"{c.source} {c.seconds:.1f} s" for c in cut.copies)
     rows = [
         f"The tests' Kafka Streams application (jvm/streams-app: count, windowed count, stream-table join; "
@@ -144,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{first_s:.1f} s.",
         "",
         "| way | stopped to restarted (s) | restart to caught up (s) | total (s) | keys with a count short | "
-        "records missing from the counts | windowed counts wrong |",
+        "records missing from the counts | windowed counts written wrong |",
         "|---|---|---|---|---|---|---|",
         f"| kafkaops (`streams_application_id`: {len(cut.copies)} copies gated: {copies}; offsets committed) "
         f"| {cut_s:.1f} | {start_a:.1f} | {cut_s + start_a:.1f} | {got_a[0]:,} | {got_a[1]:,} | {got_a[2]:,} |",
