@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from kafkaops.platform.kafka import configs, metadata, offsets, records, topics
-from kafkaops.platform import keyrules
+from kafkaops.platform import keyrules, own
 from kafkaops.rekey import backfill
 from kafkaops.rekey import migration
 from kafkaops.platform import gates, lifecycle, recommendations, render, state
@@ -868,12 +868,16 @@ def _recorded_plan(record: Mapping[str, Any]) -> PartitionPlan | None:
 
 def left_topics(plan: PartitionPlan | None, before: Cluster | None, after: Cluster | None) -> tuple[str, ...]:
     """A migrate's target and dead-letter topics that the run made: there after it, not before (none for
-    in place)."""
+    in place); a Kafka Streams application's: every input's and changelog's copy, with its dead-letter topic."""
     if plan is None or plan.mode != Mode.MIGRATE or not plan.backfill or after is None:
         return ()
     bf = BackfillPlan.from_dict(plan.backfill)
+    made = [bf.target_topic, bf.dead_letter_topic]
+    if plan.streams:
+        made += [t for _, target, _ in StreamsPlan.from_dict(plan.streams).copies()
+                 for t in (target, own.dead_letter_topic(target))]
     had = set(before.topics) if before is not None else set()
-    return tuple(t for t in (bf.target_topic, bf.dead_letter_topic) if t in set(after.topics) and t not in had)
+    return tuple(t for t in dict.fromkeys(made) if t in set(after.topics) and t not in had)
 
 
 def next_steps(plan: PartitionPlan | None, p: PartitionParams, outcome: str, left: tuple[str, ...]) -> str:

@@ -44,6 +44,20 @@ def test_a_failed_migration_names_the_topics_it_made_and_the_way_on() -> None:
     assert f"orders.v2 and {SNAPSHOT.dead_letter_topic}, made by this run, stay" in text
 
 
+def test_a_failed_streams_migration_names_every_copy_it_made() -> None:
+    from dataclasses import replace
+
+    from kafkaops.rekey.streams import InputMove, Store, StoreKind, StoreMove, StreamsPlan
+
+    store = Store("counts", "app-counts-changelog", 3, StoreKind.KEY_VALUE, "test")
+    made = StreamsPlan("app", "app-p12", 3, 12, (InputMove("orders", "orders.v2"),),
+                       (StoreMove(store, "app-p12-counts-changelog"),))
+    plan = replace(migrate_plan(), streams=made.to_dict())
+    after = cluster("orders", "orders.v2", SNAPSHOT.dead_letter_topic, "app-p12-counts-changelog")
+    assert left_topics(plan, cluster("orders"), after) == ("orders.v2", SNAPSHOT.dead_letter_topic,
+                                                          "app-p12-counts-changelog")
+
+
 def test_a_target_that_existed_before_the_run_is_not_said_to_be_made_by_it() -> None:
     assert left_topics(migrate_plan(), cluster("orders", "orders.v2"), cluster("orders", "orders.v2")) == ()
     assert left_topics(None, None, cluster("orders")) == ()
