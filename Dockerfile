@@ -20,7 +20,7 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM maven:3.9-eclipse-temurin-17 AS jars
 WORKDIR /src
 COPY jvm/ jvm/
-RUN mvn -q -B -f jvm/pom.xml package -pl '!streams-app' -Djars.dir=/opt/kafkaops/jars
+RUN mvn -q -B -f jvm/pom.xml package -Djars.dir=/opt/kafkaops/jars -pl '!streams-app'
 
 # -- the wheel: kafkaops, the Spark apps, and as package data the DAG files, playbooks and gate suites
 FROM ${PYTHON_IMAGE} AS wheel
