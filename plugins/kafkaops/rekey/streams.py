@@ -519,10 +519,6 @@ class StreamsCut:
                    tuple(CopyDone.from_dict(c) for c in data["copies"]),
                    tuple(OffsetsMoved.from_dict(o) for o in data["offsets"]))
 
-    def start_command(self) -> str:
-        """What the operator starts the new application with."""
-        return self.plan.start_text()
-
 
 def undrained(repartitions: Iterable[InternalTopic]) -> tuple[InternalTopic, ...]:
     """The repartition topics the application has not read to their end (lag above 0)."""

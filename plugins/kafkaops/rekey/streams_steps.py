@@ -152,7 +152,7 @@ def cut(ctx: lifecycle.OperationContext, made: StreamsPlan, *, launcher: spark.L
     result = StreamsCut(made, now.repartitions, tuple(done), moved)
     state.append_note(ctx.audit, StreamsCutNote(
         f"Kafka Streams application {made.application_id} cut over to {made.new_application_id}: {len(done)} "
-        f"topic(s) copied, offsets committed for {len(moved)} input(s); {result.start_command()}", result))
+        f"topic(s) copied, offsets committed for {len(moved)} input(s); {made.start_text()}", result))
     return result
 
 

@@ -144,4 +144,4 @@ def test_the_cuts_record_reads_back_as_written() -> None:
     cut = StreamsCut(made, app.repartitions, (CopyDone("orders", "orders.v2", "record_key", 10, 10, 0, True),),
                      (OffsetsMoved("orders", "orders.v2", ((0, 5),), ((0, 2), (1, 3)), 0),))
     assert StreamsCut.from_dict(cut.to_dict()) == cut and cut.ready
-    assert "application.id=v2" in cut.start_command() and "unchanged for a rollback" in cut.start_command()
+    assert "application.id=v2" in cut.plan.start_text() and "unchanged for a rollback" in cut.plan.start_text()
