@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,10 @@ import pytest
 from kafkaops.airflow.pages import render_record
 from kafkaops.platform import provision, state
 from kafkaops.platform.kafka import connection, metadata, topics
-from kafkaops.rekey.records import StreamsCutNote
+from kafkaops.rekey.records import Action, ActionNote, StreamsCutNote, SwitchObservedNote
 from kafkaops.testing import streams
-from kafkaops.testing.streams import InputRecord, StreamsApp, StreamsTopics
+from kafkaops.testing.rehearsal import RecordFollower
+from kafkaops.testing.streams import Feeder, InputRecord, StreamsApp, StreamsTopics
 from tests.dags.conftest import kafka_default_connection, run_partition_increase
 
 pytestmark = pytest.mark.integration
@@ -102,5 +104,84 @@ def test_a_streams_application_keeps_its_state_across_a_partition_increase(
         streams.wait_caught_up(app, 120)
         assert app.stop() == {0: 0, 1: 0, 2: 0, 3: 0}, app.describe()
     expected = streams.reference_outputs(first + second, table, WINDOW_MS)
+    outputs = streams.read_outputs(bootstrap, names)
+    assert outputs == expected, outputs.differences(expected)
+
+
+class StreamsStandIn(RecordFollower):
+    """The person of a live Streams migration, doing what the run's record asks: at the quiesce, stop the
+    producers, let the application read to the end and stop it; at the switch, start the new application
+    (4 instances) and move the producers to its input."""
+
+    def __init__(self, feeder: Feeder, old: StreamsApp, new: StreamsApp) -> None:
+        super().__init__("kafka_partition_increase")
+        self.feeder, self.old, self.new = feeder, old, new
+        self.sent_at_stop = 0
+
+    def act(self, note: ActionNote) -> None:
+        if note.action is Action.STOP_PRODUCERS and not self.did("stopped"):
+            self.sent_at_stop = self.feeder.pause()
+            streams.wait_caught_up(self.old, 120)
+            assert self.old.stop() == {0: 0}, self.old.describe()
+            self.done.append(("stopped", time.monotonic()))
+        elif note.action is Action.SWITCH and not self.did("switched"):
+            self.new.start()
+            self.new.wait_running(120)
+            self.feeder.resume(self.new.topics.input)
+            self.done.append(("switched", time.monotonic()))
+
+
+def test_a_running_streams_application_moves_live_and_is_stopped_only_for_the_cut(
+        dagbag, one_broker_cluster: provision.ClusterSpec, app_topics: tuple[str, StreamsTopics],
+        tmp_path: Path) -> None:
+    """quiesce=manual: the application and its producer run through the copies and the catch-up; it is
+    stopped only for the last parts, the gates and the offsets, then restarts as 4 instances on 12 partitions
+    while the producer goes on there. Its outputs equal the reference of every record sent."""
+    bootstrap = one_broker_cluster.bootstrap
+    application_id, names = app_topics
+    base = (time.time_ns() // 1_000_000 - 3_600_000) // WINDOW_MS * WINDOW_MS
+    table = [InputRecord(k, f"t-{k}", base - 1_000) for k in KEYS]
+    first = stream_batch(base, 0, 2_000)
+    streams.produce(bootstrap, names.table, table)
+    streams.produce(bootstrap, names.input, first)
+    new_id, target = f"{application_id}-live", f"{names.input}.p{NEW}"
+    new_names = StreamsTopics(input=target, table=f"{names.table}.v2", counts=names.counts,
+                              windowed=names.windowed, joined=names.joined)
+    with ExitStack() as stack:
+        old = stack.enter_context(StreamsApp(bootstrap, application_id, names, window_ms=WINDOW_MS,
+                                             workdir=tmp_path / "old"))
+        old.wait_running(90)
+        new = StreamsApp(bootstrap, new_id, new_names, instances=4, window_ms=WINDOW_MS, workdir=tmp_path / "new")
+        stack.callback(new.close)
+        feeder = stack.enter_context(Feeder(bootstrap, names.input, lambda start, n: stream_batch(base, start, n),
+                                            start=len(first), per_batch=100, interval_s=0.2))
+        with StreamsStandIn(feeder, old, new) as person:
+            dag_run, record = run_partition_increase(
+                dagbag, topic=names.input, new_partition_count=NEW, mode="migrate",
+                streams_application_id=application_id, streams_new_application_id=new_id, target_topic=target,
+                dry_run=False, approval="auto_approve", quiesce="manual", catch_up_lag_records=1_000,
+                catch_up_budget_s=300, quiet_s=2, quiesce_timeout_s=180, switch_timeout_s=180)
+        assert person.error is None, person.error
+        assert str(dag_run.state) == "success", record
+        assert [a for a, _ in person.done] == ["stopped", "switched"]
+        feeder.pause()
+        streams.wait_caught_up(new, 120)
+        assert new.stop() == {0: 0, 1: 0, 2: 0, 3: 0}, new.describe()
+    assert record["outcome"] == "success", record
+    cut = next(iter(state.read_notes(record["notes"], StreamsCutNote))).value
+    assert cut.ready and cut.live is not None and len(cut.copies) == 5, cut
+    assert all(c.source_records == c.target_records for c in cut.copies), cut.copies
+    # the producer wrote through the copies: the tails copied what it wrote after each backfill
+    assert cut.live.tail_records > 0, cut.live
+    assert cut.live.asked_at < cut.live.stopped_at < cut.live.ready_at, cut.live
+    # the copy holds every record sent before the quiesce: the input's quiesced ends count them all
+    assert sum(cut.live.source_ends[names.input].values()) == len(first) + person.sent_at_stop > len(first)
+    observed = state.read_notes(record["notes"], SwitchObservedNote)
+    assert observed and observed[0].value.first_target_write_ms is not None, record["notes"]
+    page = render_record(record)
+    (tmp_path / "record.html").write_text(page)
+    for shown in ("Kafka Streams application", "application down", "live (manual)", new_id, target):
+        assert shown in page, shown
+    expected = streams.reference_outputs(first + feeder.sent, table, WINDOW_MS)
     outputs = streams.read_outputs(bootstrap, names)
     assert outputs == expected, outputs.differences(expected)

@@ -257,7 +257,9 @@ def _live(record: Mapping[str, Any]) -> dict[str, Any] | None:
         window = seen.write_window_s
         facts += [("switch observed", render.utc_time(live.observed.ts)),
                   ("write-unavailable window", "unknown" if window is None else
-                   f"{window:.1f} s ({seen.window_from} to the first target record)")]
+                   f"{window:.1f} s ({seen.window_from} to the first target record)"
+                   if " to " not in seen.window_from  # else it says both ends (a Streams application's)
+                   else f"{window:.1f} s ({seen.window_from})")]
         phases = live.window_phases()
         if phases:
             facts.append(("the window, by phase", "; ".join(f"{name} {render.duration(s)}" for name, s in phases)))
@@ -310,6 +312,15 @@ def _streams(record: Mapping[str, Any]) -> dict[str, Any] | None:
                              "one stays whole for a rollback)"),
              ("partitions", _arrow(made.old_partitions, made.new_partitions)),
              ("cut", render.utc_time(cut.ts) + "; " + made.start_text() if cut else "not done")]
+    live = cut.value.live if cut else None
+    if live is not None:  # a live cut: when each moment was, and how long the application was down
+        facts += [("cut-over", f"live ({live.how}): inputs quiesced at {render.utc_time(live.asked_at)}, "
+                               f"application seen stopped at {render.utc_time(live.stopped_at)}, switch asked at "
+                               f"{render.utc_time(live.ready_at)}"),
+                  ("application down", f"{live.stopped_s:.1f} s from its stop to the new application's offsets "
+                                       f"committed ({live.last_part_records:,} record(s) copied after it stopped; "
+                                       f"{live.tail_records:,} by the tail copies in all)"),
+                  ("inputs' write window", f"{live.window_s:.1f} s from the quiesce to the switch asked, at least")]
     return {"facts": facts,
             "inputs": (["input topic", "new topic", "copied (records)", "gate", "took",
                         f"offsets committed for {made.new_application_id} (partition: offset)"], inputs),

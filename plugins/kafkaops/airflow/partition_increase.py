@@ -25,8 +25,9 @@ from kafkaops.platform import lifecycle, state
 from kafkaops.platform import params as form
 from kafkaops.rekey import migration, steps, streams_steps
 from kafkaops.rekey.backfill import BackfillPlan
-from kafkaops.rekey.streams import StreamsPlan
-from kafkaops.rekey.records import Action, ActionNote, CatchUp, PassResult, SwitchDecision, TargetReady
+from kafkaops.rekey.streams import StreamsCut, StreamsPlan
+from kafkaops.rekey.records import (Action, ActionNote, CatchUp, PassResult, StreamsBackfill, StreamsCatchUp,
+                                    SwitchDecision, TargetReady)
 from kafkaops.airflow import spark_submit
 from kafkaops.airflow.hooks import KafkaOpsHook
 from kafkaops.airflow.operation_dag import LONG_TASK_TIMEOUT, RETRIED, operation_dag, params_of, task_of, value_of
@@ -136,6 +137,9 @@ def execute(plan_data: dict[str, Any]) -> dict[str, Any]:
             return steps.execute_in_place(ctx, plan)
         launcher = spark_submit.launcher_of(get_current_context())
         launcher.check()  # an unreachable master fails here, before the target topic exists
+        if plan.streams and ctx.params.policy.live:  # copies and gates while the application runs; tails follow
+            return {"streams_backfill": streams_steps.copy_running(ctx, StreamsPlan.from_dict(plan.streams),
+                                                                   launcher=launcher).to_dict()}
         if plan.streams:  # waits for the application to stop, then copies, gates and commits its offsets
             return {"streams_cut": streams_steps.cut(ctx, StreamsPlan.from_dict(plan.streams), launcher=launcher,
                                                      stop_timeout_s=float(ctx.params.streams_stop_timeout_s)
@@ -157,6 +161,9 @@ def catch_up(plan_data: dict[str, Any], result: dict[str, Any] | None) -> dict[s
     the quiesce task and the switch."""
     if result is None:  # execute did not run (a dry run, a rejected plan)
         raise AirflowSkipException("nothing was executed: no tail to follow")
+    if "streams_backfill" in result:  # every input and changelog of a Kafka Streams application
+        return run_live("catch_up", plan_data, lambda ctx: streams_steps.follow(
+            ctx, StreamsBackfill.from_dict(result["streams_backfill"]), ctx.params.policy))
     return run_live("catch_up", plan_data, lambda ctx: migration.follow(ctx, first_plan(plan_data, result),
                                                                          ctx.params.policy))
 
@@ -170,6 +177,12 @@ def quiesce(plan_data: dict[str, Any], before: dict[str, Any], result: dict[str,
     ctx = context_of(get_current_context())
     plan = steps.plan_of(plan_data)
     live_only(ctx, plan, "quiesce")
+    if plan.streams:  # the inputs quiesced, the application stopped, the last parts, gates, offsets: one step
+        with recorded(ctx, "quiesce"):
+            cut = streams_steps.live_cut(ctx, StreamsPlan.from_dict(plan.streams),
+                                         StreamsBackfill.from_dict(result["streams_backfill"]),
+                                         StreamsCatchUp.from_dict(caught), ctx.params.policy)
+        return {"streams_cut": cut.to_dict(), "switch_text": cut.switch_text()}
     ready = steps.ready_target(ctx, plan, before, first_plan(plan_data, result), CatchUp.from_dict(caught),
                                PassResult.from_dict(result), lambda name: recorded(ctx, name))
     state.append_note(ctx.audit, ActionNote(migration.switch_request(ready.cutover), Action.SWITCH,
@@ -213,6 +226,15 @@ def cutover(plan_data: dict[str, Any], before: dict[str, Any], verified: dict[st
 
 @task(execution_timeout=LONG_TASK_TIMEOUT, show_return_value_in_logs=False)  # the step logs its summary line
 def confirm(plan_data: dict[str, Any], ready: dict[str, Any], switched: dict[str, Any]) -> dict[str, Any]:
+    if "streams_cut" in ready:  # a Kafka Streams application: its new inputs written, its new group running
+        cut = StreamsCut.from_dict(ready["streams_cut"])
+
+        def observe_streams(ctx: lifecycle.OperationContext) -> Any:
+            try:
+                return streams_steps.confirm(ctx, cut, ctx.params.policy)
+            finally:
+                streams_steps.release_input_writes(ctx, cut.plan, ctx.params.policy)
+        return run_live("confirm", plan_data, observe_streams)
     target = TargetReady.from_dict(ready)
     done = target.final
 
@@ -223,6 +245,21 @@ def confirm(plan_data: dict[str, Any], ready: dict[str, Any], switched: dict[str
         finally:
             migration.release_writes(ctx, bf.source_topic, ctx.params.policy)
     return run_live("confirm", plan_data, observe)
+
+
+def abandon_streams(ctx: lifecycle.OperationContext, made: StreamsPlan, decision: migration.AbandonDecision,
+                    ready: Mapping[str, Any]) -> None:
+    """The abandon step for a live Kafka Streams migration: the inputs' ACLs removed once the switch was made
+    (``decision.release``); before it, rolled back (:func:`kafkaops.rekey.streams_steps.abandon`), and the
+    step fails; else it ends as :func:`kafkaops.rekey.migration.abandon_decision` says."""
+    if decision.release:
+        streams_steps.release_input_writes(ctx, made, ctx.params.policy)
+    if not decision.roll_back:
+        raise (AirflowFailException if decision.fails else AirflowSkipException)(decision.text)
+    cut = StreamsCut.from_dict(ready["streams_cut"]) if ready.get("streams_cut") else None
+    with recorded(ctx, "abandon"):
+        done = streams_steps.abandon(ctx, made, ctx.params.policy, decision.reason, cut=cut)
+    raise AirflowFailException(done.outcome)
 
 
 @task(trigger_rule=TriggerRule.ALL_DONE)
@@ -239,6 +276,9 @@ def abandon(plan_data: dict[str, Any] | None) -> dict[str, Any]:
         switch=SwitchOperator.answered(context["ti"].xcom_pull(task_ids="switch")),
         steps=ctx.audit.summary()["steps"])
     bf = BackfillPlan.from_dict(plan.backfill) if plan and plan.backfill else None  # an in-place plan has none
+    if plan is not None and plan.streams and ctx.params.policy.live:
+        abandon_streams(ctx, StreamsPlan.from_dict(plan.streams), decision,
+                        context["ti"].xcom_pull(task_ids="quiesce") or {})
     if decision.release and bf is not None:
         migration.release_writes(ctx, bf.source_topic, ctx.params.policy)
     if not decision.roll_back or bf is None:
@@ -280,7 +320,8 @@ def build_partition_increase_dag(dag_id: str, *, description: str, tags: list[st
         ready = quiesce(value_of(planned), value_of(before), value_of(result), value_of(caught))
         switch = SwitchOperator(
             task_id="switch", subject="Switch producers and consumers to the target topic",
-            body="{{ ((ti.xcom_pull(task_ids='quiesce') or {}).get('cutover') or {}).get('switch_text', '') }}",
+            body="{{ (ti.xcom_pull(task_ids='quiesce') or {}).get('switch_text') or ((ti.xcom_pull(task_ids='quiesce') "
+                 "or {}).get('cutover') or {}).get('switch_text', '') }}",
             response_timeout=dt.timedelta(hours=24))
         ready >> switch
         # waits on people: once

@@ -595,7 +595,7 @@ def release_writes(ctx: lifecycle.OperationContext, topic: str, policy: LivePoli
         removed = acls.allow_writes(conn, topic, policy.principals)
     if removed:
         state.append_note(ctx.audit, ActionNote(f"writes to {topic} allowed again: {removed} DENY Write ACL(s) "
-                                                "removed", Action.WRITES_ALLOWED))
+                                                "removed", Action.WRITES_ALLOWED, topic=topic))
     return bool(removed)
 
 
@@ -605,17 +605,24 @@ def acl_removal_command(topic: str, principals: Sequence[str]) -> str:
             f"{' --deny-principal '.join(principals)}")
 
 
-def denied_writes(notes: Sequence[Mapping[str, Any]]) -> ActionNote | None:
-    """The last DENY Write a quiesce recorded in ``notes`` that no later note says was removed, or None
-    (pure): what a rollback or the finish has to remove."""
+def outstanding_denials(notes: Sequence[Mapping[str, Any]]) -> tuple[ActionNote, ...]:
+    """Per topic, the last DENY Write a quiesce recorded in ``notes`` that no later note says was removed
+    (pure): what a rollback or the finish has to remove. A quiesce of a Kafka Streams application denies
+    writes to each of its inputs; an "allowed" note that names no topic (older records) covers them all."""
     actions = state.read_notes(notes, ActionNote)
-    denied = [n for n in actions if n.action is Action.WRITES_DENIED and n.topic]
-    if not denied:
-        return None
-    last = denied[-1]
-    if any(n.action is Action.WRITES_ALLOWED and (n.ts or 0) >= (last.ts or 0) for n in actions):
-        return None
-    return last
+    last: dict[str, ActionNote] = {}
+    for n in actions:
+        if n.action is Action.WRITES_DENIED and n.topic:
+            last[n.topic] = n
+    return tuple(d for topic, d in last.items()
+                 if not any(n.action is Action.WRITES_ALLOWED and n.topic in (None, topic) and (n.ts or 0) >= (d.ts or 0)
+                            for n in actions))
+
+
+def denied_writes(notes: Sequence[Mapping[str, Any]]) -> ActionNote | None:
+    """The last of :func:`outstanding_denials`, or None: no DENY Write is left to remove."""
+    left = outstanding_denials(notes)
+    return left[-1] if left else None
 
 
 def release_left_writes(ctx: lifecycle.OperationContext, notes: Sequence[Mapping[str, Any]]) -> str | None:
@@ -624,9 +631,11 @@ def release_left_writes(ctx: lifecycle.OperationContext, notes: Sequence[Mapping
     worker, a timeout), remove the DENY Write ACLs now, since nothing else would. Returns what was
     said in the record, or None when there was nothing to do. A failed removal is said with the
     kafka-acls command and does not raise: the teardown must still conclude the run."""
-    last = denied_writes(notes)
-    if last is None:
-        return None
+    said = [text for text in (_release_left(ctx, d) for d in outstanding_denials(notes)) if text]
+    return "; ".join(said) if said else None
+
+
+def _release_left(ctx: lifecycle.OperationContext, last: ActionNote) -> str:
     topic, principals = str(last.topic), last.acl
     try:
         with ctx.connect() as conn:
@@ -774,6 +783,9 @@ def confirm_switch(ctx: lifecycle.OperationContext, plan: BackfillPlan, quiesced
 
 LAST_WRITE_BEGAN = "the last source write"
 QUIESCE_BEGAN = "the quiesce"
+#: A Kafka Streams application's window: its inputs' records often carry event times, not write times, so
+#: the window is measured by the clock, from the quiesce to the first write seen on a new input.
+OBSERVED_BEGAN = "the quiesce to the first write kafkaops saw on a new input, looking every second"
 
 
 def write_window(last_source_write_ms: int | None, first_target_write_ms: int | None, quiesce_asked_at: float | None

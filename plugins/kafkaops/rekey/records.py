@@ -13,13 +13,17 @@ Step results (:meth:`to_dict` is what crosses XCom; :meth:`from_dict` reads it b
     TargetReady      a live migration's quiesce, last part, gate and cut-over, made in one task
     SwitchObserved   the observed switch and the write-unavailable window
     Abandonment      a rollback before the switch
+    StreamsBackfill  a live Kafka Streams migration's first copies, made while the application runs
+    StreamsCatchUp   its tail copies, caught up together
+    SwitchesObserved its switch as observed, per new input written
+    (its cut, :class:`kafkaops.rekey.streams.StreamsCut`, is the streams module's)
 
 Audit notes (written with :func:`kafkaops.platform.state.append_note`, read with
 :func:`kafkaops.platform.state.read_notes`; the record page, the rehearsal and the finish read them):
 :class:`RunNote`, :class:`CatchUpNote`, :class:`CatchUpDone`, :class:`ActionNote` (an :class:`Action`
 a person or the finish acts on), :class:`QuiescedNote`, :class:`FinalPassNote`,
 :class:`TranslationNote`, :class:`SwitchDecision`, :class:`SwitchObservedNote`,
-:class:`AbandonedNote`, :class:`RefusedNote`.
+:class:`AbandonedNote`, :class:`RefusedNote`, :class:`StreamsCutNote`.
 
 Invariant: each note's stored JSON is the shape records were written in before these types (a key
 naming what the note is: ``catch_up``, ``quiesce``, ``action`` ...), so :meth:`from_dict` reads
@@ -37,7 +41,7 @@ from kafkaops.platform.gates import GateResult
 from kafkaops.platform.recommendations import PartitionRecommendation
 from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.rekey.tail import TailProgress, TailReport
-from kafkaops.rekey.streams import StreamsCut
+from kafkaops.rekey.streams import CopyDone, StreamsCut
 
 FIRST_PASS = 1
 """The backfill is pass 1; catch-up passes and the final pass follow it, numbered on."""
@@ -140,6 +144,58 @@ class PassResult:
         run, ends = data.get("run"), data.get("target_ends")
         return cls(run=BackfillRun.from_dict(run) if run else None, integrity=data.get("integrity"),
                    target_ends=None if ends is None else offsets_of(ends))
+
+
+@dataclass(frozen=True)
+class StreamsBackfill:
+    """A live Streams migration's first copies, made while the application runs: each copy (an input by
+    the record key, a changelog by its store's rule) with its gate, and its pass (the plan the tail goes
+    on from, and the check the whole copy's gate adds the tail's parts to), in the plan's order."""
+
+    copies: tuple[CopyDone, ...]
+    passes: tuple[PassResult, ...]
+
+    def plans(self) -> tuple[BackfillPlan, ...]:
+        return tuple(BackfillPlan.from_dict(p.run.plan if p.run else {}) for p in self.passes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"copies": [c.to_dict() for c in self.copies], "passes": [p.to_dict() for p in self.passes]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StreamsBackfill:
+        return cls(tuple(CopyDone.from_dict(c) for c in data["copies"]),
+                   tuple(PassResult.from_dict(p) for p in data["passes"]))
+
+
+@dataclass(frozen=True)
+class StreamsCatchUp:
+    """A live Streams migration's catch-up: each copy's tail (in the plan's order) as it stood when the
+    lag of all of them together was within ``catch_up_lag_records``, and that lag."""
+
+    tails: tuple[TailReport, ...]
+    lag: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tails": [t.to_dict() for t in self.tails], "lag": self.lag, "seconds": round(self.seconds, 3)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StreamsCatchUp:
+        return cls(tuple(TailReport.from_dict(t) for t in data["tails"]), int(data["lag"]), float(data["seconds"]))
+
+
+@dataclass(frozen=True)
+class SwitchesObserved:
+    """A Kafka Streams application's switch as observed: each new input written since, with its window."""
+
+    inputs: tuple[SwitchObserved, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"inputs": [o.to_dict() for o in self.inputs]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SwitchesObserved:
+        return cls(tuple(SwitchObserved.from_dict(o) for o in data["inputs"]))
 
 
 @dataclass(frozen=True)

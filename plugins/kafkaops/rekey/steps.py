@@ -222,9 +222,6 @@ class PartitionParams:
             if self.mode != Mode.MIGRATE:
                 problems.append("streams_application_id needs mode=migrate: in place, a Streams application's state "
                                 "would sit in the wrong partitions")
-            if self.policy.live:
-                problems.append(f"streams_application_id with quiesce={self.quiesce}: a Streams application is "
-                                "migrated stopped (quiesce=none); stop it when the cut asks")
             if self.key_rule != "record_key":
                 problems.append(f"streams_application_id with key_rule {self.key_rule!r}: Kafka Streams places "
                                 "records by their record key, so its inputs are copied by record_key")
@@ -892,7 +889,13 @@ def next_steps(plan: PartitionPlan | None, p: PartitionParams, outcome: str, lef
     if plan.mode != Mode.MIGRATE or not plan.backfill:
         return lifecycle.next_steps_of(outcome)
     if plan.streams and outcome == "success":
-        text = StreamsPlan.from_dict(plan.streams).start_text()
+        made = StreamsPlan.from_dict(plan.streams)
+        if p.policy.live:
+            return (f"Application {made.new_application_id} runs on {', '.join(m.target for m in made.inputs)} and "
+                    f"{', '.join(m.source for m in made.inputs)} receive no writes. The old application "
+                    f"{made.application_id} and its topics are unchanged for a rollback: delete them once the new "
+                    "application runs as it should.")
+        text = made.start_text()
         return text[0].upper() + text[1:] + "."
     bf = BackfillPlan.from_dict(plan.backfill)
     dlq = (f"{bf.dead_letter_topic} holds the records the key rule found no key in (the gate's dead-letter count "

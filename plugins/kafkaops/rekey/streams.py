@@ -34,7 +34,7 @@ from kafkaops.platform import keyrules
 from kafkaops.rekey import backfill
 from kafkaops.rekey.backfill import BackfillPlan
 
-__all__ = ["KNOWN_HEADERS", "ChangelogSample", "InputMove", "InputTopic", "InternalTopic", "Store", "StoreKind",
+__all__ = ["KNOWN_HEADERS", "ChangelogSample", "InputMove", "InputTopic", "InternalTopic", "LiveCut", "Store", "StoreKind",
            "StoreMove", "StreamsApplication", "StreamsError", "StreamsPlan", "changelog_topic", "plan_migration",
            "read_application", "store_kind"]
 
@@ -228,14 +228,18 @@ def store_kind(store: str, changelog: str, partitions: int, policy: str, samples
 
 def read_application(application_id: str, cluster: Cluster, configs: Mapping[str, Mapping[str, str]],
                      samples: Mapping[str, Sequence[ChangelogSample]], *,
-                     kinds: Mapping[str, StoreKind] | None = None) -> StreamsApplication:
+                     kinds: Mapping[str, StoreKind] | None = None, others: Iterable[str] = ()) -> StreamsApplication:
     """The application ``application_id`` as ``cluster`` shows it (its group, input topics, changelogs and
     repartition topics), with each store's kind (:func:`store_kind`) from its changelog's ``configs`` and
     ``samples`` (changelog -> records read from it) and the operator's ``kinds`` (store -> kind).
 
     Refuses (:class:`StreamsError`, nothing changed) an application the cluster does not show, input topics
     of different partition counts, a changelog whose count differs from the inputs', a store whose kind the
-    data does not tell, and a kind named for a store the application does not have."""
+    data does not tell, and a kind named for a store the application does not have.
+
+    An internal topic named for a longer application id that starts with this one (``others``, such as the
+    id the application is migrated to, or a consumer group's id on the cluster) is that application's, not
+    this one's: ``app-p12-counts-changelog`` is the changelog of store ``counts`` of ``app-p12``."""
     kinds = dict(kinds or {})
     if not _APPLICATION_ID.match(application_id or ""):
         raise ConfigError(f"application.id {application_id!r} is not a valid Kafka Streams application id "
@@ -245,7 +249,9 @@ def read_application(application_id: str, cluster: Cluster, configs: Mapping[str
         raise StreamsError(f"Kafka Streams application {application_id!r}: no consumer group of that id on the "
                            f"cluster ({len(cluster.groups)} groups); is the application.id right, and has the "
                            "application committed offsets? Nothing was changed")
-    topics = set(cluster.topics)
+    longer = {o + "-" for o in (*others, *(g.group_id for g in cluster.groups))
+              if o.startswith(application_id + "-")}
+    topics = {t for t in cluster.topics if not any(t.startswith(o) for o in longer)}
     committed: dict[str, dict[int, int]] = {}
     for at in group.partitions:
         if at.committed is not None:
@@ -494,30 +500,92 @@ class OffsetsMoved:
                    int(data.get("redelivered", 0)))
 
 
+def _offsets_of(data: Mapping[str, Mapping[Any, Any]]) -> dict[str, dict[int, int]]:
+    return {str(t): {int(p): int(o) for p, o in ends.items()} for t, ends in data.items()}
+
+
+@dataclass(frozen=True)
+class LiveCut:
+    """When a live cut's moments were, as observed (epoch seconds), and where it left each topic.
+
+    ``asked_at``: the quiesce asked for (with ``acl``: the DENY Write ACLs up); ``stopped_at``: the
+    inputs seen still and the application's group empty; ``ready_at``: the new application's offsets
+    committed and its start asked for. ``source_ends``: each input's end offsets at the quiesce (what the
+    copy holds); ``target_ends``: each copied input's target end offsets after the last part (where the
+    producers' first writes to it begin)."""
+
+    how: str
+    asked_at: float
+    stopped_at: float
+    ready_at: float
+    source_ends: Mapping[str, Mapping[int, int]]
+    target_ends: Mapping[str, Mapping[int, int]]
+    tail_records: int = 0  # copied by the tail after the backfills, the last parts included
+    last_part_records: int = 0  # copied after the application stopped
+
+    @property
+    def stopped_s(self) -> float:
+        """How long the application was down before the new one could start: from its group seen empty
+        to the new group's offsets committed."""
+        return max(0.0, self.ready_at - self.stopped_at)
+
+    @property
+    def window_s(self) -> float:
+        """From the quiesce asked for to the switch asked for: the inputs' producers wait this long at least."""
+        return max(0.0, self.ready_at - self.asked_at)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"how": self.how, "asked_at": self.asked_at, "stopped_at": self.stopped_at, "ready_at": self.ready_at,
+                "source_ends": {t: {str(p): o for p, o in e.items()} for t, e in self.source_ends.items()},
+                "target_ends": {t: {str(p): o for p, o in e.items()} for t, e in self.target_ends.items()},
+                "tail_records": self.tail_records, "last_part_records": self.last_part_records}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LiveCut:
+        return cls(str(data["how"]), float(data["asked_at"]), float(data["stopped_at"]), float(data["ready_at"]),
+                   _offsets_of(data["source_ends"]), _offsets_of(data["target_ends"]), int(data.get("tail_records", 0)),
+                   int(data.get("last_part_records", 0)))
+
+
 @dataclass(frozen=True)
 class StreamsCut:
     """The cut of a Streams migration as it happened: the repartition topics as the old application left
-    them, every copy with its gate, and the offsets committed for the new application."""
+    them, every copy with its gate, the offsets committed for the new application, and for a live cut
+    (``live``) its moments and end offsets."""
 
     plan: StreamsPlan
     repartitions: tuple[InternalTopic, ...]
     copies: tuple[CopyDone, ...]
     offsets: tuple[OffsetsMoved, ...]
+    live: LiveCut | None = None
 
     @property
     def ready(self) -> bool:
         return all(c.gate_passed and c.dead_letters == 0 for c in self.copies)
 
+    def switch_text(self) -> str:
+        """What the operator does now: producers to the new inputs (a live cut), the new application started."""
+        if self.live is None:
+            return self.plan.start_text()
+        moves = ", ".join(f"{m.source} to {m.target}" for m in self.plan.inputs)
+        return (f"Move the producers of the application's inputs ({moves}) and {self.plan.start_text()}. "
+                "Approve the switch once they run on the new topics; Reject rolls the migration back (the old "
+                "application and its topics are unchanged)")
+
     def to_dict(self) -> dict[str, Any]:
-        return {"plan": self.plan.to_dict(), "repartitions": [r.to_dict() for r in self.repartitions],
-                "copies": [c.to_dict() for c in self.copies], "offsets": [o.to_dict() for o in self.offsets]}
+        out = {"plan": self.plan.to_dict(), "repartitions": [r.to_dict() for r in self.repartitions],
+               "copies": [c.to_dict() for c in self.copies], "offsets": [o.to_dict() for o in self.offsets]}
+        if self.live is not None:
+            out["live"] = self.live.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StreamsCut:
         return cls(StreamsPlan.from_dict(data["plan"]),
                    tuple(InternalTopic(str(r["name"]), int(r["partitions"]), r.get("lag")) for r in data["repartitions"]),
                    tuple(CopyDone.from_dict(c) for c in data["copies"]),
-                   tuple(OffsetsMoved.from_dict(o) for o in data["offsets"]))
+                   tuple(OffsetsMoved.from_dict(o) for o in data["offsets"]),
+                   LiveCut.from_dict(data["live"]) if data.get("live") else None)
 
 
 def undrained(repartitions: Iterable[InternalTopic]) -> tuple[InternalTopic, ...]:

@@ -18,8 +18,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import Self
 
 from kafkaops.platform import state
 from kafkaops.platform import store as store_
@@ -29,25 +29,21 @@ from kafkaops.testing.traffic import MigrationTraffic
 log = logging.getLogger(__name__)
 
 
-class StandInOperator:
-    """A thread that follows the newest run of ``dag_id`` started after it, and acts on its notes
-    (see the module docstring). :attr:`done` lists what it did, with the monotonic time; :attr:`error`
-    holds what went wrong (the test or bench raises it)."""
+class RecordFollower:
+    """A thread that follows the newest run of ``dag_id`` started after it, as an operator reads its record,
+    and hands each ``ActionNote`` in it to :meth:`act` (subclasses say what they do). :attr:`done` lists what
+    was done, with the monotonic time; :attr:`error` holds what went wrong (the test or bench raises it)."""
 
-    def __init__(self, traffic: MigrationTraffic, dag_id: str, *, store: store_.Store | None = None,
-                 poll_s: float = 0.2, on_switch: Callable[[str], None] | None = None,
-                 stop_producers: bool = True) -> None:
-        self.traffic, self.dag_id, self.poll_s = traffic, dag_id, poll_s
-        self.stop_producers = stop_producers
+    def __init__(self, dag_id: str, *, store: store_.Store | None = None, poll_s: float = 0.2) -> None:
+        self.dag_id, self.poll_s = dag_id, poll_s
         self.store = store or store_.current()
-        self.on_switch = on_switch
         self.done: list[tuple[str, float]] = []
         self.error: BaseException | None = None
         self._since = time.time()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._follow, name="kafkaops-rehearsal-operator", daemon=True)
 
-    def __enter__(self) -> StandInOperator:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -55,10 +51,8 @@ class StandInOperator:
         self._stop.set()
         self._thread.join(30)
 
-    @property
-    def switched(self) -> bool:
-        """Whether the applications run on the target (the switch the record asked for is done)."""
-        return any(a == "switched" for a, _ in self.done)
+    def did(self, what: str) -> bool:
+        return any(a == what for a, _ in self.done)
 
     def _run_id(self) -> str | None:
         for op in self.store.list_operations(self.dag_id, limit=5):
@@ -75,15 +69,36 @@ class StandInOperator:
                     continue
                 events = self.store.events(self.dag_id, run_id)
                 for e in events[seen:]:
-                    self._act(e.data)
+                    asked = state.read_notes([e.data], ActionNote)
+                    if asked:
+                        self.act(asked[0])
                 seen = len(events)
         except BaseException as err:  # reported to the caller, who raises it
             log.exception("rehearsal operator failed")
             self.error = err
 
-    def _act(self, data: Mapping[str, Any]) -> None:
-        asked = state.read_notes([data], ActionNote)
-        action = asked[0].action if asked else None
+    def act(self, note: ActionNote) -> None:
+        """Do what ``note`` asks for (nothing here)."""
+
+
+class StandInOperator(RecordFollower):
+    """:class:`RecordFollower` playing the person of a topic's live migration (the module docstring)."""
+
+    def __init__(self, traffic: MigrationTraffic, dag_id: str, *, store: store_.Store | None = None,
+                 poll_s: float = 0.2, on_switch: Callable[[str], None] | None = None,
+                 stop_producers: bool = True) -> None:
+        super().__init__(dag_id, store=store, poll_s=poll_s)
+        self.traffic = traffic
+        self.stop_producers = stop_producers
+        self.on_switch = on_switch
+
+    @property
+    def switched(self) -> bool:
+        """Whether the applications run on the target (the switch the record asked for is done)."""
+        return self.did("switched")
+
+    def act(self, note: ActionNote) -> None:
+        action = note.action
         if action is Action.STOP_PRODUCERS and not any(a == "stopped" for a, _ in self.done):
             stop = self.stop_producers and self.traffic.writing_to == self.traffic.source  # not stopped before
             log.info("operator: %sdraining the consumer of %s", "stopping producers and " if stop else "",
@@ -93,9 +108,9 @@ class StandInOperator:
             self.traffic.drain_and_stop_consumer()
             self.done.append(("stopped", time.monotonic()))
         elif action is Action.SWITCH and not self.switched:
-            switch = asked[0].switch
+            switch = note.switch
             if switch is None:
-                raise RuntimeError(f"the switch asked for in {self.dag_id} names no target topic: {data}")
+                raise RuntimeError(f"the switch asked for in {self.dag_id} names no target topic: {note.text}")
             target = switch.target_topic
             log.info("operator: switching producers and consumers to %s", target)
             if self.traffic.writing_to is not None:  # refused by the ACL until now: stop them to move them

@@ -30,10 +30,11 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -555,3 +556,68 @@ def delete_application(source: str | Mapping[str, str], application_id: str, top
             offsets.delete_consumer_group(conn, application_id, attempts=3)
         except KafkaOpsError as err:
             log.info("streams app %s: its consumer group was not deleted: %s", application_id, err)
+
+
+# -- live traffic --------------------------------------------------------------------------------------------
+
+class Feeder:
+    """Keyed traffic for a live migration: a thread producing ``make(start, count)`` (records from sequence
+    ``start`` on) to ``topic``, ``per_batch`` records every ``interval_s``, each batch acknowledged before the
+    next, until :meth:`pause`; :meth:`resume` goes on from the next sequence, to another topic if given.
+    :attr:`sent` holds every acknowledged record in order; :attr:`error` what failed (raised by
+    :meth:`pause`). A context manager: the thread is stopped and joined on exit."""
+
+    def __init__(self, source: str | Mapping[str, str], topic: str, make: Callable[[int, int], list[InputRecord]],
+                 *, start: int = 0, per_batch: int = 100, interval_s: float = 0.2) -> None:
+        self.source, self.topic, self.make = source, topic, make
+        self.next, self.per_batch, self.interval_s = start, per_batch, interval_s
+        self.sent: list[InputRecord] = []
+        self.error: BaseException | None = None
+        self._running = threading.Event()
+        self._closed = threading.Event()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._thread = threading.Thread(target=self._feed, name="kafkaops-streams-feeder", daemon=True)
+
+    def __enter__(self) -> Feeder:
+        self._thread.start()
+        self.resume()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._closed.set()
+        self._running.set()
+        self._thread.join(60)
+
+    def resume(self, topic: str | None = None) -> None:
+        self.topic = topic or self.topic
+        self._idle.clear()
+        self._running.set()
+
+    def pause(self, timeout_s: float = 60.0) -> int:
+        """Stop producing after the batch under way is acknowledged; returns the records sent so far."""
+        self._running.clear()
+        if not self._idle.wait(timeout_s):
+            raise StreamsAppError(f"the feeder of {self.topic} did not pause within {timeout_s:.0f} s")
+        if self.error is not None:
+            raise self.error
+        return len(self.sent)
+
+    def _feed(self) -> None:
+        while not self._closed.is_set():
+            if not self._running.is_set():
+                self._idle.set()
+                self._running.wait()
+                continue
+            batch = self.make(self.next, self.per_batch)
+            try:
+                produce(self.source, self.topic, batch)
+            except BaseException as err:  # the test raises it
+                log.exception("feeder of %s failed", self.topic)
+                self.error = err
+                self._running.clear()
+                continue
+            self.sent += batch
+            self.next += len(batch)
+            self._closed.wait(self.interval_s)
+        self._idle.set()

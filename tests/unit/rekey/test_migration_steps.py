@@ -145,6 +145,22 @@ def test_the_finish_leaves_alone_what_a_step_already_allowed_or_never_denied(mon
     assert migration.release_left_writes(ctx, ctx.audit.notes) is not None and kafka.denied == set()
 
 
+def test_the_finish_removes_the_deny_acl_of_every_input_a_streams_quiesce_left(monkeypatch) -> None:
+    """A Kafka Streams application's quiesce denies writes to each input; the one a step allowed again stays
+    allowed, every other is removed."""
+    kafka = Topics({}, denied={("orders", "User:orders-app"), ("customers", "User:orders-app"),
+                               ("payments", "User:orders-app")}).install(monkeypatch)
+    ctx = Ctx()
+    for topic in ("orders", "customers", "payments"):
+        ctx.audit.append("note", text="writes denied", action="writes_denied", acl=["User:orders-app"], topic=topic)
+    ctx.audit.append("note", text="writes allowed", action="writes_allowed", topic="customers")
+    kafka.denied.discard(("customers", "User:orders-app"))
+    assert [n.topic for n in migration.outstanding_denials(ctx.audit.notes)] == ["orders", "payments"]
+    said = migration.release_left_writes(ctx, ctx.audit.notes)
+    assert said is not None and "orders" in said and "payments" in said and "customers" not in said
+    assert kafka.denied == set() and migration.outstanding_denials(ctx.audit.notes) == ()
+
+
 def test_a_failed_removal_in_the_finish_is_said_with_the_command_and_does_not_raise(monkeypatch) -> None:
     Topics({}, denied={("orders", "User:orders-app")}, acl_fails=True).install(monkeypatch)
     ctx = Ctx()

@@ -2,6 +2,7 @@
 Streams placed their changelog records, refusals before anything changes, and the plan's copies."""
 from __future__ import annotations
 
+import json
 import struct
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from kafkaops.errors import ConfigError
 from kafkaops.model import Broker, Cluster, ConsumerGroup, GroupPartitionLag, PartitionAssignment
 from kafkaops.platform.partitioner import partition_for
-from kafkaops.rekey.streams import (ChangelogSample, CopyDone, OffsetsMoved, StoreKind, StreamsCut, StreamsError,
+from kafkaops.rekey.streams import (ChangelogSample, CopyDone, LiveCut, OffsetsMoved, StoreKind, StreamsCut, StreamsError,
                                     StreamsPlan, plan_migration, read_application, store_kind, undrained)
 
 APP = "counts-app"
@@ -145,3 +146,25 @@ def test_the_cuts_record_reads_back_as_written() -> None:
                      (OffsetsMoved("orders", "orders.v2", ((0, 5),), ((0, 2), (1, 3)), 0),))
     assert StreamsCut.from_dict(cut.to_dict()) == cut and cut.ready
     assert "application.id=v2" in cut.plan.start_text() and "unchanged for a rollback" in cut.plan.start_text()
+
+
+def test_the_internal_topics_of_a_longer_application_id_are_that_applications() -> None:
+    """The application migrated to ``<app>-p12`` has ``<app>-p12-counts-changelog`` (12 partitions): it is not a
+    store ``p12-counts`` of the application, whether the new id is named or its group already exists."""
+    new = f"{APP}-p12"
+    base = cluster()
+    theirs = (partitions(f"{new}-counts-changelog", 12) + partitions(f"{new}-KSTREAM-AGGREGATE-0000000003-repartition", 12))
+    grown = Cluster(base.brokers, base.partitions + tuple(theirs), "c1", 1, base.groups)
+    with pytest.raises(StreamsError, match="p12-counts"):  # read as the application's own: a wrong count
+        read_application(APP, grown, CONFIGS, SAMPLES)
+    app = read_application(APP, grown, CONFIGS, SAMPLES, others=[new])
+    assert [s.name for s in app.stores] == ["counts", "windowed-counts"]
+    assert [r.name for r in app.repartitions] == [f"{APP}-KSTREAM-AGGREGATE-0000000003-repartition"]
+    with_group = Cluster(base.brokers, grown.partitions, "c1", 1, (*base.groups, ConsumerGroup(new, "Stable", 4, ())))
+    assert [s.name for s in read_application(APP, with_group, CONFIGS, SAMPLES).stores] == ["counts", "windowed-counts"]
+
+
+def test_a_live_cut_says_how_long_the_application_was_down_and_reads_back_as_written() -> None:
+    live = LiveCut("acl", 100.0, 130.5, 134.0, {"orders": {0: 5, 1: 7}}, {"orders.v2": {0: 3, 11: 9}}, 40, 6)
+    assert live.stopped_s == pytest.approx(3.5) and live.window_s == pytest.approx(34.0)
+    assert LiveCut.from_dict(json.loads(json.dumps(live.to_dict()))) == live
