@@ -185,3 +185,63 @@ def test_a_running_streams_application_moves_live_and_is_stopped_only_for_the_cu
     expected = streams.reference_outputs(first + feeder.sent, table, WINDOW_MS)
     outputs = streams.read_outputs(bootstrap, names)
     assert outputs == expected, outputs.differences(expected)
+
+
+class PausingStandIn(RecordFollower):
+    """A person who stops the producers when asked but never the application."""
+
+    def __init__(self, feeder: Feeder) -> None:
+        super().__init__("kafka_partition_increase")
+        self.feeder = feeder
+
+    def act(self, note: ActionNote) -> None:
+        if note.action is Action.STOP_PRODUCERS and not self.did("paused"):
+            self.feeder.pause()
+            self.done.append(("paused", time.monotonic()))
+
+
+def test_an_application_not_stopped_at_the_live_cut_is_rolled_back_and_runs_on(
+        dagbag, one_broker_cluster: provision.ClusterSpec, app_topics: tuple[str, StreamsTopics],
+        tmp_path: Path) -> None:
+    """The application is never stopped: at quiesce_timeout_s the migration is abandoned naming its member,
+    the copies it made and the new application's offsets are deleted (delete_target_on_abandon), and the old
+    application, never changed, goes on: its outputs equal the reference of every record sent."""
+    bootstrap = one_broker_cluster.bootstrap
+    application_id, names = app_topics
+    base = (time.time_ns() // 1_000_000 - 3_600_000) // WINDOW_MS * WINDOW_MS
+    table = [InputRecord(k, f"t-{k}", base - 1_000) for k in KEYS]
+    first = stream_batch(base, 0, 1_000)
+    streams.produce(bootstrap, names.table, table)
+    streams.produce(bootstrap, names.input, first)
+    new_id = f"{application_id}-p{NEW}"
+    with ExitStack() as stack:
+        old = stack.enter_context(StreamsApp(bootstrap, application_id, names, window_ms=WINDOW_MS,
+                                             workdir=tmp_path / "old"))
+        old.wait_running(90)
+        feeder = stack.enter_context(Feeder(bootstrap, names.input, lambda start, n: stream_batch(base, start, n),
+                                            start=len(first), per_batch=50, interval_s=0.2))
+        with PausingStandIn(feeder) as person:
+            dag_run, record = run_partition_increase(
+                dagbag, topic=names.input, new_partition_count=NEW, mode="migrate",
+                streams_application_id=application_id, dry_run=False, approval="auto_approve", quiesce="manual",
+                catch_up_lag_records=1_000, catch_up_budget_s=300, quiet_s=2, quiesce_timeout_s=15,
+                delete_target_on_abandon=True)
+        assert person.error is None, person.error
+        assert str(dag_run.state) == "failed" and record["outcome"] == "abandoned", record
+        reason = record["outcome_reason"]
+        assert "quiesce failed" in reason and f"the application's group {application_id} still has 1 member(s)" \
+            in reason, reason
+        assert f"start it again with application.id={application_id}" in reason and "deleted" in reason, reason
+        with connection.connect(bootstrap) as conn:
+            left = [t for t in metadata.topic_names(conn) if t.startswith(new_id) or ".v2" in t or ".p12" in t]
+            groups = {g.group_id for g in metadata.snapshot(conn, sizes=False).groups}
+        assert left == [] and new_id not in groups, (left, groups)
+        # the old application was never stopped nor changed: it goes on with what is written next
+        feeder.resume()
+        time.sleep(1.0)
+        feeder.pause()
+        streams.wait_caught_up(old, 120)
+        assert old.stop() == {0: 0}, old.describe()
+    expected = streams.reference_outputs(first + feeder.sent, table, WINDOW_MS)
+    outputs = streams.read_outputs(bootstrap, names)
+    assert outputs == expected, outputs.differences(expected)
