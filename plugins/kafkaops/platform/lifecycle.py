@@ -219,57 +219,64 @@ def conclude(ctx: OperationContext[Any], outcome: str, reason: str, cluster_id: 
 
 # -- gates -----------------------------------------------------------------------------------------------
 
-def gate(ctx: OperationContext[Any], name: str, frames: Any, *, docs_after: bool = False) -> dict[str, Any]:
+def gate(ctx: OperationContext[Any], name: str, frames: Any, *, docs_after: bool = False,
+         subject: str | None = None) -> dict[str, Any]:
     """Run the suite ``name`` over ``frames``, record the result with its Data Docs, and raise
     :class:`kafkaops.platform.gates.GateFailed` when an expectation failed. A retried task whose
     gate had passed in this attempt does not record the pass again. ``docs_after``: the verdict alone (no
     Data Docs: rendering and storing them takes most of a gate's time), where every tenth of a second counts
-    (a live cut-over's write window); the caller then calls :func:`publish_docs` once that part is over."""
+    (a live cut-over's write window); the caller then calls :func:`publish_docs` once that part is over.
+    ``subject``: what the suite gates, when a run gates several things with one suite (each copy of a Kafka
+    Streams application's topics): each is recorded, with Data Docs of its own."""
     docs = None
     if docs_after:
         result = gates.run(name, frames)
     else:
         with tempfile.TemporaryDirectory(prefix="kafkaops-docs-") as tmp:
             result = gates.run(name, frames, docs_dir=tmp)
-            docs = _store_docs(ctx, name, Path(tmp), result)
-    if not (result.ok and _passed_before(ctx, name)):
+            docs = _store_docs(ctx, name, Path(tmp), result, subject)
+    if not (result.ok and _passed_before(ctx, name, subject)):
+        about = {} if subject is None else {"subject": subject}
         ctx.audit.append("gate", gate=name, ok=result.ok, failures=list(result.failures), docs_path=docs,
-                         statistics=dict(result.statistics))
+                         statistics=dict(result.statistics), **about)
     log.info("%s", result)
     gates.require(result)
     return {**result.to_dict(), "docs_path": docs}
 
 
-def publish_docs(ctx: OperationContext[Any], name: str, frames: Any) -> str | None:
+def publish_docs(ctx: OperationContext[Any], name: str, frames: Any, *, subject: str | None = None) -> str | None:
     """The Data Docs of a gate run with ``docs_after`` (:func:`gate`): ``frames`` validated again (the same
     verdict) with its docs rendered, stored, and the gate's entry in the record pointed at them. Never
     raises: the run goes on without them (a note says why), as the verdict was recorded already."""
     try:
         with tempfile.TemporaryDirectory(prefix="kafkaops-docs-") as tmp:
-            docs = _store_docs(ctx, name, Path(tmp), gates.run(name, frames, docs_dir=tmp))
+            docs = _store_docs(ctx, name, Path(tmp), gates.run(name, frames, docs_dir=tmp), subject)
     except Exception as err:  # GX's and the store's errors alike: the docs are a record, not a verdict
         log.warning("gate %s: its Data Docs could not be built or stored: %s", name, err)
         ctx.audit.append("note", text=f"gate {name}: its Data Docs could not be built or stored ({err}); its "
                                       "verdict above stands")
         return None
-    ctx.audit.append("gate", gate=name, docs_of=True, docs_path=docs)
+    ctx.audit.append("gate", gate=name, docs_of=True, docs_path=docs, **({} if subject is None else {"subject": subject}))
     return docs
 
 
-def _store_docs(ctx: OperationContext[Any], name: str, tmp: Path, result: gates.GateResult) -> str | None:
+def _store_docs(ctx: OperationContext[Any], name: str, tmp: Path, result: gates.GateResult,
+                subject: str | None = None) -> str | None:
     """The Data Docs ``gates.run`` rendered under ``tmp``, put into the store (where the api-server reads
-    them); their index page's path there."""
+    them); their index page's path there (a folder of its own per ``subject``)."""
     if not result.docs_path:
         return None
     site = tmp.resolve() / name
-    prefix = f"docs/{ctx.artifact_prefix}/{name}"
+    prefix = f"docs/{ctx.artifact_prefix}/{name}" + ("" if subject is None else f"/{safe_name(subject, limit=120)}")
     ctx.store.put_tree(prefix, site)
     return f"{prefix}/{Path(result.docs_path).resolve().relative_to(site).as_posix()}"
 
 
-def _passed_before(ctx: OperationContext[Any], name: str) -> bool:
-    """Whether the gate ``name`` passed earlier in this attempt of the run (an earlier try of the task)."""
-    return any(g.get("gate") == name and g.get("ok") for g in ctx.audit.summary()["gates"])
+def _passed_before(ctx: OperationContext[Any], name: str, subject: str | None = None) -> bool:
+    """Whether the gate ``name`` (of ``subject``) passed earlier in this attempt of the run (an earlier try of
+    the task)."""
+    return any(g.get("gate") == name and g.get("subject") == subject and g.get("ok")
+               for g in ctx.audit.summary()["gates"])
 
 
 def preflight(ctx: OperationContext[Any]) -> dict[str, Any]:

@@ -140,7 +140,7 @@ def summarize(events: Iterable[AuditEvent]) -> dict[str, Any]:
             _fold_step(record, open_steps, tries_seen, e, d)
         elif e.kind == "gate" and d.get("docs_of"):  # a gate's Data Docs, stored after its verdict
             for entry in reversed(record["gates"]):
-                if entry.get("gate") == d.get("gate"):
+                if entry.get("gate") == d.get("gate") and entry.get("subject") == d.get("subject"):
                     entry["docs_path"] = d.get("docs_path")
                     break
         elif e.kind == "gate":

@@ -690,14 +690,16 @@ def copy_progress(ctx: lifecycle.OperationContext, bf: BackfillPlan, name: str, 
     return progress
 
 
-def backfill_gate(ctx: lifecycle.OperationContext, result: PassResult, *, docs_after: bool = False) -> GateVerdict:
+def backfill_gate(ctx: lifecycle.OperationContext, result: PassResult, *, docs_after: bool = False,
+                  subject: str | None = None) -> GateVerdict:
     """Gate the integrity report with ``expectations/backfill.json``, then require it outright too.
-    ``docs_after``: the verdict only, its Data Docs later (:func:`publish_gate_docs`)."""
+    ``docs_after``: the verdict only, its Data Docs later (:func:`publish_gate_docs`); ``subject``: which copy
+    (:func:`kafkaops.platform.lifecycle.gate`)."""
     if result.integrity is None:
         raise KafkaOpsError(f"the backfill into {(result.run.plan if result.run else {}).get('target_topic')} "
                             "reported no integrity check: nothing to gate; run the pass again with --verify")
     report = backfill.IntegrityReport.from_dict(result.integrity)
-    gate = lifecycle.gate(ctx, "backfill", integrity_frames(report), docs_after=docs_after)
+    gate = lifecycle.gate(ctx, "backfill", integrity_frames(report), docs_after=docs_after, subject=subject)
     report.require()
     return GateVerdict(gates.GateResult.from_dict(gate), report.totals())
 

@@ -382,8 +382,9 @@ class StreamsPlan:
                 f"The old application {self.application_id} and its topics are unchanged for a rollback: delete them "
                 "once the new application runs as it should")
 
-    def markdown(self) -> str:
-        """The plan as the approval shows it: each topic, store and internal topic, and what happens to it."""
+    def markdown(self, live: str | None = None) -> str:
+        """The plan as the approval shows it: each topic, store and internal topic, and what happens to it, and
+        the operator's steps (``live``: the quiesce, ``manual`` or ``acl``, of a live cut-over)."""
         lines = [f"**Kafka Streams application `{self.application_id}`**: {self.old_partitions} -> "
                  f"{self.new_partitions} partitions, restarted as application `{self.new_application_id}`. "
                  "Nothing of the old application is changed: it stays whole for a rollback.", "",
@@ -399,12 +400,24 @@ class StreamsPlan:
             lag = "nothing committed" if r.lag is None else f"lag {r.lag:,} now"
             lines.append(f"| repartition topic | `{r.name}` ({lag}) | started empty by the new application | "
                          "not copied: the old application must read it to its end before the cut |")
-        lines += ["", "**Your steps:** stop every instance of the application (the cut waits for its group "
-                  f"`{self.application_id}` to have no member); kafkaops then checks every repartition topic is "
-                  "read to its end, copies the inputs and changelogs, and commits the translated input offsets "
-                  f"for group `{self.new_application_id}`. Then start the application with `application.id="
-                  f"{self.new_application_id}` reading "
-                  + ", ".join(f"`{m.target}` for `{m.source}`" for m in self.inputs) + "."]
+        start = (f"start the application with `application.id={self.new_application_id}` reading "
+                 + ", ".join(f"`{m.target}` for `{m.source}`" for m in self.inputs))
+        inputs = ", ".join(f"`{m.source}`" for m in self.inputs)
+        if live is None:
+            lines += ["", "**Your steps:** stop every instance of the application (the cut waits for its group "
+                      f"`{self.application_id}` to have no member); kafkaops then checks every repartition topic is "
+                      "read to its end, copies the inputs and changelogs, and commits the translated input offsets "
+                      f"for group `{self.new_application_id}`. Then {start}."]
+        else:
+            stop = ("kafkaops denies writes to " + inputs + " (DENY Write ACLs) and asks you to" if live == "acl"
+                    else "the record asks you to stop every producer of " + inputs + ", then to")
+            lines += ["", f"**Your steps (live cut-over, quiesce={live}):** nothing while kafkaops copies every "
+                      "topic above and its tail copies catch up: the application and its producers keep running. "
+                      f"Then {stop} let the application read its inputs and repartition topics to their end and "
+                      f"stop every instance of it. It is down only while kafkaops copies the last records, gates "
+                      f"each copy and commits its offsets for `{self.new_application_id}`; then the record asks "
+                      f"for the switch: move the producers to the new inputs and {start}. Approve the switch once "
+                      "they run; Reject rolls back (the old application is unchanged)."]
         return "\n".join(lines)
 
 

@@ -104,7 +104,8 @@ def make_plan(ctx: lifecycle.OperationContext, before: Mapping[str, Any]) -> dic
     summary = (f"migrate Kafka Streams application {made.application_id} to {count} partitions as "
                f"{made.new_application_id}: {len(made.inputs)} input(s), {len(made.stores)} store(s), "
                f"{len(made.repartitions)} repartition topic(s) drained")
-    data: dict[str, Any] = {"plan": partition_plan.to_dict(), "summary": summary, "approval": made.markdown()}
+    data: dict[str, Any] = {"plan": partition_plan.to_dict(), "summary": summary,
+                            "approval": made.markdown(p.policy.quiesce.value if p.policy.live else None)}
     ctx.audit.append("plan", **data)
     log.info("plan: %s", summary)
     return data
@@ -220,9 +221,14 @@ def _copy(ctx: lifecycle.OperationContext, bf: BackfillPlan, *, launcher: spark.
     return _gated(ctx, bf, result, began), result
 
 
+def _subject(bf: BackfillPlan, what: str) -> str:
+    """A copy's gate as the record names it."""
+    return f"{bf.source_topic} -> {bf.target_topic} ({what})"
+
+
 def _gated(ctx: lifecycle.OperationContext, bf: BackfillPlan, result: PassResult, began: float, *,
-           docs_after: bool = False) -> CopyDone:
-    verdict = steps.backfill_gate(ctx, result, docs_after=docs_after)
+           docs_after: bool = False, what: str = "copy") -> CopyDone:
+    verdict = steps.backfill_gate(ctx, result, docs_after=docs_after, subject=_subject(bf, what))
     totals = verdict.totals
     return CopyDone(bf.source_topic, bf.target_topic, bf.key_rule, int(totals["source_records"]),
                     int(totals["target_records"]), int(totals["dead_letters"]), verdict.result.ok,
@@ -305,7 +311,7 @@ def follow(ctx: lifecycle.OperationContext, backfilled: StreamsBackfill, policy:
                 break
             if now - began >= policy.catch_up_budget_s:
                 raise MigrationAbandoned(
-                    f"the tail copies of application {plans[0].source_topic if plans else '?'}'s topics did not come "
+                    f"the tail copies of {', '.join(bf.source_topic for bf in plans)} did not come "
                     f"within {policy.catch_up_lag_records:,} record(s) of them in the catch-up budget of "
                     f"{policy.catch_up_budget_s:.0f} s: {lag:,} record(s) behind after copying {copied:,}. Nothing "
                     "was quiesced and the application runs on; raise catch_up_budget_s or catch_up_lag_records")
@@ -436,8 +442,11 @@ def live_cut(ctx: lifecycle.OperationContext, made: StreamsPlan, backfilled: Str
     now = _as_stopped(ctx, made, live=True)
     wholes = [tail.whole_copy(backfill.IntegrityReport.from_dict(passed.integrity or {}), report)
               for passed, report in zip(backfilled.passes, reports, strict=True)]
-    copies = tuple(_gated(ctx, bf, PassResult(passed.run, whole.to_dict()), clock(), docs_after=True)
-                   for bf, passed, whole in zip(plans, backfilled.passes, wholes, strict=True))
+    # each copy's time: its backfill (made while the application ran) and this gate of the whole copy
+    copies = tuple(_gated(ctx, bf, PassResult(passed.run, whole.to_dict()), clock() - first.seconds,
+                          docs_after=True, what="whole copy: backfill and tail")
+                   for bf, passed, whole, first in zip(plans, backfilled.passes, wholes, backfilled.copies,
+                                                       strict=True))
     moved = tuple(_commit_offsets(ctx, made, bf, now, source_ends=q) for bf, q in zip(inputs, quiesced_ends,
                                                                                       strict=True))
     target_ends = {bf.target_topic: migration.source_ends(ctx, bf.target_topic) for bf in inputs}
@@ -453,8 +462,9 @@ def live_cut(ctx: lifecycle.OperationContext, made: StreamsPlan, backfilled: Str
         f"{len(copies)} topic(s) copied ({sum(r.source_records for r in reports) - before:,} record(s) by the tails "
         f"in this step, {last:,} after the application stopped), offsets committed for {len(moved)} input(s); the "
         f"application was stopped {live.stopped_s:.1f} s before its switch was asked for", result))
-    for whole in wholes:  # outside the window now: the Data Docs of each gate
-        lifecycle.publish_docs(ctx, "backfill", steps.integrity_frames(whole))
+    for bf, whole in zip(plans, wholes, strict=True):  # outside the window now: the Data Docs of each gate
+        lifecycle.publish_docs(ctx, "backfill", steps.integrity_frames(whole),
+                               subject=_subject(bf, "whole copy: backfill and tail"))
     return result
 
 

@@ -125,6 +125,10 @@ def test_the_plan_moves_every_input_and_changelog_and_drains_the_repartition_top
     for name in ("customers.v2", "orders-12", "window store `windowed-counts`", "repartition topic",
                  f"application.id={APP}-v2"):
         assert name in text
+    assert "stop every instance of the application (the cut waits" in text and "live cut-over" not in text
+    live = made.markdown("acl")
+    assert "live cut-over, quiesce=acl" in live and "DENY Write ACLs" in live and "keep running" in live
+    assert "stop every producer of `customers`, `orders`" in made.markdown("manual")
 
 
 def test_a_plan_that_would_touch_the_old_application_or_clash_is_refused() -> None:
