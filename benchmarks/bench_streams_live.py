@@ -27,6 +27,8 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from benchmarks.bench_backfill import brokers_up
@@ -71,13 +73,18 @@ class Person(RecordFollower):
             self.done.append(("switched", self.running_at))
 
 
-def context(config: dict[str, str], given: dict[str, object], name: str) -> lifecycle.OperationContext:
-    """A run's context as the DAG makes it, begun in the bench's store (where :class:`Person` reads it)."""
+@contextmanager
+def operation(config: dict[str, str], given: dict[str, object], name: str) -> Iterator[lifecycle.OperationContext]:
+    """A run's context as the DAG makes it, begun in the bench's store (where :class:`Person` reads it), its
+    cluster lock released at the end, as the DAG's finish does."""
     params = {"topic": "in", "new_partition_count": NEW, "mode": "migrate", "dry_run": False, **given}
     ctx = steps.context(config, params, dag_id=DAG, run_id=f"bench-{name}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}",
                         triggered_by="bench")
-    lifecycle.begin(ctx, params)
-    return ctx
+    started = lifecycle.begin(ctx, params)
+    try:
+        yield ctx
+    finally:
+        lifecycle.finish(ctx, started.get("cluster_id"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,9 +130,10 @@ def main(argv: list[str] | None = None) -> int:
                 # -- the reference: kafkaops' stopped cut of the first application
                 ref.stop()
                 began = time.monotonic()
-                ctx = context(config, {"streams_application_id": "bench-ref"}, "stopped")
-                made = streams_steps.plan(ctx, "bench-ref", new_application_id="bench-ref-p12", new_partitions=NEW)
-                stopped = streams_steps.cut(ctx, made, launcher=SparkSubmitLauncher())
+                with operation(config, {"streams_application_id": "bench-ref"}, "stopped") as ctx:
+                    made = streams_steps.plan(ctx, "bench-ref", new_application_id="bench-ref-p12",
+                                              new_partitions=NEW)
+                    stopped = streams_steps.cut(ctx, made, launcher=SparkSubmitLauncher())
                 ref_cut_s = time.monotonic() - began
                 moved = {m.source: m.target for m in made.inputs}
                 ref_new = StreamsTopics(moved["in"], moved["table"], ref_names.counts, ref_names.windowed,
@@ -140,34 +148,33 @@ def main(argv: list[str] | None = None) -> int:
                 policy_params = {"streams_application_id": "bench-live", "quiesce": "manual",
                                  "catch_up_lag_records": 1_000, "catch_up_budget_s": 1_800, "quiet_s": 1,
                                  "quiesce_timeout_s": 600, "switch_timeout_s": 600}
-                ctx = context(config, policy_params, "live")
-                made = streams_steps.plan(ctx, "bench-live", new_application_id="bench-live-p12", new_partitions=NEW)
-                moved = {m.source: m.target for m in made.inputs}
-                live_new_names = StreamsTopics(moved["in"], moved["table"], live_names.counts, live_names.windowed,
-                                               live_names.joined)
-                new = StreamsApp(bootstrap, "bench-live-p12", live_new_names, instances=args.instances,
-                                 window_ms=WINDOW_MS, workdir=work / "live-new")
-                per_batch = max(1, args.rate // 10)
-                try:
-                    with Feeder(bootstrap, "in", stream, start=args.records, per_batch=per_batch, interval_s=0.1) as feeder, \
-                            Person(st, feeder, live, new) as person:
-                        began = time.monotonic()
-                        policy = ctx.params.policy  # type: ignore[attr-defined]
-                        first = streams_steps.copy_running(ctx, made, launcher=SparkSubmitLauncher())
-                        caught = streams_steps.follow(ctx, first, policy)
-                        cut: StreamsCut = streams_steps.live_cut(ctx, made, first, caught, policy)
-                        streams_steps.confirm(ctx, cut, policy)
-                        total_s = time.monotonic() - began
-                        if person.error is not None:
-                            raise person.error
-                        feeder.pause()
-                        rate = len(feeder.sent) / max(total_s, 1e-9)
-                        streams.wait_caught_up(new, 1_800)
-                        new.stop()
-                        live_down = person.running_at - person.stopped_at
-                        sent = list(feeder.sent)
-                finally:
-                    new.close()
+                with operation(config, policy_params, "live") as ctx, ExitStack() as stack:
+                    made = streams_steps.plan(ctx, "bench-live", new_application_id="bench-live-p12",
+                                              new_partitions=NEW)
+                    moved = {m.source: m.target for m in made.inputs}
+                    live_new_names = StreamsTopics(moved["in"], moved["table"], live_names.counts,
+                                                   live_names.windowed, live_names.joined)
+                    new = StreamsApp(bootstrap, "bench-live-p12", live_new_names, instances=args.instances,
+                                     window_ms=WINDOW_MS, workdir=work / "live-new")
+                    stack.callback(new.close)
+                    feeder = stack.enter_context(Feeder(bootstrap, "in", stream, start=args.records,
+                                                        per_batch=max(1, args.rate // 10), interval_s=0.1))
+                    person = stack.enter_context(Person(st, feeder, live, new))
+                    began = time.monotonic()
+                    policy = ctx.params.policy  # type: ignore[attr-defined]
+                    first = streams_steps.copy_running(ctx, made, launcher=SparkSubmitLauncher())
+                    caught = streams_steps.follow(ctx, first, policy)
+                    cut: StreamsCut = streams_steps.live_cut(ctx, made, first, caught, policy)
+                    streams_steps.confirm(ctx, cut, policy)
+                    total_s = time.monotonic() - began
+                    if person.error is not None:
+                        raise person.error
+                    feeder.pause()
+                    rate = len(feeder.sent) / max(total_s, 1e-9)
+                    streams.wait_caught_up(new, 1_800)
+                    new.stop()
+                    live_down = person.running_at - person.stopped_at
+                    sent = list(feeder.sent)
                 want = streams.reference_outputs(written + sent, table, WINDOW_MS)
                 got = lost(streams.read_outputs(bootstrap, live_names), want)
         finally:

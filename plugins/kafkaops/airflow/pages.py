@@ -317,8 +317,9 @@ def _streams(record: Mapping[str, Any]) -> dict[str, Any] | None:
         facts += [("cut-over", f"live ({live.how}): inputs quiesced at {render.utc_time(live.asked_at)}, "
                                f"application seen stopped at {render.utc_time(live.stopped_at)}, switch asked at "
                                f"{render.utc_time(live.ready_at)}"),
-                  ("application down", f"{live.stopped_s:.1f} s from its stop to the new application's offsets "
-                                       f"committed ({live.last_part_records:,} record(s) copied after it stopped; "
+                  ("application down", f"{live.stopped_s:.1f} s from kafkaops seeing it stopped to the new "
+                                       f"application's offsets committed ({live.last_part_records:,} record(s) "
+                                       "copied after it stopped; "
                                        f"{live.tail_records:,} by the tail copies in all)"),
                   ("inputs' write window", f"{live.window_s:.1f} s from the quiesce to the switch asked, at least")]
     return {"facts": facts,
