@@ -1,6 +1,6 @@
 """The live migration's steps that talk to Kafka, on an in-memory topic pair behind
-:mod:`kafkaops.platform.kafka`'s functions: the rollback, the observed switch, the groups settling,
-and the finish's safety net for a DENY Write ACL left behind."""
+:mod:`kafkaops.platform.kafka`'s functions: the rollback (of a topic and of a Kafka Streams application), the
+observed switch, the groups settling, and the finish's safety net for a DENY Write ACL left behind."""
 from __future__ import annotations
 
 import itertools
@@ -14,10 +14,11 @@ import pytest
 
 from kafkaops.errors import KafkaOpsError, KafkaUnreachable
 from kafkaops.model import Cluster, ConsumerGroup, GroupPartitionLag
-from kafkaops.platform.kafka import acls, metadata, records, topics
-from kafkaops.rekey import migration
+from kafkaops.platform.kafka import acls, metadata, offsets, records, topics
+from kafkaops.rekey import migration, streams_steps
 from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.rekey.records import Abandonment, PassResult, Quiesced
+from kafkaops.rekey.streams import InputMove, LiveCut, StreamsCut, StreamsPlan
 from kafkaops.rekey.tail import TailReport
 
 PLAN = BackfillPlan("orders", ((0, 0, 100), (1, 0, 50)), "orders.v2", 4)
@@ -501,3 +502,41 @@ def test_the_target_is_made_ready_in_one_task_step_by_step_and_stops_at_the_firs
     with pytest.raises(KafkaOpsError, match="gate backfill failed"):
         steps.ready_target(ctx, None, {}, PLAN, caught, PassResult(), step)  # type: ignore[arg-type]
     assert done[-2:] == [("verify", "started"), ("verify", "failed")] and not any(n == "cutover" for n, _ in done)
+
+
+# -- a Kafka Streams application's rollback -------------------------------------------------------------------
+
+def streams_plan() -> StreamsPlan:
+    return StreamsPlan("app", "app-p12", 3, 12, (InputMove("orders", "orders.v2"), InputMove("customers",
+                                                                                             "customers.v2")), (), ())
+
+
+def test_a_streams_rollback_allows_every_input_again_and_deletes_the_copies_it_made(monkeypatch) -> None:
+    kafka = Topics({"orders.v2": {0: 10}, "customers.v2": {0: 4}},
+                   denied={("orders", "User:orders-app"), ("customers", "User:orders-app")}).install(monkeypatch)
+    monkeypatch.setattr(metadata, "topic_names", lambda conn: ["orders", "customers", "orders.v2", "customers.v2",
+                                                                "orders.v2.dlq"])
+    dropped: list[str] = []
+    monkeypatch.setattr(offsets, "group_members", lambda conn, group: ("Empty", ()))
+    monkeypatch.setattr(offsets, "delete_consumer_group", lambda conn, group, **_: dropped.append(group))
+    ctx = Ctx()
+    for topic in ("orders", "customers"):
+        ctx.audit.append("note", text="writes denied", action="writes_denied", acl=["User:orders-app"], topic=topic)
+    policy = migration.LivePolicy(quiesce="acl", principals=("User:orders-app",), delete_target_on_abandon=True)
+    done = streams_steps.abandon(ctx, streams_plan(), policy, "quiesce failed: the application did not stop")
+    assert done == Abandonment("quiesce failed: the application did not stop", True, 0)
+    assert kafka.denied == set() and migration.outstanding_denials(ctx.audit.notes) == ()
+    # only what exists is deleted (customers.v2.dlq was never made), and the offsets committed for the new id
+    assert sorted(kafka.deleted) == ["customers.v2", "orders.v2", "orders.v2.dlq"] and dropped == ["app-p12"]
+    said = ctx.audit.notes[-1]["text"]
+    assert "start it again with application.id=app" in said and "deleted" in said
+
+
+def test_a_streams_rollback_keeps_every_copy_once_producers_wrote_to_a_new_input(monkeypatch) -> None:
+    kafka = Topics({"orders.v2": {0: 15}, "customers.v2": {0: 4}}).install(monkeypatch)
+    made = streams_plan()
+    cut = StreamsCut(made, (), (), (), LiveCut("manual", 1.0, 2.0, 3.0, {"orders": {0: 10}, "customers": {0: 4}},
+                                               {"orders.v2": {0: 10}, "customers.v2": {0: 4}}))
+    policy = migration.LivePolicy(quiesce="manual", delete_target_on_abandon=True)
+    done = streams_steps.abandon(Ctx(), made, policy, "switch refused", cut=cut)
+    assert done == Abandonment("switch refused", False, 5) and kafka.deleted == []
