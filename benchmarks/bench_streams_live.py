@@ -53,8 +53,8 @@ class Person(RecordFollower):
     """Does what the live run's record asks: at the quiesce, stops the producer, lets the application read to
     the end and stops it; at the switch, starts the new application and moves the producer to its input."""
 
-    def __init__(self, st: store.Store, feeder: Feeder, old: StreamsApp, new: StreamsApp) -> None:
-        super().__init__(DAG, store=st, poll_s=0.05)
+    def __init__(self, st: store.Store, run_id: str, feeder: Feeder, old: StreamsApp, new: StreamsApp) -> None:
+        super().__init__(DAG, store=st, poll_s=0.05, run_id=run_id)
         self.feeder, self.old, self.new = feeder, old, new
         self.stopped_at = self.running_at = 0.0
 
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                     stack.callback(new.close)
                     feeder = stack.enter_context(Feeder(bootstrap, "in", stream, start=args.records,
                                                         per_batch=max(1, args.rate // 10), interval_s=0.1))
-                    person = stack.enter_context(Person(st, feeder, live, new))
+                    person = stack.enter_context(Person(st, ctx.run_id, feeder, live, new))
                     began = time.monotonic()
                     policy = ctx.params.policy  # type: ignore[attr-defined]
                     first = streams_steps.copy_running(ctx, made, launcher=SparkSubmitLauncher())

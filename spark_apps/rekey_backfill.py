@@ -29,7 +29,7 @@ from kafkaops.platform.spark import (add_exchange_arguments, deliver_result, rea
                                      tuning_options)
 from kafkaops.rekey import backfill
 from kafkaops.rekey.backfill import CODE_HEADER, LINEAGE_HEADER, REASON_HEADER, BackfillPlan
-from kafkaops.rekey.records import BackfillRun, PassResult
+from kafkaops.rekey.records import BackfillRun, CopiesResult, PassResult
 from spark_apps import backfill_verify, common
 from spark_apps.common import Kafka, kafka_options, spark_session
 
@@ -397,18 +397,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         text = read_input(args, "plan")  # from the store (after the session: its URL is a shipped file)
     else:
         text = args.plan if args.plan.lstrip().startswith("{") else Path(args.plan).read_text()
-    plan = BackfillPlan.from_json(text)
+    plans, several = BackfillPlan.many_from_json(text)  # several: one Spark start for all (a Streams application)
     kafka: Kafka = read_client_config(args.kafka_config) if args.kafka_config else args.bootstrap
-    written = run(spark, plan, kafka, kafka_options=options) if args.command == "run" else None
-    report = None
-    if args.command == "verify" or args.verify:
-        report = verify(spark, plan.whole_copy(), kafka)  # a catch-up pass: every pass so far, as one copy
-        log.info("integrity of %s: %s", plan.target_topic, "ok" if report.ok else "; ".join(report.failures))
-    result = PassResult(run=written, integrity=None if report is None else report.to_dict()).to_dict()
+    passes = []
+    for plan in plans:
+        written = run(spark, plan, kafka, kafka_options=options) if args.command == "run" else None
+        report = None
+        if args.command == "verify" or args.verify:
+            report = verify(spark, plan.whole_copy(), kafka)  # a catch-up pass: every pass so far, as one copy
+            log.info("integrity of %s: %s", plan.target_topic, "ok" if report.ok else "; ".join(report.failures))
+        passes.append(PassResult(run=written, integrity=None if report is None else report.to_dict()))
+    result = CopiesResult(tuple(passes)).to_dict() if several else passes[0].to_dict()
     if args.report:
         Path(args.report).write_text(json.dumps(result, indent=2, sort_keys=True))
     deliver_result(args, result)
-    return 0 if report is None or report.ok else 3
+    failed = [p for p in passes if p.integrity is not None and not p.integrity.get("ok")]
+    return 3 if failed else 0
 
 
 if __name__ == "__main__":

@@ -236,6 +236,22 @@ class BackfillPlan:
         except json.JSONDecodeError as err:
             raise BackfillError(f"backfill plan JSON is not valid: {err}") from err
 
+    @staticmethod
+    def many_to_json(plans: Sequence[BackfillPlan]) -> str:
+        """Several copies for one Spark application (a JSON list of plans)."""
+        return json.dumps([p.to_dict() for p in plans], sort_keys=True)
+
+    @classmethod
+    def many_from_json(cls, text: str) -> tuple[list[BackfillPlan], bool]:
+        """The plans of :meth:`many_to_json`, or the one plan of :meth:`to_json`; and whether it was a list."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise BackfillError(f"backfill plan JSON is not valid: {err}") from err
+        if isinstance(data, list):
+            return [cls.from_dict(d) for d in data], True
+        return [cls.from_dict(data)], False
+
 
 def next_target_topic(source_topic: str, existing: Iterable[str]) -> str:
     """``<topic>.v2``, or the next free version: ``orders.v2`` -> ``orders.v3``."""

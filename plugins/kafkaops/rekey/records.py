@@ -6,6 +6,7 @@ Step results (:meth:`to_dict` is what crosses XCom; :meth:`from_dict` reads it b
     PassResult       the rekey backfill app's result (``spark_apps/rekey_backfill.py``): its ``run``
                      (a :class:`BackfillRun`) and ``integrity`` report; the final pass adds the
                      target's end offsets after it
+    CopiesResult     its result for several copies in one Spark application: a PassResult each
     CatchUp          the catch-up (the tail copy's :class:`PassRow` and report) and the plan up to it
     Quiesced         how producers were stopped and the source's end offsets, still
     Cutover          per consumer group, its offsets translated to the target (:class:`GroupTranslation`)
@@ -144,6 +145,21 @@ class PassResult:
         run, ends = data.get("run"), data.get("target_ends")
         return cls(run=BackfillRun.from_dict(run) if run else None, integrity=data.get("integrity"),
                    target_ends=None if ends is None else offsets_of(ends))
+
+
+@dataclass(frozen=True)
+class CopiesResult:
+    """The rekey backfill app's result for several copies run in one Spark application
+    (:func:`kafkaops.rekey.steps.run_backfills`): each copy's :class:`PassResult`, in the plans' order."""
+
+    passes: tuple[PassResult, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"passes": [p.to_dict() for p in self.passes]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CopiesResult:
+        return cls(tuple(PassResult.from_dict(p) for p in data["passes"]))
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -38,7 +38,8 @@ from kafkaops.platform import params as form
 from kafkaops.platform import spark
 from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.rekey.streams import StoreKind, StreamsPlan
-from kafkaops.rekey.records import (AbandonedNote, CapacityAdvice, CatchUp, Cutover, GateVerdict, GroupTranslation,
+from kafkaops.rekey.records import (AbandonedNote, CapacityAdvice, CatchUp, CopiesResult, Cutover, GateVerdict,
+                                    GroupTranslation,
                                     PassResult, Quiesced, RefusedNote, RunNote, TargetReady, TranslationNote)
 from kafkaops.errors import ConfigError, KafkaOpsError
 from kafkaops.model import Cluster
@@ -630,51 +631,78 @@ def run_backfill(ctx: lifecycle.OperationContext, bf: BackfillPlan, *, launcher:
     with it) travel through the store as artifacts ``backfill/<operation>/<name>-try<n>/<submission>/
     {plan,result}.json``, the Spark log goes there too (``name``: ``backfill``, or a live migration's
     ``pass<k>``)."""
-    artifacts = f"backfill/{ctx.artifact_prefix}/{name}-try{ctx.try_number or 1}"  # this try's log, plan, result
-    if name == "backfill":
-        artifacts = f"backfill/{ctx.artifact_prefix}/spark-try{ctx.try_number or 1}"
-    log_artifact = f"{artifacts}.log"
-    with tempfile.TemporaryDirectory(prefix="kafkaops-backfill-") as tmp:  # the task's own scratch space
-        log_file = Path(tmp) / "spark.log"
-        args = ["run", "--verify"] if verify else ["run"]
-        ctx.fence(f"start the backfill into {bf.target_topic}")
+    result = _submit_backfill(ctx, [bf], bf.to_json(), launcher=launcher, timeout_s=timeout_s, verify=verify,
+                              name=name)
+    return _written(ctx, PassResult.from_dict(result), bf, name)
 
-        def started(argv: list[str]) -> None:  # the client config is in a file the argv names, never in it
-            ctx.audit.append("note", text=f"{name} started on Spark master {launcher.master} (connection "
-                                          f"{launcher.conn_id}): {bf.source_topic} -> {bf.target_topic}, "
-                                          f"{bf.records:,} offsets (Spark log: artifact {log_artifact})",
-                             artifact=log_artifact, argv=argv)  # the record links the Spark log
-        try:
-            # exit 3 is a finished run whose integrity check failed: the report says so and the gate fails on it
-            result = spark.run_spark_app(
-                "rekey_backfill", args, launcher=launcher, log_file=log_file, timeout_s=timeout_s,
-                ok_exit_codes=None, what=f"backfill {bf.source_topic} -> {bf.target_topic}",
-                on_timeout="run it again: it resumes where it stopped", on_failure="it resumes safely when run again",
-                kafka_config=ctx.conn_config, on_start=started, inputs={"plan": bf.to_json()},
-                exchange=spark.Exchange(ctx.store, artifacts), progress=copy_progress(ctx, bf, name, verify))
-        finally:
-            if log_file.exists():
-                ctx.store.put_artifact(log_artifact, log_file.read_bytes(), "text/plain; charset=utf-8")
-    done = PassResult.from_dict(result)
+
+def run_backfills(ctx: lifecycle.OperationContext, plans: Sequence[BackfillPlan], *, launcher: spark.Launcher,
+                  timeout_s: float = 3600.0, name: str = "copies") -> tuple[PassResult, ...]:
+    """Several copies in one Spark application (:func:`run_backfill` for each, in turn, each checked after its
+    write): one Spark start for all of them, as a Kafka Streams application's inputs and changelogs are
+    copied. Returns each copy's result, in the order of ``plans``."""
+    result = _submit_backfill(ctx, plans, BackfillPlan.many_to_json(plans), launcher=launcher, timeout_s=timeout_s,
+                              verify=True, name=name)
+    passes = CopiesResult.from_dict(result).passes
+    if len(passes) != len(plans):
+        raise KafkaOpsError(f"{name}: the Spark application reported {len(passes)} copies of the {len(plans)} it "
+                            "was given; run it again (each copy resumes where it stopped)")
+    return tuple(_written(ctx, done, bf, name) for done, bf in zip(passes, plans, strict=True))
+
+
+def _written(ctx: lifecycle.OperationContext, done: PassResult, bf: BackfillPlan, name: str) -> PassResult:
+    """``done`` said in the record and the log."""
     text = f"{name} wrote {done.written:,} record(s) to {bf.target_topic}"
     state.append_note(ctx.audit, RunNote(text, done.run))
     log.info("%s", text)
     return done
 
 
-def _output_offsets(ctx: lifecycle.OperationContext, bf: BackfillPlan) -> int:
+def _submit_backfill(ctx: lifecycle.OperationContext, plans: Sequence[BackfillPlan], plan_json: str, *,
+                     launcher: spark.Launcher, timeout_s: float, verify: bool, name: str) -> dict[str, Any]:
+    artifacts = f"backfill/{ctx.artifact_prefix}/{name}-try{ctx.try_number or 1}"  # this try's log, plan, result
+    if name == "backfill":
+        artifacts = f"backfill/{ctx.artifact_prefix}/spark-try{ctx.try_number or 1}"
+    log_artifact = f"{artifacts}.log"
+    what = ", ".join(f"{bf.source_topic} -> {bf.target_topic}" for bf in plans)
+    with tempfile.TemporaryDirectory(prefix="kafkaops-backfill-") as tmp:  # the task's own scratch space
+        log_file = Path(tmp) / "spark.log"
+        args = ["run", "--verify"] if verify else ["run"]
+        ctx.fence(f"start the backfill into {', '.join(bf.target_topic for bf in plans)}")
+
+        def started(argv: list[str]) -> None:  # the client config is in a file the argv names, never in it
+            ctx.audit.append("note", text=f"{name} started on Spark master {launcher.master} (connection "
+                                          f"{launcher.conn_id}): {what}, {sum(bf.records for bf in plans):,} "
+                                          f"offsets (Spark log: artifact {log_artifact})",
+                             artifact=log_artifact, argv=argv)  # the record links the Spark log
+        try:
+            # exit 3 is a finished run whose integrity check failed: the report says so and the gate fails on it
+            return spark.run_spark_app(
+                "rekey_backfill", args, launcher=launcher, log_file=log_file, timeout_s=timeout_s,
+                ok_exit_codes=None, what=f"backfill {what}",
+                on_timeout="run it again: it resumes where it stopped", on_failure="it resumes safely when run again",
+                kafka_config=ctx.conn_config, on_start=started, inputs={"plan": plan_json},
+                exchange=spark.Exchange(ctx.store, artifacts), progress=copy_progress(ctx, plans, name, verify))
+        finally:
+            if log_file.exists():
+                ctx.store.put_artifact(log_artifact, log_file.read_bytes(), "text/plain; charset=utf-8")
+
+
+def _output_offsets(ctx: lifecycle.OperationContext, plans: Sequence[BackfillPlan]) -> int:
     """Offsets taken in the target and dead-letter topics now (records and transaction markers)."""
-    return sum(e for topic in (bf.target_topic, bf.dead_letter_topic)
+    return sum(e for bf in plans for topic in (bf.target_topic, bf.dead_letter_topic)
                for _, e in records.end_offsets(ctx.conn_config, topic).values())
 
 
-def copy_progress(ctx: lifecycle.OperationContext, bf: BackfillPlan, name: str, verify: bool
+def copy_progress(ctx: lifecycle.OperationContext, plans: Sequence[BackfillPlan], name: str, verify: bool
                   ) -> Callable[[float], None]:
     """What :func:`kafkaops.platform.spark.run_spark_app` calls while a pass runs: one task-log line of
     records written of the pass's source offsets, the rate and the ETA (:class:`backfill.CopyProgress`),
-    from the output topics' end offsets against theirs when the pass started."""
+    from the output topics' end offsets against theirs when the pass started (``plans``: the copies of one
+    Spark application, counted together)."""
+    total = sum(bf.records for bf in plans)
     try:
-        at_start = _output_offsets(ctx, bf)
+        at_start = _output_offsets(ctx, plans)
     except KafkaOpsError as err:  # no progress lines then; the pass itself is not at stake
         log.warning("%s: the output topics' offsets could not be read, so no progress is logged: %s", name, err)
         return lambda _elapsed_s: None
@@ -682,7 +710,7 @@ def copy_progress(ctx: lifecycle.OperationContext, bf: BackfillPlan, name: str, 
     last: list[tuple[float, int]] = []  # the previous observation (the thread that calls this is the only one)
 
     def progress(elapsed_s: float) -> None:
-        now = backfill.CopyProgress(max(_output_offsets(ctx, bf) - at_start, 0), bf.records, elapsed_s,
+        now = backfill.CopyProgress(max(_output_offsets(ctx, plans) - at_start, 0), total, elapsed_s,
                                     checking=verify, previous=last[-1] if last else None)
         last[:] = [(elapsed_s, now.written)]
         log.info("%s", now.line(name, render.duration))

@@ -197,28 +197,20 @@ def _create_targets(ctx: lifecycle.OperationContext, made: StreamsPlan, replicat
 
 def _copy_all(ctx: lifecycle.OperationContext, plans: Sequence[BackfillPlan], *, launcher: spark.Launcher,
               timeout_s: float) -> tuple[tuple[CopyDone, ...], tuple[PassResult, ...]]:
-    """Each copy by the rekey backfill, gated; refuses when any dead-lettered a record (its state would be
-    lost to the new application)."""
-    done, passes = [], []
-    for i, bf in enumerate(plans, 1):
-        log.info("copy %d/%d: %s -> %s by %s, %d offsets", i, len(plans), bf.source_topic, bf.target_topic,
-                 bf.key_rule, bf.records)
-        copied, result = _copy(ctx, bf, launcher=launcher, timeout_s=timeout_s, name=f"streams-copy{i}")
-        done.append(copied)
-        passes.append(result)
+    """Every copy by the rekey backfill in one Spark application (:func:`kafkaops.rekey.steps.run_backfills`),
+    each then gated; refuses when any dead-lettered a record (its state would be lost to the new application)."""
+    log.info("%d copies in one Spark application: %s", len(plans),
+             "; ".join(f"{bf.source_topic} -> {bf.target_topic} by {bf.key_rule}, {bf.records:,} offsets"
+                       for bf in plans))
+    passes = steps.run_backfills(ctx, plans, launcher=launcher, timeout_s=timeout_s, name="streams-copies")
+    done = tuple(_gated(ctx, bf, result, time.monotonic() - ((result.run.seconds or 0.0) if result.run else 0.0))
+                 for bf, result in zip(plans, passes, strict=True))
     lost = [c for c in done if c.dead_letters]
     if lost:
         raise StreamsError("the copy dead-lettered record(s), whose state the new application would not have: "
                            + ", ".join(f"{c.source} -> {c.target}: {c.dead_letters}" for c in lost)
                            + ". The new application's topics stay for a look; the old application is unchanged")
-    return tuple(done), tuple(passes)
-
-
-def _copy(ctx: lifecycle.OperationContext, bf: BackfillPlan, *, launcher: spark.Launcher, timeout_s: float,
-          name: str) -> tuple[CopyDone, PassResult]:
-    began = time.monotonic()
-    result = steps.run_backfill(ctx, bf, launcher=launcher, timeout_s=timeout_s, verify=True, name=name)
-    return _gated(ctx, bf, result, began), result
+    return done, passes
 
 
 def _subject(bf: BackfillPlan, what: str) -> str:

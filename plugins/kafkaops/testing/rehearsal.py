@@ -30,12 +30,14 @@ log = logging.getLogger(__name__)
 
 
 class RecordFollower:
-    """A thread that follows the newest run of ``dag_id`` started after it, as an operator reads its record,
-    and hands each ``ActionNote`` in it to :meth:`act` (subclasses say what they do). :attr:`done` lists what
-    was done, with the monotonic time; :attr:`error` holds what went wrong (the test or bench raises it)."""
+    """A thread that follows the newest run of ``dag_id`` started after it (or the run ``run_id``), as an
+    operator reads its record, and hands each ``ActionNote`` in it to :meth:`act` (subclasses say what they
+    do). :attr:`done` lists what was done, with the monotonic time; :attr:`error` holds what went wrong (the
+    test or bench raises it)."""
 
-    def __init__(self, dag_id: str, *, store: store_.Store | None = None, poll_s: float = 0.2) -> None:
-        self.dag_id, self.poll_s = dag_id, poll_s
+    def __init__(self, dag_id: str, *, store: store_.Store | None = None, poll_s: float = 0.2,
+                 run_id: str | None = None) -> None:
+        self.dag_id, self.poll_s, self.run_id = dag_id, poll_s, run_id
         self.store = store or store_.current()
         self.done: list[tuple[str, float]] = []
         self.error: BaseException | None = None
@@ -61,7 +63,7 @@ class RecordFollower:
         return None
 
     def _follow(self) -> None:
-        run_id, seen = None, 0
+        run_id, seen = self.run_id, 0
         try:
             while not self._stop.wait(self.poll_s):
                 run_id = run_id or self._run_id()

@@ -179,31 +179,42 @@ def produce(source: str | Mapping[str, str], topic: str, records: Iterable[Input
             timeout_s: float = 60.0) -> int:
     """Produce ``records`` to ``topic`` in order, each with its timestamp, placed as the Java client places
     keys (murmur2), acks=all and idempotent; returns how many. Raises when any is unacknowledged."""
+    producer = _producer(source)
+    try:
+        return _send(producer, topic, records, timeout_s)
+    finally:
+        waits.close_producer(producer, waits.Deadline(timeout_s))
+
+
+def _producer(source: str | Mapping[str, str]) -> Any:
     from confluent_kafka import Producer
 
     from kafkaops.testing.traffic import producer_config
 
+    return Producer(producer_config(_client_config(source)))
+
+
+def _send(producer: Any, topic: str, records: Iterable[InputRecord], timeout_s: float) -> int:
+    """``records`` through ``producer``, every one acknowledged (flushed) before it returns; raises naming what
+    failed or was left unacknowledged after ``timeout_s``."""
     failures: list[str] = []
 
     def on_delivery(err: Any, msg: Any) -> None:
         if err is not None:
             failures.append(str(err))
 
-    producer = Producer(producer_config(_client_config(source)))
     sent = 0
-    try:
-        for record in records:
-            while True:
-                try:
-                    producer.produce(topic, key=record.key.encode(), value=record.value.encode(),
-                                     timestamp=record.timestamp_ms, on_delivery=on_delivery)
-                    break
-                except BufferError:
-                    producer.poll(0.1)
-            sent += 1
-            producer.poll(0)
-    finally:
-        left = waits.close_producer(producer, waits.Deadline(timeout_s))
+    for record in records:
+        while True:
+            try:
+                producer.produce(topic, key=record.key.encode(), value=record.value.encode(),
+                                 timestamp=record.timestamp_ms, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        sent += 1
+        producer.poll(0)
+    left = waits.flush(producer, waits.Deadline(timeout_s))
     if left or failures:
         raise StreamsAppError(f"producing {sent:,} records to {topic}: {left} unacknowledged after {timeout_s:.0f} s, "
                               f"{len(failures)} failed (first: {failures[0] if failures else 'none'}); check the brokers")
@@ -604,20 +615,25 @@ class Feeder:
         return len(self.sent)
 
     def _feed(self) -> None:
-        while not self._closed.is_set():
-            if not self._running.is_set():
-                self._idle.set()
-                self._running.wait()
-                continue
-            batch = self.make(self.next, self.per_batch)
-            try:
-                produce(self.source, self.topic, batch)
-            except BaseException as err:  # the test raises it
-                log.exception("feeder of %s failed", self.topic)
-                self.error = err
-                self._running.clear()
-                continue
-            self.sent += batch
-            self.next += len(batch)
-            self._closed.wait(self.interval_s)
-        self._idle.set()
+        producer = _producer(self.source)  # one for the feeder's life, closed by it
+        try:
+            while not self._closed.is_set():
+                if not self._running.is_set():
+                    self._idle.set()
+                    self._running.wait()
+                    continue
+                began = time.monotonic()
+                batch = self.make(self.next, self.per_batch)
+                try:
+                    _send(producer, self.topic, batch, 60.0)
+                except BaseException as err:  # the test raises it
+                    log.exception("feeder of %s failed", self.topic)
+                    self.error = err
+                    self._running.clear()
+                    continue
+                self.sent += batch
+                self.next += len(batch)
+                self._closed.wait(max(0.0, self.interval_s - (time.monotonic() - began)))
+        finally:
+            waits.close_producer(producer, waits.Deadline(60.0))
+            self._idle.set()

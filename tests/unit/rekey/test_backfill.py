@@ -34,6 +34,14 @@ def test_the_plan_is_a_json_value_with_spark_offsets() -> None:
     assert json.loads(PLAN.offsets_json("end")) == {"orders": {"0": 100, "1": 100, "2": 100}}
 
 
+def test_several_plans_travel_as_one_json_list_and_one_plan_as_itself() -> None:
+    other = BackfillPlan("customers", ((0, 0, 7),), "customers.v2", 12, key_rule="window_key")
+    assert BackfillPlan.many_from_json(BackfillPlan.many_to_json([PLAN, other])) == ([PLAN, other], True)
+    assert BackfillPlan.many_from_json(PLAN.to_json()) == ([PLAN], False)
+    with pytest.raises(BackfillError, match="not valid"):
+        BackfillPlan.many_from_json("[{")
+
+
 @pytest.mark.parametrize("changes, words", [
     ({"target_topic": "orders"}, "must all differ"),
     ({"target_partitions": 0}, "at least 1"),
