@@ -100,7 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     base = (time.time_ns() // 1_000_000 - 3 * 3_600_000 - 60_000) // WINDOW_MS * WINDOW_MS
 
     def stream(start: int, count: int) -> list[InputRecord]:
-        return [InputRecord(keys[i % len(keys)], f"v{i}", base + i * step_ms) for i in range(start, start + count)]
+        """Records from sequence ``start``: the first ``--records`` over the last 3 hours, the live ones 1 ms apart
+        after them (the broker refuses timestamps more than an hour ahead: message.timestamp.after.max.ms)."""
+        return [InputRecord(keys[i % len(keys)], f"v{i}", base + min(i, args.records) * step_ms
+                            + max(0, i - args.records)) for i in range(start, start + count)]
 
     written = stream(0, args.records)
     table = [InputRecord(k, f"t-{k}", base - 1_000) for k in keys]
