@@ -1,11 +1,13 @@
 """``kafkaops plan``: plan a reassignment from Kafka's JSON or a live cluster and write PLAN.json.
 
     kafkaops plan --current CURRENT.json --brokers 1,2,3,4,5 [--racks 1:a,2:b,...]
-                  [--sizes SIZES.json] [--drain 3] [--exclude 6] [--topic T ...] --output PLAN.json
+                  [--sizes SIZES.json] [--drain 3 [--rebalance-after]] [--exclude 6] [--topic T ...]
+                  --output PLAN.json
     kafkaops plan --bootstrap-server HOST:PORT [--brokers 1,2,3,4] [--topic T ...] ... --output PLAN.json
 
 Brokers in ``--brokers`` that hold no replica are new: that is a scale-out. With ``--drain`` it
-is a drain; otherwise a rebalance. Live, brokers, racks and sizes come from ``metadata.snapshot``;
+is a drain, which moves only what the drained brokers hold (``--rebalance-after`` then evens out the
+brokers that stay, counted apart); otherwise a rebalance. Live, brokers, racks and sizes come from ``metadata.snapshot``;
 ``--brokers`` may then add ids not registered yet (new brokers) and ``--topic`` restricts the plan
 to those topics, balanced among themselves. Wire it up with :func:`add_arguments` and :func:`run`;
 ``run`` returns the exit code (:mod:`kafkaops.cli.exits`: 2 bad input, 3 infeasible) and prints one
@@ -45,7 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="plan only this topic (repeatable); the topics are balanced among themselves")
     parser.add_argument("--racks", metavar="ID:RACK,...", help="rack of each broker, e.g. 1:a,2:b,3:c")
     parser.add_argument("--sizes", metavar="SIZES.json", help='{"partitions":[{"topic","partition","size"}]}')
-    parser.add_argument("--drain", metavar="IDS", help="brokers to empty, comma separated")
+    parser.add_argument("--drain", metavar="IDS", help="brokers to empty, comma separated: only what they hold "
+                                                      "moves")
+    parser.add_argument("--rebalance-after", action="store_true",
+                        help="with --drain: then even out the brokers that stay (counted apart)")
     parser.add_argument("--exclude", metavar="IDS", help="brokers that receive no replica, comma separated")
     parser.add_argument("--output", required=True, metavar="PLAN.json",
                         help="where to write the reassignment (changed partitions, Kafka format)")
@@ -110,7 +115,7 @@ def make_plan(cluster: Cluster, args: argparse.Namespace, goals: Goals = Goals()
     drain = parse_brokers(args.drain, "--drain") if args.drain else []
     exclude = parse_brokers(args.exclude, "--exclude") if args.exclude else []
     if drain:
-        return plan_drain(cluster, drain, goals, exclude=exclude)
+        return plan_drain(cluster, drain, goals, exclude=exclude, rebalance_after=args.rebalance_after)
     held = cluster.replicas_per_broker()
     new = [b for b in cluster.broker_ids if not held.get(b) and b not in exclude]
     if new:

@@ -169,10 +169,34 @@ def what_follows(plan: ReassignmentPlan, params: ApprovalParams) -> list[str]:
     return lines
 
 
+def drain_parts(plan: ReassignmentPlan) -> list[str]:
+    """A drain's parts as the approval shows them: what the drained brokers hold, and apart from it the
+    rebalance after (when asked for), or the spread the brokers that stay keep (when not)."""
+    parts = dict(plan.part_moves)
+    if plan.kind != "drain" or "drain" not in parts:
+        return []
+    holds = "holds" if len(plan.drained) == 1 else "hold"
+    lines = [f"**Drain** {_count(parts['drain'], 'replica move')}: {_brokers_word(plan.drained)} {holds} "
+             f"{_count(plan.lower_bound, 'replica')}, each moved to the broker furthest below its share that keeps "
+             "the partition's racks."]
+    if "rebalance after" in parts:
+        lines.append(f"**Rebalance after** {_count(parts['rebalance after'], 'replica move')} more, to even out "
+                     "the brokers that stay (asked for with rebalance_after).")
+    else:
+        lines.append(f"Nothing else moves: the brokers that stay keep their replica spread "
+                     f"({plan.stats_after.replica_spread} after). Set rebalance_after to even them out too.")
+    return [*lines, ""]
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n:,} {what}{'' if n == 1 else 's'}"
+
+
 def approval_markdown(plan: ReassignmentPlan, params: ApprovalParams, *, shown: int = MOVES_SHOWN) -> str:
     """The approval body: summary, throttle and ETA, moves, brokers before and after, what follows."""
     flows = plan_traffic(plan, params)
     lines = [plan.summary() + ".", ""]
+    lines += drain_parts(plan)
     if plan.moves:
         batches = f"{flows.batches} {'batch' if flows.batches == 1 else 'batches'}"
         lines += [f"**Throttle** {params.throttle_mb_per_s:g} MB/s per broker, in and out. "

@@ -33,14 +33,15 @@ def allowed_spread(plan: ReassignmentPlan, cluster: Cluster) -> int:
     """The widest replica spread (most minus fewest replicas per balanced broker) the plan may
     leave: 1, or more where racks make an even split impossible (the planner's rack-feasible
     targets); a scale-out, which only moves replicas onto new brokers, may also keep the spread
-    the old brokers already had."""
+    the old brokers already had; so may a drain that moves only what the drained brokers hold (no
+    ``rebalance after`` part), among the brokers that stay."""
     base, topo = resolve_topology(_plan_base(plan, cluster), Goals(), new=plan.new_brokers,
                                   drain=plan.drained, exclude=plan.excluded)
     counts = base.replicas_per_broker()
     total = sum(n for b, n in counts.items() if b not in topo.fixed)
     targets = list(replica_targets(base, topo, counts, total).values())
     spread = max(1, max(targets) - min(targets))
-    if plan.kind == "scale-out":
+    if plan.kind == "scale-out" or (plan.kind == "drain" and "rebalance after" not in dict(plan.part_moves)):
         old = [counts[b] for b in topo.eligible if b not in topo.new]
         spread = max(spread, max(old, default=0) - min(old, default=0))
     return spread

@@ -99,7 +99,11 @@ DRAIN_BROKERS = form.WholeNumbers(name="drain_brokers", title="Brokers to drain"
 STOP_DRAINED = form.Flag(name="stop_drained", title="Stop drained brokers",
                          description="After a verified drain, stop the drained brokers through the role (needs the "
                                      "inventory).")
-REASSIGN_PARAMS: tuple[form.Spec[Any], ...] = (OPERATION, DRAIN_BROKERS, STOP_DRAINED)
+REBALANCE_AFTER = form.Flag(name="rebalance_after", title="Rebalance after the drain",
+                            description="With operation=drain: after moving what drain_brokers hold (and nothing "
+                                        "else), also even out the brokers that stay; those moves are counted apart "
+                                        "in the approval.")
+REASSIGN_PARAMS: tuple[form.Spec[Any], ...] = (OPERATION, DRAIN_BROKERS, REBALANCE_AFTER, STOP_DRAINED)
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,7 @@ class OperationParams:
     new_broker_racks: tuple[str, ...] = NEW_BROKER_RACKS.default
     keep_new_brokers: bool = KEEP_NEW_BROKERS.default
     drain_brokers: tuple[int, ...] = DRAIN_BROKERS.default
+    rebalance_after: bool = REBALANCE_AFTER.default
     exclude_brokers: tuple[int, ...] = EXCLUDE_BROKERS.default
     inventory: str = INVENTORY.default
     stop_drained: bool = STOP_DRAINED.default
@@ -143,7 +148,8 @@ class OperationParams:
                 add_brokers=ADD_BROKERS.read(params),
                 new_broker_ids=NEW_BROKER_IDS.read(params), new_broker_racks=NEW_BROKER_RACKS.read(params),
                 keep_new_brokers=KEEP_NEW_BROKERS.read(params),
-                drain_brokers=DRAIN_BROKERS.read(params), exclude_brokers=EXCLUDE_BROKERS.read(params),
+                drain_brokers=DRAIN_BROKERS.read(params), rebalance_after=REBALANCE_AFTER.read(params),
+                exclude_brokers=EXCLUDE_BROKERS.read(params),
                 inventory=INVENTORY.read(params) or str(provision.default_inventory() or ""),
                 stop_drained=STOP_DRAINED.read(params),
                 approval=form.APPROVAL.read(params), dry_run=DRY_RUN.read(params),
@@ -441,7 +447,7 @@ def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Seq
                               exclude=p.exclude_brokers)
     elif p.kind == "drain":
         inventory_problem = _inventory_checked(ctx, ())
-        plan = plan_drain(cluster, p.drain_brokers, exclude=p.exclude_brokers)
+        plan = plan_drain(cluster, p.drain_brokers, exclude=p.exclude_brokers, rebalance_after=p.rebalance_after)
     else:
         plan = plan_rebalance(cluster, exclude=p.exclude_brokers, topics=topics)
     flows = approval.plan_traffic(plan, p)

@@ -153,6 +153,17 @@ def test_plan_passes_on_a_planner_drain() -> None:
     assert gates.run("plan", plan_frames.plan_frame(plan_drain(cluster, [6]), cluster)).ok
 
 
+def test_a_drain_of_only_what_the_broker_holds_may_keep_the_spread_the_others_had() -> None:
+    """Brokers 1 and 2 hold 8 replicas each, 3 and 4 none: draining 1 leaves 2 at 8 (a spread of 4), which the
+    gate allows for a drain that moves only what 1 holds, not for one asked to rebalance after."""
+    cluster = skewed_four_brokers()
+    only = plan_drain(cluster, [1])
+    assert only.stats_after.replica_spread == 4
+    assert gates.run("plan", plan_frames.plan_frame(only, cluster)).ok
+    assert plan_frames.allowed_spread(only, cluster) == 8
+    assert plan_frames.allowed_spread(plan_drain(cluster, [1], rebalance_after=True), cluster) == 1
+
+
 def test_plan_names_the_partition_where_the_byte_limit_runs_out() -> None:
     cluster = six_brokers_three_racks(sizes=True)
     plan = plan_scale_out(cluster, NEW_RACKED)

@@ -8,6 +8,7 @@ from kafkaops.model import Broker, Move
 from kafkaops.reassign import approval, steps
 from kafkaops.reassign.planner import plan_drain, plan_scale_out
 from tests.unit.clusters import three_brokers_one_topic
+from tests.unit.reassign.planner.clusters import skewed_four_brokers
 
 
 def scale_out():
@@ -63,6 +64,17 @@ def test_drain_body_says_whether_the_drained_broker_is_stopped(stop: bool, says:
     assert "| 4 (drained) | 2 → 0 | 1 → 0 | 4.9 KiB → 0 B | 0 B | 2.9 KiB |" in text
     assert "| 3 | 2 → 3 | 1 → 1 | 2.9 KiB → 5.9 KiB | 2.9 KiB | 2.0 KiB |" in text
     assert "**ETA** 00:00:03 at the throttle" in text
+    assert "**Drain** 2 replica moves: broker 4 holds 2 replicas, each moved to the broker furthest below" in text
+    assert "Nothing else moves: the brokers that stay keep their replica spread" in text
+
+
+def test_a_drain_with_a_rebalance_after_shows_both_parts_apart() -> None:
+    plan = plan_drain(skewed_four_brokers(), [1], rebalance_after=True)
+    text = approval.approval_markdown(plan, steps.OperationParams(kind="drain", drain_brokers=(1,),
+                                                                  rebalance_after=True))
+    assert "**Drain** 8 replica moves: broker 1 holds 8 replicas" in text
+    assert "**Rebalance after** 2 replica moves more, to even out the brokers that stay" in text
+    assert "Nothing else moves" not in text
 
 
 def test_the_body_is_what_the_plan_task_returns() -> None:

@@ -121,6 +121,8 @@ class ReassignmentPlan:
     excluded: tuple[int, ...] = ()
     notes: tuple[str, ...] = ()
     cluster: Cluster | None = field(default=None, compare=False, repr=False)
+    #: a plan made of parts, each with its replica moves counted apart (a drain, then the rebalance after it)
+    part_moves: tuple[tuple[str, int], ...] = ()
 
     @property
     def replica_moves(self) -> int:
@@ -172,11 +174,18 @@ class ReassignmentPlan:
         if self.kind == "drain":
             one = len(self.drained) == 1
             holder = f"the drained {'broker holds' if one else 'brokers hold'}"
+            parts = dict(self.part_moves)
+            drain = parts.get("drain", n)
+            after = (f"; then {parts['rebalance after']} to even out the brokers that stay (rebalance after)"
+                     if "rebalance after" in parts else "")
             if not bound:
-                return f"{holder} no replicas; {n} to even out the brokers that stay" if n else "none needed"
+                return (f"{holder} no replicas" + (after or f"; {n} to even out the brokers that stay")) if n else \
+                    "none needed"
             held = f"the {bound} {holder}"
-            return f"{held}, no more" if n <= bound else f"{held} and {n - bound} more to even out the brokers " \
-                                                         "that stay"
+            if drain <= bound:
+                return f"{held}, no more{after}"
+            why = "to spread partitions whose racks were short" if parts else "to even out the brokers that stay"
+            return f"{held} and {drain - bound} more {why}{after}"
         if n == bound:
             return "the fewest possible" if n else "none needed"
         if n < bound:
@@ -221,7 +230,8 @@ class ReassignmentPlan:
                 "drained": list(self.drained), "excluded": list(self.excluded), "notes": list(self.notes),
                 "moves": [m.to_dict() for m in self.moves], "stats_before": self.stats_before.to_dict(),
                 "stats_after": self.stats_after.to_dict(),
-                "cluster": self.cluster.to_dict() if self.cluster is not None else None}
+                "cluster": self.cluster.to_dict() if self.cluster is not None else None,
+                "part_moves": [[name, n] for name, n in self.part_moves]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ReassignmentPlan:
@@ -232,7 +242,8 @@ class ReassignmentPlan:
                        lower_bound=int(data["lower_bound"]), new_brokers=tuple(data.get("new_brokers", ())),
                        drained=tuple(data.get("drained", ())), excluded=tuple(data.get("excluded", ())),
                        notes=tuple(data.get("notes", ())),
-                       cluster=Cluster.from_dict(data["cluster"]) if data.get("cluster") else None)
+                       cluster=Cluster.from_dict(data["cluster"]) if data.get("cluster") else None,
+                       part_moves=tuple((str(name), int(n)) for name, n in data.get("part_moves") or ()))
         except (KeyError, TypeError, ValueError, ModelError) as err:
             raise PlanInputError(f"cannot read a reassignment plan from this dict: {err!r}; expected the shape "
                                  "of ReassignmentPlan.to_dict()") from err

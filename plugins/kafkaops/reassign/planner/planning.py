@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Sequence
+from typing import Any
 
 from kafkaops.model import Broker, Cluster, Move
 from kafkaops.reassign.planner.errors import PlanInputError
@@ -45,7 +46,7 @@ def lower_bound_moves(cluster: Cluster, new_brokers: Sequence[int | Broker], *,
 
 
 def _build(kind: str, base: Cluster, topo: Topology, work: Placement, lower_bound: int,
-           excluded: Sequence[int]) -> ReassignmentPlan:
+           excluded: Sequence[int], parts: tuple[tuple[str, int], ...] = ()) -> ReassignmentPlan:
     moves = []
     for p, reps, _size in zip(base.partitions, work.reps, work.sizes):
         after = tuple(reps)
@@ -57,7 +58,8 @@ def _build(kind: str, base: Cluster, topo: Topology, work: Placement, lower_boun
     after_stats = LoadStats.measure(zip(work.topics, work.reps, work.sizes), brokers, topo.eligible)
     plan = ReassignmentPlan(kind=kind, moves=tuple(moves), stats_before=before, stats_after=after_stats,
                             lower_bound=lower_bound, new_brokers=topo.new, drained=topo.drained,
-                            excluded=tuple(sorted(excluded)), notes=_notes(work), cluster=base)
+                            excluded=tuple(sorted(excluded)), notes=_notes(work), cluster=base,
+                            part_moves=parts)
     log.info("%s plan: %d partitions change, %d replica moves (replica-count lower bound %d)", kind, len(moves),
              plan.replica_moves, lower_bound)
     return plan
@@ -123,9 +125,15 @@ def plan_rebalance(cluster: Cluster, goals: Goals = DEFAULT_GOALS, exclude: Sequ
 
 
 def plan_drain(cluster: Cluster, brokers: Sequence[int], goals: Goals = DEFAULT_GOALS,
-               exclude: Sequence[int] = ()) -> ReassignmentPlan:
-    """Move every replica off ``brokers`` (the lower bound), each to the eligible broker furthest
-    below its share that keeps the partition's racks, then even out what is left."""
+               exclude: Sequence[int] = (), *, rebalance_after: bool = False) -> ReassignmentPlan:
+    """Move every replica off ``brokers`` and no other (the lower bound: what they hold), each to the
+    eligible broker furthest below its share that keeps the partition's racks; a partition whose racks
+    are already short moves too (a repair, said in the bound note). An operator decommissioning a
+    broker expects the copy of what it holds, as Cruise Control's ``remove_broker`` does.
+
+    ``rebalance_after``: then even out the brokers that stay, as a rebalance would; those moves are
+    counted apart (:attr:`ReassignmentPlan.part_moves`), so the approval shows the drain and the
+    rebalance separately."""
     if not brokers:
         raise PlanInputError("a drain needs at least one broker to drain; pass brokers=[ID, ...]")
     base, topo = resolve_topology(cluster, goals, drain=brokers, exclude=exclude)
@@ -133,8 +141,17 @@ def plan_drain(cluster: Cluster, brokers: Sequence[int], goals: Goals = DEFAULT_
     work.set_targets(replica_targets(base, topo, work.count, work.total))
     lower_bound = sum(work.count[b] for b in topo.drained)
     work.repair(prefer=frozenset(topo.eligible))
-    if goals.replicas:
+    drained = [tuple(reps) for reps in work.reps]
+    if rebalance_after and goals.replicas:
         work.balance(topo.eligible, topo.eligible, None)
         even_counts(work, None)
     _finish(work, topo, goals)
-    return _build("drain", base, topo, work, lower_bound, exclude)
+    parts: tuple[tuple[str, int], ...] = (("drain", _added(base.partitions, drained)),)
+    if rebalance_after:
+        parts += (("rebalance after", sum(len(set(after) - set(before)) for before, after in zip(drained, work.reps))),)
+    return _build("drain", base, topo, work, lower_bound, exclude, parts)
+
+
+def _added(partitions: Sequence[Any], after: Sequence[tuple[int, ...]]) -> int:
+    """Replicas placed on a broker that did not hold them, from ``partitions`` to ``after``."""
+    return sum(len(set(reps) - set(p.replicas)) for p, reps in zip(partitions, after))

@@ -98,11 +98,18 @@ def test_summary_says_when_racks_leave_fewer_moves_than_the_replica_count_bound(
     assert f"{free.replica_moves} replica moves (the fewest possible)," in free.summary()
 
 
-def test_summary_of_a_drain_counts_the_drained_replicas_and_what_evens_out_the_rest():
+def test_summary_of_a_drain_counts_the_drained_replicas_and_the_rebalance_after_apart():
     exact = plan_drain(six_brokers_three_racks(sizes=True), [5, 6])
     assert "18 replica moves (the 18 the drained brokers hold, no more)" in exact.summary()
     skewed = skewed_four_brokers()  # brokers 1 and 2 hold 8 replicas each, 3 and 4 none
-    assert "10 replica moves (the 8 the drained broker holds and 2 more to even out the brokers that stay)" \
-        in plan_drain(skewed, [1]).summary()
-    assert "5 replica moves (the drained broker holds no replicas; 5 to even out the brokers that stay)" \
-        in plan_drain(skewed, [4]).summary()
+    only = plan_drain(skewed, [1])  # what broker 1 holds, no cluster-wide evening (broker 2 keeps its 8)
+    assert "8 replica moves (the 8 the drained broker holds, no more)" in only.summary()
+    assert only.part_moves == (("drain", 8),) and only.stats_after.replicas[2] == 8
+    evened = plan_drain(skewed, [1], rebalance_after=True)
+    assert evened.part_moves == (("drain", 8), ("rebalance after", 2)) and evened.stats_after.replica_spread == 1
+    assert "10 replica moves (the 8 the drained broker holds, no more; then 2 to even out the brokers that stay " \
+        "(rebalance after))" in evened.summary()
+    assert "0 replica moves (none needed)" in plan_drain(skewed, [4]).summary()
+    assert "5 replica moves (the drained broker holds no replicas; then 5 to even out the brokers that stay " \
+        "(rebalance after))" in plan_drain(skewed, [4], rebalance_after=True).summary()
+    assert ReassignmentPlan.from_dict(evened.to_dict()).part_moves == evened.part_moves
