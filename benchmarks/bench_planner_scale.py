@@ -177,6 +177,8 @@ def run_case(spec: str, reference: Path | None, extras: bool) -> dict:
         plan = planner.plan_scale_out(cluster, added)
     elif kind == "drain":
         plan = planner.plan_drain(cluster, list(range(1, change + 1)))
+    elif kind == "drain-rebalance":  # the drain, then the cluster-wide evening, counted apart
+        plan = planner.plan_drain(cluster, list(range(1, change + 1)), rebalance_after=True)
     else:
         plan = planner.plan_rebalance(cluster)
     seconds = time.perf_counter() - start
@@ -189,7 +191,7 @@ def run_case(spec: str, reference: Path | None, extras: bool) -> dict:
              "topics_uneven": sum(1 for s in after.topic_spread.values() if s > 1),
              "byte_spread_pct": 100 * after.byte_spread / max(1, max(after.bytes.values())),
              "byte_spread_before_pct": 100 * before.byte_spread / max(1, max(before.bytes.values())),
-             "summary": plan.summary()}
+             "summary": plan.summary(), "parts": [list(part) for part in getattr(plan, "part_moves", ())]}
     if extras:
         facts.update(time_io(plan, cluster))
     return facts
@@ -251,8 +253,9 @@ SHAPES = [
 
 def describe(spec: str) -> str:
     kind, n, b, change, rf, racks = spec.split()
-    what = {"scale-out": f"+{change}", "drain": f"drain {change}", "rebalance": "rebalance"}[kind]
-    return f"{kind} {int(n):,} x RF{rf}, {b} brokers {what}, {racks} rack(s)"
+    what = {"scale-out": f"+{change}", "drain": f"drain {change}", "drain-rebalance": f"drain {change} + rebalance after",
+            "rebalance": "rebalance"}[kind]
+    return f"{kind.split('-')[0]} {int(n):,} x RF{rf}, {b} brokers {what}, {racks} rack(s)"
 
 
 def row(r: dict, cap: float) -> str:
@@ -280,6 +283,39 @@ def exponents(results: list[dict]) -> list[str]:
     return lines
 
 
+DRAINS = ["drain 100000 300 3 3 3", "drain 100000 300 30 2 2", "drain 10000 100 1 3 3"]
+"""Drains of realistic uneven clusters: 3 of 300 brokers (RF 3, 3 racks), 30 of 300 (RF 2, 2 racks), 1 of 100."""
+
+
+def drains(*, save: bool) -> int:
+    """Each drain shape planned twice in fresh processes: the drain alone (only what the drained brokers hold
+    moves) and with rebalance_after (the reference: the cluster-wide evening every drain used to add)."""
+    lines = ["Drains on uneven clusters (`bench_planner_scale.py --drains`, one fresh process per case): moves "
+             "against the replicas the drained brokers hold, the drain alone beside the same drain with "
+             f"rebalance_after in the same run. Load average at start {os.getloadavg()[0]:.1f} on "
+             f"{os.cpu_count()} cores.", "",
+             "| case | held by the drained brokers | drain moves | moves / held | rebalance-after moves (apart) | "
+             "replica spread before -> after | leader spread after | plan s |",
+             "|---|---|---|---|---|---|---|---|"]
+    worst = 0.0
+    for spec in DRAINS:
+        for kind in ("drain", "drain-rebalance"):
+            r = spawn(spec.replace("drain", kind, 1), None, False, 600)
+            if "moves" not in r:
+                lines.append(f"| {describe(r['spec'])} | failed: {r} | | | | | | |")
+                continue
+            parts = dict(r.get("parts") or ())
+            ratio = r["moves"] / max(1, r["lower_bound"])
+            if kind == "drain":
+                worst = max(worst, ratio)
+            lines.append(f"| {describe(r['spec'])} | {r['lower_bound']:,} | {parts.get('drain', r['moves']):,} | "
+                         f"{ratio:.3f} | {parts.get('rebalance after', 0):,} | {r['replica_spread_before']} -> "
+                         f"{r['replica_spread']} | {r['leader_spread']} | {r['seconds']:.1f} |")
+            print(lines[-1], flush=True)
+    publish("Planner: drains move what the drained brokers hold", lines, save=save)
+    return 0 if worst <= 1.01 else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", help="run one case in this process and print its figures as JSON")
@@ -290,7 +326,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the series up to 100k only, no shapes")
     parser.add_argument("--cap", type=float, default=120.0, help="seconds per reference case (default 120)")
     parser.add_argument("--no-results", action="store_true", help="do not append to RESULTS.md")
+    parser.add_argument("--drains", action="store_true",
+                        help="only the drain shapes: what the drained brokers hold against what moves, beside the "
+                             "same drain with rebalance_after in the same run")
     args = parser.parse_args(argv)
+    if args.drains:
+        return drains(save=not args.no_results)
     if args.case and args.reference:
         with reference_tree() as tree:
             print(json.dumps(spawn(args.case, tree, args.extras, args.cap)))
