@@ -36,6 +36,17 @@ def stream_batch(base: int, start: int, count: int) -> list[InputRecord]:
                         base + seq * STEP_MS) for seq in range(start, start + count)]
 
 
+def seeded(bootstrap: str, names: StreamsTopics, count: int) -> tuple[int, list[InputRecord], list[InputRecord]]:
+    """The table (a row per key) and the input's first ``count`` stream records produced; returns the base
+    timestamp (an hour ago, a window's start), the table and the stream records."""
+    base = (time.time_ns() // 1_000_000 - 3_600_000) // WINDOW_MS * WINDOW_MS
+    table = [InputRecord(k, f"t-{k}", base - 1_000) for k in KEYS]
+    first = stream_batch(base, 0, count)
+    streams.produce(bootstrap, names.table, table)
+    streams.produce(bootstrap, names.input, first)
+    return base, table, first
+
+
 @pytest.fixture
 def app_topics(one_broker_cluster: provision.ClusterSpec) -> Iterator[tuple[str, StreamsTopics]]:
     application_id, names = streams.named("sm")
@@ -52,11 +63,7 @@ def test_a_streams_application_keeps_its_state_across_a_partition_increase(
         tmp_path: Path) -> None:
     bootstrap = one_broker_cluster.bootstrap
     application_id, names = app_topics
-    base = (time.time_ns() // 1_000_000 - 3_600_000) // WINDOW_MS * WINDOW_MS  # an hour ago, a window's start
-    table = [InputRecord(k, f"t-{k}", base - 1_000) for k in KEYS]
-    first = stream_batch(base, 0, 3_000)
-    streams.produce(bootstrap, names.table, table)
-    streams.produce(bootstrap, names.input, first)
+    base, table, first = seeded(bootstrap, names, 3_000)
     with StreamsApp(bootstrap, application_id, names, window_ms=WINDOW_MS, workdir=tmp_path / "old") as app:
         app.wait_running(90)
         streams.wait_caught_up(app, 90)
@@ -139,11 +146,7 @@ def test_a_running_streams_application_moves_live_and_is_stopped_only_for_the_cu
     while the producer goes on there. Its outputs equal the reference of every record sent."""
     bootstrap = one_broker_cluster.bootstrap
     application_id, names = app_topics
-    base = (time.time_ns() // 1_000_000 - 3_600_000) // WINDOW_MS * WINDOW_MS
-    table = [InputRecord(k, f"t-{k}", base - 1_000) for k in KEYS]
-    first = stream_batch(base, 0, 2_000)
-    streams.produce(bootstrap, names.table, table)
-    streams.produce(bootstrap, names.input, first)
+    base, table, first = seeded(bootstrap, names, 2_000)
     new_id, target = f"{application_id}-live", f"{names.input}.p{NEW}"
     new_names = StreamsTopics(input=target, table=f"{names.table}.v2", counts=names.counts,
                               windowed=names.windowed, joined=names.joined)
@@ -208,11 +211,7 @@ def test_an_application_not_stopped_at_the_live_cut_is_rolled_back_and_runs_on(
     application, never changed, goes on: its outputs equal the reference of every record sent."""
     bootstrap = one_broker_cluster.bootstrap
     application_id, names = app_topics
-    base = (time.time_ns() // 1_000_000 - 3_600_000) // WINDOW_MS * WINDOW_MS
-    table = [InputRecord(k, f"t-{k}", base - 1_000) for k in KEYS]
-    first = stream_batch(base, 0, 1_000)
-    streams.produce(bootstrap, names.table, table)
-    streams.produce(bootstrap, names.input, first)
+    base, table, first = seeded(bootstrap, names, 1_000)
     new_id = f"{application_id}-p{NEW}"
     with ExitStack() as stack:
         old = stack.enter_context(StreamsApp(bootstrap, application_id, names, window_ms=WINDOW_MS,

@@ -146,12 +146,19 @@ def cut(ctx: lifecycle.OperationContext, made: StreamsPlan, *, launcher: spark.L
     return result
 
 
-def _as_stopped(ctx: lifecycle.OperationContext, made: StreamsPlan, *, live: bool) -> StreamsApplication:
-    """The application as it stopped: still what was planned (:func:`_require_same`), its repartition topics
-    read to their end. Else refused (a live migration: abandoned), nothing switched."""
+def _as_planned(ctx: lifecycle.OperationContext, made: StreamsPlan) -> StreamsApplication:
+    """The application as the cluster shows it now, refused unless it is still what was planned
+    (:func:`_require_same`); the new application's topics are not read as its own."""
     now = discover(ctx, made.application_id, kinds={m.store.name: m.store.kind for m in made.stores},
                    others=[made.new_application_id])
     _require_same(made, now)
+    return now
+
+
+def _as_stopped(ctx: lifecycle.OperationContext, made: StreamsPlan, *, live: bool) -> StreamsApplication:
+    """The application as it stopped: still what was planned (:func:`_as_planned`), its repartition topics
+    read to their end. Else refused (a live migration: abandoned), nothing switched."""
+    now = _as_planned(ctx, made)
     left = streams.undrained(now.repartitions)
     if left:
         unread = ("the application stopped before reading its repartition topic(s) to the end: "
@@ -254,13 +261,11 @@ def _commit_offsets(ctx: lifecycle.OperationContext, made: StreamsPlan, bf: Back
 # -- the live migration of an application ---------------------------------------------------------------------
 
 def copy_running(ctx: lifecycle.OperationContext, made: StreamsPlan, *, launcher: spark.Launcher,
-             copy_timeout_s: float = 3600.0, replication_factor: int | None = None) -> StreamsBackfill:
+                 copy_timeout_s: float = 3600.0, replication_factor: int | None = None) -> StreamsBackfill:
     """Live, while the application and its producers run: the application is still what was planned, each
     target is created and each input and changelog copied by the rekey backfill up to its end now, and gated.
     The tail (:func:`follow`) goes on from each copy's end."""
-    now = discover(ctx, made.application_id, kinds={m.store.name: m.store.kind for m in made.stores},
-                   others=[made.new_application_id])
-    _require_same(made, now)
+    _as_planned(ctx, made)
     plans = _create_targets(ctx, made, replication_factor)
     done, passes = _copy_all(ctx, plans, launcher=launcher, timeout_s=copy_timeout_s)
     ctx.audit.append("note", text=f"Kafka Streams application {made.application_id}: {len(done)} topic(s) copied "
