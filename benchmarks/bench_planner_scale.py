@@ -2,6 +2,7 @@
 
     .venv/bin/python -m benchmarks.bench_planner_scale [--quick] [--no-results] [--cap SECONDS]
     .venv/bin/python -m benchmarks.bench_planner_scale --case 'scale-out 1000000 300 30 3 3' [--reference]
+    .venv/bin/python -m benchmarks.bench_planner_scale --drains | --leaders
 
 Clusters: heavy-tailed topic sizes (most topics 1-12 partitions, some 13-499, a few 500-2,000),
 laid out unevenly (topics created on subsets of the brokers that existed then, earlier partial
@@ -33,7 +34,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -161,7 +162,8 @@ def run_case(spec: str, reference: Path | None, extras: bool) -> dict:
     ``reference`` (a :func:`reference_tree` folder, which :func:`spawn` put first on this process's
     path, so ``kafkaops`` is the reference revision's, its model included) the planner must come
     from there."""
-    kind, partitions, brokers, change, rf, racks = spec.split()
+    kind, partitions, brokers, change, rf, racks = spec.split()[:6]
+    leaders_off = spec.split()[6:] == ["leaders-off"]
     partitions, brokers, change, rf, racks = map(int, (partitions, brokers, change, rf, racks))
     from kafkaops.reassign import planner
 
@@ -172,17 +174,20 @@ def run_case(spec: str, reference: Path | None, extras: bool) -> dict:
     cluster = make_cluster(partitions, brokers, rf, racks)
     start_rss = rss_mib()
     added = [Broker(b, rack=rack_of(b, racks)) for b in range(brokers + 1, brokers + 1 + change)]
+    goals = planner.Goals(leaders=not leaders_off)
     start = time.perf_counter()
     if kind == "scale-out":
-        plan = planner.plan_scale_out(cluster, added)
+        plan = planner.plan_scale_out(cluster, added, goals)
     elif kind == "drain":
-        plan = planner.plan_drain(cluster, list(range(1, change + 1)))
+        plan = planner.plan_drain(cluster, list(range(1, change + 1)), goals)
     elif kind == "drain-rebalance":  # the drain, then the cluster-wide evening, counted apart
-        plan = planner.plan_drain(cluster, list(range(1, change + 1)), rebalance_after=True)
+        plan = planner.plan_drain(cluster, list(range(1, change + 1)), goals, rebalance_after=True)
     else:
-        plan = planner.plan_rebalance(cluster)
+        plan = planner.plan_rebalance(cluster, goals)
     seconds = time.perf_counter() - start
     after, before = plan.stats_after, plan.stats_before
+    final = {p.topic_partition: p.replicas for p in cluster.partitions}
+    final.update({m.topic_partition: m.after for m in plan.moves})
     facts = {"spec": spec, "reference": reference is not None, "topics": len(cluster.topics), "seconds": seconds,
              "cluster_mib": start_rss, "peak_mib": rss_mib(), "moves": plan.replica_moves,
              "lower_bound": plan.lower_bound, "replica_spread": after.replica_spread,
@@ -191,10 +196,40 @@ def run_case(spec: str, reference: Path | None, extras: bool) -> dict:
              "topics_uneven": sum(1 for s in after.topic_spread.values() if s > 1),
              "byte_spread_pct": 100 * after.byte_spread / max(1, max(after.bytes.values())),
              "byte_spread_before_pct": 100 * before.byte_spread / max(1, max(before.bytes.values())),
-             "summary": plan.summary(), "parts": [list(part) for part in getattr(plan, "part_moves", ())]}
+             "summary": plan.summary(), "parts": [list(part) for part in getattr(plan, "part_moves", ())],
+             "leader_changes": plan.leader_changes,
+             "leader_only": sum(1 for m in plan.moves if set(m.after) == set(m.before)),
+             "chains_left": chains_left(final.values(), after.balanced)}
     if extras:
         facts.update(time_io(plan, cluster))
     return facts
+
+
+def chains_left(assignment: Iterable[Sequence[int]], brokers: Sequence[int]) -> int:
+    """Brokers that could still pass a preferred leadership along a chain of shared partitions to a broker
+    leading two or more fewer (0: leaders as even as the replica sets allow). Checked here apart from the
+    planner's code: for each broker the fewest leaderships among the brokers it reaches, by reverse
+    searches from the brokers in order of their counts."""
+    count = dict.fromkeys(brokers, 0)
+    givers: dict[int, set[int]] = {b: set() for b in brokers}  # f -> leaders of partitions f also holds
+    for reps in assignment:
+        if reps[0] in count:
+            count[reps[0]] += 1
+            for f in reps[1:]:
+                if f in count:
+                    givers[f].add(reps[0])
+    reach: dict[int, int] = {}
+    for w in sorted(brokers, key=lambda b: count[b]):
+        if w in reach:
+            continue
+        reach[w] = count[w]
+        stack = [w]
+        while stack:
+            for u in givers[stack.pop()]:
+                if u not in reach:
+                    reach[u] = count[w]
+                    stack.append(u)
+    return sum(1 for b in brokers if count[b] - reach[b] >= 2)
 
 
 def time_io(plan, cluster: Cluster) -> dict:
@@ -252,7 +287,7 @@ SHAPES = [
 
 
 def describe(spec: str) -> str:
-    kind, n, b, change, rf, racks = spec.split()
+    kind, n, b, change, rf, racks = spec.split()[:6]
     what = {"scale-out": f"+{change}", "drain": f"drain {change}", "drain-rebalance": f"drain {change} + rebalance after",
             "rebalance": "rebalance"}[kind]
     return f"{kind.split('-')[0]} {int(n):,} x RF{rf}, {b} brokers {what}, {racks} rack(s)"
@@ -287,22 +322,50 @@ DRAINS = ["drain 100000 300 3 3 3", "drain 100000 300 30 2 2", "drain 10000 100 
 """Drains of realistic uneven clusters: 3 of 300 brokers (RF 3, 3 racks), 30 of 300 (RF 2, 2 racks), 1 of 100."""
 
 
+def kafka_generate_drain(spec: str) -> dict:
+    """Kafka's own ``kafka-reassign-partitions --generate`` (the tools jar's ``calculateAssignment``) on the same
+    cluster, asked for the brokers that stay: its moves, leader changes and spreads, and the call's seconds."""
+    from benchmarks.kafka_generate import replica_moves, run_tool
+
+    _, partitions, brokers, change, rf, racks = spec.split()[:6]
+    partitions, brokers, change, rf, racks = map(int, (partitions, brokers, change, rf, racks))
+    cluster = make_cluster(partitions, brokers, rf, racks)
+    staying = [b for b in cluster.brokers if b.id > change]
+    [(proposal, seconds)] = run_tool([(cluster, staying)])
+    ids = [b.id for b in staying]
+    held = dict.fromkeys(ids, 0)
+    led = dict.fromkeys(ids, 0)
+    for reps in proposal.values():
+        led[reps[0]] += 1
+        for b in reps:
+            held[b] += 1
+    return {"held": sum(1 for p in cluster.partitions for b in p.replicas if b <= change),
+            "moves": replica_moves(cluster, proposal), "seconds": seconds,
+            "leader_changes": sum(1 for p in cluster.partitions if proposal[p.topic_partition][0] != p.replicas[0]),
+            "replica_spread": max(held.values()) - min(held.values()),
+            "leader_spread": max(led.values()) - min(led.values()),
+            "chains_left": chains_left(proposal.values(), ids)}
+
+
 def drains(*, save: bool) -> int:
     """Each drain shape planned twice in fresh processes: the drain alone (only what the drained brokers hold
-    moves) and with rebalance_after (the reference: the cluster-wide evening every drain used to add)."""
+    moves) and with rebalance_after (the cluster-wide evening every drain used to add); beside them Kafka's
+    own ``--generate`` for the brokers that stay, on the same cluster in the same run."""
     lines = ["Drains on uneven clusters (`bench_planner_scale.py --drains`, one fresh process per case): moves "
              "against the replicas the drained brokers hold, the drain alone beside the same drain with "
-             f"rebalance_after in the same run. Load average at start {os.getloadavg()[0]:.1f} on "
-             f"{os.cpu_count()} cores.", "",
+             "rebalance_after and Kafka's own `kafka-reassign-partitions --generate` (the tools jar's "
+             "`calculateAssignment`, one cold JVM call, for the brokers that stay) on the same cluster in the same "
+             f"run. Load average at start {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores.", "",
              "| case | held by the drained brokers | drain moves | moves / held | rebalance-after moves (apart) | "
-             "replica spread before -> after | leader spread after | plan s |",
-             "|---|---|---|---|---|---|---|---|"]
+             "replica spread before -> after | leader spread after | leader changes (leader-only) | brokers a "
+             "leader chain could still even | plan s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     worst = 0.0
     for spec in DRAINS:
         for kind in ("drain", "drain-rebalance"):
             r = spawn(spec.replace("drain", kind, 1), None, False, 600)
             if "moves" not in r:
-                lines.append(f"| {describe(r['spec'])} | failed: {r} | | | | | | |")
+                lines.append(f"| {describe(r['spec'])} | failed: {r} | | | | | | | | |")
                 continue
             parts = dict(r.get("parts") or ())
             ratio = r["moves"] / max(1, r["lower_bound"])
@@ -310,10 +373,58 @@ def drains(*, save: bool) -> int:
                 worst = max(worst, ratio)
             lines.append(f"| {describe(r['spec'])} | {r['lower_bound']:,} | {parts.get('drain', r['moves']):,} | "
                          f"{ratio:.3f} | {parts.get('rebalance after', 0):,} | {r['replica_spread_before']} -> "
-                         f"{r['replica_spread']} | {r['leader_spread']} | {r['seconds']:.1f} |")
+                         f"{r['replica_spread']} | {r['leader_spread']} | {r['leader_changes']:,} "
+                         f"({r['leader_only']:,}) | {r['chains_left']} | {r['seconds']:.1f} |")
             print(lines[-1], flush=True)
+        k = kafka_generate_drain(spec)
+        lines.append(f"| kafka --generate: {describe(spec)} | {k['held']:,} | {k['moves']:,} | "
+                     f"{k['moves'] / max(1, k['held']):.3f} | | -> {k['replica_spread']} | {k['leader_spread']} | "
+                     f"{k['leader_changes']:,} | {k['chains_left']} | {k['seconds']:.1f} |")
+        print(lines[-1], flush=True)
     publish("Planner: drains move what the drained brokers hold", lines, save=save)
     return 0 if worst <= 1.01 else 1
+
+
+LEADER_CASES = ["scale-out 100000 300 30 3 3", "drain 100000 300 3 3 3", "rebalance 100000 300 0 2 1",
+                "scale-out 1000000 300 30 3 3"]
+"""Where leaders were left uneven: scale-outs and drains of uneven clusters, a rebalance, and the 1M scale-out."""
+
+LEADERS_BEFORE = "0a9c738fb3037b0fd9127b796477428ac094ae20"
+"""The planner before leaders were balanced to what the replica sets allow (issue 34 item 2): equal-count
+targets and two augmenting passes, which stopped where those targets could not be met."""
+
+
+def leaders(*, save: bool) -> int:
+    """Each case three times in fresh processes: this planner, the same with leaders off (the order the moves
+    leave), and the planner at :data:`LEADERS_BEFORE` (exported from git), on the same clusters."""
+    lines = ["Preferred leaders after a plan (`bench_planner_scale.py --leaders`, one fresh process per case): this "
+             f"planner beside the same plan with balance_leaders off and the planner at {LEADERS_BEFORE[:7]} (the "
+             "previous leader balancing), in the same run. \"chains\" counts brokers that could still pass a "
+             "leadership along partitions they share to a broker leading two or more fewer (0: as even as the "
+             "replica sets allow), checked by the benchmark's own search. Load average at start "
+             f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores.", "",
+             "| case | leader spread: this / before / off | chains: this / before / off | leader changes (leader-only):"
+             " this / before | replica moves (same in all) | plan s: this / before / off |",
+             "|---|---|---|---|---|---|"]
+    failed = 0
+    with reference_tree(LEADERS_BEFORE) as tree:
+        for spec in LEADER_CASES:
+            this = spawn(spec, None, False, 1800)
+            off = spawn(spec + " leaders-off", None, False, 1800)
+            before = spawn(spec, tree, False, 1800)
+            runs = (this, before, off)
+            if any("moves" not in r for r in runs):
+                lines.append(f"| {describe(spec)} | failed: {[r for r in runs if 'moves' not in r]} | | | | |")
+                failed += 1
+                continue
+            failed += this["chains_left"] != 0 or this["moves"] != off["moves"]
+            lines.append(f"| {describe(spec)} | {' / '.join(str(r['leader_spread']) for r in runs)} | "
+                         f"{' / '.join(str(r['chains_left']) for r in runs)} | {this['leader_changes']:,} "
+                         f"({this['leader_only']:,}) / {before['leader_changes']:,} ({before['leader_only']:,}) | "
+                         f"{this['moves']:,} | {' / '.join(format(r['seconds'], '.1f') for r in runs)} |")
+            print(lines[-1], flush=True)
+    publish("Planner: preferred leaders as even as the replicas allow", lines, save=save)
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -329,9 +440,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drains", action="store_true",
                         help="only the drain shapes: what the drained brokers hold against what moves, beside the "
                              "same drain with rebalance_after in the same run")
+    parser.add_argument("--leaders", action="store_true",
+                        help="only the leader cases: leader spread and chains left, this planner beside the same plan "
+                             f"with leaders off and the planner at {LEADERS_BEFORE[:7]}")
     args = parser.parse_args(argv)
     if args.drains:
         return drains(save=not args.no_results)
+    if args.leaders:
+        return leaders(save=not args.no_results)
     if args.case and args.reference:
         with reference_tree() as tree:
             print(json.dumps(spawn(args.case, tree, args.extras, args.cap)))

@@ -2,6 +2,7 @@
 
     kafkaops plan --current CURRENT.json --brokers 1,2,3,4,5 [--racks 1:a,2:b,...]
                   [--sizes SIZES.json] [--drain 3 [--rebalance-after]] [--exclude 6] [--topic T ...]
+                  [--no-leaders]
                   --output PLAN.json
     kafkaops plan --bootstrap-server HOST:PORT [--brokers 1,2,3,4] [--topic T ...] ... --output PLAN.json
 
@@ -52,6 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rebalance-after", action="store_true",
                         help="with --drain: then even out the brokers that stay (counted apart)")
     parser.add_argument("--exclude", metavar="IDS", help="brokers that receive no replica, comma separated")
+    parser.add_argument("--no-leaders", dest="leaders", action="store_false",
+                        help="leave preferred leaders as the moves place them: no leader-only changes")
     parser.add_argument("--output", required=True, metavar="PLAN.json",
                         help="where to write the reassignment (changed partitions, Kafka format)")
 
@@ -128,7 +131,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     out = out or sys.stdout
     err = err or sys.stderr
     try:
-        plan = make_plan(source_cluster(args), args)
+        plan = make_plan(source_cluster(args), args, Goals(leaders=args.leaders))
         write_plan(plan, args.output)
     except KafkaOpsError as error:
         return fail("plan", error, err)

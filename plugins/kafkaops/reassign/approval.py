@@ -188,6 +188,20 @@ def drain_parts(plan: ReassignmentPlan) -> list[str]:
     return [*lines, ""]
 
 
+def leader_part(plan: ReassignmentPlan) -> list[str]:
+    """The leader changes as the approval shows them, apart from the replica moves: how many partitions only
+    change their preferred leader (no data moves), and how to leave leaders alone."""
+    if not plan.leader_changes:
+        return []
+    only, moved = plan.leader_only, plan.leader_changes - plan.leader_only
+    text = f"**Leaders** {_count(plan.leader_changes, 'preferred leader change')}, elected once the moves ran"
+    if not only:
+        return [text + ", all with the partitions' moves (no leader-only change).", ""]
+    return [f"{text}: {only:,} leader-only (the partition keeps its replicas in a new order: no data moves), "
+            f"{moved:,} with the partitions' moves. Set balance_leaders off to leave the other partitions' "
+            "leaders as they are.", ""]
+
+
 def _count(n: int, what: str) -> str:
     return f"{n:,} {what}{'' if n == 1 else 's'}"
 
@@ -197,6 +211,7 @@ def approval_markdown(plan: ReassignmentPlan, params: ApprovalParams, *, shown: 
     flows = plan_traffic(plan, params)
     lines = [plan.summary() + ".", ""]
     lines += drain_parts(plan)
+    lines += leader_part(plan)
     if plan.moves:
         batches = f"{flows.batches} {'batch' if flows.batches == 1 else 'batches'}"
         lines += [f"**Throttle** {params.throttle_mb_per_s:g} MB/s per broker, in and out. "

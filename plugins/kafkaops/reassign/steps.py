@@ -30,7 +30,7 @@ from kafkaops.reassign import records, verify
 from kafkaops.reassign.records import BatchStep, NewBroker, Polled, Provisioned, WaitSpec
 from kafkaops.errors import ConfigError, KafkaOpsError, ProvisionError
 from kafkaops.model import Broker, Cluster, TopicPartition
-from kafkaops.reassign.planner import plan_drain, plan_rebalance, plan_scale_out
+from kafkaops.reassign.planner import Goals, plan_drain, plan_rebalance, plan_scale_out
 from kafkaops.reassign.planner.plan import ReassignmentPlan
 
 log = logging.getLogger(__name__)
@@ -69,12 +69,17 @@ SSH_CONN_ID = form.Text(
                 "Ansible inventory (.yml) when it adds or stops brokers. The inventory still gives each host's "
                 "address, and its own ansible_user / ansible_port / ansible_ssh_private_key_file win. Empty: the "
                 "inventory's settings only. Not used with a cluster spec (.json).")
+BALANCE_LEADERS = form.Flag(name="balance_leaders", given=True, title="Balance preferred leaders",
+                            description="Also reorder replica lists so each broker leads as even a share of "
+                                        "partitions as its replicas allow (leader-only changes: no data moves; "
+                                        "counted apart in the approval). Off: only the moved partitions' order "
+                                        "follows the plan.")
 DRY_RUN = form.dry_run("Plan and gate only: nothing is provisioned, moved or throttled.")
 STALL_TIMEOUT = form.Number(name="stall_timeout_s", given=120, above=0, title="Stall timeout (s)",
                             description="Fail the wait when no partition or byte moved for this long.")
 PARAMS: tuple[form.Spec[Any], ...] = (
     form.KAFKA_CONN_ID, TOPICS, THROTTLE, MAX_MOVES_PER_BROKER, MAX_MOVES_TOTAL, MAX_BYTES, EXCLUDE_BROKERS,
-    INVENTORY, SSH_CONN_ID, form.APPROVAL, DRY_RUN, STALL_TIMEOUT)
+    BALANCE_LEADERS, INVENTORY, SSH_CONN_ID, form.APPROVAL, DRY_RUN, STALL_TIMEOUT)
 """The form of every reassignment DAG (its own params follow)."""
 
 # The params of one reassignment DAG each: the scale-out's (dags/kafka_scale_out.py) and the rebalance or
@@ -123,6 +128,7 @@ class OperationParams:
     drain_brokers: tuple[int, ...] = DRAIN_BROKERS.default
     rebalance_after: bool = REBALANCE_AFTER.default
     exclude_brokers: tuple[int, ...] = EXCLUDE_BROKERS.default
+    balance_leaders: bool = BALANCE_LEADERS.default
     inventory: str = INVENTORY.default
     stop_drained: bool = STOP_DRAINED.default
     approval: form.Approval = form.APPROVAL.default
@@ -149,7 +155,7 @@ class OperationParams:
                 new_broker_ids=NEW_BROKER_IDS.read(params), new_broker_racks=NEW_BROKER_RACKS.read(params),
                 keep_new_brokers=KEEP_NEW_BROKERS.read(params),
                 drain_brokers=DRAIN_BROKERS.read(params), rebalance_after=REBALANCE_AFTER.read(params),
-                exclude_brokers=EXCLUDE_BROKERS.read(params),
+                exclude_brokers=EXCLUDE_BROKERS.read(params), balance_leaders=BALANCE_LEADERS.read(params),
                 inventory=INVENTORY.read(params) or str(provision.default_inventory() or ""),
                 stop_drained=STOP_DRAINED.read(params),
                 approval=form.APPROVAL.read(params), dry_run=DRY_RUN.read(params),
@@ -439,17 +445,19 @@ def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Seq
             cluster.partitions_of(topic)  # an unknown topic is refused here, naming it
         cluster = replace(cluster, partitions=tuple(x for x in cluster.partitions if x.topic in topics), _index=None)
     inventory_problem = None
+    goals = Goals(leaders=p.balance_leaders)
     if p.kind == "scale_out":
         new_brokers = tuple(new_brokers) or planned_brokers(cluster, p, taken=_spec_node_ids(p),
                                                             inventory_racks=_inventory_racks(p))
         inventory_problem = _inventory_checked(ctx, new_brokers)
-        plan = plan_scale_out(cluster, [Broker(id=b.id, rack=b.rack) for b in new_brokers], topics=topics,
+        plan = plan_scale_out(cluster, [Broker(id=b.id, rack=b.rack) for b in new_brokers], goals, topics=topics,
                               exclude=p.exclude_brokers)
     elif p.kind == "drain":
         inventory_problem = _inventory_checked(ctx, ())
-        plan = plan_drain(cluster, p.drain_brokers, exclude=p.exclude_brokers, rebalance_after=p.rebalance_after)
+        plan = plan_drain(cluster, p.drain_brokers, goals, exclude=p.exclude_brokers,
+                          rebalance_after=p.rebalance_after)
     else:
-        plan = plan_rebalance(cluster, exclude=p.exclude_brokers, topics=topics)
+        plan = plan_rebalance(cluster, goals, exclude=p.exclude_brokers, topics=topics)
     flows = approval.plan_traffic(plan, p)
     refused = f"A real run would be refused here: {inventory_problem}" if inventory_problem else ""
     data: dict[str, Any] = {

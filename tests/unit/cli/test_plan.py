@@ -54,6 +54,18 @@ def test_rebalance_of_a_balanced_cluster_writes_no_partitions(current, tmp_path)
     assert json.loads(output.read_text()) == {"version": 1, "partitions": []}
 
 
+def test_leaders_are_evened_by_reordering_unless_no_leaders(tmp_path):
+    current = tmp_path / "current.json"  # broker 1 leads all six partitions
+    current.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "orders", "partition": p, "replicas": [1, 2, 3]} for p in range(6)]}))
+    output = tmp_path / "plan.json"
+    code, out, _ = invoke("--current", str(current), "--brokers", "1,2,3", "--output", str(output))
+    assert code == EXIT_OK and "4 leader changes (4 of them leader-only, no data)" in out
+    assert sorted(p["replicas"][0] for p in json.loads(output.read_text())["partitions"]) == [2, 2, 3, 3]
+    code, out, _ = invoke("--current", str(current), "--brokers", "1,2,3", "--no-leaders", "--output", str(output))
+    assert code == EXIT_OK and json.loads(output.read_text()) == {"version": 1, "partitions": []}
+
+
 @pytest.mark.parametrize("extra, code, message", [
     (["--brokers", "1,2"], EXIT_BAD_INPUT, r"has replicas on broker\(s\) \[3\], which --brokers does not list"),
     (["--brokers", "1,2,x"], EXIT_BAD_INPUT, "expected broker ids"),

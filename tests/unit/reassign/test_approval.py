@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kafkaops.model import Broker, Move
+from kafkaops.model import Broker, Cluster, Move, PartitionAssignment
 from kafkaops.reassign import approval, steps
-from kafkaops.reassign.planner import plan_drain, plan_scale_out
+from kafkaops.reassign.planner import Goals, plan_drain, plan_rebalance, plan_scale_out
 from tests.unit.clusters import three_brokers_one_topic
 from tests.unit.reassign.planner.clusters import skewed_four_brokers
 
@@ -75,6 +75,22 @@ def test_a_drain_with_a_rebalance_after_shows_both_parts_apart() -> None:
     assert "**Drain** 8 replica moves: broker 1 holds 8 replicas" in text
     assert "**Rebalance after** 2 replica moves more, to even out the brokers that stay" in text
     assert "Nothing else moves" not in text
+
+
+def test_leader_only_changes_are_shown_apart_from_the_moves_and_turned_off_by_a_param() -> None:
+    # broker 1 leads all six partitions of t on 1-3: evening leaders reorders four, moving nothing
+    cluster = Cluster(tuple(Broker(i) for i in (1, 2, 3)),
+                      tuple(PartitionAssignment("t", p, (1, 2, 3)) for p in range(6)))
+    params = steps.OperationParams.from_params("rebalance", {})
+    assert params.balance_leaders
+    text = approval.approval_markdown(plan_rebalance(cluster), params)
+    assert ("**Leaders** 4 preferred leader changes, elected once the moves ran: 4 leader-only (the partition "
+            "keeps its replicas in a new order: no data moves), 0 with the partitions' moves.") in text
+    off = steps.OperationParams.from_params("rebalance", {"balance_leaders": False})
+    assert not off.balance_leaders
+    assert plan_rebalance(cluster, Goals(leaders=off.balance_leaders)).moves == ()
+    moved = approval.approval_markdown(scale_out(), steps.OperationParams(kind="scale_out", add_brokers=1))
+    assert "elected once the moves ran, all with the partitions' moves (no leader-only change)." in moved
 
 
 def test_the_body_is_what_the_plan_task_returns() -> None:

@@ -134,6 +134,12 @@ class ReassignmentPlan:
         return sum(m.leader_changed for m in self.moves)
 
     @property
+    def leader_only(self) -> int:
+        """Partitions whose replicas stay and only their order changes, for a new preferred leader: no data
+        moves for them."""
+        return sum(1 for m in self.moves if not m.adding and not m.removing)
+
+    @property
     def bytes_to_move(self) -> int:
         return sum(m.bytes for m in self.moves)
 
@@ -202,7 +208,9 @@ class ReassignmentPlan:
         parts = len(self.moves)
         return (f"{self.kind}: {parts} {'partition changes' if parts == 1 else 'partitions change'}, "
                 f"{_count(self.replica_moves, 'replica move')} ({self.bound_note()}), "
-                f"{_count(self.leader_changes, 'leader change')}, {_human(self.bytes_to_move)} to copy"
+                f"{_count(self.leader_changes, 'leader change')}"
+                + (f" ({self.leader_only} of them leader-only, no data)" if self.leader_only else "")
+                + f", {_human(self.bytes_to_move)} to copy"
                 + "".join(f"; {note}" for note in self.notes))
 
     def table(self) -> tuple[str, ...]:

@@ -46,7 +46,8 @@ def lower_bound_moves(cluster: Cluster, new_brokers: Sequence[int | Broker], *,
 
 
 def _build(kind: str, base: Cluster, topo: Topology, work: Placement, lower_bound: int,
-           excluded: Sequence[int], parts: tuple[tuple[str, int], ...] = ()) -> ReassignmentPlan:
+           excluded: Sequence[int], parts: tuple[tuple[str, int], ...] = (),
+           leader_notes: tuple[str, ...] = ()) -> ReassignmentPlan:
     moves = []
     for p, reps, _size in zip(base.partitions, work.reps, work.sizes):
         after = tuple(reps)
@@ -58,7 +59,7 @@ def _build(kind: str, base: Cluster, topo: Topology, work: Placement, lower_boun
     after_stats = LoadStats.measure(zip(work.topics, work.reps, work.sizes), brokers, topo.eligible)
     plan = ReassignmentPlan(kind=kind, moves=tuple(moves), stats_before=before, stats_after=after_stats,
                             lower_bound=lower_bound, new_brokers=topo.new, drained=topo.drained,
-                            excluded=tuple(sorted(excluded)), notes=_notes(work), cluster=base,
+                            excluded=tuple(sorted(excluded)), notes=_notes(work) + leader_notes, cluster=base,
                             part_moves=parts)
     log.info("%s plan: %d partitions change, %d replica moves (replica-count lower bound %d)", kind, len(moves),
              plan.replica_moves, lower_bound)
@@ -74,9 +75,18 @@ def _notes(work: Placement) -> tuple[str, ...]:
             "stopped at that bound",)
 
 
-def _finish(work: Placement, topo: Topology, goals: Goals) -> None:
-    if goals.leaders:
-        balance_leaders(work.reps, topo.eligible, work.moved)
+def _finish(work: Placement, topo: Topology, goals: Goals, movable: frozenset[str] | None = None) -> tuple[str, ...]:
+    """Balance preferred leaders over every partition the plan may touch (``movable`` topics only, when
+    given); the note says how many brokers the replica sets keep from an even share, if any."""
+    if not goals.leaders:
+        return ()
+    fixed = () if movable is None else frozenset(i for i, t in enumerate(work.topics) if t not in movable)
+    off = balance_leaders(work.reps, topo.eligible, work.moved, fixed)
+    if not off:
+        return ()
+    return (f"preferred leaders: {len(off)} of {len(topo.eligible)} brokers lead more or fewer than an even share "
+            "their replica counts would give, because the partitions they share with others allow no closer (no "
+            "chain of leader changes passes a leadership to a broker leading two or more fewer)",)
 
 
 def plan_scale_out(cluster: Cluster, new_brokers: Sequence[int | Broker], goals: Goals = DEFAULT_GOALS,
@@ -99,8 +109,8 @@ def plan_scale_out(cluster: Cluster, new_brokers: Sequence[int | Broker], goals:
         work.balance(receivers, donors, movable)
     if goals.topic_spread:
         even_topics(work, movable, origins=[p.replicas for p in base.partitions])
-    _finish(work, topo, goals)
-    return _build("scale-out", base, topo, work, sum(caps.values()), exclude)
+    leader_notes = _finish(work, topo, goals, movable)
+    return _build("scale-out", base, topo, work, sum(caps.values()), exclude, leader_notes=leader_notes)
 
 
 def plan_rebalance(cluster: Cluster, goals: Goals = DEFAULT_GOALS, exclude: Sequence[int] = (),
@@ -120,8 +130,8 @@ def plan_rebalance(cluster: Cluster, goals: Goals = DEFAULT_GOALS, exclude: Sequ
         even_counts(work, movable)
     if goals.topic_spread:
         even_topics(work, movable)
-    _finish(work, topo, goals)
-    return _build("rebalance", base, topo, work, lower_bound, exclude)
+    leader_notes = _finish(work, topo, goals, movable)
+    return _build("rebalance", base, topo, work, lower_bound, exclude, leader_notes=leader_notes)
 
 
 def plan_drain(cluster: Cluster, brokers: Sequence[int], goals: Goals = DEFAULT_GOALS,
@@ -145,11 +155,11 @@ def plan_drain(cluster: Cluster, brokers: Sequence[int], goals: Goals = DEFAULT_
     if rebalance_after and goals.replicas:
         work.balance(topo.eligible, topo.eligible, None)
         even_counts(work, None)
-    _finish(work, topo, goals)
+    leader_notes = _finish(work, topo, goals)
     parts: tuple[tuple[str, int], ...] = (("drain", _added(base.partitions, drained)),)
     if rebalance_after:
         parts += (("rebalance after", sum(len(set(after) - set(before)) for before, after in zip(drained, work.reps))),)
-    return _build("drain", base, topo, work, lower_bound, exclude, parts)
+    return _build("drain", base, topo, work, lower_bound, exclude, parts, leader_notes)
 
 
 def _added(partitions: Sequence[Any], after: Sequence[tuple[int, ...]]) -> int:
