@@ -335,16 +335,21 @@ def kafka_generate_drain(spec: str) -> dict:
     ids = [b.id for b in staying]
     held = dict.fromkeys(ids, 0)
     led = dict.fromkeys(ids, 0)
-    for reps in proposal.values():
+    per_topic: dict[str, dict[int, int]] = {}
+    for (topic, _), reps in proposal.items():
         led[reps[0]] += 1
+        on = per_topic.setdefault(topic, dict.fromkeys(ids, 0))
         for b in reps:
             held[b] += 1
+            on[b] += 1
+    topic_spread = {t: max(c.values()) - min(c.values()) for t, c in per_topic.items()}
     return {"held": sum(1 for p in cluster.partitions for b in p.replicas if b <= change),
             "moves": replica_moves(cluster, proposal), "seconds": seconds,
             "leader_changes": sum(1 for p in cluster.partitions if proposal[p.topic_partition][0] != p.replicas[0]),
             "replica_spread": max(held.values()) - min(held.values()),
             "leader_spread": max(led.values()) - min(led.values()),
-            "chains_left": chains_left(proposal.values(), ids)}
+            "chains_left": chains_left(proposal.values(), ids), "topic_spread": max(topic_spread.values()),
+            "topics_uneven": sum(1 for v in topic_spread.values() if v > 1)}
 
 
 def drains(*, save: bool) -> int:
@@ -357,15 +362,15 @@ def drains(*, save: bool) -> int:
              "`calculateAssignment`, one cold JVM call, for the brokers that stay) on the same cluster in the same "
              f"run. Load average at start {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores.", "",
              "| case | held by the drained brokers | drain moves | moves / held | rebalance-after moves (apart) | "
-             "replica spread before -> after | leader spread after | leader changes (leader-only) | brokers a "
-             "leader chain could still even | plan s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "replica spread before -> after | leader spread after | largest topic spread after (topics > 1) | "
+             "leader changes (leader-only) | brokers a leader chain could still even | plan s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     worst = 0.0
     for spec in DRAINS:
         for kind in ("drain", "drain-rebalance"):
             r = spawn(spec.replace("drain", kind, 1), None, False, 600)
             if "moves" not in r:
-                lines.append(f"| {describe(r['spec'])} | failed: {r} | | | | | | | | |")
+                lines.append(f"| {describe(r['spec'])} | failed: {r} | | | | | | | | | |")
                 continue
             parts = dict(r.get("parts") or ())
             ratio = r["moves"] / max(1, r["lower_bound"])
@@ -373,13 +378,15 @@ def drains(*, save: bool) -> int:
                 worst = max(worst, ratio)
             lines.append(f"| {describe(r['spec'])} | {r['lower_bound']:,} | {parts.get('drain', r['moves']):,} | "
                          f"{ratio:.3f} | {parts.get('rebalance after', 0):,} | {r['replica_spread_before']} -> "
-                         f"{r['replica_spread']} | {r['leader_spread']} | {r['leader_changes']:,} "
+                         f"{r['replica_spread']} | {r['leader_spread']} | {r['topic_spread']} ({r['topics_uneven']}) | "
+                         f"{r['leader_changes']:,} "
                          f"({r['leader_only']:,}) | {r['chains_left']} | {r['seconds']:.1f} |")
             print(lines[-1], flush=True)
         k = kafka_generate_drain(spec)
         lines.append(f"| kafka --generate: {describe(spec)} | {k['held']:,} | {k['moves']:,} | "
                      f"{k['moves'] / max(1, k['held']):.3f} | | -> {k['replica_spread']} | {k['leader_spread']} | "
-                     f"{k['leader_changes']:,} | {k['chains_left']} | {k['seconds']:.1f} |")
+                     f"{k['topic_spread']} ({k['topics_uneven']}) | {k['leader_changes']:,} | {k['chains_left']} | "
+                     f"{k['seconds']:.1f} |")
         print(lines[-1], flush=True)
     publish("Planner: drains move what the drained brokers hold", lines, save=save)
     return 0 if worst <= 1.01 else 1

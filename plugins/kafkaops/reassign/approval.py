@@ -10,13 +10,13 @@ the throttle as follower. A cluster slower than the throttle takes longer.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 from kafkaops.model import TopicPartition, Move
 from kafkaops.platform.render import human_bytes
-from kafkaops.reassign.engine import clock, plan_batches
+from kafkaops.reassign.engine import clock, plan_batches, sole_in_sync
 from kafkaops.reassign.planner.plan import ReassignmentPlan
 
 #: Moves listed in full; the rest are counted.
@@ -72,14 +72,17 @@ def _flows(moves: Iterable[Move], leaders: Mapping[TopicPartition, int | None]) 
 
 
 def traffic(moves: Iterable[Move], *, throttle_bytes_per_s: float, max_moves_per_broker: int, max_moves_total: int,
-            leaders: Mapping[TopicPartition, int | None] | None = None) -> Traffic:
+            leaders: Mapping[TopicPartition, int | None] | None = None,
+            first: Collection[TopicPartition] = ()) -> Traffic:
     """Bytes in and out per broker for ``moves`` and the ETA at the throttle: per batch of the
-    engine's batching, the busiest broker's larger direction over the throttle, summed over the
-    batches. ``leaders`` are the partitions' current leaders (default: the first replica)."""
+    engine's batching (``first`` before the others, as the engine orders them), the busiest broker's
+    larger direction over the throttle, summed over the batches. ``leaders`` are the partitions'
+    current leaders (default: the first replica)."""
     moves = tuple(moves)
     leaders = leaders or {}
     eta = 0.0
-    batches = plan_batches(moves, max_moves_per_broker=max_moves_per_broker, max_moves_total=max_moves_total)
+    batches = plan_batches(moves, max_moves_per_broker=max_moves_per_broker, max_moves_total=max_moves_total,
+                           first=first)
     for batch in batches:
         bytes_in, bytes_out = _flows(batch.moves, leaders)
         busiest = max([*bytes_in.values(), *bytes_out.values(), 0])
@@ -93,7 +96,28 @@ def plan_traffic(plan: ReassignmentPlan, params: ApprovalParams) -> Traffic:
     leaders = {p.topic_partition: p.leader for p in plan.cluster.partitions} if plan.cluster is not None else {}
     return traffic(plan.moves, throttle_bytes_per_s=params.throttle_mb_per_s * 1_000_000,
                    max_moves_per_broker=params.max_moves_per_broker, max_moves_total=params.max_moves_total,
-                   leaders=leaders)
+                   leaders=leaders, first=_sole_copies(plan))
+
+
+def _sole_copies(plan: ReassignmentPlan) -> frozenset[TopicPartition]:
+    return sole_in_sync(plan.moves, plan.cluster) if plan.cluster is not None else frozenset()
+
+
+def sole_copy_lines(plan: ReassignmentPlan) -> list[str]:
+    """Partitions whose every in-sync replica the plan takes away (a drained broker as a partition's only
+    in-sync copy), named, with what the run does about them."""
+    sole = sorted(_sole_copies(plan))
+    if not sole:
+        return []
+    assert plan.cluster is not None  # _sole_copies found some
+    holders = sorted({b for tp in sole for b in plan.cluster.partition(*tp).isr})
+    shown = ", ".join(f"{t}-{p}" for t, p in sole[:MOVES_SHOWN])
+    more = f" and {len(sole) - MOVES_SHOWN:,} more" if len(sole) > MOVES_SHOWN else ""
+    one = len(holders) == 1
+    return [f"**Only in-sync copy** {_brokers_word(holders)} {'holds' if one else 'hold'} the only in-sync "
+            f"replicas of {_count(len(sole), 'partition')} this plan moves away ({shown}{more}): they are "
+            f"under-replicated now and their data is only there until the new replicas catch up. They move in "
+            f"the first batches; keep {'it' if one else 'them'} running until the run has ended.", ""]
 
 
 def _ids(brokers: Iterable[int]) -> str:
@@ -176,9 +200,12 @@ def drain_parts(plan: ReassignmentPlan) -> list[str]:
     if plan.kind != "drain" or "drain" not in parts:
         return []
     holds = "holds" if len(plan.drained) == 1 else "hold"
+    extra = parts["drain"] - plan.lower_bound
+    short = f", and {_count(extra, 'replica')} more to give partitions whose racks were short their racks" \
+        if extra > 0 else ""
     lines = [f"**Drain** {_count(parts['drain'], 'replica move')}: {_brokers_word(plan.drained)} {holds} "
              f"{_count(plan.lower_bound, 'replica')}, each moved to the broker furthest below its share that keeps "
-             "the partition's racks."]
+             f"the partition's racks{short}.", ""]
     if "rebalance after" in parts:
         lines.append(f"**Rebalance after** {_count(parts['rebalance after'], 'replica move')} more, to even out "
                      "the brokers that stay (asked for with rebalance_after).")
@@ -211,6 +238,7 @@ def approval_markdown(plan: ReassignmentPlan, params: ApprovalParams, *, shown: 
     flows = plan_traffic(plan, params)
     lines = [plan.summary() + ".", ""]
     lines += drain_parts(plan)
+    lines += sole_copy_lines(plan)
     lines += leader_part(plan)
     if plan.moves:
         batches = f"{flows.batches} {'batch' if flows.batches == 1 else 'batches'}"

@@ -35,12 +35,12 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kafkaops.errors import KafkaOpsError, UnknownTopic
-from kafkaops.model import Cluster, TopicPartition, Move, Reassignment
+from kafkaops.model import Cluster, ModelError, Move, Reassignment, TopicPartition
 from kafkaops.platform import store
 from kafkaops.platform.kafka import configs, connection, metadata, reassignments
 from kafkaops.platform.render import human_bytes
@@ -409,12 +409,28 @@ def classify(cluster: Cluster, in_flight: Mapping[TopicPartition, Reassignment],
     return tuple(done), tuple(resumed), tuple(pending), conflicts
 
 
-def plan_batches(moves: Iterable[Move], *, max_moves_per_broker: int, max_moves_total: int) -> tuple[Batch, ...]:
-    """First-fit, largest moves first: each batch has at most ``max_moves_total`` moves and at most
+def sole_in_sync(moves: Iterable[Move], cluster: Cluster) -> frozenset[TopicPartition]:
+    """The moves that take away every in-sync replica of their partition (e.g. a drained broker that is a
+    partition's only in-sync copy): until their new replicas catch up, the data is only there."""
+    found = set()
+    for m in moves:
+        try:
+            isr = cluster.partition(*m.topic_partition).isr
+        except (ModelError, UnknownTopic):  # not in the cluster observed: nothing known of its ISR
+            continue
+        if isr and set(isr) <= set(m.removing):
+            found.add(m.topic_partition)
+    return frozenset(found)
+
+
+def plan_batches(moves: Iterable[Move], *, max_moves_per_broker: int, max_moves_total: int,
+                 first: Collection[TopicPartition] = ()) -> tuple[Batch, ...]:
+    """First-fit, the moves in ``first`` (see :func:`sole_in_sync`) before the others, largest moves
+    first within each: each batch has at most ``max_moves_total`` moves and at most
     ``max_moves_per_broker`` moves that add or remove a replica on any one broker."""
     batches: list[list[Move]] = []
     loads: list[Counter[int]] = []
-    for move in sorted(moves, key=lambda m: (-m.bytes, m.topic_partition)):
+    for move in sorted(moves, key=lambda m: (m.topic_partition not in first, -m.bytes, m.topic_partition)):
         for batch, load in zip(batches, loads):
             if len(batch) < max_moves_total and all(load[b] < max_moves_per_broker for b in move.brokers):
                 break
@@ -436,7 +452,8 @@ def next_batch(seen: Observation, *, max_moves_per_broker: int, max_moves_total:
     and the batches still to come."""
     if seen.resumed or not seen.pending:
         return None
-    batches = plan_batches(seen.pending, max_moves_per_broker=max_moves_per_broker, max_moves_total=max_moves_total)
+    batches = plan_batches(seen.pending, max_moves_per_broker=max_moves_per_broker, max_moves_total=max_moves_total,
+                           first=sole_in_sync(seen.pending, seen.before))
     return replace(batches[0], index=submitted + 1, of=submitted + len(batches))
 
 
@@ -794,7 +811,7 @@ class Executor:
 
     def _report(self, seen: Observation) -> ExecutionReport:
         batches = plan_batches(seen.pending, max_moves_per_broker=self.max_moves_per_broker,
-                               max_moves_total=self.max_moves_total)
+                               max_moves_total=self.max_moves_total, first=sole_in_sync(seen.pending, seen.before))
         report = ExecutionReport(dry_run=True, already_done=seen.done, resumed=seen.resumed, batches=batches,
                                  before=seen.before)
         self._moves = report.moves + tuple(Move(t, p, self.desired[(t, p)], self.desired[(t, p)])

@@ -93,6 +93,21 @@ def test_leader_only_changes_are_shown_apart_from_the_moves_and_turned_off_by_a_
     assert "elected once the moves ran, all with the partitions' moves (no leader-only change)." in moved
 
 
+def test_a_drained_broker_that_is_the_only_in_sync_replica_is_named_and_its_partitions_go_first() -> None:
+    # orders on 1-4 at RF 2; orders-2 and orders-5 are in sync only on broker 1, which is drained
+    parts = tuple(PartitionAssignment("orders", p, (1 + p % 4, 1 + (p + 1) % 4), leader=1 + p % 4,
+                                      isr=(1,) if p in (4, 0) else (1 + p % 4, 1 + (p + 1) % 4), size_bytes=10 * p)
+                  for p in range(8))
+    cluster = Cluster(tuple(Broker(i) for i in (1, 2, 3, 4)), parts)
+    plan = plan_drain(cluster, [1])
+    params = steps.OperationParams(kind="drain", drain_brokers=(1,), max_moves_per_broker=1)
+    text = approval.approval_markdown(plan, params)
+    assert ("**Only in-sync copy** broker 1 holds the only in-sync replicas of 2 partitions this plan moves away "
+            "(orders-0, orders-4): they are under-replicated now and their data is only there until the new "
+            "replicas catch up. They move in the first batches; keep it running until the run has ended.") in text
+    assert "Only in-sync copy" not in approval.approval_markdown(plan_drain(skewed_four_brokers(), [1]), params)
+
+
 def test_the_body_is_what_the_plan_task_returns() -> None:
     plan = scale_out()
     params = steps.OperationParams(kind="scale_out", add_brokers=1)

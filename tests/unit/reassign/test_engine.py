@@ -29,6 +29,7 @@ from kafkaops.reassign.engine import (
     normalize,
     observe,
     plan_batches,
+    sole_in_sync,
     plan_throttle_removal,
     problems,
     remove_throttles,
@@ -107,6 +108,18 @@ def test_batches_respect_the_per_broker_and_total_caps() -> None:
     # broker 2 loses a replica in every move: at most 2 per batch, so 6 batches
     assert len(batches) == 6
     assert plan_batches(moves, max_moves_per_broker=100, max_moves_total=100)[0].keys == tuple(("t", i) for i in range(12))
+
+
+def test_moves_that_take_every_in_sync_replica_away_go_in_the_first_batch() -> None:
+    # broker 1 is drained; t-7 and t-9 are in sync only on broker 1, the others everywhere
+    parts = tuple(PartitionAssignment("t", i, (1, 2), leader=1, isr=(1,) if i in (7, 9) else (1, 2))
+                  for i in range(12))
+    cluster = Cluster((Broker(1), Broker(2), Broker(3)), parts)
+    moves = [Move("t", i, (1, 2), (3, 2), size_bytes=100 - i) for i in range(12)]
+    assert sole_in_sync(moves, cluster) == {("t", 7), ("t", 9)}
+    batches = plan_batches(moves, max_moves_per_broker=2, max_moves_total=2, first=sole_in_sync(moves, cluster))
+    assert batches[0].keys == (("t", 7), ("t", 9))
+    assert plan_batches(moves, max_moves_per_broker=2, max_moves_total=2)[0].keys == (("t", 0), ("t", 1))
 
 
 def test_throttles_follow_kafkas_tool_existing_replicas_lead_adding_ones_follow() -> None:

@@ -88,9 +88,17 @@ def _check_replicas(cluster: Cluster) -> None:
                 f"{list(cluster.broker_ids)}); add broker {b} to the brokers or fix the assignment")
 
 
+FAILURES_NAMED = 5
+"""How many of the partitions a refused plan cannot place its error names."""
+
+
 def _first_failure(failing: list[PartitionAssignment], message: str) -> PlanInfeasible:
-    more = f" ({len(failing) - 1} more partitions fail the same way)" if len(failing) > 1 else ""
-    return PlanInfeasible(f"cannot place {failing[0].name}: {message}{more}")
+    """The refusal: ``message`` for the first partitions of ``failing`` by name, then how many more."""
+    named = ", ".join(p.name for p in failing[:FAILURES_NAMED])
+    extra = len(failing) - FAILURES_NAMED
+    more = "" if extra <= 0 else " (1 more partition fails the same way)" if extra == 1 else \
+        f" ({extra} more partitions fail the same way)"
+    return PlanInfeasible(f"cannot place {named}: {message}{more}")
 
 
 def _check_capacity(cluster: Cluster, topo: Topology, drained_note: str) -> None:
@@ -135,7 +143,10 @@ def resolve_topology(cluster: Cluster, goals: Goals, *, new: Sequence[int | Brok
     if not eligible:
         raise PlanInfeasible(f"no broker can receive replicas: brokers {list(base.broker_ids)}, drained "
                              f"{list(drained)}, excluded or offline {list(fixed)}; add a broker or drain fewer")
-    note = f" after draining {list(drained)}" if drained else ""
+    gone = sorted({topo.racks[b] for b in drained} - {topo.racks[b] for b in set(topo.eligible) | set(topo.fixed)}
+                  - {NO_RACK})
+    racks = f" (every broker of rack{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))})" if gone else ""
+    note = f" after draining {list(drained)}{racks}" if drained else ""
     _check_capacity(base, topo, note)
     return base, topo
 

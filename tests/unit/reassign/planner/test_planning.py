@@ -152,12 +152,16 @@ class TestDrain:
 class TestBadInput:
     def test_draining_a_whole_rack_that_rf_needs(self):
         cluster = six_brokers_three_racks()
-        with pytest.raises(PlanInfeasible, match=r"cannot place orders-0: 2 racks alive, replication factor 3 "
-                                                  r"needs 3 after draining \[3, 6\]; add a rack or lower the RF"):
+        with pytest.raises(PlanInfeasible, match=r"cannot place orders-0, orders-1, orders-2, orders-3, orders-4: "
+                                                  r"2 racks alive, replication factor 3 needs 3 after draining "
+                                                  r"\[3, 6\] \(every broker of rack c\); add a rack or lower the RF "
+                                                  r"\(13 more partitions fail the same way\)"):
             plan_drain(cluster, [3, 6])
 
     def test_rf_above_brokers_left(self):
-        with pytest.raises(PlanInfeasible, match="replication factor 2 needs 2 brokers, 1 can hold"):
+        with pytest.raises(PlanInfeasible, match=r"replication factor 2 needs 2 brokers, 1 can hold replicas after "
+                                                 r"draining \[1, 2\]; add brokers or lower the RF \(1 more partition "
+                                                 r"fails the same way\)"):
             plan_drain(three_brokers_one_rack(), [1, 2])
 
     @pytest.mark.parametrize("call, message", [
