@@ -145,8 +145,8 @@ def resolve_topology(cluster: Cluster, goals: Goals, *, new: Sequence[int | Brok
                              f"{list(drained)}, excluded or offline {list(fixed)}; add a broker or drain fewer")
     gone = sorted({topo.racks[b] for b in drained} - {topo.racks[b] for b in set(topo.eligible) | set(topo.fixed)}
                   - {NO_RACK})
-    racks = f" (every broker of rack{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))})" if gone else ""
-    note = f" after draining {list(drained)}{racks}" if drained else ""
+    emptied = f" (every broker of rack{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))})" if gone else ""
+    note = f" after draining {list(drained)}{emptied}" if drained else ""
     _check_capacity(base, topo, note)
     return base, topo
 
