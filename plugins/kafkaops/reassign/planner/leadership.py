@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where a plan balances leaders, not when a DAG file is parsed
+    import numpy as np
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +29,8 @@ class Leadership:
         self.reps = reps
         self.eligible = tuple(eligible)
         self.members = frozenset(eligible)
+        import numpy as np
+
         self.moved = moved if isinstance(moved, (set, frozenset)) else frozenset(moved)
         self.count = dict.fromkeys(self.eligible, 0)
         self.led: dict[int, set[int]] = {b: set() for b in self.eligible}
@@ -107,6 +111,8 @@ class Leadership:
                     self.transfer(self._choice(self.out[u][w]), w)
 
     def _mask(self, test: Callable[[int], bool]) -> np.ndarray:
+        import numpy as np
+
         return np.fromiter((test(b) for b in self.eligible), dtype=bool, count=len(self.eligible))
 
     def _levels(self, sources: Sequence[int], links: np.ndarray, is_end: Callable[[int], bool],
@@ -115,6 +121,8 @@ class Leadership:
         ``links`` (a width matrix), passing only through brokers that ``through`` allows (all when None)
         and never through an end (a shortest chain stops at the first); None when no broker that
         ``is_end`` can be reached. A step is one matrix row test for the whole frontier."""
+        import numpy as np
+
         ends = self._mask(is_end)
         passable = ~ends if through is None else self._mask(through) & ~ends
         level = np.full(len(self.eligible), -1, dtype=np.int32)
@@ -138,6 +146,8 @@ class Leadership:
         """A chain from ``start`` one level further at each step to a broker that ``is_end``,
         depth first; ``arcs`` keeps each broker's untried next brokers (positions) across calls (a
         broker whose arcs run out leads nowhere in this phase)."""
+        import numpy as np
+
         path = [self.pos[start]]
         while path:
             b = path[-1]
