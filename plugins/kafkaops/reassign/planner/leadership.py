@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # numpy is imported where a plan balances leaders, not when a DAG file is parsed
@@ -54,6 +55,7 @@ class Leadership:
             for b in r:
                 if b in self.members:
                     most[b] += 1
+        self.most = most
         self.best = best_leader_counts(most, sum(self.count.values()))
         self.low = {b: low for b, (low, _) in self.best.items()}
         self.high = {b: high for b, (_, high) in self.best.items()}
@@ -254,19 +256,44 @@ def best_leader_counts(most: Mapping[int, int], total: int) -> dict[int, tuple[i
     return {b: (min(n, lo), min(n, lo + 1)) for b, n in most.items()}
 
 
+@dataclass(frozen=True)
+class LeaderBalance:
+    """What :func:`balance_leaders` left: the fewest and most preferred leaderships of an eligible broker,
+    how many brokers lead every partition they hold, and how many sit outside the water level's range
+    (:func:`best_leader_counts`) because the replica sets allow no closer."""
+
+    fewest: int
+    most: int
+    leading_all_they_hold: int
+    off_level: int
+
+    def note(self) -> str | None:
+        """The plan's note when leaders stay more than one apart, else None."""
+        if self.most - self.fewest <= 1:
+            return None
+        return (f"preferred leaders: {self.fewest} to {self.most} per broker, the most even the replica sets allow "
+                f"(no chain of leader changes passes a leadership to a broker leading two or more fewer); "
+                f"{self.leading_all_they_hold} brokers lead every partition they hold, and {self.off_level} are "
+                "kept from the share their replica counts alone would give by whom they share partitions with")
+
+
 def balance_leaders(reps: list[list[int]], eligible: Sequence[int], moved: Collection[int],
-                    fixed: Collection[int] = ()) -> tuple[int, ...]:
-    """Reorder ``reps`` in place so each eligible broker leads within one of the best count its replicas
-    allow (:func:`best_leader_counts`) where the replica sets allow it, and as close as they allow where
-    not. Partitions led by a broker outside ``eligible``, and the partitions in ``fixed`` (their indexes),
-    are left alone. Returns the brokers left outside their best range (the replica sets allow no closer)."""
+                    fixed: Collection[int] = ()) -> LeaderBalance:
+    """Reorder ``reps`` in place so no eligible broker could pass a preferred leadership along a chain of
+    shared partitions to one leading two or more fewer: each leads within one of the best count its
+    replicas allow (:func:`best_leader_counts` where the replica sets allow it, as close as they allow
+    where not). Partitions led by a broker outside ``eligible``, and the partitions in ``fixed`` (their
+    indexes), are left alone."""
     if not eligible:
-        return ()
+        return LeaderBalance(0, 0, 0, 0)
     leadership = Leadership(reps, eligible, moved, fixed)
     leadership.greedy()
     leadership.augment()
-    chains = leadership.settle()
-    off = leadership.off_best()
-    log.info("preferred leaders: %d chains settled after the targeted passes; %d of %d brokers outside the best "
-             "their replicas allow", chains, len(off), len(leadership.eligible))
-    return tuple(off)
+    levels = leadership.settle()
+    counts = leadership.count
+    result = LeaderBalance(fewest=min(counts.values()), most=max(counts.values()),
+                           leading_all_they_hold=sum(1 for b in eligible if counts[b] == leadership.most[b]),
+                           off_level=len(leadership.off_best()))
+    log.info("preferred leaders: %d to %d per broker after %d levels of the sweep; %d of %d brokers outside the "
+             "water level's range", result.fewest, result.most, levels, result.off_level, len(eligible))
+    return result

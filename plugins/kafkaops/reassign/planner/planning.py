@@ -77,16 +77,12 @@ def _notes(work: Placement) -> tuple[str, ...]:
 
 def _finish(work: Placement, topo: Topology, goals: Goals, movable: frozenset[str] | None = None) -> tuple[str, ...]:
     """Balance preferred leaders over every partition the plan may touch (``movable`` topics only, when
-    given); the note says how many brokers the replica sets keep from an even share, if any."""
+    given); the note says where the replica sets keep leaders more than one apart."""
     if not goals.leaders:
         return ()
     fixed = () if movable is None else frozenset(i for i, t in enumerate(work.topics) if t not in movable)
-    off = balance_leaders(work.reps, topo.eligible, work.moved, fixed)
-    if not off:
-        return ()
-    return (f"preferred leaders: {len(off)} of {len(topo.eligible)} brokers lead more or fewer than an even share "
-            "their replica counts would give, because the partitions they share with others allow no closer (no "
-            "chain of leader changes passes a leadership to a broker leading two or more fewer)",)
+    note = balance_leaders(work.reps, topo.eligible, work.moved, fixed).note()
+    return (note,) if note else ()
 
 
 def plan_scale_out(cluster: Cluster, new_brokers: Sequence[int | Broker], goals: Goals = DEFAULT_GOALS,

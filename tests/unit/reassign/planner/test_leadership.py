@@ -93,9 +93,14 @@ def test_brokers_that_share_their_partitions_only_with_each_other_split_them():
     # 1 and 2 hold partitions only together; 3 and 4 hold the rest: an even share of 30 each is out of reach
     reps = [[1, 2]] * 10 + [[3, 4]] * 110
     reps = [list(r) for r in reps]
-    off = balance_leaders(reps, [1, 2, 3, 4], ())
+    result = balance_leaders(reps, [1, 2, 3, 4], ())
     assert counts_of(reps, [1, 2, 3, 4]) == {1: 5, 2: 5, 3: 55, 4: 55}
-    assert sorted(off) == [1, 2, 3, 4] and improvable(reps, [1, 2, 3, 4]) == []
+    assert improvable(reps, [1, 2, 3, 4]) == []
+    assert (result.fewest, result.most, result.leading_all_they_hold, result.off_level) == (5, 55, 0, 4)
+    assert result.note() == (
+        "preferred leaders: 5 to 55 per broker, the most even the replica sets allow (no chain of leader changes "
+        "passes a leadership to a broker leading two or more fewer); 0 brokers lead every partition they hold, and "
+        "4 are kept from the share their replica counts alone would give by whom they share partitions with")
 
 
 def test_fixed_partitions_keep_their_order_and_count_for_their_leader():
