@@ -7,7 +7,7 @@ partitions, not only the available ones. librdkafka's ``partitioner=murmur2_rand
 confluent-kafka's) computes the same ``(murmur2(key) & 0x7fffffff) % n`` for non-null keys. The
 default ``consistent_random`` is CRC32 and places keys elsewhere.
 
-The Java semantics mirrored here (checked against kafka-clients 4.3.1 by the vectors in
+The Java semantics mirrored here (checked against kafka-clients 4.4.0, as against 4.3.1 before it, by the vectors in
 ``tests/unit/data/murmur2_vectors.json``):
 
 * Java ``int`` arithmetic wraps modulo 2**32. Values are kept as unsigned 32-bit Python ints

@@ -55,6 +55,11 @@ FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
 RATE_KEYS = (LEADER_RATE, FOLLOWER_RATE)
 REPLICA_KEYS = (LEADER_REPLICAS, FOLLOWER_REPLICAS)
 
+#: The longest config value Kafka takes, in UTF-8 bytes: its request readers refuse a longer string field (every
+#: generated reader checks ``length > 0x7fff``, Kafka 3.9 and 4.4 alike) and the KRaft ``ConfigRecord`` that keeps
+#: a topic's value cannot hold one. A throttled-replica list longer than this is refused whole.
+MAX_CONFIG_VALUE_BYTES = 32_767
+
 #: The throttle ledger: broker id (a string, as JSON keeps it) -> rate keys kafkaops set there and could not remove.
 Ledger = Mapping[str, Iterable[str]]
 
@@ -627,17 +632,51 @@ def progress(conn: connection.KafkaConnection, moves: Sequence[Move], *, elapsed
     return measure(moves, cluster, in_flight, sizes, elapsed_s)
 
 
+def throttle_lists_too_long(entries: Mapping[tuple[str, str], Sequence[str]],
+                            current: Mapping[str, Mapping[str, str]]) -> list[tuple[str, str, int, int]]:
+    """``(topic, key, bytes, entries)`` of each throttled-replica list that, with the entries a topic holds
+    already (``current``: topic -> key -> value), would be longer than :data:`MAX_CONFIG_VALUE_BYTES`.
+    A list set to ``*`` is left alone, so it never is."""
+    too_long = []
+    for (topic, key), items in sorted(entries.items()):
+        held = current.get(topic, {}).get(key)
+        if held == "*":
+            continue
+        merged = list(dict.fromkeys([*_items(held), *items]))
+        size = len(",".join(merged).encode())
+        if size > MAX_CONFIG_VALUE_BYTES:
+            too_long.append((topic, key, size, len(merged)))
+    return too_long
+
+
 def plan_throttles(conn: connection.KafkaConnection, moves: Iterable[Move], *, inherit: bool = False,
                    ledger: Ledger | None = None) -> ThrottleRecord:
     """The record of the throttles ``moves`` need, with the rate values to restore read from the
     brokers. With ``inherit`` (resuming a killed run) every rate found set is the killed run's, and
     with the throttle ``ledger`` the rates it names are earlier runs': deleted afterwards, not
-    restored. Entries of a topic throttled with ``*`` are left alone."""
+    restored. Entries of a topic throttled with ``*`` are left alone. A topic whose throttled-replica
+    list would pass :data:`MAX_CONFIG_VALUE_BYTES` is refused (:class:`InvalidReassignment`) before any
+    change, unless ``inherit``: a cancel or a resume must go on, and logs it."""
     brokers, entries = throttle_entries(moves)
     if not brokers:
         return ThrottleRecord()
     rates = configs.describe_configs(conn, "broker", brokers, keys=RATE_KEYS)
     topics = configs.describe_configs(conn, "topic", sorted({t for t, _ in entries}), keys=REPLICA_KEYS)
+    too_long = throttle_lists_too_long(entries, topics)
+    if too_long:
+        named = "; ".join(f"{t} {k}: {size:,} bytes for {n:,} entries" for t, k, size, n in too_long[:10])
+        more = f"; and {len(too_long) - 10} more" if len(too_long) > 10 else ""
+        if not inherit:
+            first = too_long[0][0]
+            raise InvalidReassignment(
+                f"the throttled-replica lists of {len(too_long)} topic key(s) would pass Kafka's "
+                f"{MAX_CONFIG_VALUE_BYTES:,}-byte config value, which brokers refuse: {named}{more}. Nothing was "
+                f"changed. Throttle such a topic whole first (kafka-configs.sh --alter --entity-type topics "
+                f"--entity-name {first} --add-config 'leader.replication.throttled.replicas=*,"
+                "follower.replication.throttled.replicas=*'; kafkaops leaves a '*' list alone, remove it after the "
+                "run), or plan fewer of its partitions per run")
+        log.warning("throttled-replica lists past %d bytes (%s%s): setting them will fail", MAX_CONFIG_VALUE_BYTES,
+                    named, more)
     record = ThrottleRecord(
         rates=tuple((b, k, None if inherit else rates[str(b)].get(k)) for b in brokers for k in RATE_KEYS),
         replicas=tuple((t, k, tuple(e)) for (t, k), e in entries.items() if topics[t].get(k) != "*"))

@@ -53,7 +53,7 @@ def test_check_mode_of_the_systemd_provisioner_changes_nothing(tmp_path: Path) -
 
 
 @pytest.mark.parametrize("version, present, absent", [
-    ("4.3.1", ["share.coordinator.state.topic.replication.factor=1", "-Dlog4j2.configurationFile="],
+    ("4.4.0", ["share.coordinator.state.topic.replication.factor=1", "-Dlog4j2.configurationFile="],
      ["-Dlog4j.configuration="]),
     ("3.9.1", ["-Dlog4j.configuration=file:"], ["share.coordinator", "log4j2"]),
 ])

@@ -68,7 +68,7 @@ def test_java_11_is_enough_when_the_maven_jars_are_kafka_3_9(tmp_path: Path) -> 
 @pytest.mark.parametrize("where", ["jars", "archive"])
 def test_java_11_is_refused_for_kafka_4(tmp_path: Path, where: str) -> None:
     source = ({"kafka_broker_jars_source": str(jar_dir("broker"))} if where == "jars"
-              else {"kafka_broker_archive": str(tmp_path / "kafka_2.13-4.3.1.tgz")})
+              else {"kafka_broker_archive": str(tmp_path / "kafka_2.13-4.4.0.tgz")})
     done = preflight(tmp_path, **source)
     assert done.returncode != 0
     assert "check 'java' failed on kafka-1: node 1 needs Java 17+" in done.stdout, done.stdout[-3000:]

@@ -13,6 +13,7 @@ from kafkaops.reassign.engine import (
     FOLLOWER_REPLICAS,
     LEADER_RATE,
     LEADER_REPLICAS,
+    MAX_CONFIG_VALUE_BYTES,
     Executor,
     InvalidReassignment,
     Observation,
@@ -31,9 +32,11 @@ from kafkaops.reassign.engine import (
     plan_batches,
     sole_in_sync,
     plan_throttle_removal,
+    plan_throttles,
     problems,
     remove_throttles,
     throttle_entries,
+    throttle_lists_too_long,
     throttle_scope,
 )
 from tests.unit.reassign.fake_kafka import FakeKafka
@@ -389,3 +392,31 @@ def test_an_id_never_seen_is_refused_at_once_and_a_fenced_broker_after_the_grace
                                                   r"stayed unregistered for 0 s; check their logs"):
         observe(kafka.conn(), {("orders", 0): (2, 3)}, fenced_grace_s=0.3)
     assert kafka.submitted == []
+
+
+def test_a_throttled_replica_list_past_kafkas_config_value_is_found_with_what_the_topic_holds() -> None:
+    # Kafka's readers refuse a config value of more than 32,767 bytes (3.9 and 4.4 alike)
+    entries = {("big", LEADER_REPLICAS): [f"{p}:{b}" for p in range(3000) for b in (101, 102, 103)],
+               ("small", LEADER_REPLICAS): ["0:1", "0:2"], ("star", LEADER_REPLICAS): [f"{p}:1" for p in range(9000)]}
+    too_long = throttle_lists_too_long(entries, {"small": {LEADER_REPLICAS: ",".join(f"{p}:1" for p in range(6000))},
+                                                 "star": {LEADER_REPLICAS: "*"}})
+    assert [(t, k) for t, k, _, _ in too_long] == [("big", LEADER_REPLICAS), ("small", LEADER_REPLICAS)]
+    assert all(size > MAX_CONFIG_VALUE_BYTES for _, _, size, _ in too_long)
+    assert too_long[1][3] == 6001  # what the topic holds counts, its entries once each
+    fits = {("t", LEADER_REPLICAS): [f"{p}:{b}" for p in range(1000) for b in (1, 2, 3)]}
+    assert len(",".join(fits[("t", LEADER_REPLICAS)])) <= MAX_CONFIG_VALUE_BYTES
+    assert throttle_lists_too_long(fits, {}) == []
+
+
+def test_a_plan_whose_throttle_list_kafka_would_refuse_is_refused_before_any_change(monkeypatch, local_store) -> None:
+    kafka = FakeKafka(replicas={("orders", p): (101, 102, 103) for p in range(3000)}, online={101, 102, 103, 104},
+                      ).install(monkeypatch)
+    moves = [Move("orders", p, (101, 102, 103), (104, 102, 103)) for p in range(3000)]
+    with pytest.raises(InvalidReassignment, match=r"orders leader.replication.throttled.replicas: [\d,]+ bytes .*"
+                                                  r"Nothing was changed.*entity-name orders"):
+        plan_throttles(kafka.conn(), moves)
+    assert kafka.config_calls == []
+    assert plan_throttles(kafka.conn(), moves, inherit=True).replicas  # a cancel or resume goes on
+    kafka.configs[("topic", "orders")] = {LEADER_REPLICAS: "*"}
+    record = plan_throttles(kafka.conn(), moves)  # a '*' list: left alone, so no list to refuse
+    assert [k for _, k, _ in record.replicas] == [FOLLOWER_REPLICAS]

@@ -7,6 +7,8 @@ module             concern
                    (``connection_config``, ``client_config``), its translation for kafka-python, TLS probing,
                    and how a request is answered (``wait_for`` a confluent-kafka future, ``call_legacy``
                    through kafka-python's client). Every librdkafka handle is closed deterministically.
+                   ``request_slices``: a call names at most ``MAX_PARTITIONS_PER_REQUEST`` partitions or topics
+                   (Kafka 4.4's readers refuse an array of more than 1,000,000 elements).
 ``errors``         :func:`~errors.classify`: every error of either client as a typed :mod:`kafkaops.errors`
                    error, by code or class; :func:`~errors.retrying`: the one retry policy.
 ``metadata``       :func:`~metadata.snapshot` (the live cluster as a :class:`kafkaops.model.Cluster`),

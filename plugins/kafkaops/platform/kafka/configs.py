@@ -77,7 +77,8 @@ def config_value(conn: KafkaConnection, resource: str, name: str | int, key: str
 
 def incremental_alter_configs(conn: KafkaConnection, resource: str,
                               changes: Mapping[str | int, Iterable[ConfigOp]]) -> None:
-    """Apply ``changes`` (broker id or topic name -> operations); other config values stay as they are."""
+    """Apply ``changes`` (broker id or topic name -> operations); other config values stay as they are. Topics
+    go together, :data:`~connection.MAX_PARTITIONS_PER_REQUEST` resources a request at most."""
     rtype = _resource_type(resource)
     resources = []
     for name, ops in changes.items():
@@ -87,7 +88,7 @@ def incremental_alter_configs(conn: KafkaConnection, resource: str,
     if not resources:
         return
     # librdkafka takes one broker resource per call (each goes to its own broker); topics go together.
-    calls = [[r] for r in resources] if rtype == ResourceType.BROKER else [resources]
+    calls = [[r] for r in resources] if rtype == ResourceType.BROKER else connection.request_slices(resources)
     futures = {res: future for call in calls
                for res, future in conn.admin.incremental_alter_configs(call, request_timeout=conn.timeout_s).items()}
     failed = []

@@ -16,7 +16,7 @@ import concurrent.futures
 import logging
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -32,6 +32,14 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 DEFAULT_TIMEOUT_S = 10.0
+
+#: The most topic-partitions (or topics) one request of this adapter carries. Kafka 4.4's protocol readers refuse
+#: a request with an array of more than 1,000,000 elements (``MessageUtil.MAX_ARRAY_LENGTH``, checked by every
+#: generated ``*Data`` reader), and librdkafka refuses an answer listing more than 100,000 partitions of one topic
+#: (``RD_KAFKAP_PARTITIONS_MAX``). Invariant: a call that names partitions or topics names at most this many, so
+#: no topics, partitions or resources array of its request, nor the partitions array of its answer, is longer.
+#: A plan or cluster with more goes in several calls (:func:`request_slices`).
+MAX_PARTITIONS_PER_REQUEST = 50_000
 
 # librdkafka setting -> kafka-python KafkaAdminClient argument, for the few calls made through it.
 _KAFKA_PYTHON_KEYS = {
@@ -65,6 +73,14 @@ class ClientConfig(dict):  # type: ignore[type-arg]
         return repr(redaction.redacted(self))
 
     __str__ = __repr__
+
+
+def request_slices(items: Iterable[_T], size: int = MAX_PARTITIONS_PER_REQUEST) -> list[list[_T]]:
+    """``items`` in order, in consecutive slices of at most ``size`` (one request each); none when empty."""
+    if size < 1:
+        raise ConfigError(f"a request slice of {size} item(s) is impossible; use at least 1")
+    listed = list(items)
+    return [listed[i:i + size] for i in range(0, len(listed), size)]
 
 
 def kafka_python_args(config: Mapping[str, str]) -> dict[str, Any]:

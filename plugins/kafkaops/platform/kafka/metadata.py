@@ -146,9 +146,19 @@ def replica_sizes(conn: KafkaConnection, partitions: Iterable[tuple[str, int]], 
 
 def _describe_log_dirs(conn: KafkaConnection, topics: dict[str, list[int]], brokers: list[int]
                        ) -> tuple[dict[tuple[str, int, int], int], dict[int, tuple[int, int]]]:
-    """Replica sizes ``(topic, partition, broker) -> bytes`` and (total, usable) disk bytes per broker."""
-    answers = connection.call_legacy(conn, f"the log dirs of brokers {brokers}",
-                                     lambda client: client.describe_log_dirs(topic_partitions=topics, brokers=brokers))
+    """Replica sizes ``(topic, partition, broker) -> bytes`` and (total, usable) disk bytes per broker.
+    kafka-python sends each broker one DescribeLogDirs naming every partition asked: they go
+    :data:`~connection.MAX_PARTITIONS_PER_REQUEST` at a time (each answer has the brokers' whole disks)."""
+    pairs = [(t, p) for t, parts in topics.items() for p in parts]
+    answers: list[Any] = []
+    for part in connection.request_slices(pairs) or [[]]:  # none asked: one call still reads the disks
+        asked: dict[str, list[int]] = {}
+        for t, p in part:
+            asked.setdefault(t, []).append(p)
+
+        def ask(client: Any, asked: dict[str, list[int]] = asked) -> list[Any]:
+            return list(client.describe_log_dirs(topic_partitions=asked, brokers=brokers))
+        answers.extend(connection.call_legacy(conn, f"the log dirs of brokers {brokers}", ask))
     sizes: dict[tuple[str, int, int], int] = {}
     disks: dict[int, tuple[int, int]] = {}
     for answer in answers:

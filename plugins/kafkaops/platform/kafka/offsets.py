@@ -27,14 +27,18 @@ def list_offsets(conn: KafkaConnection, partitions: list[PartitionAssignment], *
 
 def _offsets_at(conn: KafkaConnection, led: list[TopicPartition], spec: OffsetSpec, label: str, attempts: int
                 ) -> dict[tuple[str, int], int]:
-    """The ``label`` offset of each of ``led``; partitions without one are left out, with a warning."""
+    """The ``label`` offset of each of ``led``; partitions without one are left out, with a warning. librdkafka
+    sends one ListOffsets per leader, but a leader may lead any number: ``led`` goes in calls of at most
+    :data:`~connection.MAX_PARTITIONS_PER_REQUEST` partitions."""
     found: dict[tuple[str, int], int] = {}
     failed: dict[TopicPartition, KafkaOpsError] = {}
     pending = list(led)
 
     def ask() -> None:
         nonlocal pending
-        futures = conn.admin.list_offsets({tp: spec for tp in pending}, request_timeout=conn.timeout_s)
+        futures = {tp: future for part in connection.request_slices(pending)
+                   for tp, future in conn.admin.list_offsets({tp: spec for tp in part},
+                                                             request_timeout=conn.timeout_s).items()}
         for tp, future in futures.items():
             try:
                 found[(tp.topic, tp.partition)] = connection.wait_for(
@@ -155,22 +159,28 @@ def commit_group_offsets(conn: KafkaConnection, group_id: str, topic: str, offse
     moving (a fresh cluster creates ``__consumer_offsets`` on first use) is asked again, and so is one
     that did not answer within ``COMMIT_ATTEMPT_S``: setting the same offsets twice is harmless, and a
     coordinator elected a moment ago may leave its first request unanswered. All attempts together
-    take at most ``attempts`` tries or twice the connection's timeout."""
-    request = ConsumerGroupTopicPartitions(group_id, [TopicPartition(topic, int(p), int(o))
-                                                      for p, o in sorted(offsets.items())])
+    take at most ``attempts`` tries or twice the connection's timeout. The offsets go
+    :data:`~connection.MAX_PARTITIONS_PER_REQUEST` partitions a request (one commit per slice: the group has no
+    members to see a part)."""
+    requests = [ConsumerGroupTopicPartitions(group_id, [TopicPartition(topic, int(p), int(o)) for p, o in part])
+                for part in connection.request_slices(sorted(offsets.items()))]
     what = f"the committed offsets of group {group_id} on {topic}"
     attempt_s = min(conn.timeout_s, COMMIT_ATTEMPT_S)
 
     def commit() -> None:
         try:
-            _group_coordinator_ready(conn, group_id, topic, sorted(offsets), attempt_s, what)
-            future = conn.admin.alter_consumer_group_offsets([request], request_timeout=attempt_s)[group_id]
-            result = connection.wait_for(future, conn, what)
+            # the coordinator is the group's, whichever partitions: the first slice's probe it
+            _group_coordinator_ready(conn, group_id, topic, sorted(offsets)[:connection.MAX_PARTITIONS_PER_REQUEST],
+                                     attempt_s, what)
+            answered = []
+            for request in requests:  # librdkafka takes one group per call
+                future = conn.admin.alter_consumer_group_offsets([request], request_timeout=attempt_s)[group_id]
+                answered.extend(connection.wait_for(future, conn, what).topic_partitions)
         except KafkaUnreachable as err:
             if err.code in ("_TIMED_OUT", "REQUEST_TIMED_OUT") and conn.refused is None:
                 err.retriable = True  # unanswered, not refused: the same request again is safe
             raise
-        failed = [(tp, errors.classify(tp.error, what, conn)) for tp in result.topic_partitions if tp.error]
+        failed = [(tp, errors.classify(tp.error, what, conn)) for tp in answered if tp.error]
         if failed:
             refused = "; ".join(f"{tp.topic}-{tp.partition}: {err.code}" for tp, err in failed)
             raise errors.typed(KafkaOpsError, f"Kafka refused offsets of group {group_id} on {len(failed)} of "

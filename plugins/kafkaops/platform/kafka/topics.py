@@ -81,10 +81,11 @@ def truncate_topics(conn: KafkaConnection, names: Iterable[str]) -> dict[tuple[s
 
 def delete_records_before(conn: KafkaConnection, offsets: Mapping[tuple[str, int], int]) -> None:
     """DeleteRecords: each partition's records before its offset in ``offsets`` (what retention does to the
-    oldest records); a partition at offset 0 is left alone."""
+    oldest records); a partition at offset 0 is left alone. librdkafka sends one request per leader; the
+    partitions go in calls of at most :data:`~connection.MAX_PARTITIONS_PER_REQUEST`."""
     ends = [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items()) if o]
-    if ends:
-        futures = conn.admin.delete_records(ends, request_timeout=conn.timeout_s)
+    for part in connection.request_slices(ends):
+        futures = conn.admin.delete_records(part, request_timeout=conn.timeout_s)
         for tp, future in futures.items():
             try:
                 future.result(timeout=conn.timeout_s + 5)
