@@ -27,17 +27,16 @@ class Leadership:
 
     def __init__(self, reps: list[list[int]], eligible: Sequence[int], moved: Collection[int],
                  fixed: Collection[int] = ()) -> None:
+        import numpy as np
+
         self.reps = reps
         self.eligible = tuple(eligible)
         self.members = frozenset(eligible)
-        import numpy as np
-
         self.moved = moved if isinstance(moved, (set, frozenset)) else frozenset(moved)
         self.count = dict.fromkeys(self.eligible, 0)
         self.led: dict[int, set[int]] = {b: set() for b in self.eligible}
-        # out[u][f] and into[f][u] are the same set: partitions u leads and f follows.
+        # out[u][f]: the partitions u leads and f follows
         self.out: dict[int, dict[int, set[int]]] = {b: {} for b in self.eligible}
-        self.into: dict[int, dict[int, set[int]]] = {b: {} for b in self.eligible}
         # width[pos[u], pos[f]] = len(out[u][f]): the same pairs as a matrix, for the path searches
         self.pos = {b: k for k, b in enumerate(self.eligible)}
         self.width = np.zeros((len(self.eligible), len(self.eligible)), dtype=np.int32)
@@ -69,7 +68,7 @@ class Leadership:
             if f in self.members:
                 pair = self.out[leader].get(f)
                 if pair is None:
-                    pair = self.out[leader][f] = self.into[f][leader] = set()
+                    pair = self.out[leader][f] = set()
                 pair.add(i)
                 row[self.pos[f]] += 1
 
