@@ -782,21 +782,28 @@ class MigrationTraffic:
         log.info("migration traffic %s: %s: %s", self.run, phase, detail)
 
     def _partitions(self, topic: str) -> list[int]:
-        """The topic's partitions, from a consumer's metadata (a consumer never auto-creates a topic)."""
+        """The topic's partitions, from a consumer's metadata (a consumer never auto-creates a topic). A topic
+        created a moment ago may not be in the metadata of the broker asked yet (the controller acknowledges
+        before every broker has it): asked again until 15 s have passed."""
         from confluent_kafka import Consumer
 
         from kafkaops.platform.kafka.connection import client_config
 
+        deadline = waits.Deadline(15)
         probe = Consumer(client_config({**self.config, "group.id": f"kafkaops-probe-{self.run}"}))
         try:
-            meta = waits.list_topics(probe, waits.Deadline(15), topic)
+            while True:
+                found = waits.list_topics(probe, deadline, topic).topics.get(topic)
+                if found is not None and found.error is None and found.partitions:
+                    return sorted(found.partitions)
+                if deadline.expired():
+                    break
+                time.sleep(min(0.2, max(deadline.remaining(), 0.0)))
         finally:
             probe.close()
-        found = meta.topics.get(topic)
-        if found is None or found.error is not None or not found.partitions:
-            raise TrafficError(f"migration traffic {self.run}: topic {topic} has no partitions in the metadata of "
-                               f"{self.config.get('bootstrap.servers')}; create it first")
-        return sorted(found.partitions)
+        raise TrafficError(f"migration traffic {self.run}: topic {topic} has no partitions in the metadata of "
+                           f"{self.config.get('bootstrap.servers')} after {deadline.elapsed():.0f} s; create it "
+                           "first")
 
     def _start_writing(self, topic: str) -> None:
         from confluent_kafka import Producer
