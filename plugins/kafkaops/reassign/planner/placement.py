@@ -62,6 +62,10 @@ class Placement:
         """Topics :func:`~kafkaops.reassign.planner.refine.even_topics` left with a replica spread above one."""
         self.bounded_topics = 0
         """Of those, the topics whose last search stopped at a bound rather than running out of candidates."""
+        self.level_caps: dict[str, int] = {}
+        """Per topic, the most replicas of it a receiver should end with (set by
+        :func:`~kafkaops.reassign.planner.levels.level_topics` for the topics it leveled): :meth:`balance` gives a
+        receiver more of such a topic only when nothing else fits."""
         self.target: dict[int, int] = {}
         self.byte_target: dict[int, float] = {}
         self._cands: dict[tuple[int, str], list[tuple[int, int]]] = {}
@@ -214,7 +218,9 @@ class Placement:
     def _receiver_key(self, n: int, topic: str) -> float:
         if not self.goals.topic_spread:
             return 0.0
-        return self.per_topic[n][topic] - self._want(n, topic)
+        held = self.per_topic[n][topic]
+        last = held >= self.level_caps.get(topic, held + 1)  # a leveled topic at its level: only when nothing else fits
+        return held - self._want(n, topic) + (self.total + 1 if last else 0)
 
     def _receive_one(self, n: int, heap: list[tuple[float, str]]) -> bool:
         while heap:
@@ -258,7 +264,7 @@ class Placement:
                     heapq.heappush(heap, item)
         return False
 
-    def _ideal_size(self, n: int, d: int) -> float:
+    def ideal_size(self, n: int, d: int) -> float:
         """The size that evens bytes out: what the donor is above its byte share per replica it
         still gives, or, when the receiver lacks more per replica, halfway between the two."""
         if not (self.sized and self.goals.bytes):
@@ -271,7 +277,7 @@ class Placement:
         """The candidate closest to the ideal size that ``n`` may take, preferring partitions no
         move touched yet (one new replica per partition keeps each reassignment small)."""
         fallback = None
-        for pos in _nearest(entries, self._ideal_size(n, d)):
+        for pos in _nearest(entries, self.ideal_size(n, d)):
             i = entries[pos][1]
             if n not in self.reps[i] and self.rack_ok(i, d, n):
                 if i not in self.moved:

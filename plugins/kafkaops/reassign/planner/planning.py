@@ -2,14 +2,16 @@
 :class:`ReassignmentPlan`. Same input, same plan; the input is never changed."""
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from kafkaops.model import Broker, Cluster, Move
 from kafkaops.reassign.planner.errors import PlanInputError
 from kafkaops.reassign.planner.goals import Goals
 from kafkaops.reassign.planner.leadership import balance_leaders
+from kafkaops.reassign.planner.levels import REASONS, TopicLevels, level_topics
 from kafkaops.reassign.planner.placement import Placement
 from kafkaops.reassign.planner.plan import LoadStats, ReassignmentPlan
 from kafkaops.reassign.planner.refine import PAIR_LIMIT, PARTNER_LIMIT, even_counts, even_topics
@@ -47,7 +49,7 @@ def lower_bound_moves(cluster: Cluster, new_brokers: Sequence[int | Broker], *,
 
 def _build(kind: str, base: Cluster, topo: Topology, work: Placement, lower_bound: int,
            excluded: Sequence[int], parts: tuple[tuple[str, int], ...] = (),
-           leader_notes: tuple[str, ...] = ()) -> ReassignmentPlan:
+           leader_notes: tuple[str, ...] = (), *, bounded_note: bool = True) -> ReassignmentPlan:
     moves = []
     for p, reps, _size in zip(base.partitions, work.reps, work.sizes):
         after = tuple(reps)
@@ -59,7 +61,8 @@ def _build(kind: str, base: Cluster, topo: Topology, work: Placement, lower_boun
     after_stats = LoadStats.measure(zip(work.topics, work.reps, work.sizes), brokers, topo.eligible)
     plan = ReassignmentPlan(kind=kind, moves=tuple(moves), stats_before=before, stats_after=after_stats,
                             lower_bound=lower_bound, new_brokers=topo.new, drained=topo.drained,
-                            excluded=tuple(sorted(excluded)), notes=_notes(work) + leader_notes, cluster=base,
+                            excluded=tuple(sorted(excluded)),
+                            notes=(_notes(work) if bounded_note else ()) + leader_notes, cluster=base,
                             part_moves=parts)
     log.info("%s plan: %d partitions change, %d replica moves (replica-count lower bound %d)", kind, len(moves),
              plan.replica_moves, lower_bound)
@@ -100,13 +103,39 @@ def plan_scale_out(cluster: Cluster, new_brokers: Sequence[int | Broker], goals:
     work.set_targets(targets)
     receivers = sorted(caps)
     work.repair(prefer=frozenset(receivers))
+    levels = TopicLevels()
     if goals.replicas:
+        if goals.topic_spread:
+            levels = level_topics(work, movable, receivers)
         donors = [b for b in topo.eligible if b not in caps]
         work.balance(receivers, donors, movable)
     if goals.topic_spread:
         even_topics(work, movable, origins=[p.replicas for p in base.partitions])
     leader_notes = _finish(work, topo, goals, movable)
-    return _build("scale-out", base, topo, work, sum(caps.values()), exclude, leader_notes=leader_notes)
+    plan = _build("scale-out", base, topo, work, sum(caps.values()), exclude, leader_notes=leader_notes,
+                  bounded_note=not goals.topic_spread)
+    if not goals.topic_spread:
+        return plan
+    note = _uneven_note(plan.stats_after.topic_spread, levels.not_leveled, movable)
+    return dataclasses.replace(plan, notes=(note, *plan.notes)) if note else plan
+
+
+def _uneven_note(spread: Mapping[str, int], not_leveled: Mapping[str, str], movable: frozenset[str] | None) -> str:
+    """What a scale-out's note says of the topics it leaves with a replica spread above one: how many, and why
+    (:data:`~kafkaops.reassign.planner.levels.REASONS`)."""
+    uneven = [t for t, s in spread.items() if s > 1 and (movable is None or t in movable)]
+    if not uneven:
+        return ""
+    by_reason: dict[str, int] = {}
+    for t in uneven:
+        reason = not_leveled.get(t, "")
+        by_reason[reason] = by_reason.get(reason, 0) + 1
+    parts = [f"{n} because {REASONS[r]}" for r, n in sorted(by_reason.items(), key=lambda kv: (-kv[1], kv[0])) if r]
+    if "" in by_reason:
+        parts.append(f"{by_reason['']} leveled onto the new brokers, then given more by the replica-count fill")
+    total = len(spread) if movable is None else len([t for t in spread if t in movable])
+    return (f"per-topic spread: {total - len(uneven)} of {total} topics within one replica per broker; "
+            f"{len(uneven)} stay above one ({'; '.join(parts)}); a rebalance evens them")
 
 
 def plan_rebalance(cluster: Cluster, goals: Goals = DEFAULT_GOALS, exclude: Sequence[int] = (),
@@ -151,11 +180,19 @@ def plan_drain(cluster: Cluster, brokers: Sequence[int], goals: Goals = DEFAULT_
     if rebalance_after and goals.replicas:
         work.balance(topo.eligible, topo.eligible, None)
         even_counts(work, None)
+    if rebalance_after and goals.topic_spread:
+        even_topics(work, None)
     leader_notes = _finish(work, topo, goals)
     parts: tuple[tuple[str, int], ...] = (("drain", _added(base.partitions, drained)),)
     if rebalance_after:
         parts += (("rebalance after", sum(len(set(after) - set(before)) for before, after in zip(drained, work.reps))),)
-    return _build("drain", base, topo, work, lower_bound, exclude, parts, leader_notes)
+    plan = _build("drain", base, topo, work, lower_bound, exclude, parts, leader_notes)
+    uneven = sum(1 for s in plan.stats_after.topic_spread.values() if s > 1)
+    if rebalance_after or not goals.topic_spread or not uneven:
+        return plan
+    note = (f"per-topic spread: {uneven} of {len(plan.stats_after.topic_spread)} topics stay above one replica per "
+            "broker: a drain moves only what the drained brokers hold; rebalance_after evens them")
+    return dataclasses.replace(plan, notes=(note, *plan.notes))
 
 
 def _added(partitions: Sequence[Any], after: Sequence[tuple[int, ...]]) -> int:

@@ -68,3 +68,15 @@ def test_without_the_topic_goal_the_rebalance_moves_the_minimum(one_rack):
     plan = plan_rebalance(one_rack, Goals(topic_spread=False))
     assert plan.replica_moves == plan.lower_bound
     assert plan.stats_after.replica_spread <= 1
+
+
+def test_a_drain_alone_says_how_many_topics_stay_uneven_and_rebalance_after_evens_them(one_rack):
+    alone = plan_drain(one_rack, [1, 2])
+    uneven = sum(1 for s in alone.stats_after.topic_spread.values() if s > 1)
+    assert uneven > 10
+    assert any(n.startswith(f"per-topic spread: {uneven} of {len(one_rack.topics)} topics stay above one")
+               for n in alone.notes), alone.notes
+    evened = plan_drain(one_rack, [1, 2], rebalance_after=True)
+    assert evened.stats_after.max_topic_spread <= 1, {t: s for t, s in evened.stats_after.topic_spread.items() if s > 1}
+    assert evened.part_moves[0] == alone.part_moves[0]  # the drain's own moves, counted apart, are the same
+    assert not any(n.startswith("per-topic spread") for n in evened.notes)
