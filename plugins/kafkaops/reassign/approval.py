@@ -236,7 +236,8 @@ def _count(n: int, what: str) -> str:
 def approval_markdown(plan: ReassignmentPlan, params: ApprovalParams, *, shown: int = MOVES_SHOWN) -> str:
     """The approval body: summary, throttle and ETA, moves, brokers before and after, what follows."""
     flows = plan_traffic(plan, params)
-    lines = [plan.summary() + ".", ""]
+    lines = [plan.summary(notes=False) + ".", ""]
+    lines += [f"- {note[:1].upper()}{note[1:]}." for note in plan.notes] + ([""] if plan.notes else [])
     lines += drain_parts(plan)
     lines += sole_copy_lines(plan)
     lines += leader_part(plan)

@@ -202,16 +202,16 @@ class ReassignmentPlan:
             return f"an even replica count would move {bound} onto {whom}; {why} allows {n}"
         return f"{n - bound} more than the {bound} an even replica count needs, to keep topics and racks even"
 
-    def summary(self) -> str:
+    def summary(self, *, notes: bool = True) -> str:
         """E.g. ``scale-out: 3 partitions change, 3 replica moves (the fewest possible), 1 leader change,
-        8.5 MiB to copy``."""
+        8.5 MiB to copy``, then the plan's notes (``notes=False``: without them)."""
         parts = len(self.moves)
         return (f"{self.kind}: {parts} {'partition changes' if parts == 1 else 'partitions change'}, "
                 f"{_count(self.replica_moves, 'replica move')} ({self.bound_note()}), "
                 f"{_count(self.leader_changes, 'leader change')}"
                 + (f" ({self.leader_only} of them leader-only, no data)" if self.leader_only else "")
                 + f", {_human(self.bytes_to_move)} to copy"
-                + "".join(f"; {note}" for note in self.notes))
+                + "".join(f"; {note}" for note in (self.notes if notes else ())))
 
     def table(self) -> tuple[str, ...]:
         """Replicas, leaders and bytes per broker, before -> after, with the spreads below."""
