@@ -3,16 +3,19 @@ replica of a tiered topic copies the leader's local log only, and the plan, the 
 the engine's progress count that, not what was produced."""
 from __future__ import annotations
 
+import io
 import logging
 import time
 from collections.abc import Iterator
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import NewTopic
 
 from kafkaops.cli import datagen
-from kafkaops.platform import lifecycle, provision
+from kafkaops.cli.main import main
+from kafkaops.platform import lifecycle, provision, render
 from kafkaops.platform.kafka import configs, connection, metadata
 from kafkaops.reassign import approval, engine, steps
 from kafkaops.reassign.planner.plan import ReassignmentPlan
@@ -43,7 +46,8 @@ def create(conn: connection.KafkaConnection, topic: str, config: dict[str, str])
     wait_for(lambda: topic in metadata.topic_names(conn), timeout=30, what=f"{topic} in the metadata")
 
 
-def test_a_tiered_partitions_move_counts_the_leaders_local_log_only(cluster, local_store) -> None:  # noqa: F811
+def test_a_tiered_partitions_move_counts_the_leaders_local_log_only(cluster, local_store,  # noqa: F811
+                                                                    tmp_path: Path) -> None:
     spec, remote = cluster
     with connection.connect(spec.bootstrap) as conn:
         create(conn, TIERED, {"remote.storage.enable": "true", "segment.bytes": str(SEGMENT),
@@ -95,6 +99,14 @@ def test_a_tiered_partitions_move_counts_the_leaders_local_log_only(cluster, loc
     assert len(recorded) == 1 and (recorded[0]["tiered_moves"], recorded[0]["tiered_bytes"]) == (1, local)
     assert recorded[0]["plan"]["storage"] == [storage[PLAIN].to_dict(), storage[TIERED].to_dict()]
     assert approval.plan_traffic(plan, ctx.params).bytes_in == {2: local + plain.size_bytes}
+    # `kafkaops plan` on the live cluster reads the storage configs too
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(["plan", "--bootstrap-server", spec.bootstrap, "--topic", TIERED, "--topic", PLAIN, "--drain", "1",
+                     "--output", str(tmp_path / "plan.json")])
+    assert code == 0 and err.getvalue() == "", err.getvalue()
+    assert f"1 of 2 moving partitions tiered (remote storage on): their new replicas copy the leader's local log " \
+           f"only, {render.human_bytes(local)} of the {render.human_bytes(local + plain.size_bytes)}" in out.getvalue()
 
     # the engine: the moves it observes are sized alike, and its progress counts those bytes
     desired = {m.topic_partition: m.after for m in plan.moves}
