@@ -66,12 +66,12 @@ $(VENV_STAMP): pyproject.toml
 	$(PY) -c 'import airflow.providers.apache.spark.hooks.spark_submit'
 	touch $@
 
-$(JARS_STAMP): jvm/pom.xml jvm/broker/pom.xml jvm/broker-3.9/pom.xml jvm/tools/pom.xml jvm/spark/pom.xml jvm/spark-udf/pom.xml $(wildcard jvm/spark-udf/src/main/java/io/kafkaops/spark/*.java) $(wildcard jvm/spark-udf/src/test/java/io/kafkaops/spark/*.java) jvm/spark-udf/src/test/resources/key_rules_vectors.json \
+$(JARS_STAMP): jvm/pom.xml jvm/broker/pom.xml jvm/broker-3.9/pom.xml jvm/tools/pom.xml jvm/tiered-storage/pom.xml jvm/spark/pom.xml jvm/spark-udf/pom.xml $(wildcard jvm/spark-udf/src/main/java/io/kafkaops/spark/*.java) $(wildcard jvm/spark-udf/src/test/java/io/kafkaops/spark/*.java) jvm/spark-udf/src/test/resources/key_rules_vectors.json \
   jvm/streams-app/pom.xml $(wildcard jvm/streams-app/src/main/java/io/kafkaops/streams/*.java) $(wildcard jvm/streams-app/src/test/java/io/kafkaops/streams/*.java) $(wildcard jvm/streams-app/src/*/resources/*)
 	@command -v java >/dev/null || { echo "error: java not found; install a JDK 17+ (e.g. apt-get install openjdk-17-jdk-headless)"; exit 1; }
 	@command -v mvn >/dev/null || { echo "error: mvn not found; install Maven 3.8+ (e.g. apt-get install maven)"; exit 1; }
 	@java -version 2>&1 | awk -F'"' '/version/ {split($$2, v, "."); if (v[1] < 17) {print "error: Kafka 4 needs Java 17+, found " $$2; exit 1}}'
-	rm -rf $(JARS_DIR)/broker $(JARS_DIR)/broker-3.9 $(JARS_DIR)/tools $(JARS_DIR)/spark $(JARS_DIR)/streams-app
+	rm -rf $(JARS_DIR)/broker $(JARS_DIR)/broker-3.9 $(JARS_DIR)/tools $(JARS_DIR)/tiered-storage $(JARS_DIR)/spark $(JARS_DIR)/streams-app
 	mvn -q -B -f jvm/pom.xml package -Djars.dir=$(JARS_DIR)
 	touch $@
 

@@ -1,5 +1,6 @@
-"""The cluster as a value: brokers, partition assignments, offsets, sizes, consumer lag, and the
-moves that change it (:class:`Move` planned, :class:`Reassignment` in flight).
+"""The cluster as a value: brokers, partition assignments, offsets, sizes, consumer lag, where topics keep
+their data (:class:`TopicStorage`, tiered storage), and the moves that change it (:class:`Move` planned,
+:class:`Reassignment` in flight).
 
 Frozen dataclasses, no I/O. ``kafkaops.platform.kafka.metadata.snapshot`` builds a :class:`Cluster` from a
 live cluster; the planner builds one from Kafka's reassignment JSON. Everything else reads these.
@@ -36,9 +37,48 @@ class Broker:
 
 
 @dataclass(frozen=True)
+class TopicStorage:
+    """Where a topic keeps its data (KIP-405), as its configs say: ``remote`` is ``remote.storage.enable``;
+    with it on, segments copied to remote storage leave the brokers' disks once past
+    ``local_retention_bytes`` / ``local_retention_ms`` (-2: the topic's retention.bytes / retention.ms,
+    -1: unlimited). A new replica of a tiered topic copies the leader's local log only."""
+
+    topic: str
+    remote: bool = False
+    local_retention_bytes: int = -2
+    local_retention_ms: int = -2
+
+    @classmethod
+    def from_configs(cls, topic: str, configs: Mapping[str, str | None]) -> TopicStorage:
+        """From a topic's config values (``remote.storage.enable``, ``local.retention.bytes``,
+        ``local.retention.ms``, as DescribeConfigs gives them); a key missing keeps Kafka's default."""
+        def number(key: str) -> int:
+            value = configs.get(key)
+            try:
+                return int(value) if value not in (None, "") else -2
+            except ValueError as err:
+                raise ModelError(f"topic {topic}: {key}={value!r} is not a number; Kafka gives an integer") from err
+
+        return cls(topic, str(configs.get("remote.storage.enable") or "false").strip().lower() == "true",
+                   number("local.retention.bytes"), number("local.retention.ms"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"topic": self.topic, "remote": self.remote, "local_retention_bytes": self.local_retention_bytes,
+                "local_retention_ms": self.local_retention_ms}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TopicStorage:
+        return cls(str(data["topic"]), bool(data.get("remote", False)), int(data.get("local_retention_bytes", -2)),
+                   int(data.get("local_retention_ms", -2)))
+
+
+@dataclass(frozen=True)
 class PartitionAssignment:
     """One partition: its replicas (preferred leader first), leader, ISR and, when known,
-    start and end offsets and on-disk size (the largest replica's, in bytes)."""
+    start and end offsets and on-disk size (the largest replica's, in bytes; for a tiered topic the
+    brokers' disks hold only the local log, and so does this) and the leader replica's size
+    (``leader_size_bytes``). ``remote_storage``: its topic has remote storage on (:class:`TopicStorage`,
+    set by :meth:`Cluster.with_storage`), so a new replica copies only the leader's local log."""
 
     topic: str
     partition: int
@@ -48,6 +88,8 @@ class PartitionAssignment:
     start_offset: int | None = None
     end_offset: int | None = None
     size_bytes: int | None = None
+    leader_size_bytes: int | None = None
+    remote_storage: bool = False
 
     def __post_init__(self) -> None:
         if self.partition < 0:
@@ -83,6 +125,20 @@ class PartitionAssignment:
             return None
         return self.end_offset - self.start_offset
 
+    @property
+    def copy_bytes(self) -> int | None:
+        """What a new replica copies: for a tiered partition the leader's local log (a follower may still
+        hold segments the leader has deleted; remote segments are not copied), else the partition's size
+        (the largest replica's). None when unknown."""
+        if self.remote_storage and self.leader_size_bytes is not None:
+            return self.leader_size_bytes
+        return self.size_bytes
+
+    def move_to(self, after: Iterable[int], before: Iterable[int] | None = None) -> Move:
+        """The move of this partition to ``after`` (from its replicas, or ``before``), sized by :attr:`copy_bytes`."""
+        return Move(self.topic, self.partition, self.replicas if before is None else tuple(before), tuple(after),
+                    self.copy_bytes, tiered=self.remote_storage)
+
 
 def _brokers(replicas: Iterable[int]) -> str:
     return "[" + ",".join(str(b) for b in replicas) + "]"
@@ -92,13 +148,16 @@ def _brokers(replicas: Iterable[int]) -> str:
 class Move:
     """One partition's change of replicas, ``before`` to ``after`` (preferred leader first): what
     a plan proposes and what a reassignment runs. A pure reorder is a move that copies nothing.
-    ``size_bytes`` is the partition's size before the move, None when unknown."""
+    ``size_bytes`` is what each new replica copies, None when unknown: the partition's size before the
+    move, or with ``tiered`` (its topic has remote storage on) the leader's local log
+    (:attr:`PartitionAssignment.copy_bytes`)."""
 
     topic: str
     partition: int
     before: tuple[int, ...]
     after: tuple[int, ...]
     size_bytes: int | None = None
+    tiered: bool = False
 
     @property
     def topic_partition(self) -> TopicPartition:
@@ -137,13 +196,16 @@ class Move:
         return f"{self.name}: {_brokers(self.before)} -> {_brokers(self.after)}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"topic": self.topic, "partition": self.partition, "before": list(self.before),
-                "after": list(self.after), "size_bytes": self.size_bytes}
+        data: dict[str, Any] = {"topic": self.topic, "partition": self.partition, "before": list(self.before),
+                                "after": list(self.after), "size_bytes": self.size_bytes}
+        if self.tiered:  # the shape moves were stored in before, unless tiered
+            data["tiered"] = True
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Move:
         return cls(data["topic"], int(data["partition"]), tuple(data["before"]), tuple(data["after"]),
-                   data.get("size_bytes"))
+                   data.get("size_bytes"), bool(data.get("tiered", False)))
 
 
 @dataclass(frozen=True)
@@ -319,9 +381,23 @@ class Cluster:
             updated.append(p)
         return replace(self, partitions=tuple(updated), _index=None)
 
+    def with_storage(self, storage: Iterable[TopicStorage]) -> Cluster:
+        """The cluster with each named topic's partitions marked tiered or not (``remote_storage``) as its
+        :class:`TopicStorage` says; other topics as they were. Pure: this cluster is not changed."""
+        remote = {s.topic: s.remote for s in storage}
+        if not any(p.topic in remote and p.remote_storage != remote[p.topic] for p in self.partitions):
+            return self
+        return replace(self, partitions=tuple(replace(p, remote_storage=remote[p.topic]) if p.topic in remote else p
+                                              for p in self.partitions), _index=None)
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("_index", None)
+        for p in data["partitions"]:  # the shape snapshots were stored in before, unless known
+            if not p["remote_storage"]:
+                del p["remote_storage"]
+            if p["leader_size_bytes"] is None:
+                del p["leader_size_bytes"]
         return data
 
     @classmethod

@@ -6,7 +6,8 @@
                   --output PLAN.json
     kafkaops plan --bootstrap-server HOST:PORT [--brokers 1,2,3,4] [--topic T ...] ... --output PLAN.json
 
-Brokers in ``--brokers`` that hold no replica are new: that is a scale-out. With ``--drain`` it
+Brokers in ``--brokers`` that hold no replica are new: that is a scale-out. Live, the moved topics'
+storage configs size the moves: a tiered topic's new replica copies the leader's local log only. With ``--drain`` it
 is a drain, which moves only what the drained brokers hold (``--rebalance-after`` then evens out the
 brokers that stay, counted apart); otherwise a rebalance. Live, brokers, racks and sizes come from ``metadata.snapshot``;
 ``--brokers`` may then add ids not registered yet (new brokers) and ``--topic`` restricts the plan
@@ -126,12 +127,24 @@ def make_plan(cluster: Cluster, args: argparse.Namespace, goals: Goals = Goals()
     return plan_rebalance(cluster, goals, exclude=exclude)
 
 
+def size_moves(plan: ReassignmentPlan, args: argparse.Namespace) -> ReassignmentPlan:
+    """Live (``--bootstrap-server``): ``plan`` with its moves sized by what their new replicas copy, read from
+    the copied topics' storage configs (a tiered topic's: the leader's local log); from JSON, as it is."""
+    copied = {m.topic for m in plan.moves if m.adding}
+    if not getattr(args, "bootstrap_server", None) or not copied:
+        return plan
+    from kafkaops.platform.kafka import configs, connection
+
+    with connection.connect(kafka_config(args), timeout_s=args.timeout) as conn:
+        return plan.with_storage(configs.describe_topic_storage(conn, copied).values())
+
+
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Plan, write ``--output``, print the diff and the statistics; return the exit code."""
     out = out or sys.stdout
     err = err or sys.stderr
     try:
-        plan = make_plan(source_cluster(args), args, Goals(leaders=args.leaders))
+        plan = size_moves(make_plan(source_cluster(args), args, Goals(leaders=args.leaders)), args)
         write_plan(plan, args.output)
     except KafkaOpsError as error:
         return fail("plan", error, err)

@@ -77,7 +77,8 @@ def offsets(by_partition: Mapping[Any, int]) -> str:
 
 
 def plan_facts(plan: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """A recorded plan's size in words: partitions and replicas that move, bytes, time at the throttle."""
+    """A recorded plan's size in words: partitions and replicas that move, bytes (of tiered partitions apart),
+    time at the throttle."""
     facts = []
     if "moves" in plan:
         facts.append(("partitions that move", str(plan["moves"])))
@@ -85,6 +86,9 @@ def plan_facts(plan: Mapping[str, Any]) -> list[tuple[str, str]]:
         facts.append(("replicas that move", str(plan["replica_moves"])))
     if "bytes_to_move" in plan:
         facts.append(("bytes to copy", human_bytes(plan["bytes_to_move"])))
+    if plan.get("tiered_moves"):  # a tiered topic's new replica copies the leader's local log only
+        facts.append(("tiered partitions that move (local log only)",
+                      f"{plan['tiered_moves']}, {human_bytes(plan.get('tiered_bytes'))}"))
     if plan.get("eta_s") is not None:
         facts.append(("time at the throttle", duration(plan["eta_s"])))
     return facts

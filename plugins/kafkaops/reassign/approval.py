@@ -1,6 +1,6 @@
 """What an operator reads before approving a reassignment, as Markdown (Airflow's Required actions
 page renders it): what the plan does in one sentence, the moves, the bytes each broker sends and
-receives, the throttle and an ETA, replicas and leaders per broker before and after, and what
+receives (a tiered topic's new replica copies the leader's local log only), the throttle and an ETA, replicas and leaders per broker before and after, and what
 follows the approval. Pure: a plan and the run's params in, text out.
 
 The ETA is the time the throttle allows: the engine submits the moves in batches
@@ -140,8 +140,8 @@ def moves_table(moves: Iterable[Move], *, shown: int = MOVES_SHOWN) -> list[str]
     """The moves as a Markdown table, the first ``shown`` of them, then ``and N more``."""
     moves = tuple(moves)
     lines = ["| partition | replicas before | replicas after | to copy |", "|---|---|---|---:|"]
-    lines += [f"| {m.name} | {_replicas(m.before)} | {_replicas(m.after)} | {human_bytes(m.bytes)} |"
-              for m in moves[:shown]]
+    lines += [f"| {m.name} | {_replicas(m.before)} | {_replicas(m.after)} | {human_bytes(m.bytes)}"
+              f"{' (local log, tiered)' if m.tiered and m.adding else ''} |" for m in moves[:shown]]
     if len(moves) > shown:
         lines += ["", f"and {len(moves) - shown} more"]
     return lines
@@ -229,6 +229,35 @@ def leader_part(plan: ReassignmentPlan) -> list[str]:
             "leaders as they are.", ""]
 
 
+def _retention(value: int, unit: str) -> str:
+    if value == -2:
+        return f"its retention.{unit}"
+    if value < 0:
+        return "unlimited"
+    return human_bytes(value) if unit == "bytes" else f"{value:,} ms"
+
+
+def tiered_part(plan: ReassignmentPlan) -> list[str]:
+    """The moves of tiered topics (remote storage on) as the approval shows them: how many, that their new
+    replicas copy the leader's local log only (what the bytes and the ETA count), and the topics' local
+    retention; nothing when none moves."""
+    tiered = plan.tiered_moves
+    if not tiered:
+        return []
+    moving = sum(1 for m in plan.moves if m.adding)
+    topics = sorted({m.topic for m in tiered})
+    storage = {s.topic: s for s in plan.storage}
+    kept = "; ".join(f"{t}: {_retention(storage[t].local_retention_bytes, 'bytes')}, "
+                     f"{_retention(storage[t].local_retention_ms, 'ms')}" for t in topics[:5] if t in storage)
+    more = f"; and {len(topics) - 5} more topics" if len(topics) > 5 else ""
+    return [f"**Tiered storage** {len(tiered):,} of the {_count(moving, 'moving partition')} "
+            f"{'is' if len(tiered) == 1 else 'are'} of {_count(len(topics), 'topic')} with remote storage on "
+            f"(remote.storage.enable): a new replica copies only the leader's local log, "
+            f"{human_bytes(sum(m.bytes for m in tiered))} of the {human_bytes(plan.bytes_to_move)} to copy, and "
+            "the bytes and the ETA count that; their segments in remote storage are not copied. Local retention "
+            f"(local.retention.bytes, local.retention.ms): {kept}{more}.", ""]
+
+
 def _count(n: int, what: str) -> str:
     return f"{n:,} {what}{'' if n == 1 else 's'}"
 
@@ -241,6 +270,7 @@ def approval_markdown(plan: ReassignmentPlan, params: ApprovalParams, *, shown: 
     lines += drain_parts(plan)
     lines += sole_copy_lines(plan)
     lines += leader_part(plan)
+    lines += tiered_part(plan)
     if plan.moves:
         batches = f"{flows.batches} {'batch' if flows.batches == 1 else 'batches'}"
         lines += [f"**Throttle** {params.throttle_mb_per_s:g} MB/s per broker, in and out. "

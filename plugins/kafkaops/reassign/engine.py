@@ -398,11 +398,10 @@ def classify(cluster: Cluster, in_flight: Mapping[TopicPartition, Reassignment],
     done, resumed, pending, conflicts = [], [], [], []
     for key, after in desired.items():
         current = cluster.partition(*key)
-        size = current.size_bytes or 0
         moving = in_flight.get(key)
         if moving is not None:
             if moving.target == tuple(after):
-                resumed.append(Move(key[0], key[1], moving.original, tuple(after), size))
+                resumed.append(current.move_to(after, moving.original))
             else:
                 conflicts.append(f"{_name(key)}: a reassignment to {list(moving.target)} is in flight, not the "
                                  f"plan's {list(after)}; wait for it to finish or cancel it with "
@@ -410,7 +409,7 @@ def classify(cluster: Cluster, in_flight: Mapping[TopicPartition, Reassignment],
         elif current.replicas == tuple(after):
             done.append(key)
         else:
-            pending.append(Move(key[0], key[1], current.replicas, tuple(after), size))
+            pending.append(current.move_to(after))
     return tuple(done), tuple(resumed), tuple(pending), conflicts
 
 
@@ -480,12 +479,9 @@ def measure(moves: Iterable[Move], cluster: Cluster, in_flight: Mapping[TopicPar
 
 
 def moves_for(before: Cluster, desired: Mapping[TopicPartition, Iterable[int]]) -> tuple[Move, ...]:
-    """Every desired partition as a move from its replicas in ``before`` (no-op moves included)."""
-    result = []
-    for key, after in normalize(desired).items():
-        p = before.partition(*key)
-        result.append(Move(key[0], key[1], p.replicas, after, p.size_bytes or 0))
-    return tuple(result)
+    """Every desired partition as a move from its replicas in ``before`` (no-op moves included), sized by what
+    a new replica copies (:attr:`kafkaops.model.PartitionAssignment.copy_bytes`)."""
+    return tuple(before.partition(*key).move_to(after) for key, after in normalize(desired).items())
 
 
 def throttle_entries(moves: Iterable[Move]) -> tuple[tuple[int, ...], dict[tuple[str, str], list[str]]]:
@@ -599,6 +595,8 @@ def observe(conn: connection.KafkaConnection, desired: Mapping[TopicPartition, I
                          "check their logs and `kafka-metadata-quorum.sh describe --status`, then run again")
         more = f"; and {len(found) - 20} more" if len(found) > 20 else ""
         raise InvalidReassignment(f"{refusal}: {'; '.join(found[:20])}{more}") from first
+    # a tiered topic's new replica copies the leader's local log only: its moves are sized so
+    before = before.with_storage(configs.describe_topic_storage(conn, {t for t, _ in desired}).values())
     in_flight = reassignments.list_partition_reassignments(conn)
     done, resumed, pending, conflicts = classify(before, in_flight, desired)
     if conflicts:

@@ -146,7 +146,7 @@ def plan_frame(plan: ReassignmentPlan, cluster: Cluster, max_bytes: int | None =
     after = {m.topic_partition: m for m in plan.moves}
     _check_moves(plan, base)
     index = {p.topic_partition: p for p in base.partitions}
-    copies = {key: len(m.adding) * (index[key].size_bytes or 0) for key, m in after.items()}
+    copies = {key: len(m.adding) * (index[key].copy_bytes or 0) for key, m in after.items()}
     copied, so_far = 0, {}
     for key in after:  # running total in the order the executor submits the moves
         copied += copies[key]

@@ -20,7 +20,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from kafkaops.platform.kafka import connection, metadata, reassignments, registrations
+from kafkaops.platform.kafka import configs, connection, metadata, reassignments, registrations
 from kafkaops.reassign import approval, engine
 from kafkaops.platform import lifecycle, state
 from kafkaops.platform import params as form
@@ -29,7 +29,7 @@ from kafkaops.platform import provision
 from kafkaops.reassign import records, verify
 from kafkaops.reassign.records import BatchStep, NewBroker, Polled, Provisioned, WaitSpec
 from kafkaops.errors import ConfigError, KafkaOpsError, ProvisionError
-from kafkaops.model import Broker, Cluster, TopicPartition
+from kafkaops.model import Broker, Cluster, TopicPartition, TopicStorage
 from kafkaops.reassign.planner import Goals, plan_drain, plan_rebalance, plan_scale_out
 from kafkaops.reassign.planner.plan import ReassignmentPlan
 
@@ -458,12 +458,14 @@ def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Seq
                           rebalance_after=p.rebalance_after)
     else:
         plan = plan_rebalance(cluster, goals, exclude=p.exclude_brokers, topics=topics)
+    plan = size_moves(ctx, plan)
     flows = approval.plan_traffic(plan, p)
     refused = f"A real run would be refused here: {inventory_problem}" if inventory_problem else ""
     data: dict[str, Any] = {
         "plan": plan.to_dict(), "kafka_json": plan.to_kafka_json(), "diff": list(plan.diff()),
         "table": list(plan.table()), "summary": plan.summary() + (f". {refused}" if refused else ""),
         "moves": len(plan.moves), "replica_moves": plan.replica_moves, "bytes_to_move": plan.bytes_to_move,
+        "tiered_moves": len(plan.tiered_moves), "tiered_bytes": sum(m.bytes for m in plan.tiered_moves),
         "eta_s": flows.eta_s,
         "approval": approval.approval_markdown(plan, p) + (f"\n\n**{refused}**" if refused else "")}
     if p.kind == "scale_out":
@@ -471,6 +473,19 @@ def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Seq
     ctx.audit.append("plan", **data)
     log.info("plan: %s; ETA %s at %g MB/s", plan.summary(), engine.clock(flows.eta_s), p.throttle_mb_per_s)
     return data
+
+
+def size_moves(ctx: OperationContext, plan: ReassignmentPlan) -> ReassignmentPlan:
+    """``plan`` with its moves sized by what their new replicas copy: the storage configs of the topics it
+    copies partitions of are read (:func:`configs.describe_topic_storage`), and a tiered topic's moves copy
+    the leader's local log only (:meth:`ReassignmentPlan.with_storage`). A plan that copies nothing asks
+    nothing."""
+    copied = {m.topic for m in plan.moves if m.adding}
+    if not copied:
+        return plan
+    with ctx.connect() as conn:
+        storage = configs.describe_topic_storage(conn, copied)
+    return plan.with_storage(storage.values())
 
 
 def _inventory_racks(p: OperationParams) -> dict[int, str]:
@@ -631,11 +646,13 @@ def next_batch(ctx: OperationContext, plan_data: Mapping[str, Any]) -> BatchStep
 
 def wait_spec(plan_data: Mapping[str, Any], keys: Iterable[Sequence[Any]], before: Mapping[str, Any]) -> WaitSpec:
     """What a progress trigger needs to follow the moves of ``keys``: their targets in the plan and the
-    snapshot ``before``, cut to those partitions."""
+    snapshot ``before``, cut to those partitions, their topics' storage as the plan read it (a tiered
+    partition's copy is the leader's local log)."""
     wanted = {(str(k[0]), int(k[1])) for k in keys}
     cluster = Cluster.from_dict(before)
+    storage = (TopicStorage.from_dict(s) for s in plan_data["plan"].get("storage") or ())  # the tiered topics
     cut = replace(cluster, partitions=tuple(p for p in cluster.partitions if p.topic_partition in wanted), groups=(),
-                  _index=None)
+                  _index=None).with_storage(storage)
     return WaitSpec({k: r for k, r in desired_of(plan_data).items() if k in wanted}, cut)
 
 

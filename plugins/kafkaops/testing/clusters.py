@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kafkaops.errors import ProvisionError
+from kafkaops.platform.paths import jar_dir
 from kafkaops.platform.provision import ClusterSpec, cluster_down, cluster_up, local_cluster_spec
 from kafkaops.testing import jvm
 
@@ -92,6 +93,63 @@ def authorizer_cluster(prefix: str = "kafkaops-acl-", *, admin: str, users: Sequ
 
     with temporary_cluster(prefix, inventory_vars=inventory, client_config=login(admin), **spec_args) as spec:
         yield spec, {name: {"bootstrap.servers": spec.bootstrap, **login(name)} for name in password}
+
+
+#: Kafka's own remote storage plugin for tests (KIP-405), in the jar cache's ``tiered-storage`` folder
+#: (jvm/tiered-storage/pom.xml: kafka-storage's test fixtures from Maven Central).
+LOCAL_TIERED_STORAGE = "org.apache.kafka.server.log.remote.storage.LocalTieredStorage"
+
+
+def tiered_storage_config(remote_dir: Path, *, brokers: int) -> dict[str, Any]:
+    """Broker settings for tiered storage with :data:`LOCAL_TIERED_STORAGE` keeping the "remote" segments
+    in ``remote_dir`` (one folder all ``brokers`` share, as they would share a bucket), Kafka's default
+    topic-based metadata manager on the PLAINTEXT listener, and the remote log manager's and the retention
+    check's tasks every half second from the start (Kafka waits 30 s after start-up for the first retention
+    check by default: ``log.initial.task.delay.ms``)."""
+    jars = sorted(jar_dir("tiered-storage").glob("kafka-storage-*.jar"))
+    if not jars:
+        raise ProvisionError(f"no kafka-storage test-fixtures jar in {jar_dir('tiered-storage')}; run make setup")
+    return {"remote.log.storage.system.enable": "true",
+            "remote.log.storage.manager.class.name": LOCAL_TIERED_STORAGE,
+            "remote.log.storage.manager.class.path": str(jars[-1]),
+            "rsm.config.dir": str(remote_dir),
+            "remote.log.metadata.manager.listener.name": "PLAINTEXT",
+            "rlmm.config.remote.log.metadata.topic.replication.factor": min(brokers, 3),
+            "rlmm.config.remote.log.metadata.topic.num.partitions": 3,
+            "remote.log.manager.task.interval.ms": 500,
+            "log.retention.check.interval.ms": 500,
+            "log.initial.task.delay.ms": 500}
+
+
+@contextmanager
+def tiered_cluster(prefix: str = "kafkaops-tiered-", *, brokers: int = 2, controllers: int = 1,
+                   **spec_args: Any) -> Iterator[tuple[ClusterSpec, Path]]:
+    """A :func:`temporary_cluster` with tiered storage on (:func:`tiered_storage_config`, with the tests'
+    broker settings): yields the spec and the folder of the remote storage, removed with the cluster."""
+    remote = Path(tempfile.mkdtemp(prefix=f"{prefix}remote-"))
+    try:
+        config = {**TEST_BROKER_CONFIG, **tiered_storage_config(remote, brokers=brokers),
+                  **spec_args.pop("extra_config", {})}
+        with temporary_cluster(prefix, brokers=brokers, controllers=controllers, extra_config=config,
+                               **spec_args) as spec:
+            try:
+                yield spec, remote
+            finally:
+                stop_brokers_first(spec)
+    finally:
+        shutil.rmtree(remote, ignore_errors=True)
+
+
+def stop_brokers_first(spec: ClusterSpec, timeout_s: float = 60.0) -> None:
+    """Stop the broker-only nodes of ``spec`` through the script the role installed on each (SIGTERM, killed
+    after the role's 30 s), before the cluster's teardown stops the controllers: stopped beside their
+    controller, a broker's controlled shutdown can outlast it and wait those 30 s."""
+    import subprocess
+
+    for node in spec.nodes:
+        script = spec.base_dir / f"node-{node.node_id}" / "kafka-broker.sh"
+        if not node.is_controller and script.is_file():
+            subprocess.run([str(script), "stop"], timeout=timeout_s, check=False, capture_output=True)
 
 
 def log_node_tails(base_dir: Path, lines: int = 25) -> None:

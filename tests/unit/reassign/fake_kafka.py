@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kafkaops.errors import KafkaOpsError, KafkaUnreachable, UnknownTopic
-from kafkaops.model import Broker, Cluster, TopicPartition, PartitionAssignment, Reassignment
+from kafkaops.model import Broker, Cluster, TopicPartition, PartitionAssignment, Reassignment, TopicStorage
 from kafkaops.platform.kafka import configs, connection, metadata, reassignments
 
 
@@ -49,7 +49,8 @@ class FakeKafka:
         for module, names in ((connection, ("connect",)),
                               (metadata, ("describe_cluster", "snapshot", "replica_sizes")),
                               (reassignments, ("list_partition_reassignments", "alter_partition_reassignments")),
-                              (configs, ("describe_configs", "incremental_alter_configs"))):
+                              (configs, ("describe_configs", "incremental_alter_configs",
+                                         "describe_topic_storage"))):
             for name in names:
                 monkeypatch.setattr(module, name, getattr(self, name))
         return self
@@ -122,6 +123,11 @@ class FakeKafka:
             found[name] = {k: v for k, v in self.configs.get((resource, name), {}).items()
                            if wanted is None or k in wanted}
         return found
+
+    def describe_topic_storage(self, conn: Any, topics: Iterable[str]) -> dict[str, TopicStorage]:
+        """Each topic's storage from its configs here (remote storage off unless set)."""
+        values = self.describe_configs(conn, "topic", sorted(set(topics)))
+        return {name: TopicStorage.from_configs(name, found) for name, found in values.items()}
 
     def incremental_alter_configs(self, conn: Any, resource: str, changes: Mapping[str | int, Iterable[Any]]) -> None:
         self.config_calls.append((resource, {str(n): [(op.key, op.op, op.value) for op in ops]

@@ -61,11 +61,15 @@ def test_a_cluster_spec_that_has_the_planned_id_already_is_refused(tmp_path: Pat
     steps.check_inventory(params("scale_out", str(path)), [NewBroker(4, None)])
 
 
-def test_a_dry_run_plans_on_and_says_what_a_real_run_would_be_refused_for(local_store) -> None:
+def test_a_dry_run_plans_on_and_says_what_a_real_run_would_be_refused_for(local_store, monkeypatch) -> None:
     """A dry run never provisions or stops a broker: a wrong inventory is said in its plan and record, and
     the real run is refused at its plan."""
     from kafkaops.platform import lifecycle
     from tests.unit.clusters import three_brokers_one_topic
+    from tests.unit.reassign.fake_kafka import FakeKafka
+
+    # the plan reads the moved topics' storage configs (tiered or not) from the cluster
+    FakeKafka(replicas={("orders", p): (1, 2, 3) for p in range(3)}, online={1, 2, 3}).install(monkeypatch)
 
     local_store.start_operation("kafka_scale_out", "dry", kind="scale_out", triggered_by="t", params={})
     before = three_brokers_one_topic().to_dict()

@@ -16,7 +16,8 @@ module             concern
 ``offsets``        earliest and latest offsets; consumer groups: read, offsets committed, deleted.
 ``topics``         topics created, grown (``create_partitions``), emptied (``truncate_topics``), deleted.
 ``reassignments``  partition reassignments listed, submitted, cancelled; preferred leader elections.
-``configs``        dynamic broker and topic configs: described, changed incrementally (``ConfigOp``).
+``configs``        dynamic broker and topic configs: described, changed incrementally (``ConfigOp``); where topics
+                   keep their data (``describe_topic_storage``: tiered storage, for what a new replica copies).
 ``acls``           DENY Write ACLs: a live migration's quiesce.
 ``registrations``  KRaft broker registrations, listed and unregistered through Kafka's ``kafka-cluster`` tool.
 ``records``        bounded reads of records (``read_ranges``, ``read_topic``, ``sample``; ``consume_ranges``, the one read loop, also the tail's).

@@ -1,5 +1,6 @@
 """Dynamic configs of brokers and topics: read (:func:`describe_configs`, only the dynamic values) and
-changed one key at a time (:func:`incremental_alter_configs`), other values left as they are."""
+changed one key at a time (:func:`incremental_alter_configs`), other values left as they are; and where
+topics keep their data (:func:`describe_topic_storage`: tiered storage, whatever source sets it)."""
 from __future__ import annotations
 
 import logging
@@ -10,6 +11,7 @@ from typing import Any
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType
 
 from kafkaops.errors import ConfigError, KafkaOpsError, KafkaUnreachable
+from kafkaops.model import TopicStorage
 from kafkaops.platform.kafka import connection
 from kafkaops.platform.kafka.connection import KafkaConnection
 
@@ -73,6 +75,29 @@ def config_value(conn: KafkaConnection, resource: str, name: str | int, key: str
     entries = connection.wait_for(future, conn, f"{key} of {resource} {name}")
     entry = entries.get(key)
     return None if entry is None else entry.value
+
+
+#: The topic configs :func:`describe_topic_storage` reads (KIP-405).
+STORAGE_KEYS = ("remote.storage.enable", "local.retention.bytes", "local.retention.ms")
+
+
+def describe_topic_storage(conn: KafkaConnection, topics: Iterable[str]) -> dict[str, TopicStorage]:
+    """Where each of ``topics`` keeps its data (:class:`TopicStorage`: remote storage on or off, the local
+    retention), from its effective configs (set on the topic, the broker or by default). Topics go together,
+    :data:`~connection.MAX_PARTITIONS_PER_REQUEST` a request at most. A topic the cluster lacks raises
+    :class:`UnknownTopic`."""
+    names = sorted(set(topics))
+    found: dict[str, TopicStorage] = {}
+    for part in connection.request_slices(names):
+        resources = [ConfigResource(ResourceType.TOPIC, name) for name in part]
+        futures = conn.admin.describe_configs(resources, request_timeout=conn.timeout_s)
+        for res, future in futures.items():
+            entries = connection.wait_for(future, conn, f"the storage configs of topic {res.name}")
+            found[res.name] = TopicStorage.from_configs(res.name, {k: entries[k].value for k in STORAGE_KEYS
+                                                                   if k in entries})
+    tiered = sum(s.remote for s in found.values())
+    log.info("storage configs of %d topic(s) read: %d with remote storage on", len(found), tiered)
+    return found
 
 
 def incremental_alter_configs(conn: KafkaConnection, resource: str,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from typing import Any
@@ -88,11 +88,11 @@ def snapshot(conn: KafkaConnection, *, topics: Iterable[str] | None = None, incl
     # The pool is shut down without waiting: a look-up that outlived its bound must not hold this wait.
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafkaops-log-dirs")
     try:
-        sizes_job = pool.submit(_log_dir_sizes, conn, wanted_dirs, sorted(registered)) if sizes else None
+        sizes_job = pool.submit(_describe_log_dirs, conn, wanted_dirs, sorted(registered)) if sizes else None
         start_offsets, end_offsets = (list_offsets(conn, partitions) if offsets and partitions else ({}, {}))
         bound = waits.Deadline(3 * conn.timeout_s + 10)  # call_legacy's 3 attempts, each within the timeout
         try:
-            size_of, disks = sizes_job.result(timeout=bound.remaining()) if sizes_job is not None else ({}, {})
+            per_replica, disks = sizes_job.result(timeout=bound.remaining()) if sizes_job is not None else ({}, {})
         except FuturesTimeout:
             raise bound.timed_out(f"the log dir sizes of brokers {sorted(registered)} on {conn.name}",
                                   state="nothing changed on the cluster",
@@ -101,9 +101,12 @@ def snapshot(conn: KafkaConnection, *, topics: Iterable[str] | None = None, incl
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     all_brokers = [_with_disk(b, disks.get(b.id)) for b in all_brokers]
+    size_of = _largest_replicas(per_replica)
     partitions = [PartitionAssignment(topic=p.topic, partition=p.partition, replicas=p.replicas, leader=p.leader,
                                       isr=p.isr, start_offset=start_offsets.get(p.topic_partition),
-                                      end_offset=end_offsets.get(p.topic_partition), size_bytes=size_of.get(p.topic_partition))
+                                      end_offset=end_offsets.get(p.topic_partition), size_bytes=size_of.get(p.topic_partition),
+                                      leader_size_bytes=None if p.leader is None else
+                                      per_replica.get((p.topic, p.partition, p.leader)))
                   for p in partitions]
     group_list = consumer_groups(conn, end_offsets) if groups else []
     cluster = Cluster(brokers=tuple(all_brokers), partitions=tuple(partitions), cluster_id=cluster_id,
@@ -121,14 +124,12 @@ def _with_disk(broker: Broker, disk: tuple[int, int] | None) -> Broker:
                   disk_total_bytes=disk[0], disk_usable_bytes=disk[1])
 
 
-def _log_dir_sizes(conn: KafkaConnection, topics: dict[str, list[int]], brokers: list[int]
-                   ) -> tuple[dict[tuple[str, int], int], dict[int, tuple[int, int]]]:
-    """Largest replica size per partition, and (total, usable) disk bytes per broker."""
-    per_replica, disks = _describe_log_dirs(conn, topics, brokers)
+def _largest_replicas(per_replica: Mapping[tuple[str, int, int], int]) -> dict[tuple[str, int], int]:
+    """The largest replica's bytes of each partition, from each replica's ``(topic, partition, broker)``."""
     sizes: dict[tuple[str, int], int] = {}
     for (topic, partition, _broker), size in per_replica.items():
         sizes[(topic, partition)] = max(sizes.get((topic, partition), 0), size)
-    return sizes, disks
+    return sizes
 
 
 def replica_sizes(conn: KafkaConnection, partitions: Iterable[tuple[str, int]], brokers: Iterable[int]
@@ -147,6 +148,9 @@ def replica_sizes(conn: KafkaConnection, partitions: Iterable[tuple[str, int]], 
 def _describe_log_dirs(conn: KafkaConnection, topics: dict[str, list[int]], brokers: list[int]
                        ) -> tuple[dict[tuple[str, int, int], int], dict[int, tuple[int, int]]]:
     """Replica sizes ``(topic, partition, broker) -> bytes`` and (total, usable) disk bytes per broker.
+    DescribeLogDirs counts a replica's local log: of a tiered topic (remote storage on) the segments copied to
+    remote storage and deleted locally are not in it (measured on Kafka 4.4 with LocalTieredStorage,
+    tests/integration/reassign/test_tiered.py).
     kafka-python sends each broker one DescribeLogDirs naming every partition asked: they go
     :data:`~connection.MAX_PARTITIONS_PER_REQUEST` at a time (each answer has the brokers' whole disks)."""
     pairs = [(t, p) for t, parts in topics.items() for p in parts]

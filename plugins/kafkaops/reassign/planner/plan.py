@@ -1,14 +1,14 @@
 """A reassignment plan as a value: the moves (:class:`kafkaops.model.Move`), the load before and after,
-Kafka's JSON, a diff."""
+Kafka's JSON, a diff, and which moves are of tiered topics (:meth:`ReassignmentPlan.with_storage`)."""
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from kafkaops.model import Cluster, ModelError, Move
+from kafkaops.model import Cluster, ModelError, Move, TopicStorage
 from kafkaops.reassign.planner.errors import PlanInputError
 
 
@@ -123,6 +123,36 @@ class ReassignmentPlan:
     cluster: Cluster | None = field(default=None, compare=False, repr=False)
     #: a plan made of parts, each with its replica moves counted apart (a drain, then the rebalance after it)
     part_moves: tuple[tuple[str, int], ...] = ()
+    #: where the moved topics keep their data, as read from their configs (:meth:`with_storage`); empty when
+    #: not read (a plan from Kafka's JSON, or made before they were read)
+    storage: tuple[TopicStorage, ...] = ()
+
+    def with_storage(self, storage: Iterable[TopicStorage]) -> ReassignmentPlan:
+        """This plan with its moves sized by what their new replicas copy once the topics' storage is known:
+        a tiered topic's (remote storage on) the leader's local log, others their size
+        (:attr:`kafkaops.model.PartitionAssignment.copy_bytes`). The same moves, the cluster marked; pure."""
+        found = tuple(sorted({s.topic: s for s in (*self.storage, *storage)}.values(), key=lambda s: s.topic))
+        if self.cluster is None:
+            raise PlanInputError("this plan carries no cluster (it was read without one), so its moves cannot be "
+                                 "sized by the leaders' local logs; plan again from the cluster")
+        cluster = self.cluster.with_storage(found)
+        moves = tuple(cluster.partition(*m.topic_partition).move_to(m.after, m.before) for m in self.moves)
+        return replace(self, moves=moves, cluster=cluster, storage=found)
+
+    @property
+    def tiered_moves(self) -> tuple[Move, ...]:
+        """The moves of partitions of tiered topics that copy data: their new replicas copy the leader's local log only."""
+        return tuple(m for m in self.moves if m.tiered and m.adding)
+
+    def tiered_note(self) -> str:
+        """How many moving partitions are tiered and what their copies are, in words; empty when none."""
+        tiered = self.tiered_moves
+        if not tiered:
+            return ""
+        moving = sum(1 for m in self.moves if m.adding)
+        local = sum(m.bytes for m in tiered)
+        return (f"{len(tiered)} of {_count(moving, 'moving partition')} tiered (remote storage on): their new "
+                f"replicas copy the leader's local log only, {_human(local)} of the {_human(self.bytes_to_move)}")
 
     @property
     def replica_moves(self) -> int:
@@ -211,7 +241,7 @@ class ReassignmentPlan:
                 f"{_count(self.leader_changes, 'leader change')}"
                 + (f" ({self.leader_only} of them leader-only, no data)" if self.leader_only else "")
                 + f", {_human(self.bytes_to_move)} to copy"
-                + "".join(f"; {note}" for note in (self.notes if notes else ())))
+                + "".join(f"; {note}" for note in ((self.tiered_note(), *self.notes) if notes else ()) if note))
 
     def table(self) -> tuple[str, ...]:
         """Replicas, leaders and bytes per broker, before -> after, with the spreads below."""
@@ -239,7 +269,8 @@ class ReassignmentPlan:
                 "moves": [m.to_dict() for m in self.moves], "stats_before": self.stats_before.to_dict(),
                 "stats_after": self.stats_after.to_dict(),
                 "cluster": self.cluster.to_dict() if self.cluster is not None else None,
-                "part_moves": [[name, n] for name, n in self.part_moves]}
+                "part_moves": [[name, n] for name, n in self.part_moves],
+                "storage": [s.to_dict() for s in self.storage]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ReassignmentPlan:
@@ -251,7 +282,8 @@ class ReassignmentPlan:
                        drained=tuple(data.get("drained", ())), excluded=tuple(data.get("excluded", ())),
                        notes=tuple(data.get("notes", ())),
                        cluster=Cluster.from_dict(data["cluster"]) if data.get("cluster") else None,
-                       part_moves=tuple((str(name), int(n)) for name, n in data.get("part_moves") or ()))
+                       part_moves=tuple((str(name), int(n)) for name, n in data.get("part_moves") or ()),
+                       storage=tuple(TopicStorage.from_dict(s) for s in data.get("storage") or ()))
         except (KeyError, TypeError, ValueError, ModelError) as err:
             raise PlanInputError(f"cannot read a reassignment plan from this dict: {err!r}; expected the shape "
                                  "of ReassignmentPlan.to_dict()") from err

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from kafkaops.model import Broker, Cluster, Move
+from kafkaops.model import Broker, Cluster
 from kafkaops.reassign.planner.errors import PlanInputError
 from kafkaops.reassign.planner.goals import Goals
 from kafkaops.reassign.planner.leadership import balance_leaders
@@ -54,7 +54,7 @@ def _build(kind: str, base: Cluster, topo: Topology, work: Placement, lower_boun
     for p, reps, _size in zip(base.partitions, work.reps, work.sizes):
         after = tuple(reps)
         if after != p.replicas:
-            moves.append(Move(p.topic, p.partition, p.replicas, after, p.size_bytes))
+            moves.append(p.move_to(after))
     brokers = base.broker_ids
     before = LoadStats.measure(((p.topic, p.replicas, p.size_bytes or 0) for p in base.partitions),
                                brokers, topo.eligible)
