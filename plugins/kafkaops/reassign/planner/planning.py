@@ -91,9 +91,12 @@ def _finish(work: Placement, topo: Topology, goals: Goals, movable: frozenset[st
 def plan_scale_out(cluster: Cluster, new_brokers: Sequence[int | Broker], goals: Goals = DEFAULT_GOALS,
                    topics: Collection[str] | None = None, *, exclude: Sequence[int] = ()) -> ReassignmentPlan:
     """Move replicas onto ``new_brokers`` only (ids, or :class:`Broker` values to give racks), each
-    up to its even share and no further, so the plan copies no more than the lower bound; then
-    exchange planned moves (same donor, same new broker, another topic) where that evens topics
-    out. With ``topics`` only those topics move. Brokers already registered but empty count as new."""
+    up to its even share and no further, so the plan copies no more than the lower bound. First each
+    topic that can be brought within one replica per broker under those rules is leveled onto the new
+    brokers, the topics needing the fewest moves first (:func:`~kafkaops.reassign.planner.levels.level_topics`);
+    the greedy fill spends the rest of the shares; then planned moves are exchanged (same donor, same new
+    broker, another topic) where that evens topics out. The note counts the topics left above one by
+    reason. With ``topics`` only those topics move. Brokers already registered but empty count as new."""
     base, topo = resolve_topology(cluster, goals, new=new_brokers, exclude=exclude)
     movable = _movable(base, topics)
     work = Placement(base, topo, goals)
