@@ -13,9 +13,10 @@ instead, so every move still lands on a new broker and the count stays at the lo
 """
 from __future__ import annotations
 
+import heapq
 import logging
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from kafkaops.reassign.planner.placement import Placement
@@ -39,6 +40,9 @@ class _Index:
         self.eligible = tuple(work.topo.eligible)
         self.held: dict[int, dict[str, set[int]]] = {b: {} for b in self.eligible}
         self.holders: dict[str, set[int]] = {}
+        self.counts: dict[str, dict[int, int]] = {}
+        """Per movable topic, each eligible holder's count of it (``work.per_topic`` for those brokers), kept in
+        step with moves: what a step reads in one pass."""
         self.given: dict[tuple[int, int], set[int]] = {}
         self.touches: dict[int, int] = dict.fromkeys(work.count, 0)
         """Moves so far into or out of each broker: what a result that depends on two brokers'
@@ -52,6 +56,8 @@ class _Index:
                     self.held[b].setdefault(topic, set()).add(i)
                     holders.add(b)
             self._plan(i, True)
+        per = work.per_topic
+        self.counts = {t: {b: per[b][t] for b in holders} for t, holders in self.holders.items()}
         self.moves = 0
 
     def _plan(self, i: int, add: bool) -> None:
@@ -84,6 +90,12 @@ class _Index:
             self.holders[topic].discard(src)
         self.held[dst].setdefault(topic, set()).add(i)
         self.holders[topic].add(dst)
+        counts = self.counts[topic]
+        if held:
+            counts[src] -= 1
+        else:
+            del counts[src]
+        counts[dst] = counts.get(dst, 0) + 1
         self.touches[src] += 1
         self.touches[dst] += 1
         self.moves += 1
@@ -104,7 +116,14 @@ class _Index:
 
     def first(self, candidates: Iterable[int], src: int, dst: int, key: Callable[[int], SupportsRichComparison]) -> int | None:
         """The candidate partition that may move ``src`` -> ``dst``, best by ``key``."""
-        fits = [i for i in candidates if self.can(i, src, dst)]
+        if self.origins is None:  # can(), inline: this is the planner's innermost loop
+            reps, work = self.work.reps, self.work
+            if work.rack[src] == work.rack[dst]:
+                fits = [i for i in candidates if dst not in reps[i]]
+            else:
+                fits = [i for i in candidates if dst not in reps[i] and work.rack_ok(i, src, dst)]
+        else:
+            fits = [i for i in candidates if self.can(i, src, dst)]
         return min(fits, key=key) if fits else None
 
 
@@ -256,17 +275,19 @@ class _Evener:
         holders = index.holders[topic]
         if not holders:
             return False
-        lowest = 0 if len(holders) < len(index.eligible) else min(per[b][topic] for b in holders)
-        givers = sorted((b for b in holders if per[b][topic] - lowest >= 2), key=lambda b: (-per[b][topic], b))
-        if not givers:
+        counts = index.counts[topic]
+        lowest = 0 if len(holders) < len(index.eligible) else min(counts.values())
+        ranked = [(-c, b) for b, c in counts.items() if c - lowest >= 2]
+        if not ranked:
             return False
         if index.origins is not None:
-            return self._exchange(topic, givers)
-        zeros = None
-        for u in givers:
+            return self._exchange(topic, [b for _, b in sorted(ranked)])
+        heapq.heapify(ranked)  # the givers, most held first, popped as asked: the first usually moves
+        while ranked:
+            u = heapq.heappop(ranked)[1]
             mine = per[u][topic]
             tried = 0
-            for v in self._receivers(topic, holders, mine, zeros):
+            for v in self._receivers(topic, holders, mine, counts):
                 if u == v:
                     continue
                 if tried >= PAIR_LIMIT:
@@ -277,10 +298,12 @@ class _Evener:
                     return True
         return False
 
-    def _receivers(self, topic: str, holders: Collection[int], mine: int, zeros: object) -> Iterable[int]:
+    def _receivers(self, topic: str, holders: Collection[int], mine: int, counts: Mapping[int, int]
+                   ) -> Iterable[int]:
         """Brokers holding at most ``mine - 2`` of ``topic``: those without it first (from a
-        rotating start, so no broker is always asked first), then holders, fewest first."""
-        index, per = self.index, self.work.per_topic
+        rotating start, so no broker is always asked first), then holders, fewest first (``counts``: each
+        holder's count of ``topic`` and id, as they stand: no move happens while the receivers are asked)."""
+        index = self.index
         if len(holders) < len(index.eligible) and mine >= 2:
             eligible = index.eligible
             n = len(eligible)
@@ -290,21 +313,22 @@ class _Evener:
                 v = eligible[(start + k) % n]
                 if v not in holders:
                     yield v
-        yield from sorted((b for b in holders if per[b][topic] <= mine - 2), key=lambda b: (per[b][topic], b))
+        yield from (b for _, b in sorted((c, b) for b, c in counts.items() if c <= mine - 2))
 
     def _move_or_swap(self, topic: str, u: int, v: int) -> bool:
+        """Move ``u``'s first ``topic`` partition that may go to ``v`` (unmoved ones first), alone when the counts
+        allow, else swapped for a partner. Whether a partner exists does not depend on which partition goes, so
+        when the first that may go finds none, no other would."""
         index, work = self.index, self.work
-        mine = index.held[u].get(topic, ())
+        moved = work.moved
+        i = index.first(index.held[u].get(topic, ()), u, v, key=lambda i: (i in moved, i))
+        if i is None:
+            return False
         if work.count[u] > self.low and work.count[v] < self.high:  # a plain move keeps the counts within one
-            i = index.first(mine, u, v, key=lambda i: (i in work.moved, i))
-            if i is not None:
-                index.move(i, u, v)
-                self.touched = (topic,)
-                return True
-        for i in sorted(mine, key=lambda i: (i in work.moved, i)):
-            if index.can(i, u, v) and self._swap_back(topic, i, u, v, self._partners(u, v, topic)):
-                return True
-        return False
+            index.move(i, u, v)
+            self.touched = (topic,)
+            return True
+        return self._swap_back(topic, i, u, v, self._partners(u, v, topic))
 
     def _partners(self, u: int, v: int, topic: str) -> Iterable[tuple[str, Collection[int]]]:
         """Topics ``v`` holds more of than ``u`` (besides ``topic``), most held by ``v`` first,
