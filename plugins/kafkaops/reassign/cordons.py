@@ -44,12 +44,14 @@ class CordonsLeft(KafkaOpsError):
 class CordonRecord:
     """The cordons of a run: ``prior`` names each broker it cordons with the dynamic value of
     ``cordoned.log.dirs`` it had before (None: none, so the run's is deleted at the end); ``kept`` the brokers
-    an operator had cordoned whole before (left alone); ``skipped`` why no cordon is set (e.g. brokers
-    older than Kafka 4.3), else None."""
+    an operator had cordoned whole before (left alone); ``down`` the brokers not registered (a broker that is
+    down takes no new partition, and cannot be asked to change a config); ``skipped`` why no cordon is set
+    (e.g. brokers older than Kafka 4.3), else None."""
 
     prior: tuple[tuple[int, str | None], ...] = ()
     kept: tuple[int, ...] = ()
     skipped: str | None = None
+    down: tuple[int, ...] = ()
 
     @property
     def brokers(self) -> tuple[int, ...]:
@@ -61,13 +63,15 @@ class CordonRecord:
         return not self.prior
 
     def to_dict(self) -> dict[str, Any]:
-        return {"prior": [[b, v] for b, v in self.prior], "kept": list(self.kept), "skipped": self.skipped}
+        return {"prior": [[b, v] for b, v in self.prior], "kept": list(self.kept), "skipped": self.skipped,
+                "down": list(self.down)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CordonRecord:
         try:
             return cls(prior=tuple((int(b), None if v is None else str(v)) for b, v in data.get("prior") or ()),
-                       kept=tuple(int(b) for b in data.get("kept") or ()), skipped=data.get("skipped"))
+                       kept=tuple(int(b) for b in data.get("kept") or ()), skipped=data.get("skipped"),
+                       down=tuple(int(b) for b in data.get("down") or ()))
         except (TypeError, ValueError) as err:
             raise KafkaOpsError(f"cannot read a cordon record from {str(dict(data))[:200]}: {err}; pass what "
                                 "CordonRecord.to_dict() returned") from err
@@ -113,22 +117,26 @@ def too_old(level: int | None, brokers: Iterable[int]) -> str | None:
             "on them while they drain")
 
 
-def plan_from(brokers: Iterable[int], current: Mapping[str, Mapping[str, str]]) -> CordonRecord:
+def plan_from(brokers: Iterable[int], current: Mapping[str, Mapping[str, str]], down: Iterable[int] = ()
+              ) -> CordonRecord:
     """The record of cordoning ``brokers`` given their dynamic configs ``current`` (broker id -> key -> value,
-    as :func:`configs.describe_configs` gives them; pure): a broker cordoned whole already is kept."""
+    as :func:`configs.describe_configs` gives them; pure): a broker cordoned whole already is kept, one
+    ``down`` (not registered) left out."""
     prior, kept = [], []
-    for broker in sorted(set(int(b) for b in brokers)):
+    off = set(down)
+    for broker in sorted(set(int(b) for b in brokers) - off):
         value = current.get(str(broker), {}).get(CORDON_KEY)
         if value is not None and value.strip() == ALL_DIRS:
             kept.append(broker)
         else:
             prior.append((broker, value))
-    return CordonRecord(prior=tuple(prior), kept=tuple(kept))
+    return CordonRecord(prior=tuple(prior), kept=tuple(kept), down=tuple(sorted(off)))
 
 
 def plan_cordons(conn: connection.KafkaConnection, brokers: Iterable[int]) -> CordonRecord:
     """The cordons draining ``brokers`` sets, with the values to give back, read from the brokers; on a
-    cluster below Kafka 4.3-IV0 none, and ``skipped`` says why. Changes nothing."""
+    cluster below Kafka 4.3-IV0 none, and ``skipped`` says why; a broker that is not registered (down) is left
+    out and named in ``down``. Changes nothing."""
     wanted = sorted(set(int(b) for b in brokers))
     if not wanted:
         return CordonRecord()
@@ -136,7 +144,12 @@ def plan_cordons(conn: connection.KafkaConnection, brokers: Iterable[int]) -> Co
     if reason is not None:
         log.info("%s", reason)
         return CordonRecord(skipped=reason)
-    return plan_from(wanted, configs.describe_configs(conn, "broker", wanted, keys=[CORDON_KEY]))
+    registered = {b.id for b in metadata.describe_cluster(conn)[2]}
+    down = [b for b in wanted if b not in registered]
+    if down:
+        log.info("broker(s) %s are not registered: not cordoned (a broker that is down takes no new partition)", down)
+    up = [b for b in wanted if b in registered]
+    return plan_from(wanted, configs.describe_configs(conn, "broker", up, keys=[CORDON_KEY]) if up else {}, down)
 
 
 def set_cordons(conn: connection.KafkaConnection, record: CordonRecord) -> None:

@@ -628,6 +628,9 @@ def set_cordons(ctx: OperationContext) -> records.CordonSet | None:
         if record.kept:
             ctx.audit.append("note", text=f"broker(s) {list(record.kept)} were cordoned whole before the run "
                                           f"({cordons.CORDON_KEY}={cordons.ALL_DIRS}): left as they are")
+        if record.down:
+            ctx.audit.append("note", text=f"broker(s) {list(record.down)} are not registered (down): not cordoned; a "
+                                          "broker that is down takes no new partition")
         cordons.set_cordons(conn, record)
     if record.brokers:
         ctx.audit.append("note", text=f"log dirs of broker(s) {list(record.brokers)} cordoned for the drain "

@@ -366,7 +366,7 @@ def test_a_drain_cordons_its_brokers_while_it_runs_and_lifts_the_cordon_after(
     assert seen["cordoned"] and drained not in seen["placed"], seen
     assert report.cordons.brokers == (drained,) and report.cordons.skipped is None
     assert report.cordons_lifted == cordons.CordonLift(deleted=(drained,))
-    assert report.to_dict()["cordons"] == {"prior": [[drained, None]], "kept": [], "skipped": None}
+    assert report.to_dict()["cordons"] == {"prior": [[drained, None]], "kept": [], "skipped": None, "down": []}
     assert cordon_becomes(own_conn, drained, None)
     assert_verified(own_conn, desired, before)
 

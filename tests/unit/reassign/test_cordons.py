@@ -16,6 +16,9 @@ def test_a_broker_cordoned_whole_by_an_operator_is_kept_and_a_partial_cordon_giv
     assert record.brokers == (4, 5) and not record.empty
     assert CordonRecord.from_dict(record.to_dict()) == record
     assert cordons.plan_from([], current).empty
+    down = cordons.plan_from([3, 4, 5], current, down=[5])
+    assert down == CordonRecord(prior=((4, "/data/a"),), kept=(3,), down=(5,))
+    assert CordonRecord.from_dict(down.to_dict()) == down
 
 
 def test_brokers_below_kafka_4_3_are_named_and_not_cordoned() -> None:

@@ -387,3 +387,16 @@ def test_brokers_before_kafka_4_3_are_not_cordoned_and_the_record_says_why(
     assert skipped is not None and skipped.brokers == () and "level 21, below 30" in (skipped.skipped or "")
     assert kafka.config_calls == [] and steps.cordons_in_place(ctx) is None
     assert any("below 30" in (e.data.get("text") or "") for e in ctx.audit.events() if e.kind == "note")
+
+
+def test_a_drained_broker_that_is_down_is_not_cordoned_and_the_run_goes_on(
+        kafka: FakeKafka, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kafkaops.platform.kafka import metadata
+
+    monkeypatch.setattr(metadata, "metadata_version", lambda conn: 30)
+    kafka.online.discard(3)
+    ctx = drain_context()
+    event = steps.set_cordons(ctx)
+    assert event is not None and event.brokers == () and event.record["down"] == [3]
+    assert kafka.config_calls == [] and steps.cordons_in_place(ctx) is None
+    assert any("not registered (down)" in (e.data.get("text") or "") for e in ctx.audit.events() if e.kind == "note")
