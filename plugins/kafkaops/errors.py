@@ -67,3 +67,12 @@ class WaitTimedOut(KafkaOpsError):
     """A wait on Kafka (or another server) reached its deadline: the message names what was awaited,
     how long it waited of how long it may, what state it left behind and what to run next. The wait
     already used its whole deadline, so it is not asked again by :func:`kafkaops.platform.kafka.errors.retrying`."""
+
+
+class ReplicationFactorChangeRefused(KafkaOpsError):
+    """Kafka refused a reassignment that would change a partition's replication factor (kafkaops sends every
+    reassignment with ``AllowReplicationFactorChange`` false where the brokers take it, Kafka 4.1+). Asking
+    again ends the same way: the replica list must keep the partition's replica count."""
+
+    code = "INVALID_REPLICATION_FACTOR"
+    final = True

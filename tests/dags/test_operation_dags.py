@@ -428,6 +428,11 @@ def test_draining_a_broker_empties_it_and_stops_it_through_the_role(dagbag, clus
     assert node not in [b["id"] for b in record["after"]["brokers"] if b.get("online", True)], record["after"]
     assert record["batches"] and all(b["status"] == "done" for b in record["batches"]), record["batches"]
     assert len({s["name"] for s in record["steps"]}) == len(record["steps"])
+    # its log dirs were cordoned for the run (Kafka 4.3+) and the cordon lifted before the stop
+    assert [(c["brokers"], c["skipped"]) for c in record["cordons_set"]] == [([node], None)], record["cordons_set"]
+    assert [(c["brokers"], c["left"]) for c in record["cordons_lifted"]] == [([node], [])], record["cordons_lifted"]
+    assert {s["name"]: s["status"] for s in record["steps"]}.keys() >= {"set_cordons", "lift_cordons"}
+    assert all(s["status"] == "success" for s in record["steps"] if s["name"] in ("set_cordons", "lift_cordons"))
 
 
 def test_an_unreachable_store_fails_the_run_at_begin_before_kafka_is_touched(dagbag, cluster, monkeypatch) -> None:

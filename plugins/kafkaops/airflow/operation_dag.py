@@ -3,10 +3,11 @@
     begin (setup) -> preflight_gate -> plan: plan, plan gate -> approval
       -> [provision (a scale-out, once approved): the plan's new brokers through the role, then the wait
          until registered; a rejected run starts no broker]
-      -> execute_batches: set throttles, batches (deferred), verify, remove throttles (also when
-         any of these fails), elect preferred leaders
+      -> execute_batches: set throttles, cordon a drain's brokers (Kafka 4.3+), batches (deferred), verify,
+         remove throttles and lift cordons (also when any of these fails), elect preferred leaders
       -> post_move_gate -> [stop_drained]
-      -> finish (teardown: throttles still set are removed, outcome into the audit record, lock released)
+      -> finish (teardown: throttles still set are removed, cordons lifted, outcome into the audit record, lock
+         released)
 
 Each step is its own row in the audit record; steps share a task where a task of their own would
 only add Airflow's per-task cost (a process, the DAG file parsed, a round trip through the
@@ -32,7 +33,7 @@ from kafkaops.platform import params as form
 from kafkaops.platform.provision import SshLogin
 from kafkaops.reassign import records, steps
 from kafkaops.airflow.operators import (KafkaOpsApprovalOperator, ReassignmentBatchesOperator, context_of,
-                                        failed_tasks, recorded, unthrottle)
+                                        failed_tasks, kind_of, recorded, release)
 
 log = logging.getLogger(__name__)
 
@@ -151,11 +152,6 @@ def operation_dag(dag_id: str, *, description: str, params: Mapping[str, Param],
                doc_md=doc_md, render_template_as_native_obj=True)
 
 
-def kind_of(context: Any, kind: str | None) -> str:
-    """The run's kind of operation: the DAG's own, or (``kind`` None) its ``operation`` param's."""
-    return kind or steps.OPERATION.read(context["params"]).value
-
-
 def run_step(kind: str | None, name: str, step: Any, *args: Any) -> Any:
     """Run ``step(ctx, *args)`` of kafkaops.reassign.steps as this task, recorded in the audit."""
     context = get_current_context()
@@ -240,14 +236,15 @@ def stop_drained(kind: str | None) -> dict[str, Any]:
 
 @task(multiple_outputs=False)
 def finish(kind: str | None, started: dict[str, Any]) -> dict[str, Any]:
-    """Remove the throttles still set (a worker died inside execute_batches), then record the
-    outcome and release the lock. A removal that fails is in the record and fails the outcome."""
+    """Remove the throttles still set and lift the cordons still in place (a worker died inside
+    execute_batches), then record the outcome and release the lock. A removal that fails is in the
+    record and fails the outcome."""
     context = get_current_context()
     ctx = context_of(context, kind_of(context, kind))
     try:
-        unthrottle(ctx)
-    except Exception as err:  # recorded as the failed step remove_throttles; the lock must still go
-        log.error("throttles left after the run: %s", err)
+        release(ctx)
+    except Exception as err:  # recorded as the failed step remove_throttles / lift_cordons; the lock must still go
+        log.error("throttles or cordons left after the run: %s", err)
     concluded = steps.finish(ctx, (started or {}).get("cluster_id"), failed_tasks=failed_tasks(context),
                              ssh=finish_login(context, ctx))
     failure = lifecycle.not_applied(concluded)  # the run's state in Airflow is its record's outcome
@@ -270,7 +267,7 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
             body="{{ ti.xcom_pull(task_ids='plan')['approval'] }}", response_timeout=dt.timedelta(hours=24))
         planned >> approval
         # Resume-safe, so a retry (e.g. after a stalled broker was restarted) continues the moves.
-        executed = ReassignmentBatchesOperator(task_id="execute_batches", kind=kind or "rebalance",
+        executed = ReassignmentBatchesOperator(task_id="execute_batches", kind=kind,
                                                plan_data=planned, before=before, **RETRIED)
         if kind == "scale_out":  # after the approval: a rejected run leaves no broker behind
             provisioned = provision.override(**RETRIED)(kind, value_of(planned))

@@ -14,7 +14,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from kafkaops.platform import lifecycle, render, store
 from kafkaops.reassign import steps
-from kafkaops.reassign.records import ProgressEvent, ThrottleRemoved
+from kafkaops.reassign.records import CordonLifted, ProgressEvent, ThrottleRemoved
 from kafkaops.airflow.hooks import KafkaOpsHook, kafkaops_store
 from kafkaops.airflow.triggers import ReassignmentProgressTrigger
 from kafkaops.errors import KafkaOpsError
@@ -57,6 +57,11 @@ def kafka_conn_id(context: Any) -> str:
     return context["params"].get("kafka_conn_id") or "kafka_default"
 
 
+def kind_of(context: Any, kind: str | None) -> str:
+    """The run's kind of operation: the DAG's own, or (``kind`` None) its ``operation`` param's."""
+    return kind or steps.OPERATION.read(context["params"]).value
+
+
 def context_of(context: Any, kind: str) -> lifecycle.OperationContext:
     """The operation context of a running task: params validated, connection and store resolved."""
     params = dict(context["params"])
@@ -92,8 +97,27 @@ def unthrottle(ctx: lifecycle.OperationContext) -> ThrottleRemoved | None:
         return steps.remove_throttles(ctx, throttles, None)
 
 
+def uncordon(ctx: lifecycle.OperationContext) -> CordonLifted | None:
+    """Lift the cordons this attempt of the run set and has not lifted yet (a drain's), as the step
+    ``lift_cordons``; None when there are none (:func:`kafkaops.reassign.steps.cordons_in_place`)."""
+    cordoned = steps.cordons_in_place(ctx)
+    if cordoned is None:
+        return None
+    with recorded(ctx, "lift_cordons"):
+        return steps.lift_cordons(ctx, cordoned)
+
+
+def release(ctx: lifecycle.OperationContext) -> None:
+    """Remove the throttles and lift the cordons still in place (:func:`unthrottle`, :func:`uncordon`): both
+    are tried whatever the other does; the first failure is raised after both ran."""
+    try:
+        unthrottle(ctx)
+    finally:
+        uncordon(ctx)
+
+
 class ReassignmentBatchesOperator(BaseOperator):
-    """The moves as one task: set the throttles, submit the plan batch by batch and, after each,
+    """The moves as one task: set the throttles (and a drain's cordons), submit the plan batch by batch and, after each,
     defer to a trigger that polls progress (the task log shows % done and ETA), then verify, remove
     the throttles and elect the preferred leaders. Each part is a step of its own in the audit record.
 
@@ -105,7 +129,7 @@ class ReassignmentBatchesOperator(BaseOperator):
 
     template_fields = ("plan_data", "before")
 
-    def __init__(self, *, kind: str, plan_data: Any, before: Any, poll_interval_s: float = 2.0,
+    def __init__(self, *, kind: str | None, plan_data: Any, before: Any, poll_interval_s: float = 2.0,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.kind = kind
@@ -114,10 +138,13 @@ class ReassignmentBatchesOperator(BaseOperator):
         self.poll_interval_s = poll_interval_s
 
     def execute(self, context: Any) -> Any:
-        ctx = context_of(context, self.kind)
+        ctx = context_of(context, kind_of(context, self.kind))
         try:
             with recorded(ctx, "set_throttles"):
                 steps.set_throttles(ctx, self.plan_data)
+            if ctx.params.kind == steps.Kind.DRAIN:
+                with recorded(ctx, "set_cordons"):
+                    steps.set_cordons(ctx)
             ctx.step(self.task_id, "started")
             return self._next_batch(ctx, kafka_conn_id(context))
         except Exception:
@@ -125,7 +152,7 @@ class ReassignmentBatchesOperator(BaseOperator):
             raise
 
     def resume(self, context: Any, event: dict[str, Any]) -> Any:
-        ctx = context_of(context, self.kind)
+        ctx = context_of(context, kind_of(context, self.kind))
         try:
             fired = ProgressEvent.from_dict(event)
             if fired.stalled:
@@ -160,18 +187,18 @@ class ReassignmentBatchesOperator(BaseOperator):
             with recorded(ctx, "verify"):
                 steps.verify_moves(ctx, self.plan_data, self.before)
         finally:
-            unthrottle(ctx)
+            release(ctx)
         with recorded(ctx, "elect_leaders"):
             elected = steps.elect_leaders(ctx, self.plan_data)
         return {"done": True, "leaders": elected.to_dict()}
 
     def _unthrottle_failing(self, ctx: lifecycle.OperationContext) -> None:
-        """While the task fails: remove the throttles, without hiding the error that fails it (a
-        removal that fails too is in the record, the log and the throttle ledger)."""
+        """While the task fails: remove the throttles and lift the cordons, without hiding the error that
+        fails it (a removal that fails too is in the record, the log and the throttle ledger)."""
         try:
-            unthrottle(ctx)
+            release(ctx)
         except Exception as err:
-            self.log.error("while failing, could not remove the throttles: %s", err)
+            self.log.error("while failing, could not remove the throttles or lift the cordons: %s", err)
 
 
 def four_eyes() -> bool:

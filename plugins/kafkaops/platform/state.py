@@ -25,6 +25,7 @@ from kafkaops.errors import KafkaOpsError
 from kafkaops.platform import store as store_
 
 EVENT_KINDS = frozenset({"started", "snapshot", "plan", "step", "batch", "throttle_set", "throttle_removed",
+                         "cordon_set", "cordon_lifted",
                          "gate", "approval", "note", "outcome"})
 
 

@@ -10,6 +10,7 @@
     plan_throttle_removal  (pure) undoing a record, given the throttle ledger and the brokers online
     remove_throttles     undo it as planned, each broker apart, the ledger saved whatever fails
     cancel               revert moves in flight and remove their throttles
+    (cordons)            a drain's brokers cordoned for the run and lifted at its end (:mod:`kafkaops.reassign.cordons`)
 
 Two callers run the same steps: :class:`Executor` (``kafkaops execute``, :func:`execute`) loops
 over them, blocking and cancellable, and :mod:`kafkaops.reassign.steps` runs them as Airflow tasks
@@ -26,7 +27,8 @@ broker of the moving partitions, the existing replicas as leader-throttled and t
 as follower-throttled), recorded, and removed at the end, on error and on cancel. A rate that
 cannot be removed (its broker is down) goes into the throttle ledger of
 :mod:`kafkaops.platform.state`; the next run on the cluster deletes it. Only the adapter,
-:mod:`kafkaops.platform.kafka`, talks to Kafka.
+:mod:`kafkaops.platform.kafka`, talks to Kafka. Every submission refuses replication-factor changes where the
+brokers can (Kafka 4.1+, :func:`kafkaops.platform.kafka.reassignments.alter_partition_reassignments`).
 """
 from __future__ import annotations
 
@@ -44,6 +46,8 @@ from kafkaops.model import Cluster, ModelError, Move, Reassignment, TopicPartiti
 from kafkaops.platform import store
 from kafkaops.platform.kafka import configs, connection, metadata, reassignments
 from kafkaops.platform.render import human_bytes
+from kafkaops.reassign import cordons
+from kafkaops.reassign.cordons import CordonLift, CordonRecord
 
 log = logging.getLogger(__name__)
 
@@ -329,6 +333,8 @@ class ExecutionReport:
     progress: Progress | None = None
     seconds: float = 0.0
     before: Cluster | None = field(default=None, repr=False, compare=False)
+    cordons: CordonRecord = CordonRecord()
+    cordons_lifted: CordonLift | None = None
 
     @property
     def moves(self) -> tuple[Move, ...]:
@@ -345,6 +351,8 @@ class ExecutionReport:
                 "resumed": [m.to_dict() for m in self.resumed],
                 "batches": [[m.to_dict() for m in b.moves] for b in self.batches],
                 "submitted": [list(k) for k in self.submitted], "throttles": self.throttles.to_dict(),
+                "cordons": self.cordons.to_dict(),
+                "cordons_lifted": None if self.cordons_lifted is None else self.cordons_lifted.to_dict(),
                 "seconds": self.seconds}
 
 
@@ -610,9 +618,10 @@ def observe(conn: connection.KafkaConnection, desired: Mapping[TopicPartition, I
 
 def submit(conn: connection.KafkaConnection, batch: Batch) -> None:
     """Hand ``batch``'s moves to Kafka, which then copies on its own."""
-    reassignments.alter_partition_reassignments(conn, {m.topic_partition: m.after for m in batch.moves})
-    log.info("batch %d/%d: %d partitions moving, %d bytes to copy", batch.index, batch.of, len(batch.moves),
-             batch.bytes)
+    guarded = reassignments.alter_partition_reassignments(conn, {m.topic_partition: m.after for m in batch.moves})
+    log.info("batch %d/%d: %d partitions moving, %d bytes to copy (replication-factor changes %s)", batch.index,
+             batch.of, len(batch.moves), batch.bytes,
+             "refused" if guarded else "not refusable: the brokers speak AlterPartitionReassignments v0, before 4.1")
 
 
 def progress(conn: connection.KafkaConnection, moves: Sequence[Move], *, elapsed_s: float | None = None) -> Progress:
@@ -801,15 +810,17 @@ class Executor:
     ``max_moves_total`` the moves of a batch. ``batch_timeout_s`` (default: 3x the batch's bytes at
     the throttle, plus 60 s) bounds the wait for one batch. ``on_throttles`` gets the
     :class:`ThrottleRecord` before each change of throttles, e.g. to keep it for a teardown task.
-    ``fence`` is called before every change to the cluster (throttles, submissions); it raises when
+    ``fence`` is called before every change to the cluster (throttles, cordons, submissions); it raises when
     the caller no longer holds the cluster's lock (:meth:`kafkaops.platform.store.Store.check_fence`).
+    ``cordon``: brokers being drained, whose log dirs are cordoned for the run (Kafka 4.3+,
+    :mod:`kafkaops.reassign.cordons`) and given back their value at its end, on error and on cancel too.
     """
 
     def __init__(self, conn: connection.KafkaConnection, desired: Mapping[TopicPartition, Iterable[int]], *,
                  throttle_bytes_per_s: int, max_moves_per_broker: int = 5, max_moves_total: int = 20,
                  dry_run: bool = True, batch_timeout_s: float | None = None, poll_interval_s: float = 2.0,
                  on_throttles: Callable[[ThrottleRecord], None] | None = None,
-                 fence: Callable[[str], object] | None = None) -> None:
+                 fence: Callable[[str], object] | None = None, cordon: Iterable[int] = ()) -> None:
         bad = []
         if not throttle_bytes_per_s or throttle_bytes_per_s <= 0:
             bad.append(f"throttle_bytes_per_s is {throttle_bytes_per_s}; give a positive rate in bytes per "
@@ -832,6 +843,9 @@ class Executor:
         self.on_throttles = on_throttles
         self.fence = fence or (lambda action: None)
         self.throttles = ThrottleRecord()
+        self.cordon = tuple(sorted({int(b) for b in cordon}))
+        self.cordons = cordons.CordonRecord()
+        self.cordons_lifted: cordons.CordonLift | None = None
         self._cancelled = threading.Event()
         self._moves: tuple[Move, ...] = ()
         self._started = time.monotonic()
@@ -862,9 +876,10 @@ class Executor:
     def execute(self) -> ExecutionReport:
         """Plan, then (unless a dry run) run rounds until every desired partition is as desired:
         observe; wait for the moves in flight, or throttle, submit and wait for the next batch.
-        Throttles set are removed on success, error and cancel."""
+        Throttles set are removed and cordons lifted on success, error and cancel."""
         self._started = time.monotonic()
         self.throttles = ThrottleRecord()
+        self.cordons, self.cordons_lifted = cordons.CordonRecord(), None
         seen = observe(self.conn, self.desired)
         report = self._report(seen)
         if self.dry_run:
@@ -874,6 +889,7 @@ class Executor:
         self._ledger = store.current().throttle_ledger(self._cluster_id) if self._cluster_id else {}
         submitted: list[Batch] = []
         try:
+            self._cordon()
             while True:
                 if seen.resumed:
                     log.info("resuming: %d partition(s) already moving, waiting without resubmitting",
@@ -903,7 +919,8 @@ class Executor:
         log.info("reassignment done: %s", final)
         return replace(report, dry_run=False, batches=tuple(submitted),
                        submitted=tuple(k for b in submitted for k in b.keys), throttles=self.throttles,
-                       progress=final, seconds=time.monotonic() - self._started)
+                       progress=final, seconds=time.monotonic() - self._started, cordons=self.cordons,
+                       cordons_lifted=self.cordons_lifted)
 
     def progress(self) -> Progress:
         """Progress of this run's moves (after :meth:`plan`), without blocking on them."""
@@ -917,13 +934,36 @@ class Executor:
         self.fence("set throttles")
         set_throttles(self.conn, record, self.throttle_bytes_per_s)
 
+    def _cordon(self) -> None:
+        """Cordon the log dirs of the brokers being drained (nothing on brokers older than Kafka 4.3: the
+        record's ``skipped`` says why)."""
+        record = cordons.plan_cordons(self.conn, self.cordon)
+        if record.empty:
+            self.cordons = record
+            return
+        self.fence("cordon the drained brokers' log dirs")
+        self.cordons = record
+        cordons.set_cordons(self.conn, record)
+
     def _release(self, *, quiet: bool) -> None:
+        """Remove the throttles and lift the cordons, each tried whatever the other did; ``quiet`` (the run
+        fails already) logs what could not be undone instead of raising it."""
+        failed: list[KafkaOpsError] = []
         try:
             remove_throttles(self.conn, self.throttles, cluster_id=self._cluster_id)
         except KafkaOpsError as err:
-            if not quiet:
-                raise
-            log.error("while failing, could not remove throttles: %s", err)
+            failed.append(err)
+        try:
+            self.cordons_lifted = cordons.lift_cordons(self.conn, self.cordons)
+        except cordons.CordonsLeft as err:
+            self.cordons_lifted = err.lift
+            failed.append(err)
+        except KafkaOpsError as err:
+            failed.append(err)
+        for error in failed[1:] if not quiet else failed:
+            log.error("while %s, could not undo: %s", "failing" if quiet else "finishing", error)
+        if failed and not quiet:
+            raise failed[0]
 
     def _wait(self, moves: Sequence[Move], label: str) -> None:
         keys = [m.topic_partition for m in moves]

@@ -5,7 +5,9 @@ record page and the CLI show (:func:`fold`): each batch with its status, the thr
     BatchSubmitted    a batch of moves submitted (``batch`` event)
     ThrottleSet       replication throttles set (``throttle_set``), with the engine's ThrottleRecord
     ThrottleRemoved   throttles removed (``throttle_removed``), with those a down broker kept (``left``)
-    Reassignment      the fold: batches (:class:`Batch`: submitted, done, failed or unfinished), throttles
+    CordonSet         a drain's cordons set (``cordon_set``), with the engine's CordonRecord, or why none was set
+    CordonLifted      cordons lifted (``cordon_lifted``), with those that stay and the command that lifts each
+    Reassignment      the fold: batches (:class:`Batch`: submitted, done, failed or unfinished), throttles, cordons
 
 and the step results that leave the step that made them:
 
@@ -22,13 +24,14 @@ that submitted it succeeds, "failed" when that step fails (a retry that then com
 
 Invariant: the stored JSON of each event is the shape written before these types, and
 :meth:`Reassignment.to_dict` gives the record the keys it had (``batches``, ``throttles_set``,
-``throttles_removed``), so pages read old records too. Nothing here does I/O.
+``throttles_removed``; ``cordons_set`` and ``cordons_lifted`` since), so pages read old records too. Nothing
+here does I/O.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from kafkaops.model import Cluster, TopicPartition
 from kafkaops.platform import state
@@ -252,6 +255,47 @@ class ThrottleRemoved:
 
 
 @dataclass(frozen=True)
+class CordonSet:
+    """A drain's cordons: ``brokers`` whose log dirs were cordoned for the run, ``kept`` those an operator had
+    cordoned before (left alone), ``skipped`` why none was set (brokers older than Kafka 4.3), ``record`` the
+    engine's CordonRecord (what a lift must give back)."""
+
+    brokers: tuple[int, ...]
+    kept: tuple[int, ...] = ()
+    skipped: str | None = None
+    record: Mapping[str, Any] = field(default_factory=dict)
+    ts: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"brokers": list(self.brokers), "kept": list(self.kept), "skipped": self.skipped,
+                "record": dict(self.record)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CordonSet:
+        return cls(tuple(int(b) for b in data.get("brokers") or ()), tuple(int(b) for b in data.get("kept") or ()),
+                   data.get("skipped"), dict(data.get("record") or {}), ts=data.get("ts"))
+
+
+@dataclass(frozen=True)
+class CordonLifted:
+    """Cordons lifted from ``brokers`` (each given back its value before the run); ``left`` the brokers whose
+    cordon stays (down or not answering) and ``commands`` what lifts each by hand."""
+
+    brokers: tuple[int, ...]
+    left: tuple[int, ...] = ()
+    commands: tuple[str, ...] = ()
+    ts: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"brokers": list(self.brokers), "left": list(self.left), "commands": list(self.commands)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CordonLifted:
+        return cls(tuple(int(b) for b in data.get("brokers") or ()), tuple(int(b) for b in data.get("left") or ()),
+                   tuple(str(c) for c in data.get("commands") or ()), ts=data.get("ts"))
+
+
+@dataclass(frozen=True)
 class LeadersElected:
     """The preferred-leader election after the moves: partitions ``asked`` (every moved one) and how many
     ``changed`` leader (one already led by its first replica needs none)."""
@@ -288,20 +332,36 @@ class Reassignment:
     batches: tuple[Batch, ...] = ()
     throttles_set: tuple[ThrottleSet, ...] = ()
     throttles_removed: tuple[ThrottleRemoved, ...] = ()
+    cordons_set: tuple[CordonSet, ...] = ()
+    cordons_lifted: tuple[CordonLifted, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The record's keys, as pages and the CLI read them (each throttle with its ``ts``)."""
+        """The record's keys, as pages and the CLI read them (each throttle and cordon with its ``ts``)."""
         return {"batches": [b.to_dict() for b in self.batches],
                 "throttles_set": [{"ts": t.ts, **t.to_dict()} for t in self.throttles_set],
-                "throttles_removed": [{"ts": t.ts, **t.to_dict()} for t in self.throttles_removed]}
+                "throttles_removed": [{"ts": t.ts, **t.to_dict()} for t in self.throttles_removed],
+                "cordons_set": [{"ts": c.ts, **c.to_dict()} for c in self.cordons_set],
+                "cordons_lifted": [{"ts": c.ts, **c.to_dict()} for c in self.cordons_lifted]}
 
     def throttles_in_place(self, since: float) -> ThrottleSet | None:
         """The throttles set since ``since`` (this attempt) and not removed after, else None."""
-        set_ = [t for t in self.throttles_set if (t.ts or 0) >= since]
-        removed = [t for t in self.throttles_removed if (t.ts or 0) >= since]
-        if not set_ or (removed and (removed[-1].ts or 0) >= (set_[-1].ts or 0)):
-            return None
-        return set_[-1]
+        return _in_place(self.throttles_set, self.throttles_removed, since)
+
+    def cordons_in_place(self, since: float) -> CordonSet | None:
+        """The cordons set since ``since`` (this attempt) on some broker and not lifted after, else None."""
+        return _in_place(tuple(c for c in self.cordons_set if c.brokers), self.cordons_lifted, since)
+
+
+_Done = TypeVar("_Done", ThrottleSet, CordonSet)
+
+
+def _in_place(done: Sequence[_Done], undone: Sequence[ThrottleRemoved | CordonLifted], since: float) -> _Done | None:
+    """The last of ``done`` since ``since`` when nothing of ``undone`` came after it, else None."""
+    set_ = [d for d in done if (d.ts or 0) >= since]
+    after = [u for u in undone if (u.ts or 0) >= since]
+    if not set_ or (after and (after[-1].ts or 0) >= (set_[-1].ts or 0)):
+        return None
+    return set_[-1]
 
 
 def fold(events: Iterable[AuditEvent]) -> Reassignment:
@@ -311,6 +371,8 @@ def fold(events: Iterable[AuditEvent]) -> Reassignment:
     unsettled: list[int] = []  # indexes into batches of those whose end is not known yet
     open_steps: list[str] = []  # steps started and not ended, in start order (this attempt's)
     set_, removed = [], []
+    cordoned: list[CordonSet] = []
+    lifted: list[CordonLifted] = []
     for e in events:
         d = e.data
         if e.kind == "started":
@@ -343,11 +405,15 @@ def fold(events: Iterable[AuditEvent]) -> Reassignment:
             set_.append(ThrottleSet.from_dict({**d, "ts": e.ts}))
         elif e.kind == "throttle_removed":
             removed.append(ThrottleRemoved.from_dict({**d, "ts": e.ts}))
+        elif e.kind == "cordon_set":
+            cordoned.append(CordonSet.from_dict({**d, "ts": e.ts}))
+        elif e.kind == "cordon_lifted":
+            lifted.append(CordonLifted.from_dict({**d, "ts": e.ts}))
         elif e.kind == "outcome" and d.get("outcome") != "success":
             for i in unsettled:
                 if batches[i].status == "submitted":
                     batches[i] = replace(batches[i], status="unfinished", ended_at=None)
-    return Reassignment(tuple(batches), tuple(set_), tuple(removed))
+    return Reassignment(tuple(batches), tuple(set_), tuple(removed), tuple(cordoned), tuple(lifted))
 
 
 def fold_record(events: Iterable[AuditEvent]) -> dict[str, Any]:

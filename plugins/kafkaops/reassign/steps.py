@@ -1,7 +1,8 @@
 """The reassignment operations' steps (scale-out, rebalance, drain) on the shared lifecycle.
 
     begin -> preflight gate -> plan -> plan gate -> approval -> provision? (a scale-out, once approved)
-      -> set throttles -> submit batches / wait -> verify -> remove throttles (always) -> elect leaders
+      -> set throttles -> cordon (a drain) -> submit batches / wait -> verify -> remove throttles, lift cordons
+      (always) -> elect leaders
       -> post-move gate -> finish (always: outcome in the audit record, lock released)
 
 begin, the preflight gate, approval and finish are :mod:`kafkaops.platform.lifecycle`'s; the rest is here.
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kafkaops.platform.kafka import configs, connection, metadata, reassignments, registrations
-from kafkaops.reassign import approval, engine
+from kafkaops.reassign import approval, cordons, engine
 from kafkaops.platform import lifecycle, state
 from kafkaops.platform import params as form
 from kafkaops.platform.lifecycle import OperationContext
@@ -612,6 +613,79 @@ def remove_throttles(ctx: OperationContext, record: Mapping[str, Any] | None, pl
             ctx.audit.append("throttle_removed", **records.ThrottleRemoved(removal.brokers, removal.topics,
                                                                            removal.left).to_dict())
     return records.ThrottleRemoved(removal.brokers, removal.topics, removal.left)
+
+
+def set_cordons(ctx: OperationContext) -> records.CordonSet | None:
+    """A drain cordons its drained brokers' log dirs for the run (Kafka 4.3+, :mod:`kafkaops.reassign.cordons`):
+    Kafka places no new partition there meanwhile. The record says which brokers, which an operator had
+    cordoned already (left alone), or why none was set (older brokers). A retry sets again the cordons an
+    earlier try of this attempt set, to be lifted to the values first recorded. None for any other run."""
+    p = ctx.params
+    if p.kind != Kind.DRAIN or not p.drain_brokers or p.dry_run:
+        return None
+    kept = cordons_in_place(ctx)
+    with ctx.connect() as conn:
+        if kept is not None:
+            record = cordons.CordonRecord.from_dict(kept.record)
+            ctx.fence("cordon the drained brokers' log dirs")
+            ctx.audit.append("note", text=f"the cordons an earlier try set are still on brokers {list(record.brokers)}: "
+                                          "set again, to be lifted as first recorded")
+            cordons.set_cordons(conn, record)
+            return kept
+        record = cordons.plan_cordons(conn, p.drain_brokers)
+        event = records.CordonSet(record.brokers, record.kept, record.skipped, record.to_dict())
+        if record.skipped is not None:
+            ctx.audit.append("cordon_set", **event.to_dict())
+            ctx.audit.append("note", text=record.skipped)
+            return event
+        ctx.fence("cordon the drained brokers' log dirs")
+        ctx.audit.append("cordon_set", **event.to_dict())
+        if record.kept:
+            ctx.audit.append("note", text=f"broker(s) {list(record.kept)} were cordoned whole before the run "
+                                          f"({cordons.CORDON_KEY}={cordons.ALL_DIRS}): left as they are")
+        if record.down:
+            ctx.audit.append("note", text=f"broker(s) {list(record.down)} are not registered (down): not cordoned; a "
+                                          "broker that is down takes no new partition")
+        cordons.set_cordons(conn, record)
+    if record.brokers:
+        ctx.audit.append("note", text=f"log dirs of broker(s) {list(record.brokers)} cordoned for the drain "
+                                      f"({cordons.CORDON_KEY}={cordons.ALL_DIRS}): Kafka places no new partition there "
+                                      "until the run lifts it")
+    return event
+
+
+def cordons_in_place(ctx: OperationContext) -> records.CordonSet | None:
+    """The cordons this attempt of the run set and has not lifted since (from the audit), else None."""
+    events = ctx.audit.events()
+    return records.fold(events).cordons_in_place(state.summarize(events)["started_at"] or 0)
+
+
+def lift_cordons(ctx: OperationContext, cordoned: records.CordonSet) -> records.CordonLifted:
+    """Lift the cordons of ``cordoned`` (teardown): each broker gets back the value it had before the run. A
+    broker that does not answer keeps its cordon: named in the error and the record, with the command that
+    lifts it."""
+    record = cordons.CordonRecord.from_dict(cordoned.record)
+    ctx.fence("lift the drained brokers' cordons")  # a run that lost the cluster must not undo the new holder's
+    try:
+        with ctx.connect() as conn:
+            lift = cordons.lift_cordons(conn, record)
+    except cordons.CordonsLeft as err:
+        lift = err.lift
+        raise
+    except KafkaOpsError:
+        bootstrap = str(ctx.conn_config.get("bootstrap.servers") or "HOST:PORT")
+        lift = cordons.CordonLift(left=record.brokers, failures=("the cluster did not answer",), commands=tuple(
+            cordons.lift_command(bootstrap, b, prior) for b, prior in record.prior))
+        raise
+    finally:
+        done = records.CordonLifted(lift.brokers, lift.left, lift.commands)
+        ctx.audit.append("cordon_lifted", **done.to_dict())
+        if lift.left:
+            ctx.audit.append("note", text=f"the cordons of broker(s) {list(lift.left)} stay; lift them with: "
+                                          + "; ".join(lift.commands))
+        else:
+            ctx.audit.append("note", text=f"cordons lifted from broker(s) {list(lift.brokers)}")
+    return done
 
 
 def next_batch(ctx: OperationContext, plan_data: Mapping[str, Any]) -> BatchStep:

@@ -16,14 +16,15 @@ import pytest
 from kafkaops.cli import datagen
 from kafkaops.testing import clusters
 from kafkaops.platform import provision, store
-from kafkaops.platform.kafka import connection, metadata, offsets, records, topics
+from kafkaops.platform.kafka import connection, metadata, offsets, reassignments, records, topics
 from kafkaops.platform.partitioner import partition_for
+from kafkaops.reassign import cordons, engine
 from kafkaops.platform.paths import jar_dir
 from kafkaops.testing.clusters import TEST_BROKER_CONFIG
-from tests.conftest import committed_copy
+from tests.conftest import committed_copy, wait_for
 from tests.dags.conftest import kafka_default_connection
 from tests.dags.test_operation_dags import run
-from tests.integration.conftest import throttles_left
+from tests.integration.conftest import throttles_left, wait_for_no_throttles
 
 pytestmark = pytest.mark.integration
 
@@ -132,3 +133,30 @@ def test_migrate_rekeys_into_more_partitions_and_translates_offsets(dagbag, clus
         snap = metadata.snapshot(conn, topics=[f"{LEDGER}.v2"], sizes=False)
     moved = {x.partition: x.committed for g in snap.groups if g.group_id == "billing.v2" for x in g.partitions}
     assert moved == after
+
+
+def test_a_3_9_broker_gets_reassignments_without_the_replication_factor_guard_and_no_cordon(cluster) -> None:
+    """Kafka 3.9 speaks AlterPartitionReassignments v0 (no AllowReplicationFactorChange) and takes no cordon
+    (metadata.version below 4.3-IV0): the same engine moves a drained broker's replica there, sends v0 and
+    records why it cordoned nothing."""
+    from confluent_kafka.admin import NewTopic
+
+    spec, _ = cluster
+    topic = "rf-guard-39"
+    with connection.connect(spec.bootstrap) as conn:
+        future = conn.admin.create_topics([NewTopic(topic, 1, replica_assignment=[[2, 1]])],
+                                          request_timeout=conn.timeout_s)[topic]
+        connection.wait_for(future, conn, f"the creation of {topic}")
+        wait_for(lambda: topic in metadata.topic_names(conn), timeout=30, what=f"{topic} in the metadata")
+        wait_for(lambda: metadata.snapshot(conn, topics=[topic], offsets=False, sizes=False, groups=False
+                                           ).partition(topic, 0).leader == 2, timeout=30, what=f"{topic} led by 2")
+        assert (metadata.metadata_version(conn) or 0) < cordons.CORDON_LEVEL
+        assert reassignments.alter_partition_reassignments(conn, {(topic, 0): (1, 2)}) is False  # v0: no field
+        wait_for(lambda: not reassignments.list_partition_reassignments(conn), timeout=30, what=f"{topic} reordered")
+        report = engine.execute(conn, {(topic, 0): (1, 3)}, throttle_bytes_per_s=10_000_000, dry_run=False,
+                                poll_interval_s=0.5, cordon=[2])
+        assert report.cordons.brokers == () and "below 30 (Kafka 4.3-IV0)" in (report.cordons.skipped or "")
+        assert report.cordons_lifted == cordons.CordonLift()
+        assert metadata.snapshot(conn, topics=[topic], offsets=False, sizes=False, groups=False).partition(
+            topic, 0).replicas == (1, 3)
+        wait_for_no_throttles(conn)

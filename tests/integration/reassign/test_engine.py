@@ -3,6 +3,7 @@ drain, cancel and kill mid-way, each verified, with no throttle left and no reco
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -11,15 +12,16 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kafkaops.platform.kafka import configs, connection, metadata, reassignments, topics
 from kafkaops.cli import datagen
-from kafkaops.reassign import engine
+from kafkaops.reassign import cordons, engine
 from kafkaops.reassign import verify
 from kafkaops.reassign.engine import ReassignmentCancelled, ReassignmentError
-from kafkaops.errors import UnknownTopic
+from kafkaops.errors import KafkaOpsError, ReplicationFactorChangeRefused, UnknownTopic
 from kafkaops.model import Cluster, TopicPartition
 from tests.conftest import wait_for
 from tests.integration.conftest import GrowableCluster, Traffic, throttles_left, wait_for_no_throttles
@@ -27,6 +29,7 @@ from tests.integration.conftest import GrowableCluster, Traffic, throttles_left,
 pytestmark = pytest.mark.integration
 
 PLUGINS = Path(__file__).resolve().parents[3] / "plugins"
+log = logging.getLogger(__name__)
 
 
 def whole(conn: connection.KafkaConnection, **kwargs: bool) -> Cluster:
@@ -299,3 +302,118 @@ def test_the_throttles_of_a_topic_deleted_meanwhile_are_removed_without_error(ow
         if throttles_left(own_conn):
             engine.remove_throttles(own_conn, record)
     wait_for_no_throttles(own_conn)
+
+
+# -- a drain's cordons (Kafka 4.3+) and replication-factor changes refused (4.1+) --------------------------
+
+def cordon_of(conn: connection.KafkaConnection, broker: int) -> str | None:
+    """The dynamic (per-broker) ``cordoned.log.dirs`` of ``broker``, None when it has none."""
+    return configs.describe_configs(conn, "broker", [broker], keys=[cordons.CORDON_KEY])[str(broker)].get(
+        cordons.CORDON_KEY)
+
+
+def cordon_becomes(conn: connection.KafkaConnection, broker: int, value: str | None) -> bool:
+    """Whether ``broker``'s cordon reads ``value`` within 10 s: a broker applies a config change once the
+    controller's metadata reaches it, a moment after the change was accepted."""
+    deadline = time.monotonic() + 10
+    while (found := cordon_of(conn, broker)) != value and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return found == value
+
+
+def placed_off(conn: connection.KafkaConnection, broker: int, prefix: str) -> tuple[int, ...]:
+    """Topics created with Kafka's placement until one lands no replica on ``broker`` (the controller learns of a
+    cordon from the broker's next heartbeat, so the first may still land there); the brokers of that topic."""
+    made: list[str] = []
+
+    def placed() -> tuple[int, ...] | None:
+        name = f"{prefix}-{len(made)}"
+        made.append(name)
+        try:
+            topics.create_topic(conn, name, 6, 2)
+        except KafkaOpsError as err:  # e.g. too few brokers uncordoned while another test's cordon fades
+            log.info("%s not created: %s", name, err)
+            return None
+        snap = metadata.snapshot(conn, topics=[name], offsets=False, sizes=False, groups=False)
+        used = tuple(sorted({b for p in snap.partitions for b in p.replicas}))
+        log.info("%s placed on brokers %s", name, used)
+        return None if broker in used else used
+
+    try:
+        return wait_for(placed, timeout=30, what=f"a topic placed by Kafka without broker {broker}")  # type: ignore[return-value]
+    finally:
+        topics.delete_topics(conn, [t for t in made if t in metadata.topic_names(conn)])
+
+
+def test_a_drain_cordons_its_brokers_while_it_runs_and_lifts_the_cordon_after(
+        own_conn: connection.KafkaConnection) -> None:
+    drained = 2
+    topic = f"cordoned-{time.monotonic_ns() % 10**6}"
+    before = fill(own_conn, topic, partitions=2, rf=2, records=200, record_bytes=100, assignment=[(2, 1), (2, 3)])
+    assert cordon_of(own_conn, drained) is None
+    desired = {(topic, 0): (1, 3), (topic, 1): (3, 1)}
+    seen: dict[str, Any] = {}
+
+    def fence(action: str) -> None:  # called before each change: at the batch, the cordon is set
+        if action.startswith("submit batch"):
+            seen["cordoned"] = cordon_becomes(own_conn, drained, "*")
+            seen["placed"] = placed_off(own_conn, drained, f"{topic}-new")
+
+    dry = engine.execute(own_conn, desired, throttle_bytes_per_s=10_000_000, cordon=[drained])
+    assert dry.cordons == cordons.CordonRecord() and cordon_of(own_conn, drained) is None  # a dry run cordons nothing
+    report = engine.execute(own_conn, desired, throttle_bytes_per_s=10_000_000, dry_run=False, poll_interval_s=0.5,
+                            cordon=[drained], fence=fence)
+    assert seen["cordoned"] and drained not in seen["placed"], seen
+    assert report.cordons.brokers == (drained,) and report.cordons.skipped is None
+    assert report.cordons_lifted == cordons.CordonLift(deleted=(drained,))
+    assert report.to_dict()["cordons"] == {"prior": [[drained, None]], "kept": [], "skipped": None, "down": []}
+    assert cordon_becomes(own_conn, drained, None)
+    assert_verified(own_conn, desired, before)
+
+
+def test_a_failing_drain_lifts_its_cordon_and_gives_back_the_operators(own_conn: connection.KafkaConnection) -> None:
+    drained = 3
+    topic = f"cordon-fails-{time.monotonic_ns() % 10**6}"
+    fill(own_conn, topic, partitions=1, rf=2, records=100, record_bytes=100, assignment=[(3, 1)])
+    log_dir = configs.config_value(own_conn, "broker", drained, "log.dirs")
+    assert log_dir and "," not in log_dir
+    configs.incremental_alter_configs(own_conn, "broker", {drained: [configs.ConfigOp(cordons.CORDON_KEY, "SET",
+                                                                                       log_dir)]})
+    assert cordon_becomes(own_conn, drained, log_dir)
+    try:
+        seen = {}
+
+        def fence(action: str) -> None:
+            if action.startswith("submit batch"):
+                seen["cordoned"] = cordon_becomes(own_conn, drained, "*")
+                raise KafkaOpsError("the lock is gone (the test's failure)")
+
+        run = engine.Executor(own_conn, {(topic, 0): (1, 2)}, throttle_bytes_per_s=10_000_000, dry_run=False,
+                              cordon=[drained], fence=fence)
+        with pytest.raises(KafkaOpsError, match="the test's failure"):
+            run.execute()
+        assert seen["cordoned"]
+        assert run.cordons.prior == ((drained, log_dir),)
+        assert run.cordons_lifted == cordons.CordonLift(restored=(drained,))
+        assert cordon_becomes(own_conn, drained, log_dir)  # the operator's cordon, as it was
+        assert reassignments.list_partition_reassignments(own_conn) == {}
+        wait_for_no_throttles(own_conn)
+    finally:
+        configs.incremental_alter_configs(own_conn, "broker", {drained: [configs.ConfigOp(cordons.CORDON_KEY,
+                                                                                           "DELETE")]})
+        assert cordon_becomes(own_conn, drained, None)
+
+
+def test_a_replication_factor_change_is_refused_and_a_move_accepted(own_conn: connection.KafkaConnection) -> None:
+    topic = f"rf-guard-{time.monotonic_ns() % 10**6}"
+    fill(own_conn, topic, partitions=1, rf=2, records=50, record_bytes=100, assignment=[(1, 2)])
+    with pytest.raises(ReplicationFactorChangeRefused, match=rf"{topic}-0: 2 replica\(s\) now, 3 asked"):
+        reassignments.alter_partition_reassignments(own_conn, {(topic, 0): (1, 2, 3)})
+    with pytest.raises(ReplicationFactorChangeRefused, match=rf"{topic}-0: 2 replica\(s\) now, 1 asked"):
+        reassignments.alter_partition_reassignments(own_conn, {(topic, 0): (1,)})
+    assert reassignments.list_partition_reassignments(own_conn) == {}
+    assert metadata.snapshot(own_conn, topics=[topic], offsets=False, sizes=False, groups=False).partition(
+        topic, 0).replicas == (1, 2)
+    assert reassignments.alter_partition_reassignments(own_conn, {(topic, 0): (3, 1)}) is True  # v1: refusing
+    wait_for(lambda: metadata.snapshot(own_conn, topics=[topic], offsets=False, sizes=False, groups=False).partition(
+        topic, 0).replicas == (3, 1), timeout=30, what=f"{topic}-0 moved onto brokers 3 and 1")

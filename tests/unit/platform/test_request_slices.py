@@ -75,9 +75,29 @@ class _Legacy:
         self.calls.append(("list_partition_reassignments", wanted))
         return {}
 
-    def alter_partition_reassignments(self, request: dict[Any, Any]) -> dict[Any, Any]:
-        self.calls.append(("alter_partition_reassignments", list(request)))
-        return dict.fromkeys(request)
+    @staticmethod
+    def _process_alter_partition_reassignments_input(request: dict[Any, Any]) -> list[Any]:
+        from kafka.admin import KafkaAdminClient
+
+        return list(KafkaAdminClient._process_alter_partition_reassignments_input(request))
+
+    @property
+    def _manager(self) -> Any:
+        return SimpleNamespace(run=self._controller)
+
+    _send_request_to_controller = None  # the manager's run is given it; the fake's run answers for the controller
+
+    def _controller(self, send: Any, request: Any, errors: Any) -> Any:
+        """The controller's answer to an AlterPartitionReassignments request (the adapter builds kafka-python's
+        request itself, to refuse replication-factor changes): every partition accepted."""
+        from kafka.structs import TopicPartition as KafkaTopicPartition
+
+        request.API_VERSION = 1
+        self.calls.append(("alter_partition_reassignments",
+                           [KafkaTopicPartition(t.name, p.partition_index) for t in request.topics for p in t.partitions]))
+        return SimpleNamespace(responses=[SimpleNamespace(name=t.name, partitions=[
+            SimpleNamespace(partition_index=p.partition_index, error_code=0) for p in t.partitions])
+            for t in request.topics])
 
     def describe_log_dirs(self, topic_partitions: dict[str, list[int]], brokers: list[int]) -> list[dict[str, Any]]:
         self.calls.append(("describe_log_dirs", topic_partitions))

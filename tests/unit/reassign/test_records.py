@@ -83,3 +83,17 @@ def test_a_progress_event_crosses_the_triggerer_as_the_dict_it_was_and_reads_bac
         "stalled", 120.0, ["orders-1", "orders-2"], 30.0, str(polled.progress))
     assert stalled.stalled and not done.stalled and done.polled is not None and done.polled.done
     assert silent.describe() == "no answer from the cluster" and silent.to_dict()["in_flight"] == []
+
+
+def test_cordons_set_and_lifted_in_this_attempt() -> None:
+    cordoned = records.CordonSet((4,), (5,), None, {"prior": [[4, None]], "kept": [5], "skipped": None})
+    events = [AuditEvent(1, "started", {}), AuditEvent(2, "cordon_set", cordoned.to_dict())]
+    assert fold(events).cordons_in_place(1) == records.CordonSet(**{**cordoned.__dict__, "ts": 2})
+    lifted = records.CordonLifted((), (4,), ("kafka-configs.sh ... --entity-name 4 --delete-config cordoned.log.dirs",))
+    done = fold([*events, AuditEvent(3, "cordon_lifted", lifted.to_dict())])
+    assert done.cordons_in_place(1) is None and done.cordons_lifted[0].left == (4,)
+    assert done.to_dict()["cordons_lifted"] == [{"ts": 3, "brokers": [], "left": [4], "commands": list(lifted.commands)}]
+    assert fold(events).cordons_in_place(5) is None  # set by an earlier attempt
+    skipped = records.CordonSet((), skipped="brokers too old")
+    assert fold([AuditEvent(1, "started", {}), AuditEvent(2, "cordon_set", skipped.to_dict())]).cordons_in_place(1) is None
+    assert summarize(events)["cordons_set"][0]["brokers"] == [4]

@@ -342,3 +342,61 @@ def test_the_plan_of_a_scale_out_onto_a_spec_skips_the_ids_of_its_stopped_nodes(
     data = steps.make_plan(ctx, metadata.snapshot(None).to_dict())  # the fake's cluster: brokers 1-3 online
     assert [b["id"] for b in data["new_brokers"]] == [5], data["new_brokers"]
     assert "A real run would be refused" not in data["summary"], data["summary"]
+
+
+def drain_context(**params: object) -> lifecycle.OperationContext:
+    return lifecycle.OperationContext(dag_id="kafka_reassign", run_id="test", conn_config={"bootstrap.servers": "k:1"},
+                                      params=steps.OperationParams(kind="drain", drain_brokers=(3,), dry_run=False,
+                                                                   **params))
+
+
+def test_a_drain_cordons_its_brokers_and_a_lift_that_fails_names_the_command(
+        kafka: FakeKafka, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kafkaops.platform.kafka import metadata
+    from kafkaops.reassign import cordons
+
+    monkeypatch.setattr(metadata, "metadata_version", lambda conn: 30)
+    ctx = drain_context()
+    assert steps.set_cordons(lifecycle.OperationContext(
+        dag_id="kafka_reassign", run_id="test", conn_config={},
+        params=steps.OperationParams(kind="drain", drain_brokers=(3,)))) is None  # a dry run cordons nothing
+    assert steps.set_cordons(context()) is None and kafka.config_calls == []  # a rebalance neither
+    cordoned = steps.set_cordons(ctx)
+    assert cordoned is not None and cordoned.brokers == (3,)
+    assert kafka.configs[("broker", "3")] == {cordons.CORDON_KEY: "*"}
+    in_place = steps.cordons_in_place(ctx)
+    assert in_place is not None and in_place.record == cordoned.record
+    steps.set_cordons(ctx)  # a retry: set again, still to be deleted at the end (not "restored" to "*")
+    assert kafka.configs[("broker", "3")] == {cordons.CORDON_KEY: "*"}
+    kafka.online.discard(3)
+    with pytest.raises(cordons.CordonsLeft, match=r"--entity-name 3 --delete-config cordoned.log.dirs"):
+        steps.lift_cordons(ctx, cordoned)
+    lifted = records.fold(ctx.audit.events()).cordons_lifted[-1]
+    assert lifted.left == (3,) and "kafka-configs.sh --bootstrap-server fake:9092" in lifted.commands[0]
+    kafka.online.add(3)
+    assert steps.lift_cordons(ctx, cordoned).brokers == (3,) and kafka.configs[("broker", "3")] == {}
+
+
+def test_brokers_before_kafka_4_3_are_not_cordoned_and_the_record_says_why(
+        kafka: FakeKafka, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kafkaops.platform.kafka import metadata
+
+    monkeypatch.setattr(metadata, "metadata_version", lambda conn: 21)
+    ctx = drain_context()
+    skipped = steps.set_cordons(ctx)
+    assert skipped is not None and skipped.brokers == () and "level 21, below 30" in (skipped.skipped or "")
+    assert kafka.config_calls == [] and steps.cordons_in_place(ctx) is None
+    assert any("below 30" in (e.data.get("text") or "") for e in ctx.audit.events() if e.kind == "note")
+
+
+def test_a_drained_broker_that_is_down_is_not_cordoned_and_the_run_goes_on(
+        kafka: FakeKafka, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kafkaops.platform.kafka import metadata
+
+    monkeypatch.setattr(metadata, "metadata_version", lambda conn: 30)
+    kafka.online.discard(3)
+    ctx = drain_context()
+    event = steps.set_cordons(ctx)
+    assert event is not None and event.brokers == () and event.record["down"] == [3]
+    assert kafka.config_calls == [] and steps.cordons_in_place(ctx) is None
+    assert any("not registered (down)" in (e.data.get("text") or "") for e in ctx.audit.events() if e.kind == "note")

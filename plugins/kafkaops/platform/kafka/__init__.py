@@ -12,10 +12,12 @@ module             concern
 ``errors``         :func:`~errors.classify`: every error of either client as a typed :mod:`kafkaops.errors`
                    error, by code or class; :func:`~errors.retrying`: the one retry policy.
 ``metadata``       :func:`~metadata.snapshot` (the live cluster as a :class:`kafkaops.model.Cluster`),
-                   ``describe_cluster``, topic names and metadata, replica sizes on disk.
+                   ``describe_cluster``, topic names and metadata, replica sizes on disk, the finalized
+                   ``metadata_version`` (what Kafka features the brokers take).
 ``offsets``        earliest and latest offsets; consumer groups: read, offsets committed, deleted.
 ``topics``         topics created, grown (``create_partitions``), emptied (``truncate_topics``), deleted.
-``reassignments``  partition reassignments listed, submitted, cancelled; preferred leader elections.
+``reassignments``  partition reassignments listed, submitted (replication-factor changes refused, Kafka 4.1+),
+                   cancelled; preferred leader elections.
 ``configs``        dynamic broker and topic configs: described, changed incrementally (``ConfigOp``); where topics
                    keep their data (``describe_topic_storage``: tiered storage, for what a new replica copies).
 ``acls``           DENY Write ACLs: a live migration's quiesce.

@@ -51,6 +51,19 @@ def describe_cluster(conn: KafkaConnection) -> tuple[str, int | None, list[Broke
     return desc.cluster_id, (desc.controller.id if desc.controller else None), brokers
 
 
+
+def metadata_version(conn: KafkaConnection) -> int | None:
+    """The cluster's finalized ``metadata.version`` feature level, as a broker's ApiVersions answer gives it
+    (KIP-584's finalized features, asked through kafka-python's ``describe_features``): what the brokers and
+    controllers all run at, so what a feature of a Kafka release may be used from (e.g. 30, Kafka 4.3-IV0, for
+    cordoned log dirs). None when the broker reports no level."""
+    def ask(client: Any) -> dict[str, Any]:
+        return dict(client.describe_features())
+
+    found = connection.call_legacy(conn, "the cluster's finalized features", ask)
+    level = (found.get("metadata.version") or {}).get("finalized")
+    return None if level is None else int(level[1])
+
 def snapshot(conn: KafkaConnection, *, topics: Iterable[str] | None = None, include_internal: bool = False,
              offsets: bool = True, sizes: bool = True, groups: bool = True) -> Cluster:
     """An immutable picture of the live cluster. Unknown ``topics`` raise :class:`UnknownTopic`."""
