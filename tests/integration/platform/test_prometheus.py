@@ -4,11 +4,13 @@ every second (kafkaops.testing.prometheus), a producer writing for a few seconds
 (kafkaops.platform.prometheus) reading the load back through the HTTP API."""
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
 
 from kafkaops.cli import datagen
+from kafkaops.errors import ProvisionError
 from kafkaops.platform.kafka import connection, topics
 from kafkaops.platform.prometheus import PrometheusQueryError, finite
 from kafkaops.testing import clusters, prometheus
@@ -85,3 +87,17 @@ def test_prometheus_reads_the_brokers_bytes_in_and_produce_rate_from_the_jmx_exp
             assert prom.query("kafka_server_no_such_metric_total") == ()
             with pytest.raises(PrometheusQueryError, match="rate\\(oops"):
                 prom.query("rate(oops")
+
+
+def test_a_broker_whose_exporter_does_not_answer_fails_the_health_check_naming_it() -> None:
+    """The inventory turns the exporter on but its JVM option never reaches the broker (an operator's override):
+    the broker runs, its exporter's port stays shut, and the role's check says so, naming host and port."""
+    with pytest.raises(ProvisionError) as failed:
+        with clusters.temporary_cluster("kafkaops-metrics-", brokers=1, controllers=1, metrics=True,
+                                        extra_config=TEST_BROKER_CONFIG,
+                                        inventory_vars={"kafka_broker_jmx_exporter_opt": "",
+                                                        "kafka_broker_jmx_exporter_wait": 2}) as spec:
+            pytest.fail(f"the cluster came up although no exporter answers on {spec.metrics_targets}")
+    message = str(failed.value)
+    assert "check 'JMX exporter' failed on kafka-1" in message, message
+    assert re.search(r"does not answer on 127\.0\.0\.1:\d+ after 2 s; the broker is left running", message), message
