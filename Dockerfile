@@ -15,7 +15,8 @@
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
-# -- the jars: Maven copies the broker, tools and Spark classpaths and builds spark-udf (its JUnit tests run);
+# -- the jars: Maven copies the broker, tools and Spark classpaths and the JMX exporter's agent, and builds spark-udf
+#    (its JUnit tests run);
 #    not streams-app, the tests' Kafka Streams application (kafka-streams and RocksDB: no run needs them)
 FROM maven:3.9-eclipse-temurin-17 AS jars
 WORKDIR /src

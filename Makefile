@@ -33,7 +33,7 @@ XDIST := $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist 
 # whose files overlap pyspark 4.2.0's, and the Spark Connect client's grpcio-status, which kafkaops does not use.
 SPARK_PROVIDER := apache-airflow-providers-apache-spark==6.3.4
 
-.PHONY: setup postgres redis sshd browser e2e demo test all-pytest test-quick quick-pytest test-java lint lint-imports test-unit test-integration cluster-up cluster-down airflow bench clean help
+.PHONY: setup postgres redis sshd prometheus browser e2e demo test all-pytest test-quick quick-pytest test-java lint lint-imports test-unit test-integration cluster-up cluster-down airflow bench clean help
 
 help:
 	@echo "make demo          set up, start the local 3-broker cluster, run the main job, stop it"
@@ -44,6 +44,7 @@ help:
 	@echo "make postgres      the PostgreSQL server binaries the store tests start a throw-away server from (apt-get, as root)"
 	@echo "make redis         Debian's redis-server, Celery's broker in the deployment tests (apt-get, as root)"
 	@echo "make sshd          Debian's openssh-server, the remote hosts of the role's SSH tests (apt-get, as root)"
+	@echo "make prometheus    Debian's prometheus server, which the Prometheus tests start on loopback (apt-get, as root)"
 	@echo "make e2e          only the deployment tests (tests/deployment: Postgres, Redis, Celery, separate Airflow components, the browser)"
 	@echo "make browser       Debian's chromium and chromium-driver for the browser test (apt-get, as root)"
 	@echo "make cluster-up    start the local cluster (127.0.0.1:19092,19094,19096) and leave it running"
@@ -66,12 +67,12 @@ $(VENV_STAMP): pyproject.toml
 	$(PY) -c 'import airflow.providers.apache.spark.hooks.spark_submit'
 	touch $@
 
-$(JARS_STAMP): jvm/pom.xml jvm/broker/pom.xml jvm/broker-3.9/pom.xml jvm/tools/pom.xml jvm/tiered-storage/pom.xml jvm/spark/pom.xml jvm/spark-udf/pom.xml $(wildcard jvm/spark-udf/src/main/java/io/kafkaops/spark/*.java) $(wildcard jvm/spark-udf/src/test/java/io/kafkaops/spark/*.java) jvm/spark-udf/src/test/resources/key_rules_vectors.json \
+$(JARS_STAMP): jvm/pom.xml jvm/broker/pom.xml jvm/broker-3.9/pom.xml jvm/tools/pom.xml jvm/tiered-storage/pom.xml jvm/jmx-exporter/pom.xml jvm/spark/pom.xml jvm/spark-udf/pom.xml $(wildcard jvm/spark-udf/src/main/java/io/kafkaops/spark/*.java) $(wildcard jvm/spark-udf/src/test/java/io/kafkaops/spark/*.java) jvm/spark-udf/src/test/resources/key_rules_vectors.json \
   jvm/streams-app/pom.xml $(wildcard jvm/streams-app/src/main/java/io/kafkaops/streams/*.java) $(wildcard jvm/streams-app/src/test/java/io/kafkaops/streams/*.java) $(wildcard jvm/streams-app/src/*/resources/*)
 	@command -v java >/dev/null || { echo "error: java not found; install a JDK 17+ (e.g. apt-get install openjdk-17-jdk-headless)"; exit 1; }
 	@command -v mvn >/dev/null || { echo "error: mvn not found; install Maven 3.8+ (e.g. apt-get install maven)"; exit 1; }
 	@java -version 2>&1 | awk -F'"' '/version/ {split($$2, v, "."); if (v[1] < 17) {print "error: Kafka 4 needs Java 17+, found " $$2; exit 1}}'
-	rm -rf $(JARS_DIR)/broker $(JARS_DIR)/broker-3.9 $(JARS_DIR)/tools $(JARS_DIR)/tiered-storage $(JARS_DIR)/spark $(JARS_DIR)/streams-app
+	rm -rf $(JARS_DIR)/broker $(JARS_DIR)/broker-3.9 $(JARS_DIR)/tools $(JARS_DIR)/tiered-storage $(JARS_DIR)/jmx-exporter $(JARS_DIR)/spark $(JARS_DIR)/streams-app
 	mvn -q -B -f jvm/pom.xml package -Djars.dir=$(JARS_DIR)
 	touch $@
 
@@ -113,6 +114,18 @@ sshd:
 	  fi; \
 	fi
 
+# The Prometheus tests (tests/integration/platform/test_prometheus.py) start Debian's prometheus on loopback with a
+# config of their own (kafkaops/testing/prometheus.py); Debian's service is neither needed nor started.
+prometheus:
+	@if ! command -v prometheus >/dev/null; then \
+	  if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	    echo "error: prometheus not found; the Prometheus tests need it: install it (e.g. sudo apt-get install prometheus), or run make test as root on Debian/Ubuntu"; exit 1; \
+	  fi; \
+	  export DEBIAN_FRONTEND=noninteractive && \
+	  { apt-get install -y --no-install-recommends prometheus || \
+	    { apt-get update && apt-get install -y --no-install-recommends prometheus; }; }; \
+	fi
+
 # The browser test (tests/deployment) drives Debian's chromium through its chromedriver with Selenium;
 # nothing downloads a browser. Without them (and not root on Debian) it says what to install and skips.
 browser:
@@ -134,7 +147,7 @@ demo: setup
 # The venv and the jars are made side by side (pip works on one core, Maven beside it).
 test:
 	@$(MAKE) --no-print-directory -j2 --output-sync=target setup
-	@$(MAKE) --no-print-directory postgres redis sshd browser
+	@$(MAKE) --no-print-directory postgres redis sshd prometheus browser
 	@$(MAKE) --no-print-directory -j2 lint all-pytest
 
 all-pytest: setup $(JVM_ARCHIVES)
@@ -176,7 +189,7 @@ lint-imports: setup
 test-unit: setup
 	$(PY) -m pytest $(XDIST) tests/unit $(PYTEST_ARGS)
 
-test-integration: setup postgres
+test-integration: setup postgres prometheus
 	$(PY) -m pytest $(XDIST) tests/integration $(PYTEST_ARGS)
 
 cluster-up: setup

@@ -104,6 +104,13 @@ class NodeSpec:
     rack: str = ""
     roles: tuple[str, ...] = ("broker", "controller")
     host: str = "127.0.0.1"
+    #: The port of the node's Prometheus JMX exporter (the role's kafka_broker_jmx_exporter_port); None: no exporter.
+    metrics_port: int | None = None
+
+    @property
+    def metrics_target(self) -> str | None:
+        """``host:port`` of the node's JMX exporter, for Prometheus to scrape; None without one."""
+        return None if self.metrics_port is None else f"{self.host}:{self.metrics_port}"
 
     @property
     def hostname(self) -> str:
@@ -135,6 +142,11 @@ class ClusterSpec:
     def bootstrap(self) -> str:
         return ",".join(f"{n.host}:{n.port}" for n in self.nodes if "broker" in n.roles)
 
+    @property
+    def metrics_targets(self) -> tuple[str, ...]:
+        """``host:port`` of each node's JMX exporter (the nodes that have one)."""
+        return tuple(n.metrics_target for n in self.nodes if n.metrics_target is not None)
+
     def node(self, node_id: int) -> NodeSpec:
         for node in self.nodes:
             if node.node_id == node_id:
@@ -154,7 +166,9 @@ class ClusterSpec:
                 "extra_config": dict(self.extra_config), "inventory_vars": dict(self.inventory_vars),
                 **({"kafka_version": self.kafka_version} if self.kafka_version else {}),
                 "nodes": [{"node_id": n.node_id, "port": n.port, "controller_port": n.controller_port, "rack": n.rack,
-                           "roles": list(n.roles), "host": n.host} for n in self.nodes]}
+                           "roles": list(n.roles), "host": n.host,
+                           **({"metrics_port": n.metrics_port} if n.metrics_port is not None else {})}
+                          for n in self.nodes]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ClusterSpec:
@@ -165,7 +179,8 @@ class ClusterSpec:
                        kafka_version=str(data.get("kafka_version", "")),
                        nodes=tuple(NodeSpec(node_id=int(n["node_id"]), port=int(n["port"]),
                                             controller_port=int(n["controller_port"]), rack=n.get("rack", ""),
-                                            roles=tuple(n.get("roles", ("broker",))), host=n.get("host", "127.0.0.1"))
+                                            roles=tuple(n.get("roles", ("broker",))), host=n.get("host", "127.0.0.1"),
+                                            metrics_port=None if n.get("metrics_port") is None else int(n["metrics_port"]))
                                    for n in data["nodes"]))
         except (KeyError, TypeError, ValueError) as err:
             raise ProvisionError(f"cannot read a cluster spec: {err!r}; expected the shape of ClusterSpec.to_dict()") \
@@ -194,11 +209,14 @@ class ClusterSpec:
         if not ids:
             raise ProvisionError("no broker to add: give a count of at least 1 or explicit node ids")
         rack_cycle = list(racks) or sorted({n.rack for n in self.nodes}) or [""]
-        ports = free_ports(2 * len(ids))
+        metrics = any(n.metrics_port is not None for n in self.nodes)  # new brokers exported as the others are
+        per_node = 3 if metrics else 2
+        ports = free_ports(per_node * len(ids))
         spec, added = self, []
         for i, node_id in enumerate(ids):
-            node = NodeSpec(node_id=node_id, port=ports[2 * i], controller_port=ports[2 * i + 1],
-                            rack=rack_cycle[(len(self.nodes) + i) % len(rack_cycle)], roles=("broker",))
+            node = NodeSpec(node_id=node_id, port=ports[per_node * i], controller_port=ports[per_node * i + 1],
+                            rack=rack_cycle[(len(self.nodes) + i) % len(rack_cycle)], roles=("broker",),
+                            metrics_port=ports[per_node * i + 2] if metrics else None)
             spec = spec.with_node(node)
             added.append(node)
         return spec, tuple(added)
@@ -206,9 +224,11 @@ class ClusterSpec:
     def inventory(self) -> dict[str, Any]:
         """The Ansible inventory of this cluster (controllers in their own group)."""
         def host_vars(n: NodeSpec) -> dict[str, Any]:
+            exporter = {} if n.metrics_port is None else {"kafka_broker_jmx_exporter": True,
+                                                          "kafka_broker_jmx_exporter_port": n.metrics_port}
             return {"kafka_broker_node_id": n.node_id, "kafka_broker_port": n.port,
                     "kafka_broker_controller_port": n.controller_port, "kafka_broker_rack": n.rack,
-                    "kafka_broker_process_roles": list(n.roles), "kafka_broker_host": n.host}
+                    "kafka_broker_process_roles": list(n.roles), "kafka_broker_host": n.host, **exporter}
         controllers = {n.hostname: host_vars(n) for n in self.nodes if n.is_controller}
         others = {n.hostname: host_vars(n) for n in self.nodes if not n.is_controller}
         return {"all": {
@@ -244,17 +264,20 @@ def broker_jars(kafka_version: str = "") -> str:
 def local_cluster_spec(base_dir: Path, brokers: int = 3, racks: Sequence[str] = ("rack-a", "rack-b", "rack-c"),
                        controllers: int = 3, extra_config: Mapping[str, Any] | None = None,
                        heap: str = "512m", inventory_vars: Mapping[str, Any] | None = None,
-                       kafka_version: str = "") -> ClusterSpec:
+                       kafka_version: str = "", metrics: bool = False) -> ClusterSpec:
     """A fresh cluster on free loopback ports; the first ``controllers`` nodes are combined nodes.
     ``inventory_vars``: the role's variables for every node (a secured cluster's listeners, TLS, SCRAM);
-    ``kafka_version`` as :attr:`ClusterSpec.kafka_version`."""
+    ``kafka_version`` as :attr:`ClusterSpec.kafka_version`; ``metrics``: each node with the Prometheus JMX
+    exporter on a free port of its own (:attr:`ClusterSpec.metrics_targets`)."""
     if controllers not in (1, 3) or controllers > brokers:
         raise ProvisionError(f"a local cluster of {brokers} nodes cannot have a quorum of {controllers} "
                              "controllers; use 1 or 3, at most the node count")
-    ports = free_ports(2 * brokers)
+    per_node = 3 if metrics else 2
+    ports = free_ports(per_node * brokers)
     nodes = tuple(
-        NodeSpec(node_id=i + 1, port=ports[2 * i], controller_port=ports[2 * i + 1], rack=racks[i % len(racks)],
-                 roles=("broker", "controller") if i < controllers else ("broker",))
+        NodeSpec(node_id=i + 1, port=ports[per_node * i], controller_port=ports[per_node * i + 1],
+                 rack=racks[i % len(racks)], roles=("broker", "controller") if i < controllers else ("broker",),
+                 metrics_port=ports[per_node * i + 2] if metrics else None)
         for i in range(brokers))
     return ClusterSpec(cluster_id=new_cluster_id(), base_dir=Path(base_dir), nodes=nodes, heap=heap,
                        extra_config=dict(extra_config or {}), inventory_vars=dict(inventory_vars or {}),
@@ -366,6 +389,7 @@ def run_playbook(playbook: str, inventory: Mapping[str, Any] | str | Path, *,
     # Fallbacks, not role variables: the role reads them only through kafka_broker_* defaults, so an
     # inventory's own kafka_broker_jars_source / kafka_broker_classpath_dir / kafka_broker_dist_cache win.
     variables = {"kafkaops_broker_jars": str(jar_dir("broker")), "kafkaops_dist_cache": str(CACHE / "dist"),
+                 "kafkaops_jmx_exporter_jars": str(jar_dir("jmx-exporter")),
                  "kafka_broker_check_python": sys.executable, **(extravars or {})}
 
     inv: Any = str(inventory) if isinstance(inventory, Path) else inventory
@@ -550,9 +574,12 @@ def local_spec() -> ClusterSpec:
 
     inventory = yaml.safe_load(LOCAL_INVENTORY.read_text())["all"]
     hosts = inventory["children"]["kafka_cluster"]["children"]["kafka_controllers"]["hosts"]
+    exporter = bool(inventory["vars"].get("kafka_broker_jmx_exporter", False))
     nodes = tuple(NodeSpec(node_id=int(v["kafka_broker_node_id"]), port=int(v["kafka_broker_port"]),
                            controller_port=int(v["kafka_broker_controller_port"]),
-                           rack=str(v.get("kafka_broker_rack", "")))
+                           rack=str(v.get("kafka_broker_rack", "")),
+                           metrics_port=int(v["kafka_broker_jmx_exporter_port"])
+                           if exporter and "kafka_broker_jmx_exporter_port" in v else None)
                   for v in sorted(hosts.values(), key=lambda v: int(v["kafka_broker_node_id"])))
     return ClusterSpec(cluster_id=inventory["vars"]["kafka_broker_cluster_id"], base_dir=LOCAL_BASE_DIR,
                        nodes=nodes, heap=str(inventory["vars"].get("kafka_broker_heap", "512m")))

@@ -216,3 +216,25 @@ def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> Non
     for port in ports:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind(("127.0.0.1", port))
+
+
+def test_a_spec_with_metrics_gives_each_node_an_exporter_port_also_when_grown(tmp_path: Path) -> None:
+    spec = provision.local_cluster_spec(tmp_path, brokers=3, metrics=True)
+    ports = [p for n in spec.nodes for p in (n.port, n.controller_port, n.metrics_port)]
+    assert None not in ports and len(set(ports)) == 9, ports
+    assert spec.metrics_targets == tuple(f"127.0.0.1:{n.metrics_port}" for n in spec.nodes)
+    hosts = spec.inventory()["all"]["children"]["kafka_cluster"]["children"]["kafka_controllers"]["hosts"]
+    assert {h["kafka_broker_jmx_exporter_port"] for h in hosts.values()} == {n.metrics_port for n in spec.nodes}
+    assert all(h["kafka_broker_jmx_exporter"] is True for h in hosts.values())
+    grown, (added,) = spec.with_new_brokers(1)
+    assert added.metrics_port is not None and added.metrics_port not in ports
+    assert provision.ClusterSpec.load(grown.save(tmp_path / "spec.json")) == grown
+    plain = provision.local_cluster_spec(tmp_path, brokers=1, controllers=1)
+    assert plain.metrics_targets == () and "metrics_port" not in plain.to_dict()["nodes"][0]
+    (host,) = plain.inventory()["all"]["children"]["kafka_cluster"]["children"]["kafka_controllers"]["hosts"].values()
+    assert "kafka_broker_jmx_exporter" not in host
+    assert plain.with_new_brokers(1)[1][0].metrics_port is None
+
+
+def test_the_local_cluster_exports_its_metrics_on_the_inventorys_ports() -> None:
+    assert provision.local_spec().metrics_targets == ("127.0.0.1:19404", "127.0.0.1:19405", "127.0.0.1:19406")
