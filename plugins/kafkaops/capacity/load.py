@@ -1,0 +1,308 @@
+"""The brokers' load over a review window as Prometheus saw it, and the rules a capacity review applies to it.
+
+:func:`read_load` asks a Prometheus server (:mod:`kafkaops.platform.prometheus`) one range query per indicator
+(:data:`QUERIES`: the JMX exporter's metrics, ``kafka_broker_jmx_exporter``) and keeps what it could not read,
+with the reason, in :attr:`LoadWindow.skipped`. Everything else is pure and reads a :class:`LoadWindow`:
+
+- :func:`load_findings`: one :class:`~kafkaops.capacity.review.Finding` per broker and rule that held, with the
+  hours (UTC) when it did; each percentile is of the observed points only (a broker down for part of the window
+  leaves a gap, never a zero);
+- :func:`load_needs`: the brokers the CPU and the network need, each with its formula and inputs, for the
+  broker-count recommendation (:func:`kafkaops.capacity.review.recommend_brokers` takes the largest need);
+- a hot broker (one broker's load far above the others' while replica counts are even) is a finding of its own
+  that points to a rebalance, not to more brokers.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from kafkaops.capacity.review import CapacityError, Finding
+from kafkaops.platform.prometheus import Point, PrometheusClient, PrometheusError
+
+log = logging.getLogger(__name__)
+
+QUERIES: Mapping[str, str] = {
+    "cpu": "max by (instance) (java_lang_operatingsystem_processcpuload)",
+    "bytes_in": 'sum by (instance) (rate(kafka_server_brokertopicmetrics_bytesin_total{{topic=""}}[{rate}]))',
+    "bytes_out": 'sum by (instance) (rate(kafka_server_brokertopicmetrics_bytesout_total{{topic=""}}[{rate}]))',
+    "handler_idle": "max by (instance) (kafka_server_kafkarequesthandlerpool_requesthandleravgidlepercent)",
+    "produce_p99_ms": 'max by (instance) (kafka_network_requestmetrics_totaltimems{request="Produce",quantile="0.99"})',
+    "under_min_isr": "max by (instance) (kafka_server_replicamanager_underminisrpartitioncount)",
+}
+"""The PromQL of each indicator, one series per broker (``instance``: its exporter's host:port). CPU is the
+broker JVM's share of its host's processors (0..1); bytes are the clients' (produce in, fetch out) per second;
+``{rate}`` is the rate window, a few scrape intervals."""
+
+RULES: Mapping[str, tuple[str, ...]] = {
+    "cpu": ("cpu",), "network": ("bytes_in", "bytes_out"), "request_handler_idle": ("handler_idle",),
+    "produce_p99": ("produce_p99_ms",), "under_min_isr": ("under_min_isr",), "hot_broker": ("cpu", "bytes_in", "bytes_out"),
+}
+"""Each load rule and the indicators it reads: a rule whose indicators could not be read is skipped, by name."""
+
+
+@dataclass(frozen=True)
+class LoadThresholds:
+    """The load rules' limits (the capacity review's params). ``network_capacity_bytes_per_s``: what one broker's
+    network carries each way, as the operator states it; the network rule needs it."""
+
+    max_cpu: float = 0.70
+    max_network: float = 0.80
+    min_handler_idle: float = 0.30
+    max_produce_p99_ms: float = 100.0
+    max_under_min_isr: float = 0.0
+    hot_ratio: float = 2.0
+    even_replicas: float = 0.10
+    network_capacity_bytes_per_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_cpu", "max_network", "min_handler_idle"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise CapacityError(f"{name} is {value!r}; give a share in (0, 1], e.g. 0.7")
+        if not self.max_produce_p99_ms > 0 or self.max_under_min_isr < 0 or not self.hot_ratio > 1:
+            raise CapacityError(f"load thresholds out of range: max_produce_p99_ms {self.max_produce_p99_ms!r} (> 0), "
+                                f"max_under_min_isr {self.max_under_min_isr!r} (>= 0), hot_ratio {self.hot_ratio!r} "
+                                "(> 1)")
+
+    def network_capacity(self) -> float:
+        """The stated per-broker network capacity, or the error that names the param to set."""
+        value = self.network_capacity_bytes_per_s
+        if value is None or isinstance(value, bool) or not value > 0:
+            raise CapacityError(f"the network capacity per broker is {value!r}: the network rule needs what one broker's "
+                                "network carries each way; set the param network_capacity_mb_per_s (MB/s, e.g. 1250 "
+                                "for 10 Gbit/s) or leave the Prometheus connection out")
+        return float(value)
+
+
+@dataclass(frozen=True)
+class LoadWindow:
+    """What Prometheus showed of each indicator over ``start``..``end`` (Unix seconds, every ``step_s``): per
+    indicator, each broker's points (gaps left out). ``skipped``: the indicators it could not read, and why."""
+
+    start: float
+    end: float
+    step_s: float
+    indicators: Mapping[str, Mapping[str, tuple[Point, ...]]]
+    skipped: Mapping[str, str] = field(default_factory=dict)
+
+    def brokers(self) -> tuple[str, ...]:
+        return tuple(sorted({b for series in self.indicators.values() for b in series}))
+
+    def observed(self, indicator: str, broker: str) -> tuple[float, ...]:
+        """The finite values of one broker's indicator: what a percentile is taken of."""
+        return tuple(v for _, v in self.indicators.get(indicator, {}).get(broker, ()) if math.isfinite(v))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"start": self.start, "end": self.end, "step_s": self.step_s,
+                "indicators": {k: {b: [list(p) for p in pts] for b, pts in v.items()} for k, v in self.indicators.items()},
+                "skipped": dict(self.skipped)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LoadWindow:
+        try:
+            return cls(float(data["start"]), float(data["end"]), float(data["step_s"]),
+                       {k: {b: tuple((float(t), float(v)) for t, v in pts) for b, pts in v.items()}
+                        for k, v in data["indicators"].items()}, dict(data.get("skipped") or {}))
+        except (KeyError, TypeError, ValueError) as err:
+            raise CapacityError(f"cannot read a load window from this dict: {err!r}; expected LoadWindow.to_dict()") from err
+
+
+def read_load(client: PrometheusClient, *, start: float, end: float, step_s: float = 60.0,
+              brokers: Mapping[str, str] | None = None) -> LoadWindow:
+    """Each indicator of :data:`QUERIES` over the window, per broker (``brokers``: exporter ``instance`` ->
+    the name the review uses, e.g. ``broker 2``; unmapped instances keep their own). An indicator whose query
+    fails or matches nothing is skipped with the reason; the window is never padded with zeros."""
+    rate = f"{max(int(step_s * 2), 60)}s"
+    found: dict[str, dict[str, tuple[Point, ...]]] = {}
+    skipped: dict[str, str] = {}
+    for name, template in QUERIES.items():
+        promql = template.format(rate=rate) if "{rate}" in template else template.replace("{{", "{").replace("}}", "}")
+        try:
+            result = client.query_range(promql, start=start, end=end, step_s=step_s)
+        except PrometheusError as err:
+            skipped[name] = f"Prometheus {client.public_url} did not answer {promql!r}: {err}"
+            continue
+        if not result.series:
+            skipped[name] = (f"no series for {promql!r} on {client.public_url} from {_utc(start)} to {_utc(end)}: "
+                             "is the JMX exporter on (kafka_broker_jmx_exporter) and scraped?")
+            continue
+        found[name] = {(brokers or {}).get(s.labels.get("instance", "?"), s.labels.get("instance", "?")): s.points
+                       for s in result.series}
+    log.info("load window %s..%s: %d of %d indicators read", _utc(start), _utc(end), len(found), len(QUERIES))
+    return LoadWindow(start, end, step_s, found, skipped)
+
+
+# -- the rules (pure) -----------------------------------------------------------------------------------------
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values``, nearest rank; raises on none (a rule never invents a value)."""
+    if not values:
+        raise CapacityError("a percentile of no observed value was asked; the rule must be skipped instead")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def _utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def held_hours(points: Sequence[Point], crosses: Any, step_s: float) -> tuple[tuple[float, float], ...]:
+    """The stretches (first, last timestamp) of consecutive observed points for which ``crosses(value)`` holds;
+    a gap in the points (more than 1.5 steps) ends a stretch."""
+    stretches: list[tuple[float, float]] = []
+    for t, v in points:
+        if not (math.isfinite(v) and crosses(v)):
+            continue
+        if stretches and t - stretches[-1][1] <= 1.5 * step_s:
+            stretches[-1] = (stretches[-1][0], t)
+        else:
+            stretches.append((t, t))
+    return tuple(stretches)
+
+
+def _when(stretches: Sequence[tuple[float, float]]) -> str:
+    shown = [f"{_utc(a)[:-4]}-{_utc(b)[11:]}" if a != b else _utc(a) for a, b in stretches[:3]]
+    more = f" and {len(stretches) - 3} more" if len(stretches) > 3 else ""
+    return ", ".join(shown) + more
+
+
+def _coverage(window: LoadWindow, points: Sequence[Point]) -> str:
+    expected = max(1, int(round((window.end - window.start) / window.step_s)) + 1)
+    seen = sum(1 for _, v in points if math.isfinite(v))
+    return "" if seen >= expected else f"; observed {seen} of {expected} steps (the rest is a gap, not counted)"
+
+
+def _network(window: LoadWindow, broker: str) -> tuple[Point, ...]:
+    """Each step's larger of bytes in and out per second: what the busier direction of the network carries."""
+    out = dict(window.indicators.get("bytes_out", {}).get(broker, ()))
+    return tuple((t, max(v, out[t])) for t, v in window.indicators.get("bytes_in", {}).get(broker, ()) if t in out)
+
+
+def load_findings(window: LoadWindow, thresholds: LoadThresholds = LoadThresholds(),
+                  replicas: Mapping[str, int] | None = None) -> tuple[list[Finding], dict[str, str]]:
+    """The load rules that held, per broker, and the rules skipped with why (their indicators unread, or no
+    observed value). CPU and network: the p95 of the observed points above the limit; request handlers: the 5th
+    percentile of their idle share below it; Produce p99: its p95 above the target; under-min-ISR partitions: any
+    observed above the limit. ``replicas`` (per broker name) lets a hot broker be told from an undersized cluster."""
+    skipped = {rule: "; ".join(window.skipped.get(i, f"{i} was not read") for i in needs
+                               if i in window.skipped or i not in window.indicators)
+               for rule, needs in RULES.items() if any(i in window.skipped or i not in window.indicators for i in needs)}
+    findings: list[Finding] = []
+    checks = (
+        ("cpu", "cpu", lambda b: window.indicators.get("cpu", {}).get(b, ()), 0.95, thresholds.max_cpu, True,
+         lambda v: f"{v:.0%}", "CPU (the broker's share of its host's processors)"),
+        ("request_handler_idle", "handler_idle", lambda b: window.indicators.get("handler_idle", {}).get(b, ()), 0.05,
+         thresholds.min_handler_idle, False, lambda v: f"{v:.0%}", "request handlers idle (5th percentile)"),
+        ("produce_p99", "produce_p99_ms", lambda b: window.indicators.get("produce_p99_ms", {}).get(b, ()), 0.95,
+         thresholds.max_produce_p99_ms, True, lambda v: f"{v:,.0f} ms", "Produce p99 latency (its p95)"),
+        ("under_min_isr", "under_min_isr", lambda b: window.indicators.get("under_min_isr", {}).get(b, ()), 1.0,
+         thresholds.max_under_min_isr, True, lambda v: f"{v:,.0f}", "partitions under their min ISR (most)"),
+    )
+    for rule, indicator, points_of, q, limit, above, shown, what in checks:
+        if rule in skipped:
+            continue
+        for broker in sorted(window.indicators.get(indicator, {})):
+            points = points_of(broker)
+            values = window.observed(indicator, broker)
+            if not values:
+                skipped[rule] = f"{what}: no observed value for {broker} in the window"
+                continue
+            value = percentile(values, q)
+            if (value > limit) if above else (value < limit):
+                held = held_hours(points, (lambda v, lim=limit: v > lim) if above else (lambda v, lim=limit: v < lim),
+                                  window.step_s)
+                findings.append(Finding(rule, broker, round(value, 4), limit,
+                                        f"{broker}: {what} {shown(value)} ({'>' if above else '<'} {shown(limit)}), "
+                                        f"held {_when(held)}{_coverage(window, points)}"))
+    if "network" not in skipped:
+        capacity = thresholds.network_capacity()
+        for broker in sorted(window.indicators.get("bytes_in", {})):
+            points = _network(window, broker)
+            values = tuple(v for _, v in points if math.isfinite(v))
+            if not values:
+                skipped["network"] = f"network: no observed value for {broker} in the window"
+                continue
+            use = percentile(values, 0.95) / capacity
+            if use > thresholds.max_network:
+                held = held_hours(points, lambda v: v / capacity > thresholds.max_network, window.step_s)
+                findings.append(Finding("network", broker, round(use, 4), thresholds.max_network,
+                                        f"{broker}: network {use:.0%} of its {capacity / 1e6:,.0f} MB/s (p95 of the busier "
+                                        f"direction, > {thresholds.max_network:.0%}), held {_when(held)}"
+                                        f"{_coverage(window, points)}"))
+    if "hot_broker" not in skipped:
+        findings += hot_brokers(window, thresholds, replicas)
+    return findings, skipped
+
+
+def hot_brokers(window: LoadWindow, thresholds: LoadThresholds, replicas: Mapping[str, int] | None) -> list[Finding]:
+    """Brokers whose CPU or busier network direction (p95) is ``hot_ratio`` times the median of the others' while
+    every broker's replica count is within ``even_replicas`` of the mean: the load follows leaders or a few busy
+    partitions, and a rebalance evens it where more brokers would not."""
+    if not replicas or len(replicas) < 3:
+        return []
+    mean = sum(replicas.values()) / len(replicas)
+    if mean <= 0 or max(abs(n - mean) for n in replicas.values()) > thresholds.even_replicas * mean:
+        return []
+    found = []
+    for name, values_of in (("CPU", lambda b: window.observed("cpu", b)),
+                            ("network", lambda b: tuple(v for _, v in _network(window, b) if math.isfinite(v)))):
+        loads = {b: percentile(v, 0.95) for b in window.brokers() if (v := values_of(b))}
+        for broker, load in sorted(loads.items()):
+            others = sorted(v for b, v in loads.items() if b != broker)
+            if len(others) < 2:
+                continue
+            median = others[len(others) // 2] if len(others) % 2 else (others[len(others) // 2 - 1] + others[len(others) // 2]) / 2
+            if median > 0 and load > thresholds.hot_ratio * median:
+                found.append(Finding("hot_broker", broker, round(load / median, 2), thresholds.hot_ratio,
+                                     f"{broker}: {name} load (p95) {load / median:.1f}x the other brokers' median while "
+                                     f"replica counts are within {thresholds.even_replicas:.0%} of each other: the load "
+                                     "follows leaders or busy partitions; rebalance (kafka_reassign, operation rebalance) "
+                                     "rather than add brokers"))
+    return found
+
+
+@dataclass(frozen=True)
+class LoadNeeds:
+    """The brokers the CPU and the network need at their limits, each with the formula's inputs (None: not
+    measured)."""
+
+    by_cpu: int | None
+    by_network: int | None
+    inputs: Mapping[str, Any]
+
+    def text(self) -> str:
+        parts = []
+        if self.by_cpu is not None:
+            parts.append(f"by CPU ceil({self.inputs['cpu_sum']:.2f} / {self.inputs['max_cpu']:g}) = {self.by_cpu}")
+        if self.by_network is not None:
+            parts.append(f"by network ceil({self.inputs['network_sum_bytes_per_s'] / 1e6:,.1f} MB/s / "
+                         f"({self.inputs['max_network']:g} x {self.inputs['network_capacity_bytes_per_s'] / 1e6:,.0f} "
+                         f"MB/s)) = {self.by_network}")
+        return "; ".join(parts) or "no load measured"
+
+
+def load_needs(window: LoadWindow, thresholds: LoadThresholds = LoadThresholds()) -> LoadNeeds:
+    """brokers by CPU = ceil(sum of each broker's CPU p95 / max_cpu); by network = ceil(sum of each broker's busier
+    direction p95 / (max_network x capacity)). A broker without observed values adds nothing (it is not
+    assumed idle: the inputs say how many were measured)."""
+    cpu = [percentile(v, 0.95) for b in window.brokers() if (v := window.observed("cpu", b))]
+    inputs: dict[str, Any] = {"max_cpu": thresholds.max_cpu, "cpu_brokers_measured": len(cpu),
+                              "max_network": thresholds.max_network}
+    by_cpu = None
+    if cpu and "cpu" not in window.skipped:
+        inputs["cpu_sum"] = sum(cpu)
+        by_cpu = max(1, math.ceil(sum(cpu) / thresholds.max_cpu))
+    by_network = None
+    net = [percentile(v, 0.95) for b in window.brokers()
+           if (v := tuple(x for _, x in _network(window, b) if math.isfinite(x)))]
+    if net and not {"bytes_in", "bytes_out"} & set(window.skipped):
+        capacity = thresholds.network_capacity()
+        inputs.update(network_sum_bytes_per_s=sum(net), network_capacity_bytes_per_s=capacity,
+                      network_brokers_measured=len(net))
+        by_network = max(1, math.ceil(sum(net) / (thresholds.max_network * capacity)))
+    return LoadNeeds(by_cpu, by_network, inputs)
