@@ -724,7 +724,8 @@ def wait_spec(plan_data: Mapping[str, Any], keys: Iterable[Sequence[Any]], befor
     partition's copy is the leader's local log)."""
     wanted = {(str(k[0]), int(k[1])) for k in keys}
     cluster = Cluster.from_dict(before)
-    storage = (TopicStorage.from_dict(s) for s in plan_data["plan"].get("storage") or ())  # the tiered topics
+    # the tiered topics, as the plan read them; a plan given as Kafka's JSON alone read none
+    storage = (TopicStorage.from_dict(s) for s in (plan_data.get("plan") or {}).get("storage") or ())
     cut = replace(cluster, partitions=tuple(p for p in cluster.partitions if p.topic_partition in wanted), groups=(),
                   _index=None).with_storage(storage)
     return WaitSpec({k: r for k, r in desired_of(plan_data).items() if k in wanted}, cut)
