@@ -1,7 +1,7 @@
 """The scheduled capacity review as tasks: kafkaops.capacity.steps's steps.
 
     begin (setup: the record, the cluster lock) -> snapshot -> history_append -> key_skew (optional,
-      Spark) -> review -> report -> scale_out_proposal -> finish (teardown: outcome, lock released)
+      Spark) | load (the brokers' load from Prometheus, kafkaops.capacity.load) -> review -> report -> scale_out_proposal -> finish (teardown: outcome, lock released)
       -> propose_scale_out (TriggerDagRunOperator: a kafka_scale_out run with approval=manual,
          dry_run=false, which waits at its approval for a person; after finish, so the lock is free)
 
@@ -26,7 +26,7 @@ from kafkaops.capacity import steps
 from kafkaops.platform import lifecycle
 from kafkaops.platform import params as form
 from kafkaops.airflow import spark_submit
-from kafkaops.airflow.hooks import KafkaOpsHook
+from kafkaops.airflow.hooks import KafkaOpsHook, prometheus_url
 from kafkaops.airflow.operation_dag import RETRIED, operation_dag, params_of, task_of, value_of
 from kafkaops.airflow.operators import failed_tasks, run_fields
 
@@ -47,7 +47,9 @@ PARAMS: dict[str, Param] = {
                  steps.PER_BROKER, steps.DISK_PER_BROKER, steps.KEY_SKEW)),
     "spark_conn_id": spark_submit.SPARK_CONN_PARAM,
     **params_of((steps.SKEW_TOPIC, steps.SAMPLE_RECORDS, steps.CANDIDATE_KEY_FIELD, steps.CANDIDATE_PARTITIONS,
-                 steps.PROPOSE_SCALE_OUT, steps.SCALE_OUT_INVENTORY)),
+                 steps.PROPOSE_SCALE_OUT, steps.SCALE_OUT_INVENTORY, steps.PROMETHEUS_CONN_ID, steps.PROMETHEUS_URL,
+                 steps.PROMETHEUS_SELECTOR, steps.LOAD_WINDOW_HOURS, steps.MAX_CPU, steps.MAX_NETWORK,
+                 steps.NETWORK_CAPACITY, steps.MIN_HANDLER_IDLE, steps.MAX_PRODUCE_P99)),
 }
 """The form: the specs of kafkaops.capacity.steps."""
 
@@ -92,6 +94,14 @@ def _context() -> tuple[Any, lifecycle.OperationContext]:
 def _snapshot() -> dict[str, Any]:
     context, params, _, _ = _run()
     return steps.take_snapshot(KafkaOpsHook(params.kafka_conn_id).get_config(), params, _record(context))
+
+
+def _load(cluster: dict[str, Any]) -> dict[str, Any]:
+    _, params, _, _ = _run()
+    url = params.prometheus_url or prometheus_url(params.prometheus_conn_id)
+    why = (f"no Prometheus: there is no Airflow connection '{params.prometheus_conn_id}' (type http, the server that "
+           "scrapes the brokers' JMX exporters) and no prometheus_url")
+    return steps.take_load(url, cluster, params, why_none=why)
 
 
 def _key_skew(cluster: dict[str, Any]) -> dict[str, Any] | None:
@@ -149,9 +159,14 @@ def build_capacity_review_dag(dag_id: str, *, schedule: str | None = DEFAULT_SCH
         def key_skew(cluster: dict[str, Any]) -> dict[str, Any] | None:
             return _key_skew(cluster)
 
+        @task
+        def load(cluster: dict[str, Any]) -> dict[str, Any]:
+            return _load(cluster)
+
         @task(trigger_rule="none_failed")
-        def review(cluster: dict[str, Any], history: dict[str, Any], skew: Any = None) -> dict[str, Any]:
-            return steps.make_review(cluster, _run()[1], _skew_or_none(skew))
+        def review(cluster: dict[str, Any], history: dict[str, Any], load: dict[str, Any],
+                   skew: Any = None) -> dict[str, Any]:
+            return steps.make_review(cluster, _run()[1], _skew_or_none(skew), load)
 
         @task(trigger_rule="none_failed")
         def report(review_data: dict[str, Any], skew: Any = None) -> dict[str, str]:
@@ -172,7 +187,8 @@ def build_capacity_review_dag(dag_id: str, *, schedule: str | None = DEFAULT_SCH
         history = history_append(value_of(cluster))
         skew = key_skew.override(**RETRIED)(value_of(cluster))
         history >> skew
-        reviewed = review(value_of(cluster), value_of(history), value_of(skew))
+        brokers_load = load.override(**RETRIED)(value_of(cluster))
+        reviewed = review(value_of(cluster), value_of(history), value_of(brokers_load), value_of(skew))
         reported = report(value_of(reviewed), value_of(skew))
         proposal = scale_out_proposal(value_of(reviewed))
         reported >> proposal

@@ -169,3 +169,33 @@ def _same_database(url: sa.URL, other: str) -> bool:
         return (u.host or "localhost", u.port or _DEFAULT_PORTS.get(u.get_backend_name()), u.database)
 
     return where(url) == where(theirs)
+
+
+def prometheus_url(conn_id: str) -> str | None:
+    """The base URL of the Prometheus server of the Airflow connection ``conn_id`` (type http: host, port, schema
+    ``http`` or ``https``, an optional path in the host's place, login and password as basic auth in the URL's
+    user part, the password registered with the secrets masker); None when there is no such connection."""
+    from urllib.parse import quote
+
+    from airflow.sdk.log import mask_secret
+
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return None
+    host = (conn.host or "").strip()
+    if "://" in host:  # a whole URL put in the host field
+        scheme, _, host = host.partition("://")
+    else:
+        scheme = (conn.schema or "").strip() or ("https" if (conn.conn_type or "") == "https" else "http")
+    if not host:
+        raise ConfigError(f"the Airflow connection '{conn_id}' names no host; give the Prometheus server's host (and "
+                          "port, schema http or https) or set the review's prometheus_url")
+    user = ""
+    if conn.login:
+        if conn.password:
+            mask_secret(conn.password)
+        user = quote(conn.login, safe="") + (f":{quote(conn.password, safe='')}" if conn.password else "") + "@"
+    base, _, path = host.partition("/")
+    port = f":{conn.port}" if conn.port else ""
+    return f"{scheme}://{user}{base}{port}" + (f"/{path}" if path else "")

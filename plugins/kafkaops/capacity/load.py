@@ -16,33 +16,59 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from kafkaops.capacity.review import CapacityError, Finding
-from kafkaops.platform.prometheus import Point, PrometheusClient, PrometheusError
+from kafkaops.capacity.findings import CapacityError, Finding
+
+Point = tuple[float, float]
+"""A sample: its Unix timestamp (seconds) and its value (as :data:`kafkaops.platform.prometheus.Point`)."""
 
 log = logging.getLogger(__name__)
 
 QUERIES: Mapping[str, str] = {
-    "cpu": "max by (instance) (java_lang_operatingsystem_processcpuload)",
-    "bytes_in": 'sum by (instance) (rate(kafka_server_brokertopicmetrics_bytesin_total{{topic=""}}[{rate}]))',
-    "bytes_out": 'sum by (instance) (rate(kafka_server_brokertopicmetrics_bytesout_total{{topic=""}}[{rate}]))',
-    "handler_idle": "max by (instance) (kafka_server_kafkarequesthandlerpool_requesthandleravgidlepercent)",
-    "produce_p99_ms": 'max by (instance) (kafka_network_requestmetrics_totaltimems{request="Produce",quantile="0.99"})',
-    "under_min_isr": "max by (instance) (kafka_server_replicamanager_underminisrpartitioncount)",
+    "cpu": "max by (instance) (rate(process_cpu_seconds_total{{{sel}}}[{rate}]) / on (instance) "
+           "java_lang_operatingsystem_availableprocessors{{{sel}}})",
+    "host_cpu": '1 - avg by (instance) (rate(node_cpu_seconds_total{{mode="idle"}}[{rate}]))',
+    "bytes_in": 'sum by (instance) (rate({{__name__=~"kafka_server_brokertopicmetrics_(replication)?bytesin_total",'
+                'topic=""{and_sel}}}[{rate}]))',
+    "bytes_out": 'sum by (instance) (rate({{__name__=~"kafka_server_brokertopicmetrics_(replication)?bytesout_total",'
+                 'topic=""{and_sel}}}[{rate}]))',
+    "handler_idle": "max by (instance) (kafka_server_kafkarequesthandlerpool_requesthandleravgidlepercent{{{sel}}})",
+    "produce_p99_ms": 'max by (instance) (kafka_network_requestmetrics_totaltimems{{request="Produce",'
+                      'quantile="0.99"{and_sel}}})',
+    "under_min_isr": "max by (instance) (kafka_server_replicamanager_underminisrpartitioncount{{{sel}}})",
 }
-"""The PromQL of each indicator, one series per broker (``instance``: its exporter's host:port). CPU is the
-broker JVM's share of its host's processors (0..1); bytes are the clients' (produce in, fetch out) per second;
-``{rate}`` is the rate window, a few scrape intervals."""
+"""The PromQL of each indicator, one series per exporter (``instance``: its host:port), each a template of
+:func:`promql`. ``cpu`` is the broker JVM's CPU as a share of its host's processors (0..1), from the JMX
+exporter's ``process_cpu_seconds_total``; ``host_cpu`` is the host's (node_exporter), which the CPU rule takes
+instead where a host runs one broker; bytes are what a broker's network carries each way (clients' and
+replication's) per second. The operator's selector narrows every query but the node_exporter's, whose series
+are matched to the brokers by host."""
+
+#: The series that names each JMX exporter's Kafka node (the kafka_broker role's rules: ``node_id`` label).
+NODES_QUERY = "max by (instance, node_id) (last_over_time(kafka_server_app_info_start_time_ms{{{sel}}}[{window}]))"
+
+
+def promql(template: str, *, rate: str, selector: str = "", window: str = "1h") -> str:
+    """A query of :data:`QUERIES` with its rate window and the operator's label matchers (``selector``, e.g.
+    ``job="kafka-prod"``: what tells this cluster's series from others' on a shared server) filled in."""
+    selector = selector.strip().strip("{}").strip().strip(",")
+    return template.format(rate=rate, sel=selector, and_sel=f",{selector}" if selector else "", window=window)
+
 
 RULES: Mapping[str, tuple[str, ...]] = {
     "cpu": ("cpu",), "network": ("bytes_in", "bytes_out"), "request_handler_idle": ("handler_idle",),
     "produce_p99": ("produce_p99_ms",), "under_min_isr": ("under_min_isr",), "hot_broker": ("cpu", "bytes_in", "bytes_out"),
 }
 """Each load rule and the indicators it reads: a rule whose indicators could not be read is skipped, by name."""
+
+
+NETWORK_HINT = "MB/s, e.g. 1250 for 10 Gbit/s"
+NO_NETWORK_CAPACITY = ("no network capacity stated: set the param network_capacity_mb_per_s (what one broker's network "
+                       f"carries each way, {NETWORK_HINT}) for the network rule")
 
 
 @dataclass(frozen=True)
@@ -69,14 +95,14 @@ class LoadThresholds:
                                 f"max_under_min_isr {self.max_under_min_isr!r} (>= 0), hot_ratio {self.hot_ratio!r} "
                                 "(> 1)")
 
-    def network_capacity(self) -> float:
-        """The stated per-broker network capacity, or the error that names the param to set."""
         value = self.network_capacity_bytes_per_s
-        if value is None or isinstance(value, bool) or not value > 0:
-            raise CapacityError(f"the network capacity per broker is {value!r}: the network rule needs what one broker's "
-                                "network carries each way; set the param network_capacity_mb_per_s (MB/s, e.g. 1250 "
-                                "for 10 Gbit/s) or leave the Prometheus connection out")
-        return float(value)
+        if value is not None and (isinstance(value, bool) or not value > 0):
+            raise CapacityError(f"the network capacity per broker is {value!r}: give what one broker's network carries "
+                                f"each way in the param network_capacity_mb_per_s ({NETWORK_HINT}), or leave it empty")
+
+    def network_capacity(self) -> float | None:
+        """The stated per-broker network capacity (bytes/s); None: not stated, the network rule is skipped."""
+        return None if self.network_capacity_bytes_per_s is None else float(self.network_capacity_bytes_per_s)
 
 
 @dataclass(frozen=True)
@@ -89,6 +115,8 @@ class LoadWindow:
     step_s: float
     indicators: Mapping[str, Mapping[str, tuple[Point, ...]]]
     skipped: Mapping[str, str] = field(default_factory=dict)
+    cpu_source: Mapping[str, str] = field(default_factory=dict)
+    """Per broker, where its ``cpu`` points come from (the host's node_exporter, or the broker's JVM)."""
 
     def brokers(self) -> tuple[str, ...]:
         return tuple(sorted({b for series in self.indicators.values() for b in series}))
@@ -100,41 +128,17 @@ class LoadWindow:
     def to_dict(self) -> dict[str, Any]:
         return {"start": self.start, "end": self.end, "step_s": self.step_s,
                 "indicators": {k: {b: [list(p) for p in pts] for b, pts in v.items()} for k, v in self.indicators.items()},
-                "skipped": dict(self.skipped)}
+                "skipped": dict(self.skipped), "cpu_source": dict(self.cpu_source)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LoadWindow:
         try:
             return cls(float(data["start"]), float(data["end"]), float(data["step_s"]),
                        {k: {b: tuple((float(t), float(v)) for t, v in pts) for b, pts in v.items()}
-                        for k, v in data["indicators"].items()}, dict(data.get("skipped") or {}))
+                        for k, v in data["indicators"].items()}, dict(data.get("skipped") or {}),
+                       dict(data.get("cpu_source") or {}))
         except (KeyError, TypeError, ValueError) as err:
             raise CapacityError(f"cannot read a load window from this dict: {err!r}; expected LoadWindow.to_dict()") from err
-
-
-def read_load(client: PrometheusClient, *, start: float, end: float, step_s: float = 60.0,
-              brokers: Mapping[str, str] | None = None) -> LoadWindow:
-    """Each indicator of :data:`QUERIES` over the window, per broker (``brokers``: exporter ``instance`` ->
-    the name the review uses, e.g. ``broker 2``; unmapped instances keep their own). An indicator whose query
-    fails or matches nothing is skipped with the reason; the window is never padded with zeros."""
-    rate = f"{max(int(step_s * 2), 60)}s"
-    found: dict[str, dict[str, tuple[Point, ...]]] = {}
-    skipped: dict[str, str] = {}
-    for name, template in QUERIES.items():
-        promql = template.format(rate=rate) if "{rate}" in template else template.replace("{{", "{").replace("}}", "}")
-        try:
-            result = client.query_range(promql, start=start, end=end, step_s=step_s)
-        except PrometheusError as err:
-            skipped[name] = f"Prometheus {client.public_url} did not answer {promql!r}: {err}"
-            continue
-        if not result.series:
-            skipped[name] = (f"no series for {promql!r} on {client.public_url} from {_utc(start)} to {_utc(end)}: "
-                             "is the JMX exporter on (kafka_broker_jmx_exporter) and scraped?")
-            continue
-        found[name] = {(brokers or {}).get(s.labels.get("instance", "?"), s.labels.get("instance", "?")): s.points
-                       for s in result.series}
-    log.info("load window %s..%s: %d of %d indicators read", _utc(start), _utc(end), len(found), len(QUERIES))
-    return LoadWindow(start, end, step_s, found, skipped)
 
 
 # -- the rules (pure) -----------------------------------------------------------------------------------------
@@ -151,7 +155,12 @@ def _utc(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def held_hours(points: Sequence[Point], crosses: Any, step_s: float) -> tuple[tuple[float, float], ...]:
+def _crossing(limit: float, above: bool) -> Callable[[float], bool]:
+    """Whether a value is past ``limit``: above it, or below it when ``above`` is False."""
+    return (lambda v: v > limit) if above else (lambda v: v < limit)
+
+
+def held_hours(points: Sequence[Point], crosses: Callable[[float], bool], step_s: float) -> tuple[tuple[float, float], ...]:
     """The stretches (first, last timestamp) of consecutive observed points for which ``crosses(value)`` holds;
     a gap in the points (more than 1.5 steps) ends a stretch."""
     stretches: list[tuple[float, float]] = []
@@ -193,34 +202,34 @@ def load_findings(window: LoadWindow, thresholds: LoadThresholds = LoadThreshold
                                if i in window.skipped or i not in window.indicators)
                for rule, needs in RULES.items() if any(i in window.skipped or i not in window.indicators for i in needs)}
     findings: list[Finding] = []
-    checks = (
-        ("cpu", "cpu", lambda b: window.indicators.get("cpu", {}).get(b, ()), 0.95, thresholds.max_cpu, True,
-         lambda v: f"{v:.0%}", "CPU (the broker's share of its host's processors)"),
-        ("request_handler_idle", "handler_idle", lambda b: window.indicators.get("handler_idle", {}).get(b, ()), 0.05,
-         thresholds.min_handler_idle, False, lambda v: f"{v:.0%}", "request handlers idle (5th percentile)"),
-        ("produce_p99", "produce_p99_ms", lambda b: window.indicators.get("produce_p99_ms", {}).get(b, ()), 0.95,
-         thresholds.max_produce_p99_ms, True, lambda v: f"{v:,.0f} ms", "Produce p99 latency (its p95)"),
-        ("under_min_isr", "under_min_isr", lambda b: window.indicators.get("under_min_isr", {}).get(b, ()), 1.0,
-         thresholds.max_under_min_isr, True, lambda v: f"{v:,.0f}", "partitions under their min ISR (most)"),
+    checks: tuple[tuple[str, str, float, float, bool, str, str], ...] = (
+        ("cpu", "cpu", 0.95, thresholds.max_cpu, True, "{:.0%}", "CPU (the broker's share of its host's processors)"),
+        ("request_handler_idle", "handler_idle", 0.05, thresholds.min_handler_idle, False, "{:.0%}",
+         "request handlers idle (5th percentile)"),
+        ("produce_p99", "produce_p99_ms", 0.95, thresholds.max_produce_p99_ms, True, "{:,.0f} ms",
+         "Produce p99 latency (its p95)"),
+        ("under_min_isr", "under_min_isr", 1.0, thresholds.max_under_min_isr, True, "{:,.0f}",
+         "partitions under their min ISR (most)"),
     )
-    for rule, indicator, points_of, q, limit, above, shown, what in checks:
+    for rule, indicator, q, limit, above, shown, what in checks:
         if rule in skipped:
             continue
         for broker in sorted(window.indicators.get(indicator, {})):
-            points = points_of(broker)
+            points = window.indicators[indicator][broker]
             values = window.observed(indicator, broker)
             if not values:
                 skipped[rule] = f"{what}: no observed value for {broker} in the window"
                 continue
             value = percentile(values, q)
             if (value > limit) if above else (value < limit):
-                held = held_hours(points, (lambda v, lim=limit: v > lim) if above else (lambda v, lim=limit: v < lim),
-                                  window.step_s)
+                held = held_hours(points, _crossing(limit, above), window.step_s)
                 findings.append(Finding(rule, broker, round(value, 4), limit,
-                                        f"{broker}: {what} {shown(value)} ({'>' if above else '<'} {shown(limit)}), "
-                                        f"held {_when(held)}{_coverage(window, points)}"))
-    if "network" not in skipped:
-        capacity = thresholds.network_capacity()
+                                        f"{broker}: {what} {shown.format(value)} ({'>' if above else '<'} "
+                                        f"{shown.format(limit)}), held {_when(held)}{_coverage(window, points)}"))
+    capacity = thresholds.network_capacity()
+    if "network" not in skipped and capacity is None:
+        skipped["network"] = NO_NETWORK_CAPACITY
+    if "network" not in skipped and capacity is not None:
         for broker in sorted(window.indicators.get("bytes_in", {})):
             points = _network(window, broker)
             values = tuple(v for _, v in points if math.isfinite(v))
@@ -229,7 +238,7 @@ def load_findings(window: LoadWindow, thresholds: LoadThresholds = LoadThreshold
                 continue
             use = percentile(values, 0.95) / capacity
             if use > thresholds.max_network:
-                held = held_hours(points, lambda v: v / capacity > thresholds.max_network, window.step_s)
+                held = held_hours(points, _crossing(thresholds.max_network * capacity, True), window.step_s)
                 findings.append(Finding("network", broker, round(use, 4), thresholds.max_network,
                                         f"{broker}: network {use:.0%} of its {capacity / 1e6:,.0f} MB/s (p95 of the busier "
                                         f"direction, > {thresholds.max_network:.0%}), held {_when(held)}"
@@ -249,9 +258,10 @@ def hot_brokers(window: LoadWindow, thresholds: LoadThresholds, replicas: Mappin
     if mean <= 0 or max(abs(n - mean) for n in replicas.values()) > thresholds.even_replicas * mean:
         return []
     found = []
-    for name, values_of in (("CPU", lambda b: window.observed("cpu", b)),
-                            ("network", lambda b: tuple(v for _, v in _network(window, b) if math.isfinite(v)))):
-        loads = {b: percentile(v, 0.95) for b in window.brokers() if (v := values_of(b))}
+    for name in ("CPU", "network"):
+        loads = {b: percentile(v, 0.95) for b in window.brokers()
+                 if (v := window.observed("cpu", b) if name == "CPU"
+                     else tuple(x for _, x in _network(window, b) if math.isfinite(x)))}
         for broker, load in sorted(loads.items()):
             others = sorted(v for b, v in loads.items() if b != broker)
             if len(others) < 2:
@@ -300,8 +310,8 @@ def load_needs(window: LoadWindow, thresholds: LoadThresholds = LoadThresholds()
     by_network = None
     net = [percentile(v, 0.95) for b in window.brokers()
            if (v := tuple(x for _, x in _network(window, b) if math.isfinite(x)))]
-    if net and not {"bytes_in", "bytes_out"} & set(window.skipped):
-        capacity = thresholds.network_capacity()
+    capacity = thresholds.network_capacity()
+    if net and capacity is not None and not {"bytes_in", "bytes_out"} & set(window.skipped):
         inputs.update(network_sum_bytes_per_s=sum(net), network_capacity_bytes_per_s=capacity,
                       network_brokers_measured=len(net))
         by_network = max(1, math.ceil(sum(net) / (thresholds.max_network * capacity)))

@@ -32,17 +32,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from kafkaops.errors import KafkaOpsError
+from kafkaops.capacity.findings import CapacityError, Finding
+from kafkaops.capacity.load import LoadNeeds, LoadThresholds, LoadWindow, load_findings, load_needs
 from kafkaops.model import Cluster, TopicPartition
 from kafkaops.platform import own
 
 
+__all__ = ["CapacityError", "Finding"]  # defined in kafkaops.capacity.findings, read here by older callers
+
 RULES = ("disk_use", "replicas_per_broker", "idle_consumers", "lag_growing", "partitions_not_multiple_of_brokers",
          "hot_partition")
-
-
-class CapacityError(KafkaOpsError):
-    """Input a capacity review cannot use (a target of 0, snapshots out of order, ...)."""
 
 
 @dataclass(frozen=True)
@@ -326,17 +325,6 @@ def disk_verdict(cluster: Cluster, max_use: float = 0.70, *, disk_per_broker_byt
 
 # -- indicators -----------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Finding:
-    """One indicator that fired: the rule, what it is about, the measured value and the limit."""
-
-    rule: str
-    subject: str
-    value: float
-    threshold: float
-    message: str
-
-
 def disk_findings(cluster: Cluster, max_use: float = 0.70, verdict: DiskVerdict | None = None) -> list[Finding]:
     """One finding per disk above ``max_use``, saying what the disk verdict (:func:`disk_verdict`) calls for."""
     verdict = verdict or disk_verdict(cluster, max_use)
@@ -514,8 +502,10 @@ def recommend_partitions(topic: str, target_per_s: float, per_consumer_per_s: fl
 
 def recommend_brokers(total_bytes: int, disk_per_broker_bytes: int, *, throughput_bytes_per_s: float = 0.0,
                       per_broker_bytes_per_s: float | None = None, max_disk_use: float = 0.70,
-                      current: int | None = None, disk: DiskVerdict | None = None) -> Recommendation:
-    """brokers = max(ceil(bytes / room per broker), ceil(throughput / per-broker capacity), 1).
+                      current: int | None = None, disk: DiskVerdict | None = None,
+                      load: LoadNeeds | None = None) -> Recommendation:
+    """brokers = max(ceil(bytes / room per broker), ceil(throughput / per-broker capacity), by CPU, by network, 1),
+    the last two from the brokers' load (:func:`kafkaops.capacity.load.load_needs`) when it was measured.
     ``total_bytes`` counts every replica (what the disks hold). The room per broker is
     ``disk_per_broker_bytes x max_disk_use``, or, given the review's :class:`DiskVerdict`, the verdict's
     (other data on the disks taken off), and the message then states the verdict."""
@@ -531,7 +521,11 @@ def recommend_brokers(total_bytes: int, disk_per_broker_bytes: int, *, throughpu
         capacity = _positive("per-broker throughput capacity", per_broker_bytes_per_s,
                              "give the bytes/s one broker sustains (produce plus replication), from a load test")
         by_throughput = math.ceil(throughput_bytes_per_s / capacity)
-    value = max(by_disk, by_throughput, 1)
+    by_cpu = load.by_cpu if load is not None else None
+    by_network = load.by_network if load is not None else None
+    value = max(by_disk, by_throughput, by_cpu or 0, by_network or 0, 1)
+    needs = {"disk": by_disk, "throughput": by_throughput, "CPU": by_cpu or 0, "network": by_network or 0}
+    largest = [name for name, n in needs.items() if n == value and n > 0] or ["disk"]
     add = None if current is None else max(0, value - current)
     action = None if disk is None else disk.action
     if current is None:
@@ -540,21 +534,24 @@ def recommend_brokers(total_bytes: int, disk_per_broker_bytes: int, *, throughpu
         tail = f"; today {current}: add {add}"
     else:
         tail = f"; today {current}: " + ("add none, more would not help" if action == "free_disk" else "enough")
-    if disk is not None and action in ("free_disk", "rebalance"):
+    if disk is not None and action in ("free_disk", "rebalance") and largest == ["disk"]:
         tail += f". {disk.text}"
     by_disk_text = (f"ceil({_gib(total_bytes)} / {_gib(room)} room per broker) = {by_disk}" if room
                     else "no disk has room for Kafka below the limit")
     by_throughput_text = ("no per-broker throughput given" if per_broker_bytes_per_s is None else
                           f"ceil({_gib(throughput_bytes_per_s)}/s / {_gib(per_broker_bytes_per_s)}/s) = {by_throughput}")
+    load_text = "" if load is None else f"; {load.text()}"
     return Recommendation(
         "brokers", "cluster", value,
-        "max(ceil(bytes / room_per_broker), ceil(throughput / per_broker_throughput)); room_per_broker = "
-        "disk x max_disk_use - other data on the disk",
+        "max(ceil(bytes / room_per_broker), ceil(throughput / per_broker_throughput), ceil(sum CPU p95 / max_cpu), "
+        "ceil(sum network p95 / (max_network x capacity))); room_per_broker = disk x max_disk_use - other data on "
+        "the disk",
         {"total_bytes": total_bytes, "disk_per_broker_bytes": size, "max_disk_use": max_disk_use,
          "room_per_broker_bytes": room, "by_disk": by_disk, "throughput_bytes_per_s": throughput_bytes_per_s,
          "per_broker_bytes_per_s": per_broker_bytes_per_s, "by_throughput": by_throughput, "current": current,
-         "add": add, "disk_action": None if disk is None else disk.action},
-        f"{value} broker(s): by disk {by_disk_text}; by throughput {by_throughput_text}{tail}")
+         "add": add, "disk_action": None if disk is None else disk.action, "by_cpu": by_cpu,
+         "by_network": by_network, "largest": largest, "load": None if load is None else dict(load.inputs)},
+        f"{value} broker(s): by disk {by_disk_text}; by throughput {by_throughput_text}{load_text}{tail}")
 
 
 def recommend_key_change(skew: Mapping[str, Any], share_threshold: float = 0.2) -> Recommendation | None:
@@ -642,11 +639,19 @@ class Review:
     empty_topics: tuple[str, ...] = ()
     history_points: int = 0
     disk: DiskVerdict | None = None
+    load: LoadWindow | None = None
+    """The brokers' load over the window the load rules read (None: the review was not given one)."""
+    load_thresholds: LoadThresholds | None = None
+    skipped: Mapping[str, str] = field(default_factory=dict)
+    """The load rules not checked, each with why (no Prometheus, a metric missing, no capacity stated)."""
+    brokers_verdict: str | None = None
+    """What the broker-count recommendation and the hot brokers call for (:func:`verdict_of`)."""
 
     @property
     def verdict(self) -> str | None:
-        """What the disks and brokers call for in a sentence (findings and recommendations agree with it)."""
-        return None if self.disk is None else self.disk.text
+        """What the disks, the load and the brokers call for in a sentence or two (findings and recommendations
+        agree with it)."""
+        return self.brokers_verdict or (None if self.disk is None else self.disk.text)
 
     def rules_fired(self) -> set[str]:
         return {f.rule for f in self.findings}
@@ -659,6 +664,8 @@ class Review:
         data["throughput"] = [p.to_dict() for p in self.throughput]
         data["broker_load"] = [{**asdict(b), "disk_use": b.disk_use} for b in self.broker_load]
         data["disk"] = None if self.disk is None else self.disk.to_dict()
+        data["load"] = None if self.load is None else self.load.to_dict()
+        data["load_thresholds"] = None if self.load_thresholds is None else asdict(self.load_thresholds)
         return data
 
     def to_json(self) -> str:
@@ -680,13 +687,45 @@ class Review:
                 lag=tuple(PartitionLag(**x) for x in data.get("lag", ())),
                 group_lag=dict(data.get("group_lag") or {}), empty_topics=tuple(data.get("empty_topics", ())),
                 history_points=int(data.get("history_points", 0)),
-                disk=DiskVerdict.from_dict(data["disk"]) if data.get("disk") else None)
+                disk=DiskVerdict.from_dict(data["disk"]) if data.get("disk") else None,
+                load=LoadWindow.from_dict(data["load"]) if data.get("load") else None,
+                load_thresholds=LoadThresholds(**data["load_thresholds"]) if data.get("load_thresholds") else None,
+                skipped=dict(data.get("skipped") or {}), brokers_verdict=data.get("brokers_verdict"))
         except (KeyError, TypeError, ValueError) as err:
             raise CapacityError(f"cannot read a review from this dict: {err}; expected Review.to_dict()") from err
 
     @classmethod
     def from_json(cls, text: str) -> Review:
         return cls.from_dict(json.loads(text))
+
+
+def verdict_of(disk: DiskVerdict | None, brokers: Recommendation | None, hot: Sequence[Finding]) -> str | None:
+    """The review's one verdict, from the broker-count recommendation (the largest of the disk, throughput, CPU
+    and network needs) and the hot brokers, so that it never says "enough" beside a recommendation to add:
+
+    * more brokers needed: "Add brokers", naming the need that decides (the disk's own words when it is the disk);
+    * enough brokers but a hot broker: "Rebalance", naming the brokers (more would not help);
+    * otherwise the disk verdict (free disk, rebalance a full disk, or enough).
+
+    None: neither a recommendation nor a disk verdict to go on."""
+    add = int(brokers.inputs.get("add") or 0) if brokers is not None else 0
+    largest = list(brokers.inputs.get("largest") or ["disk"]) if brokers is not None else ["disk"]
+    also = f" Also: {disk.text}" if disk is not None and disk.action == "free_disk" else ""
+    if brokers is not None and add > 0:
+        if largest == ["disk"] and disk is not None and disk.action == "add_brokers":
+            return disk.text
+        current = brokers.inputs.get("current")
+        return (f"Add brokers: the {' and '.join(n for n in largest)} need{'s' if len(largest) == 1 else ''} "
+                f"{brokers.value:g} broker(s), today {current}: add {add}. {brokers.message}.{also}")
+    if hot:
+        names = sorted({f.subject for f in hot})
+        enough = "" if brokers is None else f" The brokers are enough: {brokers.message}."
+        return (f"Rebalance: {', '.join(names)} carr{'ies' if len(names) == 1 else 'y'} far more load than the "
+                f"others with even replica counts; run kafka_reassign (operation rebalance), more brokers would not "
+                f"even it.{enough}{also}")
+    if disk is not None:
+        return disk.text
+    return None if brokers is None else f"Brokers are enough: {brokers.message}."
 
 
 def broker_load(cluster: Cluster) -> tuple[BrokerLoad, ...]:
@@ -713,8 +752,11 @@ def is_kafkaops_own(subject: str, cluster: Cluster) -> bool:
 
 
 def review(current: Cluster, history: Sequence[ReviewPoint] = (), *, targets: CapacityTargets = CapacityTargets(),
-           skews: Sequence[Mapping[str, Any]] = (), thresholds: Thresholds = Thresholds()) -> Review:
-    """Review ``current`` against the earlier ``history`` points (the current one is added when missing)."""
+           skews: Sequence[Mapping[str, Any]] = (), thresholds: Thresholds = Thresholds(),
+           load: LoadWindow | None = None, load_thresholds: LoadThresholds = LoadThresholds()) -> Review:
+    """Review ``current`` against the earlier ``history`` points (the current one is added when missing) and the
+    brokers' ``load`` (its rules and needs: :mod:`kafkaops.capacity.load`; its rules skipped, with why, when it
+    could not be read)."""
     now = ReviewPoint.of(current)
     points = sorted((p for p in history if p.taken_at != now.taken_at), key=lambda p: p.taken_at)
     earlier = [p for p in points if p.taken_at < now.taken_at]
@@ -738,6 +780,13 @@ def review(current: Cluster, history: Sequence[ReviewPoint] = (), *, targets: Ca
     hot, empty = hot_partition_findings(current, parts, thresholds.hot_partition_ratio, skews, thresholds.key_share)
     findings += hot
     findings = [f for f in findings if not is_kafkaops_own(f.subject, current)]
+    skipped: dict[str, str] = {}
+    needs = None
+    if load is not None:
+        replicas = {f"broker {b}": n for b, n in current.replicas_per_broker().items()}
+        loaded, skipped = load_findings(load, load_thresholds, replicas)
+        findings += loaded
+        needs = load_needs(load, load_thresholds)
     disk = targets.disk_per_broker_bytes or min((b.disk_total_bytes for b in current.brokers if b.disk_total_bytes),
                                                 default=None)
     if disk:
@@ -745,7 +794,8 @@ def review(current: Cluster, history: Sequence[ReviewPoint] = (), *, targets: Ca
         recs.append(recommend_brokers(sum(current.bytes_per_broker().values()), disk,
                                       throughput_bytes_per_s=ingress,
                                       per_broker_bytes_per_s=targets.per_broker_bytes_per_s,
-                                      max_disk_use=thresholds.max_disk_use, current=brokers, disk=verdict))
+                                      max_disk_use=thresholds.max_disk_use, current=brokers, disk=verdict,
+                                      load=needs))
     for skew in skews:
         rec = recommend_key_change(skew, thresholds.key_share)
         if rec is not None:
@@ -756,4 +806,8 @@ def review(current: Cluster, history: Sequence[ReviewPoint] = (), *, targets: Ca
                   previous_taken_at=previous.taken_at if previous else None, findings=tuple(findings),
                   recommendations=tuple(recs), broker_load=broker_load(current), throughput=parts, lag=lag,
                   group_lag={g.group_id: g.total_lag for g in theirs}, empty_topics=tuple(empty),
-                  history_points=len(earlier) + 1, disk=verdict if (verdict.disks or disk) else None)
+                  history_points=len(earlier) + 1, disk=verdict if (verdict.disks or disk) else None,
+                  load=load, load_thresholds=load_thresholds if load is not None else None, skipped=skipped,
+                  brokers_verdict=verdict_of(verdict if (verdict.disks or disk) else None,
+                                             next((r for r in recs if r.kind == "brokers"), None),
+                                             [f for f in findings if f.rule == "hot_broker"]))

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import tempfile
+import time
+from datetime import UTC, datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from kafkaops.platform.kafka import connection, metadata
 from kafkaops.platform import params as form
@@ -24,6 +28,8 @@ from kafkaops.platform import store
 from kafkaops.capacity import review as capacity
 from kafkaops.capacity import report as capacity_report
 from kafkaops.capacity import skew
+from kafkaops.capacity.load import NODES_QUERY, QUERIES, LoadThresholds, LoadWindow, Point, promql
+from kafkaops.platform.prometheus import PrometheusClient, PrometheusError, PrometheusUnreachable, public_url
 from kafkaops.errors import ConfigError
 from kafkaops.model import Cluster
 from kafkaops.platform.paths import safe_name
@@ -70,9 +76,44 @@ CANDIDATE_PARTITIONS = form.WholeNumbers(
 PROPOSE_SCALE_OUT = form.Flag(name="propose_scale_out", title="Propose a scale-out",
                               description="When the review calls for more brokers, create a kafka_scale_out run "
                                           "(approval=manual, dry_run=false) that waits for a person to approve.")
+PROMETHEUS_CONN_ID = form.Text(
+    name="prometheus_conn_id", given="prometheus_default", title="Prometheus connection",
+    description="The Airflow connection (HTTP: host, port, schema; login and password for basic auth) of the "
+                "Prometheus server that scrapes the brokers' JMX exporters. Missing: no load rules, each named as "
+                "skipped.")
+PROMETHEUS_URL = form.Text(name="prometheus_url", title="Prometheus URL",
+                           description="The server's base URL, e.g. http://prometheus:9090, instead of the "
+                                       "connection; no credentials in it (put those in the connection).")
+PROMETHEUS_SELECTOR = form.Text(
+    name="prometheus_selector", title="Prometheus label matchers",
+    description='Label matchers that pick this cluster\'s series on a shared server, e.g. job="kafka-prod"; empty: '
+                "all the server's Kafka exporters (their node ids are matched to this cluster's brokers).")
+LOAD_WINDOW_HOURS = form.Number(name="load_window_hours", given=24, above=0, title="Load window (hours)",
+                                description="The hours of load up to the review that the load rules read.")
+MAX_CPU = form.Number(name="max_cpu_percent", given=70, above=0, title="CPU limit (%)",
+                      description="A broker's CPU (p95 over the window) above this fires the cpu rule; the CPU need "
+                                  "counts brokers at this use.")
+MAX_NETWORK = form.Number(name="max_network_percent", given=80, above=0, title="Network limit (% of capacity)",
+                          description="A broker's busier network direction (p95) above this share of its stated "
+                                      "capacity fires the network rule.")
+NETWORK_CAPACITY = form.MaybeNumber(
+    name="network_capacity_mb_per_s", above=0, title="Network capacity per broker (MB/s)",
+    description="What one broker's network carries each way, e.g. 1250 for 10 Gbit/s; empty: the network rule "
+                "is skipped (named in the report).")
+MIN_HANDLER_IDLE = form.Number(name="min_handler_idle_percent", given=30, above=0,
+                               title="Request handlers idle, least (%)",
+                               description="Request handlers idle below this (5th percentile) fires "
+                                           "request_handler_idle: the broker cannot keep up.")
+MAX_PRODUCE_P99 = form.Number(name="max_produce_p99_ms", given=100, above=0, title="Produce p99 target (ms)",
+                              description="The brokers' Produce p99 total time (its p95 over the window) above this "
+                                          "fires produce_p99.")
 SCALE_OUT_INVENTORY = form.Text(name="scale_out_inventory", title="Scale-out inventory",
                                 description="The inventory the proposed kafka_scale_out run provisions with; empty: "
                                             "its default.")
+
+
+#: The longest load window a review reads (hours).
+MAX_LOAD_WINDOW_HOURS = 24 * 31
 
 
 @dataclass(frozen=True)
@@ -92,6 +133,15 @@ class CapacityParams:
     candidate_partitions: tuple[int, ...] = CANDIDATE_PARTITIONS.default
     propose_scale_out: bool = PROPOSE_SCALE_OUT.default
     scale_out_inventory: str = SCALE_OUT_INVENTORY.default
+    prometheus_conn_id: str = PROMETHEUS_CONN_ID.default
+    prometheus_url: str = PROMETHEUS_URL.default
+    prometheus_selector: str = PROMETHEUS_SELECTOR.default
+    load_window_hours: float = LOAD_WINDOW_HOURS.default
+    max_cpu_percent: float = MAX_CPU.default
+    max_network_percent: float = MAX_NETWORK.default
+    network_capacity_mb_per_s: float | None = NETWORK_CAPACITY.default
+    min_handler_idle_percent: float = MIN_HANDLER_IDLE.default
+    max_produce_p99_ms: float = MAX_PRODUCE_P99.default
     kafka_conn_id: str = form.KAFKA_CONN_ID.default
 
     @classmethod
@@ -106,7 +156,13 @@ class CapacityParams:
                 sample_records=SAMPLE_RECORDS.read(params), candidate_key_field=CANDIDATE_KEY_FIELD.read(params),
                 candidate_partitions=CANDIDATE_PARTITIONS.read(params),
                 propose_scale_out=PROPOSE_SCALE_OUT.read(params),
-                scale_out_inventory=SCALE_OUT_INVENTORY.read(params), kafka_conn_id=form.KAFKA_CONN_ID.read(params))
+                scale_out_inventory=SCALE_OUT_INVENTORY.read(params),
+                prometheus_conn_id=PROMETHEUS_CONN_ID.read(params), prometheus_url=PROMETHEUS_URL.read(params),
+                prometheus_selector=PROMETHEUS_SELECTOR.read(params), load_window_hours=LOAD_WINDOW_HOURS.read(params),
+                max_cpu_percent=MAX_CPU.read(params), max_network_percent=MAX_NETWORK.read(params),
+                network_capacity_mb_per_s=NETWORK_CAPACITY.read(params),
+                min_handler_idle_percent=MIN_HANDLER_IDLE.read(params), max_produce_p99_ms=MAX_PRODUCE_P99.read(params),
+                kafka_conn_id=form.KAFKA_CONN_ID.read(params))
         except ConfigError as err:
             raise ConfigError(f"bad capacity review parameters: {err}; see the DAG's params form") from err
         result.validate()
@@ -130,6 +186,26 @@ class CapacityParams:
             problems.append(f"sample_records is {self.sample_records}; give 1 or more")
         if any(n < 1 for n in self.candidate_partitions):
             problems.append(f"candidate_partitions {list(self.candidate_partitions)} hold a count below 1")
+        for name in ("max_cpu_percent", "max_network_percent", "min_handler_idle_percent"):
+            value = getattr(self, name)
+            if not 0 < value <= 100:
+                problems.append(f"{name} is {value:g}; give a percentage above 0 and at most 100")
+        for name in ("max_produce_p99_ms", "load_window_hours"):
+            if not getattr(self, name) > 0:
+                problems.append(f"{name} is {getattr(self, name):g}; give a number above 0")
+        if self.load_window_hours > MAX_LOAD_WINDOW_HOURS:
+            problems.append(f"load_window_hours is {self.load_window_hours:g}; give at most {MAX_LOAD_WINDOW_HOURS} "
+                            "(31 days: the longest a range query keeps to its 240 points at a useful step)")
+        if self.network_capacity_mb_per_s is not None and not self.network_capacity_mb_per_s > 0:
+            problems.append(f"network_capacity_mb_per_s is {self.network_capacity_mb_per_s:g}; give what one "
+                            "broker's network carries each way in MB/s (e.g. 1250 for 10 Gbit/s), or leave it empty")
+        if self.prometheus_url:
+            if not self.prometheus_url.startswith(("http://", "https://")):
+                problems.append(f"prometheus_url {public_url(self.prometheus_url)!r} is not an http(s) URL; give "
+                                "the server's base URL, e.g. http://prometheus:9090")
+            elif urlsplit(self.prometheus_url).username or urlsplit(self.prometheus_url).password:
+                problems.append("prometheus_url carries credentials, which a run's params would show; put them in "
+                                "the Airflow connection named by prometheus_conn_id and leave prometheus_url empty")
         if self.key_skew and not (self.skew_topic or len(self.topics) == 1):
             problems.append("key_skew needs skew_topic (or exactly one entry in topics)")
         if problems:
@@ -143,6 +219,13 @@ class CapacityParams:
     def dry_run(self) -> bool:
         """A review reads only; it still holds the cluster lock, so its numbers are not taken mid-move."""
         return False
+
+    def load_thresholds(self) -> LoadThresholds:
+        return LoadThresholds(
+            max_cpu=self.max_cpu_percent / 100, max_network=self.max_network_percent / 100,
+            min_handler_idle=self.min_handler_idle_percent / 100, max_produce_p99_ms=self.max_produce_p99_ms,
+            network_capacity_bytes_per_s=(None if self.network_capacity_mb_per_s is None
+                                          else self.network_capacity_mb_per_s * 1e6))
 
     @property
     def skew_target(self) -> str:
@@ -203,14 +286,17 @@ def run_key_skew(conn_config: Mapping[str, str], cluster_data: Mapping[str, Any]
     return SkewResult.from_dict(result).to_dict()
 
 
-def make_review(cluster_data: Mapping[str, Any], params: CapacityParams, skew_result: Mapping[str, Any] | None
-                ) -> dict[str, Any]:
-    """The review of the snapshot against the stored history (which already holds this point)."""
+def make_review(cluster_data: Mapping[str, Any], params: CapacityParams, skew_result: Mapping[str, Any] | None,
+                load_data: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The review of the snapshot against the stored history (which already holds this point) and the brokers'
+    load (:func:`take_load`'s window; None: no load section)."""
     cluster = Cluster.from_dict(cluster_data)
     history = ReviewHistory(cluster.cluster_id or "unknown").points()
     skew = _skew_of(skew_result)
     result = capacity.review(cluster, history, targets=params.targets(cluster),
-                             skews=[skew.to_dict()] if skew else ())
+                             skews=[skew.to_dict()] if skew else (),
+                             load=LoadWindow.from_dict(load_data) if load_data else None,
+                             load_thresholds=params.load_thresholds())
     return result.to_dict()
 
 
@@ -243,3 +329,117 @@ def scale_out_proposal(review_data: Mapping[str, Any], params: CapacityParams) -
         return None
     return {"kafka_conn_id": params.kafka_conn_id, "add_brokers": add, "inventory": params.scale_out_inventory,
             "topics": list(params.topics), "approval": "manual", "dry_run": False}
+
+
+# -- the brokers' load, from Prometheus -------------------------------------------------------------------------
+
+def _utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def load_step_s(hours: float) -> float:
+    """The range queries' step for a window of ``hours``: about 240 points, at least 15 s, a whole second."""
+    return float(max(15, math.ceil(hours * 3600 / 240)))
+
+
+def _nodes(client: PrometheusClient, selector: str, start: float, end: float) -> dict[str, str]:
+    """Each JMX exporter's ``instance`` -> ``broker N`` (its Kafka node id, from the role's rules)."""
+    window = f"{max(60, int(end - start))}s"
+    found = client.query(promql(NODES_QUERY, rate="60s", selector=selector, window=window), at=end)
+    return {s.labels["instance"]: f"broker {s.labels['node_id']}" for s in found
+            if s.labels.get("instance") and s.labels.get("node_id", "").isdigit()}
+
+
+def _host(instance: str) -> str:
+    return instance.rsplit(":", 1)[0] if ":" in instance else instance
+
+
+def read_load(client: PrometheusClient, *, start: float, end: float, step_s: float, selector: str = "",
+              brokers: set[int] | None = None) -> LoadWindow:
+    """Each indicator of :data:`~kafkaops.capacity.load.QUERIES` over the window, per broker (``broker N``, named by
+    the exporter's ``node_id``; ``brokers``: the cluster's ids, others' series left out). An indicator whose query
+    fails or matches nothing is skipped with the reason; an unreachable server skips them all at once. The window
+    is never padded with zeros. A broker alone on its host takes its CPU from the host's node_exporter when one is
+    scraped, else from its JVM (:attr:`LoadWindow.cpu_source`)."""
+    rate = f"{max(int(step_s * 2), 30)}s"
+    found: dict[str, dict[str, tuple[Point, ...]]] = {}
+    skipped: dict[str, str] = {}
+    names: dict[str, str] = {}
+    try:
+        names = _nodes(client, selector, start, end)
+    except PrometheusUnreachable as err:
+        reason = f"Prometheus {client.public_url} did not answer: {err}"
+        return LoadWindow(start, end, step_s, {}, {name: reason for name in QUERIES if name != "host_cpu"})
+    except PrometheusError as err:
+        log.warning("the brokers' node ids could not be read from %s: %s", client.public_url, err)
+    if not names:
+        log.warning("no kafka_server_app_info_start_time_ms series on %s: the load is shown per exporter address",
+                    client.public_url)
+    for name, template in QUERIES.items():
+        query = promql(template, rate=rate, selector=selector)
+        try:
+            result = client.query_range(query, start=start, end=end, step_s=step_s)
+        except PrometheusError as err:
+            if name != "host_cpu":
+                skipped[name] = f"Prometheus {client.public_url} did not answer {query!r}: {err}"
+            continue
+        series = {s.labels.get("instance", "?"): s.points for s in result.series}
+        if name == "host_cpu":
+            found[name] = dict(series)
+            continue
+        named = {names.get(i, i): pts for i, pts in series.items()}
+        if brokers is not None and names:
+            named = {b: pts for b, pts in named.items() if b in {f"broker {n}" for n in brokers}}
+        if not named:
+            skipped[name] = (f"no series for {query!r} on {client.public_url} from {_utc(start)} to {_utc(end)}: is "
+                             "the JMX exporter on (kafka_broker_jmx_exporter) and scraped"
+                             + (f", and does the selector {selector!r} match it?" if selector else "?"))
+            continue
+        found[name] = named
+    host_cpu = found.pop("host_cpu", {})
+    by_host: dict[str, list[str]] = {}
+    for instance, broker in names.items():
+        by_host.setdefault(_host(instance), []).append(broker)
+    node_of = {_host(i): pts for i, pts in host_cpu.items()}
+    source: dict[str, str] = {}
+    cpu = dict(found.get("cpu", {}))
+    for instance, broker in names.items():
+        if broker not in cpu and broker not in found.get("bytes_in", {}):
+            continue
+        alone = len(by_host.get(_host(instance), ())) == 1
+        if alone and _host(instance) in node_of:
+            cpu[broker] = node_of[_host(instance)]
+            source[broker] = f"host {_host(instance)} (node_exporter)"
+        elif broker in cpu:
+            source[broker] = ("the broker's JVM" + (f" ({len(by_host[_host(instance)])} brokers share host "
+                                                    f"{_host(instance)})" if not alone else ""))
+    if cpu:
+        found["cpu"] = cpu
+        skipped.pop("cpu", None)
+    log.info("load window %s..%s: %d of %d indicators read", _utc(start), _utc(end), len(found), len(QUERIES) - 1)
+    return LoadWindow(start, end, step_s, found, skipped, source)
+
+
+def no_prometheus(reason: str, *, start: float, end: float, step_s: float) -> LoadWindow:
+    """The load window of a review without Prometheus: every indicator skipped, with ``reason``."""
+    return LoadWindow(start, end, step_s, {}, {name: reason for name in QUERIES if name != "host_cpu"})
+
+
+def take_load(prometheus_url: str | None, cluster_data: Mapping[str, Any], params: CapacityParams, *,
+              why_none: str = "", now: float | None = None, timeout_s: float = 30.0) -> dict[str, Any]:
+    """The brokers' load over the review window (``load_window_hours`` up to now) as a
+    :class:`~kafkaops.capacity.load.LoadWindow` dict. ``prometheus_url`` None: no Prometheus, every load rule
+    skipped with ``why_none``. Raises nothing for an unreachable server: the review goes on without the load."""
+    end = time.time() if now is None else now
+    start = end - params.load_window_hours * 3600
+    step = load_step_s(params.load_window_hours)
+    if not prometheus_url:
+        return no_prometheus(why_none or "no Prometheus: set prometheus_url or the Airflow connection named by "
+                                         "prometheus_conn_id", start=start, end=end, step_s=step).to_dict()
+    cluster = Cluster.from_dict(cluster_data)
+    with PrometheusClient(prometheus_url, timeout_s=timeout_s) as client:
+        window = read_load(client, start=start, end=end, step_s=step, selector=params.prometheus_selector,
+                           brokers={b.id for b in cluster.brokers})
+    log.info("load of %d broker(s) from %s over %.1f h: %d indicator(s) skipped", len(window.brokers()),
+             public_url(prometheus_url), params.load_window_hours, len(window.skipped))
+    return window.to_dict()

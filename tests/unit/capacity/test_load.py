@@ -83,10 +83,20 @@ def test_a_missing_indicator_skips_its_rules_by_name_and_never_reads_as_zero():
         percentile([], 0.95)
 
 
-@pytest.mark.parametrize("capacity", [None, 0, -5])
-def test_a_network_capacity_missing_or_zero_is_refused_with_the_param_to_set(capacity):
+@pytest.mark.parametrize("capacity", [0, -5])
+def test_a_network_capacity_of_zero_is_refused_with_the_param_to_set(capacity):
     with pytest.raises(CapacityError, match="network_capacity_mb_per_s"):
-        load_findings(_window(**_quiet()), LoadThresholds(network_capacity_bytes_per_s=capacity))
+        LoadThresholds(network_capacity_bytes_per_s=capacity)
+
+
+def test_a_network_capacity_missing_skips_the_network_rule_naming_the_param_and_the_rest_still_run():
+    load = _quiet()
+    load["cpu"] = {**load["cpu"], "broker 1": _flat(0.95)}
+    findings, skipped = load_findings(_window(**load), LoadThresholds())
+    assert [f.rule for f in findings] == ["cpu"]
+    assert list(skipped) == ["network"] and "network_capacity_mb_per_s" in skipped["network"]
+    needs = load_needs(_window(**load), LoadThresholds())
+    assert needs.by_network is None and needs.by_cpu == math.ceil((0.95 + 0.6) / 0.7)
 
 
 def test_one_hot_broker_with_even_replicas_points_to_a_rebalance_not_more_brokers():

@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from kafkaops.capacity import load as capacity_load
 from kafkaops.capacity import review as capacity
 from kafkaops.capacity.review import (CapacityError, CapacityTargets, ReviewPoint, Thresholds, TopicTarget,
                                recommend_brokers, recommend_key_change, recommend_partitions, review, throughput)
@@ -296,3 +297,49 @@ def test_kafkaops_own_dead_letter_topics_and_groups_are_no_finding_and_no_lag() 
     assert set(result.group_lag) == {"orders.readers"} and {x.group for x in result.lag} == {"orders.readers"}
     hot = [f for f in result.findings if f.rule == "hot_partition"]
     assert [f.subject for f in hot] == ["orders.v2-0"] and "(900 vs mean 333.3)" in hot[0].message
+
+
+# -- the brokers' load in the review (kafkaops.capacity.load) ---------------------------------------------------
+
+def _load(cpu: dict[int, float], *, steps: int = 30) -> "capacity.LoadWindow":
+    start, step = 1_764_403_200.0, 60.0
+    flat = lambda v: tuple((start + k * step, v) for k in range(steps))  # noqa: E731
+    return capacity.LoadWindow(start, start + (steps - 1) * step, step,
+                               {"cpu": {f"broker {b}": flat(v) for b, v in cpu.items()},
+                                "bytes_in": {f"broker {b}": flat(5e6) for b in cpu},
+                                "bytes_out": {f"broker {b}": flat(8e6) for b in cpu},
+                                "handler_idle": {f"broker {b}": flat(0.9) for b in cpu},
+                                "produce_p99_ms": {f"broker {b}": flat(12.0) for b in cpu},
+                                "under_min_isr": {f"broker {b}": flat(0.0) for b in cpu}})
+
+
+def test_cpu_past_its_limit_turns_enough_brokers_into_add_brokers_in_one_verdict() -> None:
+    c = cluster(t=0.0, offsets={p: 0 for p in range(6)}, sizes={p: GB for p in range(6)})
+    calm = review(c, load=_load({1: 0.30, 2: 0.35, 3: 0.30}))
+    assert "cpu" not in calm.rules_fired() and calm.recommendation("brokers").inputs["add"] == 0
+    assert calm.verdict == calm.disk.text and calm.verdict.startswith("Brokers and disks are enough")
+    busy = review(c, load=_load({1: 0.90, 2: 0.85, 3: 0.88}))
+    rec = busy.recommendation("brokers")
+    assert rec.value == math.ceil((0.90 + 0.85 + 0.88) / 0.70) == 4 and rec.inputs["add"] == 1
+    assert rec.inputs["largest"] == ["CPU"] and "by CPU ceil(2.63 / 0.7) = 4" in rec.message
+    assert busy.verdict.startswith("Add brokers: the CPU needs 4 broker(s), today 3: add 1."), busy.verdict
+    assert sorted(f.subject for f in busy.findings if f.rule == "cpu") == ["broker 1", "broker 2", "broker 3"]
+    assert busy.skipped == {"network": capacity_load.NO_NETWORK_CAPACITY}  # no capacity stated: named, not guessed
+    assert capacity.Review.from_dict(busy.to_dict()) == busy
+
+
+def test_one_hot_broker_among_even_replicas_says_rebalance_not_add() -> None:
+    c = cluster(t=0.0, offsets={p: 0 for p in range(6)}, sizes={p: GB for p in range(6)})
+    r = review(c, load=_load({1: 0.20, 2: 0.22, 3: 0.65}))
+    assert "hot_broker" in r.rules_fired() and r.recommendation("brokers").inputs["add"] == 0
+    assert r.verdict.startswith("Rebalance: broker 3 carries far more load"), r.verdict
+
+
+def test_a_review_without_prometheus_names_every_load_rule_it_skipped() -> None:
+    c = cluster(t=0.0, offsets={0: 0}, sizes={0: GB})
+    none = capacity.LoadWindow(0.0, 3600.0, 15.0, {}, {i: "no Prometheus: no connection" for i in
+                                                       ("cpu", "bytes_in", "bytes_out", "handler_idle",
+                                                        "produce_p99_ms", "under_min_isr")})
+    r = review(c, load=none)
+    assert set(r.skipped) == set(capacity_load.RULES) and all("no Prometheus" in why for why in r.skipped.values())
+    assert r.recommendation("brokers").inputs["by_cpu"] is None and r.verdict == r.disk.text
