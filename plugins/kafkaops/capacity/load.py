@@ -32,10 +32,12 @@ QUERIES: Mapping[str, str] = {
     "cpu": "max by (instance) (rate(process_cpu_seconds_total{{{sel}}}[{rate}]) / on (instance) "
            "java_lang_operatingsystem_availableprocessors{{{sel}}})",
     "host_cpu": '1 - avg by (instance) (rate(node_cpu_seconds_total{{mode="idle"}}[{rate}]))',
-    "bytes_in": 'sum by (instance) (rate({{__name__=~"kafka_server_brokertopicmetrics_(replication)?bytesin_total",'
-                'topic=""{and_sel}}}[{rate}]))',
-    "bytes_out": 'sum by (instance) (rate({{__name__=~"kafka_server_brokertopicmetrics_(replication)?bytesout_total",'
-                 'topic=""{and_sel}}}[{rate}]))',
+    "bytes_in": 'sum by (instance) (rate(kafka_server_brokertopicmetrics_bytesin_total{{topic=""{and_sel}}}[{rate}])) '
+                '+ on (instance) sum by (instance) '
+                '(rate(kafka_server_brokertopicmetrics_replicationbytesin_total{{topic=""{and_sel}}}[{rate}]))',
+    "bytes_out": 'sum by (instance) (rate(kafka_server_brokertopicmetrics_bytesout_total{{topic=""{and_sel}}}[{rate}])) '
+                 '+ on (instance) sum by (instance) '
+                 '(rate(kafka_server_brokertopicmetrics_replicationbytesout_total{{topic=""{and_sel}}}[{rate}]))',
     "handler_idle": "max by (instance) (kafka_server_kafkarequesthandlerpool_requesthandleravgidlepercent{{{sel}}})",
     "produce_p99_ms": 'max by (instance) (kafka_network_requestmetrics_totaltimems{{request="Produce",'
                       'quantile="0.99"{and_sel}}})',

@@ -33,12 +33,13 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from kafkaops.capacity.findings import CapacityError, Finding
+from kafkaops.capacity.load import RULES as RULES_OF_LOAD
 from kafkaops.capacity.load import LoadNeeds, LoadThresholds, LoadWindow, load_findings, load_needs
 from kafkaops.model import Cluster, TopicPartition
 from kafkaops.platform import own
 
 
-__all__ = ["CapacityError", "Finding"]  # defined in kafkaops.capacity.findings, read here by older callers
+__all__ = ["CapacityError", "Finding", "RULES_OF_LOAD"]  # defined in kafkaops.capacity.findings, read here by older callers
 
 RULES = ("disk_use", "replicas_per_broker", "idle_consumers", "lag_growing", "partitions_not_multiple_of_brokers",
          "hot_partition")

@@ -355,13 +355,14 @@ def _host(instance: str) -> str:
 
 
 def read_load(client: PrometheusClient, *, start: float, end: float, step_s: float, selector: str = "",
-              brokers: set[int] | None = None) -> LoadWindow:
+              brokers: set[int] | None = None, rate_s: float | None = None) -> LoadWindow:
     """Each indicator of :data:`~kafkaops.capacity.load.QUERIES` over the window, per broker (``broker N``, named by
     the exporter's ``node_id``; ``brokers``: the cluster's ids, others' series left out). An indicator whose query
     fails or matches nothing is skipped with the reason; an unreachable server skips them all at once. The window
     is never padded with zeros. A broker alone on its host takes its CPU from the host's node_exporter when one is
-    scraped, else from its JVM (:attr:`LoadWindow.cpu_source`)."""
-    rate = f"{max(int(step_s * 2), 30)}s"
+    scraped, else from its JVM (:attr:`LoadWindow.cpu_source`). ``rate_s``: the window of each ``rate()``, by
+    default two steps and at least 30 s (two scrapes at Prometheus' default 15 s interval)."""
+    rate = f"{int(rate_s if rate_s is not None else max(step_s * 2, 30))}s"
     found: dict[str, dict[str, tuple[Point, ...]]] = {}
     skipped: dict[str, str] = {}
     names: dict[str, str] = {}
@@ -426,20 +427,22 @@ def no_prometheus(reason: str, *, start: float, end: float, step_s: float) -> Lo
 
 
 def take_load(prometheus_url: str | None, cluster_data: Mapping[str, Any], params: CapacityParams, *,
-              why_none: str = "", now: float | None = None, timeout_s: float = 30.0) -> dict[str, Any]:
+              why_none: str = "", now: float | None = None, timeout_s: float = 30.0, step_s: float | None = None,
+              rate_s: float | None = None) -> dict[str, Any]:
     """The brokers' load over the review window (``load_window_hours`` up to now) as a
     :class:`~kafkaops.capacity.load.LoadWindow` dict. ``prometheus_url`` None: no Prometheus, every load rule
-    skipped with ``why_none``. Raises nothing for an unreachable server: the review goes on without the load."""
+    skipped with ``why_none``. Raises nothing for an unreachable server: the review goes on without the load.
+    ``step_s`` and ``rate_s`` (default: :func:`load_step_s`, :func:`read_load`'s) are for windows of seconds."""
     end = time.time() if now is None else now
     start = end - params.load_window_hours * 3600
-    step = load_step_s(params.load_window_hours)
+    step = step_s or load_step_s(params.load_window_hours)
     if not prometheus_url:
         return no_prometheus(why_none or "no Prometheus: set prometheus_url or the Airflow connection named by "
                                          "prometheus_conn_id", start=start, end=end, step_s=step).to_dict()
     cluster = Cluster.from_dict(cluster_data)
     with PrometheusClient(prometheus_url, timeout_s=timeout_s) as client:
         window = read_load(client, start=start, end=end, step_s=step, selector=params.prometheus_selector,
-                           brokers={b.id for b in cluster.brokers})
+                           brokers={b.id for b in cluster.brokers}, rate_s=rate_s)
     log.info("load of %d broker(s) from %s over %.1f h: %d indicator(s) skipped", len(window.brokers()),
              public_url(prometheus_url), params.load_window_hours, len(window.skipped))
     return window.to_dict()
