@@ -164,3 +164,28 @@ def test_a_trigger_stores_the_connection_id_never_the_config(trigger: Any, monke
 def test_the_triggerer_names_a_connection_it_cannot_find() -> None:
     with pytest.raises(ConfigError, match="there is no Airflow connection 'kafka_nowhere' where the triggerer runs"):
         asyncio.run(aget_config("kafka_nowhere"))
+
+
+@pytest.mark.parametrize("conn, url", [
+    ({"conn_type": "http", "host": "prometheus", "port": 9090}, "http://prometheus:9090"),
+    ({"conn_type": "http", "host": "prom.example.com/prometheus", "schema": "https"},
+     "https://prom.example.com/prometheus"),
+    ({"conn_type": "http", "host": "https://prom.example.com", "port": 443}, "https://prom.example.com:443"),
+    ({"conn_type": "http", "host": "prometheus", "port": 9090, "login": "review", "password": "p@ss:w/rd"},
+     "http://review:p%40ss%3Aw%2Frd@prometheus:9090"),
+])
+def test_a_prometheus_connection_becomes_the_servers_url(conn: dict, url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kafkaops.airflow.hooks import prometheus_url
+
+    monkeypatch.setenv("AIRFLOW_CONN_PROMETHEUS_TEST", json.dumps(conn))
+    assert prometheus_url("prometheus_test") == url
+
+
+def test_without_a_prometheus_connection_there_is_no_url_and_a_connection_without_host_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from kafkaops.airflow.hooks import prometheus_url
+
+    assert prometheus_url("no_such_prometheus") is None
+    monkeypatch.setenv("AIRFLOW_CONN_PROMETHEUS_EMPTY", json.dumps({"conn_type": "http"}))
+    with pytest.raises(ConfigError, match="'prometheus_empty' names no host"):
+        prometheus_url("prometheus_empty")
