@@ -6,7 +6,8 @@ templates in ``kafkaops/airflow/templates/`` (autoescaped; tables with units and
     record_reassignment.html.j2        scale_out, rebalance, drain, decommission: approval, gates with
                                        their Data Docs, the plan as tables, batches, throttles
     record_partition_increase.html.j2  approval, gates, the partition plan in words
-    record_capacity_review.html.j2     the report, linked first, with its findings and recommendations
+    record_capacity_review.html.j2     the report, linked first, with its verdict, load plots, findings and
+                                       recommendations
     records.html.j2   the operations rows, newest first
     message.html.j2   a page that says why there is nothing to show (no record, not logged in ...)
 
@@ -196,13 +197,15 @@ def _approval_body(plan: Mapping[str, Any]) -> Markup | None:
 
 
 def _capacity_report(record: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The capacity review's report note: where the report is, its findings, recommendations and verdict."""
+    """The capacity review's report note: where the report is, its findings, recommendations and verdict, and its
+    load plots (a stored PNG, with its caption) when the review had a load window."""
     for note in reversed(record.get("notes") or ()):
         if state.holds(note, ReportNote):
             report = ReportNote.from_dict(note)
             return {"href": _note_href(note), "findings": list(report.findings),
                     "recommendations": list(report.recommendations), "verdict": report.verdict, "ts": report.ts,
-                    "note": note}
+                    "load_plot": artifact_href(report.load_png) if report.load_png else None,
+                    "load_caption": report.load_caption, "note": note}
     return None
 
 

@@ -6,7 +6,7 @@ Step results (:meth:`to_dict` is what crosses XCom; :meth:`from_dict` reads it b
     HistoryAppended  the history after this run's point was appended (its cluster, its points)
     SkewResult       the key-skew Spark app's result (``spark_apps/key_skew.py``, worded by
                      :func:`kafkaops.capacity.skew.summarize`), read by the review and the report
-    ReportPaths      where the report's page and data are in the kafkaops store
+    ReportPaths      where the report's page, data and load plots are in the kafkaops store
 
 Audit notes:
 
@@ -20,7 +20,8 @@ beside the algorithm that makes it).
 
 Invariant: each value's JSON is the shape the steps wrote before these types (keys and values alike);
 the stored JSON of a note is the shape reviews wrote before this module (``report``, ``url``,
-``verdict``, ``findings``, ``recommendations``, ``cluster_id``, ``recommended``); :meth:`ReportNote.from_dict`
+``verdict``, ``findings``, ``recommendations``, ``cluster_id``, ``recommended``; ``load_caption`` and the
+report's ``load_png`` only when the review had a load window); :meth:`ReportNote.from_dict`
 reads any age of it, a report note from before the store too (only a ``url`` under ``/kafkaops/capacity/``).
 """
 from __future__ import annotations
@@ -95,10 +96,12 @@ class SkewResult:
 @dataclass(frozen=True)
 class ReportPaths:
     """Artifact paths in the kafkaops store (served under ``/kafkaops/artifacts/``): the report's page
-    (``html``) and the review as data (``json``, which the page links)."""
+    (``html``), the review as data (``json``, which the page links) and the load plots (``load_png``, None
+    for a review without a load window; the record page shows it)."""
 
     html: str
     json: str
+    load_png: str | None = None
 
     @property
     def html_url(self) -> str:
@@ -106,16 +109,22 @@ class ReportPaths:
         return f"/kafkaops/artifacts/{self.html}"
 
     def to_dict(self) -> dict[str, str]:
-        return {"html": self.html, "json": self.json, "url": self.html_url}
+        out = {"html": self.html, "json": self.json, "url": self.html_url}
+        if self.load_png is not None:
+            out["load_png"] = self.load_png
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ReportPaths:
-        return cls(html=str(data["html"]), json=str(data["json"]))
+        load_png = data.get("load_png")
+        return cls(html=str(data["html"]), json=str(data["json"]), load_png=None if load_png is None else str(load_png))
 
 
 @dataclass(frozen=True)
 class ReportNote:
-    """A capacity review's report in its record (``ts`` set by the store: None until written)."""
+    """A capacity review's report in its record (``ts`` set by the store: None until written). The load plots'
+    artifact is ``report["load_png"]`` (:class:`ReportPaths`), ``load_caption`` what they show (the window in
+    UTC, the limits); both absent from notes of reviews without a load window, and from older notes."""
 
     KEY: ClassVar[str] = "report"
     text: str
@@ -126,18 +135,27 @@ class ReportNote:
     recommendations: tuple[str, ...] = ()
     published: Published = Published(None)
     ts: float | None = None
+    load_caption: str | None = None
+
+    @property
+    def load_png(self) -> str | None:
+        """The load plots' artifact path, None without one."""
+        return self.report.get("load_png") or None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "url": self.url, self.KEY: dict(self.report), "verdict": self.verdict,
-                "findings": list(self.findings), "recommendations": list(self.recommendations),
-                **self.published.to_dict()}
+        out = {"text": self.text, "url": self.url, self.KEY: dict(self.report), "verdict": self.verdict,
+               "findings": list(self.findings), "recommendations": list(self.recommendations),
+               **self.published.to_dict()}
+        if self.load_caption is not None:
+            out["load_caption"] = self.load_caption
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ReportNote:
         return cls(text=str(data.get("text") or ""), url=data.get("url"), report=dict(data.get(cls.KEY) or {}),
                    verdict=data.get("verdict"), findings=tuple(data.get("findings") or ()),
                    recommendations=tuple(data.get("recommendations") or ()), published=Published.from_dict(data),
-                   ts=data.get("ts"))
+                   ts=data.get("ts"), load_caption=data.get("load_caption"))
 
     @classmethod
     def in_note(cls, data: Mapping[str, Any]) -> bool:

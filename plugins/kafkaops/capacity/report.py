@@ -5,16 +5,22 @@ printing it. The page is ``templates/report.html.j2`` (Jinja2, autoescaped) over
 times are UTC, a plot with nothing to show says so.
 
 Plots: bytes / leaders / replicas per broker; throughput and lag per partition; the key-skew
-histogram; what-if curves (max/mean per candidate partition count, now and with the candidate key).
+histogram; what-if curves (max/mean per candidate partition count, now and with the candidate key); the
+brokers' load over the review window (CPU, network in and out, Produce p99; the limits dashed, a gap a break
+in the line), also stored as ``load.png`` beside the page for the run's record page.
 """
 from __future__ import annotations
 
 import base64
 import io
 import json
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
+from kafkaops.capacity.load import LoadThresholds, LoadWindow, Point
 from kafkaops.capacity.records import ReportPaths
 from kafkaops.capacity.review import Review
 from kafkaops.errors import KafkaOpsError
@@ -30,12 +36,12 @@ class ReportError(KafkaOpsError):
     """A capacity report that cannot be written."""
 
 
-def _png(fig: Any) -> str:
+def _png(fig: Any, dpi: int = 80) -> str:
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
     fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=80)
+    fig.savefig(buf, format="png", dpi=dpi)
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
@@ -132,9 +138,217 @@ def plot_what_if(skew: Mapping[str, Any]) -> str:
     return _png(fig)
 
 
+# -- the brokers' load over the review window ------------------------------------------------------------------
+
+NOTHING_TO_SHOW = "nothing to show"
+NO_LOAD = ("no load: the review read no Prometheus window (give the connection prometheus_default or the param "
+           "prometheus_url for the load rules and these plots)")
+LIMIT_COLOR = "#cf222e"
+
+
+def line_with_gaps(points: Sequence[Point], step_s: float) -> tuple[list[float], list[float]]:
+    """The timestamps and values of a line through ``points``, with a NaN between two points more than 1.5 steps
+    apart, so the line breaks where Prometheus had no sample instead of bridging the gap."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for t, v in points:
+        if xs and t - xs[-1] > 1.5 * step_s:
+            xs.append((xs[-1] + t) / 2)
+            ys.append(math.nan)
+        xs.append(t)
+        ys.append(v)
+    return xs, ys
+
+
+def gaps_of(points: Sequence[Point], step_s: float, start: float | None = None, end: float | None = None
+            ) -> list[tuple[float, float]]:
+    """The stretches (from, to; Unix seconds) without a finite point, more than 1.5 steps long; with ``start`` and
+    ``end``, also before the first point and after the last (a broker down at the window's edge)."""
+    seen = [t for t, v in points if math.isfinite(v)]
+    if not seen:
+        return [] if start is None or end is None else [(start, end)]
+    edges = [*([start] if start is not None else []), *seen, *([end] if end is not None else [])]
+    return [(a, b) for a, b in zip(edges, edges[1:]) if b - a > 1.5 * step_s]
+
+
+def _window_text(window: LoadWindow) -> str:
+    hours = (window.end - window.start) / 3600
+    step = f"{window.step_s / 60:g} min" if window.step_s >= 60 else f"{window.step_s:g} s"
+    return f"{_minute(window.start)} to {_minute(window.end)} ({hours:g} h, a point every {step})"
+
+
+def _minute(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def load_limits(review: Review) -> list[str]:
+    """The load rules' limits as the plots draw them, in words (``CPU 70 %``, ``network 80 % of 1,250 MB/s``)."""
+    t = review.load_thresholds or LoadThresholds()
+    capacity = t.network_capacity()
+    network = (f"network {t.max_network:.0%} of {capacity / 1e6:,.0f} MB/s = {t.max_network * capacity / 1e6:,.0f} MB/s"
+               if capacity is not None else "network: no capacity stated (param network_capacity_mb_per_s), no limit")
+    return [f"CPU {t.max_cpu:.0%}", network, f"Produce p99 {t.max_produce_p99_ms:,.0f} ms"]
+
+
+def load_caption(review: Review) -> str | None:
+    """What the load plots show, for a caption: the window (UTC) and the limits drawn dashed; None: no load."""
+    if review.load is None:
+        return None
+    return (f"The brokers' load {_window_text(review.load)}, one line per broker; a break in a line is a gap in "
+            f"the data (shaded). Dashed: the limits: {'; '.join(load_limits(review))}.")
+
+
+@dataclass(frozen=True)
+class _Panel:
+    """One load plot: each broker's points (``scale`` to the plotted unit), its limit (None: none to draw) and why
+    it is empty, if it is."""
+
+    title: str
+    ylabel: str
+    series: Mapping[str, tuple[Point, ...]]
+    scale: float
+    limit: float | None
+    limit_label: str | None
+    why_empty: str
+    note: str | None = None
+    ymax: float | None = None
+
+
+def _panels(review: Review, window: LoadWindow) -> list[_Panel]:
+    t = review.load_thresholds or LoadThresholds()
+    capacity = t.network_capacity()
+
+    def series(name: str) -> Mapping[str, tuple[Point, ...]]:
+        return {b: pts for b, pts in window.indicators.get(name, {}).items() if any(math.isfinite(v) for _, v in pts)}
+
+    def why(name: str) -> str:
+        reason = window.skipped.get(name) or review.skipped.get(name)
+        return f"{NOTHING_TO_SHOW}: {reason}" if reason else f"{NOTHING_TO_SHOW}: no {name} point in the window"
+
+    net_limit = None if capacity is None else t.max_network * capacity / 1e6
+    net_label = None if capacity is None else (f"limit {t.max_network:.0%} of {capacity / 1e6:,.0f} MB/s = "
+                                               f"{t.max_network * capacity / 1e6:,.0f} MB/s")
+    net_note = None if capacity is not None else "no network capacity stated: no limit line"
+    return [
+        _Panel("CPU per broker (% of its host's processors)", "CPU (%)", series("cpu"), 100.0, t.max_cpu * 100,
+               f"limit {t.max_cpu:.0%}", why("cpu"), ymax=100.0),
+        _Panel("Network in per broker (clients and replication)", "in (MB/s)", series("bytes_in"), 1e-6, net_limit,
+               net_label, why("bytes_in"), net_note),
+        _Panel("Network out per broker (clients and replication)", "out (MB/s)", series("bytes_out"), 1e-6, net_limit,
+               net_label, why("bytes_out"), net_note),
+        _Panel("Produce request latency per broker (p99)", "Produce p99 (ms)", series("produce_p99_ms"), 1.0,
+               t.max_produce_p99_ms, f"limit {t.max_produce_p99_ms:,.0f} ms", why("produce_p99_ms")),
+    ]
+
+
+def _datetimes(ts: Sequence[float]) -> Any:
+    import numpy as np
+
+    return np.array([int(round(x)) for x in ts], dtype="datetime64[s]")
+
+
+def _nothing(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#777", wrap=True)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _label_right(panel: _Panel, window: LoadWindow) -> bool:
+    """Whether a limit's label goes at the right end of its line (else the left): the end whose third of the
+    window has fewer points just below or above the limit, where the label would hide a line."""
+    if panel.limit is None:
+        return True
+    third = (window.end - window.start) / 3
+    near = [t for points in panel.series.values() for t, v in points
+            if math.isfinite(v) and 0.75 * panel.limit <= v * panel.scale <= 1.3 * panel.limit]
+    return sum(t > window.end - third for t in near) <= sum(t < window.start + third for t in near)
+
+
+def load_figure(review: Review) -> Any:
+    """The load plots as a matplotlib figure: CPU (%), network in and out (MB/s) and Produce p99 (ms) per broker
+    over the window (UTC), the limits dashed and labelled, gaps as breaks (shaded); a panel without data says so."""
+    window = review.load
+    if window is None:
+        fig, axes = _figure(1, 1, (10, 1.2))
+        _nothing(axes[0][0], f"{NOTHING_TO_SHOW}: {NO_LOAD}")
+        return fig
+    panels = _panels(review, window)
+    if not any(p.series for p in panels):
+        reasons = sorted({p.why_empty for p in panels})
+        fig, axes = _figure(1, 1, (10, 0.6 + 0.4 * len(reasons)))
+        _nothing(axes[0][0], "\n".join(reasons))
+        return fig
+    import matplotlib.dates as mdates
+    from matplotlib.patches import Patch
+
+    fig, axes = _figure(len(panels), 1, (10, 2.6 * len(panels)))
+    brokers = window.brokers()
+    cmap = matplotlib_colors(len(brokers))
+    colors = {b: cmap[i] for i, b in enumerate(brokers)}
+    x0, x1 = _datetimes([window.start, window.end])
+    for ax, panel in zip((row[0] for row in axes), panels):
+        ax.set_title(panel.title, fontsize=10, loc="left")
+        if not panel.series:
+            _nothing(ax, panel.why_empty)
+            continue
+        top = 0.0
+        for broker in brokers:
+            points = panel.series.get(broker)
+            if not points:
+                continue
+            xs, ys = line_with_gaps(points, window.step_s)
+            values = [v * panel.scale for v in ys]
+            top = max([top, *(v for v in values if math.isfinite(v))])
+            ax.plot(_datetimes(xs), values, color=colors[broker], linewidth=1.3, label=broker)
+            for a, b in gaps_of(points, window.step_s, window.start, window.end):
+                ax.axvspan(*_datetimes([a, b]), color=colors[broker], alpha=0.12, linewidth=0)
+        handles, labels = ax.get_legend_handles_labels()
+        for broker in brokers:
+            if gaps_of(panel.series.get(broker, ()), window.step_s, window.start, window.end):
+                handles.append(Patch(color=colors[broker], alpha=0.25, linewidth=0))
+                labels.append(f"{broker}: no data (gap)")
+        if panel.limit is not None:
+            line = ax.axhline(panel.limit, color=LIMIT_COLOR, linestyle="--", linewidth=1.2)
+            right = _label_right(panel, window)
+            ax.text(0.995 if right else 0.005, panel.limit, panel.limit_label, transform=ax.get_yaxis_transform(),
+                    ha="right" if right else "left", va="bottom", fontsize=8, color=LIMIT_COLOR,
+                    bbox={"facecolor": "white", "alpha": 0.7, "edgecolor": "none", "pad": 1})
+            handles.append(line)
+            labels.append(panel.limit_label or "limit")
+            top = max(top, panel.limit)
+        if panel.note:
+            ax.text(0.005, 0.96, panel.note, transform=ax.transAxes, ha="left", va="top", fontsize=8, color="#777")
+        ax.set_ylim(0, panel.ymax if panel.ymax is not None and top <= panel.ymax else (top or 1.0) * 1.15)
+        ax.set_xlim(x0, x1)
+        ax.set_ylabel(panel.ylabel)
+        ax.grid(True, color="#eee")
+        locator = mdates.AutoDateLocator(tz=UTC)
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=UTC, show_offset=False))
+        ax.set_xlabel("time (UTC)")
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
+    return fig
+
+
+def matplotlib_colors(n: int) -> list[str]:
+    """``n`` distinguishable line colours (the tab10 cycle, then tab20 beyond 10 brokers)."""
+    import matplotlib
+    from matplotlib import colors
+
+    cmap = matplotlib.colormaps["tab10" if n <= 10 else "tab20"]
+    return [colors.to_hex(cmap(i % cmap.N)) for i in range(n)]
+
+
+def plot_load(review: Review) -> str:
+    """:func:`load_figure` as base64 PNG, 1000 px wide (read on its own on the record page too)."""
+    return _png(load_figure(review), dpi=100)
+
+
 def plots(review: Review, skew: Mapping[str, Any] | None = None) -> dict[str, str]:
     """Every plot as base64 PNG, by name."""
     out = {"brokers": plot_brokers(review), "partitions": plot_partitions(review)}
+    if review.load is not None:
+        out["load"] = plot_load(review)
     if skew and skew.get("records"):
         out["key_skew"] = plot_key_histogram(skew)
         out["what_if"] = plot_what_if(skew)
@@ -200,12 +414,19 @@ def _recommended(kind: str, value: float, inputs: Mapping[str, Any]) -> str:
     return _number(value)
 
 
-def render_review_html(review: Review, skew: Mapping[str, Any] | None = None, *, data_href: str | None = "review.json"
-                       ) -> str:
-    """The review as a standalone page (plots embedded); ``data_href`` links the review as JSON."""
+def render_review_html(review: Review, skew: Mapping[str, Any] | None = None, *, data_href: str | None = "review.json",
+                       images: Mapping[str, str] | None = None) -> str:
+    """The review as a standalone page (plots embedded: ``images``, default :func:`plots`); ``data_href`` links the
+    review as JSON."""
+    load = review.load
     return _templates.get_template("report.html.j2").render(
-        review=review, skew=skew, images=plots(review, skew), data_href=data_href,
+        review=review, skew=skew, images=plots(review, skew) if images is None else images, data_href=data_href,
         throughput_note=throughput_note(review), lag_note=None if review.lag else NO_LAG,
+        load=None if load is None else {"window": _window_text(load), "caption": load_caption(review),
+                                         "limits": load_limits(review)},
+        no_load=NO_LOAD,
+        load_skipped=(["rule", "why it was not checked"], sorted(review.skipped.items())),
+        cpu_source=(["broker", "CPU from"], sorted((load.cpu_source if load else {}).items())),
         findings=(["rule", "subject", "measured", "limit", "what it means"],
                   [[f.rule, f.subject, _measure(f.rule, f.value), _threshold(f.rule, f.threshold), f.message]
                    for f in review.findings]),
@@ -230,11 +451,16 @@ def render_review_html(review: Review, skew: Mapping[str, Any] | None = None, *,
 
 def write_report(review: Review, skew: Mapping[str, Any] | None = None, *, run_id: str = "manual",
                  store: store_.Store | None = None) -> ReportPaths:
-    """Store ``report.html`` (plots inline) and ``review.json`` as artifacts
-    ``capacity/<cluster>/<run>/...`` in the kafkaops store, where the api-server serves them."""
+    """Store ``report.html`` (plots inline), ``review.json`` and, with a load window, ``load.png`` (the load plots,
+    which the run's record page shows) as artifacts ``capacity/<cluster>/<run>/...`` in the kafkaops store, where
+    the api-server serves them."""
     prefix = f"capacity/{safe_name(review.cluster_id or 'unknown')}/{safe_name(run_id)}"
     target = store or store_.current()
-    page = target.put_artifact(f"{prefix}/report.html", render_review_html(review, skew).encode("utf-8"))
+    images = plots(review, skew)
+    load_png = None
+    if "load" in images:
+        load_png = target.put_artifact(f"{prefix}/load.png", base64.b64decode(images["load"]), "image/png")
+    page = target.put_artifact(f"{prefix}/report.html", render_review_html(review, skew, images=images).encode("utf-8"))
     data = target.put_artifact(f"{prefix}/review.json", json.dumps(
         {"review": review.to_dict(), "key_skew": skew}, indent=1, sort_keys=True, default=str).encode("utf-8"))
-    return ReportPaths(page, data)
+    return ReportPaths(page, data, load_png)

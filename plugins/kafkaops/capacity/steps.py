@@ -311,7 +311,8 @@ def make_report(review_data: Mapping[str, Any], skew_result: Mapping[str, Any] |
                                                        for r in review.recommendations))
         state.append_note(log_, ReportNote(
             f"capacity report: {paths.html_url}", paths.html_url, paths.to_dict(), review.verdict,
-            tuple(f.message for f in review.findings), tuple(r.message for r in review.recommendations), published))
+            tuple(f.message for f in review.findings), tuple(r.message for r in review.recommendations), published,
+            load_caption=capacity_report.load_caption(review)))
     return paths.to_dict()
 
 

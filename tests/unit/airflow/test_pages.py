@@ -241,6 +241,19 @@ def test_a_capacity_review_links_its_report_first_with_its_findings_and_no_empty
     assert "Steps" not in text_of(render_record(no_steps))
 
 
+def test_a_capacity_review_with_load_shows_its_load_plots_under_the_verdict_with_their_caption() -> None:
+    record = capacity_record()
+    note = record["notes"][-1]
+    note["report"]["load_png"] = "capacity/c1/r 1/load.png"
+    note["load_caption"] = f"The brokers' load 2026-11-22 00:00 UTC to 2026-11-23 00:00 UTC; limits: CPU 70% {SCRIPT}"
+    page = render_record(record)
+    text = text_of(page)
+    assert re.search(r'<img alt="[^"]*load[^"]*" src="/kafkaops/artifacts/capacity/c1/r%201/load.png">', page)
+    assert text.index("Verdict:") < text.index("The brokers' load 2026-11-22 00:00 UTC") < text.index("Findings")
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert "<img" not in render_record(capacity_record())  # an older note, or a review without load: no plot
+
+
 def test_a_note_with_a_stored_artifact_links_it() -> None:
     record = a_record()
     record["notes"] = [{"ts": T0, "text": "capacity report", "url": "/kafkaops/capacity/c1/r1/report.html"},
