@@ -97,13 +97,24 @@ def record_page(dag_id: str, run_id: str, store: StoreDep) -> str:
     return render_record(_record(store, dag_id, run_id))
 
 
+ARTIFACT_CSP = ("sandbox; default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'; base-uri 'none'; "
+                "form-action 'none'; frame-ancestors 'self'")
+"""What a stored artifact (Data Docs, a capacity report: HTML carrying topic names, keys and field values from the
+cluster) may do when it opens under the Airflow UI's origin: nothing. ``sandbox`` gives the page an origin of its
+own (no cookie, no call to the API as the user) and runs no script; the rest allows what the pages need offline:
+their inline styles and embedded (``data:``) plots, and the Data Docs' favicon beside them."""
+
+ARTIFACT_HEADERS = {"Content-Security-Policy": ARTIFACT_CSP, "X-Content-Type-Options": "nosniff",
+                    "Referrer-Policy": "no-referrer", "Cache-Control": "private, no-store"}
+
+
 @app.get("/artifacts/{path:path}", dependencies=[Depends(read_artifact_dag)])
 def artifact(path: str, store: StoreDep) -> Response:
     found = store.artifact(path)
     if found is None:
         raise HTTPException(404, f"the kafkaops store holds no artifact {path}; the run that makes it may not have "
                                  "got there: see the run's record")
-    return Response(found.body, media_type=found.content_type, headers={"X-Content-Type-Options": "nosniff"})
+    return Response(found.body, media_type=found.content_type, headers=ARTIFACT_HEADERS)
 
 
 # -- errors: HTML pages that say why (JSON for the .json route) --------------------------------------------

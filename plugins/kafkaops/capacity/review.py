@@ -700,12 +700,21 @@ class Review:
         return cls.from_dict(json.loads(text))
 
 
-def verdict_of(disk: DiskVerdict | None, brokers: Recommendation | None, hot: Sequence[Finding]) -> str | None:
+#: The load rules whose finding says a broker cannot keep up (a hot broker is its own finding).
+PRESSURE_RULES = ("cpu", "network", "request_handler_idle", "produce_p99")
+
+
+def verdict_of(disk: DiskVerdict | None, brokers: Recommendation | None, load: Sequence[Finding],
+               measured: int = 0) -> str | None:
     """The review's one verdict, from the broker-count recommendation (the largest of the disk, throughput, CPU
-    and network needs) and the hot brokers, so that it never says "enough" beside a recommendation to add:
+    and network needs) and the load findings, so that it never says "enough" beside a recommendation to add or
+    beside a broker past its load limits:
 
     * more brokers needed: "Add brokers", naming the need that decides (the disk's own words when it is the disk);
-    * enough brokers but a hot broker: "Rebalance", naming the brokers (more would not help);
+    * enough brokers, but some brokers past a load limit (:data:`PRESSURE_RULES`) or hot: "Rebalance", naming
+      them and their rules (the others have room; more brokers would not move the load off them);
+    * enough brokers, every one of the ``measured`` brokers past a limit that is not CPU or network (request
+      handlers, Produce latency): "Look into the brokers", as more brokers are not what the numbers ask for;
     * otherwise the disk verdict (free disk, rebalance a full disk, or enough).
 
     None: neither a recommendation nor a disk verdict to go on."""
@@ -718,12 +727,20 @@ def verdict_of(disk: DiskVerdict | None, brokers: Recommendation | None, hot: Se
         current = brokers.inputs.get("current")
         return (f"Add brokers: the {' and '.join(n for n in largest)} need{'s' if len(largest) == 1 else ''} "
                 f"{brokers.value:g} broker(s), today {current}: add {add}. {brokers.message}.{also}")
-    if hot:
-        names = sorted({f.subject for f in hot})
-        enough = "" if brokers is None else f" The brokers are enough: {brokers.message}."
-        return (f"Rebalance: {', '.join(names)} carr{'ies' if len(names) == 1 else 'y'} far more load than the "
-                f"others with even replica counts; run kafka_reassign (operation rebalance), more brokers would not "
-                f"even it.{enough}{also}")
+    pressed: dict[str, list[str]] = {}
+    for f in load:
+        if f.rule in PRESSURE_RULES or f.rule == "hot_broker":
+            pressed.setdefault(f.subject, []).append(f.rule.replace("_", " "))
+    enough = "" if brokers is None else f" The brokers together are enough: {brokers.message}."
+    if pressed:
+        names = ", ".join(f"{b} ({', '.join(dict.fromkeys(rules))})" for b, rules in sorted(pressed.items()))
+        if measured and len(pressed) >= measured:
+            return (f"Look into the brokers: every broker is past a load limit ({names}) though the CPU, network "
+                    f"and disk needs ask for no more brokers; see the findings.{enough}{also}")
+        return (f"Rebalance: {names} {'is' if len(pressed) == 1 else 'are'} past {'its' if len(pressed) == 1 else 'their'} "
+                f"load limits while the other brokers have room; run kafka_reassign (operation rebalance) to move "
+                f"leaders and partitions off {'it' if len(pressed) == 1 else 'them'}, more brokers would not."
+                f"{enough}{also}")
     if disk is not None:
         return disk.text
     return None if brokers is None else f"Brokers are enough: {brokers.message}."
@@ -811,4 +828,5 @@ def review(current: Cluster, history: Sequence[ReviewPoint] = (), *, targets: Ca
                   load=load, load_thresholds=load_thresholds if load is not None else None, skipped=skipped,
                   brokers_verdict=verdict_of(verdict if (verdict.disks or disk) else None,
                                              next((r for r in recs if r.kind == "brokers"), None),
-                                             [f for f in findings if f.rule == "hot_broker"]))
+                                             [f for f in findings if f.rule in RULES_OF_LOAD],
+                                             len(load.brokers()) if load is not None else 0))

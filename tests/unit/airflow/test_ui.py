@@ -165,6 +165,11 @@ def test_artifacts_are_served_with_their_content_type(api: Api) -> None:
     token = api.token("vera")
     review = api.get(f"/kafkaops/artifacts/{REVIEW}", token)
     assert review.status_code == 200 and review.headers["content-type"] == "application/json"
+    # served in a sandbox of its own origin: no script runs, nothing is fetched but its own images
+    csp = [d.strip() for d in review.headers["content-security-policy"].split(";")]
+    assert csp[0] == "sandbox" and "default-src 'none'" in csp and "script-src" not in review.headers[
+        "content-security-policy"]
+    assert review.headers["x-content-type-options"] == "nosniff"
     assert review.json() == {"review": {}}
     missing = api.get("/kafkaops/artifacts/docs/kafka_scale_out/nope/preflight/index.html", token)
     assert missing.status_code == 404 and "holds no artifact" in missing.text

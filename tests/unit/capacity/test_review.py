@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -332,7 +333,26 @@ def test_one_hot_broker_among_even_replicas_says_rebalance_not_add() -> None:
     c = cluster(t=0.0, offsets={p: 0 for p in range(6)}, sizes={p: GB for p in range(6)})
     r = review(c, load=_load({1: 0.20, 2: 0.22, 3: 0.65}))
     assert "hot_broker" in r.rules_fired() and r.recommendation("brokers").inputs["add"] == 0
-    assert r.verdict.startswith("Rebalance: broker 3 carries far more load"), r.verdict
+    assert r.verdict.startswith("Rebalance: broker 3 (hot broker) is past its load limits"), r.verdict
+
+
+def test_one_broker_past_its_cpu_limit_while_the_others_have_room_says_rebalance_never_enough() -> None:
+    c = cluster(t=0.0, offsets={p: 0 for p in range(6)}, sizes={p: GB for p in range(6)})
+    r = review(c, load=_load({1: 0.76, 2: 0.55, 3: 0.45}))  # 1.76 / 0.7: 3 brokers are enough
+    assert r.recommendation("brokers").inputs["add"] == 0 and [f.subject for f in r.findings if f.rule == "cpu"] == [
+        "broker 1"]
+    assert r.verdict.startswith("Rebalance: broker 1 (cpu) is past its load limits while the other brokers have "
+                                "room"), r.verdict
+    assert "Brokers and disks are enough" not in r.verdict
+
+
+def test_every_broker_past_a_latency_limit_with_room_everywhere_says_look_into_the_brokers() -> None:
+    c = cluster(t=0.0, offsets={p: 0 for p in range(6)}, sizes={p: GB for p in range(6)})
+    window = _load({1: 0.3, 2: 0.3, 3: 0.3})
+    slow = {b: tuple((t, 500.0) for t, _ in pts) for b, pts in window.indicators["produce_p99_ms"].items()}
+    r = review(c, load=replace(window, indicators={**window.indicators, "produce_p99_ms": slow}))
+    assert r.verdict.startswith("Look into the brokers: every broker is past a load limit (broker 1 (produce p99)"), \
+        r.verdict
 
 
 def test_a_review_without_prometheus_names_every_load_rule_it_skipped() -> None:
