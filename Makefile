@@ -44,7 +44,7 @@ help:
 	@echo "make postgres      the PostgreSQL server binaries the store tests start a throw-away server from (apt-get, as root)"
 	@echo "make redis         Debian's redis-server, Celery's broker in the deployment tests (apt-get, as root)"
 	@echo "make sshd          Debian's openssh-server, the remote hosts of the role's SSH tests (apt-get, as root)"
-	@echo "make prometheus    Debian's prometheus server, which the Prometheus tests start on loopback (apt-get, as root)"
+	@echo "make prometheus    Debian's prometheus server and node exporter, which the Prometheus and deployment tests start on loopback (apt-get, as root)"
 	@echo "make e2e          only the deployment tests (tests/deployment: Postgres, Redis, Celery, separate Airflow components, the browser)"
 	@echo "make browser       Debian's chromium and chromium-driver for the browser test (apt-get, as root)"
 	@echo "make cluster-up    start the local cluster (127.0.0.1:19092,19094,19096) and leave it running"
@@ -114,16 +114,17 @@ sshd:
 	  fi; \
 	fi
 
-# The Prometheus tests (tests/integration/platform/test_prometheus.py) start Debian's prometheus on loopback with a
-# config of their own (kafkaops/testing/prometheus.py); Debian's service is neither needed nor started.
+# The Prometheus tests (tests/integration/platform/test_prometheus.py) and the deployment tests start Debian's
+# prometheus and prometheus-node-exporter on loopback with settings of their own (kafkaops/testing/prometheus.py);
+# Debian's services are neither needed nor started.
 prometheus:
-	@if ! command -v prometheus >/dev/null; then \
+	@if ! command -v prometheus >/dev/null || [ ! -x /usr/bin/prometheus-node-exporter ]; then \
 	  if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
-	    echo "error: prometheus not found; the Prometheus tests need it: install it (e.g. sudo apt-get install prometheus), or run make test as root on Debian/Ubuntu"; exit 1; \
+	    echo "error: prometheus or prometheus-node-exporter not found; the Prometheus tests need both: install them (e.g. sudo apt-get install prometheus prometheus-node-exporter), or run make test as root on Debian/Ubuntu"; exit 1; \
 	  fi; \
 	  export DEBIAN_FRONTEND=noninteractive && \
-	  { apt-get install -y --no-install-recommends prometheus || \
-	    { apt-get update && apt-get install -y --no-install-recommends prometheus; }; }; \
+	  { apt-get install -y --no-install-recommends prometheus prometheus-node-exporter || \
+	    { apt-get update && apt-get install -y --no-install-recommends prometheus prometheus-node-exporter; }; }; \
 	fi
 
 # The browser test (tests/deployment) drives Debian's chromium through its chromedriver with Selenium;
@@ -179,7 +180,7 @@ lint: lint-imports
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-e2e: setup postgres redis browser
+e2e: setup postgres redis prometheus browser
 	$(PY) -m pytest -m deployment tests/deployment $(PYTEST_ARGS)
 
 # The layer contracts of pyproject.toml's [tool.importlinter] (docs/architecture.md).

@@ -1,7 +1,8 @@
 """The deployment as an operator meets it: Airflow as operators deploy it (kafkaops/testing/deployment.py: PostgreSQL,
 Redis, each component a process of its own running the installed wheel, CeleryExecutor) on a local
-cluster of its own, and Debian's Chromium driven by Selenium (Debian's chromedriver; Selenium Manager
-downloads nothing).
+cluster of its own whose brokers' JMX exporters and this host's node exporter a Prometheus server scrapes
+(``prometheus_default``, where a capacity review reads the load), and Debian's Chromium driven by Selenium
+(Debian's chromedriver; Selenium Manager downloads nothing).
 
 Everything started here runs in a process group of its own and is ended with it; the cluster goes
 through ``clusters.temporary_cluster`` (stopped through the role, stragglers killed). Each component's
@@ -23,7 +24,7 @@ from typing import Any
 import pytest
 
 from kafkaops.cli import datagen
-from kafkaops.testing import clusters, deployment as harness, jvm, watchdog
+from kafkaops.testing import clusters, deployment as harness, jvm, prometheus, watchdog
 from kafkaops.platform.kafka import topics
 from kafkaops.platform.paths import JARS
 from kafkaops.testing.clusters import TEST_BROKER_CONFIG
@@ -36,6 +37,9 @@ CHROME_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-qu
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
                 "--disable-dev-shm-usage", "--window-size=1600,1000")
 TOPIC = "orders"
+# How often the deployment's Prometheus scrapes: often enough for a review's rate windows, seldom enough that three
+# brokers' JMX exporters cost little CPU beside Airflow's components through the scenarios' minutes.
+SCRAPE_INTERVAL_S = 5.0
 DAGS = {"kafka_scale_out", "kafka_partition_increase", "kafka_reassign", "kafka_capacity_review"}
 
 
@@ -60,12 +64,14 @@ class SpecCluster(RunningCluster):
 
 @pytest.fixture(scope="package")
 def deployment_cluster() -> Iterator[SpecCluster]:
-    """Three brokers on free loopback ports with ``orders`` (6 partitions, RF 3, about 8 MB of keyed
-    records), so each broker a scale-out adds has replicas to receive."""
+    """Three brokers on free loopback ports, each with the Prometheus JMX exporter, with ``orders``
+    (6 partitions, RF 3, about 8 MB of keyed records), so each broker a scale-out adds has replicas to receive.
+    The brokers a scale-out adds get exporters too (the spec's), which :func:`deployment_prometheus` does not
+    scrape: its targets are the cluster's at the start."""
     # the lean JVM in the spec itself: the brokers a scale-out adds are started by the deployment's Celery
     # worker, which reads this spec and knows nothing of the session's provision.INVENTORY_DEFAULTS
     with clusters.temporary_cluster("kafkaops-deploy-", brokers=3, extra_config=TEST_BROKER_CONFIG,
-                                    inventory_vars=jvm.broker_vars()) as spec:
+                                    inventory_vars=jvm.broker_vars(), metrics=True) as spec:
         cache = spec.base_dir / "worker-cache"
         cache.mkdir()
         cluster = SpecCluster(spec, cache=cache)
@@ -78,14 +84,29 @@ def deployment_cluster() -> Iterator[SpecCluster]:
 
 
 @pytest.fixture(scope="package")
-def deployed(deployment_cluster: SpecCluster, artifacts: Path) -> Iterator[harness.Deployment]:
-    """Airflow as operators deploy it (kafkaops/testing/deployment.py), on the deployment cluster, for this package: the
+def deployment_prometheus(deployment_cluster: SpecCluster) -> Iterator[prometheus.TestPrometheus]:
+    """Prometheus (Debian's, on loopback) scraping the deployment cluster's JMX exporters (job ``kafka``) and a
+    node exporter of this host (job ``node``) every :data:`SCRAPE_INTERVAL_S` s, as docker-compose.yml's does."""
+    with prometheus.temporary_node_exporter() as node, \
+            prometheus.temporary_prometheus(deployment_cluster.spec.metrics_targets, node_targets=[node.target],
+                                            scrape_interval_s=SCRAPE_INTERVAL_S) as server:
+        yield server
+
+
+@pytest.fixture(scope="package")
+def deployed(deployment_cluster: SpecCluster, deployment_prometheus: prometheus.TestPrometheus,
+             artifacts: Path) -> Iterator[harness.Deployment]:
+    """Airflow as operators deploy it (kafkaops/testing/deployment.py), on the deployment cluster and its
+    Prometheus (``prometheus_default``), for this package: the
     scenarios (test_deployment.py) and the browser walk (test_operator_path.py) share it, and it
     stops when they are done (not at the end of the session, where its idle components would have
     slowed every later test)."""
     with harness.deployment(checkout=REPO, kafka_bootstrap=deployment_cluster.bootstrap, worker_cache=deployment_cluster.cache,
-                            jars=JARS, dag_ids=DAGS, logs=artifacts / "components") as deployment:
+                            jars=JARS, dag_ids=DAGS, logs=artifacts / "components",
+                            prometheus_url=deployment_prometheus.url) as deployment:
         print(f"\ndeployment up in {deployment.started_in:.0f} s at {deployment.url}")
+        # scraped while Airflow started: by now every broker's exporter and the node exporter are up
+        deployment_prometheus.wait_until_scraped(timeout_s=4 * SCRAPE_INTERVAL_S)
         yield deployment
 
 

@@ -28,13 +28,14 @@ import sqlalchemy as sa
 import yaml
 from dockerfile_parse import DockerfileParser
 
-from kafkaops.testing import deployment as harness, postgres
+from kafkaops.testing import deployment as harness, postgres, prometheus
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yml"
 DOCKERFILE = REPO / "Dockerfile"
 INVENTORY = REPO / "playbooks" / "inventory" / "compose.yml"
 INIT_SQL = REPO / "deploy" / "postgres-init.sql"
+PROMETHEUS_CONFIG = REPO / "deploy" / "prometheus.yml"
 SCHEMA = Path(__file__).with_name("compose-spec.json")
 # ${NAME}, ${NAME:-default}, ${NAME:?message}: Compose's variable substitution
 VARIABLE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:[?-])(?P<arg>[^}]*))?\}")
@@ -126,7 +127,8 @@ def harness_settings() -> tuple[dict[str, str], dict[str, set[str]]]:
     """:func:`harness.shared_settings` called with a marker for each parameter: the settings, and the
     settings each parameter feeds (an address, a secret, a path); the others are the same everywhere."""
     markers = {name: f"<{name}>" for name in inspect.signature(harness.shared_settings).parameters}
-    settings = harness.shared_settings(**{**markers, "store": {"marker": markers["store"]}})
+    settings = harness.shared_settings(**{**markers, "store": {"marker": markers["store"]},
+                                          "prometheus": {"marker": markers["prometheus"]}})
     return settings, {name: {key for key, value in settings.items() if marker in value}
                       for name, marker in markers.items()}
 
@@ -272,6 +274,32 @@ def test_spark_default_is_the_compose_spark_master_with_workers(shared: dict[str
     for name in workers:
         assert services[name]["command"][-1] == spark["host"], f"{name} registers with {services[name]['command'][-1]}"
         assert services[name]["image"] == server["image"], name
+
+
+def test_prometheus_default_is_the_compose_prometheus_scraping_the_brokers_and_the_node_exporter(
+        shared: dict[str, str], services: dict[str, Any]) -> None:
+    _, fed = harness_settings()
+    (key,) = fed["prometheus"]
+    assert key == f"AIRFLOW_CONN_{harness.PROMETHEUS_CONN_ID.upper()}"
+    connection = json.loads(shared[key])
+    url = f"{connection['schema']}://{connection['host']}:{connection['port']}"
+    assert connection == harness.prometheus_connection(url), connection  # the harness's form
+    server = service_of_host(services, connection["host"])
+    assert server["image"].startswith("prom/prometheus:v"), server["image"]
+    assert connection["port"] == 9090 and "--web.listen-address" not in " ".join(server["command"])
+    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    assert f"./{PROMETHEUS_CONFIG.relative_to(REPO)}:/etc/prometheus/prometheus.yml:ro" in server["volumes"]
+    jobs = {job["job_name"]: [t for c in job["static_configs"] for t in c["targets"]] for job in config["scrape_configs"]}
+    assert set(jobs) == {prometheus.JOB, prometheus.NODE_JOB}, jobs
+    brokers = [name for name, service in services.items() if name.startswith("kafka-")]
+    assert sorted(host for host, _ in (t.rsplit(":", 1) for t in jobs[prometheus.JOB])) == sorted(brokers), jobs
+    (node,) = jobs[prometheus.NODE_JOB]
+    host, port = node.rsplit(":", 1)
+    exporter = service_of_host(services, host)
+    assert exporter["image"].startswith("prom/node-exporter:v") and port == "9100", (node, exporter["image"])
+    assert [f"--collector.{c}" for c in prometheus.NODE_COLLECTORS] == \
+        [a for a in exporter["command"] if a.startswith("--collector.") and a != "--collector.disable-defaults"], \
+        "compose's node exporter runs the tests' collectors"
 
 
 def test_the_store_is_its_own_database_on_the_airflow_postgres(shared: dict[str, str], services: dict[str, Any]) -> None:

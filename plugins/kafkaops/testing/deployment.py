@@ -13,7 +13,8 @@
   process group, ``AIRFLOW_HOME`` and working directory under ``<root>/<component>``), each started
   the way docker-compose.yml starts it: ``python -m kafkaops check`` first, then the component.
 
-The components share nothing but the installed code, the two databases, Redis and Kafka: one JWT
+The components share nothing but the installed code, the two databases, Redis, Kafka and Prometheus (when
+the caller gives one: ``prometheus_default``, where a capacity review reads the brokers' load): one JWT
 secret, one Fernet key and free loopback ports come from :func:`shared_settings`, which
 ``tests/deployment/test_compose.py`` also holds docker-compose.yml to. The one exception is the
 Celery worker's ``$KAFKAOPS_CACHE``: the local cluster's spec (``local-cluster.json``) the ``process``
@@ -38,7 +39,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 import pytest
@@ -62,16 +63,21 @@ EXECUTOR = "CeleryExecutor"
 # Who may sign in (SimpleAuthManager): the operator who triggers, the approver who answers the approval.
 USERS = {"operator": "admin", "approver": "user"}
 STORE_CONN_ID = "kafkaops_store"
+#: The connection a capacity review reads the brokers' load from (its param ``prometheus_conn_id``'s default).
+PROMETHEUS_CONN_ID = "prometheus_default"
 COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", ".cache", "build", "*.egg-info", "__pycache__",
                                      ".pytest_cache", ".hypothesis", "target")
 
 
 def shared_settings(*, metadata_url: str, store: Mapping[str, Any], broker_url: str, result_backend: str,
                     api_url: str, jwt_secret: str, fernet_key: str, secret_key: str, kafka_bootstrap: str,
-                    dags_folder: str, users: str, spark_master: str) -> dict[str, str]:
+                    dags_folder: str, users: str, spark_master: str,
+                    prometheus: Mapping[str, Any] | None) -> dict[str, str]:
     """The environment every component gets: the settings docker-compose.yml's ``x-airflow`` block sets
     too (addresses differ: compose uses service names). ``spark_master`` is ``spark_default``'s master, where
-    the Spark jobs (rekey backfill, key skew) run: ``local[*]`` here, the compose file's standalone Master there."""
+    the Spark jobs (rekey backfill, key skew) run: ``local[*]`` here, the compose file's standalone Master there.
+    ``prometheus``: the fields of :data:`PROMETHEUS_CONN_ID` (:func:`prometheus_connection`); None: no such
+    connection (a capacity review then reads no load)."""
     return {
         "AIRFLOW__CORE__EXECUTOR": EXECUTOR,
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": metadata_url,
@@ -111,8 +117,17 @@ def shared_settings(*, metadata_url: str, store: Mapping[str, Any], broker_url: 
                                                   "extra": {"bootstrap.servers": kafka_bootstrap}}),
         f"AIRFLOW_CONN_{STORE_CONN_ID.upper()}": json.dumps(dict(store)),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": spark_master}),
+        **({} if prometheus is None else {f"AIRFLOW_CONN_{PROMETHEUS_CONN_ID.upper()}": json.dumps(dict(prometheus))}),
         "GX_ANALYTICS_ENABLED": "false",
     }
+
+
+def prometheus_connection(url: str) -> dict[str, Any]:
+    """An HTTP connection's fields (Airflow's JSON form) for the Prometheus server at ``url``."""
+    parts = urlsplit(url)
+    if not parts.hostname or parts.port is None or parts.scheme not in ("http", "https"):
+        raise ValueError(f"a Prometheus URL is http(s)://HOST:PORT, got {url!r}")
+    return {"conn_type": "http", "host": parts.hostname, "port": parts.port, "schema": parts.scheme}
 
 
 def _free_port() -> int:
@@ -295,6 +310,8 @@ class Deployment:
     #: SSL context each time, loading the CA bundle (46 s of the suite's CPU), for plain-HTTP loopback calls.
     http: httpx.Client = field(repr=False)
     started_in: float = 0.0
+    #: The Prometheus server ``prometheus_default`` names, if the deployment was given one.
+    prometheus_url: str | None = None
     began_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))
     _tokens: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -448,12 +465,16 @@ class Deployment:
 @contextmanager
 def deployment(*, checkout: Path, kafka_bootstrap: str, worker_cache: Path, jars: Path, dag_ids: set[str],
                logs: Path | None = None, kafka_login: Mapping[str, str] | None = None,
-               spark_master: str = "local[*]", worker_env: Mapping[str, str] | None = None) -> Iterator[Deployment]:
+               spark_master: str = "local[*]", worker_env: Mapping[str, str] | None = None,
+               prometheus_url: str | None = None) -> Iterator[Deployment]:
     """Everything of the module docstring, up and healthy, for the ``with`` block; all of it stopped after.
     The wheel is the working tree ``checkout``'s (unless ``$KAFKAOPS_WHEEL`` names one). Each component's
     output goes to ``<logs>/<component>.log`` (default: a folder removed at the end). ``kafka_login``: the
     client settings ``kafka_default`` adds to the bootstrap (a SASL login); ``spark_master``: ``spark_default``'s
-    master (a standalone Master's URL: its ``SPARK_CONF_DIR`` in ``worker_env``, the worker's extra environment)."""
+    master (a standalone Master's URL: its ``SPARK_CONF_DIR`` in ``worker_env``, the worker's extra environment);
+    ``prometheus_url``: the Prometheus server ``prometheus_default`` names (e.g. a
+    :func:`kafkaops.testing.prometheus.temporary_prometheus` scraping the cluster's exporters), None: no such
+    connection."""
     root = Path(tempfile.mkdtemp(prefix="kafkaops-deploy-"))
     logs = logs or root / "logs"
     began = time.monotonic()
@@ -481,7 +502,8 @@ def deployment(*, checkout: Path, kafka_bootstrap: str, worker_cache: Path, jars
             api_url=url, jwt_secret=secrets.token_urlsafe(32), fernet_key=Fernet.generate_key().decode(),
             secret_key=secrets.token_urlsafe(32), kafka_bootstrap=kafka_bootstrap,
             dags_folder=installation.resource("r.dags_folder()"),
-            users=",".join(f"{user}:{role}" for user, role in USERS.items()), spark_master=spark_master)
+            users=",".join(f"{user}:{role}" for user, role in USERS.items()), spark_master=spark_master,
+            prometheus=None if prometheus_url is None else prometheus_connection(prometheus_url))
         if kafka_login:
             settings["AIRFLOW_CONN_KAFKA_DEFAULT"] = json.dumps({"conn_type": "kafka", "extra": {
                 "bootstrap.servers": kafka_bootstrap, **kafka_login}})
@@ -507,7 +529,8 @@ def deployment(*, checkout: Path, kafka_bootstrap: str, worker_cache: Path, jars
         # no kept-alive connections: a scenario restarts the api-server, whose old connections would then fail
         http = stack.enter_context(httpx.Client(limits=httpx.Limits(max_keepalive_connections=0)))
         result = Deployment(root=root, url=url, installation=installation, components=components,
-                            databases=databases, redis_url=redis_url, passwords=passwords, http=http)
+                            databases=databases, redis_url=redis_url, passwords=passwords, http=http,
+                            prometheus_url=prometheus_url)
         for component in components.values():  # stopped in reverse order of start, also on failure
             stack.callback(_stop_quietly, component)
         # The one-shot init (docker-compose.yml's airflow-init): the store's schema, then Airflow's.

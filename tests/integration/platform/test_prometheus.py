@@ -1,7 +1,8 @@
 """The brokers' load as Prometheus sees it, with real parts only: a one-node Kafka 4 cluster the role brings up
 with the Prometheus JMX exporter attached (kafka_broker_jmx_exporter), Debian's prometheus server scraping it
 every second (kafkaops.testing.prometheus), a producer writing for a few seconds, then the client
-(kafkaops.platform.prometheus) reading the load back through the HTTP API."""
+(kafkaops.platform.prometheus) reading the load back through the HTTP API. And the host's load: Debian's node
+exporter scraped by the same kind of server."""
 from __future__ import annotations
 
 import re
@@ -101,3 +102,22 @@ def test_a_broker_whose_exporter_does_not_answer_fails_the_health_check_naming_i
     message = str(failed.value)
     assert "check 'JMX exporter' failed on kafka-1" in message, message
     assert re.search(r"does not answer on 127\.0\.0\.1:\d+ after 2 s; the broker is left running", message), message
+
+
+def test_prometheus_reads_the_host_s_cpu_from_a_node_exporter_in_job_node() -> None:
+    with prometheus.temporary_node_exporter() as node, \
+            prometheus.temporary_prometheus((), node_targets=[node.target], scrape_interval_s=0.5) as server:
+        start = time.time()
+        server.wait_until_scraped(timeout_s=15)
+        time.sleep(4 * server.scrape_interval_s)  # a few samples for rate()
+        end = time.time()
+        with server.client() as prom:
+            idle = prom.query_range('rate(node_cpu_seconds_total{mode="idle"}[30s])', start=start, end=end, step_s=1)
+            assert idle.series, f"no idle CPU series from {node.target}; its log: {node.log_tail()}"
+            assert {(s.labels["job"], s.labels["instance"]) for s in idle.series} == {(prometheus.NODE_JOB, node.target)}
+            assert all(0 <= v <= 1.5 for s in idle.series for _, v in finite(s.points)), idle  # CPU seconds per second
+            assert any(finite(s.points) for s in idle.series), idle
+            # only the collectors the tests turn on, each of them working
+            collectors = {s.labels["collector"]: s.value for s in prom.query("node_scrape_collector_success")}
+            assert collectors == dict.fromkeys(prometheus.NODE_COLLECTORS, 1.0), collectors
+            assert prom.query('node_network_receive_bytes_total{device="lo"}'), "no loopback traffic series (netdev)"
