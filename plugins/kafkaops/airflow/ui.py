@@ -97,12 +97,14 @@ def record_page(dag_id: str, run_id: str, store: StoreDep) -> str:
     return render_record(_record(store, dag_id, run_id))
 
 
-ARTIFACT_CSP = ("sandbox; default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'; base-uri 'none'; "
+ARTIFACT_CSP = ("sandbox allow-same-origin; default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'; base-uri 'none'; "
                 "form-action 'none'; frame-ancestors 'self'")
 """What a stored artifact (Data Docs, a capacity report: HTML carrying topic names, keys and field values from the
-cluster) may do when it opens under the Airflow UI's origin: nothing. ``sandbox`` gives the page an origin of its
-own (no cookie, no call to the API as the user) and runs no script; the rest allows what the pages need offline:
-their inline styles and embedded (``data:``) plots, and the Data Docs' favicon beside them."""
+cluster) may do when it opens under the Airflow UI's origin: nothing. ``sandbox`` runs no script, submits no form
+and opens no popup, whatever the page holds; it keeps the page's origin (``allow-same-origin``, harmless without
+scripts) only so that following a Data Docs link sends the login cookie like any navigation (an opaque origin's
+links arrive without it: "Not logged in"). ``default-src 'none'`` fetches nothing else; the rest allows what the
+pages need offline: their inline styles and embedded (``data:``) plots, and the Data Docs' favicon beside them."""
 
 ARTIFACT_HEADERS = {"Content-Security-Policy": ARTIFACT_CSP, "X-Content-Type-Options": "nosniff",
                     "Referrer-Policy": "no-referrer", "Cache-Control": "private, no-store"}

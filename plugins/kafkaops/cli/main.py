@@ -90,7 +90,8 @@ def build_parser(prog: str = "python -m kafkaops") -> argparse.ArgumentParser:
              "The operation records in the kafkaops store (--store URL, else $KAFKAOPS_STORE_URL, else\n"
              "$AIRFLOW_HOME/kafkaops.db), the same the Airflow plugin shows.\n\n"
              "  python -m kafkaops records list --dag kafka_scale_out\n"
-             "  python -m kafkaops records show kafka_scale_out RUN_ID [--json]")
+             "  python -m kafkaops records show kafka_scale_out RUN_ID [--json]\n"
+             "  python -m kafkaops records verify RUN_ID   (is its audit trail whole?)")
     _command(sub, "lock", lock.add_arguments, lock.run,
              "show who holds a cluster's lock, or break a dead holder's lock",
              "The cluster locks in the kafkaops store: who holds one with which fencing token, and the lock\n"

@@ -10,6 +10,7 @@ from typing import Any
 from kafkaops.cli.options import add_store, open_store, positive
 from kafkaops.errors import NotFound
 from kafkaops.platform import render, state
+from kafkaops.platform.store import Store
 from kafkaops.reassign import records as reassign_records
 
 LIST_COLUMNS = ("DAG", "run", "kind", "cluster", "triggered by", "state", "outcome", "started", "ended", "took")
@@ -30,6 +31,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     show.add_argument("run", metavar="RUN", help="the run id, as 'records list' shows it")
     show.add_argument("--json", action="store_true", help="print the record as JSON")
     add_store(show)
+    verify = sub.add_parser("verify", help="whether a run's audit trail is whole (exit 1 when not)",
+                            description="Check a run's audit trail against its hash chain: every event's hash over "
+                                        "its content and the event before it. Exit 0: whole; 1: an event was "
+                                        "edited, deleted, inserted or reordered outside kafkaops (named).")
+    verify.add_argument("run", metavar="RUN", help="the run id, as 'records list' shows it")
+    verify.add_argument("--dag", metavar="DAG", help="the DAG id, when runs of several DAGs share the run id")
+    add_store(verify)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,12 +49,29 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(render.table(LIST_COLUMNS, [_list_row(op) for op in operations]))
         return 0
+    if args.action == "verify":
+        check = store.verify_events(_dag_of(store, args.run, args.dag), args.run)
+        print(check.text)
+        return 0 if check.whole else 1
     record = state.read_record(args.dag, args.run, store=store, folds=(reassign_records.fold_record,))
     if record is None:
         raise NotFound(f"no kafkaops record for run {args.run} of DAG {args.dag} in the store {store.where}; list the "
                        f"runs: python -m kafkaops records list --dag {args.dag}")
     print(json.dumps(record, indent=2, sort_keys=True, default=str) if args.json else render_record(record))
     return 0
+
+
+def _dag_of(store: Store, run_id: str, dag_id: str | None) -> str:
+    """The DAG of ``run_id``: ``dag_id`` when given, else the only DAG with a run of that id in the store."""
+    if dag_id:
+        return dag_id
+    dags = store.dags_of_run(run_id)
+    if not dags:
+        raise NotFound(f"no kafkaops run {run_id} in the store {store.where}; list the runs: python -m kafkaops "
+                       "records list")
+    if len(dags) > 1:
+        raise NotFound(f"runs of {len(dags)} DAGs have the id {run_id} ({', '.join(dags)}); name one with --dag")
+    return dags[0]
 
 
 def _list_row(op: Mapping[str, Any]) -> list[object]:

@@ -1,7 +1,8 @@
 """The kafkaops store: the run state every Airflow component shares, in one SQL database.
 
     operations      one row per run: kind, cluster, who triggered it, params, state, outcome, times
-    events          the audit trail, append-only, ordered per run, with the task and try that wrote it
+    events          the audit trail, ordered per run, with the task and try that wrote it; append-only (a
+                    trigger refuses UPDATE and DELETE) and chained by hash per run (:meth:`Store.verify_events`)
     locks           one row per cluster: holder run, fencing token, lease
     lock_history    every acquire, release, takeover and break, with who and why
     throttle_ledger broker throttle rates kafkaops set and could not remove yet
@@ -29,7 +30,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +77,8 @@ events = sa.Table(
     sa.Column("task_id", _ID),
     sa.Column("try_number", sa.Integer),
     sa.Column("data", sa.JSON, nullable=False),
+    sa.Column("prev_hash", sa.String(64)),
+    sa.Column("hash", sa.String(64)),
     sa.Index("ix_kafkaops_events_run", "dag_id", "run_id", "id"),
 )
 locks = sa.Table(
@@ -317,6 +320,11 @@ class Store:
                                                          operations.c.run_id == run_id)).mappings().first()
         return dict(row) if row else None
 
+    def dags_of_run(self, run_id: str) -> list[str]:
+        """The DAGs with a run of id ``run_id`` (Airflow's run ids are unique per DAG only)."""
+        with self._tx() as conn:
+            return sorted(conn.execute(sa.select(operations.c.dag_id).where(operations.c.run_id == run_id)).scalars())
+
     def list_operations(self, dag_id: str | None = None, *, limit: int = 200,
                         dag_ids: Iterable[str] | None = None, kind: str | None = None) -> list[dict[str, Any]]:
         """Runs, newest first (only ``dag_ids`` when given: what the reader may see; only ``kind`` when given)."""
@@ -333,10 +341,17 @@ class Store:
     def append_event(self, dag_id: str, run_id: str, kind: str, data: Mapping[str, Any], *,
                      task_id: str | None = None, try_number: int | None = None, ts: float | None = None
                      ) -> StoredEvent:
+        """Append one event to the run's trail, chained to the run's last event by hash (:func:`event_hash`).
+        The run's appends are serialized (a transaction-scoped advisory lock on PostgreSQL, the write lock on
+        SQLite), so two tasks writing at once cannot both chain to the same event."""
         event = StoredEvent(ts or time.time(), kind, _jsonable(data), task_id, try_number)
         with self._tx() as conn:
+            _lock_run(conn, dag_id, run_id)
+            prev = conn.execute(sa.select(events.c.hash).where(events.c.dag_id == dag_id, events.c.run_id == run_id)
+                                .order_by(events.c.id.desc()).limit(1)).scalar() or ""
             conn.execute(events.insert().values(dag_id=dag_id, run_id=run_id, ts=event.ts, kind=kind,
-                                                task_id=task_id, try_number=try_number, data=event.data))
+                                                task_id=task_id, try_number=try_number, data=event.data,
+                                                prev_hash=prev, hash=event_hash(prev, dag_id, run_id, event)))
         return event
 
     def events(self, dag_id: str, run_id: str) -> list[StoredEvent]:
@@ -344,6 +359,15 @@ class Store:
             rows = conn.execute(events.select().where(events.c.dag_id == dag_id, events.c.run_id == run_id)
                                 .order_by(events.c.id)).mappings().all()
         return [StoredEvent(r["ts"], r["kind"], r["data"], r["task_id"], r["try_number"]) for r in rows]
+
+    def verify_events(self, dag_id: str, run_id: str) -> TrailCheck:
+        """Whether the run's trail is whole: every chained event's hash matches its content and the event
+        before it, in the order they were written. Events from before the chain (schema 0003) are counted,
+        not checked."""
+        with self._tx() as conn:
+            rows = conn.execute(events.select().where(events.c.dag_id == dag_id, events.c.run_id == run_id)
+                                .order_by(events.c.id)).mappings().all()
+        return check_trail(dag_id, run_id, rows)
 
     # -- the cluster lock --------------------------------------------------------------------------------
 
@@ -653,6 +677,72 @@ def _revision(conn: Connection) -> str | None:
 
 
 _SCHEMA_LOCK = 0x6B61666B  # Postgres advisory lock key ("kafk") held while the schema is upgraded
+
+
+def _lock_run(conn: Connection, dag_id: str, run_id: str) -> None:
+    """Serialize appends to one run's trail until ``conn``'s transaction ends."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"),
+                     {"key": f"kafkaops_events/{dag_id}/{run_id}"})
+    elif conn.dialect.name == "sqlite":
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def event_hash(prev_hash: str, dag_id: str, run_id: str, event: StoredEvent) -> str:
+    """SHA-256 over the previous event's hash and this event's content (its run, time, kind, task, try and data
+    as canonical JSON): change any of them, or the order, and the hashes after it no longer match."""
+    body = json.dumps({"dag_id": dag_id, "run_id": run_id, "ts": event.ts, "kind": event.kind,
+                       "task_id": event.task_id, "try_number": event.try_number, "data": event.data},
+                      sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
+    return hashlib.sha256(f"{prev_hash}\n{body}".encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class TrailCheck:
+    """What :meth:`Store.verify_events` found of a run's trail: ``events`` in all, ``unchained`` of them from
+    before the chain, and the first event that does not match (its position from 1, its id, what is wrong)."""
+
+    dag_id: str
+    run_id: str
+    events: int
+    unchained: int
+    broken_at: int | None = None
+    broken_id: int | None = None
+    problem: str | None = None
+
+    @property
+    def whole(self) -> bool:
+        return self.broken_at is None
+
+    @property
+    def text(self) -> str:
+        head = f"run {self.run_id} of DAG {self.dag_id}: {self.events} event(s)"
+        old = f", {self.unchained} from before the chain (not checked)" if self.unchained else ""
+        if self.whole:
+            return f"{head}{old}: the trail is whole"
+        return (f"{head}{old}: the trail is NOT whole from event {self.broken_at} (id {self.broken_id}): "
+                f"{self.problem}; it was changed outside kafkaops: compare with the database's backups and logs")
+
+
+def check_trail(dag_id: str, run_id: str, rows: Sequence[Mapping[Any, Any]]) -> TrailCheck:
+    """The :class:`TrailCheck` of a run's event rows in id order (pure)."""
+    prev, unchained = "", 0
+    for n, row in enumerate(rows, start=1):
+        if row["hash"] is None and row["prev_hash"] is None:
+            if prev:  # an unchained event after chained ones: inserted by hand
+                return TrailCheck(dag_id, run_id, len(rows), unchained, n, row["id"],
+                                  "an event without a hash follows chained ones")
+            unchained += 1
+            continue
+        event = StoredEvent(row["ts"], row["kind"], row["data"], row["task_id"], row["try_number"])
+        if row["prev_hash"] != prev:
+            return TrailCheck(dag_id, run_id, len(rows), unchained, n, row["id"],
+                              "it does not follow the event before it (one was deleted, inserted or reordered)")
+        if event_hash(prev, dag_id, run_id, event) != row["hash"]:
+            return TrailCheck(dag_id, run_id, len(rows), unchained, n, row["id"],
+                              "its content does not match its hash (it was edited)")
+        prev = row["hash"]
+    return TrailCheck(dag_id, run_id, len(rows), unchained)
 
 
 def _lock_schema(conn: Connection) -> None:

@@ -421,6 +421,91 @@ def test_a_killed_cli_holder_is_taken_over(store: Store, store_url: str) -> None
         store.check_fence(CLUSTER, store_.CLI_DAG_ID, cli_run, cli_token)
 
 
+# -- the audit trail: append-only, chained by hash -------------------------------------------------------------
+
+def _trail(store: Store, run_id: str = "audited") -> None:
+    store.start_operation(DAG, run_id, kind="scale_out", triggered_by="alice", params={})
+    for n, kind in enumerate(("started", "step", "plan", "approval", "outcome")):
+        store.append_event(DAG, run_id, kind, {"n": n, "who": "alice", "bytes": 2**40 + n, "share": 0.1 * n},
+                           task_id=f"t{n}", try_number=1)
+
+
+def test_the_trail_refuses_update_and_delete_and_verifies_whole(store: Store, store_url: str) -> None:
+    _trail(store)
+    check = store.verify_events(DAG, "audited")
+    assert check.whole and (check.events, check.unchained) == (5, 0), check.text
+    assert "5 event(s): the trail is whole" in check.text
+    for statement in ("UPDATE kafkaops_events SET data = '{\"approved\": true}' WHERE kind = 'approval'",
+                      "DELETE FROM kafkaops_events WHERE kind = 'step'"):
+        with pytest.raises(sa.exc.DatabaseError, match="kafkaops_events is append-only"):
+            execute(store_url, statement)
+    assert store.verify_events(DAG, "audited").whole and len(store.events(DAG, "audited")) == 5
+
+
+def test_tasks_appending_to_one_run_at_once_keep_one_chain(store_url: str) -> None:
+    import threading
+
+    Store(store_url).prepare().start_operation(DAG, "busy", kind="scale_out", triggered_by="alice", params={})
+
+    def write(n: int) -> None:
+        mine = Store(store_url)  # each task process has a store of its own
+        for k in range(8):
+            mine.append_event(DAG, "busy", "note", {"writer": n, "k": k}, task_id=f"t{n}")
+
+    writers = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+    for t in writers:
+        t.start()
+    for t in writers:
+        t.join(timeout=60)
+    check = Store(store_url).verify_events(DAG, "busy")
+    assert check.whole and check.events == 32, check.text
+
+
+def _as_owner(store_url: str, *statements: str) -> None:
+    """What only the database's owner can do: take the guard off, change the trail, put the guard back."""
+    if store_url.startswith("postgresql"):
+        execute(store_url, "ALTER TABLE kafkaops_events DISABLE TRIGGER USER", *statements,
+                "ALTER TABLE kafkaops_events ENABLE TRIGGER USER")
+    else:
+        execute(store_url, "DROP TRIGGER kafkaops_events_no_update", "DROP TRIGGER kafkaops_events_no_delete",
+                *statements)
+
+
+@pytest.mark.parametrize("edit, problem", [
+    ("UPDATE kafkaops_events SET data = '{\"n\": 3, \"who\": \"mallory\", \"bytes\": 1099511627779, "
+     "\"share\": 0.30000000000000004}' WHERE kind = 'approval'", "its content does not match its hash (it was edited)"),
+    ("DELETE FROM kafkaops_events WHERE kind = 'step'", "it does not follow the event before it"),
+    ("UPDATE kafkaops_events SET ts = ts + 1 WHERE kind = 'plan'", "its content does not match its hash"),
+])
+def test_an_edit_made_as_the_owner_is_detected(store: Store, store_url: str, edit: str, problem: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from kafkaops.cli.main import main
+
+    _trail(store)
+    _as_owner(store_url, edit)
+    check = store.verify_events(DAG, "audited")
+    assert not check.whole and problem in (check.problem or ""), check.text
+    assert main(["records", "verify", "audited", "--store", store_url]) == 1
+    out = capsys.readouterr().out
+    assert "the trail is NOT whole from event" in out and problem in out
+    _trail(store, "another")
+    assert main(["records", "verify", "another", "--store", store_url]) == 0
+    assert "the trail is whole" in capsys.readouterr().out
+
+
+def test_events_from_before_the_chain_are_counted_not_checked(store_url: str) -> None:
+    migrated_to(store_url, "0002")
+    old = Store(store_url)
+    old.start_operation(DAG, "old", kind="scale_out", triggered_by="alice", params={})
+    execute(store_url, "INSERT INTO kafkaops_events (dag_id, run_id, ts, kind, data) "
+                       f"VALUES ('{DAG}', 'old', 1.5, 'started', '{{}}')")
+    store = store_.open_store(store_url)
+    store.append_event(DAG, "old", "outcome", {"outcome": "success"})
+    check = store.verify_events(DAG, "old")
+    assert check.whole and (check.events, check.unchained) == (2, 1), check.text
+    assert "1 from before the chain (not checked)" in check.text
+
+
 # -- the schema, and databases the store refuses ------------------------------------------------------------
 
 def test_an_older_schema_is_upgraded_on_open_or_refused(store_url: str, caplog: pytest.LogCaptureFixture) -> None:
@@ -437,10 +522,10 @@ def test_an_older_schema_is_upgraded_on_open_or_refused(store_url: str, caplog: 
     upgrades = [r for r in caplog.records if r.name == store_.__name__ and "upgrading" in r.getMessage()]
     assert len(upgrades) == 1 and upgrades[0].levelno == logging.INFO
     assert f"from 0001 to {migrations.head()}" in upgrades[0].getMessage()
-    assert migrations.head() == "0002" and store.revision() == "0002"
+    assert migrations.head() == "0003" and store.revision() == "0003"
     assert store.operation(DAG, "r1")["kind"] == "scale_out"  # type: ignore[index]  # data kept
     store.save_throttle_ledger(CLUSTER, {"1": ["k"]})  # a table of 0002
-    assert Store(store_url).prepare(upgrade=False).revision() == "0002"
+    assert Store(store_url).prepare(upgrade=False).revision() == "0003"
 
 
 def test_a_newer_schema_is_refused(store_url: str) -> None:

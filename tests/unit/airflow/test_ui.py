@@ -167,7 +167,7 @@ def test_artifacts_are_served_with_their_content_type(api: Api) -> None:
     assert review.status_code == 200 and review.headers["content-type"] == "application/json"
     # served in a sandbox of its own origin: no script runs, nothing is fetched but its own images
     csp = [d.strip() for d in review.headers["content-security-policy"].split(";")]
-    assert csp[0] == "sandbox" and "default-src 'none'" in csp and "script-src" not in review.headers[
+    assert csp[0] == "sandbox allow-same-origin" and "default-src 'none'" in csp and "script-src" not in review.headers[
         "content-security-policy"]
     assert review.headers["x-content-type-options"] == "nosniff"
     assert review.json() == {"review": {}}
