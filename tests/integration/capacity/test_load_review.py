@@ -52,8 +52,12 @@ def _cpu(window: LoadWindow) -> dict[str, float]:
 def test_the_review_says_add_brokers_when_the_brokers_cpu_crosses_its_limit_and_enough_before(local_store) -> None:
     with clusters.temporary_cluster("kafkaops-load-", brokers=1, controllers=1, metrics=True,
                                     extra_config=TEST_BROKER_CONFIG) as spec, \
-            prometheus.temporary_prometheus(spec.metrics_targets, scrape_interval_s=1.0) as server:
+            prometheus.temporary_prometheus(spec.metrics_targets, scrape_interval_s=1.0) as server, \
+            prometheus.temporary_node_exporter() as node, \
+            prometheus.temporary_prometheus(spec.metrics_targets, node_targets=[node.target],
+                                            scrape_interval_s=1.0) as with_node:
         server.wait_until_scraped(timeout_s=30)
+        with_node.wait_until_scraped(timeout_s=30)
         config = {"bootstrap.servers": spec.bootstrap}
         with connection.connect(config) as conn:
             topics.create_topic(conn, TOPIC, 3, 1)
@@ -98,6 +102,12 @@ def test_the_review_says_add_brokers_when_the_brokers_cpu_crosses_its_limit_and_
         assert not {"network", "produce_p99", "under_min_isr", "request_handler_idle"} & after.rules_fired()
         net = window.indicators["bytes_in"]["broker 1"]
         assert max(v for _, v in net) > 100_000, net  # bytes in, clients' and replication's, per second
+
+        # where a node_exporter runs on the broker's host (and the broker is alone there), the CPU is the host's
+        window, _ = _review(with_node.url, cluster, _params(), start=loaded_start + RATE_S, end=loaded_end)
+        assert window.cpu_source == {"broker 1": "host 127.0.0.1 (node_exporter)"}, window.cpu_source
+        host = window.observed("cpu", "broker 1")
+        assert host and all(0 <= v <= 1 for v in host) and max(host) > 0, host
 
         # a selector that matches no series: every load rule named as skipped, nothing read as zero
         window, blind = _review(server.url, cluster, _params(prometheus_selector='job="not-kafka"'),
