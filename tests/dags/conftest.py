@@ -12,7 +12,7 @@ import pytest
 
 from kafkaops.cli import datagen
 from kafkaops.testing import clusters
-from kafkaops.platform import provision, state
+from kafkaops.platform import own, provision, state
 from kafkaops.platform.kafka import connection, offsets, records, topics
 from kafkaops.testing.clusters import TEST_BROKER_CONFIG
 from kafkaops.testing.dag_runs import run_dag
@@ -61,6 +61,13 @@ def with_keyed_topic(cluster: provision.ClusterSpec, topic: str, count: int,
                 ends = {p: e for p, (_, e) in records.end_offsets(conn.config, topic).items()}
                 offsets.commit_group_offsets(conn, caught_up_group, topic, ends)
         yield cluster
+
+
+def marker_groups(config: Mapping[str, str] | str, target: str) -> list[str]:
+    """The consumer groups of backfills into ``target`` on the cluster of ``config`` (a bootstrap too): the passes'
+    commit markers and the tail's position (:func:`kafkaops.rekey.backfill.backfill_id`)."""
+    with connection.connect(config) as conn:
+        return [g for g in offsets.group_ids(conn) if g.startswith(f"{own.MARKER_GROUP_PREFIX}{target}-")]
 
 
 def run_partition_increase(dagbag, **conf) -> tuple[Any, dict[str, Any]]:

@@ -21,7 +21,7 @@ from kafkaops.rekey.records import LiveRecord
 from kafkaops.testing.rehearsal import StandInOperator
 from kafkaops.testing.traffic import MigrationReport, MigrationTraffic
 from tests.conftest import wait_for
-from tests.dags.conftest import kafka_default_connection, run_partition_increase
+from tests.dags.conftest import kafka_default_connection, marker_groups, run_partition_increase
 
 pytestmark = pytest.mark.integration
 
@@ -116,6 +116,10 @@ def assert_live_record(config: dict, topic: str, record: dict, report: Migration
     assert tail["mode"] == "tail" and tail["written"] > 0
     with connection.connect(config) as conn:
         assert len(metadata.snapshot(conn, topics=[target], sizes=False, groups=False).partitions) == 12
+    # the switch confirmed (past the rollback point): the backfill's and the tail's marker groups are deleted
+    [deleted] = [n for n in notes if n.get("markers_deleted")]
+    assert any(g.endswith("-tail") for g in deleted["deleted"]) and not deleted["left"], deleted
+    assert marker_groups(config, target) == []
 
 
 def test_the_acl_quiesce_on_a_cluster_without_an_authorizer_is_refused_before_any_copy(dagbag, cluster) -> None:
@@ -229,6 +233,8 @@ def test_a_principal_the_acl_does_not_name_abandons_the_migration_named_with_wha
                                                          AclOperation.ANY, AclPermissionType.DENY)).result(30)
         names = conn.admin.list_topics(timeout=10).topics
     assert left == [] and f"{topic}.v2" not in names and topic in names
+    # rolled back before the switch: the backfill's marker groups stay (what a rerun resumes from)
+    assert marker_groups(admin_config, f"{topic}.v2") and not any(n.get("markers_deleted") for n in record["notes"])
 
 
 @pytest.mark.parametrize("mode", ["migrate", "in_place"])

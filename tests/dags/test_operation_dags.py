@@ -227,6 +227,64 @@ def test_throttles_are_removed_when_the_batches_fail(dagbag, cluster, monkeypatc
         assert store.current().lease(metadata.describe_cluster(conn)[0]).free
 
 
+def test_a_deferred_batch_whose_trigger_fired_as_airflow_failed_its_try_completes_on_the_retry(
+        dagbag, cluster, monkeypatch) -> None:
+    """Airflow 3.3's deferred-task race (apache/airflow#71580, #72716; the QUEUED variant fixed by #68741 is not
+    in 3.3.2): the batch's trigger fires, then the scheduler, draining the stale success of the defer-exit, fails
+    the try being resumed, so the event is lost. Here the first resume is failed the same way, after the real
+    trigger fired on the real cluster: the retry starts over in ``execute``, resubmits nothing, waits for nothing
+    done, and the run succeeds. The event delivered again afterwards repeats nothing and returns the same result."""
+    from types import SimpleNamespace
+
+    from kafkaops.airflow.operators import ReassignmentBatchesOperator
+
+    spec, spec_path = cluster
+    topic = "deferred-race"
+    with connection.connect(spec.bootstrap) as conn:  # every replica on broker 1, some data: the copy takes a while
+        topics.create_topic(conn, topic, 6, 1)
+        reassignments.alter_partition_reassignments(conn, {(topic, n): (1,) for n in range(6)})
+        wait_for(lambda: not reassignments.list_partition_reassignments(conn), timeout=30, what=f"{topic} onto broker 1")
+        datagen.produce(conn.config, topic, datagen.DatagenSpec(records=6_000, keys=100, record_bytes=500, seed=7))
+    resumed: list[dict] = []
+    real_resume = ReassignmentBatchesOperator.resume
+
+    def racing_resume(self, context, event):
+        resumed.append(dict(event))
+        if len(resumed) == 1:  # what the scheduler's "state mismatch" does to the try being resumed
+            raise RuntimeError("the scheduler failed the resumed try (a stale executor success, apache/airflow#72716)")
+        return real_resume(self, context, event)
+
+    monkeypatch.setattr(ReassignmentBatchesOperator, "resume", racing_resume)
+    try:
+        dag_run, record = run(dagbag, "kafka_reassign", operation="rebalance", dry_run=False, approval="auto_approve",
+                              inventory=str(spec_path), topics=[topic], throttle_mb_per_s=0.5)
+        with connection.connect(spec.bootstrap) as conn:
+            left = throttles_left(conn)
+            placed = metadata.snapshot(conn, topics=[topic], sizes=False, groups=False).replicas_per_broker()
+        assert resumed and resumed[0]["status"] == "done", f"the trigger never fired: {resumed}"
+        assert str(dag_run.state) == "success" and record["outcome"] == "success", record
+        [execute] = [s for s in record["steps"] if s["name"] == "execute_batches"]
+        assert execute["status"] == "success" and execute["tries"] >= 2, execute
+        events = state.AuditLog("kafka_reassign", dag_run.run_id).events()
+        submitted = [tuple(k) for e in events if e.kind == "batch" for k in e.data["keys"]]
+        assert submitted and len(submitted) == len(set(submitted)), f"a move was submitted twice: {submitted}"
+        assert left == {} and len([b for b, n in placed.items() if n]) > 1, placed
+
+        # the event delivered once more (the resume Airflow failed, run again): nothing is repeated
+        task = dagbag.dags["kafka_reassign"].get_task("execute_batches")
+        context = {"params": record["params"], "dag_run": SimpleNamespace(dag_id="kafka_reassign", run_id=dag_run.run_id,
+                                                                          triggering_user_name="dag_test"),
+                   "ti": SimpleNamespace(task_id="execute_batches", try_number=execute["try_number"])}
+        again = real_resume(task, context, resumed[0])
+        [elected] = [n for n in record["notes"] if "leaders_asked" in n]
+        assert again == {"done": True, "leaders": {"asked": elected["leaders_asked"],
+                                                   "changed": elected["leaders_changed"]}}, again
+        assert len(state.AuditLog("kafka_reassign", dag_run.run_id).events()) == len(events)
+    finally:
+        with connection.connect(spec.bootstrap) as conn:
+            topics.delete_topics(conn, [topic])
+
+
 def test_a_scale_out_failing_after_its_provision_stops_removes_and_unregisters_its_new_broker(
         dagbag, cluster, monkeypatch) -> None:
     """The new broker started and registered, then the batches failed before any replica moved onto it:

@@ -12,7 +12,7 @@ from kafkaops.platform.kafka import connection, metadata
 from kafkaops.platform import store
 from kafkaops.platform import provision
 from tests.conftest import committed_copy
-from tests.dags.conftest import run_partition_increase, with_keyed_topic
+from tests.dags.conftest import marker_groups, run_partition_increase, with_keyed_topic
 
 pytestmark = pytest.mark.integration
 
@@ -59,3 +59,7 @@ def test_migrate_rekeys_gates_and_translates_offsets(dagbag, cluster) -> None:
     # the record ends with the cluster as the run left it (the new topic in it) and what to do now
     assert {f"{TOPIC}.v2", f"{TOPIC}.v2.dlq"} <= set(Cluster.from_dict(record["after"]).topics)
     assert record["next_steps"].startswith(f"{TOPIC}.v2 holds {TOPIC} as it was at the snapshot"), record["next_steps"]
+    # past its rollback point (verified, cut over): the backfill's marker groups are deleted, and the record says so
+    [deleted] = [n for n in record["notes"] if n.get("markers_deleted")]
+    assert deleted["deleted"] and not deleted["left"] and not deleted["error"], deleted
+    assert marker_groups(config, f"{TOPIC}.v2") == []

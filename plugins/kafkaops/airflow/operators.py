@@ -12,7 +12,7 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
-from kafkaops.platform import lifecycle, render, store
+from kafkaops.platform import lifecycle, render, state, store
 from kafkaops.reassign import steps
 from kafkaops.reassign.records import CordonLifted, ProgressEvent, ThrottleRemoved
 from kafkaops.airflow.hooks import KafkaOpsHook, kafkaops_store
@@ -125,7 +125,12 @@ class ReassignmentBatchesOperator(BaseOperator):
     never resubmitted; a retry re-applies the throttles an earlier try of the attempt set (their
     record comes from the audit, not from the rates it finds). The throttles are removed whenever
     the task ends without deferring: after the verification, or on the error that fails it. A worker
-    killed mid-task removes nothing: ``finish`` (a teardown) removes what the record says is left."""
+    killed mid-task removes nothing: ``finish`` (a teardown) removes what the record says is left.
+
+    Contained against Airflow 3.3's deferred-task race (apache/airflow#71580, #72716; docs/operations.md): the
+    task defers only while moves are still copying (a batch already done is not waited for), and once the
+    record says this attempt finished the moves (:func:`kafkaops.reassign.steps.moves_finished`), ``execute``
+    and ``resume`` return that result, whatever event they get, repeating nothing."""
 
     template_fields = ("plan_data", "before")
 
@@ -139,6 +144,9 @@ class ReassignmentBatchesOperator(BaseOperator):
 
     def execute(self, context: Any) -> Any:
         ctx = context_of(context, kind_of(context, self.kind))
+        finished = self._finished(ctx)
+        if finished is not None:
+            return finished
         try:
             with recorded(ctx, "set_throttles"):
                 steps.set_throttles(ctx, self.plan_data)
@@ -153,6 +161,9 @@ class ReassignmentBatchesOperator(BaseOperator):
 
     def resume(self, context: Any, event: dict[str, Any]) -> Any:
         ctx = context_of(context, kind_of(context, self.kind))
+        finished = self._finished(ctx)
+        if finished is not None:  # the event came again, or after a retry finished the moves: nothing to repeat
+            return finished
         try:
             fired = ProgressEvent.from_dict(event)
             if fired.stalled:
@@ -171,17 +182,21 @@ class ReassignmentBatchesOperator(BaseOperator):
     def _next_batch(self, ctx: lifecycle.OperationContext, conn_id: str) -> Any:
         """Submit (or wait for) the next batch and defer (the trigger gets the Kafka connection's id
         ``conn_id``, never its config), or, when every move is done, finish the moves."""
-        try:
-            step = steps.next_batch(ctx, self.plan_data)
-        except Exception as err:
-            ctx.step(self.task_id, "failed", error=f"{type(err).__name__}: {err}"[:2000])
-            raise
-        if step.wait_for:
+        while True:
+            try:
+                step = steps.next_batch(ctx, self.plan_data)
+            except Exception as err:
+                ctx.step(self.task_id, "failed", error=f"{type(err).__name__}: {err}"[:2000])
+                raise
+            if not step.wait_for:
+                break
             spec = steps.wait_spec(self.plan_data, step.wait_for, self.before)
-            self.defer(trigger=ReassignmentProgressTrigger(conn_id, spec.to_dict(), lifecycle.now(),
-                                                           poll_interval_s=self.poll_interval_s,
-                                                           stall_timeout_s=ctx.params.stall_timeout_s),
-                       method_name="resume")
+            if not steps.moves_done(ctx.conn_config, spec):  # done already: no trigger to wait for, no race to lose
+                self.defer(trigger=ReassignmentProgressTrigger(conn_id, spec.to_dict(), lifecycle.now(),
+                                                               poll_interval_s=self.poll_interval_s,
+                                                               stall_timeout_s=ctx.params.stall_timeout_s),
+                           method_name="resume")
+            self.log.info("%d move(s) done before the wait began: not deferring", len(step.wait_for))
         ctx.step(self.task_id, "success")
         try:
             with recorded(ctx, "verify"):
@@ -190,6 +205,15 @@ class ReassignmentBatchesOperator(BaseOperator):
             release(ctx)
         with recorded(ctx, "elect_leaders"):
             elected = steps.elect_leaders(ctx, self.plan_data)
+        return {"done": True, "leaders": elected.to_dict()}
+
+    def _finished(self, ctx: lifecycle.OperationContext) -> dict[str, Any] | None:
+        """The task's result when this attempt of the run has finished the moves already (the record), else None."""
+        elected = steps.moves_finished(ctx)
+        if elected is None:
+            return None
+        self.log.info("the record says this run's moves are done, verified and their leaders elected (%d asked, "
+                      "%d changed): nothing is repeated", elected.asked, elected.changed)
         return {"done": True, "leaders": elected.to_dict()}
 
     def _unthrottle_failing(self, ctx: lifecycle.OperationContext) -> None:
@@ -258,6 +282,14 @@ def answer_of(event: Mapping[str, Any]) -> tuple[str, str]:
     return (event.get("chosen_options") or ["?"])[0], str(user.get("name") or user.get("id"))
 
 
+def answered(ctx: lifecycle.OperationContext, task_id: str) -> str | None:
+    """The option this attempt of the run recorded as the answer of approval step ``task_id``, else None: an
+    ``execute_complete`` called again with the answer (the deferred-task race) records nothing more."""
+    steps_ = state.summarize(ctx.audit.events())["steps"]
+    row = next((s for s in steps_ if s["name"] == task_id), None)
+    return str(row.get("chosen")) if row and row.get("status") == "success" and row.get("chosen") else None
+
+
 class KafkaOpsApprovalOperator(ApprovalOperator):
     """Airflow's approval step, showing the plan. ``approval`` param: ``manual`` (a person answers
     in the UI), ``auto_approve`` or ``auto_reject`` (answered by the param; recorded as such).
@@ -283,6 +315,7 @@ class KafkaOpsApprovalOperator(ApprovalOperator):
         if refused_self_approval(self, ctx, context, event):
             return ApprovalOperator.execute(self, context)  # the same question again; Airflow clears the answer
         chosen, by = answer_of(event)
-        lifecycle.record_approval(ctx, approved=chosen == self.APPROVE, by=by, mode=ctx.params.approval)
-        ctx.step(self.task_id, "success", chosen=chosen)
+        if answered(ctx, self.task_id) is None:  # the same answer delivered again is not recorded twice
+            lifecycle.record_approval(ctx, approved=chosen == self.APPROVE, by=by, mode=ctx.params.approval)
+            ctx.step(self.task_id, "success", chosen=chosen)
         return super().execute_complete(context, event)

@@ -31,8 +31,8 @@ from kafkaops.rekey.records import (Action, ActionNote, CatchUp, PassResult, Str
 from kafkaops.airflow import spark_submit
 from kafkaops.airflow.hooks import KafkaOpsHook
 from kafkaops.airflow.operation_dag import LONG_TASK_TIMEOUT, RETRIED, operation_dag, params_of, task_of, value_of
-from kafkaops.airflow.operators import (KafkaOpsApprovalOperator, answer_by_param, answer_of, failed_tasks, recorded,
-                                        refused_self_approval, run_fields)
+from kafkaops.airflow.operators import (KafkaOpsApprovalOperator, answer_by_param, answer_of, answered, failed_tasks,
+                                        recorded, refused_self_approval, run_fields)
 
 PARAMS: dict[str, Param] = {
     **params_of((form.KAFKA_CONN_ID, steps.TOPIC, steps.NEW_PARTITION_COUNT, steps.MODE, steps.KEY_RULE,
@@ -85,8 +85,9 @@ class SwitchOperator(ApprovalOperator):
         if refused_self_approval(self, ctx, context, event):
             return ApprovalOperator.execute(self, context)  # the same question again; Airflow clears the answer
         chosen, by = answer_of(event)
-        state.append_note(ctx.audit, SwitchDecision(chosen == self.APPROVE, by))
-        ctx.step(self.task_id, "success", chosen=chosen)
+        if answered(ctx, self.task_id) is None:  # the same answer delivered again is not recorded twice
+            state.append_note(ctx.audit, SwitchDecision(chosen == self.APPROVE, by))
+            ctx.step(self.task_id, "success", chosen=chosen)
         return super().execute_complete(context, event)
 
     @classmethod

@@ -768,6 +768,29 @@ def elect_leaders(ctx: OperationContext, plan_data: Mapping[str, Any]) -> record
     return records.LeadersElected(len(keys), len(changed))
 
 
+def moves_finished(ctx: OperationContext) -> records.LeadersElected | None:
+    """What the moves ended with when this attempt of the run has finished them (its ``elect_leaders`` step
+    succeeded: verified, throttles removed, leaders elected), else None. A resumed or retried
+    ``execute_batches`` (the deferred-task race, docs/operations.md) returns this instead of doing it again."""
+    record = state.summarize(ctx.audit.events())
+    if not any(s["name"] == "elect_leaders" and s.get("status") == "success" for s in record["steps"]):
+        return None
+    since = record["started_at"] or 0
+    elected = [n for n in record["notes"] if "leaders_asked" in n and n.get("ts", 0) >= since]
+    last = elected[-1] if elected else {}
+    return records.LeadersElected(int(last.get("leaders_asked") or 0), int(last.get("leaders_changed") or 0))
+
+
+def moves_done(conn_config: Mapping[str, str], spec: WaitSpec) -> bool:
+    """Whether the moves of ``spec`` are done already (one :func:`progress_of` poll): then nothing is to wait for.
+    A cluster that does not answer counts as not done (the trigger's wait then polls on)."""
+    try:
+        return progress_of(conn_config, spec, time.time()).done
+    except KafkaOpsError as err:
+        log.warning("could not tell whether the moves are done before waiting: %s", err)
+        return False
+
+
 def post_move_gate(ctx: OperationContext, plan_data: Mapping[str, Any], before: Mapping[str, Any]
                    ) -> dict[str, Any]:
     """The cluster after the moves: snapshot it, record it, and gate it against the plan and ``before``.

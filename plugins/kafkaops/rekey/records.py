@@ -684,6 +684,30 @@ class RefusedNote(Note):
 
 
 @dataclass(frozen=True)
+class MarkersDeletedNote(Note):
+    """A migration past its rollback point (copy verified; the cut-over made, or a live migration's switch
+    confirmed): the backfill's marker consumer groups (its passes' commit markers and the tail's position,
+    :func:`kafkaops.rekey.backfill.backfill_id`) are no longer what a rerun resumes from, so the finish deletes
+    them. ``deleted``: gone now or before (a retry); ``left``: each group not deleted with its error; ``error``:
+    why they could not even be listed."""
+
+    KEY = "markers_deleted"
+    deleted: tuple[str, ...] = ()
+    left: Mapping[str, str] = field(default_factory=dict)
+    error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, self.KEY: True, "deleted": list(self.deleted), "left": dict(self.left),
+                "error": self.error}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MarkersDeletedNote:
+        return cls(str(data.get("text") or ""), tuple(str(g) for g in data.get("deleted") or ()),
+                   {str(k): str(v) for k, v in (data.get("left") or {}).items()}, str(data.get("error") or ""),
+                   ts=_ts(data))
+
+
+@dataclass(frozen=True)
 class LiveRecord:
     """A live migration's cut-over as its record tells it (what the record page shows): the backfill's
     run, the catch-up and final passes in order, the quiesce, the groups, the switch, an abandonment."""

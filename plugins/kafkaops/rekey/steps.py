@@ -20,6 +20,7 @@ values, appending to the run's audit record. Nothing here imports Airflow.
 from __future__ import annotations
 
 import logging
+import re
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -40,7 +41,8 @@ from kafkaops.rekey.backfill import BackfillPlan
 from kafkaops.rekey.streams import StoreKind, StreamsPlan
 from kafkaops.rekey.records import (AbandonedNote, CapacityAdvice, CatchUp, CopiesResult, Cutover, GateVerdict,
                                     GroupTranslation,
-                                    PassResult, Quiesced, RefusedNote, RunNote, TargetReady, TranslationNote)
+                                    MarkersDeletedNote, PassResult, Quiesced, RefusedNote, RunNote, TargetReady,
+                                    TranslationNote)
 from kafkaops.errors import ConfigError, KafkaOpsError
 from kafkaops.model import Cluster
 from kafkaops.platform.partitioner import partition_for
@@ -879,8 +881,66 @@ def finish(ctx: lifecycle.OperationContext, cluster_id: str | None, *, failed_ta
         return lifecycle.conclude(ctx, "abandoned", abandoned.text, cluster_id,
                                   next_steps=next_steps(plan, ctx.params, "abandoned", left))
     outcome, _ = lifecycle.outcome_of(record, dry_run=ctx.params.dry_run, failed_tasks=failed_tasks)
+    if outcome == "success" and plan is not None and past_rollback_point(plan, ctx.params.policy.live, record["steps"]):
+        delete_markers(ctx, plan, current)
     return lifecycle.finish(ctx, cluster_id, failed_tasks=failed_tasks,
                             next_steps={outcome: next_steps(plan, ctx.params, outcome, left)})
+
+
+def past_rollback_point(plan: PartitionPlan, live: bool, steps: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether a migration's attempt (its recorded ``steps``) is past the point a rollback or a rerun would resume
+    from its marker groups (pure): a live migration once its switch is confirmed (step ``confirm``), a Kafka Streams
+    cut once it committed the new application's offsets (``execute``), a plain migrate once its cut-over
+    translated the groups' offsets (``cutover``). The copy's verification comes before each of them."""
+    if plan.mode != Mode.MIGRATE or not plan.backfill:
+        return False
+    done = {s["name"] for s in steps if s.get("status") == "success"}
+    return ("confirm" if live else "execute" if plan.streams else "cutover") in done
+
+
+def marker_groups(plan: PartitionPlan, group_ids: Iterable[str]) -> list[str]:
+    """The marker groups among ``group_ids`` of backfills into ``plan``'s targets (pure): its passes' commit
+    markers (:func:`kafkaops.rekey.backfill.backfill_id`, one per pass plan) and its tail's (``-tail``)."""
+    targets = [BackfillPlan.from_dict(plan.backfill or {}).target_topic]
+    if plan.streams:
+        targets += [target for _, target, _ in StreamsPlan.from_dict(plan.streams).copies()]
+    names = "|".join(re.escape(t) for t in dict.fromkeys(targets))
+    pattern = re.compile(rf"{re.escape(backfill.MARKER_GROUP_PREFIX)}(?:{names})-[0-9a-f]{{12}}(?:-tail)?")
+    return sorted(g for g in group_ids if pattern.fullmatch(g))
+
+
+def delete_markers(ctx: lifecycle.OperationContext, plan: PartitionPlan, current: Sequence[Mapping[str, Any]]
+                   ) -> MarkersDeletedNote | None:
+    """Delete the marker groups of a migration past its rollback point (:func:`past_rollback_point`, the caller
+    checks), recorded as a :class:`MarkersDeletedNote`. Idempotent: a retry finds them gone and, once this attempt
+    has its note, records nothing more. A group that is not deleted stays, named in the note; the outcome does not
+    change (the migration is done; the groups are bookkeeping). A failed or abandoned run never gets here: its
+    groups are what a rerun resumes from."""
+    try:
+        with ctx.connect() as conn:
+            found = marker_groups(plan, offsets.group_ids(conn))
+            if not found and state.read_notes(current, MarkersDeletedNote):
+                return None
+            if found:
+                ctx.fence("delete the backfill's marker groups")
+            done = offsets.delete_consumer_groups(conn, found)
+    except KafkaOpsError as err:
+        log.warning("the backfill's marker groups were not deleted: %s", err)
+        note = MarkersDeletedNote(f"the backfill's marker groups were not deleted ({err}); they stay: delete the "
+                                  f"groups named {backfill.MARKER_GROUP_PREFIX}<target>-... with kafka-consumer-groups.sh "
+                                  "--delete", error=str(err)[:2000])
+        state.append_note(ctx.audit, note)
+        return note
+    gone = tuple(sorted((*done.deleted, *done.absent)))
+    parts = []
+    if gone or not done.failed:
+        parts.append(f"{len(gone)} marker group(s) of the backfill deleted, the migration past its rollback point"
+                     + (f": {', '.join(gone)}" if gone else ""))
+    if done.failed:
+        parts.append("not deleted, they stay: " + ", ".join(f"{g} ({e})" for g, e in sorted(done.failed.items())))
+    note = MarkersDeletedNote("; ".join(parts), gone, dict(done.failed))
+    state.append_note(ctx.audit, note)
+    return note
 
 
 def _recorded_plan(record: Mapping[str, Any]) -> PartitionPlan | None:

@@ -400,3 +400,18 @@ def test_a_drained_broker_that_is_down_is_not_cordoned_and_the_run_goes_on(
     assert event is not None and event.brokers == () and event.record["down"] == [3]
     assert kafka.config_calls == [] and steps.cordons_in_place(ctx) is None
     assert any("not registered (down)" in (e.data.get("text") or "") for e in ctx.audit.events() if e.kind == "note")
+
+
+def test_the_moves_count_as_finished_once_this_attempt_elected_the_leaders(local_store) -> None:
+    """What a resumed or retried execute_batches returns instead of repeating the work (the deferred-task race)."""
+    local_store.start_operation("kafka_reassign", "test", kind="rebalance", triggered_by="t", params={})
+    ctx = context()
+    ctx.audit.append("started", operation="rebalance", dag_id="kafka_reassign", run_id="test", params={})
+    assert steps.moves_finished(ctx) is None
+    ctx.step("elect_leaders", "started")
+    ctx.audit.append("note", text="preferred leader election", leaders_asked=3, leaders_changed=1)
+    assert steps.moves_finished(ctx) is None  # started, not ended: a retry elects again
+    ctx.step("elect_leaders", "success")
+    assert steps.moves_finished(ctx) == records.LeadersElected(3, 1)
+    ctx.audit.append("started", operation="rebalance", dag_id="kafka_reassign", run_id="test", params={})
+    assert steps.moves_finished(ctx) is None  # a new attempt of the run moves again

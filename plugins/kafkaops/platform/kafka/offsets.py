@@ -3,7 +3,8 @@ and lag read, offsets set, groups deleted)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
@@ -118,6 +119,51 @@ def delete_consumer_group(conn: KafkaConnection, group_id: str, *, attempts: int
 
     errors.retrying(f"the deletion of consumer group {group_id}", attempts=attempts, first_wait_s=0.5,
                     max_wait_s=2.0)(delete)
+
+
+def group_ids(conn: KafkaConnection) -> list[str]:
+    """The ids of the cluster's consumer groups (listed only: nothing described, no offset read)."""
+    listing = connection.wait_for(conn.admin.list_consumer_groups(request_timeout=conn.timeout_s), conn,
+                                  "consumer groups")
+    return sorted(g.group_id for g in listing.valid)
+
+
+@dataclass(frozen=True)
+class GroupsDeleted:
+    """What :func:`delete_consumer_groups` did: the groups ``deleted`` now, those ``absent`` (Kafka knows no such
+    group: deleted before, so a retry counts them done) and those ``failed``, each with its error in words."""
+
+    deleted: tuple[str, ...] = ()
+    absent: tuple[str, ...] = ()
+    failed: Mapping[str, str] = field(default_factory=dict)
+
+
+def delete_consumer_groups(conn: KafkaConnection, group_ids: Iterable[str]) -> GroupsDeleted:
+    """Delete ``group_ids`` in one request (DeleteGroups). Each group's answer is read by its error code: a group
+    that is not there (GROUP_ID_NOT_FOUND) is ``absent``; any other error (NON_EMPTY_GROUP: it has members; the
+    coordinator not answering) leaves the group in ``failed``; nothing is raised, so the caller says what is left."""
+    ids = sorted(set(group_ids))
+    if not ids:
+        return GroupsDeleted()
+    futures = conn.admin.delete_consumer_groups(ids, request_timeout=conn.timeout_s)
+    deleted: list[str] = []
+    absent: list[str] = []
+    failed: dict[str, str] = {}
+    for gid in ids:
+        try:
+            futures[gid].result(timeout=conn.timeout_s + 5)
+            deleted.append(gid)
+        except KafkaException as err:
+            code = err.args[0].code() if err.args and isinstance(err.args[0], KafkaError) else None
+            if code == KafkaError.GROUP_ID_NOT_FOUND:
+                absent.append(gid)
+            elif code == KafkaError.NON_EMPTY_GROUP:
+                failed[gid] = f"consumer group {gid} has members: not deleted"
+            else:
+                failed[gid] = str(errors.classify(err, f"the deletion of consumer group {gid}", conn))
+        except TimeoutError:
+            failed[gid] = f"the deletion of consumer group {gid}: no answer within {conn.timeout_s + 5:.0f} s"
+    return GroupsDeleted(tuple(deleted), tuple(absent), failed)
 
 
 #: The longest one request to commit a group's offsets may go unanswered before it is sent again.
