@@ -646,13 +646,20 @@ class Review:
     skipped: Mapping[str, str] = field(default_factory=dict)
     """The load rules not checked, each with why (no Prometheus, a metric missing, no capacity stated)."""
     brokers_verdict: str | None = None
-    """What the broker-count recommendation and the hot brokers call for (:func:`verdict_of`)."""
+    """What the broker-count recommendation and the load findings call for (:func:`verdict_of`)."""
+    verdict_action: str | None = None
 
     @property
     def verdict(self) -> str | None:
         """What the disks, the load and the brokers call for in a sentence or two (findings and recommendations
         agree with it)."""
         return self.brokers_verdict or (None if self.disk is None else self.disk.text)
+
+    @property
+    def verdict_ok(self) -> bool:
+        """Whether the verdict asks for nothing (the page shows it green)."""
+        action = self.verdict_action or (None if self.disk is None else self.disk.action)
+        return action == "ok"
 
     def rules_fired(self) -> set[str]:
         return {f.rule for f in self.findings}
@@ -691,7 +698,8 @@ class Review:
                 disk=DiskVerdict.from_dict(data["disk"]) if data.get("disk") else None,
                 load=LoadWindow.from_dict(data["load"]) if data.get("load") else None,
                 load_thresholds=LoadThresholds(**data["load_thresholds"]) if data.get("load_thresholds") else None,
-                skipped=dict(data.get("skipped") or {}), brokers_verdict=data.get("brokers_verdict"))
+                skipped=dict(data.get("skipped") or {}), brokers_verdict=data.get("brokers_verdict"),
+                verdict_action=data.get("verdict_action"))
         except (KeyError, TypeError, ValueError) as err:
             raise CapacityError(f"cannot read a review from this dict: {err}; expected Review.to_dict()") from err
 
@@ -705,7 +713,7 @@ PRESSURE_RULES = ("cpu", "network", "request_handler_idle", "produce_p99")
 
 
 def verdict_of(disk: DiskVerdict | None, brokers: Recommendation | None, load: Sequence[Finding],
-               measured: int = 0) -> str | None:
+               measured: int = 0) -> tuple[str, str] | None:
     """The review's one verdict, from the broker-count recommendation (the largest of the disk, throughput, CPU
     and network needs) and the load findings, so that it never says "enough" beside a recommendation to add or
     beside a broker past its load limits:
@@ -717,15 +725,16 @@ def verdict_of(disk: DiskVerdict | None, brokers: Recommendation | None, load: S
       handlers, Produce latency): "Look into the brokers", as more brokers are not what the numbers ask for;
     * otherwise the disk verdict (free disk, rebalance a full disk, or enough).
 
-    None: neither a recommendation nor a disk verdict to go on."""
+    Returns the action (``add_brokers``, ``rebalance``, ``look_into``, or the disk verdict's: ``free_disk``,
+    ``rebalance``, ``add_brokers``, ``ok``) and the text; None: neither a recommendation nor a disk verdict."""
     add = int(brokers.inputs.get("add") or 0) if brokers is not None else 0
     largest = list(brokers.inputs.get("largest") or ["disk"]) if brokers is not None else ["disk"]
     also = f" Also: {disk.text}" if disk is not None and disk.action == "free_disk" else ""
     if brokers is not None and add > 0:
         if largest == ["disk"] and disk is not None and disk.action == "add_brokers":
-            return disk.text
+            return disk.action, disk.text
         current = brokers.inputs.get("current")
-        return (f"Add brokers: the {' and '.join(n for n in largest)} need{'s' if len(largest) == 1 else ''} "
+        return "add_brokers", (f"Add brokers: the {' and '.join(n for n in largest)} need{'s' if len(largest) == 1 else ''} "
                 f"{brokers.value:g} broker(s), today {current}: add {add}. {brokers.message}.{also}")
     pressed: dict[str, list[str]] = {}
     for f in load:
@@ -735,15 +744,15 @@ def verdict_of(disk: DiskVerdict | None, brokers: Recommendation | None, load: S
     if pressed:
         names = ", ".join(f"{b} ({', '.join(dict.fromkeys(rules))})" for b, rules in sorted(pressed.items()))
         if measured and len(pressed) >= measured:
-            return (f"Look into the brokers: every broker is past a load limit ({names}) though the CPU, network "
+            return "look_into", (f"Look into the brokers: every broker is past a load limit ({names}) though the CPU, network "
                     f"and disk needs ask for no more brokers; see the findings.{enough}{also}")
-        return (f"Rebalance: {names} {'is' if len(pressed) == 1 else 'are'} past {'its' if len(pressed) == 1 else 'their'} "
+        return "rebalance", (f"Rebalance: {names} {'is' if len(pressed) == 1 else 'are'} past {'its' if len(pressed) == 1 else 'their'} "
                 f"load limits while the other brokers have room; run kafka_reassign (operation rebalance) to move "
                 f"leaders and partitions off {'it' if len(pressed) == 1 else 'them'}, more brokers would not."
                 f"{enough}{also}")
     if disk is not None:
-        return disk.text
-    return None if brokers is None else f"Brokers are enough: {brokers.message}."
+        return disk.action, disk.text
+    return None if brokers is None else ("ok", f"Brokers are enough: {brokers.message}.")
 
 
 def broker_load(cluster: Cluster) -> tuple[BrokerLoad, ...]:
@@ -818,6 +827,8 @@ def review(current: Cluster, history: Sequence[ReviewPoint] = (), *, targets: Ca
         rec = recommend_key_change(skew, thresholds.key_share)
         if rec is not None:
             recs.append(rec)
+    said = verdict_of(verdict if (verdict.disks or disk) else None, next((r for r in recs if r.kind == "brokers"), None),
+                      [f for f in findings if f.rule in RULES_OF_LOAD], len(load.brokers()) if load is not None else 0)
     theirs = [g for g in current.groups if not own.is_own_group(g.group_id)]  # kafkaops' markers are not lag
     lag = tuple(PartitionLag(g.group_id, x.topic, x.partition, x.lag or 0) for g in theirs for x in g.partitions)
     return Review(cluster_id=current.cluster_id, taken_at=now.taken_at,
@@ -826,7 +837,4 @@ def review(current: Cluster, history: Sequence[ReviewPoint] = (), *, targets: Ca
                   group_lag={g.group_id: g.total_lag for g in theirs}, empty_topics=tuple(empty),
                   history_points=len(earlier) + 1, disk=verdict if (verdict.disks or disk) else None,
                   load=load, load_thresholds=load_thresholds if load is not None else None, skipped=skipped,
-                  brokers_verdict=verdict_of(verdict if (verdict.disks or disk) else None,
-                                             next((r for r in recs if r.kind == "brokers"), None),
-                                             [f for f in findings if f.rule in RULES_OF_LOAD],
-                                             len(load.brokers()) if load is not None else 0))
+                  brokers_verdict=said[1] if said else None, verdict_action=said[0] if said else None)

@@ -319,11 +319,13 @@ def test_cpu_past_its_limit_turns_enough_brokers_into_add_brokers_in_one_verdict
     calm = review(c, load=_load({1: 0.30, 2: 0.35, 3: 0.30}))
     assert "cpu" not in calm.rules_fired() and calm.recommendation("brokers").inputs["add"] == 0
     assert calm.verdict == calm.disk.text and calm.verdict.startswith("Brokers and disks are enough")
+    assert calm.verdict_ok and calm.verdict_action == "ok"
     busy = review(c, load=_load({1: 0.90, 2: 0.85, 3: 0.88}))
     rec = busy.recommendation("brokers")
     assert rec.value == math.ceil((0.90 + 0.85 + 0.88) / 0.70) == 4 and rec.inputs["add"] == 1
     assert rec.inputs["largest"] == ["CPU"] and "by CPU ceil(2.63 / 0.7) = 4" in rec.message
     assert busy.verdict.startswith("Add brokers: the CPU needs 4 broker(s), today 3: add 1."), busy.verdict
+    assert (busy.verdict_action, busy.verdict_ok) == ("add_brokers", False)
     assert sorted(f.subject for f in busy.findings if f.rule == "cpu") == ["broker 1", "broker 2", "broker 3"]
     assert busy.skipped == {"network": capacity_load.NO_NETWORK_CAPACITY}  # no capacity stated: named, not guessed
     assert capacity.Review.from_dict(busy.to_dict()) == busy
@@ -343,7 +345,7 @@ def test_one_broker_past_its_cpu_limit_while_the_others_have_room_says_rebalance
         "broker 1"]
     assert r.verdict.startswith("Rebalance: broker 1 (cpu) is past its load limits while the other brokers have "
                                 "room"), r.verdict
-    assert "Brokers and disks are enough" not in r.verdict
+    assert "Brokers and disks are enough" not in r.verdict and not r.verdict_ok
 
 
 def test_every_broker_past_a_latency_limit_with_room_everywhere_says_look_into_the_brokers() -> None:
