@@ -735,12 +735,14 @@ def verdict_of(disk: DiskVerdict | None, brokers: Recommendation | None, load: S
             return disk.action, disk.text
         current = brokers.inputs.get("current")
         return "add_brokers", (f"Add brokers: the {' and '.join(n for n in largest)} need{'s' if len(largest) == 1 else ''} "
-                f"{brokers.value:g} broker(s), today {current}: add {add}. {brokers.message}.{also}")
+                f"{brokers.value:g} broker(s), today {current}: add {add} (each need with its formula in the "
+                f"recommendation).{also}")
     pressed: dict[str, list[str]] = {}
     for f in load:
         if f.rule in PRESSURE_RULES or f.rule == "hot_broker":
             pressed.setdefault(f.subject, []).append(f.rule.replace("_", " "))
-    enough = "" if brokers is None else f" The brokers together are enough: {brokers.message}."
+    enough = "" if brokers is None else (f" The brokers together are enough: {brokers.value:g} needed by the "
+                                         f"{' and '.join(largest)}, today {brokers.inputs.get('current')}.")
     if pressed:
         names = ", ".join(f"{b} ({', '.join(dict.fromkeys(rules))})" for b, rules in sorted(pressed.items()))
         if measured and len(pressed) >= measured:

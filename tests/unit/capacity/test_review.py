@@ -324,7 +324,7 @@ def test_cpu_past_its_limit_turns_enough_brokers_into_add_brokers_in_one_verdict
     rec = busy.recommendation("brokers")
     assert rec.value == math.ceil((0.90 + 0.85 + 0.88) / 0.70) == 4 and rec.inputs["add"] == 1
     assert rec.inputs["largest"] == ["CPU"] and "by CPU ceil(2.63 / 0.7) = 4" in rec.message
-    assert busy.verdict.startswith("Add brokers: the CPU needs 4 broker(s), today 3: add 1."), busy.verdict
+    assert busy.verdict.startswith("Add brokers: the CPU needs 4 broker(s), today 3: add 1 "), busy.verdict
     assert (busy.verdict_action, busy.verdict_ok) == ("add_brokers", False)
     assert sorted(f.subject for f in busy.findings if f.rule == "cpu") == ["broker 1", "broker 2", "broker 3"]
     assert busy.skipped == {"network": capacity_load.NO_NETWORK_CAPACITY}  # no capacity stated: named, not guessed
