@@ -171,6 +171,15 @@ def gaps_of(points: Sequence[Point], step_s: float, start: float | None = None, 
     return [(a, b) for a, b in zip(edges, edges[1:]) if b - a > 1.5 * step_s]
 
 
+def observed_span(window: LoadWindow) -> tuple[float, float]:
+    """The part of the window Prometheus has any broker's data for (first and last finite point of any
+    indicator): what the plots span. A server younger than the window (a new cluster, a new Prometheus) leaves
+    the start empty for every broker: that is not a gap of one broker, it is no data at all."""
+    seen = [t for series in window.indicators.values() for points in series.values() for t, v in points
+            if math.isfinite(v)]
+    return (min(seen), max(seen)) if seen else (window.start, window.end)
+
+
 def _window_text(window: LoadWindow) -> str:
     hours = (window.end - window.start) / 3600
     step = f"{window.step_s / 60:g} min" if window.step_s >= 60 else f"{window.step_s:g} s"
@@ -194,8 +203,11 @@ def load_caption(review: Review) -> str | None:
     """What the load plots show, for a caption: the window (UTC) and the limits drawn dashed; None: no load."""
     if review.load is None:
         return None
+    first, _ = observed_span(review.load)
+    since = (f" Prometheus has data from {_minute(first)} only: the plots start there."
+             if first > review.load.start + 1.5 * review.load.step_s else "")
     return (f"The brokers' load {_window_text(review.load)}, one line per broker; a break in a line is a gap in "
-            f"the data (shaded). Dashed: the limits: {'; '.join(load_limits(review))}.")
+            f"the data (shaded). Dashed: the limits: {'; '.join(load_limits(review))}.{since}")
 
 
 @dataclass(frozen=True)
@@ -285,7 +297,8 @@ def load_figure(review: Review) -> Any:
     brokers = window.brokers()
     cmap = matplotlib_colors(len(brokers))
     colors = {b: cmap[i] for i, b in enumerate(brokers)}
-    x0, x1 = _datetimes([window.start, window.end])
+    first, last = observed_span(window)
+    x0, x1 = _datetimes([first, max(last, first + window.step_s)])
     for ax, panel in zip((row[0] for row in axes), panels):
         ax.set_title(panel.title, fontsize=10, loc="left")
         if not panel.series:
@@ -300,11 +313,11 @@ def load_figure(review: Review) -> Any:
             values = [v * panel.scale for v in ys]
             top = max([top, *(v for v in values if math.isfinite(v))])
             ax.plot(_datetimes(xs), values, color=colors[broker], linewidth=1.3, label=broker)
-            for a, b in gaps_of(points, window.step_s, window.start, window.end):
+            for a, b in gaps_of(points, window.step_s, first, last):
                 ax.axvspan(*_datetimes([a, b]), color=colors[broker], alpha=0.12, linewidth=0)
         handles, labels = ax.get_legend_handles_labels()
         for broker in brokers:
-            if gaps_of(panel.series.get(broker, ()), window.step_s, window.start, window.end):
+            if gaps_of(panel.series.get(broker, ()), window.step_s, first, last):
                 handles.append(Patch(color=colors[broker], alpha=0.25, linewidth=0))
                 labels.append(f"{broker}: no data (gap)")
         if panel.limit is not None:

@@ -140,3 +140,21 @@ def test_a_review_without_load_says_so_and_stores_no_plot(local_store) -> None:
     text = text_of(render_review_html(review))
     assert "Load over the window no load: the review read no Prometheus window" in text
     assert write_report(review, run_id="r1").load_png is None and load_caption(review) is None
+
+
+def test_a_prometheus_younger_than_the_window_starts_the_plots_at_its_first_data_and_says_so() -> None:
+    window = synthetic_window()
+    late = START + 20 * 3600  # data from 20:00 only (a new cluster): not a 20-hour gap of every broker
+    young = LoadWindow(window.start, window.end, window.step_s,
+                       {k: {b: tuple(p for p in pts if p[0] >= late) for b, pts in v.items()}
+                        for k, v in window.indicators.items()}, {}, window.cpu_source)
+    review = review_with(young, network_capacity_bytes_per_s=125e6)
+    fig = load_figure(review)
+    cpu = fig.axes[0]
+    import matplotlib.dates as mdates
+
+    left, _ = cpu.get_xlim()
+    assert abs(mdates.num2date(left).timestamp() - late) < 1
+    assert "no data (gap)" not in " ".join(t.get_text() for t in cpu.get_legend().get_texts())
+    assert "Prometheus has data from 2026-11-22 20:00 UTC only" in (load_caption(review) or "")
+    assert "only" not in (load_caption(review_with(window)) or "")
