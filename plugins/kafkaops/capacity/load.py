@@ -85,6 +85,7 @@ class LoadThresholds:
     max_under_min_isr: float = 0.0
     hot_ratio: float = 2.0
     even_replicas: float = 0.10
+    hot_floor: float = 0.5
     network_capacity_bytes_per_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -253,14 +254,22 @@ def load_findings(window: LoadWindow, thresholds: LoadThresholds = LoadThreshold
 def hot_brokers(window: LoadWindow, thresholds: LoadThresholds, replicas: Mapping[str, int] | None) -> list[Finding]:
     """Brokers whose CPU or busier network direction (p95) is ``hot_ratio`` times the median of the others' while
     every broker's replica count is within ``even_replicas`` of the mean: the load follows leaders or a few busy
-    partitions, and a rebalance evens it where more brokers would not."""
+    partitions, and a rebalance evens it where more brokers would not. A broker is hot only when its load is also
+    at least ``hot_floor`` of its limit (CPU: ``max_cpu``; network: ``max_network`` x the stated capacity, none
+    without one): twice next to nothing is noise, not a broker that needs its load moved."""
     if not replicas or len(replicas) < 3:
         return []
     mean = sum(replicas.values()) / len(replicas)
     if mean <= 0 or max(abs(n - mean) for n in replicas.values()) > thresholds.even_replicas * mean:
         return []
     found = []
+    capacity = thresholds.network_capacity()
+    floors = {"CPU": thresholds.hot_floor * thresholds.max_cpu,
+              "network": None if capacity is None else thresholds.hot_floor * thresholds.max_network * capacity}
     for name in ("CPU", "network"):
+        floor = floors[name]
+        if floor is None:
+            continue
         loads = {b: percentile(v, 0.95) for b in window.brokers()
                  if (v := window.observed("cpu", b) if name == "CPU"
                      else tuple(x for _, x in _network(window, b) if math.isfinite(x)))}
@@ -269,7 +278,7 @@ def hot_brokers(window: LoadWindow, thresholds: LoadThresholds, replicas: Mappin
             if len(others) < 2:
                 continue
             median = others[len(others) // 2] if len(others) % 2 else (others[len(others) // 2 - 1] + others[len(others) // 2]) / 2
-            if median > 0 and load > thresholds.hot_ratio * median:
+            if median > 0 and load > thresholds.hot_ratio * median and load >= floor:
                 found.append(Finding("hot_broker", broker, round(load / median, 2), thresholds.hot_ratio,
                                      f"{broker}: {name} load (p95) {load / median:.1f}x the other brokers' median while "
                                      f"replica counts are within {thresholds.even_replicas:.0%} of each other: the load "

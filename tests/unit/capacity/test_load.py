@@ -108,6 +108,10 @@ def test_one_hot_broker_with_even_replicas_points_to_a_rebalance_not_more_broker
     assert "rebalance" in hot.message and hot.value == pytest.approx(0.85 / 0.3, rel=0.01)
     needs = load_needs(_window(**load), CAPACITY)
     assert needs.by_cpu == math.ceil((3 * 0.3 + 0.85) / 0.7) == 3  # the cluster as a whole has room: 4 are enough
+    idle = _quiet(("broker 1", "broker 2", "broker 3", "broker 4"))
+    idle["cpu"] = {b: _flat(0.004 if b == "broker 4" else 0.001) for b in idle["cpu"]}  # 4x, of next to nothing
+    assert not [f for f in load_findings(_window(**idle), CAPACITY, dict.fromkeys(idle["cpu"], 500))[0]
+                if f.rule == "hot_broker"]
     uneven = {"broker 1": 200, "broker 2": 500, "broker 3": 500, "broker 4": 800}
     assert not [f for f in load_findings(_window(**load), CAPACITY, uneven)[0] if f.rule == "hot_broker"]
 
