@@ -171,6 +171,7 @@ def spark_on(master: str) -> Iterator[Any]:
             # its spark-defaults.conf, given here: a second session in this process reads no conf folder
             conf = dict(line.split(None, 1) for line in (cluster.conf_dir / "spark-defaults.conf").read_text().splitlines()
                         if line.strip())
+            conf.update(cluster.session_conf())  # its authentication: the cluster's secret, in this JVM only
         began = time.monotonic()
         spark = common.spark_session(url, driver_memory="1g", conf=conf)
         spark.sparkContext.setLogLevel("ERROR")

@@ -253,7 +253,8 @@ def deployed_airflow(bootstrap: str, login: dict[str, str]) -> Iterator[Any]:
         cache = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kafkaops-bench-worker-")))
         deployed = stack.enter_context(harness.deployment(
             checkout=ROOT, kafka_bootstrap=bootstrap, worker_cache=cache, jars=JARS, dag_ids={DAG},
-            kafka_login=login, spark_master=spark.master_url, worker_env={"SPARK_CONF_DIR": str(spark.conf_dir)}))
+            kafka_login=login, spark_master=spark.master_url, spark_secret_file=spark.secret_file,
+            worker_env={"SPARK_CONF_DIR": str(spark.conf_dir)}))
         log.info("deployment up in %.0f s at %s", deployed.started_in, deployed.url)
         kafkaops_store = store_.open_store(deployed.databases["kafkaops"])
         stack.callback(kafkaops_store.engine.dispose)

@@ -274,6 +274,16 @@ def test_spark_default_is_the_compose_spark_master_with_workers(shared: dict[str
     for name in workers:
         assert services[name]["command"][-1] == spark["host"], f"{name} registers with {services[name]['command'][-1]}"
         assert services[name]["image"] == server["image"], name
+    # Spark's authentication: one secret, which the Master, the Workers and spark_default's submitter read as a file
+    secret_file = spark["extra"]["auth-secret-file"]
+    for name in [master.hostname, *workers, "airflow-worker"]:
+        mounted = {m["target"]: m["source"] for m in services[name]["secrets"]}
+        assert mounted.get(secret_file) == "spark-auth", f"{name} does not get the secret spark-auth at {secret_file}"
+    for name in [master.hostname, *workers]:
+        command = services[name]["command"]
+        assert command[command.index("--properties-file") + 1] == secret_file, command
+        opts = services[name]["environment"]["SPARK_MASTER_OPTS" if name == master.hostname else "SPARK_WORKER_OPTS"]
+        assert "-Dspark.authenticate=true" in opts and "-Dspark.network.crypto.enabled=true" in opts, opts
 
 
 def test_prometheus_default_is_the_compose_prometheus_scraping_the_brokers_and_the_node_exporter(

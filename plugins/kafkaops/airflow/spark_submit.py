@@ -12,6 +12,14 @@ launcher writes every line to the run's Spark log file, where :func:`kafkaops.pl
 finds the app's result and the tail of a failure (and which the record links), and lets through to the task
 log all but Spark's own INFO lines (:func:`task_log_wants`), so the task log keeps the warnings, errors,
 the app's own lines and kafkaops' progress lines.
+
+A ``spark://`` (standalone) connection names its cluster's authentication secret in the extra
+``auth-secret-file`` (:data:`kafkaops.platform.spark.AUTH_SECRET_FILE_EXTRA`): the path, on the Airflow
+worker, of the Spark properties file the Master and Workers start with. The launcher hands it to
+:func:`~kafkaops.platform.spark.run_spark_app`, which puts the secret in spark-submit's private
+``--properties-file`` (the provider's ``properties_file``): not in the command line the provider logs, not in
+``env_vars`` (which it turns into ``--conf`` for YARN and Kubernetes), not in the connection's password field
+(the provider would put it into the master URL).
 """
 from __future__ import annotations
 
@@ -96,21 +104,29 @@ class SparkSubmitLauncher:
     def __init__(self, conn_id: str | None = None, *, conf: Mapping[str, str] | None = None) -> None:
         self.conn_id = conn_id or DEFAULT_CONN_ID
         self.conf = dict(conf or {})
-        # what the provider resolved from the connection, exactly as it passes it to --master
-        self.master: str = KafkaOpsSparkSubmitHook(conn_id=self.conn_id)._connection["master"]
+        # what the provider resolved from the connection, exactly as it passes it to --master and --deploy-mode
+        resolved = KafkaOpsSparkSubmitHook(conn_id=self.conn_id)._connection
+        self.master: str = resolved["master"]
+        self.deploy_mode: str | None = resolved.get("deploy_mode")
+        extra = KafkaOpsSparkSubmitHook.get_connection(self.conn_id).extra_dejson
+        self.auth_secret_file: str | None = extra.get(spark.AUTH_SECRET_FILE_EXTRA) or None
 
     def __repr__(self) -> str:
         return f"SparkSubmitLauncher({self.conn_id!r}, master {self.master})"
 
     def check(self) -> None:
-        """Fail now, naming the master and the connection, when the master accepts no connection."""
+        """Fail now, naming the master and the connection, when the master accepts no connection or a
+        standalone master's secret is not there."""
         spark.check_master(self.master, self.conn_id)
+        if spark.needs_shared_secret(self.master):
+            spark.read_auth_secret(self.auth_secret_file, self.master, self.conn_id)
 
     def submit(self, submission: spark.Submission, *, env: Mapping[str, str], log_file: Path,
                timeout_s: float) -> int:
         hook = KafkaOpsSparkSubmitHook(
             conn_id=self.conn_id, conf={**self.conf, **submission.conf}, files=",".join(submission.files) or None,
             py_files=submission.py_files, jars=",".join(submission.jars), name=submission.name,
+            properties_file=submission.properties_file,
             application_args=list(submission.args), driver_memory=submission.driver_memory, output_file=log_file)
         timed_out = threading.Event()
 

@@ -4,7 +4,7 @@
 jobs are submitted: the app's main file is the application, the ``kafkaops`` and ``spark_apps``
 packages of this installation go as one zip with ``--py-files``, the jars of the Spark jar folder
 (Kafka connector, ``kafkaops-spark-udf.jar``) with ``--jars``, and the cluster's Kafka client
-settings as ``kafka.properties`` with ``--files``. The launcher of the Airflow tasks is
+settings as ``kafka.properties`` (below). The launcher of the Airflow tasks is
 :class:`kafkaops.airflow.spark_submit.SparkSubmitLauncher` (the Spark provider's ``SparkSubmitHook`` on a
 ``spark`` connection, ``spark_default`` by default: ``local[*]``, ``spark://``, YARN or ``k8s://``
 by changing the connection). The platform layer imports no Airflow, so the launcher comes in.
@@ -20,17 +20,31 @@ Inputs and results travel through the kafkaops store when the caller gives an :c
 (``--<name>-artifact``), and the app writes its result as an artifact (``--result-artifact``) that
 :func:`run_spark_app` reads back, so the driver may run on any host that reaches the store (client
 or cluster deploy mode), and nothing lies on a driver's disk. The store's URL, password included,
-reaches the app like the Kafka settings: a private ``kafkaops-store.properties`` shipped with
-``--files``, never on its command line. Without an exchange (local runs, benchmarks) the result is
+reaches the app like the Kafka settings: a private ``kafkaops-store.properties``, never on its
+command line. Without an exchange (local runs, benchmarks) the result is
 the ``kafkaops-result:`` JSON line of the driver's output (:func:`emit_result`), which the app
 always prints too.
 
 The Kafka client settings (the connection's whole librdkafka config, SASL and SSL included) reach
 the app in a file, never on its command line: ``kafka.properties`` (Java properties, mode 0600) in
-a private folder removed when the app ends; Spark ships it to the driver and the executors, and the
-app finds it by its base name (:func:`read_client_config`: ``SparkFiles``). The app turns it into
+a private folder removed when the app ends, which only the driver reads (:func:`read_client_config`;
+the executors get the options it makes inside their tasks). The app turns it into
 the Java client's options with :func:`spark_kafka_options`. The submission's argv, which callers
 record, holds no secret, and neither does spark-submit's environment (:func:`child_env`).
+
+No open doors (docs/security.md "Spark"). The secret files are not served: in client deploy mode (the
+default: the driver is spark-submit's own JVM) the driver reads ``kafka.properties`` and
+``kafkaops-store.properties`` where they lie, in the submitter's 0700 folder, by their absolute path; only
+in cluster deploy mode, where the driver runs elsewhere, do they go with ``--files`` (found by base name,
+``SparkFiles``). Spark 4.2's file server answers a stream request for a shipped file before any
+authentication (``spark.authenticate`` guards its RPC, not that path), so nothing secret may be on it.
+Every submission also turns on Spark's own authentication and encryption (:data:`SECURITY_CONF`: the RPC
+of the driver, executors and block managers, the task closures that carry the Kafka options, shuffle and
+spill files): with ``local[*]``, YARN or Kubernetes Spark makes a secret per application itself; a
+``spark://`` standalone cluster shares one secret between its Master, Workers and applications, which the
+connection names as a file (:data:`AUTH_SECRET_FILE_EXTRA`) and which reaches spark-submit in a 0600
+``--properties-file`` beside the others (:func:`write_submit_properties`), never on its command line, in its
+environment or a log. ``local[*]`` binds the driver to loopback (:data:`LOOPBACK_CONF`).
 """
 from __future__ import annotations
 
@@ -201,8 +215,9 @@ def read_client_config(name: str | Path) -> dict[str, str]:
     try:
         body = path.read_bytes()
     except OSError as err:
-        raise ConfigError(f"cannot read the settings file {path}: {err.strerror}; the launcher ships "
-                          f"them as {KAFKA_PROPERTIES} and {STORE_PROPERTIES} with --files") from err
+        raise ConfigError(f"cannot read the settings file {path}: {err.strerror}; the launcher hands "
+                          f"them over as {KAFKA_PROPERTIES} and {STORE_PROPERTIES}: by path to a driver on its "
+                          "host, with --files to one in cluster deploy mode") from err
     if path.suffix != ".properties":
         return json.loads(body)
     from jproperties import Properties
@@ -210,6 +225,88 @@ def read_client_config(name: str | Path) -> dict[str, str]:
     properties = Properties()
     properties.load(body, "utf-8")
     return {key: value.data for key, value in properties.items()}
+
+
+# -- Spark's own doors ---------------------------------------------------------------------------------
+
+#: What every submission turns on (none of it secret: on the command line): authentication of every
+#: connection to the driver, the executors and the block managers (and of the driver to a standalone
+#: Master), AES-encrypted RPC without the weaker SASL fallback, encrypted shuffle and spill files.
+SECURITY_CONF = {"spark.authenticate": "true", "spark.network.crypto.enabled": "true",
+                 "spark.network.crypto.saslFallback": "false", "spark.io.encryption.enabled": "true"}
+#: A ``local`` master's driver is the whole application: it listens on loopback only.
+LOOPBACK_CONF = {"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"}
+#: The Spark setting of a standalone cluster's shared secret.
+AUTH_SECRET = "spark.authenticate.secret"
+#: The extra of a ``spark://`` connection naming the cluster's secret: a Spark properties file (mode 0600)
+#: with :data:`AUTH_SECRET`, the one its Master and Workers start with (``--properties-file``).
+AUTH_SECRET_FILE_EXTRA = "auth-secret-file"
+#: What spark-submit reads with ``--properties-file`` for a standalone master: its defaults and the secret.
+SUBMIT_PROPERTIES = "spark-submit.properties"
+
+
+def security_conf(master: str) -> dict[str, str]:
+    """The Spark settings every submission to ``master`` carries (:data:`SECURITY_CONF`, and for a
+    ``local`` master :data:`LOOPBACK_CONF`)."""
+    return {**SECURITY_CONF, **(LOOPBACK_CONF if master.startswith("local") else {})}
+
+
+def needs_shared_secret(master: str) -> bool:
+    """Whether ``master`` (a standalone ``spark://`` one) needs the cluster's secret from the submitter:
+    ``local``, YARN and Kubernetes make one per application themselves."""
+    return master.startswith("spark://")
+
+
+def read_auth_secret(path: str | None, master: str, conn_id: str) -> str:
+    """The standalone cluster's secret from the connection's :data:`AUTH_SECRET_FILE_EXTRA` (a Spark
+    properties file); a ConfigError naming the connection when there is none."""
+    fix = (f"give connection {conn_id!r} the extra {AUTH_SECRET_FILE_EXTRA!r}: the path of a Spark properties "
+           f"file (mode 0600) holding {AUTH_SECRET}, the one Spark master {master} and its workers start with "
+           "(docs/security.md); nothing was submitted")
+    if not path:
+        raise ConfigError(f"Spark master {master} of connection {conn_id!r} needs its cluster's authentication "
+                          f"secret: {fix}")
+    from jproperties import Properties
+
+    properties = Properties()
+    try:
+        properties.load(Path(path).read_bytes(), "utf-8")
+    except OSError as err:
+        raise ConfigError(f"cannot read {path}: {err.strerror}; {fix}") from err
+    found = properties[AUTH_SECRET].data.strip() if AUTH_SECRET in properties else ""
+    if not found:
+        raise ConfigError(f"{path} holds no {AUTH_SECRET}: {fix}")
+    return found
+
+
+def spark_defaults() -> str:
+    """The text of the ``spark-defaults.conf`` spark-submit reads when no ``--properties-file`` is given
+    (``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``, else the pip pyspark's ``conf``); empty when none."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR")
+    if not conf_dir:
+        home = os.environ.get("SPARK_HOME")
+        if not home:
+            spec = importlib.util.find_spec("pyspark")
+            locations = list(spec.submodule_search_locations or []) if spec is not None else []
+            home = locations[0] if locations else ""
+        conf_dir = str(Path(home) / "conf") if home else ""
+    path = Path(conf_dir) / "spark-defaults.conf" if conf_dir else None
+    return path.read_text() if path is not None and path.is_file() else ""
+
+
+def write_submit_properties(folder: Path, secret: str) -> Path:
+    """``folder``/:data:`SUBMIT_PROPERTIES` (created 0600): the ``spark-defaults.conf`` spark-submit would
+    read (a ``--properties-file`` replaces it) and the cluster's secret after it."""
+    from jproperties import Properties
+
+    path = folder / SUBMIT_PROPERTIES
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(spark_defaults().encode() + b"\n")
+        properties = Properties()
+        properties[AUTH_SECRET] = secret
+        properties.store(out, encoding="utf-8", timestamp=False)
+    return path
 
 
 def emit_result(result: Mapping[str, Any]) -> None:
@@ -238,7 +335,7 @@ def add_exchange_arguments(parser: Any, *inputs: str, group: Any = None) -> None
     ``--store-config``, ``--result-artifact`` and ``--<name>-artifact`` for each of ``inputs`` (in
     ``group`` when given: a mutually exclusive group with the app's own way to take it)."""
     parser.add_argument("--store-config", metavar="FILE", help=f"the kafkaops store's URL as {STORE_PROPERTIES} "
-                        "(shipped with --files, found by its base name): inputs and the result go through it")
+                        "(its path, or its base name when shipped with --files): inputs and the result go through it")
     parser.add_argument("--result-artifact", metavar="PATH", help="write the result to this artifact of the store")
     for name in inputs:
         (group or parser).add_argument(f"--{name}-artifact", metavar="PATH",
@@ -364,6 +461,10 @@ class Submission:
     args: tuple[str, ...]
     driver_memory: str = "1g"
     conf: Mapping[str, str] = field(default_factory=dict)
+    #: spark-submit's ``--properties-file`` (a standalone master's secret: :func:`write_submit_properties`)
+    properties_file: str | None = None
+    #: Secret files the driver reads where they lie (client deploy mode): named by the args, never shipped
+    private_files: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -373,7 +474,9 @@ class Submission:
         """The submission as a spark-submit command line, to record (no secret: the Kafka settings
         are a file it names)."""
         conf = [x for k, v in sorted(self.conf.items()) for x in ("--conf", f"{k}={v}")]
-        return ["spark-submit", "--master", master, "--name", self.name, *conf, "--driver-memory", self.driver_memory,
+        properties = ["--properties-file", self.properties_file] if self.properties_file else []
+        return ["spark-submit", "--master", master, "--name", self.name, *conf, *properties,
+                "--driver-memory", self.driver_memory,
                 "--jars", ",".join(self.jars), "--py-files", self.py_files,
                 *(["--files", ",".join(self.files)] if self.files else []), self.application, *self.args]
 
@@ -383,6 +486,10 @@ class Launcher(Protocol):
 
     conn_id: str
     master: str
+    #: ``client`` (or None: spark-submit's default) or ``cluster``: where the driver runs
+    deploy_mode: str | None
+    #: the connection's :data:`AUTH_SECRET_FILE_EXTRA`, None when it names none
+    auth_secret_file: str | None
 
     def submit(self, submission: Submission, *, env: Mapping[str, str], log_file: Path, timeout_s: float) -> int:
         """Run it in ``log_file``'s folder with ``env``, the driver's output into ``log_file``;
@@ -482,16 +589,25 @@ def run_spark_app(app: str, args: Sequence[str], *, launcher: Launcher, log_file
     if inputs and exchange is None:
         raise ValueError("run_spark_app: inputs travel through the store: give an exchange")
     check_master(launcher.master, launcher.conn_id)
+    secret = (read_auth_secret(launcher.auth_secret_file, launcher.master, launcher.conn_id)
+              if needs_shared_secret(launcher.master) else None)
     jars = tuple(sorted(str(p) for p in jar_dir("spark").glob("*.jar")))
     log_file = log_file.absolute()
     log_file.parent.mkdir(parents=True, exist_ok=True)
     log_file.write_text("")
+    # the secret files: read in place by a driver on this host, shipped (and named by base name) only to one
+    # that runs elsewhere (module docstring)
+    ship = launcher.deploy_mode == "cluster"
     with tempfile.TemporaryDirectory(prefix="kafkaops-spark-") as private:
-        files: tuple[str, ...] = ()
+        secret_files: list[str] = []
         argv = list(args)
+
+        def secret_file(path: Path) -> str:
+            secret_files.append(str(path))
+            return path.name if ship else str(path)
+
         if kafka_config is not None:
-            files = (str(write_kafka_properties(kafka_config, Path(private))),)
-            argv += ["--kafka-config", KAFKA_PROPERTIES]
+            argv += ["--kafka-config", secret_file(write_kafka_properties(kafka_config, Path(private)))]
         result_path = None
         if exchange is not None:  # a folder of its own: no earlier try's result can be taken for this one's
             folder = f"{exchange.prefix.rstrip('/')}/{secrets.token_hex(6)}"
@@ -500,10 +616,12 @@ def run_spark_app(app: str, args: Sequence[str], *, launcher: Launcher, log_file
                                                                           "application/json")]
             result_path = f"{folder}/result.json"
             url = exchange.store.url.render_as_string(hide_password=False)
-            files += (str(write_kafka_properties({"url": url}, Path(private), STORE_PROPERTIES)),)
-            argv += ["--store-config", STORE_PROPERTIES, "--result-artifact", result_path]
-        submission = Submission(app, app_file(app), str(python_archive(Path(private))), jars, files, tuple(argv),
-                                driver_memory)
+            store_config = secret_file(write_kafka_properties({"url": url}, Path(private), STORE_PROPERTIES))
+            argv += ["--store-config", store_config, "--result-artifact", result_path]
+        properties = None if secret is None else str(write_submit_properties(Path(private), secret))
+        submission = Submission(app, app_file(app), str(python_archive(Path(private))), jars,
+                                tuple(secret_files) if ship else (), tuple(argv), driver_memory,
+                                security_conf(launcher.master), properties, () if ship else tuple(secret_files))
         if on_start is not None:
             on_start(submission.describe(launcher.master))
         try:

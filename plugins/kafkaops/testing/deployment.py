@@ -46,6 +46,7 @@ import pytest
 import sqlalchemy as sa
 
 from kafkaops.platform import provision
+from kafkaops.platform.spark import AUTH_SECRET_FILE_EXTRA
 from kafkaops.testing import postgres, watchdog
 
 log = logging.getLogger(__name__)
@@ -71,11 +72,13 @@ COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", ".cache", "build", "*.egg-
 
 def shared_settings(*, metadata_url: str, store: Mapping[str, Any], broker_url: str, result_backend: str,
                     api_url: str, jwt_secret: str, fernet_key: str, secret_key: str, kafka_bootstrap: str,
-                    dags_folder: str, users: str, spark_master: str,
+                    dags_folder: str, users: str, spark_master: str, spark_secret_file: str | None,
                     prometheus: Mapping[str, Any] | None) -> dict[str, str]:
     """The environment every component gets: the settings docker-compose.yml's ``x-airflow`` block sets
     too (addresses differ: compose uses service names). ``spark_master`` is ``spark_default``'s master, where
-    the Spark jobs (rekey backfill, key skew) run: ``local[*]`` here, the compose file's standalone Master there.
+    the Spark jobs (rekey backfill, key skew) run: ``local[*]`` here, the compose file's standalone Master there;
+    ``spark_secret_file`` the Spark properties file with a standalone cluster's authentication secret, on the
+    worker (the connection's ``auth-secret-file`` extra; None for ``local[*]``, whose applications make their own).
     ``prometheus``: the fields of :data:`PROMETHEUS_CONN_ID` (:func:`prometheus_connection`); None: no such
     connection (a capacity review then reads no load)."""
     return {
@@ -116,7 +119,8 @@ def shared_settings(*, metadata_url: str, store: Mapping[str, Any], broker_url: 
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka",
                                                   "extra": {"bootstrap.servers": kafka_bootstrap}}),
         f"AIRFLOW_CONN_{STORE_CONN_ID.upper()}": json.dumps(dict(store)),
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": spark_master}),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": spark_master, **(
+            {} if spark_secret_file is None else {"extra": {AUTH_SECRET_FILE_EXTRA: spark_secret_file}})}),
         **({} if prometheus is None else {f"AIRFLOW_CONN_{PROMETHEUS_CONN_ID.upper()}": json.dumps(dict(prometheus))}),
         "GX_ANALYTICS_ENABLED": "false",
     }
@@ -465,13 +469,15 @@ class Deployment:
 @contextmanager
 def deployment(*, checkout: Path, kafka_bootstrap: str, worker_cache: Path, jars: Path, dag_ids: set[str],
                logs: Path | None = None, kafka_login: Mapping[str, str] | None = None,
-               spark_master: str = "local[*]", worker_env: Mapping[str, str] | None = None,
+               spark_master: str = "local[*]", spark_secret_file: Path | None = None,
+               worker_env: Mapping[str, str] | None = None,
                prometheus_url: str | None = None) -> Iterator[Deployment]:
     """Everything of the module docstring, up and healthy, for the ``with`` block; all of it stopped after.
     The wheel is the working tree ``checkout``'s (unless ``$KAFKAOPS_WHEEL`` names one). Each component's
     output goes to ``<logs>/<component>.log`` (default: a folder removed at the end). ``kafka_login``: the
     client settings ``kafka_default`` adds to the bootstrap (a SASL login); ``spark_master``: ``spark_default``'s
-    master (a standalone Master's URL: its ``SPARK_CONF_DIR`` in ``worker_env``, the worker's extra environment);
+    master (a standalone Master's URL: its ``SPARK_CONF_DIR`` in ``worker_env``, the worker's extra environment,
+    and ``spark_secret_file`` its authentication secret: :attr:`kafkaops.testing.spark.StandaloneSpark.secret_file`);
     ``prometheus_url``: the Prometheus server ``prometheus_default`` names (e.g. a
     :func:`kafkaops.testing.prometheus.temporary_prometheus` scraping the cluster's exporters), None: no such
     connection."""
@@ -503,6 +509,7 @@ def deployment(*, checkout: Path, kafka_bootstrap: str, worker_cache: Path, jars
             secret_key=secrets.token_urlsafe(32), kafka_bootstrap=kafka_bootstrap,
             dags_folder=installation.resource("r.dags_folder()"),
             users=",".join(f"{user}:{role}" for user, role in USERS.items()), spark_master=spark_master,
+            spark_secret_file=None if spark_secret_file is None else str(spark_secret_file),
             prometheus=None if prometheus_url is None else prometheus_connection(prometheus_url))
         if kafka_login:
             settings["AIRFLOW_CONN_KAFKA_DEFAULT"] = json.dumps({"conn_type": "kafka", "extra": {

@@ -22,6 +22,8 @@ from kafkaops.airflow.spark_submit import SparkSubmitLauncher
 from kafkaops.errors import KafkaAuthFailed
 from kafkaops.platform import lifecycle, spark, store
 from kafkaops.platform.kafka import connection, metadata, records, topics
+from kafkaops.testing import spark as spark_harness
+from kafkaops.testing.spark import DriverProbe
 from tests.secured import PASSWORD, SecuredCluster, self_signed
 from tests.store_fixtures import local_store  # noqa: F401
 
@@ -134,7 +136,8 @@ def test_the_key_skew_spark_job_reads_sasl_ssl_with_its_config_in_a_file(
 
     def recording(app: str, args: Any, **kwargs: Any) -> dict[str, Any]:
         try:
-            return launch(app, args, on_start=seen["argv"].append, **kwargs)
+            with DriverProbe(kwargs["log_file"], (spark.KAFKA_PROPERTIES,)) as seen["probe"]:
+                return launch(app, args, on_start=seen["argv"].append, **kwargs)
         finally:
             seen["log"] = kwargs["log_file"].read_text(errors="replace")
 
@@ -145,9 +148,18 @@ def test_the_key_skew_spark_job_reads_sasl_ssl_with_its_config_in_a_file(
     sampled = sum(int(e) - int(result["sample"]["start"][p]) for p, e in result["sample"]["end"].items())
     assert result["records"] == sampled > 0, seen["log"][-2000:]  # Spark read every sampled record
     assert "--kafka-config" in seen["argv"][0] and "--bootstrap" not in seen["argv"][0]
-    assert seen["argv"][0][seen["argv"][0].index("--kafka-config") + 1] == "kafka.properties"
+    assert Path(seen["argv"][0][seen["argv"][0].index("--kafka-config") + 1]).name == "kafka.properties"
     no_canary("the Spark argv", json.dumps(seen["argv"]))
     no_canary("the Spark log", seen["log"])
+    # local[*]: the driver (its RPC, which serves shipped files, and its block manager) listens on loopback only,
+    # and even there asks for the application's secret (docs/security.md "Spark")
+    probe: DriverProbe = seen["probe"]
+    assert probe.error is None and probe.rpc is not None, probe
+    assert probe.listening == {"rpc": {"127.0.0.1"}, "blocks": {"127.0.0.1"}}, probe.listening
+    kind, body = probe.fetched[spark.KAFKA_PROPERTIES]
+    assert kind in (spark_harness.STREAM_FAILURE, "closed"), probe.fetched
+    no_canary("the file server's answer", body.decode(errors="replace"))
+    assert probe.rpc[0] in (spark_harness.RPC_FAILURE, "closed") and b"Deserializ" not in probe.rpc[1], probe.rpc
 
 
 def test_the_rekey_backfill_copies_and_verifies_on_sasl_ssl(broker: SecuredCluster, tmp_path: Path) -> None:

@@ -21,7 +21,8 @@ from kafkaops.model import Cluster
 from kafkaops.platform import spark
 from kafkaops.platform.kafka import connection, records, topics
 from kafkaops.rekey.backfill import LINEAGE_HEADER, BackfillPlan
-from kafkaops.testing.spark import StandaloneSpark
+from kafkaops.testing import spark as spark_harness
+from kafkaops.testing.spark import DriverProbe, StandaloneSpark
 
 pytestmark = pytest.mark.integration
 
@@ -98,7 +99,7 @@ def test_the_key_skew_job_runs_on_the_standalone_cluster(kafka_cluster, launcher
     assert result == json.loads(json.dumps(expected)) and result["records"] == len(sample) > 0
     [argv] = submitted
     assert argv[:3] == ["spark-submit", "--master", spark_standalone.master_url]
-    assert argv[argv.index("--kafka-config") + 1] == "kafka.properties"
+    assert Path(argv[argv.index("--kafka-config") + 1]).name == "kafka.properties"
     app = finished_app(spark_standalone, "kafkaops-key-skew")
     assert app["state"] == "FINISHED", app
     owners = executor_dirs(spark_standalone, app["id"])
@@ -123,17 +124,37 @@ def keyed_topic_and_plan(config: dict, topic: str, partitions: int, new_partitio
     return plan
 
 
+CANARY = "Spark-Door-Canary-31"
+
+
 def test_the_rekey_backfill_copies_and_verifies_on_the_standalone_cluster(
         kafka_cluster, launcher: SparkSubmitLauncher, spark_standalone: StandaloneSpark, topic_name: str,
         tmp_path: Path) -> None:
-    """The plan goes as JSON on the command line, the report comes back in the driver's output."""
-    config = kafka_cluster.config
+    """The plan goes as JSON on the command line, the report comes back in the driver's output. While it
+    runs, a client without the cluster's secret gets nothing from the driver: its Kafka settings (a canary
+    for a password among them) are not on the file server, and its RPC demands the authentication
+    handshake (docs/security.md "Spark"); the secret is in no argv and no log."""
+    config = {**kafka_cluster.config, "client.id": CANARY}  # the Java client reads it; a stand-in for a password
     plan = keyed_topic_and_plan(config, topic_name, 2, 4, datagen.DatagenSpec(records=400, keys=40, skew="zipf",
                                                                               seed=3))
-    result = spark.run_spark_app("rekey_backfill", ["run", "--verify", "--plan", plan.to_json()], launcher=launcher,
-                                 log_file=tmp_path / "spark.log", timeout_s=600, ok_exit_codes=None,
-                                 what="backfill on standalone", on_timeout="-", kafka_config=config)
+    submitted: list[list[str]] = []
+    log_file = tmp_path / "spark.log"
+    with DriverProbe(log_file, (spark.KAFKA_PROPERTIES, spark.STORE_PROPERTIES)) as probe:
+        result = spark.run_spark_app("rekey_backfill", ["run", "--verify", "--plan", plan.to_json()],
+                                     launcher=launcher, log_file=log_file, timeout_s=600, ok_exit_codes=None,
+                                     what="backfill on standalone", on_timeout="-", kafka_config=config,
+                                     on_start=submitted.append)
     assert result["integrity"]["ok"], result["integrity"]
+    assert probe.error is None and probe.rpc is not None, (probe, log_file.read_text()[-3000:])
+    for name, (kind, body) in probe.fetched.items():
+        # not served ("was not found" on Spark 4.2, whose file server would hand out what --files shipped)
+        assert kind in (spark_harness.STREAM_FAILURE, "closed") and CANARY.encode() not in body, (name, kind, body)
+    kind, body = probe.rpc
+    assert kind in (spark_harness.RPC_FAILURE, "closed") and b"Deserializ" not in body, probe.rpc
+    secret = spark.read_auth_secret(str(spark_standalone.secret_file), spark_standalone.master_url, "-")
+    log = log_file.read_text()
+    assert secret not in json.dumps(submitted) and secret not in log and CANARY not in json.dumps(submitted)
+    assert "SecurityManager: authentication enabled" in log
     assert result["integrity"]["target_records"] + result["integrity"]["dead_letters"] == 400
     assert result["run"]["mode"] == "direct"
     app = finished_app(spark_standalone, "kafkaops-rekey-backfill")

@@ -63,6 +63,35 @@ def test_the_connection_gives_the_master(connection: dict, master: str, monkeypa
     assert airflow_spark.SparkSubmitLauncher("spark_other").master == master
 
 
+def test_a_standalone_connection_names_its_secret_file_and_the_hook_gets_the_properties_file(
+        tmp_path: Path, fake_spark_submit: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_SA", json.dumps({
+        "conn_type": "spark", "host": "spark://127.0.0.1", "port": 7077,
+        "extra": {"deploy-mode": "client", "auth-secret-file": "/etc/spark/auth.properties"}}))
+    launcher = airflow_spark.SparkSubmitLauncher("spark_sa")
+    assert (launcher.auth_secret_file, launcher.deploy_mode) == ("/etc/spark/auth.properties", "client")
+    assert airflow_spark.SparkSubmitLauncher().auth_secret_file is None
+    log_file = tmp_path / "spark.log"
+    with_properties = spark.Submission("key_skew", spark.app_file("key_skew"), "/tmp/x.zip", ("/j/a.jar",), (),
+                                       ("--topic", "t"), properties_file="/private/spark-submit.properties")
+    airflow_spark.SparkSubmitLauncher().submit(with_properties, env=fake_spark_submit, log_file=log_file, timeout_s=30)
+    [line] = [x for x in log_file.read_text().splitlines() if x.startswith("spark-submit ")]
+    args = line.split()
+    assert args[args.index("--properties-file") + 1] == "/private/spark-submit.properties"
+
+
+def test_the_preflight_check_refuses_a_standalone_master_without_its_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    with socket.socket() as master:
+        master.bind(("127.0.0.1", 0))
+        master.listen()
+        monkeypatch.setenv("AIRFLOW_CONN_SPARK_SA", json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1",
+                                                                "port": master.getsockname()[1]}))
+        with pytest.raises(ConfigError, match="needs its cluster's authentication secret: give connection 'spark_sa'"):
+            airflow_spark.SparkSubmitLauncher("spark_sa").check()
+
+
 def test_submit_passes_everything_through_the_hook_and_copies_its_output(tmp_path: Path,
                                                                          fake_spark_submit: dict[str, str]) -> None:
     log_file = tmp_path / "run" / "spark.log"

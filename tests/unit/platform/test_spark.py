@@ -28,6 +28,8 @@ class FakeLauncher:
 
     conn_id = "spark_test"
     master = "local[*]"
+    deploy_mode: str | None = None
+    auth_secret_file: str | None = None
 
     def __init__(self, output: str = "", code: int = 0, *, timeout: bool = False) -> None:
         self.output, self.code, self.timeout = output, code, timeout
@@ -36,7 +38,9 @@ class FakeLauncher:
     def submit(self, submission: spark.Submission, *, env: Mapping[str, str], log_file: Path,
                timeout_s: float) -> int:
         self.seen = {"submission": submission, "env": dict(env), "log_file": log_file, "timeout_s": timeout_s,
-                     "files": {f: (Path(f).read_text(), stat.S_IMODE(os.stat(f).st_mode)) for f in submission.files},
+                     "files": {f: (Path(f).read_text(), stat.S_IMODE(os.stat(f).st_mode))
+                               for f in (*submission.files, *submission.private_files,
+                                         *filter(None, [submission.properties_file]))},
                      "zip": zipfile.ZipFile(submission.py_files).namelist()}
         log_file.write_text(self.output)
         if self.timeout:
@@ -68,8 +72,15 @@ def test_a_submission_is_the_apps_file_the_packages_as_one_zip_and_the_spark_jar
     assert not [n for n in launcher.seen["zip"] if "__pycache__" in n or n.endswith(".pyc")]
     assert "kafkaops-spark-udf.jar" in {Path(j).name for j in sub.jars} and all(j.endswith(".jar") for j in sub.jars)
     assert sub.args == ("--topic", "orders") and sub.files == () and sub.name == "kafkaops-key-skew"
-    assert records == [["spark-submit", "--master", "local[*]", "--name", "kafkaops-key-skew", "--driver-memory", "512m",
-                        "--jars", ",".join(sub.jars), "--py-files", sub.py_files, sub.application, "--topic", "orders"]]
+    conf = [x for k, v in sorted(spark.security_conf("local[*]").items()) for x in ("--conf", f"{k}={v}")]
+    assert records == [["spark-submit", "--master", "local[*]", "--name", "kafkaops-key-skew", *conf,
+                        "--driver-memory", "512m", "--jars", ",".join(sub.jars), "--py-files", sub.py_files,
+                        sub.application, "--topic", "orders"]]
+    # local: Spark's authentication (a secret of the application's own), encryption, the driver on loopback
+    assert dict(sub.conf) == {"spark.authenticate": "true", "spark.network.crypto.enabled": "true",
+                              "spark.network.crypto.saslFallback": "false", "spark.io.encryption.enabled": "true",
+                              "spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"}
+    assert sub.properties_file is None
     assert not Path(sub.py_files).exists()  # the scratch folder went with the run
 
 
@@ -86,20 +97,81 @@ def test_spark_submit_runs_without_the_workers_secrets_and_finds_this_pyspark(tm
 
 
 def test_the_kafka_config_goes_as_a_private_properties_file_never_in_argv(tmp_path: Path) -> None:
-    """The whole client config in a 0600 file shipped with --files; the argv names its base name only
+    """The whole client config in a 0600 file of a 0700 folder that the driver (client deploy mode: this
+    host) reads in place: never on the driver's file server (no --files); the argv names its path only
     and holds no secret; the file is gone when the job ends."""
     launcher, records = FakeLauncher('kafkaops-result: {}'), []
     launch(launcher, tmp_path, kafka_config={**SECURED, "ssl.ca.pem": "-----BEGIN\nA=B: C\n-----END\n"},
            on_start=records.append)
     sub: spark.Submission = launcher.seen["submission"]
-    [(shipped, (body, mode))] = launcher.seen["files"].items()
-    assert Path(shipped).name == "kafka.properties" and mode == 0o600
-    assert sub.args[-2:] == ("--kafka-config", "kafka.properties")
-    assert records[0][records[0].index("--files") + 1] == shipped and PASSWORD not in " ".join(records[0])
-    assert not Path(shipped).exists() and not Path(shipped).parent.exists()
+    [(private, (body, mode))] = launcher.seen["files"].items()
+    assert Path(private).name == "kafka.properties" and mode == 0o600 and sub.files == ()
+    assert sub.private_files == (private,) and sub.args[-2:] == ("--kafka-config", private)
+    assert "--files" not in records[0] and PASSWORD not in " ".join(records[0])
+    assert not Path(private).exists() and not Path(private).parent.exists()
     copy = tmp_path / "kafka.properties"
     copy.write_text(body)
     assert spark.read_client_config(copy) == {**SECURED, "ssl.ca.pem": "-----BEGIN\nA=B: C\n-----END\n"}
+
+
+def test_a_driver_in_cluster_deploy_mode_gets_the_secret_files_shipped_by_base_name(tmp_path: Path) -> None:
+    launcher, records = FakeLauncher('kafkaops-result: {}'), []
+    launcher.deploy_mode = "cluster"
+    launch(launcher, tmp_path, kafka_config=SECURED, on_start=records.append)
+    sub: spark.Submission = launcher.seen["submission"]
+    assert [Path(f).name for f in sub.files] == ["kafka.properties"] and sub.private_files == ()
+    assert sub.args[-2:] == ("--kafka-config", "kafka.properties")
+    assert records[0][records[0].index("--files") + 1] == sub.files[0]
+
+
+def standalone_secret(folder: Path, secret: str = "Cluster-Canary-77") -> Path:
+    path = folder / "spark-auth.properties"
+    path.write_text(f"spark.authenticate true\nspark.authenticate.secret {secret}\n")
+    path.chmod(0o600)
+    return path
+
+
+def test_a_standalone_masters_secret_goes_in_a_private_properties_file_with_the_defaults(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """spark://: the cluster's shared secret, from the connection's file, in a 0600 --properties-file that
+    also holds the spark-defaults.conf it replaces; never in argv, the environment or the log."""
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text("spark.shuffle.readHostLocalDisk false\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf_dir))
+    with socket.socket() as master:
+        master.bind(("127.0.0.1", 0))
+        master.listen()
+        launcher, records = FakeLauncher('kafkaops-result: {}'), []
+        launcher.master = f"spark://127.0.0.1:{master.getsockname()[1]}"
+        launcher.auth_secret_file = str(standalone_secret(tmp_path))
+        launch(launcher, tmp_path, kafka_config=SECURED, on_start=records.append)
+    sub: spark.Submission = launcher.seen["submission"]
+    assert sub.properties_file is not None and Path(sub.properties_file).name == "spark-submit.properties"
+    body, mode = launcher.seen["files"][sub.properties_file]
+    assert mode == 0o600 and body.startswith("spark.shuffle.readHostLocalDisk false\n")
+    assert "spark.authenticate.secret=Cluster-Canary-77" in body
+    assert records[0][records[0].index("--properties-file") + 1] == sub.properties_file
+    assert dict(sub.conf) == spark.SECURITY_CONF  # no loopback: the executors are elsewhere
+    seen = " ".join(records[0]) + json.dumps(launcher.seen["env"]) + (tmp_path / "logs" / "app.log").read_text()
+    assert "Cluster-Canary-77" not in seen
+    assert not Path(sub.properties_file).exists()
+
+
+@pytest.mark.parametrize("content", [None, "spark.authenticate true\n"])
+def test_a_standalone_master_without_its_secret_is_refused_before_anything_is_submitted(
+        tmp_path: Path, content: str | None) -> None:
+    with socket.socket() as master:
+        master.bind(("127.0.0.1", 0))
+        master.listen()
+        launcher = FakeLauncher('kafkaops-result: {}')
+        launcher.master = f"spark://127.0.0.1:{master.getsockname()[1]}"
+        if content is not None:
+            (tmp_path / "auth.properties").write_text(content)
+            launcher.auth_secret_file = str(tmp_path / "auth.properties")
+        with pytest.raises(spark.ConfigError, match=r"give connection 'spark_test' the extra 'auth-secret-file'"):
+            launch(launcher, tmp_path)
+    assert launcher.seen == {}
 
 
 def test_a_crash_names_the_master_the_exit_code_and_ends_with_the_log(tmp_path: Path) -> None:
@@ -224,8 +296,7 @@ class AppPlayingLauncher(FakeLauncher):
         parser.add_argument("--verify", action="store_true")
         spark.add_exchange_arguments(parser, "plan")
         args = parser.parse_args(submission.args)
-        shipped = {Path(f).name: f for f in submission.files}
-        args.store_config = shipped[args.store_config]  # what SparkFiles finds by the base name on the driver
+        assert args.store_config in submission.private_files  # the driver (client mode) reads it in place
         plan = spark.read_input(args, "plan")
         self.plans.append(plan)
         if self.result is not None:
@@ -251,8 +322,10 @@ def test_with_an_exchange_the_plan_and_the_result_travel_through_the_store(tmp_p
     path = argv[argv.index("--plan-artifact") + 1]
     assert path.startswith("backfill/op-1/spark-try1/") and path.endswith("/plan.json")
     assert argv[argv.index("--result-artifact") + 1] == path.replace("plan.json", "result.json")
-    assert argv[argv.index("--store-config") + 1] == "kafkaops-store.properties"
+    assert Path(argv[argv.index("--store-config") + 1]).name == "kafkaops-store.properties"
     (body, mode), = [v for f, v in launcher.seen["files"].items() if f.endswith("/kafkaops-store.properties")]
+    sub: spark.Submission = launcher.seen["submission"]
+    assert sub.files == () and sub.args[sub.args.index("--store-config") + 1] in sub.private_files
     assert mode == 0o600 and str(tmp_path / "kafkaops.db") in body
     assert not any(Path(f).exists() for f in launcher.seen["files"])
     spark.run_spark_app("rekey_backfill", ["run", "--verify"], launcher=launcher, log_file=tmp_path / "spark.log",
