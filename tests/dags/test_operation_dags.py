@@ -84,14 +84,31 @@ def test_each_form_with_its_defaults_and_what_it_requires_makes_a_dry_run(dagbag
         assert any(n["text"].startswith("new_partition_count 12: twice the current 6") for n in record["notes"])
 
 
-def test_a_dry_run_with_an_unreadable_inventory_says_what_a_real_run_would_be_refused_for(dagbag, cluster) -> None:
-    """A dry run provisions nothing, so a wrong inventory cannot stop it: it plans on, and its approval and record
-    say that a real run would be refused at its plan, and why."""
+def test_a_dry_run_with_an_unreadable_inventory_is_refused_at_its_begin(dagbag, cluster) -> None:
+    """An inventory that cannot be read is refused before the plan, dry runs too (issue 36): the operator learns
+    it from the dry run, not from the real run after it; no lock was taken."""
+    spec, _ = cluster
     dag_run, record = run(dagbag, "kafka_scale_out", inventory="/nowhere/hosts.yml", add_brokers=1, topics=[TOPIC])
+    assert str(dag_run.state) == "failed" and record["outcome"] == "refused", record
+    assert "param inventory /nowhere/hosts.yml" in record["outcome_reason"], record
+    assert "is not a readable file" in record["outcome_reason"], record["outcome_reason"]
+    assert not record["plan"], record["plan"]
+    with connection.connect(spec.bootstrap) as conn:
+        lease = store.current().lease(metadata.describe_cluster(conn)[0])
+    assert lease is None or lease.free, lease
+
+
+def test_a_dry_run_whose_inventory_lacks_the_new_host_says_what_a_real_run_would_be_refused_for(
+        dagbag, cluster, tmp_path) -> None:
+    """A dry run provisions nothing, so an inventory without the new broker's host cannot stop it: it plans on,
+    and its approval and record say that a real run would be refused at its plan, and why."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  hosts:\n    some-other-host:\n")
+    dag_run, record = run(dagbag, "kafka_scale_out", inventory=str(inventory), add_brokers=1, topics=[TOPIC])
     assert str(dag_run.state) == "success" and record["outcome"] == "dry_run", record
-    refused = "A real run would be refused here: inventory /nowhere/hosts.yml is not a readable file"
+    refused = f"A real run would be refused here: inventory {inventory} has no host kafka-"
     assert refused in record["plan"]["approval"], record["plan"]["approval"]
-    assert any(n["text"].startswith("dry run: a real run would be refused at its plan: inventory /nowhere/hosts.yml")
+    assert any(n["text"].startswith(f"dry run: a real run would be refused at its plan: inventory {inventory}")
                for n in record["notes"]), record["notes"]
 
 
@@ -124,13 +141,18 @@ def test_a_run_is_refused_while_another_holds_the_cluster(dagbag, cluster) -> No
                                     params={})
     store.current().acquire(cluster_id, "kafka_scale_out", "manual__other-run")
     try:
-        dag_run, record = run(dagbag, "kafka_reassign", operation="rebalance", dry_run=True,
-                              inventory=str(spec_path))
+        dag_run, record = run(dagbag, "kafka_reassign", operation="rebalance", dry_run=False,
+                              approval="auto_reject", inventory=str(spec_path))
+        # a dry run changes nothing and takes no lock: it plans beside the holder, and says who holds the cluster
+        dry_run, dry = run(dagbag, "kafka_reassign", operation="rebalance", dry_run=True, inventory=str(spec_path))
     finally:
         store.current().release(cluster_id, "kafka_scale_out", "manual__other-run")
     assert str(dag_run.state) == "failed"
     assert record["outcome"] == "refused"
     assert "run kafka_scale_out/manual__other-run holds it" in record["outcome_reason"]
+    assert str(dry_run.state) == "success" and dry["outcome"] == "dry_run", dry
+    assert any("no lock taken" in n["text"] and "kafka_scale_out/manual__other-run holds it" in n["text"]
+               for n in dry["notes"]), dry["notes"]
 
 
 def test_the_lock_of_a_run_airflow_says_has_ended_is_taken_over_and_its_token_is_fenced(dagbag, cluster) -> None:
@@ -143,8 +165,10 @@ def test_the_lock_of_a_run_airflow_says_has_ended_is_taken_over_and_its_token_is
     with connection.connect(spec.bootstrap) as conn:
         cluster_id = metadata.describe_cluster(conn)[0]
     stale = st.acquire(cluster_id, "kafka_reassign", ended.run_id)  # as if its finish never ran
-    dag_run, record = run(dagbag, "kafka_reassign", operation="rebalance", dry_run=True, inventory=str(spec_path))
-    assert str(dag_run.state) == "success", record
+    # a real run takes the lock (a dry run takes none); rejected, it changes nothing
+    dag_run, record = run(dagbag, "kafka_reassign", operation="rebalance", dry_run=False, approval="auto_reject",
+                          inventory=str(spec_path))
+    assert record["outcome"] == "rejected", record
     assert any("taken over from kafka_reassign/" + ended.run_id in n["text"] and "its run has ended" in n["text"]
                for n in record["notes"]), record["notes"]
     old = state.AuditLog("kafka_reassign", ended.run_id).summary()

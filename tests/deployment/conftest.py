@@ -25,6 +25,7 @@ import pytest
 
 from kafkaops.cli import datagen
 from kafkaops.testing import clusters, deployment as harness, jvm, prometheus, watchdog
+from kafkaops.platform import provision
 from kafkaops.platform.kafka import topics
 from kafkaops.platform.paths import JARS
 from kafkaops.testing.clusters import TEST_BROKER_CONFIG
@@ -101,9 +102,12 @@ def deployed(deployment_cluster: SpecCluster, deployment_prometheus: prometheus.
     scenarios (test_deployment.py) and the browser walk (test_operator_path.py) share it, and it
     stops when they are done (not at the end of the session, where its idle components would have
     slowed every later test)."""
+    # inventories only from the worker's cache folder (the local cluster's spec lives there), as a deployment
+    # that names its inventory folder (kafkaops.platform.provision.INVENTORY_DIRS_SETTING) has them
     with harness.deployment(checkout=REPO, kafka_bootstrap=deployment_cluster.bootstrap, worker_cache=deployment_cluster.cache,
                             jars=JARS, dag_ids=DAGS, logs=artifacts / "components",
-                            prometheus_url=deployment_prometheus.url) as deployment:
+                            prometheus_url=deployment_prometheus.url,
+                            worker_env={provision.INVENTORY_DIRS_SETTING: str(deployment_cluster.cache)}) as deployment:
         print(f"\ndeployment up in {deployment.started_in:.0f} s at {deployment.url}")
         # scraped while Airflow started: by now every broker's exporter and the node exporter are up
         deployment_prometheus.wait_until_scraped(timeout_s=4 * SCRAPE_INTERVAL_S)

@@ -33,7 +33,7 @@ from kafkaops.platform import params as form
 from kafkaops.platform.provision import SshLogin
 from kafkaops.reassign import records, steps
 from kafkaops.airflow.operators import (KafkaOpsApprovalOperator, ReassignmentBatchesOperator, context_of,
-                                        failed_tasks, kind_of, recorded, release)
+                                        failed_tasks, kind_of, recorded, refuse_unread_params, release)
 
 log = logging.getLogger(__name__)
 
@@ -179,8 +179,14 @@ def finish_login(context: Any, ctx: lifecycle.OperationContext) -> SshLogin | No
 @task(multiple_outputs=False)
 def begin(kind: str | None) -> dict[str, Any]:
     context = get_current_context()
-    ctx = context_of(context, kind_of(context, kind))
-    return lifecycle.begin(ctx, dict(context["params"]), checks=ssh_checks(context, ctx.params))
+    try:
+        ctx = context_of(context, kind_of(context, kind))
+    except ConfigError as err:  # params that cannot be read: the run is refused, said in its record too
+        refuse_unread_params(context, kind or str(context["params"].get("operation") or "reassignment"), err)
+        raise
+    checks = [*ssh_checks(context, ctx.params), lambda: steps.check_inventory_file(ctx.params)]
+    return lifecycle.begin(ctx, dict(context["params"]), checks=checks,
+                           cluster_checks=[lambda brokers, conn: steps.check_cluster(ctx.params, brokers, conn)])
 
 
 @task(show_return_value_in_logs=False, multiple_outputs=False)  # a whole snapshot; the step logs a summary line

@@ -63,11 +63,25 @@ def kind_of(context: Any, kind: str | None) -> str:
 
 
 def context_of(context: Any, kind: str) -> lifecycle.OperationContext:
-    """The operation context of a running task: params validated, connection and store resolved."""
-    params = dict(context["params"])
-    return lifecycle.OperationContext(
-        conn_config=KafkaOpsHook(kafka_conn_id(context)).get_config(),
-        params=steps.OperationParams.from_params(kind, params), **run_fields(context))
+    """The operation context of a running task: params validated (first: a connection id that is no text a run
+    can take is refused naming the param, not looked up), connection and store resolved."""
+    params = steps.OperationParams.from_params(kind, dict(context["params"]))
+    return lifecycle.OperationContext(conn_config=KafkaOpsHook(kafka_conn_id(context)).get_config(), params=params,
+                                      **run_fields(context))
+
+
+def refuse_unread_params(context: Any, kind: str, err: Exception) -> None:
+    """The begin of a run whose params were refused before its context could be made: the run is recorded as
+    refused with ``err`` as its reason (the record page and ``records show`` say why), then ``err`` goes on. A
+    store that cannot record it is logged; the task's own failure still says why."""
+    dag_run = context["dag_run"]
+    try:
+        fields = run_fields(context)
+        lifecycle.refuse_unread(fields["dag_id"], fields["run_id"], kind=kind, triggered_by=fields["triggered_by"],
+                                raw_params=dict(context["params"]), reason=str(err), task_id=fields["task_id"],
+                                try_number=fields["try_number"])
+    except Exception as stored:  # the store's errors, whatever they are: the refusal itself is raised by the caller
+        logging.getLogger(__name__).error("the refusal of run %s could not be recorded: %s", dag_run.run_id, stored)
 
 
 @contextmanager

@@ -21,6 +21,7 @@ from airflow.sdk import DAG, Param, TriggerRule, get_current_context, task
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from kafkaops.errors import ConfigError
 from kafkaops.platform import lifecycle, state
 from kafkaops.platform import params as form
 from kafkaops.rekey import migration, steps, streams_steps
@@ -32,7 +33,7 @@ from kafkaops.airflow import spark_submit
 from kafkaops.airflow.hooks import KafkaOpsHook
 from kafkaops.airflow.operation_dag import LONG_TASK_TIMEOUT, RETRIED, operation_dag, params_of, task_of, value_of
 from kafkaops.airflow.operators import (KafkaOpsApprovalOperator, answer_by_param, answer_of, answered, failed_tasks,
-                                        recorded, refused_self_approval, run_fields)
+                                        recorded, refuse_unread_params, refused_self_approval, run_fields)
 
 PARAMS: dict[str, Param] = {
     **params_of((form.KAFKA_CONN_ID, steps.TOPIC, steps.NEW_PARTITION_COUNT, steps.MODE, steps.KEY_RULE,
@@ -40,7 +41,7 @@ PARAMS: dict[str, Param] = {
                  migration.QUIESCE, migration.PRINCIPALS, migration.CATCH_UP_LAG, migration.CATCH_UP_BUDGET,
                  migration.QUIET, migration.QUIESCE_TIMEOUT, migration.SWITCH_TIMEOUT, migration.DELETE_TARGET,
                  steps.CUTOVER_GROUPS, steps.STREAMS_APPLICATION_ID, steps.STREAMS_NEW_APPLICATION_ID,
-                 steps.STREAMS_STORE_KINDS, steps.STREAMS_STOP_TIMEOUT)),
+                 steps.STREAMS_STORE_KINDS, steps.STREAMS_STOP_TIMEOUT, steps.MAX_PARTITION_COUNT)),
     "spark_conn_id": spark_submit.SPARK_CONN_PARAM,
     **params_of((form.APPROVAL, steps.DRY_RUN)),
 }
@@ -48,7 +49,10 @@ PARAMS: dict[str, Param] = {
 
 
 def context_of(context: Any) -> lifecycle.OperationContext:
+    """The run's context: its params read first (a connection id that is no text a run can take is refused
+    naming the param, not looked up), then its connection."""
     params = dict(context["params"])
+    steps.PartitionParams.from_params(params)
     return steps.context(KafkaOpsHook(params.get("kafka_conn_id") or "kafka_default").get_config(), params,
                          **run_fields(context))
 
@@ -107,7 +111,13 @@ def run_live(name: str, plan_data: dict[str, Any], step: Callable[[lifecycle.Ope
 @task
 def begin() -> dict[str, Any]:
     context = get_current_context()
-    return lifecycle.begin(context_of(context), dict(context["params"]))
+    try:
+        ctx = context_of(context)
+    except ConfigError as err:  # params that cannot be read: the run is refused, said in its record too
+        refuse_unread_params(context, steps.KIND, err)
+        raise
+    return lifecycle.begin(ctx, dict(context["params"]),
+                           cluster_checks=[lambda _brokers, conn: steps.check_topic(ctx.params, conn)])
 
 
 @task(show_return_value_in_logs=False)  # a whole snapshot; the step logs a summary line

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -117,12 +117,22 @@ class OperationContext(Generic[P]):
 
 # -- begin and finish ------------------------------------------------------------------------------------
 
+ClusterCheck = Callable[[Sequence[int], connection.KafkaConnection], None]
+"""A check of a run's params against the cluster (its registered broker ids, a connection to ask more), at
+the begin before the lock is taken: one that raises refuses the run."""
+
+
 def begin(ctx: OperationContext[Any], raw_params: Mapping[str, Any],
-          checks: Iterable[Callable[[], None]] = ()) -> dict[str, Any]:
+          checks: Iterable[Callable[[], None]] = (), cluster_checks: Iterable[ClusterCheck] = ()) -> dict[str, Any]:
     """Record the run, find the cluster and take its lock (refused, naming the holder, if busy).
 
     The store is reached first: an unreachable store fails here, before anything touches Kafka.
-    ``checks`` run next (e.g. the SSH login a later step needs); one that raises refuses the run."""
+    ``checks`` run next (e.g. the SSH login a later step needs), then ``cluster_checks`` with the cluster's
+    brokers (e.g. that the brokers and topics the params name exist); one that raises refuses the run.
+
+    A dry run takes no lock (:func:`look_at_lock`): it changes nothing, so it must not hold back a real
+    operation for as long as it plans; it records who holds the cluster, if anyone, and every change it might
+    attempt is fenced off (:meth:`OperationContext.fence` finds no lock of its own)."""
     ctx.store.start_operation(ctx.dag_id, ctx.run_id, kind=ctx.params.kind, triggered_by=ctx.triggered_by,
                               params=raw_params)
     ctx.audit.append("started", operation=ctx.params.kind, dag_id=ctx.dag_id, run_id=ctx.run_id,
@@ -132,13 +142,50 @@ def begin(ctx: OperationContext[Any], raw_params: Mapping[str, Any],
             check()
         with ctx.connect() as conn:
             cluster_id, controller, brokers = metadata.describe_cluster(conn)
+            ids = sorted(b.id for b in brokers)
+            for cluster_check in cluster_checks:
+                cluster_check(ids, conn)
+        if ctx.params.dry_run:
+            return {"cluster_id": cluster_id, "controller": controller, "brokers": ids, "lock_token": None,
+                    "busy_with": look_at_lock(ctx, cluster_id)}
         lease = ctx.store.acquire(cluster_id, ctx.dag_id, ctx.run_id, run_ended=ctx.run_ended)
     except KafkaOpsError as err:
         conclude(ctx, "refused", str(err))
         raise
     ctx.audit.append("note", text=f"lock on cluster {cluster_id} taken by {ctx.holder} (fencing token {lease.token})")
-    return {"cluster_id": cluster_id, "controller": controller, "brokers": sorted(b.id for b in brokers),
-            "lock_token": lease.token}
+    return {"cluster_id": cluster_id, "controller": controller, "brokers": ids, "lock_token": lease.token}
+
+
+def look_at_lock(ctx: OperationContext[Any], cluster_id: str) -> str | None:
+    """A dry run's begin: the cluster's lock read, not taken (the holder, None when free), and said in the
+    record. The run's row names the cluster without a fencing token, so a change it attempted would be refused.
+    Its numbers stay sane: its plan is made on a snapshot whose preflight gate refuses a cluster with
+    reassignments in flight, so a dry run beside a real operation that moves data is refused, not planned on a
+    half-moved cluster."""
+    ctx.store.update_operation(ctx.dag_id, ctx.run_id, cluster_id=cluster_id)
+    lease = ctx.store.lease(cluster_id)
+    holder = None if lease is None or lease.free else lease.holder
+    if holder:
+        text = (f"dry run: no lock taken on cluster {cluster_id}; {holder} holds it, so the plan is of the cluster as "
+                "that run leaves it at this moment (a real run would wait for it)")
+    else:
+        text = f"dry run: no lock taken on cluster {cluster_id} (it is free): a dry run changes nothing"
+    ctx.audit.append("note", text=text, lock="not_taken", busy_with=holder)
+    log.info("%s", text)
+    return holder
+
+
+def refuse_unread(dag_id: str, run_id: str, *, kind: str, triggered_by: str, raw_params: Mapping[str, Any],
+                  reason: str, task_id: str | None = None, try_number: int | None = None) -> None:
+    """Record a run whose params were refused before an :class:`OperationContext` could be made of them: its
+    operation row and record, started and concluded ``refused`` with ``reason``; no lock was taken."""
+    current = store.current()
+    current.start_operation(dag_id, run_id, kind=kind, triggered_by=triggered_by, params=raw_params)
+    audit = state.AuditLog(dag_id, run_id, task_id=task_id, try_number=try_number)
+    audit.append("started", operation=kind, dag_id=dag_id, run_id=run_id, triggered_by=triggered_by,
+                 params=dict(raw_params))
+    audit.append("outcome", outcome="refused", reason=reason, next_steps=next_steps_of("refused"))
+    current.update_operation(dag_id, run_id, state="finished", outcome="refused", reason=reason, ended_at=time.time())
 
 
 #: The steps that only read the cluster and decide, before anything changes: a final error in one of them

@@ -7,6 +7,10 @@ its default for it. Lists of integers (broker ids, partition counts) come as JSO
 the API and as strings from the form's one-item-per-line text area (``"4"``, or ``"4, 5"`` on
 one line); both read as ints, anything else is refused naming the param and the value.
 
+Text is refused, naming the param, when it is not text, longer than :data:`MAX_TEXT`, not UTF-8 or holds a
+control character (:func:`text_problem`); a topic name when Kafka would not take it (:func:`topic_problem`);
+a flag when it is not true or false; a number when it is not finite.
+
 Each param's default is written once, in its spec (:class:`Spec`: name, default, bounds, title,
 description), next to the capability's dataclass: the dataclass takes its defaults from the specs,
 ``from_params`` reads through them, and kafkaops.airflow builds the Trigger form from them. Modes are
@@ -14,6 +18,7 @@ str-valued enums (:class:`Approval`, a capability's own), so the form, the API a
 """
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -34,10 +39,77 @@ def is_empty(value: Any) -> bool:
     return isinstance(value, (list, tuple)) and not value
 
 
+#: The longest text a param takes (a key rule's JSON path, a list of principals): a longer one is refused,
+#: naming the param, before anything reads it further.
+MAX_TEXT = 1_000
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def text_problem(name: str, text: str, *, limit: int = MAX_TEXT) -> str | None:
+    """Why ``text``, the value of param ``name``, is no text a run can take (None: it is): longer than
+    ``limit`` characters, not encodable as UTF-8 (a lone surrogate, as a JSON ``\\udc80`` sends it), or
+    holding a control character."""
+    if len(text) > limit:
+        return f"param {name} is {len(text):,} characters long; give at most {limit:,}"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return f"param {name} holds text that is not valid UTF-8 ({text[:40]!r}); give plain text"
+    if _CONTROL.search(text):
+        return f"param {name} holds a control character ({text[:40]!r}); give plain text"
+    return None
+
+
 def text_of(params: Mapping[str, Any], name: str, default: str = "") -> str:
     """A text param, stripped; ``default`` when it is empty."""
     value = params.get(name)
     return default if is_empty(value) else str(value).strip()
+
+
+def checked_text(params: Mapping[str, Any], name: str, default: str = "") -> str:
+    """:func:`text_of`, refusing (a ConfigError naming the param) a value that is not text (a number, a list,
+    an object) or is no text a run can take (:func:`text_problem`)."""
+    value = params.get(name)
+    if not is_empty(value) and not isinstance(value, str):
+        raise ConfigError(f"param {name} is {_shown(value)}, not text; give text")
+    text = text_of(params, name, default)
+    problem = text_problem(name, text)
+    if problem:
+        raise ConfigError(problem)
+    return text
+
+
+def _shown(value: Any) -> str:
+    """``value`` for a message, cut short."""
+    shown = repr(value)
+    return shown if len(shown) <= 80 else f"{shown[:77]}..."
+
+
+#: What Kafka takes as a topic name (org.apache.kafka.common.internals.Topic): letters, digits, ".", "_"
+#: and "-", at most 249 characters, neither "." nor "..".
+TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def topic_problem(name: str, topic: str) -> str | None:
+    """Why ``topic``, given in param ``name``, cannot be a Kafka topic's name (None: it can)."""
+    if TOPIC_NAME.fullmatch(topic) and topic not in (".", ".."):
+        return None
+    if len(topic) > 249:
+        return f"param {name} names a topic of {len(topic):,} characters; Kafka's topic names have at most 249"
+    return (f"param {name} names topic {_shown(topic)}, which is no Kafka topic name: use only letters, digits, "
+            "'.', '_' and '-' (no '/', '<', '>' or blanks)")
+
+
+def duplicates(values: Iterable[Any]) -> list[Any]:
+    """The values given more than once, in the order first seen."""
+    seen: set[Any] = set()
+    repeated: list[Any] = []
+    for value in values:
+        if value in seen and value not in repeated:
+            repeated.append(value)
+        seen.add(value)
+    return repeated
 
 
 def number_of(params: Mapping[str, Any], name: str, default: float | None = None) -> float | None:
@@ -48,9 +120,12 @@ def number_of(params: Mapping[str, Any], name: str, default: float | None = None
     if isinstance(value, bool):
         raise ConfigError(f"param {name} is {value!r}; give a number")
     try:
-        return float(value)
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"param {name} is {value!r}, not a number; give e.g. 10 or 2.5") from err
+        number = float(value)
+    except (TypeError, ValueError, OverflowError) as err:
+        raise ConfigError(f"param {name} is {_shown(value)}, not a number; give e.g. 10 or 2.5") from err
+    if not math.isfinite(number):
+        raise ConfigError(f"param {name} is {_shown(value)}, not a finite number; give e.g. 10 or 2.5")
+    return number
 
 
 def integer_of(params: Mapping[str, Any], name: str, default: int | None = None) -> int | None:
@@ -69,7 +144,20 @@ def strings_of(params: Mapping[str, Any], name: str) -> tuple[str, ...]:
     if is_empty(value):
         return ()
     items = [value] if isinstance(value, str) else _listed(name, value)
-    return tuple(str(item).strip() for item in items if not is_empty(item))
+    texts = []
+    for item in items:
+        if is_empty(item):
+            continue
+        if not isinstance(item, (str, int, float)) or isinstance(item, bool):
+            raise ConfigError(f"param {name} holds {_shown(item)}, not text; give one item per line")
+        text = str(item).strip()
+        problem = text_problem(name, text)
+        if problem:
+            raise ConfigError(problem)
+        texts.append(text)
+    if len(texts) > MAX_ITEMS:
+        raise ConfigError(f"param {name} holds {len(texts):,} items; give at most {MAX_ITEMS:,}")
+    return tuple(texts)
 
 
 def ints_of(params: Mapping[str, Any], name: str, default: Iterable[int] = ()) -> tuple[int, ...]:
@@ -93,7 +181,13 @@ def ints_of(params: Mapping[str, Any], name: str, default: Iterable[int] = ()) -
                 raise ConfigError(f"param {name} holds {item!r}, not a whole number; give one number per line "
                                   "(e.g. 4), or several separated by commas (e.g. 4, 5)")
             result.append(int(word))
+    if len(result) > MAX_ITEMS:
+        raise ConfigError(f"param {name} holds {len(result):,} numbers; give at most {MAX_ITEMS:,}")
     return tuple(result) if result else tuple(default)
+
+
+#: The most items a list param takes (topics, broker ids, racks).
+MAX_ITEMS = 10_000
 
 
 def _listed(name: str, value: Any) -> list[Any]:
@@ -183,7 +277,7 @@ class Text(Spec[str]):
         return self._typed("string", minLength=1 if self.required else None)
 
     def read(self, params: Mapping[str, Any]) -> str:
-        return text_of(params, self.name, self.default)
+        return checked_text(params, self.name, self.default)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,6 +301,33 @@ class Texts(Spec[tuple[str, ...]]):
 
     def read(self, params: Mapping[str, Any]) -> tuple[str, ...]:
         return strings_of(params, self.name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Topics(Texts):
+    """A list of Kafka topic names: each a name Kafka takes (:func:`topic_problem`), none twice."""
+
+    def read(self, params: Mapping[str, Any]) -> tuple[str, ...]:
+        names = strings_of(params, self.name)
+        problems = [p for p in (topic_problem(self.name, n) for n in names) if p]
+        if problems:
+            raise ConfigError("; ".join(problems[:3]) + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""))
+        repeated = duplicates(names)
+        if repeated:
+            raise ConfigError(f"param {self.name} names {', '.join(repeated)} more than once; name each topic once")
+        return names
+
+
+@dataclass(frozen=True, kw_only=True)
+class Topic(Text):
+    """One Kafka topic name (:func:`topic_problem`); empty: ``given`` (or "")."""
+
+    def read(self, params: Mapping[str, Any]) -> str:
+        name = checked_text(params, self.name, self.default)
+        problem = topic_problem(self.name, name) if name else None
+        if problem:
+            raise ConfigError(problem)
+        return name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -326,8 +447,25 @@ class Flag(Spec[bool]):
         return {"type": "boolean", "title": self.title}
 
     def read(self, params: Mapping[str, Any]) -> bool:
-        value = params.get(self.name)
-        return self.given if value is None else bool(value)
+        return flag_of(params, self.name, self.given)
+
+
+_TRUE, _FALSE = frozenset({"true", "yes", "on", "1"}), frozenset({"false", "no", "off", "0"})
+
+
+def flag_of(params: Mapping[str, Any], name: str, default: bool) -> bool:
+    """A yes/no param: a JSON boolean, 0 or 1, or the words true/false (yes/no, on/off); ``default`` when it is
+    empty. Anything else is refused naming the param (``bool("false")`` would read as yes)."""
+    value = params.get(name)
+    if is_empty(value):
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ConfigError(f"param {name} is {_shown(value)}; give true or false")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kafkaops.errors import HostUnreachable, ProvisionError
+from kafkaops.errors import ConfigError, HostUnreachable, ProvisionError
 from kafkaops.platform import redaction
 from kafkaops.platform.paths import CACHE, jar_dir
 from kafkaops.resources import playbooks
@@ -621,6 +621,46 @@ def default_inventory() -> Path | None:
     """The inventory of an operation whose ``inventory`` param is empty: :data:`LOCAL_SPEC` when
     this machine has one (``make cluster-up`` wrote it), else None."""
     return LOCAL_SPEC if LOCAL_SPEC.is_file() else None
+
+
+#: The setting naming the folders an operation's ``inventory`` param may name files in (``os.pathsep``
+#: between folders). Unset: any absolute path of an inventory file (still no ``..``, and a known suffix).
+INVENTORY_DIRS_SETTING = "KAFKAOPS_INVENTORY_DIRS"
+#: The suffixes of what the ``inventory`` param names: a kafkaops cluster spec, an Ansible inventory.
+INVENTORY_SUFFIXES = (".json", ".yml", ".yaml", ".ini")
+
+
+def inventory_dirs() -> tuple[Path, ...]:
+    """The folders of :data:`INVENTORY_DIRS_SETTING` (read when asked: a worker's environment), resolved."""
+    value = os.environ.get(INVENTORY_DIRS_SETTING, "")
+    return tuple(Path(d).expanduser().resolve() for d in value.split(os.pathsep) if d.strip())
+
+
+def inventory_path(name: str, *, param: str = "inventory") -> Path:
+    """The file the ``inventory`` param ``name`` stands for, or a ConfigError naming the param and why (pure but
+    for resolving symbolic links): a kafkaops cluster spec (.json) or an Ansible inventory (.yml, .yaml, .ini),
+    named by an absolute path without ``..``; where :data:`INVENTORY_DIRS_SETTING` names folders, inside one
+    of them (a relative name is looked up in each in turn) or :data:`LOCAL_SPEC` (the default)."""
+    dirs = inventory_dirs()
+    path = Path(name)
+    where = (f"the folders {INVENTORY_DIRS_SETTING} names ({os.pathsep.join(map(str, dirs))})" if dirs else
+             f"an absolute path (set {INVENTORY_DIRS_SETTING} to the folders inventories are kept in)")
+    if ".." in path.parts:
+        raise ConfigError(f"param {param} {name!r} climbs out of its folder (..); name an inventory file in {where}")
+    if path.suffix not in INVENTORY_SUFFIXES:
+        raise ConfigError(f"param {param} {name!r} is no inventory: give a kafkaops cluster spec (.json) or an "
+                          f"Ansible inventory ({', '.join(INVENTORY_SUFFIXES[1:])}) in {where}")
+    if not path.is_absolute():
+        found = [d / path for d in dirs if (d / path).is_file()] or [d / path for d in dirs[:1]]
+        if not found:
+            raise ConfigError(f"param {param} {name!r} is a relative path, which each worker would read from its own "
+                              f"working folder; give {where}")
+        path = found[0]
+    resolved = path.resolve()
+    if dirs and resolved != LOCAL_SPEC.resolve() and not any(resolved.is_relative_to(d) for d in dirs):
+        raise ConfigError(f"param {param} {name!r} is outside {where}; put the inventory there, or add its folder "
+                          f"to {INVENTORY_DIRS_SETTING} on the workers")
+    return path
 
 
 def inventory_hosts(path: Path) -> tuple[str, ...]:

@@ -31,7 +31,7 @@ from kafkaops.reassign import records, verify
 from kafkaops.reassign.records import BatchStep, NewBroker, Polled, Provisioned, WaitSpec
 from kafkaops.errors import ConfigError, KafkaOpsError, ProvisionError
 from kafkaops.model import Broker, Cluster, TopicPartition, TopicStorage
-from kafkaops.reassign.planner import Goals, plan_drain, plan_rebalance, plan_scale_out
+from kafkaops.reassign.planner import Goals, plan_drain, plan_rebalance, plan_scale_out, time_budget
 from kafkaops.reassign.planner.plan import ReassignmentPlan
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ class Kind(StrEnum):
 
 
 # The params every reassignment's form shows, in the form's order; each one's default is here only.
-TOPICS = form.Texts(name="topics", title="Topics", description="Topics to move; empty means all topics.")
+TOPICS = form.Topics(name="topics", title="Topics", description="Topics to move; empty means all topics.")
 THROTTLE = form.Number(name="throttle_mb_per_s", given=10.0, above=0, title="Throttle (MB/s)",
                        description="Replication throttle on every broker and topic involved while data moves; "
                                    "removed afterwards, also on failure.")
@@ -78,9 +78,16 @@ BALANCE_LEADERS = form.Flag(name="balance_leaders", given=True, title="Balance p
 DRY_RUN = form.dry_run("Plan and gate only: nothing is provisioned, moved or throttled.")
 STALL_TIMEOUT = form.Number(name="stall_timeout_s", given=120, above=0, title="Stall timeout (s)",
                             description="Fail the wait when no partition or byte moved for this long.")
+#: The longest planning budget a run may ask for: inside the plan task's hour (operation_dag.TASK_TIMEOUT), with
+#: time left for the snapshot, the byte sizes and the plan gate.
+MAX_PLAN_TIMEOUT_S = 3000
+PLAN_TIMEOUT = form.Number(name="plan_timeout_s", given=300, above=0, title="Planning budget (s)",
+                           description="Planning stops after this many seconds, refusing the run (nothing changed) "
+                                       "with a message naming this budget; raise it (at most "
+                                       f"{MAX_PLAN_TIMEOUT_S}) for a very large cluster, or narrow topics.")
 PARAMS: tuple[form.Spec[Any], ...] = (
     form.KAFKA_CONN_ID, TOPICS, THROTTLE, MAX_MOVES_PER_BROKER, MAX_MOVES_TOTAL, MAX_BYTES, EXCLUDE_BROKERS,
-    BALANCE_LEADERS, INVENTORY, SSH_CONN_ID, form.APPROVAL, DRY_RUN, STALL_TIMEOUT)
+    BALANCE_LEADERS, INVENTORY, SSH_CONN_ID, form.APPROVAL, DRY_RUN, STALL_TIMEOUT, PLAN_TIMEOUT)
 """The form of every reassignment DAG (its own params follow)."""
 
 # The params of one reassignment DAG each: the scale-out's (dags/kafka_scale_out.py) and the rebalance or
@@ -93,10 +100,15 @@ NEW_BROKER_IDS = form.WholeNumbers(name="new_broker_ids", title="New broker ids"
                                                "inventory); empty: the ids after the highest.")
 NEW_BROKER_RACKS = form.Texts(name="new_broker_racks", title="Racks of the new brokers",
                               description="Rack of each new broker, in order; empty: cycle the cluster's racks.")
+MAX_ADD_BROKERS = form.Integer(
+    name="max_add_brokers", given=16, minimum=1, title="Most brokers one scale-out adds",
+    description="A bound on add_brokers (and on how many new_broker_ids): a larger count is refused before "
+                "anything is planned or started. Raise it for a scale-out that really adds more brokers.")
 KEEP_NEW_BROKERS = form.Flag(name="keep_new_brokers", title="Keep new brokers if the run fails",
                              description="A scale-out that fails after provisioning stops, removes and unregisters "
                                          "the new brokers that hold no replica; on: keep them running.")
-SCALE_OUT_PARAMS: tuple[form.Spec[Any], ...] = (ADD_BROKERS, NEW_BROKER_IDS, NEW_BROKER_RACKS, KEEP_NEW_BROKERS)
+SCALE_OUT_PARAMS: tuple[form.Spec[Any], ...] = (ADD_BROKERS, NEW_BROKER_IDS, NEW_BROKER_RACKS, KEEP_NEW_BROKERS,
+                                                 MAX_ADD_BROKERS)
 OPERATION = form.Choice(name="operation", given=Kind.REBALANCE, only=(Kind.REBALANCE, Kind.DRAIN), title="Operation",
                         description="rebalance: even out replicas and leaders over the brokers. drain: move every "
                                     "replica off drain_brokers.")
@@ -135,6 +147,8 @@ class OperationParams:
     approval: form.Approval = form.APPROVAL.default
     dry_run: bool = DRY_RUN.default
     stall_timeout_s: float = STALL_TIMEOUT.default
+    max_add_brokers: int = MAX_ADD_BROKERS.default
+    plan_timeout_s: float = PLAN_TIMEOUT.default
 
     def __post_init__(self) -> None:
         for name, modes in (("kind", Kind), ("approval", form.Approval)):  # a mode given as its string
@@ -146,6 +160,8 @@ class OperationParams:
         its default; broker ids may be text). An empty ``inventory`` is the local cluster's spec
         (:func:`kafkaops.platform.provision.default_inventory`) when this machine has one."""
         try:
+            for connection_id in (form.KAFKA_CONN_ID, SSH_CONN_ID):  # read by the tasks; checked here, with the rest
+                connection_id.read(params)
             result = cls(
                 kind=form.mode_of("kind", kind, Kind), topics=TOPICS.read(params),
                 throttle_mb_per_s=THROTTLE.read(params),
@@ -157,10 +173,11 @@ class OperationParams:
                 keep_new_brokers=KEEP_NEW_BROKERS.read(params),
                 drain_brokers=DRAIN_BROKERS.read(params), rebalance_after=REBALANCE_AFTER.read(params),
                 exclude_brokers=EXCLUDE_BROKERS.read(params), balance_leaders=BALANCE_LEADERS.read(params),
-                inventory=INVENTORY.read(params) or str(provision.default_inventory() or ""),
+                inventory=_inventory_of(INVENTORY.read(params)),
                 stop_drained=STOP_DRAINED.read(params),
                 approval=form.APPROVAL.read(params), dry_run=DRY_RUN.read(params),
-                stall_timeout_s=STALL_TIMEOUT.read(params))
+                stall_timeout_s=STALL_TIMEOUT.read(params), max_add_brokers=MAX_ADD_BROKERS.read(params),
+                plan_timeout_s=PLAN_TIMEOUT.read(params))
         except ConfigError as err:
             raise ConfigError(f"refusing the {kind} run, nothing was changed: {err}") from err
         result.validate()
@@ -182,8 +199,87 @@ class OperationParams:
             problems.append("a drain needs drain_brokers, the ids of the brokers to empty")
         if self.stall_timeout_s <= 0:
             problems.append(f"stall_timeout_s is {self.stall_timeout_s}; give a positive number of seconds")
+        problems += self._count_problems() + self._list_problems()
+        if not 0 < self.plan_timeout_s <= MAX_PLAN_TIMEOUT_S:
+            problems.append(f"plan_timeout_s is {self.plan_timeout_s:g}; give a number of seconds above 0 and at most "
+                            f"{MAX_PLAN_TIMEOUT_S} (the plan task runs at most an hour)")
         if problems:
             raise ConfigError(f"refusing the {self.kind} run, nothing was changed: " + "; ".join(problems))
+
+    @property
+    def adding(self) -> int:
+        """How many brokers a scale-out adds: ``new_broker_ids`` when given, else ``add_brokers``."""
+        return len(self.new_broker_ids) or self.add_brokers
+
+    def _count_problems(self) -> list[str]:
+        """A scale-out's counts: bounded by ``max_add_brokers``, one rack per new broker when racks are given."""
+        if self.kind != Kind.SCALE_OUT:
+            return []
+        problems = []
+        if self.max_add_brokers < 1:
+            problems.append(f"max_add_brokers is {self.max_add_brokers}; give 1 or more")
+        elif self.adding > self.max_add_brokers:
+            what = (f"new_broker_ids names {len(self.new_broker_ids):,} brokers" if self.new_broker_ids else
+                    f"add_brokers is {self.add_brokers:,}")
+            problems.append(f"{what}, more than max_add_brokers ({self.max_add_brokers}), the most one scale-out "
+                            "adds; give fewer, or raise max_add_brokers if the cluster really grows by that many")
+        if self.new_broker_racks and len(self.new_broker_racks) != self.adding:
+            problems.append(f"new_broker_racks names {len(self.new_broker_racks)} rack(s) for {self.adding} new "
+                            f"broker(s) ({'new_broker_ids' if self.new_broker_ids else 'add_brokers'}); give one rack "
+                            "per new broker, in order, or leave it empty to cycle the cluster's racks")
+        return problems
+
+    def _list_problems(self) -> list[str]:
+        """Broker lists that repeat an id or contradict each other or the operation."""
+        problems = []
+        for name in ("drain_brokers", "exclude_brokers"):
+            repeated = form.duplicates(getattr(self, name))
+            if repeated:
+                problems.append(f"{name} names broker(s) {', '.join(map(str, repeated))} more than once")
+        both = sorted(set(self.drain_brokers) & set(self.exclude_brokers))
+        if self.kind == Kind.DRAIN and both:
+            problems.append(f"broker(s) {', '.join(map(str, both))} are in drain_brokers and in exclude_brokers: a "
+                            "drained broker gives its replicas away, an excluded one keeps them; name each in one")
+        added = sorted(set(self.new_broker_ids) & set(self.exclude_brokers))
+        if self.kind == Kind.SCALE_OUT and added:
+            problems.append(f"new broker(s) {', '.join(map(str, added))} are in exclude_brokers, so they would "
+                            "receive nothing; leave them out of exclude_brokers")
+        if self.kind == Kind.REBALANCE:
+            given = [name for name in ("drain_brokers", "stop_drained", "rebalance_after") if getattr(self, name)]
+            if given:
+                problems.append(f"{', '.join(given)} belong to operation=drain, and the operation is rebalance; "
+                                "choose operation=drain, or leave them empty")
+        return problems
+
+    def cluster_problems(self, brokers: Iterable[int], topics: Iterable[str]) -> list[str]:
+        """What the run asks of brokers and topics the cluster does not have (pure): ``brokers`` its
+        registered broker ids, ``topics`` its topic names. Checked at the begin, before the lock is taken."""
+        known, names = set(brokers), set(topics)
+        problems = []
+        for name in ("drain_brokers", "exclude_brokers"):
+            unknown = sorted(set(getattr(self, name)) - known)
+            if unknown and (name != "drain_brokers" or self.kind == Kind.DRAIN):
+                problems.append(f"{name} names broker(s) {', '.join(map(str, unknown))}, which the cluster does not "
+                                f"have (its brokers: {', '.join(map(str, sorted(known)))})")
+        if self.kind == Kind.SCALE_OUT:
+            taken = sorted(set(self.new_broker_ids) & known)
+            if taken:
+                problems.append(f"new_broker_ids names broker(s) {', '.join(map(str, taken))}, which the cluster has "
+                                "already; name free ids, or leave it empty for the ids after the highest")
+        left = known - set(self.exclude_brokers) - (set(self.drain_brokers) if self.kind == Kind.DRAIN else set())
+        if known and not left and self.kind != Kind.SCALE_OUT:
+            problems.append(f"exclude_brokers{' and drain_brokers' if self.kind == Kind.DRAIN else ''} name every "
+                            f"broker of the cluster ({', '.join(map(str, sorted(known)))}), so no broker could take a "
+                            "replica; exclude fewer")
+        elif known and not known - set(self.exclude_brokers) and self.kind == Kind.SCALE_OUT:
+            problems.append(f"exclude_brokers names every broker of the cluster ({', '.join(map(str, sorted(known)))}),"
+                            " so none could give a replica to the new brokers; exclude fewer")
+        unknown_topics = sorted(set(self.topics) - names)
+        if unknown_topics:
+            problems.append(f"topics names {', '.join(unknown_topics[:10])}"
+                            f"{f' (and {len(unknown_topics) - 10} more)' if len(unknown_topics) > 10 else ''}, which "
+                            "the cluster does not hold")
+        return problems
 
     @property
     def stops_brokers(self) -> bool:
@@ -193,6 +289,39 @@ class OperationParams:
     @property
     def throttle_bytes_per_s(self) -> int:
         return int(self.throttle_mb_per_s * 1_000_000)
+
+
+def _inventory_of(given: str) -> str:
+    """The ``inventory`` param as the file it names (:func:`kafkaops.platform.provision.inventory_path`: a
+    ConfigError naming the param for one that is no inventory, or outside the configured folders); empty: the
+    local cluster's spec (:func:`kafkaops.platform.provision.default_inventory`) when this machine has one."""
+    if given:
+        return str(provision.inventory_path(given))
+    return str(provision.default_inventory() or "")
+
+
+def check_inventory_file(p: OperationParams) -> None:
+    """At the begin, dry runs too: the inventory a scale-out provisions through (or a drain stops its brokers
+    through) is readable as what its suffix says, a kafkaops cluster spec or an Ansible inventory with hosts. A
+    ConfigError naming the param otherwise (whether it names the hosts the plan needs is checked with the plan)."""
+    if not (p.kind == Kind.SCALE_OUT or p.stops_brokers) or not p.inventory:
+        return
+    path = Path(p.inventory)
+    try:
+        if path.suffix == ".json":
+            provision.ClusterSpec.load(path)
+        else:
+            provision.inventory_hosts(path)
+    except (KafkaOpsError, KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ConfigError(f"param inventory {p.inventory}: {err}. Nothing was changed") from err
+
+
+def check_cluster(p: OperationParams, brokers: Sequence[int], conn: connection.KafkaConnection) -> None:
+    """At the begin, before the lock: :meth:`OperationParams.cluster_problems` on the cluster's brokers and
+    topics; a ConfigError naming every problem."""
+    problems = p.cluster_problems(brokers, metadata.topic_names(conn) if p.topics else ())
+    if problems:
+        raise ConfigError(f"refusing the {p.kind} run, nothing was changed: " + "; ".join(problems))
 
 
 # -- provisioning ---------------------------------------------------------------------------------------
@@ -447,18 +576,23 @@ def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Seq
         cluster = replace(cluster, partitions=tuple(x for x in cluster.partitions if x.topic in topics), _index=None)
     inventory_problem = None
     goals = Goals(leaders=p.balance_leaders)
+    budget = time_budget(p.plan_timeout_s, raise_it=f"Raise plan_timeout_s (this run's param, at most "
+                                                      f"{MAX_PLAN_TIMEOUT_S} s) and trigger the run again")
     if p.kind == "scale_out":
         new_brokers = tuple(new_brokers) or planned_brokers(cluster, p, taken=_spec_node_ids(p),
                                                             inventory_racks=_inventory_racks(p))
         inventory_problem = _inventory_checked(ctx, new_brokers)
-        plan = plan_scale_out(cluster, [Broker(id=b.id, rack=b.rack) for b in new_brokers], goals, topics=topics,
-                              exclude=p.exclude_brokers)
+        with budget:
+            plan = plan_scale_out(cluster, [Broker(id=b.id, rack=b.rack) for b in new_brokers], goals,
+                                  topics=topics, exclude=p.exclude_brokers)
     elif p.kind == "drain":
         inventory_problem = _inventory_checked(ctx, ())
-        plan = plan_drain(cluster, p.drain_brokers, goals, exclude=p.exclude_brokers,
-                          rebalance_after=p.rebalance_after)
+        with budget:
+            plan = plan_drain(cluster, p.drain_brokers, goals, exclude=p.exclude_brokers,
+                              rebalance_after=p.rebalance_after)
     else:
-        plan = plan_rebalance(cluster, goals, exclude=p.exclude_brokers, topics=topics)
+        with budget:
+            plan = plan_rebalance(cluster, goals, exclude=p.exclude_brokers, topics=topics)
     plan = size_moves(ctx, plan)
     flows = approval.plan_traffic(plan, p)
     refused = f"A real run would be refused here: {inventory_problem}" if inventory_problem else ""

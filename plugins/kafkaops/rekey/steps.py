@@ -59,12 +59,17 @@ class Mode(StrEnum):
 
 # The partition increase's params, in the form's order (the live cut-over's are migration's); each one's
 # default is here only.
-TOPIC = form.Text(name="topic", required=True, title="Topic", description="The topic whose partition count grows.")
+TOPIC = form.Topic(name="topic", required=True, title="Topic", description="The topic whose partition count grows.")
 NEW_PARTITION_COUNT = form.MaybeInteger(
     name="new_partition_count", minimum=1, title="New partition count",
     description="The topic's total partition count afterwards (larger than now). Empty: the count the newest "
                 "capacity review of this cluster recommends for the topic when it is larger, else twice the "
                 "current count.")
+MAX_PARTITION_COUNT = form.Integer(
+    name="max_partition_count", given=10_000, minimum=1, title="Most partitions of the topic",
+    description="A bound on new_partition_count: a larger count is refused before anything is planned or created "
+                "(each partition costs every broker that holds it files, memory and a fetcher). Raise it for a "
+                "topic that really needs more.")
 MODE = form.Choice(name="mode", given=Mode.MIGRATE, title="Mode",
                    description="in_place: add partitions to the topic (keys move: per-key order breaks). migrate: "
                                "rekey into a new topic with the new count, order kept, then cut consumers over.")
@@ -73,7 +78,7 @@ KEY_RULE = form.Text(name="key_rule", given="record_key", title="Key rule",
                                  "jsonpath:$.a.b, or for a Kafka Streams window/session store changelog window_key/"
                                  "session_key (placed by the record key without its window suffix, written whole). "
                                  "Records without a key go to the dead-letter topic.")
-TARGET_TOPIC = form.Text(name="target_topic", title="Target topic",
+TARGET_TOPIC = form.Topic(name="target_topic", title="Target topic",
                          description="migrate: the new topic; empty for <topic>.v2 or the next free version.")
 ACCEPT_ORDERING_BREAK = form.Flag(
     name="accept_ordering_break", title="Accept the ordering break",
@@ -145,6 +150,7 @@ class PartitionParams:
     streams_new_application_id: str = STREAMS_NEW_APPLICATION_ID.default
     streams_store_kinds: str = STREAMS_STORE_KINDS.default
     streams_stop_timeout_s: int = STREAMS_STOP_TIMEOUT.default
+    max_partition_count: int = MAX_PARTITION_COUNT.default
     kind: str = KIND
 
     def __post_init__(self) -> None:
@@ -197,7 +203,9 @@ class PartitionParams:
                      delete_target_on_abandon=read(migration.DELETE_TARGET), cutover_groups=read(CUTOVER_GROUPS),
                      streams_application_id=read(STREAMS_APPLICATION_ID).strip(),
                      streams_new_application_id=read(STREAMS_NEW_APPLICATION_ID).strip(),
-                     streams_store_kinds=read(STREAMS_STORE_KINDS), streams_stop_timeout_s=read(STREAMS_STOP_TIMEOUT))
+                     streams_store_kinds=read(STREAMS_STORE_KINDS), streams_stop_timeout_s=read(STREAMS_STOP_TIMEOUT),
+                     max_partition_count=read(MAX_PARTITION_COUNT))
+        read(form.KAFKA_CONN_ID)  # the tasks read it; checked with the rest
         result.validate(read.problems)
         return result
 
@@ -205,11 +213,17 @@ class PartitionParams:
         """Refuses the params, naming every problem: ``refused``, the values :meth:`from_params` could not read
         (they read as their defaults), then the rest."""
         problems = list(refused)
-        if not self.topic:
+        if not self.topic and not any(p.startswith("param topic ") for p in problems):  # not the refused one again
             problems.append("topic is empty; name the topic to grow")
         if self.new_partition_count is not None and self.new_partition_count < 1:
             problems.append(f"new_partition_count is {self.new_partition_count}; give the new total count, or leave "
                             "it empty for the capacity review's count (else twice the current count)")
+        if self.max_partition_count < 1:
+            problems.append(f"max_partition_count is {self.max_partition_count}; give 1 or more")
+        elif self.new_partition_count is not None and self.new_partition_count > self.max_partition_count:
+            problems.append(f"new_partition_count is {self.new_partition_count:,}, more than max_partition_count "
+                            f"({self.max_partition_count:,}), the most partitions a topic may get here; give fewer, "
+                            "or raise max_partition_count if the topic really needs that many")
         if self.sample_records < 1:
             problems.append(f"sample_records is {self.sample_records}; give at least 1")
         if self.target_topic and self.target_topic == self.topic:
@@ -217,7 +231,7 @@ class PartitionParams:
         try:
             keyrules.KeyRule(self.key_rule)
         except keyrules.KeyRuleError as err:
-            problems.append(str(err))
+            problems.append(f"param key_rule: {err}")
         problems += self.policy.problems()
         if self.policy.live and self.mode != Mode.MIGRATE:
             problems.append(f"quiesce={self.quiesce} is a live migration's cut-over; it needs mode=migrate")
@@ -236,6 +250,20 @@ class PartitionParams:
             problems.append("streams_new_application_id and streams_store_kinds need streams_application_id")
         if problems:
             raise ConfigError("refusing the partition increase, nothing was changed: " + "; ".join(problems))
+
+
+def check_topic(p: PartitionParams, conn: Any) -> None:
+    """At the begin, before the lock: the topic exists, and a ``new_partition_count`` given is larger than its
+    count now (Kafka cannot remove partitions); a ConfigError naming the param otherwise."""
+    found = metadata.cluster_metadata(conn).topics.get(p.topic)  # every topic's: asking for one could create it
+    if found is None or found.error is not None:
+        raise ConfigError(f"refusing the partition increase, nothing was changed: param topic names {p.topic}, which "
+                          "the cluster does not hold")
+    current = len(found.partitions)
+    if p.new_partition_count is not None and p.new_partition_count <= current:
+        raise ConfigError(f"refusing the partition increase, nothing was changed: topic {p.topic} has {current} "
+                          f"partitions; new_partition_count {p.new_partition_count} must be larger (Kafka cannot "
+                          "remove partitions)")
 
 
 # -- pure planning ------------------------------------------------------------------------------------------

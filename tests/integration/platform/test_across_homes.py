@@ -78,7 +78,7 @@ def test_a_scale_out_across_homes_is_recorded_whole_and_excludes_a_second_run(sp
     cluster_id = started["cluster_id"]
     assert st.lease(cluster_id).holder == f"{DAG}/{first.run_id}"
 
-    second = Homes(tmp_path, postgres_url, spec, "rebalance", {"dry_run": True})
+    second = Homes(tmp_path, postgres_url, spec, "rebalance", {"dry_run": False})  # a dry run takes no lock
     refused = second.step("begin", ok=False)
     assert "ClusterBusy" in refused and f"{DAG}/{first.run_id} holds it" in refused
     assert st.operation(DAG, second.run_id)["outcome"] == "refused"

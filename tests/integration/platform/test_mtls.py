@@ -157,7 +157,7 @@ def test_begin_the_preflight_gate_and_finish_over_mtls(tls_nodes: SecuredNodes, 
     ctx = lifecycle.OperationContext("kafka_rebalance", "mtls-run", config,
                                      SimpleNamespace(kind="rebalance", dry_run=True))
     began = lifecycle.begin(ctx, {"kafka_conn_id": CONN_ID})
-    assert began["brokers"] == [1, 2] and began["lock_token"]
+    assert began["brokers"] == [1, 2] and began["lock_token"] is None  # a dry run reads the lock, takes none
     before = lifecycle.preflight(ctx)  # a snapshot over mTLS, gated by Great Expectations
     assert sorted(b["id"] for b in before["brokers"]) == [1, 2]
     record = ctx.audit.summary()

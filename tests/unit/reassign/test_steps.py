@@ -44,16 +44,17 @@ def test_params_as_the_trigger_form_sends_them(tmp_path, monkeypatch: pytest.Mon
     its default, the ids as ints; an empty inventory is the local cluster's spec when there is one."""
     monkeypatch.setattr(provision, "LOCAL_SPEC", tmp_path / "local-cluster.json")
     form = {"topics": None, "max_bytes_to_move": None, "exclude_brokers": None, "inventory": None,
-            "new_broker_ids": ["4", "", " 5, 6 "], "new_broker_racks": ["rack-a", ""], "add_brokers": 1,
+            "new_broker_ids": ["4", "", " 5, 6 "], "new_broker_racks": ["rack-a", "", "b", "c"], "add_brokers": 1,
             "throttle_mb_per_s": 10.0, "approval": "manual", "dry_run": False, "stall_timeout_s": None}
     p = steps.OperationParams.from_params("scale_out", form)
     assert (p.topics, p.max_bytes_to_move, p.exclude_brokers, p.inventory) == ((), None, (), "")
-    assert (p.new_broker_ids, p.new_broker_racks, p.stall_timeout_s, p.dry_run) == ((4, 5, 6), ("rack-a",), 120.0,
-                                                                                      False)
+    assert (p.new_broker_ids, p.new_broker_racks, p.stall_timeout_s, p.dry_run) == ((4, 5, 6), ("rack-a", "b", "c"),
+                                                                                      120.0, False)
     provision.local_spec().save(provision.LOCAL_SPEC)
     assert steps.OperationParams.from_params("scale_out", {**form, "inventory": ""}).inventory == str(
         tmp_path / "local-cluster.json")
-    assert steps.OperationParams.from_params("scale_out", {**form, "inventory": "inv.yml"}).inventory == "inv.yml"
+    assert steps.OperationParams.from_params("scale_out", {**form, "inventory": "/etc/kafka/inv.yml"}).inventory == (
+        "/etc/kafka/inv.yml")
     api = steps.OperationParams.from_params("drain", {"drain_brokers": [4, 5], "exclude_brokers": [1]})
     assert (api.drain_brokers, api.exclude_brokers) == ((4, 5), (1,))
 

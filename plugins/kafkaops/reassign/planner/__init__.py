@@ -6,6 +6,7 @@ No I/O and no clients: a :class:`~kafkaops.model.Cluster` in, a :class:`Reassign
 """
 from __future__ import annotations
 
+from kafkaops.reassign.planner.budget import PlanTimedOut, time_budget
 from kafkaops.reassign.planner.errors import PlanInfeasible, PlanInputError
 from kafkaops.reassign.planner.goals import Goals
 from kafkaops.model import Move
@@ -13,6 +14,6 @@ from kafkaops.reassign.planner.plan import LoadStats, ReassignmentPlan
 from kafkaops.reassign.planner.planning import lower_bound_moves, plan_drain, plan_rebalance, plan_scale_out
 
 __all__ = [
-    "Goals", "LoadStats", "Move", "PlanInfeasible", "PlanInputError", "ReassignmentPlan",
-    "lower_bound_moves", "plan_drain", "plan_rebalance", "plan_scale_out",
+    "Goals", "LoadStats", "Move", "PlanInfeasible", "PlanInputError", "PlanTimedOut", "ReassignmentPlan",
+    "lower_bound_moves", "plan_drain", "plan_rebalance", "plan_scale_out", "time_budget",
 ]

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from kafkaops.reassign.planner.budget import check as budget_check
 
 if TYPE_CHECKING:  # numpy is imported where a plan balances leaders, not when a DAG file is parsed
     import numpy as np
@@ -100,6 +101,7 @@ class Leadership:
     # -- passes ------------------------------------------------------------------------------------
     def greedy(self) -> None:
         for u in sorted(self.eligible, key=lambda b: (-self.count[b], b)):
+            budget_check("balancing preferred leaders")
             for i in sorted(self.led[u], key=lambda i: (i not in self.moved, i)):
                 if self.count[u] <= self.high[u]:
                     break
@@ -107,6 +109,7 @@ class Leadership:
                 if options:
                     self.transfer(i, min(options, key=lambda f: (self.count[f], f)))
         for w in sorted(self.eligible, key=lambda b: (self.count[b], b)):
+            budget_check("balancing preferred leaders")
             for u in sorted(self.eligible, key=lambda b: (-self.count[b], b)):
                 while self.count[w] < self.low[w] and self.count[u] > self.low[u] and self.out[u].get(w):
                     self.transfer(self._choice(self.out[u][w]), w)
@@ -132,6 +135,7 @@ class Leadership:
         level[frontier] = 0
         depth, found = 0, False
         while frontier.any():
+            budget_check("searching chains of leader changes")
             reached = (links[frontier] > 0).any(axis=0) & (level < 0)
             depth += 1
             hit = reached & ends

@@ -15,6 +15,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kafkaops.reassign.planner.placement import Placement
+from kafkaops.reassign.planner.budget import check as budget_check
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,7 @@ def level_topics(work: Placement, movable: Collection[str] | None, receivers: Se
     not_leveled: dict[str, str] = {}
     leveled = moves = 0
     for _, t in order:
+        budget_check("leveling topics onto the new brokers")
         chosen, reason = leveler.plan(t, wanted[t], holders[t], parts)
         if reason is not None:
             not_leveled[t] = reason

@@ -16,6 +16,7 @@ from kafkaops.model import Cluster
 from kafkaops.reassign.planner.errors import PlanInfeasible
 from kafkaops.reassign.planner.goals import Goals
 from kafkaops.reassign.planner.topology import Topology
+from kafkaops.reassign.planner.budget import check as budget_check
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,7 @@ class Placement:
                 leaving.append(victim)
                 short -= 1
             pending = sorted(leaving, key=reps.index)
+            budget_check("moving replicas off drained brokers and crowded racks")
             while pending:
                 src = pending.pop(0)
                 self.move(i, src, self._destination(i, src, pending, prefer))
@@ -181,6 +183,7 @@ class Placement:
         heapq.heapify(queue)
         moves = 0
         while queue:
+            budget_check("filling the brokers below their share")
             _, n = heapq.heappop(queue)
             if self.surplus(n) >= 0:
                 continue

@@ -33,8 +33,9 @@ def _movable(cluster: Cluster, topics: Collection[str] | None) -> frozenset[str]
 
 
 def _scale_out_caps(work: Placement, topo: Topology) -> dict[int, int]:
-    existing = len([b for b in topo.eligible if b not in topo.new])
-    new = [b for b in topo.new if b in work.eligible]
+    added, eligible = set(topo.new), set(work.eligible)  # sets: membership in a tuple is linear
+    existing = len([b for b in topo.eligible if b not in added])
+    new = [b for b in topo.new if b in eligible]
     return scale_out_shares(work.total, existing, new)
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from kafkaops.reassign.planner.placement import Placement
+from kafkaops.reassign.planner.budget import check as budget_check
 
 if TYPE_CHECKING:
     from _typeshed import SupportsRichComparison
@@ -143,6 +144,7 @@ def _chain(index: _Index, sources: list[int], is_end: Callable[[int], bool]) -> 
     parent: dict[int, tuple[int, int] | None] = dict.fromkeys(sources)
     queue = deque(sources)
     while queue:
+        budget_check("searching chains of moves")
         u = queue.popleft()
         used, node = set(), u
         while (step := parent[node]) is not None:
@@ -178,6 +180,7 @@ def even_counts(work: Placement, movable: Collection[str] | None) -> int:
     index = _Index(work, movable)
     count = work.count
     while True:
+        budget_check("evening out replica counts")
         over = [b for b in index.eligible if count[b] > high]
         under = [b for b in index.eligible if count[b] < low]
         if over:
@@ -221,6 +224,7 @@ def even_topics(work: Placement, movable: Collection[str] | None,
         waiting.discard(topic)
         evener.cut = False
         while evener.step(topic):
+            budget_check("evening out each topic's replicas")
             evener.cut = False
             for other in evener.touched:
                 if other not in waiting and other != topic:

@@ -137,7 +137,8 @@ def resolve_topology(cluster: Cluster, goals: Goals, *, new: Sequence[int | Brok
     before_racks = {racks[b.id] for b in cluster.brokers}
     offline = set(base.offline_broker_ids)
     eligible = tuple(b for b in base.broker_ids if b not in drained and b not in excluded and b not in offline)
-    fixed = tuple(b for b in base.broker_ids if b not in drained and b not in eligible)
+    receiving = set(eligible)  # membership in a set: a tuple's is linear, quadratic over many brokers
+    fixed = tuple(b for b in base.broker_ids if b not in drained and b not in receiving)
     topo = Topology(racks=racks, eligible=eligible, fixed=fixed, drained=drained, new=new_ids,
                     required_racks=max(1, len(before_racks)))
     if not eligible:
