@@ -23,7 +23,10 @@ def test_shape_schedule_and_params(dagbag) -> None:
     assert dag.get_task("finish").is_teardown and dag.get_task("begin").is_setup
     # the proposed scale-out starts after finish released the cluster lock
     assert dag.get_task("propose_scale_out").upstream_task_ids == {"scale_out_proposal", "finish"}
-    assert dag.get_task("review").upstream_task_ids == {"snapshot", "history_append", "key_skew"}
+    assert dag.get_task("review").upstream_task_ids == {"snapshot", "history_append", "key_skew", "load"}
+    assert dag.get_task("load").upstream_task_ids == {"snapshot"} and dag.get_task("load").retries == 0
+    for name in ("prometheus_conn_id", "prometheus_url", "network_capacity_mb_per_s", "max_cpu_percent"):
+        assert name in dag.params
     assert dag.params["propose_scale_out"] is False and dag.params["key_skew"] is False
     assert all(dag.params.get_param(k).description for k in dag.params)
     trigger = dag.get_task("propose_scale_out")
