@@ -269,7 +269,7 @@ def build_operation_dag(dag_id: str, *, kind: str | None, description: str, extr
         started >> before
         planned = plan(kind, value_of(before))
         approval = KafkaOpsApprovalOperator(
-            task_id="approval", kind=kind or "rebalance", subject=f"Approve the kafkaops {kind or 'reassignment'} plan",
+            task_id="approval", kind=kind, subject=f"Approve the kafkaops {kind or 'reassignment'} plan",
             body="{{ ti.xcom_pull(task_ids='plan')['approval'] }}", response_timeout=dt.timedelta(hours=24))
         planned >> approval
         # Resume-safe, so a retry (e.g. after a stalled broker was restarted) continues the moves.

@@ -309,13 +309,13 @@ class KafkaOpsApprovalOperator(ApprovalOperator):
     in the UI), ``auto_approve`` or ``auto_reject`` (answered by the param; recorded as such).
     In a dry run it skips: nothing after it runs, nothing changes."""
 
-    def __init__(self, *, kind: str, **kwargs: Any) -> None:
+    def __init__(self, *, kind: str | None, **kwargs: Any) -> None:
         super().__init__(ignore_downstream_trigger_rules=True, **kwargs)
-        self.kind = kind
+        self.kind = kind  # None: the run's operation param says (kafka_reassign: rebalance or drain)
 
     def operation_context(self, context: Any) -> lifecycle.OperationContext:
         """The run's context; DAGs with params of their own override this."""
-        return context_of(context, self.kind)
+        return context_of(context, kind_of(context, self.kind))
 
     def execute(self, context: Any) -> Any:
         ctx = self.operation_context(context)
