@@ -154,7 +154,8 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
-def _utc(ts: float) -> str:
+def utc_minute(ts: float) -> str:
+    """A Unix time as the load rules and plots show it: ``2026-11-29 14:05 UTC``."""
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
@@ -178,7 +179,7 @@ def held_hours(points: Sequence[Point], crosses: Callable[[float], bool], step_s
 
 
 def _when(stretches: Sequence[tuple[float, float]]) -> str:
-    shown = [f"{_utc(a)[:-4]}-{_utc(b)[11:]}" if a != b else _utc(a) for a, b in stretches[:3]]
+    shown = [f"{utc_minute(a)[:-4]}-{utc_minute(b)[11:]}" if a != b else utc_minute(a) for a, b in stretches[:3]]
     more = f" and {len(stretches) - 3} more" if len(stretches) > 3 else ""
     return ", ".join(shown) + more
 

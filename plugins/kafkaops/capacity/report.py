@@ -17,10 +17,10 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any
 
-from kafkaops.capacity.load import LoadThresholds, LoadWindow, Point
+from kafkaops.capacity.load import LoadThresholds, LoadWindow, Point, utc_minute
 from kafkaops.capacity.records import ReportPaths
 from kafkaops.capacity.review import Review
 from kafkaops.errors import KafkaOpsError
@@ -183,11 +183,7 @@ def observed_span(window: LoadWindow) -> tuple[float, float]:
 def _window_text(window: LoadWindow) -> str:
     hours = (window.end - window.start) / 3600
     step = f"{window.step_s / 60:g} min" if window.step_s >= 60 else f"{window.step_s:g} s"
-    return f"{_minute(window.start)} to {_minute(window.end)} ({hours:g} h, a point every {step})"
-
-
-def _minute(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"{utc_minute(window.start)} to {utc_minute(window.end)} ({hours:g} h, a point every {step})"
 
 
 def load_limits(review: Review) -> list[str]:
@@ -204,7 +200,7 @@ def load_caption(review: Review) -> str | None:
     if review.load is None:
         return None
     first, _ = observed_span(review.load)
-    since = (f" Prometheus has data from {_minute(first)} only: the plots start there."
+    since = (f" Prometheus has data from {utc_minute(first)} only: the plots start there."
              if first > review.load.start + 1.5 * review.load.step_s else "")
     return (f"The brokers' load {_window_text(review.load)}, one line per broker; a break in a line is a gap in "
             f"the data (shaded). Dashed: the limits: {'; '.join(load_limits(review))}.{since}")

@@ -13,7 +13,6 @@ import logging
 import math
 import tempfile
 import time
-from datetime import UTC, datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ from kafkaops.platform import store
 from kafkaops.capacity import review as capacity
 from kafkaops.capacity import report as capacity_report
 from kafkaops.capacity import skew
-from kafkaops.capacity.load import NODES_QUERY, QUERIES, LoadThresholds, LoadWindow, Point, promql
+from kafkaops.capacity.load import NODES_QUERY, QUERIES, LoadThresholds, LoadWindow, Point, promql, utc_minute
 from kafkaops.platform.prometheus import PrometheusClient, PrometheusError, PrometheusUnreachable, public_url
 from kafkaops.errors import ConfigError
 from kafkaops.model import Cluster
@@ -334,10 +333,6 @@ def scale_out_proposal(review_data: Mapping[str, Any], params: CapacityParams) -
 
 # -- the brokers' load, from Prometheus -------------------------------------------------------------------------
 
-def _utc(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
-
-
 def load_step_s(hours: float) -> float:
     """The range queries' step for a window of ``hours``: about 240 points, at least 15 s, a whole second."""
     return float(max(15, math.ceil(hours * 3600 / 240)))
@@ -393,7 +388,7 @@ def read_load(client: PrometheusClient, *, start: float, end: float, step_s: flo
         if brokers is not None and names:
             named = {b: pts for b, pts in named.items() if b in {f"broker {n}" for n in brokers}}
         if not named:
-            skipped[name] = (f"no series for {query!r} on {client.public_url} from {_utc(start)} to {_utc(end)}: is "
+            skipped[name] = (f"no series for {query!r} on {client.public_url} from {utc_minute(start)} to {utc_minute(end)}: is "
                              "the JMX exporter on (kafka_broker_jmx_exporter) and scraped"
                              + (f", and does the selector {selector!r} match it?" if selector else "?"))
             continue
@@ -418,7 +413,7 @@ def read_load(client: PrometheusClient, *, start: float, end: float, step_s: flo
     if cpu:
         found["cpu"] = cpu
         skipped.pop("cpu", None)
-    log.info("load window %s..%s: %d of %d indicators read", _utc(start), _utc(end), len(found), len(QUERIES) - 1)
+    log.info("load window %s..%s: %d of %d indicators read", utc_minute(start), utc_minute(end), len(found), len(QUERIES) - 1)
     return LoadWindow(start, end, step_s, found, skipped, source)
 
 
