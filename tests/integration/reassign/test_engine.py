@@ -334,7 +334,15 @@ def placed_off(conn: connection.KafkaConnection, broker: int, prefix: str) -> tu
         except KafkaOpsError as err:  # e.g. too few brokers uncordoned while another test's cordon fades
             log.info("%s not created: %s", name, err)
             return None
-        snap = metadata.snapshot(conn, topics=[name], offsets=False, sizes=False, groups=False)
+
+        def described() -> Cluster | None:  # the broker asked may learn of the new topic a moment later
+            try:
+                return metadata.snapshot(conn, topics=[name], offsets=False, sizes=False, groups=False)
+            except UnknownTopic:
+                return None
+
+        snap = wait_for(described, timeout=10, what=f"{name} described")
+        assert isinstance(snap, Cluster)
         used = tuple(sorted({b for p in snap.partitions for b in p.replicas}))
         log.info("%s placed on brokers %s", name, used)
         return None if broker in used else used
