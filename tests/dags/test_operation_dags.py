@@ -3,16 +3,19 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
+import shutil
 import signal
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from kafkaops.platform.kafka import connection, metadata, reassignments, topics
-from kafkaops.testing import clusters
+from kafkaops.platform.kafka import configs, connection, metadata, reassignments, topics
+from kafkaops.testing import clusters, disks
 from kafkaops.platform import state, store
 from kafkaops.cli import datagen
 from kafkaops.reassign import engine
@@ -25,12 +28,21 @@ from tests.dags.conftest import kafka_default_connection
 from tests.integration.conftest import Traffic, throttles_left
 
 pytestmark = pytest.mark.integration
+log = logging.getLogger(__name__)
 
 TOPIC = "orders"
 
 
 @pytest.fixture(scope="module")
-def cluster(airflow_db) -> Iterator[tuple[provision.ClusterSpec, Path]]:
+def small_disks() -> Iterator[ExitStack]:
+    """Log dirs on small disks (tmpfs) that a test mounts in the cluster's folder: unmounted once the cluster,
+    which asks for this fixture, has stopped."""
+    with ExitStack() as stack:
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def cluster(airflow_db, small_disks) -> Iterator[tuple[provision.ClusterSpec, Path]]:
     """Three brokers for these DAG runs only (a scale-out grows it); its spec is the DAG's inventory."""
     with clusters.temporary_cluster("kafkaops-dags-", brokers=3, controllers=1,
                                     extra_config=TEST_BROKER_CONFIG) as spec, \
@@ -384,44 +396,63 @@ def next_node_id(spec_path: Path) -> int:
     return max(n.node_id for n in provision.ClusterSpec.load(spec_path).nodes) + 1
 
 
-def test_a_broker_killed_mid_move_stalls_the_wait_and_the_retry_completes_the_run(dagbag, cluster,
-                                                                                 scaled_out) -> None:
-    """Add a broker (5, unless the drain's broker took that id), kill it while replicas copy onto it: the
-    wait names the stalled partitions and fails; the broker is restarted through the role; the task's
-    retry resumes (nothing is resubmitted) and the run completes with no throttle left and no record lost."""
+def throttles_on_live_brokers_and_topic(conn: connection.KafkaConnection) -> dict[str, dict[str, str]]:
+    """The throttle configs left on the brokers that answer and on the topic (a broker that is down keeps its
+    dynamic configs in the metadata log: its rate is removed once it is back, by the throttle ledger)."""
+    snap = metadata.snapshot(conn, topics=[TOPIC], offsets=False, sizes=False, groups=False)
+    found = configs.describe_configs(conn, "broker", snap.online_broker_ids, keys=engine.RATE_KEYS)
+    found.update(configs.describe_configs(conn, "topic", [TOPIC], keys=engine.REPLICA_KEYS))
+    return {name: values for name, values in found.items() if values}
+
+
+def test_a_receiving_broker_whose_log_dir_fills_stalls_the_wait_naming_it_and_the_retry_completes_the_run(
+        dagbag, cluster, scaled_out, small_disks) -> None:
+    """Add a broker (5, unless the drain's broker took that id) whose log dir is a 4 MiB disk (tmpfs): the copy
+    onto it fills the disk and the broker stops. The wait's stall names the broker, the free bytes it last showed
+    and how to resume; the throttles are removed as the task fails. The disk is grown and the broker restarted
+    through the role, as an operator would; the task's retry resumes (nothing is resubmitted) and the run
+    completes with no throttle left and no record lost."""
     import threading
 
     spec, spec_path = cluster
     new = next_node_id(spec_path)
-    with connection.connect(spec.bootstrap) as conn:  # enough data that a throttled copy takes a while
+    # the cluster's folder could not be removed whole while the disk was mounted in it: once it is unmounted
+    small_disks.callback(shutil.rmtree, spec.base_dir, ignore_errors=True)
+    data_dir = small_disks.enter_context(disks.tmpfs(spec.base_dir / f"node-{new}" / "data", 4 << 20))
+    with connection.connect(spec.bootstrap) as conn:  # more than the disk takes
         datagen.produce(conn.config, TOPIC, datagen.DatagenSpec(records=30_000, keys=200, record_bytes=500, seed=5))
     events: dict[str, object] = {}
 
     def saboteur() -> None:
         deadline = time.monotonic() + 240
         with connection.connect(spec.bootstrap) as conn:
-            while time.monotonic() < deadline and "killed" not in events:
+            while time.monotonic() < deadline and "moving" not in events:
                 moving = reassignments.list_partition_reassignments(conn)
                 if any(new in r.adding for r in moving.values()):
-                    time.sleep(1.0)
-                    grown = provision.ClusterSpec.load(spec_path)
-                    os.kill(provision.node_pid(grown, new), signal.SIGKILL)
-                    events["killed"] = sorted(f"{t}-{p}" for t, p in moving)
+                    events["moving"] = sorted(f"{t}-{p}" for t, p in moving)
                 time.sleep(0.3)
-        while time.monotonic() < deadline:  # restart once the wait has reported the stall
-            record = state.AuditLog.for_run("kafka_scale_out", str(events.get("run_id", ""))).summary() \
-                if "run_id" in events else None
-            failed = [s for s in (record or {}).get("steps", []) if s["name"] == "execute_batches"
-                      and s.get("status") == "failed"]
-            if failed:
-                events["stall_error"] = failed[0].get("error")
-                try:
-                    provision.cluster_up(provision.ClusterSpec.load(spec_path))
-                    events["restarted"] = True
-                except Exception as err:  # noqa: BLE001 - reported by the assertions below
-                    events["restart_error"] = repr(err)
-                return
-            time.sleep(0.5)
+            while time.monotonic() < deadline:  # once the wait has reported the stall: grow the disk, restart
+                record = state.AuditLog.for_run("kafka_scale_out", str(events.get("run_id", ""))).summary() \
+                    if "run_id" in events else None
+                failed = [s for s in (record or {}).get("steps", []) if s["name"] == "execute_batches"
+                          and s.get("status") == "failed"]
+                if failed:
+                    events["stall_error"] = failed[0].get("error")
+                    events["free_at_stall"] = disks.free_bytes(data_dir)
+                    events["throttles_at_stall"] = throttles_on_live_brokers_and_topic(conn)
+                    try:
+                        grown = provision.ClusterSpec.load(spec_path)
+                        pid = provision.node_pid(grown, new)
+                        events["stopped_by_itself"] = pid is None
+                        if pid is not None:  # up with its log dir offline: what a restart fixes too
+                            os.kill(pid, signal.SIGKILL)
+                        disks.grow(data_dir, 256 << 20)
+                        provision.cluster_up(grown)
+                        events["restarted"] = True
+                    except Exception as err:  # noqa: BLE001 - reported by the assertions below
+                        events["restart_error"] = repr(err)
+                    return
+                time.sleep(0.5)
 
     runs = {r["run_id"] for r in state.list_records("kafka_scale_out")}
 
@@ -444,10 +475,17 @@ def test_a_broker_killed_mid_move_stalls_the_wait_and_the_retry_completes_the_ru
         traffic.check(at_least=100)
     for t in threads:
         t.join(5)
-    assert events.get("killed"), f"the move finished before broker {new} could be killed"
-    assert events.get("stall_error"), f"the wait never reported a stall: {record['steps']}"
+    assert events.get("moving"), f"no replica was copied onto broker {new}"
+    error = str(events.get("stall_error") or "")
+    assert error, f"the wait never reported a stall: {record['steps']}"
     assert events.get("restarted"), f"broker {new} did not restart: {events.get('restart_error')}"
-    assert "stalled" in str(events["stall_error"]) and any(p in str(events["stall_error"]) for p in events["killed"])
+    log.info("the stall as the record names it: %s", error)
+    # the stall names the partitions, the broker with the free bytes it last showed, and what to do
+    assert "stalled" in error and any(p in error for p in events["moving"]), error  # type: ignore[attr-defined]
+    assert f"broker {new}: " in error and " free of 4.0 MiB" in error and "(not enough room)" in error, error
+    assert f"free space on the log dirs of broker(s) [{new}]" in error and "clear this task to resume" in error, error
+    assert events["free_at_stall"] < 1 << 20, events  # the disk was full indeed
+    assert events["throttles_at_stall"] == {}, events  # removed as the task failed, the broker down aside
     assert str(dag_run.state) == "success", record
     assert record["outcome"] == "success"
     [execute] = [s for s in record["steps"] if s["name"] == "execute_batches"]  # one row per step, its last try

@@ -182,9 +182,12 @@ class ReassignmentBatchesOperator(BaseOperator):
             fired = ProgressEvent.from_dict(event)
             if fired.stalled:
                 moving = ", ".join(fired.polled.in_flight) if fired.polled is not None else ""
+                receivers = fired.polled.stall_text() if fired.polled is not None else ""
                 error = (f"reassignment stalled: no progress for {fired.stalled_for_s or 0:.0f} s; still moving: "
-                         f"{moving or '?'} ({fired.describe()}); check that every broker of those partitions is up, "
-                         "then clear this task to resume (nothing is resubmitted)")
+                         f"{moving or '?'} ({fired.describe()}); "
+                         + (f"{receivers}; " if receivers else "check that every broker of those partitions is up, ")
+                         + "then clear this task to resume (nothing is resubmitted; the throttles are removed as this "
+                         "task fails and set again by the retry)")
                 ctx.step(self.task_id, "failed", error=error)
                 raise KafkaOpsError(error)
             self.log.info("batch done: %s", fired.describe())

@@ -37,7 +37,7 @@ class ReassignmentProgressTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from kafkaops.airflow.hooks import aget_config
-        from kafkaops.reassign.engine import ProgressLog
+        from kafkaops.reassign.engine import ProgressLog, Receiver
         from kafkaops.reassign.records import ProgressEvent, WaitSpec
         from kafkaops.reassign.steps import progress_of
 
@@ -46,6 +46,7 @@ class ReassignmentProgressTrigger(BaseTrigger):
         last_mark: tuple[int, int] | None = None
         last_change = time.monotonic()
         lines = ProgressLog(every_s=self.log_every_s)
+        seen: dict[int, Receiver] = {}  # each receiving broker's last answer: a stall names its last free bytes
         while True:
             try:  # a poll that hangs counts as no answer: the stall timeout below still ends the wait
                 status = await asyncio.wait_for(asyncio.to_thread(progress_of, config, spec, self.started_at),
@@ -54,6 +55,8 @@ class ReassignmentProgressTrigger(BaseTrigger):
                 self.log.warning("progress poll failed: %s", err)
                 status = None
             if status is not None:
+                status = status.remembering(seen)
+                seen.update({r.broker: r for r in status.progress.receivers})
                 if not status.done and lines.due(status.progress, time.monotonic()):  # done: the task logs it
                     self.log.info("reassignment %s", status.text)
                 if status.done:

@@ -4,7 +4,8 @@
                          refuses bad input and moves in flight elsewhere before anything changes
     next_batch           (pure) the batch to submit next; none while a move is in flight
     submit               hand a batch to Kafka
-    progress             how far moves got: partitions done, bytes copied, rate, ETA
+    progress             how far moves got: partitions done, bytes copied, rate, ETA, and the receiving
+                         brokers (:class:`Receiver`: up or down, their log dirs' free bytes)
     plan_throttles       the throttles moves need, in a :class:`ThrottleRecord` (values to restore)
     set_throttles        set them
     plan_throttle_removal  (pure) undoing a record, given the throttle ledger and the brokers online
@@ -39,9 +40,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
-from kafkaops.errors import KafkaOpsError, UnknownTopic
+from kafkaops.errors import KafkaOpsError, KafkaUnreachable, UnknownTopic
 from kafkaops.model import Cluster, ModelError, Move, Reassignment, TopicPartition
 from kafkaops.platform import store
 from kafkaops.platform.kafka import configs, connection, metadata, reassignments
@@ -50,6 +51,8 @@ from kafkaops.reassign import cordons
 from kafkaops.reassign.cordons import CordonLift, CordonRecord
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 LEADER_RATE = "leader.replication.throttled.rate"
@@ -139,8 +142,86 @@ class Batch:
 
 
 @dataclass(frozen=True)
+class Receiver:
+    """A broker receiving replicas of moves in flight, as a progress poll saw it: ``to_copy``, the bytes still
+    to arrive; ``online``, registered with the controller; its log dirs' ``total_bytes`` and ``usable_bytes``
+    and how many are ``offline_dirs`` (Kafka took them offline: full or failing), as they answered at
+    ``seen_at`` (Unix time; None: they did not answer, e.g. the broker is down). A broker whose only log dir
+    fills stops: so a stalled wait names each receiver, and the last free bytes it showed."""
+
+    broker: int
+    to_copy: int
+    online: bool = True
+    total_bytes: int | None = None
+    usable_bytes: int | None = None
+    offline_dirs: int = 0
+    seen_at: float | None = None
+
+    @property
+    def short_of_room(self) -> bool:
+        """Fewer bytes free than still to arrive (as last seen)."""
+        return self.usable_bytes is not None and self.usable_bytes < self.to_copy
+
+    @property
+    def in_trouble(self) -> bool:
+        return not self.online or self.offline_dirs > 0 or self.short_of_room
+
+    def remembering(self, earlier: Receiver | None) -> Receiver:
+        """This poll's view, with the log dirs ``earlier`` saw when this poll had none (the broker is down)."""
+        if self.seen_at is not None or earlier is None or earlier.seen_at is None:
+            return self
+        return replace(self, total_bytes=earlier.total_bytes, usable_bytes=earlier.usable_bytes,
+                       offline_dirs=earlier.offline_dirs, seen_at=earlier.seen_at)
+
+    def __str__(self) -> str:
+        """E.g. ``broker 5: down; last seen 2026-11-30 03:12:04 UTC with 1.1 MiB free of 8.0 MiB; 9.3 MiB
+        still to copy onto it``."""
+        disk = ""
+        if self.seen_at is not None and self.usable_bytes is not None:
+            disk = (f"{human_bytes(self.usable_bytes)} free of {human_bytes(self.total_bytes or 0)}"
+                    + (f", {self.offline_dirs} log dir(s) offline (full or failing)" if self.offline_dirs else ""))
+        if self.online:
+            state = disk or "up, its log dirs did not answer"
+        else:
+            at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.seen_at)) if self.seen_at else ""
+            state = "down" + (f"; last seen {at} with {disk}" if disk else "; its log dirs never answered")
+        short = " (not enough room)" if self.short_of_room else ""
+        return f"broker {self.broker}: {state}; {human_bytes(self.to_copy)} still to copy onto it{short}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"broker": self.broker, "to_copy": self.to_copy, "online": self.online,
+                "total_bytes": self.total_bytes, "usable_bytes": self.usable_bytes,
+                "offline_dirs": self.offline_dirs, "seen_at": self.seen_at}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Receiver:
+        def number(key: str) -> int | None:
+            return None if data.get(key) is None else int(data[key])
+
+        seen = data.get("seen_at")
+        return cls(int(data["broker"]), int(data["to_copy"]), bool(data.get("online", True)), number("total_bytes"),
+                   number("usable_bytes"), int(data.get("offline_dirs") or 0), None if seen is None else float(seen))
+
+
+def receivers_advice(receivers: Iterable[Receiver]) -> str:
+    """What to do about the receivers in trouble before resuming ('' when none is): start the ones down,
+    free space on the full ones (a broker whose only log dir fills stops)."""
+    down = sorted(r.broker for r in receivers if not r.online)
+    full = sorted(r.broker for r in receivers if r.online and (r.short_of_room or r.offline_dirs))
+    full_down = sorted(r.broker for r in receivers if not r.online and r.short_of_room)
+    steps = []
+    if full or full_down:
+        steps.append(f"free space on the log dirs of broker(s) {sorted({*full, *full_down})} (or give them larger "
+                     "ones)")
+    if down:
+        steps.append(f"start broker(s) {down}" + (" (a broker whose log dir filled stops)" if full_down else ""))
+    return "; ".join(steps)
+
+
+@dataclass(frozen=True)
 class Progress:
-    """How far a reassignment got. Bytes count each added replica, in-flight ones as far as copied."""
+    """How far a reassignment got. Bytes count each added replica, in-flight ones as far as copied;
+    ``receivers``, the brokers receiving the moves in flight (empty when not polled)."""
 
     partitions_done: int
     partitions_total: int
@@ -148,6 +229,7 @@ class Progress:
     bytes_done: int
     bytes_total: int
     elapsed_s: float | None = None
+    receivers: tuple[Receiver, ...] = ()
 
     @property
     def done(self) -> bool:
@@ -470,20 +552,33 @@ def next_batch(seen: Observation, *, max_moves_per_broker: int, max_moves_total:
 
 
 def measure(moves: Iterable[Move], cluster: Cluster, in_flight: Mapping[TopicPartition, Reassignment],
-            replica_sizes: Mapping[tuple[str, int, int], int], elapsed_s: float | None = None) -> Progress:
-    """Progress of ``moves`` on an observed cluster; ``replica_sizes`` are the adding replicas' bytes so far."""
+            replica_sizes: Mapping[tuple[str, int, int], int], elapsed_s: float | None = None,
+            log_dirs: Mapping[int, metadata.LogDirs] | None = None, seen_at: float | None = None) -> Progress:
+    """Progress of ``moves`` on an observed cluster; ``replica_sizes`` are the adding replicas' bytes so far.
+    With ``log_dirs`` (of the adding brokers that answered, at ``seen_at``), each receiving broker of a move in
+    flight as a :class:`Receiver`."""
     done = moving = bytes_done = bytes_total = total = 0
+    to_copy: dict[int, int] = {}
     for m in moves:
         total += 1
         bytes_total += m.bytes
         if m.topic_partition in in_flight:
             moving += 1
-            bytes_done += sum(min(replica_sizes.get((m.topic, m.partition, b), 0), m.size_bytes or 0)
-                              for b in m.adding)
+            for b in m.adding:
+                copied = min(replica_sizes.get((m.topic, m.partition, b), 0), m.size_bytes or 0)
+                bytes_done += copied
+                to_copy[b] = to_copy.get(b, 0) + (m.size_bytes or 0) - copied
         elif cluster.partition(*m.topic_partition).replicas == m.after:
             done += 1
             bytes_done += m.bytes
-    return Progress(done, total, moving, bytes_done, bytes_total, elapsed_s)
+    receivers: tuple[Receiver, ...] = ()
+    if log_dirs is not None:
+        online = set(cluster.online_broker_ids)
+        receivers = tuple(
+            Receiver(b, to_copy[b], b in online, *((d.total_bytes, d.usable_bytes, d.offline, seen_at)
+                                                    if (d := log_dirs.get(b)) is not None else (None, None, 0, None)))
+            for b in sorted(to_copy))
+    return Progress(done, total, moving, bytes_done, bytes_total, elapsed_s, receivers)
 
 
 def moves_for(before: Cluster, desired: Mapping[TopicPartition, Iterable[int]]) -> tuple[Move, ...]:
@@ -635,8 +730,9 @@ def progress(conn: connection.KafkaConnection, moves: Sequence[Move], *, elapsed
     moving = [m for m in moves if m.topic_partition in in_flight and m.adding]
     # a dead adding broker cannot say how far it got: count it as no progress, not as an error
     online = set(cluster.online_broker_ids)
-    sizes = metadata.replica_sizes(conn, [m.topic_partition for m in moving], {b for m in moving for b in m.adding} & online)
-    return measure(moves, cluster, in_flight, sizes, elapsed_s)
+    sizes, log_dirs = metadata.replicas_and_log_dirs(conn, [m.topic_partition for m in moving],
+                                                     {b for m in moving for b in m.adding} & online)
+    return measure(moves, cluster, in_flight, sizes, elapsed_s, log_dirs, time.time())
 
 
 def throttle_lists_too_long(entries: Mapping[tuple[str, str], Sequence[str]],
@@ -814,13 +910,16 @@ class Executor:
     the caller no longer holds the cluster's lock (:meth:`kafkaops.platform.store.Store.check_fence`).
     ``cordon``: brokers being drained, whose log dirs are cordoned for the run (Kafka 4.3+,
     :mod:`kafkaops.reassign.cordons`) and given back their value at its end, on error and on cancel too.
+    ``unanswered_s``: how long a poll of the moves is asked again while the cluster does not answer (a broker
+    or the active controller lost and a new one elected: the moves copy on meanwhile) before the run fails.
     """
 
     def __init__(self, conn: connection.KafkaConnection, desired: Mapping[TopicPartition, Iterable[int]], *,
                  throttle_bytes_per_s: int, max_moves_per_broker: int = 5, max_moves_total: int = 20,
                  dry_run: bool = True, batch_timeout_s: float | None = None, poll_interval_s: float = 2.0,
                  on_throttles: Callable[[ThrottleRecord], None] | None = None,
-                 fence: Callable[[str], object] | None = None, cordon: Iterable[int] = ()) -> None:
+                 fence: Callable[[str], object] | None = None, cordon: Iterable[int] = (),
+                 unanswered_s: float = 60.0) -> None:
         bad = []
         if not throttle_bytes_per_s or throttle_bytes_per_s <= 0:
             bad.append(f"throttle_bytes_per_s is {throttle_bytes_per_s}; give a positive rate in bytes per "
@@ -842,6 +941,7 @@ class Executor:
         self.poll_interval_s = poll_interval_s
         self.on_throttles = on_throttles
         self.fence = fence or (lambda action: None)
+        self.unanswered_s = unanswered_s
         self.throttles = ThrottleRecord()
         self.cordon = tuple(sorted({int(b) for b in cordon}))
         self.cordons = cordons.CordonRecord()
@@ -910,7 +1010,8 @@ class Executor:
                     submit(self.conn, batch)
                     submitted.append(batch)
                     self._wait(batch.moves, batch.label)
-                seen = observe(self.conn, self.desired, submitted=len(submitted))
+                seen = self._answered("the desired replicas", lambda: observe(self.conn, self.desired,
+                                                                            submitted=len(submitted)))
         except BaseException:
             self._release(quiet=True)
             raise
@@ -965,13 +1066,33 @@ class Executor:
         if failed and not quiet:
             raise failed[0]
 
+    def _answered(self, what: str, call: Callable[[], _T], deadline: float | None = None) -> _T:
+        """``call()``, asked again while the cluster does not answer (a broker or the active controller lost, a new
+        one being elected; the moves copy on meanwhile) for up to :attr:`unanswered_s`, and not past ``deadline``."""
+        since = time.monotonic()
+        while True:
+            try:
+                return call()
+            except KafkaOpsError as err:
+                if not (isinstance(err, KafkaUnreachable) or err.retriable):
+                    raise
+                now = time.monotonic()
+                if now - since >= self.unanswered_s or (deadline is not None and now >= deadline):
+                    raise
+                log.warning("no answer to %s for %.0f s (%s); asking again with new clients for up to %.0f s",
+                            what, now - since, err, self.unanswered_s)
+                if self._cancelled.wait(self.poll_interval_s):
+                    raise
+                self.conn.renew()  # the clients' metadata may name a broker or controller that is gone
+
     def _wait(self, moves: Sequence[Move], label: str) -> None:
         keys = [m.topic_partition for m in moves]
         timeout = self.batch_timeout_s or 60.0 + 3.0 * sum(m.bytes for m in moves) / self.throttle_bytes_per_s
         deadline = time.monotonic() + timeout
         lines = ProgressLog()
         while True:
-            in_flight = reassignments.list_partition_reassignments(self.conn, keys)
+            in_flight = self._answered(f"the reassignments in flight of {label}",
+                                       lambda: reassignments.list_partition_reassignments(self.conn, keys), deadline)
             if self._cancelled.is_set():
                 reassignments.alter_partition_reassignments(self.conn, dict.fromkeys(in_flight))
                 raise ReassignmentCancelled(
@@ -980,7 +1101,7 @@ class Executor:
                     "the same desired replicas to resume")
             if not in_flight:
                 break
-            progress = self.progress()
+            progress = self._answered(f"the progress of {label}", self.progress, deadline)
             if lines.due(progress, time.monotonic()):
                 log.info("%s: %s", label, progress)
             if time.monotonic() > deadline:
@@ -997,8 +1118,8 @@ class Executor:
         """Moves whose replicas differ from the plan, given ``settle_s`` for metadata to catch up."""
         deadline = time.monotonic() + settle_s
         while True:
-            cluster = metadata.snapshot(self.conn, topics=sorted({m.topic for m in moves}), offsets=False, sizes=False,
-                                       groups=False)
+            cluster = self._answered("the moved partitions", lambda: metadata.snapshot(
+                self.conn, topics=sorted({m.topic for m in moves}), offsets=False, sizes=False, groups=False))
             wrong = [f"{m.name}: replicas {list(cluster.partition(*m.topic_partition).replicas)} but plan {list(m.after)}"
                      for m in moves if cluster.partition(*m.topic_partition).replicas != m.after]
             if not wrong or time.monotonic() > deadline:
@@ -1013,10 +1134,19 @@ class Executor:
             p = cluster.partition(*key)
             missing = [r for r in p.replicas if r not in p.isr]
             details.append(f"{_name(key)} (adding {list(moving.adding)}, not in ISR: {missing})")
+        try:
+            receivers = self.progress().receivers
+        except KafkaOpsError as err:  # the stall is the news: the receivers' state is a detail
+            log.warning("the receiving brokers' log dirs could not be read: %s", err)
+            receivers = ()
+        advice = receivers_advice(receivers)
         return ReassignmentStalled(
             f"{label} did not finish within {timeout:.0f} s: {len(in_flight)} partition(s) still moving: "
-            f"{'; '.join(details[:20])}; the moves stay in flight, no longer throttled. Check those brokers' logs "
-            "and disks, then run again (with a higher throttle_bytes_per_s or batch_timeout_s) to keep waiting, or "
+            f"{'; '.join(details[:20])}"
+            + (f"; receiving brokers: {'; '.join(str(r) for r in receivers)}" if receivers else "")
+            + "; the moves stay in flight, no longer throttled. "
+            + (f"Before resuming: {advice}; then" if advice else "Check those brokers' logs and disks, then")
+            + " run again (with a higher throttle_bytes_per_s or batch_timeout_s) to keep waiting, or "
             "revert them with kafkaops.reassign.engine.cancel(conn, partitions)")
 
 

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 from kafkaops.model import Cluster, TopicPartition
 from kafkaops.platform import state
 from kafkaops.platform.state import AuditEvent
-from kafkaops.reassign.engine import Progress
+from kafkaops.reassign.engine import Progress, Receiver, receivers_advice
 
 
 @dataclass(frozen=True)
@@ -137,15 +137,29 @@ class Polled:
         return {"done": prog.done, "text": str(prog), "partitions_done": prog.partitions_done,
                 "partitions_total": prog.partitions_total, "partitions_in_flight": prog.partitions_in_flight,
                 "bytes_done": prog.bytes_done, "bytes_total": prog.bytes_total, "elapsed_s": prog.elapsed_s,
-                "percent": round(prog.percent, 1), "eta_s": prog.eta_s, "in_flight": list(self.in_flight)}
+                "percent": round(prog.percent, 1), "eta_s": prog.eta_s, "in_flight": list(self.in_flight),
+                "receivers": [r.to_dict() for r in prog.receivers]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Polled:
         in_flight = tuple(str(k) for k in data.get("in_flight") or ())
         progress = Progress(int(data["partitions_done"]), int(data["partitions_total"]),
                             int(data.get("partitions_in_flight", len(in_flight))), int(data["bytes_done"]),
-                            int(data["bytes_total"]), data.get("elapsed_s"))
+                            int(data["bytes_total"]), data.get("elapsed_s"),
+                            tuple(Receiver.from_dict(r) for r in data.get("receivers") or ()))
         return cls(progress, in_flight)
+
+    def remembering(self, earlier: Mapping[int, Receiver]) -> Polled:
+        """This poll, each receiver down with the log dirs it showed ``earlier`` (by broker; the poller's memory)."""
+        receivers = tuple(r.remembering(earlier.get(r.broker)) for r in self.progress.receivers)
+        return replace(self, progress=replace(self.progress, receivers=receivers))
+
+    def stall_text(self) -> str:
+        """The receiving brokers for a stall's message, those in trouble first, and what to do before resuming."""
+        ordered = sorted(self.progress.receivers, key=lambda r: (not r.in_trouble, r.broker))
+        text = "; ".join(str(r) for r in ordered)
+        advice = receivers_advice(ordered)
+        return (f"receiving brokers: {text}" if text else "") + (f". Before resuming: {advice}" if advice else "")
 
 
 @dataclass(frozen=True)

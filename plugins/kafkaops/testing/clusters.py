@@ -182,3 +182,23 @@ def kill_strays(base_dir: Path) -> list[int]:
     if killed:
         log.warning("killed %d stray broker process(es) under %s: %s", len(killed), base_dir, killed)
     return killed
+
+
+#: Kafka's ``kafka-metadata-quorum`` command (``bin/kafka-metadata-quorum.sh`` runs this class).
+QUORUM_TOOL = "org.apache.kafka.tools.MetadataQuorumCommand"
+
+
+def active_controller(spec: ClusterSpec, timeout_s: float = 60.0) -> int:
+    """The node leading the KRaft quorum (``kafka-metadata-quorum describe --status``: its ``LeaderId``). KRaft
+    clients are not told: DescribeCluster names any broker as the controller."""
+    import re
+    import subprocess
+
+    cmd = ["java", "-Xmx128m", "-XX:TieredStopAtLevel=1", "-cp", f"{jar_dir('tools')}/*", QUORUM_TOOL,
+           "--bootstrap-server", spec.bootstrap, "describe", "--status"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    found = re.search(r"^LeaderId:\s*(\d+)", done.stdout, re.MULTILINE)
+    if done.returncode or found is None:
+        raise ProvisionError(f"kafka-metadata-quorum describe --status on {spec.bootstrap} exited {done.returncode} "
+                             f"without a LeaderId: {(done.stderr or done.stdout)[-800:]}")
+    return int(found.group(1))

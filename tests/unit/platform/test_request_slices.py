@@ -246,6 +246,7 @@ def test_log_dirs_are_described_in_slices(shape: Any) -> None:
 
 def test_log_dirs_with_no_partitions_still_read_the_disks() -> None:
     conn = _Connection()
-    assert metadata._describe_log_dirs(conn, {}, [1, 2]) == ({}, {1: (100, 40), 2: (100, 40)})  # type: ignore[arg-type]
+    disk = metadata.LogDirs(total_bytes=100, usable_bytes=40)
+    assert metadata._describe_log_dirs(conn, {}, [1, 2]) == ({}, {1: disk, 2: disk})  # type: ignore[arg-type]
     assert conn.legacy.calls == [("describe_log_dirs", {})]
 

@@ -47,7 +47,7 @@ class FakeKafka:
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeKafka:
         for module, names in ((connection, ("connect",)),
-                              (metadata, ("describe_cluster", "snapshot", "replica_sizes")),
+                              (metadata, ("describe_cluster", "snapshot", "replica_sizes", "replicas_and_log_dirs")),
                               (reassignments, ("list_partition_reassignments", "alter_partition_reassignments")),
                               (configs, ("describe_configs", "incremental_alter_configs",
                                          "describe_topic_storage"))):
@@ -150,6 +150,10 @@ class FakeKafka:
     def replica_sizes(self, conn: Any, partitions: Iterable[TopicPartition], brokers: Iterable[int]
                       ) -> dict[tuple[str, int, int], int]:
         return {}
+
+    def replicas_and_log_dirs(self, conn: Any, partitions: Iterable[TopicPartition], brokers: Iterable[int]
+                              ) -> tuple[dict[tuple[str, int, int], int], dict[int, metadata.LogDirs]]:
+        return {}, {}
 
     # -- what a test asks ------------------------------------------------------------------------
     def throttles(self) -> dict[tuple[str, str], dict[str, str]]:

@@ -2,6 +2,8 @@
 progress), and the throttle teardown and the execute loop on an in-memory cluster."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from kafkaops.errors import KafkaOpsError
@@ -19,6 +21,7 @@ from kafkaops.reassign.engine import (
     Observation,
     Progress,
     ProgressLog,
+    Receiver,
     ThrottleRecord,
     ThrottlesLeft,
     classify,
@@ -34,6 +37,7 @@ from kafkaops.reassign.engine import (
     plan_throttle_removal,
     plan_throttles,
     problems,
+    receivers_advice,
     remove_throttles,
     throttle_entries,
     throttle_lists_too_long,
@@ -165,6 +169,43 @@ def test_progress_counts_done_and_in_flight_bytes() -> None:
     assert Progress(3, 3, 0, 10, 10).eta_s == 0.0 and Progress(0, 3, 0, 0, 10).eta_s is None
     assert str(Progress(1, 4, 3, 0, 4096)) == "0% (0 B of 4.0 KiB), 1/4 partitions done, 3 moving, ETA unknown yet"
     assert Progress(1, 4, 3, 0, 0).percent == 25.0  # only reorders: partitions count
+
+
+def test_progress_names_each_receiving_broker_with_its_free_bytes_and_what_is_still_to_copy() -> None:
+    moves = [Move("orders", 1, (2, 3, 1), (4, 3, 1), 2000),      # in flight onto 4, half copied
+             Move("orders", 2, (3, 1, 2), (4, 9, 2), 3000)]      # in flight onto 4 and 9 (down)
+    in_flight = {("orders", 1): Reassignment("orders", 1, (4, 3, 1, 2), (4,), (2,)),
+                 ("orders", 2): Reassignment("orders", 2, (4, 9, 3, 1, 2), (4, 9), (3, 1))}
+    disks = {4: metadata.LogDirs(total_bytes=8 << 20, usable_bytes=2500, offline=0)}
+    p = measure(moves, CLUSTER, in_flight, {("orders", 1, 4): 1000}, log_dirs=disks, seen_at=1_796_000_000.0)
+    four, nine = p.receivers
+    assert four == Receiver(4, 1000 + 3000, True, 8 << 20, 2500, 0, 1_796_000_000.0)
+    assert four.short_of_room and four.in_trouble
+    assert nine == Receiver(9, 3000, online=False) and nine.in_trouble and not nine.short_of_room
+    assert str(four) == "broker 4: 2.4 KiB free of 8.0 MiB; 3.9 KiB still to copy onto it (not enough room)"
+    assert str(nine) == "broker 9: down; its log dirs never answered; 2.9 KiB still to copy onto it"
+    assert measure(moves, CLUSTER, in_flight, {}).receivers == ()  # not asked for: none
+    # a broker that went down is shown with what it last answered
+    gone = replace(four, online=False, total_bytes=None, usable_bytes=None, seen_at=None).remembering(four)
+    assert (gone.usable_bytes, gone.total_bytes, gone.seen_at, gone.online) == (2500, 8 << 20, 1_796_000_000.0, False)
+    assert str(gone) == ("broker 4: down; last seen 2026-11-30 00:53:20 UTC with 2.4 KiB free of 8.0 MiB; 3.9 KiB "
+                         "still to copy onto it (not enough room)")
+    assert four.remembering(None) is four and nine.remembering(Receiver(9, 5)) == nine  # never seen: nothing to add
+    assert Receiver.from_dict(gone.to_dict()) == gone and Receiver.from_dict(nine.to_dict()) == nine
+    full_dir = Receiver(5, 10, True, 100, 90, offline_dirs=1, seen_at=1.0)
+    assert full_dir.in_trouble and "1 log dir(s) offline (full or failing)" in str(full_dir)
+    assert not Receiver(6, 10, True, 100, 90, seen_at=1.0).in_trouble
+
+
+def test_the_advice_for_receivers_in_trouble_names_what_to_do_with_which_broker() -> None:
+    ok = Receiver(1, 10, True, 100, 90, seen_at=1.0)
+    assert receivers_advice([ok]) == ""
+    assert receivers_advice([ok, Receiver(4, 100, True, 100, 10, seen_at=1.0)]) == (
+        "free space on the log dirs of broker(s) [4] (or give them larger ones)")
+    assert receivers_advice([Receiver(5, 100, False, 100, 10, seen_at=1.0), Receiver(9, 5, online=False)]) == (
+        "free space on the log dirs of broker(s) [5] (or give them larger ones); start broker(s) [5, 9] (a broker "
+        "whose log dir filled stops)")
+    assert receivers_advice([Receiver(9, 5, online=False)]) == "start broker(s) [9]"
 
 
 @pytest.mark.parametrize("seconds, text", [(70, "00:01:10"), (0.2, "00:00:01"), (0, "00:00:00"),

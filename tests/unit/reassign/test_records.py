@@ -85,6 +85,25 @@ def test_a_progress_event_crosses_the_triggerer_as_the_dict_it_was_and_reads_bac
     assert silent.describe() == "no answer from the cluster" and silent.to_dict()["in_flight"] == []
 
 
+def test_a_stalled_poll_carries_its_receivers_and_names_the_broker_down_with_its_last_free_bytes() -> None:
+    from kafkaops.reassign.engine import Progress, Receiver
+
+    seen = Receiver(5, 9 << 20, True, 8 << 20, 1 << 20, seen_at=1_796_000_000.0)
+    up = Receiver(4, 1 << 20, True, 1 << 30, 1 << 29, seen_at=1_796_000_001.0)
+    polled = records.Polled(Progress(1, 3, 2, 600, 2000, 3.0, (Receiver(5, 9 << 20, online=False), up)), ("o-1",))
+    event = records.ProgressEvent("stalled", polled.remembering({5: seen}), 30.0)
+    back = records.ProgressEvent.from_dict(json.loads(json.dumps(event.to_dict())))
+    assert back == event and back.polled is not None
+    five, four = back.polled.progress.receivers
+    assert (five.online, five.usable_bytes, five.seen_at) == (False, 1 << 20, 1_796_000_000.0)
+    assert back.polled.stall_text() == (
+        "receiving brokers: broker 5: down; last seen 2026-11-30 00:53:20 UTC with 1.0 MiB free of 8.0 MiB; 9.0 MiB "
+        "still to copy onto it (not enough room); broker 4: 512.0 MiB free of 1.0 GiB; 1.0 MiB still to copy onto "
+        "it. Before resuming: free space on the log dirs of broker(s) [5] (or give them larger ones); start "
+        "broker(s) [5] (a broker whose log dir filled stops)")
+    assert records.Polled(Progress(1, 3, 2, 600, 2000)).stall_text() == ""  # an event of before: nothing to add
+
+
 def test_cordons_set_and_lifted_in_this_attempt() -> None:
     cordoned = records.CordonSet((4,), (5,), None, {"prior": [[4, None]], "kept": [5], "skipped": None})
     events = [AuditEvent(1, "started", {}), AuditEvent(2, "cordon_set", cordoned.to_dict())]

@@ -266,6 +266,16 @@ class KafkaConnection:
         if legacy is not None:
             legacy.close()
 
+    def renew(self) -> None:
+        """Close both clients and open new ones, with fresh metadata: after the cluster lost a broker or its active
+        controller, librdkafka's client may keep waiting on the controller it knew ("Timed out waiting for
+        controller") until its next metadata refresh, minutes later."""
+        self.close()
+        self._reports = _ErrorReports()
+        self._probed = False
+        self.__post_init__()
+        log.info("new Kafka clients for %s", self.name)
+
     def close(self) -> None:
         """Close kafka-python's client and release librdkafka's here, in the caller's thread: its threads
         are joined before this returns (requests still in flight end with ``_DESTROY``). Idempotent."""

@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -130,11 +131,21 @@ def snapshot(conn: KafkaConnection, *, topics: Iterable[str] | None = None, incl
     return cluster
 
 
-def _with_disk(broker: Broker, disk: tuple[int, int] | None) -> Broker:
+@dataclass(frozen=True)
+class LogDirs:
+    """A broker's log dirs as DescribeLogDirs answers: the bytes of those that answered (total, usable by
+    Kafka), and how many answered with an error (``offline``: Kafka took them offline, full or failing)."""
+
+    total_bytes: int
+    usable_bytes: int
+    offline: int = 0
+
+
+def _with_disk(broker: Broker, disk: LogDirs | None) -> Broker:
     if disk is None:
         return broker
     return Broker(id=broker.id, host=broker.host, port=broker.port, rack=broker.rack, online=broker.online,
-                  disk_total_bytes=disk[0], disk_usable_bytes=disk[1])
+                  disk_total_bytes=disk.total_bytes, disk_usable_bytes=disk.usable_bytes)
 
 
 def _largest_replicas(per_replica: Mapping[tuple[str, int, int], int]) -> dict[tuple[str, int], int]:
@@ -149,18 +160,24 @@ def replica_sizes(conn: KafkaConnection, partitions: Iterable[tuple[str, int]], 
                   ) -> dict[tuple[str, int, int], int]:
     """Bytes on disk of each replica ``(topic, partition, broker)`` of ``partitions`` on ``brokers``,
     counting a replica that is being copied (a reassignment's adding replica) as far as it got."""
+    return replicas_and_log_dirs(conn, partitions, brokers)[0]
+
+
+def replicas_and_log_dirs(conn: KafkaConnection, partitions: Iterable[tuple[str, int]], brokers: Iterable[int]
+                          ) -> tuple[dict[tuple[str, int, int], int], dict[int, LogDirs]]:
+    """:func:`replica_sizes` and, from the same answers, each broker's :class:`LogDirs` (nothing asked: nothing)."""
     topics: dict[str, list[int]] = {}
     for topic, partition in partitions:
         topics.setdefault(topic, []).append(partition)
     wanted = sorted(set(brokers))
     if not topics or not wanted:
-        return {}
-    return _describe_log_dirs(conn, topics, wanted)[0]
+        return {}, {}
+    return _describe_log_dirs(conn, topics, wanted)
 
 
 def _describe_log_dirs(conn: KafkaConnection, topics: dict[str, list[int]], brokers: list[int]
-                       ) -> tuple[dict[tuple[str, int, int], int], dict[int, tuple[int, int]]]:
-    """Replica sizes ``(topic, partition, broker) -> bytes`` and (total, usable) disk bytes per broker.
+                       ) -> tuple[dict[tuple[str, int, int], int], dict[int, LogDirs]]:
+    """Replica sizes ``(topic, partition, broker) -> bytes`` and each broker's :class:`LogDirs`.
     DescribeLogDirs counts a replica's local log: of a tiered topic (remote storage on) the segments copied to
     remote storage and deleted locally are not in it (measured on Kafka 4.4 with LocalTieredStorage,
     tests/integration/reassign/test_tiered.py).
@@ -177,11 +194,12 @@ def _describe_log_dirs(conn: KafkaConnection, topics: dict[str, list[int]], brok
             return list(client.describe_log_dirs(topic_partitions=asked, brokers=brokers))
         answers.extend(connection.call_legacy(conn, f"the log dirs of brokers {brokers}", ask))
     sizes: dict[tuple[str, int, int], int] = {}
-    disks: dict[int, tuple[int, int]] = {}
+    disks: dict[int, LogDirs] = {}
     for answer in answers:
-        total = usable = 0
+        total = usable = offline = 0
         for log_dir in answer["log_dirs"]:
             if log_dir.get("error_code", 0) != 0:
+                offline += 1
                 continue
             total += max(log_dir.get("total_bytes", 0), 0)
             usable += max(log_dir.get("usable_bytes", 0), 0)
@@ -191,5 +209,5 @@ def _describe_log_dirs(conn: KafkaConnection, topics: dict[str, list[int]], brok
                         continue
                     key = (topic["name"], part["partition_index"], answer["broker"])
                     sizes[key] = max(sizes.get(key, 0), part["partition_size"])
-        disks[answer["broker"]] = (total, usable)
+        disks[answer["broker"]] = LogDirs(total, usable, offline)
     return sizes, disks
