@@ -204,6 +204,8 @@ def test_bad_trigger_payloads_are_refused_before_any_change_naming_the_param(
             ran = sorted(t for t, (state, _) in states.items() if state == "success")
             if ran:  # refused in its first task: nothing after it ran
                 found.append(f"tasks {ran} succeeded; the run was not refused at its begin")
+            if s.payload.dag_id == REVIEW and not s.where.startswith("record"):  # as the operations' refusals
+                found.append("the capacity review's refusal is not in its run's record")
         for word in (s.payload.param, *s.payload.also):
             if word not in s.refusal:
                 found.append(f"({s.where}) the refusal does not name {word!r}: {s.refusal[-1500:]}")

@@ -23,12 +23,13 @@ from airflow.sdk import DAG, CronTriggerTimetable, Param, get_current_context, t
 from airflow.sdk.exceptions import AirflowSkipException
 
 from kafkaops.capacity import steps
+from kafkaops.errors import ConfigError
 from kafkaops.platform import lifecycle
 from kafkaops.platform import params as form
 from kafkaops.airflow import spark_submit
 from kafkaops.airflow.hooks import KafkaOpsHook, prometheus_url
 from kafkaops.airflow.operation_dag import RETRIED, operation_dag, params_of, task_of, value_of
-from kafkaops.airflow.operators import failed_tasks, run_fields
+from kafkaops.airflow.operators import failed_tasks, refuse_unread_params, run_fields
 
 
 
@@ -144,7 +145,11 @@ def build_capacity_review_dag(dag_id: str, *, schedule: str | None = DEFAULT_SCH
 
         @task
         def begin() -> dict[str, Any]:
-            context, ctx = _context()
+            try:
+                context, ctx = _context()
+            except ConfigError as err:  # params that cannot be read: the run is refused, said in its record too
+                refuse_unread_params(get_current_context(), steps.KIND, err)
+                raise
             return lifecycle.begin(ctx, dict(context["params"]))
 
         @task

@@ -188,3 +188,17 @@ def test_the_dag_runs_a_review_and_proposes_a_scale_out_run(cluster, airflow_db,
     assert proposed_run.conf["add_brokers"] >= 1
     proposed = [n for n in record["notes"] if "proposed kafka_scale_out" in n["text"]]
     assert proposed and proposed[0]["conf"]["approval"] == "manual" and proposed[0]["conf"]["dry_run"] is False
+
+
+def test_a_review_with_params_it_cannot_read_is_refused_in_its_record(airflow_db, dagbag) -> None:
+    """A refusal of the params is the run's record, as for the operations: the record page and `records show` say
+    why, not only the begin task's log. Nothing after the begin runs."""
+    from kafkaops.platform import state
+
+    run = run_dag(dagbag, "kafka_capacity_review", max_cpu_percent=150, target_records_per_s=1000)
+    record = state.AuditLog.for_run("kafka_capacity_review", run.run_id).summary()
+    assert record["outcome"] == "refused", record
+    reason = record["outcome_reason"]
+    assert "max_cpu_percent" in reason and "per_consumer_records_per_s" in reason, record
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    assert states["begin"] == "failed" and not [t for t, s in states.items() if s == "success"], states
