@@ -640,14 +640,25 @@ def execute_in_place(ctx: lifecycle.OperationContext, plan: PartitionPlan) -> di
     return {"grown": grown}
 
 
+#: The source's topic configs its dead-letter topic takes too: a dead letter is kept as safely as a copied record.
+DEAD_LETTER_CONFIGS = ("min.insync.replicas", "unclean.leader.election.enable")
+
+
+def dead_letter_configs(target_configs: Mapping[str, str] | None) -> dict[str, str]:
+    """The configs of the dead-letter topic: the target's durability settings (:data:`DEAD_LETTER_CONFIGS`)."""
+    return {k: str(v) for k, v in (target_configs or {}).items() if k in DEAD_LETTER_CONFIGS}
+
+
 def create_target(ctx: lifecycle.OperationContext, plan: PartitionPlan) -> dict[str, Any]:
-    """The target topic (new count, the source's configs and RF) and its one-partition dead-letter topic."""
+    """The target topic (new count, the source's configs and RF) and its one-partition dead-letter topic (the
+    same RF and durability settings, :func:`dead_letter_configs`)."""
     bf = BackfillPlan.from_dict(plan.backfill or {})
     with ctx.connect() as conn:
         ctx.fence(f"create the target topic {bf.target_topic}")
         created = topics.create_topic(conn, bf.target_topic, bf.target_partitions, plan.replication_factor,
                                      plan.target_configs)
-        dlq = topics.create_topic(conn, bf.dead_letter_topic, 1, plan.replication_factor)
+        dlq = topics.create_topic(conn, bf.dead_letter_topic, 1, plan.replication_factor,
+                                  dead_letter_configs(plan.target_configs))
     ctx.audit.append("note", text=f"target {bf.target_topic} ({bf.target_partitions} partitions) "
                                   f"{'created' if created else 'exists'}; dead-letter {bf.dead_letter_topic} "
                                   f"{'created' if dlq else 'exists'}")
