@@ -677,6 +677,9 @@ INVENTORY_CONN_PREFIX = "conn:"
 #: (YAML or JSON text, or the JSON object itself).
 INVENTORY_EXTRA_KEY = "inventory"
 _CONN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")
+#: Ansible's own names of secrets that :func:`kafkaops.platform.redaction.is_secret` does not know
+#: (``ansible_pass``, ``ansible_ssh_pass``, ``ansible_become_pass``).
+_ANSIBLE_PASS = re.compile(r"(^|_)pass$", re.IGNORECASE)
 
 
 def inventory_conn_id(name: str) -> str | None:
@@ -725,8 +728,8 @@ class ConnInventory:
 
         def walk(value: Any) -> None:
             if isinstance(value, Mapping):
-                found.update(redaction.secret_values({str(k): v for k, v in value.items()
-                                                      if not isinstance(v, (Mapping, list))}))
+                found.update(str(v) for k, v in value.items() if v not in (None, "") and not isinstance(v, (
+                    Mapping, list)) and (redaction.is_secret(str(k)) or _ANSIBLE_PASS.search(str(k))))
                 for v in value.values():
                     walk(v)
             elif isinstance(value, list):

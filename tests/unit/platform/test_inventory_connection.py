@@ -19,6 +19,7 @@ ANSIBLE = f"""all:
   vars:
     ansible_user: kafka
     ansible_password: {SECRET}
+    ansible_become_pass: {SECRET}-become
     kafka_broker_scram_users:
       - name: admin
         password: {SECRET}-scram
@@ -40,7 +41,7 @@ def test_an_ansible_inventory_as_yaml_text_is_read_with_its_hosts() -> None:
     assert not inventory.is_spec and inventory.hosts == ("kafka-1", "kafka-4")
     assert inventory.param == "conn:kafka_inv"
     assert SECRET not in repr(inventory)
-    assert inventory.secret_values() == [f"{SECRET}-scram", SECRET]
+    assert inventory.secret_values() == [f"{SECRET}-become", f"{SECRET}-scram", SECRET]
 
 
 def test_a_cluster_spec_as_a_json_object_or_json_text_is_read_as_a_spec(tmp_path: Path) -> None:
