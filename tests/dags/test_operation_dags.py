@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -120,6 +121,42 @@ def test_a_dry_run_whose_inventory_lacks_the_new_host_says_what_a_real_run_would
     assert refused in record["plan"]["approval"], record["plan"]["approval"]
     assert any(n["text"].startswith(f"dry run: a real run would be refused at its plan: inventory {inventory}")
                for n in record["notes"]), record["notes"]
+
+
+def test_a_dry_run_reads_an_inventory_kept_in_a_connection_as_it_reads_the_file(
+        dagbag, cluster, tmp_path, monkeypatch, caplog) -> None:
+    """Issue 36: an inventory kept in an Airflow connection (inventory=conn:<conn_id>, the inventory in the
+    connection's extra) plans as the same inventory in a file, and none of its secrets reaches the record or the
+    log; a connection without an inventory refuses the run at its begin, naming the param and the connection."""
+    secret = "hunter2-inventory-s3cret"
+    text = ("all:\n  vars: {ansible_user: kafka, ansible_password: " + secret + "}\n  children:\n    kafka_cluster:\n"
+            "      hosts:\n        kafka-40: {ansible_host: 10.0.0.40, kafka_broker_rack: rack-b}\n")
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(text)
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_INVENTORY", json.dumps({"conn_type": "generic",
+                                                                   "extra": {"inventory": text}}))
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_NO_INVENTORY", json.dumps({"conn_type": "generic",
+                                                                      "extra": {"hosts": secret}}))
+    caplog.set_level(logging.INFO)
+    conf = {"new_broker_ids": [40], "topics": [TOPIC]}
+    started = time.monotonic()
+    _, from_file = run(dagbag, "kafka_scale_out", inventory=str(inventory), **conf)
+    dag_run, from_conn = run(dagbag, "kafka_scale_out", inventory="conn:kafka_inventory", **conf)
+    log.info("two dry runs in %.1f s", time.monotonic() - started)
+    assert str(dag_run.state) == "success" and from_conn["outcome"] == "dry_run", from_conn
+    assert from_conn["plan"]["new_brokers"] == from_file["plan"]["new_brokers"], from_conn["plan"]["new_brokers"]
+    assert [b["rack"] for b in from_conn["plan"]["new_brokers"]] == ["rack-b"]  # the inventory's rack, read by Ansible
+    assert from_conn["plan"]["kafka_json"] == from_file["plan"]["kafka_json"]
+    assert "would be refused" not in from_conn["plan"]["approval"], from_conn["plan"]["approval"]
+    assert secret not in json.dumps(from_conn, default=str) and secret not in caplog.text
+    assert not list(Path(tempfile.gettempdir()).glob(f"{provision.MATERIALIZED_PREFIX}*/conn-kafka_inventory.yml"))
+
+    refused_run, refused = run(dagbag, "kafka_scale_out", inventory="conn:kafka_no_inventory", **conf)
+    assert str(refused_run.state) == "failed" and refused["outcome"] == "refused", refused
+    assert refused["outcome_reason"].startswith(
+        "param inventory conn:kafka_no_inventory: Airflow connection 'kafka_no_inventory' has no inventory in its "
+        "extra (its keys: hosts)"), refused["outcome_reason"]
+    assert not refused["plan"] and secret not in json.dumps(refused, default=str)
 
 
 def test_a_rejected_scale_out_starts_no_broker(dagbag, cluster) -> None:

@@ -1,4 +1,4 @@
-"""Airflow Connections -> what kafkaops connects to: a Kafka cluster and the kafkaops store.
+"""Airflow Connections -> what kafkaops connects to: a Kafka cluster and the kafkaops store (and inventories).
 
 Kafka is the apache-kafka provider's connection type ``kafka`` (its form in Airflow's Connections
 page, its "Test" button): the extras hold the librdkafka config (``bootstrap.servers``,
@@ -9,6 +9,10 @@ field) do. :class:`KafkaOpsHook` is the provider's :class:`KafkaBaseHook` readin
 that way. The config's secret values (:mod:`kafkaops.platform.redaction`) are registered with
 Airflow's secrets masker wherever a connection is read, so no task or trigger log shows them, and a
 trigger carries only the connection's id: the triggerer reads the config itself (:func:`aget_config`).
+
+An operation's inventory may be kept in a connection too (the ``inventory`` param ``conn:<conn_id>``; any
+type, the inventory under ``inventory`` in its extra): :func:`inventory_from_connection` reads and checks it,
+its secret values registered with the masker, for the step that writes it to a private file.
 
 The store (:mod:`kafkaops.platform.store`) is the ``kafkaops_store`` connection: type ``postgres``
 (the postgres provider builds the URL; psycopg2 unless its extra ``sqlalchemy_scheme`` says
@@ -29,7 +33,7 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from kafkaops.errors import ConfigError
-from kafkaops.platform import redaction, store
+from kafkaops.platform import provision, redaction, store
 from kafkaops.platform.kafka import connection
 
 STORE_CONN_ID = "kafkaops_store"
@@ -103,6 +107,26 @@ class KafkaOpsHook(KafkaBaseHook):
 
     def connect(self, timeout_s: float = connection.DEFAULT_TIMEOUT_S) -> connection.KafkaConnection:
         return connection.connect(self.get_config(), timeout_s=timeout_s)
+
+
+def inventory_from_connection(conn_id: str, *, param: str = "inventory") -> provision.ConnInventory:
+    """The inventory the Airflow connection ``conn_id`` holds in its extra (an ``inventory`` param of
+    ``conn:<conn_id>``; :func:`kafkaops.platform.provision.inventory_from_extra`), its secret values registered
+    with Airflow's secrets masker. A ConfigError naming the param and the connection, never the inventory's
+    text, when the connection does not exist or holds no readable inventory."""
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException as err:
+        raise ConfigError(f"param {param} {provision.INVENTORY_CONN_PREFIX}{conn_id} names Airflow connection "
+                          f"'{conn_id}', which Airflow does not have where this task runs; create it (any type, e.g. "
+                          f"generic, with the inventory under \"{provision.INVENTORY_EXTRA_KEY}\" in its extra) for "
+                          "every Airflow worker, or name an inventory file; nothing was changed") from err
+    inventory = provision.inventory_from_extra(conn_id, conn.extra_dejson, param=param)
+    from airflow.sdk.log import mask_secret
+
+    for value in inventory.secret_values():
+        mask_secret(value)
+    return inventory
 
 
 def store_url_from_connection(conn: Any) -> sa.URL:

@@ -18,9 +18,11 @@ Expectations are imported by the tasks that run a gate.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from airflow.sdk import (DAG, BaseOperator, Connection, Param, RetryDecision, RetryPolicy, XComArg, get_current_context,
@@ -30,8 +32,10 @@ from airflow.sdk.exceptions import AirflowNotFoundException, AirflowSkipExceptio
 from kafkaops.errors import ConfigError, ProvisionError
 from kafkaops.platform import lifecycle
 from kafkaops.platform import params as form
+from kafkaops.platform import provision as provisioning
 from kafkaops.platform.provision import SshLogin
 from kafkaops.reassign import records, steps
+from kafkaops.airflow.hooks import inventory_from_connection
 from kafkaops.airflow.operators import (KafkaOpsApprovalOperator, ReassignmentBatchesOperator, context_of,
                                         failed_tasks, kind_of, recorded, refuse_unread_params, release)
 
@@ -125,6 +129,35 @@ def ssh_checks(context: Any, params: steps.OperationParams) -> list[Any]:
     return [lambda: steps.check_login(params, ssh_login(context))]
 
 
+@contextmanager
+def inventory_read(ctx: lifecycle.OperationContext, needed: bool = True) -> Iterator[lifecycle.OperationContext]:
+    """``ctx`` for a step that reads the inventory: when the ``inventory`` param names an Airflow connection
+    (``conn:<conn_id>``) and ``needed``, its inventory is read now (:func:`kafkaops.airflow.hooks.
+    inventory_from_connection`, a ConfigError naming the param and the connection) into a private file, removed
+    when the block ends, also on failure (:func:`kafkaops.platform.provision.materialized_inventory`); the
+    context's params read it from there (:attr:`kafkaops.reassign.steps.OperationParams.inventory_file`). Any
+    other inventory: ``ctx`` as it is."""
+    conn_id = ctx.params.inventory_conn_id
+    if conn_id is None or not needed:
+        yield ctx
+        return
+    inventory = inventory_from_connection(conn_id)
+    with provisioning.materialized_inventory(inventory) as path:
+        log.info("inventory of Airflow connection '%s' (%s, %d host(s)) read for this step", conn_id,
+                 "a cluster spec" if inventory.is_spec else "an Ansible inventory", len(inventory.hosts))
+        yield dataclasses.replace(ctx, params=dataclasses.replace(ctx.params, inventory_file=str(path)))
+
+
+def begin_checks(context: Any, ctx: lifecycle.OperationContext) -> None:
+    """``begin``'s checks of the inventory and the SSH login, in one block that has the inventory read (a
+    connection's, :func:`inventory_read`): :func:`ssh_checks`, then
+    :func:`kafkaops.reassign.steps.check_inventory_file`. Dry runs too: a wrong inventory refuses the run here."""
+    with inventory_read(ctx, ctx.params.uses_inventory) as ready:
+        for check in ssh_checks(context, ready.params):
+            check()
+        steps.check_inventory_file(ready.params)
+
+
 def value_of(output: XComArg) -> Any:
     """``output``, an upstream task's, where a task function takes that task's value: Airflow pulls the value
     when the task runs. The TaskFlow decorator types a call with the function's own parameters (the value's
@@ -176,6 +209,23 @@ def finish_login(context: Any, ctx: lifecycle.OperationContext) -> SshLogin | No
         return None
 
 
+@contextmanager
+def finish_inventory(ctx: lifecycle.OperationContext) -> Iterator[lifecycle.OperationContext]:
+    """:func:`inventory_read` for a finish that removes the brokers its scale-out provisioned (none read
+    otherwise); a connection that can no longer be read is logged, and the finish names the brokers it could not
+    remove (its removal meets the unread inventory)."""
+    if not steps.provisioned_brokers(ctx):
+        yield ctx
+        return
+    with ExitStack() as stack:
+        try:
+            ready = stack.enter_context(inventory_read(ctx))
+        except ConfigError as err:
+            log.error("the inventory to remove the brokers this run provisioned could not be read: %s", err)
+            ready = ctx
+        yield ready
+
+
 @task(multiple_outputs=False)
 def begin(kind: str | None) -> dict[str, Any]:
     context = get_current_context()
@@ -184,7 +234,7 @@ def begin(kind: str | None) -> dict[str, Any]:
     except ConfigError as err:  # params that cannot be read: the run is refused, said in its record too
         refuse_unread_params(context, kind or str(context["params"].get("operation") or "reassignment"), err)
         raise
-    checks = [*ssh_checks(context, ctx.params), lambda: steps.check_inventory_file(ctx.params)]
+    checks = [lambda: begin_checks(context, ctx)]
     return lifecycle.begin(ctx, dict(context["params"]), checks=checks,
                            cluster_checks=[lambda brokers, conn: steps.check_cluster(ctx.params, brokers, conn)])
 
@@ -200,8 +250,8 @@ def plan(kind: str | None, before: dict[str, Any]) -> dict[str, Any]:
     will provision once approved)."""
     context = get_current_context()
     ctx = context_of(context, kind_of(context, kind))
-    with recorded(ctx, "plan"):
-        planned = steps.make_plan(ctx, before)
+    with recorded(ctx, "plan"), inventory_read(ctx, ctx.params.uses_inventory) as ready:
+        planned = steps.make_plan(ready, before)
     with recorded(ctx, "plan_gate"):
         steps.plan_gate(ctx, planned)
     return planned
@@ -215,8 +265,8 @@ def provision(kind: str | None, plan_data: dict[str, Any]) -> dict[str, Any]:
     if ctx.params.dry_run:
         raise AirflowSkipException("dry run: no broker is provisioned; the plan uses the brokers it would add")
     planned = records.Provisioned.from_dict(plan_data).new_brokers
-    with recorded(ctx, "provision"):
-        result = steps.provision_brokers(ctx, ssh=ssh_login(context), planned=planned)
+    with recorded(ctx, "provision"), inventory_read(ctx) as ready:
+        result = steps.provision_brokers(ready, ssh=ssh_login(context), planned=planned)
     ctx.step("wait_until_registered", "started", brokers=result.ids)
     try:
         registered = steps.wait_until_registered(ctx, result.new_brokers)
@@ -236,8 +286,8 @@ def post_move_gate(kind: str | None, plan_data: dict[str, Any], before: dict[str
 def stop_drained(kind: str | None) -> dict[str, Any]:
     context = get_current_context()
     ctx = context_of(context, kind_of(context, kind))
-    with recorded(ctx, "stop_drained"):
-        return steps.stop_drained(ctx, ssh_login(context) if ctx.params.stops_brokers else None).to_dict()
+    with recorded(ctx, "stop_drained"), inventory_read(ctx, ctx.params.stops_brokers) as ready:
+        return steps.stop_drained(ready, ssh_login(context) if ctx.params.stops_brokers else None).to_dict()
 
 
 @task(multiple_outputs=False)
@@ -251,8 +301,9 @@ def finish(kind: str | None, started: dict[str, Any]) -> dict[str, Any]:
         release(ctx)
     except Exception as err:  # recorded as the failed step remove_throttles / lift_cordons; the lock must still go
         log.error("throttles or cordons left after the run: %s", err)
-    concluded = steps.finish(ctx, (started or {}).get("cluster_id"), failed_tasks=failed_tasks(context),
-                             ssh=finish_login(context, ctx))
+    with finish_inventory(ctx) as ready:
+        concluded = steps.finish(ready, (started or {}).get("cluster_id"), failed_tasks=failed_tasks(context),
+                                 ssh=finish_login(context, ctx))
     failure = lifecycle.not_applied(concluded)  # the run's state in Airflow is its record's outcome
     if failure is not None:
         raise failure

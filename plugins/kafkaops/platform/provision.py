@@ -10,16 +10,21 @@ import json
 import logging
 import os
 import random
+import re
+import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from kafkaops.errors import ConfigError, HostUnreachable, ProvisionError
 from kafkaops.platform import redaction
@@ -624,7 +629,9 @@ def default_inventory() -> Path | None:
 
 
 #: The setting naming the folders an operation's ``inventory`` param may name files in (``os.pathsep``
-#: between folders). Unset: any absolute path of an inventory file (still no ``..``, and a known suffix).
+#: between folders). Unset: any absolute path of an inventory file (still no ``..``, and a known suffix, so
+#: ``/etc/passwd`` and the like stay refused); set it on every production worker, or keep inventories in
+#: Airflow connections (:data:`INVENTORY_CONN_PREFIX`), which it does not restrict.
 INVENTORY_DIRS_SETTING = "KAFKAOPS_INVENTORY_DIRS"
 #: The suffixes of what the ``inventory`` param names: a kafkaops cluster spec, an Ansible inventory.
 INVENTORY_SUFFIXES = (".json", ".yml", ".yaml", ".ini")
@@ -661,6 +668,160 @@ def inventory_path(name: str, *, param: str = "inventory") -> Path:
         raise ConfigError(f"param {param} {name!r} is outside {where}; put the inventory there, or add its folder "
                           f"to {INVENTORY_DIRS_SETTING} on the workers")
     return path
+
+
+#: How the ``inventory`` param names an inventory kept in an Airflow connection: ``conn:<conn_id>``. The
+#: connection (any type, e.g. generic) holds it in its extra under :data:`INVENTORY_EXTRA_KEY`.
+INVENTORY_CONN_PREFIX = "conn:"
+#: The key of a connection's extra that holds its inventory: a kafkaops cluster spec or an Ansible inventory
+#: (YAML or JSON text, or the JSON object itself).
+INVENTORY_EXTRA_KEY = "inventory"
+_CONN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")
+#: Ansible's own names of secrets that :func:`kafkaops.platform.redaction.is_secret` does not know
+#: (``ansible_pass``, ``ansible_ssh_pass``, ``ansible_become_pass``).
+_ANSIBLE_PASS = re.compile(r"(^|_)pass$", re.IGNORECASE)
+
+
+def inventory_conn_id(name: str) -> str | None:
+    """The connection id of an ``inventory`` param of the form ``conn:<conn_id>``; None for a file's name."""
+    return name[len(INVENTORY_CONN_PREFIX):].strip() if name.startswith(INVENTORY_CONN_PREFIX) else None
+
+
+def inventory_conn_ref(name: str, *, param: str = "inventory") -> str:
+    """``name``, a ``conn:<conn_id>`` param, checked (pure): a ConfigError naming the param for an id that no
+    Airflow connection can have."""
+    conn_id = inventory_conn_id(name) or ""
+    if not _CONN_ID.match(conn_id):
+        raise ConfigError(f"param {param} {name!r} names no Airflow connection id: give conn:<conn_id> (letters, "
+                          "digits, _ . -), e.g. conn:kafka_inventory, or an inventory file")
+    return f"{INVENTORY_CONN_PREFIX}{conn_id}"
+
+
+class _TolerantLoader(yaml.SafeLoader):
+    """YAML's safe loader that reads a tag it does not know (Ansible's ``!vault``, ``!unsafe``) as null: the
+    inventory is only checked with it; Ansible reads the text itself."""
+
+
+_TolerantLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+@dataclass(frozen=True)
+class ConnInventory:
+    """An inventory read from an Airflow connection's extra (:func:`inventory_from_extra`): a kafkaops cluster
+    spec (``is_spec``) or an Ansible inventory. Its ``text`` may hold passwords: it goes only into the
+    private file of :func:`materialized_inventory`, never into a repr, a message or a log."""
+
+    conn_id: str
+    is_spec: bool
+    hosts: tuple[str, ...]
+    text: str = field(repr=False)
+
+    @property
+    def param(self) -> str:
+        """The ``inventory`` param that names it."""
+        return f"{INVENTORY_CONN_PREFIX}{self.conn_id}"
+
+    def secret_values(self) -> list[str]:
+        """Every value under a secret-named key (``ansible_password``, a SCRAM user's ``password`` ...), at any
+        depth, for Airflow's secrets masker."""
+        found: set[str] = set()
+
+        def walk(value: Any) -> None:
+            if isinstance(value, Mapping):
+                found.update(str(v) for k, v in value.items() if v not in (None, "") and not isinstance(v, (
+                    Mapping, list)) and (redaction.is_secret(str(k)) or _ANSIBLE_PASS.search(str(k))))
+                for v in value.values():
+                    walk(v)
+            elif isinstance(value, list):
+                for v in value:
+                    walk(v)
+        walk(_parsed(self.text))
+        return sorted(found, key=len, reverse=True)
+
+
+def _parsed(text: str) -> Any:
+    return yaml.load(text, Loader=_TolerantLoader)  # noqa: S506 - a safe loader that tolerates unknown tags
+
+
+def _ansible_hosts(groups: Mapping[str, Any]) -> set[str]:
+    """The hosts a YAML inventory's groups name (``hosts`` of each group and of its ``children``, at any depth)."""
+    found: set[str] = set()
+    for group in groups.values():
+        if not isinstance(group, Mapping):
+            continue
+        if isinstance(group.get("hosts"), Mapping):
+            found.update(str(h) for h in group["hosts"])
+        if isinstance(group.get("children"), Mapping):
+            found |= _ansible_hosts(group["children"])
+    return found
+
+
+def inventory_from_extra(conn_id: str, extra: Mapping[str, Any] | None, *, param: str = "inventory"
+                         ) -> ConnInventory:
+    """The inventory an Airflow connection's extra holds under :data:`INVENTORY_EXTRA_KEY` (pure): a kafkaops
+    cluster spec (what :meth:`ClusterSpec.to_dict` writes) or an Ansible inventory in YAML's format (YAML or
+    JSON). A ConfigError naming the param and the connection, never a value of the inventory, when the extra has
+    none, it does not parse, or it names no host."""
+    ref = f"param {param} {INVENTORY_CONN_PREFIX}{conn_id}: Airflow connection {conn_id!r}"
+    hint = (f"put a kafkaops cluster spec or an Ansible inventory (YAML or JSON) under \"{INVENTORY_EXTRA_KEY}\" in "
+            "its extra; nothing was changed")
+    given = (extra or {}).get(INVENTORY_EXTRA_KEY)
+    if given in (None, "", {}):
+        keys = sorted(str(k) for k in (extra or {}))
+        raise ConfigError(f"{ref} has no inventory in its extra (its keys: {', '.join(keys) or 'none'}); {hint}")
+    if isinstance(given, Mapping):
+        text = json.dumps(given)
+    elif isinstance(given, str):
+        text = given
+    else:
+        raise ConfigError(f"{ref} holds a {type(given).__name__} under \"{INVENTORY_EXTRA_KEY}\", no inventory; {hint}")
+    try:
+        data = _parsed(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)  # where, never what: the text around it may be a password
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError(f"{ref}: its inventory does not parse as YAML or JSON{where}; {hint}") from None
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{ref}: its inventory is a {type(data).__name__}, not a mapping of groups or a "
+                          f"cluster spec; {hint}")
+    if "nodes" in data and "cluster_id" in data:
+        try:
+            spec = ClusterSpec.from_dict(data)
+        except ProvisionError as err:
+            cause = err.__cause__
+            what = f"missing field {cause}" if isinstance(cause, KeyError) else f"a field of the wrong type "                                                                                   f"({type(cause).__name__})"
+            # from None, as for a parse error: the cause's text may quote a value (int('<a password>'))
+            raise ConfigError(f"{ref}: its inventory looks like a kafkaops cluster spec but cannot be read "
+                              f"({what}); {hint}") from None
+        if not spec.nodes:
+            raise ConfigError(f"{ref}: its cluster spec names no node; {hint}")
+        return ConnInventory(conn_id, True, tuple(n.hostname for n in spec.nodes), json.dumps(spec.to_dict()))
+    hosts = _ansible_hosts(data)
+    if not hosts:
+        raise ConfigError(f"{ref}: its inventory names no host (groups {', '.join(sorted(map(str, data))) or 'none'}; "
+                          f"an Ansible inventory in YAML's format has hosts under all: hosts: or a group's children); "
+                          f"{hint}")
+    return ConnInventory(conn_id, False, tuple(sorted(hosts)), text)
+
+
+#: The prefix of the private folders :func:`materialized_inventory` writes connections' inventories to.
+MATERIALIZED_PREFIX = "kafkaops-inventory-"
+
+
+@contextmanager
+def materialized_inventory(inventory: ConnInventory) -> Iterator[Path]:
+    """The inventory as a file for Ansible and the readers here: ``conn-<conn_id>.json`` (a cluster spec) or
+    ``.yml`` (an Ansible inventory; JSON is YAML) in a new folder only this user may enter (0700), the file
+    0600; the folder is removed when the block ends, also on an error. Its name carries the connection's id, so
+    a message naming the file names the connection."""
+    folder = Path(tempfile.mkdtemp(prefix=MATERIALIZED_PREFIX))  # mkdtemp: mode 0700
+    try:
+        path = folder / f"conn-{inventory.conn_id}{'.json' if inventory.is_spec else '.yml'}"
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+            out.write(inventory.text)
+        yield path
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def inventory_hosts(path: Path) -> tuple[str, ...]:

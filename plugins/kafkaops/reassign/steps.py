@@ -61,8 +61,11 @@ EXCLUDE_BROKERS = form.WholeNumbers(name="exclude_brokers", title="Excluded brok
                                     description="Brokers that keep their replicas and receive none.")
 INVENTORY = form.Text(name="inventory", title="Inventory",
                       description="A kafkaops cluster spec (.json, local clusters) or an Ansible inventory (.yml, "
-                                  "real hosts) for the kafka_broker role. Empty: the local cluster's spec that "
-                                  "make cluster-up wrote, on the machine that has one.")
+                                  "real hosts) for the kafka_broker role: a file in the folders "
+                                  "KAFKAOPS_INVENTORY_DIRS names, or conn:<conn_id> for one kept in an Airflow "
+                                  "connection (any type; the inventory under \"inventory\" in its extra, YAML or "
+                                  "JSON). Empty: the local cluster's spec that make cluster-up wrote, on the "
+                                  "machine that has one.")
 SSH_CONN_ID = form.Text(
     name="ssh_conn_id", title="SSH connection (remote hosts)",
     description="Id of an Airflow connection of type 'ssh' whose login, port and key (key_file or private_key in "
@@ -143,6 +146,10 @@ class OperationParams:
     exclude_brokers: tuple[int, ...] = EXCLUDE_BROKERS.default
     balance_leaders: bool = BALANCE_LEADERS.default
     inventory: str = INVENTORY.default
+    inventory_file: str = ""
+    """For an ``inventory`` of ``conn:<conn_id>``: the private copy of the connection's inventory the running
+    step reads (:func:`kafkaops.platform.provision.materialized_inventory`, made by the Airflow task and removed
+    when it ends); "" otherwise. Never a param: the run's params name the connection only."""
     stop_drained: bool = STOP_DRAINED.default
     approval: form.Approval = form.APPROVAL.default
     dry_run: bool = DRY_RUN.default
@@ -287,6 +294,26 @@ class OperationParams:
         return self.kind == "drain" and self.stop_drained and bool(self.drain_brokers)
 
     @property
+    def uses_inventory(self) -> bool:
+        """A run whose steps read the inventory: a scale-out (provisions through it), a drain that stops brokers."""
+        return self.kind == Kind.SCALE_OUT or self.stops_brokers
+
+    @property
+    def inventory_conn_id(self) -> str | None:
+        """The Airflow connection the ``inventory`` param names (``conn:<conn_id>``); None for a file."""
+        return provision.inventory_conn_id(self.inventory)
+
+    def inventory_at(self) -> Path:
+        """The file the inventory is read from: the param's, or the running step's copy of its connection's
+        (:attr:`inventory_file`); a ConfigError for a connection's that this step did not read."""
+        if self.inventory_file:
+            return Path(self.inventory_file)
+        if self.inventory_conn_id is not None:
+            raise ConfigError(f"param inventory {self.inventory}: the inventory of Airflow connection "
+                              f"'{self.inventory_conn_id}' was not read for this step; nothing was changed")
+        return Path(self.inventory)
+
+    @property
     def throttle_bytes_per_s(self) -> int:
         return int(self.throttle_mb_per_s * 1_000_000)
 
@@ -294,7 +321,10 @@ class OperationParams:
 def _inventory_of(given: str) -> str:
     """The ``inventory`` param as the file it names (:func:`kafkaops.platform.provision.inventory_path`: a
     ConfigError naming the param for one that is no inventory, or outside the configured folders); empty: the
-    local cluster's spec (:func:`kafkaops.platform.provision.default_inventory`) when this machine has one."""
+    local cluster's spec (:func:`kafkaops.platform.provision.default_inventory`) when this machine has one. A
+    ``conn:<conn_id>`` stays as given (its id checked): each step that needs it reads the connection."""
+    if provision.inventory_conn_id(given) is not None:
+        return provision.inventory_conn_ref(given)
     if given:
         return str(provision.inventory_path(given))
     return str(provision.default_inventory() or "")
@@ -304,9 +334,9 @@ def check_inventory_file(p: OperationParams) -> None:
     """At the begin, dry runs too: the inventory a scale-out provisions through (or a drain stops its brokers
     through) is readable as what its suffix says, a kafkaops cluster spec or an Ansible inventory with hosts. A
     ConfigError naming the param otherwise (whether it names the hosts the plan needs is checked with the plan)."""
-    if not (p.kind == Kind.SCALE_OUT or p.stops_brokers) or not p.inventory:
+    if not p.uses_inventory or not p.inventory:
         return
-    path = Path(p.inventory)
+    path = p.inventory_at()
     try:
         if path.suffix == ".json":
             provision.ClusterSpec.load(path)
@@ -341,8 +371,9 @@ def provision_brokers(ctx: OperationContext, ssh: provision.SshLogin | None = No
         raise ConfigError("a scale-out needs the inventory param: a kafkaops cluster spec (.json) or an Ansible "
                           "inventory (.yml) that names the new hosts; for the local cluster, run make cluster-up, "
                           f"which writes {provision.LOCAL_SPEC}, the default of an empty param")
-    path = Path(p.inventory)
+    path = p.inventory_at()
     if path.suffix == ".json":
+        _spec_writable(p)
         spec = provision.ClusterSpec.load(path)
         chosen = _chosen_brokers(ctx)
         if chosen and set(chosen) <= {n.node_id for n in spec.nodes}:  # that try saved them into the spec
@@ -370,7 +401,7 @@ def provision_brokers(ctx: OperationContext, ssh: provision.SshLogin | None = No
                               "(kafka-<id>) must be in the inventory")
         hosts = [f"kafka-{i}" for i in p.new_broker_ids]
         ctx.audit.append("note", text=f"provisioning broker(s) {', '.join(map(str, p.new_broker_ids))} on "
-                                      f"{', '.join(hosts)} of {path}" + (ssh.describe() if ssh else ""),
+                                      f"{', '.join(hosts)} of {p.inventory}" + (ssh.describe() if ssh else ""),
                          provisioning_hosts=hosts)
         ctx.fence("provision brokers")
         provision.run_playbook("cluster_up.yml", path, limit=",".join(hosts), ssh=ssh,
@@ -402,10 +433,11 @@ def check_inventory(p: OperationParams, planned: Sequence[NewBroker]) -> None:
         raise ConfigError(f"the {p.kind} needs the inventory param: a kafkaops cluster spec (.json) or an Ansible "
                           "inventory (.yml) that names the hosts; for the local cluster, run make cluster-up, "
                           "which writes the spec an empty inventory stands for. Nothing was changed")
-    path = Path(p.inventory)
+    path = p.inventory_at()
     try:
         if path.suffix == ".json":
             if p.kind == "scale_out":
+                _spec_writable(p)
                 _taken_ids(provision.ClusterSpec.load(path), planned, path)
             return
         hosts = set(provision.inventory_hosts(path))
@@ -414,9 +446,20 @@ def check_inventory(p: OperationParams, planned: Sequence[NewBroker]) -> None:
     ids = [b.id for b in planned] if p.kind == "scale_out" else list(p.drain_brokers)
     missing = [f"kafka-{i}" for i in ids if f"kafka-{i}" not in hosts]
     if missing:
-        raise ConfigError(f"inventory {path} has no host {', '.join(missing)} for broker(s) "
+        raise ConfigError(f"inventory {p.inventory} has no host {', '.join(missing)} for broker(s) "
                           f"{', '.join(m.split('-', 1)[1] for m in missing)} (its hosts: {', '.join(sorted(hosts))}); "
                           "add them, or name brokers it has hosts for. Nothing was changed")
+
+
+def _spec_writable(p: OperationParams) -> None:
+    """A scale-out through a kafkaops cluster spec writes the brokers it adds into the spec (a retry and the
+    cleanup of a failed run find them there): a ConfigError for a spec kept in an Airflow connection, which a
+    run cannot write."""
+    if p.inventory_conn_id is not None:
+        raise ConfigError(f"param inventory {p.inventory} holds a kafkaops cluster spec, and a scale-out writes the "
+                          "brokers it adds into its spec, which a run cannot do to an Airflow connection; keep the "
+                          "spec in a file (in the folders KAFKAOPS_INVENTORY_DIRS names), or put an Ansible inventory "
+                          "in the connection. Nothing was changed")
 
 
 def _inventory_checked(ctx: OperationContext, planned: Sequence[NewBroker]) -> str | None:
@@ -502,8 +545,9 @@ def remove_new_brokers(ctx: OperationContext, provisioned: Sequence[int], ssh: p
         return ()
     ids = ", ".join(map(str, empty))
     ctx.fence(f"stop the broker(s) {ids} this run provisioned")
-    path = Path(ctx.params.inventory)
+    path = ctx.params.inventory_at()
     if path.suffix == ".json":
+        _spec_writable(ctx.params)
         spec = provision.ClusterSpec.load(path)
         nodes = [n for n in spec.nodes if n.node_id in empty]
         provision.cluster_down(spec, limit=[n.hostname for n in nodes], purge=True)
@@ -626,10 +670,10 @@ def size_moves(ctx: OperationContext, plan: ReassignmentPlan) -> ReassignmentPla
 def _inventory_racks(p: OperationParams) -> dict[int, str]:
     """The rack an Ansible inventory gives each host ``kafka-<id>``, by id; none for a cluster spec, or an
     inventory that cannot be read (the inventory check names that)."""
-    if not p.inventory or Path(p.inventory).suffix == ".json":
-        return {}
     try:
-        racks = provision.inventory_racks(Path(p.inventory))
+        if not p.inventory or p.inventory_at().suffix == ".json":
+            return {}
+        racks = provision.inventory_racks(p.inventory_at())
     except (KafkaOpsError, OSError, ValueError) as err:
         log.warning("the inventory %s could not be read for its racks: %s", p.inventory, err)
         return {}
@@ -640,10 +684,10 @@ def _inventory_racks(p: OperationParams) -> dict[int, str]:
 def _spec_node_ids(p: OperationParams) -> tuple[int, ...]:
     """The node ids of the run's kafkaops cluster spec (stopped nodes included); none for an Ansible inventory,
     or a spec that cannot be read (the inventory check names that)."""
-    if not p.inventory or Path(p.inventory).suffix != ".json":
-        return ()
     try:
-        return tuple(n.node_id for n in provision.ClusterSpec.load(Path(p.inventory)).nodes)
+        if not p.inventory or p.inventory_at().suffix != ".json":
+            return ()
+        return tuple(n.node_id for n in provision.ClusterSpec.load(p.inventory_at()).nodes)
     except (KafkaOpsError, OSError, ValueError) as err:
         log.warning("the cluster spec %s could not be read for its node ids: %s", p.inventory, err)
         return ()
@@ -960,7 +1004,7 @@ def stop_drained(ctx: OperationContext, ssh: provision.SshLogin | None = None) -
     p = ctx.params
     if not p.stops_brokers:
         return records.BrokersStopped()
-    path = Path(p.inventory)
+    path = p.inventory_at() if p.inventory else Path()
     if path.suffix == ".json":
         spec = provision.ClusterSpec.load(path)
         hosts = [spec.node(b).hostname for b in p.drain_brokers]
@@ -982,7 +1026,7 @@ def login_hosts(p: OperationParams) -> tuple[str, ...]:
     """The hosts of an Ansible inventory a run logs in to at its end (a drain that stops its brokers
     there), whose login ``begin`` checks before anything changes (:func:`check_login`); empty for any
     other run. A scale-out logs in first thing in its provision step, before it changes anything."""
-    if not p.stops_brokers or p.dry_run or not p.inventory or Path(p.inventory).suffix == ".json":
+    if not p.stops_brokers or p.dry_run or not p.inventory or p.inventory_at().suffix == ".json":
         return ()
     return tuple(f"kafka-{b}" for b in p.drain_brokers)
 
@@ -994,7 +1038,7 @@ def check_login(p: OperationParams, ssh: provision.SshLogin | None) -> None:
     if not hosts:
         return
     try:
-        provision.run_playbook("hosts_login.yml", Path(p.inventory), limit=",".join(hosts), ssh=ssh)
+        provision.run_playbook("hosts_login.yml", p.inventory_at(), limit=",".join(hosts), ssh=ssh)
     except ProvisionError as err:
         ids = ", ".join(map(str, p.drain_brokers))
         raise type(err)(f"the drain stops broker(s) {ids} on {','.join(hosts)} through {p.inventory} at its end, "
