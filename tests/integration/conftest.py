@@ -44,10 +44,13 @@ class GrowableCluster:
 
 @pytest.fixture(scope="module")
 def own_cluster() -> Iterator[GrowableCluster]:
-    """Three brokers (one of them the only controller), started for one test module."""
+    """Three brokers (one of them the only controller), started for one test module. At its end the broker-only
+    nodes (a test's added ones) stop before the controller (:func:`kafkaops.testing.clusters.stop_brokers_first`)."""
     with clusters.temporary_cluster("kafkaops-exec-", brokers=3, controllers=1,
                                     extra_config=TEST_BROKER_CONFIG) as spec:
-        yield GrowableCluster(spec)
+        grown = GrowableCluster(spec)
+        yield grown
+        clusters.stop_brokers_first(grown.spec)
 
 
 @pytest.fixture
