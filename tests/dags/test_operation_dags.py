@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import shutil
 import signal
@@ -28,6 +29,7 @@ from tests.dags.conftest import kafka_default_connection
 from tests.integration.conftest import Traffic, throttles_left
 
 pytestmark = pytest.mark.integration
+log = logging.getLogger(__name__)
 
 TOPIC = "orders"
 
