@@ -164,10 +164,10 @@ def stop_group(process: subprocess.Popen[Any], timeout: float = 30.0, sig: int =
 
 # -- servers -------------------------------------------------------------------------------------------------
 
-#: Celery's broker keeps its queue in an append-only file, fsynced every second (docker-compose.yml's redis runs
-#: the same): a message Redis acknowledged is written to the file before the answer, so a task queued for a
-#: worker outlives a restart of Redis, even a SIGKILL (tests/deployment/test_faults.py). Without it the queue
-#: is lost with Redis, and the scheduler sends such a task again only after ``[scheduler] task_queued_timeout``.
+#: Celery's broker keeps its queue in an append-only file, synced every second (docker-compose.yml's redis runs
+#: the same): Redis writes each message to the file as it takes it, so a task queued for a worker outlives a
+#: restart of Redis, even a SIGKILL (tests/deployment/test_faults.py). Without it the queue is lost with Redis,
+#: and the scheduler sends such a task again only after ``[scheduler] task_queued_timeout`` (docs/operations.md).
 REDIS_PERSISTENCE = ("--save", "", "--appendonly", "yes", "--appendfsync", "everysec")
 
 
