@@ -546,24 +546,29 @@ class Deployment:
         restarts: list[Restart] = []
         done = threading.Event()
 
+        def revive(component: Component) -> None:
+            with self._lifecycle:
+                if component.held or component.process is None or component.alive():
+                    return
+                code = component.process.returncode
+                checked = self.run_check(component)
+                if checked.returncode:
+                    log.info("%s exited (%s); its kafkaops check fails yet: %s", component.name, code,
+                             checked.stdout.strip().splitlines()[-1:] or checked.stderr[-300:])
+                    return
+                log.warning("%s exited (%s): starting it again, as its restart policy would", component.name, code)
+                self._spawn(component)
+                restarts.append(Restart(component.name, code, time.monotonic()))
+
         def watch() -> None:
             while not done.wait(poll_s):
                 for component in self.components.values():
                     if component.name == "migrate" or done.is_set():
                         continue
-                    with self._lifecycle:
-                        if component.held or component.process is None or component.alive():
-                            continue
-                        code = component.process.returncode
-                        checked = self.run_check(component)
-                        if checked.returncode:
-                            log.info("%s exited (%s); its kafkaops check fails yet: %s", component.name, code,
-                                     checked.stdout.strip().splitlines()[-1:] or checked.stderr[-300:])
-                            continue
-                        log.warning("%s exited (%s): starting it again, as its restart policy would",
-                                    component.name, code)
-                        self._spawn(component)
-                        restarts.append(Restart(component.name, code, time.monotonic()))
+                    try:
+                        revive(component)
+                    except Exception as err:  # the check timed out, a start failed: tried again next round
+                        log.error("could not start %s again: %s", component.name, err)
 
         thread = threading.Thread(target=watch, name="deployment-supervisor", daemon=True)
         thread.start()
