@@ -254,6 +254,18 @@ def test_the_addresses_are_the_compose_services(shared: dict[str, str], services
         assert service_of_host(services, host)["image"].startswith("apache/kafka:"), host
 
 
+def test_postgres_and_redis_come_back_and_redis_keeps_celery_s_queue_as_the_harness_s_does(
+        services: dict[str, Any]) -> None:
+    """The servers the deployment's fault scenarios restart (tests/deployment/test_faults.py): each restarts on its
+    own, and Redis runs with the harness's persistence (its queue on a volume) so a queued task outlives it."""
+    for name in ("postgres", "redis"):
+        assert services[name].get("restart") == "unless-stopped", f"{name} has no restart policy"
+    command = services["redis"]["command"]
+    assert command[0] == "redis-server" and command[1:] == list(harness.REDIS_PERSISTENCE), \
+        f"redis runs {command}; the harness's runs {harness.REDIS_PERSISTENCE}"
+    assert any(str(v).endswith(":/data") for v in services["redis"]["volumes"]), "redis keeps /data in no volume"
+
+
 def test_spark_default_is_the_compose_spark_master_with_workers(shared: dict[str, str], services: dict[str, Any]) -> None:
     _, fed = harness_settings()
     (key,) = fed["spark_master"]

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
@@ -163,9 +164,106 @@ def stop_group(process: subprocess.Popen[Any], timeout: float = 30.0, sig: int =
 
 # -- servers -------------------------------------------------------------------------------------------------
 
+#: Celery's broker keeps its queue in an append-only file, synced every second (docker-compose.yml's redis runs
+#: the same): Redis writes each message to the file as it takes it, so a task queued for a worker outlives a
+#: restart of Redis, even a SIGKILL (tests/deployment/test_faults.py). Without it the queue is lost with Redis,
+#: and the scheduler sends such a task again only after ``[scheduler] task_queued_timeout`` (docs/operations.md).
+REDIS_PERSISTENCE = ("--save", "", "--appendonly", "yes", "--appendfsync", "everysec")
+
+
+@dataclass
+class RedisServer:
+    """Debian's ``redis-server`` on loopback ``port``, its files (log, append-only file) in ``root``, in a process
+    group of its own; :meth:`restart` stops and starts it again on the same port and files."""
+
+    root: Path
+    port: int
+    binary: str
+    process: subprocess.Popen[bytes] | None = None
+    _guard: watchdog.Guard | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def logfile(self) -> Path:
+        return self.root / "redis.log"
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Start the server; return once it answers a PING (fail after ``timeout`` s naming its log)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with self.logfile.open("ab") as out:
+            self.process = subprocess.Popen([self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+                                             *REDIS_PERSISTENCE, "--dir", str(self.root), "--daemonize", "no"],
+                                            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            start_new_session=True)
+        if self._guard is None:  # should this process die first
+            self._guard = watchdog.guard(watchdog.group(self.process), name=f"redis {self.port}")
+        else:
+            self._guard.update(watchdog.group(self.process))
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.ping()
+                return
+            except Exception as err:  # not up yet
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"redis-server on 127.0.0.1:{self.port} did not start within {timeout:.0f} s "
+                                f"({err}); log {self.logfile}: {self.logfile.read_text(errors='replace')[-1000:]}")
+                time.sleep(0.2)
+
+    def client(self) -> Any:
+        import redis
+
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=1, socket_timeout=5)
+
+    def ping(self) -> None:
+        client = self.client()
+        try:
+            client.ping()
+        finally:
+            client.close()
+
+    def queued(self, queue: str = "default") -> int:
+        """How many messages wait in Celery's queue ``queue`` (its list, and the lists of its priority steps)."""
+        client = self.client()
+        try:
+            return sum(client.llen(key) for key in client.scan_iter(match=f"{queue}*")
+                       if client.type(key) == b"list")
+        finally:
+            client.close()
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """``sig`` to the server (SIGTERM: it writes its file and exits; SIGKILL: it dies), SIGKILL after 10 s."""
+        if self.process is not None:
+            stop_group(self.process, timeout=10, sig=sig)
+
+    def restart(self, how: str = "term", *, down_s: float = 0.0) -> float:
+        """Stop the server (``term``: a clean shutdown; ``kill``: SIGKILL, a crash) and start it again, ``down_s``
+        s later, on the same port and files. Returns how many seconds it did not answer."""
+        if how not in ("term", "kill"):
+            raise ValueError(f"restart how={how!r}: give term or kill")
+        began = time.monotonic()
+        self.stop(signal.SIGKILL if how == "kill" else signal.SIGTERM)
+        time.sleep(down_s)
+        self.start()
+        down = time.monotonic() - began
+        log.info("redis on port %d restarted (%s): %.1f s without an answer", self.port, how, down)
+        return down
+
+    def close(self) -> None:
+        try:
+            self.stop()
+        finally:
+            if self._guard is not None:
+                self._guard.release()
+                self._guard = None
+
+
 @contextmanager
-def redis_server(root: Path) -> Iterator[str]:
-    """Debian's ``redis-server`` on a free loopback port, no persistence; yields its URL."""
+def temporary_redis(root: Path) -> Iterator[RedisServer]:
+    """Debian's ``redis-server`` on a free loopback port (:class:`RedisServer`) for the ``with`` block."""
     binary = shutil.which("redis-server") or "/usr/bin/redis-server"
     if not Path(binary).exists():
         message = ("redis-server not found: the deployment tests need Debian's redis-server "
@@ -173,42 +271,33 @@ def redis_server(root: Path) -> Iterator[str]:
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
-    port = _free_port()
-    root.mkdir(parents=True, exist_ok=True)
-    with (root / "redis.log").open("wb") as out:
-        process = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                    "--appendonly", "no", "--dir", str(root), "--daemonize", "no"],
-                                   stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True)
-    guard = watchdog.guard(watchdog.group(process), name=f"redis {port}")  # should this process die first
+    server = RedisServer(root, _free_port(), binary)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                import redis
-
-                redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=1).ping()
-                break
-            except Exception as err:  # not up yet
-                if process.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"redis-server on 127.0.0.1:{port} did not start ({err}); log "
-                                f"{(root / 'redis.log').read_text(errors='replace')[-1000:]}")
-                time.sleep(0.2)
-        yield f"redis://127.0.0.1:{port}/0"
+        server.start()
+        yield server
     finally:
-        stop_group(process, timeout=10)
-        guard.release()
+        server.close()
+
+
+@contextmanager
+def redis_server(root: Path) -> Iterator[str]:
+    """Debian's ``redis-server`` on a free loopback port (:func:`temporary_redis`); yields its URL."""
+    with temporary_redis(root) as server:
+        yield server.url
+
+
+@contextmanager
+def postgres_server(*names: str) -> Iterator[tuple[postgres.Server, dict[str, str]]]:
+    """One throw-away PostgreSQL server with the databases ``names``: the server and their URLs by name."""
+    with postgres.temporary_server(*names, prefix="kafkaops-pg-deploy-") as server:
+        yield server, {name: server.url(name) for name in names}
 
 
 @contextmanager
 def postgres_databases(*names: str) -> Iterator[dict[str, str]]:
     """One throw-away PostgreSQL server with the databases ``names``; yields their URLs by name."""
-    with postgres.temporary_postgres(database=names[0], prefix="kafkaops-pg-deploy-") as first:
-        url = sa.make_url(first)
-        for name in names[1:]:
-            postgres.execute(url.set(database="postgres").render_as_string(hide_password=False),
-                             f'CREATE DATABASE "{name}"')
-        yield {name: url.set(database=name).render_as_string(hide_password=False) for name in names}
+    with postgres_server(*names) as (_, urls):
+        yield urls
 
 
 # -- the installed project -----------------------------------------------------------------------------------
@@ -286,6 +375,9 @@ class Component:
     log: Path
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    #: Stopped or killed on purpose (:meth:`Deployment.stop`, :meth:`Deployment.kill`) and not started since:
+    #: :meth:`Deployment.supervised` leaves it down.
+    held: bool = False
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -297,6 +389,15 @@ class Component:
             return "\n".join(kept[-lines:])
         except OSError as err:
             return f"(no log at {self.log}: {err})"
+
+
+@dataclass(frozen=True)
+class Restart:
+    """A component :meth:`Deployment.supervised` started again: its name, its exit code, when (monotonic)."""
+
+    component: str
+    exit_code: int | None
+    at: float
 
 
 @dataclass
@@ -316,8 +417,13 @@ class Deployment:
     started_in: float = 0.0
     #: The Prometheus server ``prometheus_default`` names, if the deployment was given one.
     prometheus_url: str | None = None
+    #: The PostgreSQL server of :attr:`databases` and Celery's Redis (the fault scenarios restart them).
+    postgres: postgres.Server | None = None
+    redis: RedisServer | None = None
     began_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))
     _tokens: dict[str, str] = field(default_factory=dict, repr=False)
+    #: Held while a component is started or stopped: :meth:`supervised`'s thread and the caller take turns.
+    _lifecycle: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     # -- REST API
     def token(self, user: str) -> str:
@@ -366,18 +472,23 @@ class Deployment:
 
     # -- components
     def start(self, name: str, *, check: bool = True) -> Component:
-        component = self.components[name]
-        assert not component.alive(), f"{name} is already running"
-        if check:
-            self.check(component)
+        with self._lifecycle:
+            component = self.components[name]
+            assert not component.alive(), f"{name} is already running"
+            if check:
+                self.check(component)
+            self._spawn(component)
+            return component
+
+    def _spawn(self, component: Component) -> None:
         with component.log.open("ab") as out:
-            out.write(f"\n===== start {component.starts + 1} of {name} =====\n".encode())
+            out.write(f"\n===== start {component.starts + 1} of {component.name} =====\n".encode())
             out.flush()
             component.process = subprocess.Popen(component.argv, cwd=component.home, env=component.env,
                                                  stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                                  start_new_session=True)
         component.starts += 1
-        return component
+        component.held = False
 
     def run_check(self, component: Component, env: Mapping[str, str] | None = None
                   ) -> subprocess.CompletedProcess[str]:
@@ -392,30 +503,95 @@ class Deployment:
             pytest.fail(f"`kafkaops check` refused to start {component.name}:\n{done.stdout}{done.stderr[-2000:]}")
 
     def stop(self, name: str) -> None:
-        component = self.components[name]
-        if component.process is not None:
-            stop_group(component.process)
+        with self._lifecycle:
+            component = self.components[name]
+            component.held = True
+            if component.process is not None:
+                stop_group(component.process)
 
     def kill(self, name: str) -> None:
         """``kill -9`` the component's whole process group (its host died)."""
-        component = self.components[name]
-        if component.process is not None:
-            stop_group(component.process, timeout=10, sig=signal.SIGKILL)
+        with self._lifecycle:
+            component = self.components[name]
+            component.held = True
+            if component.process is not None:
+                stop_group(component.process, timeout=10, sig=signal.SIGKILL)
 
     def restart(self, name: str) -> None:
         self.stop(name)
         self.start(name)
+
+    # -- the servers the components share
+    def restart_postgres(self, how: str = "fast", *, down_s: float = 0.0) -> float:
+        """Restart the PostgreSQL server of both databases (:meth:`kafkaops.testing.postgres.Server.restart`:
+        ``fast``, ``immediate`` or ``kill``); the seconds it did not answer."""
+        if self.postgres is None:
+            raise RuntimeError("this deployment was not given its PostgreSQL server: nothing to restart")
+        return self.postgres.restart(how, down_s=down_s)
+
+    def restart_redis(self, how: str = "term", *, down_s: float = 0.0) -> float:
+        """Restart Celery's Redis (:meth:`RedisServer.restart`: ``term`` or ``kill``); the seconds it did not
+        answer."""
+        if self.redis is None:
+            raise RuntimeError("this deployment was not given its Redis server: nothing to restart")
+        return self.redis.restart(how, down_s=down_s)
+
+    @contextmanager
+    def supervised(self, poll_s: float = 1.0) -> Iterator[list[Restart]]:
+        """For the ``with`` block, start again each component that exits (but those :meth:`stop` or :meth:`kill`
+        stopped), after ``kafkaops check`` passes, as docker-compose.yml's ``restart: unless-stopped`` does
+        (its command runs the check first; a check that fails is tried again every ``poll_s`` s). Yields the
+        list of those restarts, filled as they happen; the block's end stops the watching thread (joined
+        within 60 s)."""
+        restarts: list[Restart] = []
+        done = threading.Event()
+
+        def revive(component: Component) -> None:
+            with self._lifecycle:
+                if component.held or component.process is None or component.alive():
+                    return
+                code = component.process.returncode
+                checked = self.run_check(component)
+                if checked.returncode:
+                    log.info("%s exited (%s); its kafkaops check fails yet: %s", component.name, code,
+                             checked.stdout.strip().splitlines()[-1:] or checked.stderr[-300:])
+                    return
+                log.warning("%s exited (%s): starting it again, as its restart policy would", component.name, code)
+                self._spawn(component)
+                restarts.append(Restart(component.name, code, time.monotonic()))
+
+        def watch() -> None:
+            while not done.wait(poll_s):
+                for component in self.components.values():
+                    if component.name == "migrate" or done.is_set():
+                        continue
+                    try:
+                        revive(component)
+                    except Exception as err:  # the check timed out, a start failed: tried again next round
+                        log.error("could not start %s again: %s", component.name, err)
+
+        thread = threading.Thread(target=watch, name="deployment-supervisor", daemon=True)
+        thread.start()
+        try:
+            yield restarts
+        finally:
+            done.set()
+            thread.join(timeout=60)
+            if thread.is_alive():
+                log.error("the deployment's supervisor thread did not end within 60 s")
 
     def log_tails(self, lines: int = 40) -> str:
         return "\n".join(f"----- {c.name} ({'up' if c.alive() else 'down'}; log {c.log}):\n{c.log_tail(lines)}"
                          for c in self.components.values())
 
     # -- waiting
-    def wait_until_healthy(self, timeout: float = 300) -> None:
+    def wait_until_healthy(self, timeout: float = 300, *, restarting: bool = False) -> None:
+        """Until every component is up and healthy; fail at once when one exits, unless ``restarting`` (inside
+        :meth:`supervised`, which starts it again: then it is waited for like the others)."""
         deadline, last = time.monotonic() + timeout, None
         while time.monotonic() < deadline:
             dead = [c.name for c in self.components.values() if c.process is not None and not c.alive()]
-            if dead:
+            if dead and not restarting:
                 pytest.fail(f"{', '.join(dead)} exited before the deployment was healthy:\n{self.log_tails()}")
             try:
                 last = self.http.get(f"{self.url}/api/v2/monitor/health", timeout=5).json()
@@ -489,8 +665,9 @@ def deployment(*, checkout: Path, kafka_bootstrap: str, worker_cache: Path, jars
         stack.enter_context(watchdog.guarding(watchdog.environ("AIRFLOW_HOME", f"{root}/"), watchdog.rmtree(root),
                                               name=f"deployment {root}"))
         stack.callback(shutil.rmtree, root, ignore_errors=True)
-        databases = stack.enter_context(postgres_databases("airflow", "kafkaops"))
-        redis_url = stack.enter_context(redis_server(root / "redis"))
+        pg, databases = stack.enter_context(postgres_server("airflow", "kafkaops"))
+        broker = stack.enter_context(temporary_redis(root / "redis"))
+        redis_url = broker.url
         installation = install_wheel(root, checkout)
         port = _free_port()
         url = f"http://127.0.0.1:{port}"
@@ -537,7 +714,7 @@ def deployment(*, checkout: Path, kafka_bootstrap: str, worker_cache: Path, jars
         http = stack.enter_context(httpx.Client(limits=httpx.Limits(max_keepalive_connections=0)))
         result = Deployment(root=root, url=url, installation=installation, components=components,
                             databases=databases, redis_url=redis_url, passwords=passwords, http=http,
-                            prometheus_url=prometheus_url)
+                            prometheus_url=prometheus_url, postgres=pg, redis=broker)
         for component in components.values():  # stopped in reverse order of start, also on failure
             stack.callback(_stop_quietly, component)
         # The one-shot init (docker-compose.yml's airflow-init): the store's schema, then Airflow's.
