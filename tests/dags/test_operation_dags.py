@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kafkaops.platform.kafka import configs, connection, metadata, reassignments, topics
+from kafkaops.platform.kafka import connection, metadata, reassignments, topics
 from kafkaops.testing import clusters, disks
 from kafkaops.platform import state, store
 from kafkaops.cli import datagen
@@ -433,15 +433,6 @@ def next_node_id(spec_path: Path) -> int:
     return max(n.node_id for n in provision.ClusterSpec.load(spec_path).nodes) + 1
 
 
-def throttles_on_live_brokers_and_topic(conn: connection.KafkaConnection) -> dict[str, dict[str, str]]:
-    """The throttle configs left on the brokers that answer and on the topic (a broker that is down keeps its
-    dynamic configs in the metadata log: its rate is removed once it is back, by the throttle ledger)."""
-    snap = metadata.snapshot(conn, topics=[TOPIC], offsets=False, sizes=False, groups=False)
-    found = configs.describe_configs(conn, "broker", snap.online_broker_ids, keys=engine.RATE_KEYS)
-    found.update(configs.describe_configs(conn, "topic", [TOPIC], keys=engine.REPLICA_KEYS))
-    return {name: values for name, values in found.items() if values}
-
-
 def test_a_receiving_broker_whose_log_dir_fills_stalls_the_wait_naming_it_and_the_retry_completes_the_run(
         dagbag, cluster, scaled_out, small_disks) -> None:
     """Add a broker (5, unless the drain's broker took that id) whose log dir is a 4 MiB disk (tmpfs): the copy
@@ -478,7 +469,7 @@ def test_a_receiving_broker_whose_log_dir_fills_stalls_the_wait_naming_it_and_th
                     events["free_at_stall"] = disks.free_bytes(data_dir)
                     # removed as the task fails, right after it recorded the stall (before its retry, 10 s on)
                     until = time.monotonic() + 8
-                    while (left := throttles_on_live_brokers_and_topic(conn)) and time.monotonic() < until:
+                    while (left := throttles_left(conn, online_only=True)) and time.monotonic() < until:
                         time.sleep(0.3)
                     events["throttles_at_stall"] = left
                     try:

@@ -59,10 +59,12 @@ def own_conn(own_cluster: GrowableCluster) -> Iterator[connection.KafkaConnectio
         yield conn
 
 
-def throttles_left(conn: connection.KafkaConnection) -> dict[str, dict[str, str]]:
-    """Every replication throttle config set on any broker or topic of the cluster."""
+def throttles_left(conn: connection.KafkaConnection, *, online_only: bool = False) -> dict[str, dict[str, str]]:
+    """Every replication throttle config set on any broker or topic of the cluster; ``online_only``: on the brokers
+    that answer (a broker that is down keeps its dynamic configs in the metadata log, unread until it is back)."""
     cluster = metadata.snapshot(conn, include_internal=True, offsets=False, sizes=False, groups=False)
-    brokers = configs.describe_configs(conn, "broker", cluster.broker_ids, keys=engine.RATE_KEYS)
+    brokers = configs.describe_configs(conn, "broker", cluster.online_broker_ids if online_only else cluster.broker_ids,
+                                       keys=engine.RATE_KEYS)
     topics = configs.describe_configs(conn, "topic", cluster.topics, keys=engine.REPLICA_KEYS)
     return {**{f"broker {b}": c for b, c in brokers.items() if c}, **{f"topic {t}": c for t, c in topics.items() if c}}
 

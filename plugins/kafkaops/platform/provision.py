@@ -789,7 +789,8 @@ def inventory_from_extra(conn_id: str, extra: Mapping[str, Any] | None, *, param
             spec = ClusterSpec.from_dict(data)
         except ProvisionError as err:
             cause = err.__cause__
-            what = f"missing field {cause}" if isinstance(cause, KeyError) else f"a field of the wrong type "                                                                                   f"({type(cause).__name__})"
+            what = (f"missing field {cause}" if isinstance(cause, KeyError)
+                    else f"a field of the wrong type ({type(cause).__name__})")
             # from None, as for a parse error: the cause's text may quote a value (int('<a password>'))
             raise ConfigError(f"{ref}: its inventory looks like a kafkaops cluster spec but cannot be read "
                               f"({what}); {hint}") from None

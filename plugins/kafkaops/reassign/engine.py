@@ -571,14 +571,17 @@ def measure(moves: Iterable[Move], cluster: Cluster, in_flight: Mapping[TopicPar
         elif cluster.partition(*m.topic_partition).replicas == m.after:
             done += 1
             bytes_done += m.bytes
-    receivers: tuple[Receiver, ...] = ()
+    receivers: list[Receiver] = []
     if log_dirs is not None:
         online = set(cluster.online_broker_ids)
-        receivers = tuple(
-            Receiver(b, to_copy[b], b in online, *((d.total_bytes, d.usable_bytes, d.offline, seen_at)
-                                                    if (d := log_dirs.get(b)) is not None else (None, None, 0, None)))
-            for b in sorted(to_copy))
-    return Progress(done, total, moving, bytes_done, bytes_total, elapsed_s, receivers)
+        for b in sorted(to_copy):
+            receiver = Receiver(b, to_copy[b], b in online)
+            disk = log_dirs.get(b)
+            if disk is not None:  # it answered
+                receiver = replace(receiver, total_bytes=disk.total_bytes, usable_bytes=disk.usable_bytes,
+                                   offline_dirs=disk.offline, seen_at=seen_at)
+            receivers.append(receiver)
+    return Progress(done, total, moving, bytes_done, bytes_total, elapsed_s, tuple(receivers))
 
 
 def moves_for(before: Cluster, desired: Mapping[TopicPartition, Iterable[int]]) -> tuple[Move, ...]:
