@@ -49,7 +49,7 @@ PARAMS: dict[str, Param] = {
     "spark_conn_id": spark_submit.SPARK_CONN_PARAM,
     **params_of((steps.SKEW_TOPIC, steps.SAMPLE_RECORDS, steps.CANDIDATE_KEY_FIELD, steps.CANDIDATE_PARTITIONS,
                  steps.PROPOSE_SCALE_OUT, steps.SCALE_OUT_INVENTORY, steps.PROMETHEUS_CONN_ID, steps.PROMETHEUS_URL,
-                 steps.PROMETHEUS_SELECTOR, steps.LOAD_WINDOW_HOURS, steps.MAX_CPU, steps.MAX_NETWORK,
+                 steps.PROMETHEUS_SELECTOR, steps.HOST_NETWORK_DEVICES, steps.LOAD_WINDOW_HOURS, steps.MAX_CPU, steps.MAX_NETWORK,
                  steps.NETWORK_CAPACITY, steps.MIN_HANDLER_IDLE, steps.MAX_PRODUCE_P99)),
 }
 """The form: the specs of kafkaops.capacity.steps."""

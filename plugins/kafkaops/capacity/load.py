@@ -32,6 +32,8 @@ QUERIES: Mapping[str, str] = {
     "cpu": "max by (instance) (rate(process_cpu_seconds_total{{{sel}}}[{rate}]) / on (instance) "
            "java_lang_operatingsystem_availableprocessors{{{sel}}})",
     "host_cpu": '1 - avg by (instance) (rate(node_cpu_seconds_total{{mode="idle"}}[{rate}]))',
+    "host_bytes_in": "sum by (instance) (rate(node_network_receive_bytes_total{{{devices}}}[{rate}]))",
+    "host_bytes_out": "sum by (instance) (rate(node_network_transmit_bytes_total{{{devices}}}[{rate}]))",
     "bytes_in": 'sum by (instance) (rate(kafka_server_brokertopicmetrics_bytesin_total{{topic=""{and_sel}}}[{rate}])) '
                 '+ on (instance) sum by (instance) '
                 '(rate(kafka_server_brokertopicmetrics_replicationbytesin_total{{topic=""{and_sel}}}[{rate}]))',
@@ -47,18 +49,38 @@ QUERIES: Mapping[str, str] = {
 :func:`promql`. ``cpu`` is the broker JVM's CPU as a share of its host's processors (0..1), from the JMX
 exporter's ``process_cpu_seconds_total``; ``host_cpu`` is the host's (node_exporter), which the CPU rule takes
 instead where a host runs one broker; bytes are what a broker's network carries each way (clients' and
-replication's) per second. The operator's selector narrows every query but the node_exporter's, whose series
-are matched to the brokers by host."""
+replication's) per second, and ``host_bytes_in`` / ``host_bytes_out`` what the host's network devices carry
+(node_exporter; :data:`HOST_INDICATORS`), which the network rule takes instead where a host runs one broker. The
+operator's selector narrows every query but the node_exporter's, whose series are matched to the brokers by host
+(their devices: :func:`devices_matcher`)."""
+
+#: The node_exporter's indicators: per host, not per broker; a broker alone on its host takes them instead of its own.
+HOST_INDICATORS = ("host_cpu", "host_bytes_in", "host_bytes_out")
+
+#: The network devices a host's network load leaves out unless the operator names the devices: loopback and the
+#: virtual devices of containers and bridges (their bytes also cross a physical device, or never leave the host).
+VIRTUAL_DEVICES = "lo|veth.*|docker.*|br-.*|virbr.*|cni.*|flannel.*|cali.*|vxlan.*|tun.*|tap.*"
+
+
+def devices_matcher(devices: str = "") -> str:
+    """The node_exporter ``device`` label matcher of a host's network load: the operator's regex (``devices``, e.g.
+    ``eth0|bond0``), else every device but :data:`VIRTUAL_DEVICES`."""
+    regex = devices.strip()
+    escaped = (regex or VIRTUAL_DEVICES).replace("\\", "\\\\").replace('"', '\\"')
+    return f'device=~"{escaped}"' if regex else f'device!~"{escaped}"'
+
 
 #: The series that names each JMX exporter's Kafka node (the kafka_broker role's rules: ``node_id`` label).
 NODES_QUERY = "max by (instance, node_id) (last_over_time(kafka_server_app_info_start_time_ms{{{sel}}}[{window}]))"
 
 
-def promql(template: str, *, rate: str, selector: str = "", window: str = "1h") -> str:
-    """A query of :data:`QUERIES` with its rate window and the operator's label matchers (``selector``, e.g.
-    ``job="kafka-prod"``: what tells this cluster's series from others' on a shared server) filled in."""
+def promql(template: str, *, rate: str, selector: str = "", window: str = "1h", devices: str = "") -> str:
+    """A query of :data:`QUERIES` with its rate window, the operator's label matchers (``selector``, e.g.
+    ``job="kafka-prod"``: what tells this cluster's series from others' on a shared server) and the host network
+    devices counted (``devices``: :func:`devices_matcher`'s regex) filled in."""
     selector = selector.strip().strip("{}").strip().strip(",")
-    return template.format(rate=rate, sel=selector, and_sel=f",{selector}" if selector else "", window=window)
+    return template.format(rate=rate, sel=selector, and_sel=f",{selector}" if selector else "", window=window,
+                           devices=devices_matcher(devices))
 
 
 RULES: Mapping[str, tuple[str, ...]] = {
@@ -120,6 +142,9 @@ class LoadWindow:
     skipped: Mapping[str, str] = field(default_factory=dict)
     cpu_source: Mapping[str, str] = field(default_factory=dict)
     """Per broker, where its ``cpu`` points come from (the host's node_exporter, or the broker's JVM)."""
+    network_source: Mapping[str, str] = field(default_factory=dict)
+    """Per broker, where its ``bytes_in`` / ``bytes_out`` points come from (its host's network devices from the
+    node_exporter, or the broker's own byte rates from its JMX exporter)."""
 
     def brokers(self) -> tuple[str, ...]:
         return tuple(sorted({b for series in self.indicators.values() for b in series}))
@@ -131,7 +156,8 @@ class LoadWindow:
     def to_dict(self) -> dict[str, Any]:
         return {"start": self.start, "end": self.end, "step_s": self.step_s,
                 "indicators": {k: {b: [list(p) for p in pts] for b, pts in v.items()} for k, v in self.indicators.items()},
-                "skipped": dict(self.skipped), "cpu_source": dict(self.cpu_source)}
+                "skipped": dict(self.skipped), "cpu_source": dict(self.cpu_source),
+                "network_source": dict(self.network_source)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LoadWindow:
@@ -139,7 +165,7 @@ class LoadWindow:
             return cls(float(data["start"]), float(data["end"]), float(data["step_s"]),
                        {k: {b: tuple((float(t), float(v)) for t, v in pts) for b, pts in v.items()}
                         for k, v in data["indicators"].items()}, dict(data.get("skipped") or {}),
-                       dict(data.get("cpu_source") or {}))
+                       dict(data.get("cpu_source") or {}), dict(data.get("network_source") or {}))
         except (KeyError, TypeError, ValueError) as err:
             raise CapacityError(f"cannot read a load window from this dict: {err!r}; expected LoadWindow.to_dict()") from err
 
@@ -288,6 +314,27 @@ def hot_brokers(window: LoadWindow, thresholds: LoadThresholds, replicas: Mappin
     return found
 
 
+def unobserved_findings(window: LoadWindow, brokers: Sequence[int]) -> list[Finding]:
+    """One ``load_unobserved`` finding naming the cluster's ``brokers`` (ids) that have no point of any indicator
+    in the window while others do: Prometheus does not scrape their exporters (a broker added since its scrape
+    targets were written) or they have none. Their load is in no rule and no need. None when nothing was read
+    (every rule is skipped then, with why) or every broker was seen."""
+    seen = set(window.brokers())
+    if not seen:
+        return []
+    missing = [b for b in sorted(brokers) if f"broker {b}" not in seen]
+    if not missing:
+        return []
+    names = ", ".join(map(str, missing))
+    subject = f"broker{'s' if len(missing) > 1 else ''} {names}"
+    return [Finding("load_unobserved", subject, float(len(missing)), 0.0,
+                    f"{subject}: no load series in Prometheus from {utc_minute(window.start)} to "
+                    f"{utc_minute(window.end)} while {len(seen)} other broker(s) have them; add "
+                    f"{'their exporters' if len(missing) > 1 else 'its exporter'} (the kafka_broker role's "
+                    "kafka_broker_jmx_exporter, host:kafka_broker_jmx_exporter_port) to Prometheus' scrape targets. "
+                    "Until then the load rules and the CPU and network needs count only the brokers seen")]
+
+
 @dataclass(frozen=True)
 class LoadNeeds:
     """The brokers the CPU and the network need at their limits, each with the formula's inputs (None: not
@@ -300,21 +347,33 @@ class LoadNeeds:
     def text(self) -> str:
         parts = []
         if self.by_cpu is not None:
-            parts.append(f"by CPU ceil({self.inputs['cpu_sum']:.2f} / {self.inputs['max_cpu']:g}) = {self.by_cpu}")
+            parts.append(f"by CPU ceil({self.inputs['cpu_sum']:.4g} / {self.inputs['max_cpu']:g}) = {self.by_cpu}"
+                         f"{self._partial('cpu_brokers_measured')}")
         if self.by_network is not None:
             parts.append(f"by network ceil({self.inputs['network_sum_bytes_per_s'] / 1e6:,.1f} MB/s / "
                          f"({self.inputs['max_network']:g} x {self.inputs['network_capacity_bytes_per_s'] / 1e6:,.0f} "
-                         f"MB/s)) = {self.by_network}")
+                         f"MB/s)) = {self.by_network}{self._partial('network_brokers_measured')}")
         return "; ".join(parts) or "no load measured"
 
+    def _partial(self, measured_key: str) -> str:
+        """`` (at least: 3 of 5 brokers measured)`` when some of the cluster's brokers had no points."""
+        total, measured = self.inputs.get("brokers"), self.inputs.get(measured_key)
+        if total is None or measured is None or measured >= total:
+            return ""
+        return f" (at least: {measured} of {total} brokers measured, the others' load unknown)"
 
-def load_needs(window: LoadWindow, thresholds: LoadThresholds = LoadThresholds()) -> LoadNeeds:
+
+def load_needs(window: LoadWindow, thresholds: LoadThresholds = LoadThresholds(), brokers: int | None = None
+               ) -> LoadNeeds:
     """brokers by CPU = ceil(sum of each broker's CPU p95 / max_cpu); by network = ceil(sum of each broker's busier
     direction p95 / (max_network x capacity)). A broker without observed values adds nothing (it is not
-    assumed idle: the inputs say how many were measured)."""
+    assumed idle: the inputs say how many were measured, of the cluster's ``brokers``, and the text says a need
+    of fewer than all is a floor)."""
     cpu = [percentile(v, 0.95) for b in window.brokers() if (v := window.observed("cpu", b))]
     inputs: dict[str, Any] = {"max_cpu": thresholds.max_cpu, "cpu_brokers_measured": len(cpu),
                               "max_network": thresholds.max_network}
+    if brokers is not None:
+        inputs["brokers"] = brokers
     by_cpu = None
     if cpu and "cpu" not in window.skipped:
         inputs["cpu_sum"] = sum(cpu)

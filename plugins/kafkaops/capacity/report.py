@@ -181,9 +181,10 @@ def observed_span(window: LoadWindow) -> tuple[float, float]:
 
 
 def _window_text(window: LoadWindow) -> str:
-    hours = (window.end - window.start) / 3600
+    seconds = window.end - window.start
+    span = f"{seconds / 3600:.3g} h" if seconds >= 3600 else f"{seconds / 60:.3g} min"
     step = f"{window.step_s / 60:g} min" if window.step_s >= 60 else f"{window.step_s:g} s"
-    return f"{utc_minute(window.start)} to {utc_minute(window.end)} ({hours:g} h, a point every {step})"
+    return f"{utc_minute(window.start)} to {utc_minute(window.end)} ({span}, a point every {step})"
 
 
 def load_limits(review: Review) -> list[str]:
@@ -237,12 +238,16 @@ def _panels(review: Review, window: LoadWindow) -> list[_Panel]:
     net_label = None if capacity is None else (f"limit {t.max_network:.0%} of {capacity / 1e6:,.0f} MB/s = "
                                                f"{t.max_network * capacity / 1e6:,.0f} MB/s")
     net_note = None if capacity is not None else "no network capacity stated: no limit line"
+    sources = set(window.network_source.values())
+    net_what = ("the host's devices" if sources and all(v.startswith("host ") for v in sources)
+                else "clients and replication" if not any(v.startswith("host ") for v in sources)
+                else "host's devices or the broker's bytes: see where the load came from")
     return [
         _Panel("CPU per broker (% of its host's processors)", "CPU (%)", series("cpu"), 100.0, t.max_cpu * 100,
                f"limit {t.max_cpu:.0%}", why("cpu"), ymax=100.0),
-        _Panel("Network in per broker (clients and replication)", "in (MB/s)", series("bytes_in"), 1e-6, net_limit,
+        _Panel(f"Network in per broker ({net_what})", "in (MB/s)", series("bytes_in"), 1e-6, net_limit,
                net_label, why("bytes_in"), net_note),
-        _Panel("Network out per broker (clients and replication)", "out (MB/s)", series("bytes_out"), 1e-6, net_limit,
+        _Panel(f"Network out per broker ({net_what})", "out (MB/s)", series("bytes_out"), 1e-6, net_limit,
                net_label, why("bytes_out"), net_note),
         _Panel("Produce request latency per broker (p99)", "Produce p99 (ms)", series("produce_p99_ms"), 1.0,
                t.max_produce_p99_ms, f"limit {t.max_produce_p99_ms:,.0f} ms", why("produce_p99_ms")),
@@ -371,7 +376,9 @@ def _number(value: Any) -> str:
 
 
 _RULE_UNITS = {"disk_use": "percent", "replicas_per_broker": "replicas", "idle_consumers": "consumers",
-               "lag_growing": "records", "partitions_not_multiple_of_brokers": "partitions", "hot_partition": "x mean"}
+               "lag_growing": "records", "partitions_not_multiple_of_brokers": "partitions", "hot_partition": "x mean",
+               "cpu": "percent", "network": "percent", "request_handler_idle": "percent", "produce_p99": "ms",
+               "under_min_isr": "partitions", "hot_broker": "x median", "load_unobserved": "brokers"}
 
 
 def _measure(rule: str, value: float) -> str:
@@ -379,12 +386,18 @@ def _measure(rule: str, value: float) -> str:
     unit = _RULE_UNITS.get(rule)
     if unit == "percent":
         return f"{value:.1%}" if round(value, 3) != round(value, 2) else f"{value:.0%}"
-    if unit == "x mean":
-        return f"{value:.2f} x mean"
+    if unit in ("x mean", "x median"):
+        return f"{value:.2f} {unit}"
+    if unit == "brokers":
+        return f"{_number(value)} broker{'' if value == 1 else 's'}"
     return f"{_number(value)} {unit}" if unit else _number(value)
 
 
 def _threshold(rule: str, value: float) -> str:
+    if rule == "network":
+        return f"{_measure(rule, value)} of capacity"
+    if rule == "request_handler_idle":
+        return f"at least {_measure(rule, value)} idle"
     if rule == "partitions_not_multiple_of_brokers":
         return f"a multiple of {_number(value)} brokers"
     if rule == "idle_consumers":
@@ -435,7 +448,9 @@ def render_review_html(review: Review, skew: Mapping[str, Any] | None = None, *,
                                          "limits": load_limits(review)},
         no_load=NO_LOAD,
         load_skipped=(["rule", "why it was not checked"], sorted(review.skipped.items())),
-        cpu_source=(["broker", "CPU from"], sorted((load.cpu_source if load else {}).items())),
+        load_source=(["broker", "CPU from", "network from"],
+                     [[b, (load.cpu_source.get(b) or "-"), (load.network_source.get(b) or "-")]
+                      for b in sorted({*load.cpu_source, *load.network_source})] if load else []),
         findings=(["rule", "subject", "measured", "limit", "what it means"],
                   [[f.rule, f.subject, _measure(f.rule, f.value), _threshold(f.rule, f.threshold), f.message]
                    for f in review.findings]),

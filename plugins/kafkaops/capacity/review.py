@@ -34,7 +34,8 @@ from typing import Any
 
 from kafkaops.capacity.findings import CapacityError, Finding
 from kafkaops.capacity.load import RULES as RULES_OF_LOAD
-from kafkaops.capacity.load import LoadNeeds, LoadThresholds, LoadWindow, load_findings, load_needs
+from kafkaops.capacity.load import (LoadNeeds, LoadThresholds, LoadWindow, load_findings, load_needs,
+                                    unobserved_findings)
 from kafkaops.model import Cluster, TopicPartition
 from kafkaops.platform import own
 
@@ -713,7 +714,7 @@ PRESSURE_RULES = ("cpu", "network", "request_handler_idle", "produce_p99")
 
 
 def verdict_of(disk: DiskVerdict | None, brokers: Recommendation | None, load: Sequence[Finding],
-               measured: int = 0) -> tuple[str, str] | None:
+               measured: int = 0, *, brokers_total: int | None = None) -> tuple[str, str] | None:
     """The review's one verdict, from the broker-count recommendation (the largest of the disk, throughput, CPU
     and network needs) and the load findings, so that it never says "enough" beside a recommendation to add or
     beside a broker past its load limits:
@@ -722,7 +723,8 @@ def verdict_of(disk: DiskVerdict | None, brokers: Recommendation | None, load: S
     * enough brokers, but some brokers past a load limit (:data:`PRESSURE_RULES`) or hot: "Rebalance", naming
       them and their rules (the others have room; more brokers would not move the load off them);
     * enough brokers, every one of the ``measured`` brokers past a limit that is not CPU or network (request
-      handlers, Produce latency): "Look into the brokers", as more brokers are not what the numbers ask for;
+      handlers, Produce latency): "Look into the brokers", as more brokers are not what the numbers ask for (when
+      fewer than the cluster's ``brokers_total`` were measured, it says every measured one, of how many);
     * otherwise the disk verdict (free disk, rebalance a full disk, or enough).
 
     Returns the action (``add_brokers``, ``rebalance``, ``look_into``, or the disk verdict's: ``free_disk``,
@@ -730,13 +732,15 @@ def verdict_of(disk: DiskVerdict | None, brokers: Recommendation | None, load: S
     add = int(brokers.inputs.get("add") or 0) if brokers is not None else 0
     largest = list(brokers.inputs.get("largest") or ["disk"]) if brokers is not None else ["disk"]
     also = f" Also: {disk.text}" if disk is not None and disk.action == "free_disk" else ""
+    blind = "".join(f" Not counted in the load: {f.subject} (no series in Prometheus; see the findings)."
+                    for f in load if f.rule == "load_unobserved")
     if brokers is not None and add > 0:
         if largest == ["disk"] and disk is not None and disk.action == "add_brokers":
-            return disk.action, disk.text
+            return disk.action, disk.text + blind
         current = brokers.inputs.get("current")
         return "add_brokers", (f"Add brokers: the {' and '.join(n for n in largest)} need{'s' if len(largest) == 1 else ''} "
                 f"{brokers.value:g} broker(s), today {current}: add {add} (each need with its formula in the "
-                f"recommendation).{also}")
+                f"recommendation).{also}{blind}")
     pressed: dict[str, list[str]] = {}
     for f in load:
         if f.rule in PRESSURE_RULES or f.rule == "hot_broker":
@@ -746,15 +750,17 @@ def verdict_of(disk: DiskVerdict | None, brokers: Recommendation | None, load: S
     if pressed:
         names = ", ".join(f"{b} ({', '.join(dict.fromkeys(rules))})" for b, rules in sorted(pressed.items()))
         if measured and len(pressed) >= measured:
-            return "look_into", (f"Look into the brokers: every broker is past a load limit ({names}) though the CPU, network "
-                    f"and disk needs ask for no more brokers; see the findings.{enough}{also}")
+            every = ("every broker" if brokers_total is None or measured >= brokers_total
+                     else f"every broker Prometheus shows ({measured} of {brokers_total})")
+            return "look_into", (f"Look into the brokers: {every} is past a load limit ({names}) though the CPU, "
+                    f"network and disk needs ask for no more brokers; see the findings.{enough}{also}{blind}")
         return "rebalance", (f"Rebalance: {names} {'is' if len(pressed) == 1 else 'are'} past {'its' if len(pressed) == 1 else 'their'} "
                 f"load limits while the other brokers have room; run kafka_reassign (operation rebalance) to move "
                 f"leaders and partitions off {'it' if len(pressed) == 1 else 'them'}, more brokers would not."
-                f"{enough}{also}")
+                f"{enough}{also}{blind}")
     if disk is not None:
-        return disk.action, disk.text
-    return None if brokers is None else ("ok", f"Brokers are enough: {brokers.message}.")
+        return disk.action, disk.text + blind
+    return None if brokers is None else ("ok", f"Brokers are enough: {brokers.message}.{blind}")
 
 
 def broker_load(cluster: Cluster) -> tuple[BrokerLoad, ...]:
@@ -814,8 +820,8 @@ def review(current: Cluster, history: Sequence[ReviewPoint] = (), *, targets: Ca
     if load is not None:
         replicas = {f"broker {b}": n for b, n in current.replicas_per_broker().items()}
         loaded, skipped = load_findings(load, load_thresholds, replicas)
-        findings += loaded
-        needs = load_needs(load, load_thresholds)
+        findings += loaded + unobserved_findings(load, [b.id for b in current.brokers])
+        needs = load_needs(load, load_thresholds, brokers=len(current.brokers))
     disk = targets.disk_per_broker_bytes or min((b.disk_total_bytes for b in current.brokers if b.disk_total_bytes),
                                                 default=None)
     if disk:
@@ -830,7 +836,8 @@ def review(current: Cluster, history: Sequence[ReviewPoint] = (), *, targets: Ca
         if rec is not None:
             recs.append(rec)
     said = verdict_of(verdict if (verdict.disks or disk) else None, next((r for r in recs if r.kind == "brokers"), None),
-                      [f for f in findings if f.rule in RULES_OF_LOAD], len(load.brokers()) if load is not None else 0)
+                      [f for f in findings if f.rule in RULES_OF_LOAD or f.rule == "load_unobserved"], len(load.brokers()) if load is not None else 0,
+                      brokers_total=len(current.brokers))
     theirs = [g for g in current.groups if not own.is_own_group(g.group_id)]  # kafkaops' markers are not lag
     lag = tuple(PartitionLag(g.group_id, x.topic, x.partition, x.lag or 0) for g in theirs for x in g.partitions)
     return Review(cluster_id=current.cluster_id, taken_at=now.taken_at,

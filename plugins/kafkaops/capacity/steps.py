@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import tempfile
 import time
 from collections.abc import Mapping
@@ -27,7 +28,8 @@ from kafkaops.platform import store
 from kafkaops.capacity import review as capacity
 from kafkaops.capacity import report as capacity_report
 from kafkaops.capacity import skew
-from kafkaops.capacity.load import NODES_QUERY, QUERIES, LoadThresholds, LoadWindow, Point, promql, utc_minute
+from kafkaops.capacity.load import (HOST_INDICATORS, NODES_QUERY, QUERIES, LoadThresholds, LoadWindow, Point, promql,
+                                   utc_minute)
 from kafkaops.platform.prometheus import PrometheusClient, PrometheusError, PrometheusUnreachable, public_url
 from kafkaops.errors import ConfigError
 from kafkaops.model import Cluster
@@ -87,6 +89,11 @@ PROMETHEUS_SELECTOR = form.Text(
     name="prometheus_selector", title="Prometheus label matchers",
     description='Label matchers that pick this cluster\'s series on a shared server, e.g. job="kafka-prod"; empty: '
                 "all the server's Kafka exporters (their node ids are matched to this cluster's brokers).")
+HOST_NETWORK_DEVICES = form.Text(
+    name="host_network_devices", title="Host network devices (regex)",
+    description="Where a broker is alone on its host and a node_exporter there is scraped, its network load is the "
+                "host's: the devices whose name matches this regex, e.g. eth0|bond0; empty: every device but loopback "
+                "and containers' and bridges' virtual ones.")
 LOAD_WINDOW_HOURS = form.Number(name="load_window_hours", given=24, above=0, title="Load window (hours)",
                                 description="The hours of load up to the review that the load rules read.")
 MAX_CPU = form.Number(name="max_cpu_percent", given=70, above=0, title="CPU limit (%)",
@@ -135,6 +142,7 @@ class CapacityParams:
     prometheus_conn_id: str = PROMETHEUS_CONN_ID.default
     prometheus_url: str = PROMETHEUS_URL.default
     prometheus_selector: str = PROMETHEUS_SELECTOR.default
+    host_network_devices: str = HOST_NETWORK_DEVICES.default
     load_window_hours: float = LOAD_WINDOW_HOURS.default
     max_cpu_percent: float = MAX_CPU.default
     max_network_percent: float = MAX_NETWORK.default
@@ -157,7 +165,8 @@ class CapacityParams:
                 propose_scale_out=PROPOSE_SCALE_OUT.read(params),
                 scale_out_inventory=SCALE_OUT_INVENTORY.read(params),
                 prometheus_conn_id=PROMETHEUS_CONN_ID.read(params), prometheus_url=PROMETHEUS_URL.read(params),
-                prometheus_selector=PROMETHEUS_SELECTOR.read(params), load_window_hours=LOAD_WINDOW_HOURS.read(params),
+                prometheus_selector=PROMETHEUS_SELECTOR.read(params),
+                host_network_devices=HOST_NETWORK_DEVICES.read(params), load_window_hours=LOAD_WINDOW_HOURS.read(params),
                 max_cpu_percent=MAX_CPU.read(params), max_network_percent=MAX_NETWORK.read(params),
                 network_capacity_mb_per_s=NETWORK_CAPACITY.read(params),
                 min_handler_idle_percent=MIN_HANDLER_IDLE.read(params), max_produce_p99_ms=MAX_PRODUCE_P99.read(params),
@@ -205,6 +214,12 @@ class CapacityParams:
             elif urlsplit(self.prometheus_url).username or urlsplit(self.prometheus_url).password:
                 problems.append("prometheus_url carries credentials, which a run's params would show; put them in "
                                 "the Airflow connection named by prometheus_conn_id and leave prometheus_url empty")
+        if self.host_network_devices:
+            try:
+                re.compile(self.host_network_devices)
+            except re.error as err:
+                problems.append(f"host_network_devices {self.host_network_devices!r} is not a regex ({err}); give the "
+                                "devices' names as a regex, e.g. eth0|bond0, or leave it empty")
         if self.key_skew and not (self.skew_topic or len(self.topics) == 1):
             problems.append("key_skew needs skew_topic (or exactly one entry in topics)")
         if problems:
@@ -351,13 +366,15 @@ def _host(instance: str) -> str:
 
 
 def read_load(client: PrometheusClient, *, start: float, end: float, step_s: float, selector: str = "",
-              brokers: set[int] | None = None, rate_s: float | None = None) -> LoadWindow:
+              brokers: set[int] | None = None, rate_s: float | None = None, devices: str = "") -> LoadWindow:
     """Each indicator of :data:`~kafkaops.capacity.load.QUERIES` over the window, per broker (``broker N``, named by
     the exporter's ``node_id``; ``brokers``: the cluster's ids, others' series left out). An indicator whose query
     fails or matches nothing is skipped with the reason; an unreachable server skips them all at once. The window
-    is never padded with zeros. A broker alone on its host takes its CPU from the host's node_exporter when one is
-    scraped, else from its JVM (:attr:`LoadWindow.cpu_source`). ``rate_s``: the window of each ``rate()``, by
-    default two steps and at least 30 s (two scrapes at Prometheus' default 15 s interval)."""
+    is never padded with zeros. A broker alone on its host takes its CPU and its network from the host's
+    node_exporter when one is scraped (the network: the host's devices matched by ``devices``, see
+    :func:`~kafkaops.capacity.load.devices_matcher`), else from its JVM and its own byte rates
+    (:attr:`LoadWindow.cpu_source`, :attr:`LoadWindow.network_source`). ``rate_s``: the window of each ``rate()``,
+    by default two steps and at least 30 s (two scrapes at Prometheus' default 15 s interval)."""
     rate = f"{int(rate_s if rate_s is not None else max(step_s * 2, 30))}s"
     found: dict[str, dict[str, tuple[Point, ...]]] = {}
     skipped: dict[str, str] = {}
@@ -366,23 +383,24 @@ def read_load(client: PrometheusClient, *, start: float, end: float, step_s: flo
         names = _nodes(client, selector, start, end)
     except PrometheusUnreachable as err:
         reason = f"Prometheus {client.public_url} did not answer: {err}"
-        return LoadWindow(start, end, step_s, {}, {name: reason for name in QUERIES if name != "host_cpu"})
+        return LoadWindow(start, end, step_s, {}, {name: reason for name in QUERIES if name not in HOST_INDICATORS})
     except PrometheusError as err:
         log.warning("the brokers' node ids could not be read from %s: %s", client.public_url, err)
     if not names:
         log.warning("no kafka_server_app_info_start_time_ms series on %s: the load is shown per exporter address",
                     client.public_url)
+    hosts: dict[str, dict[str, tuple[Point, ...]]] = {}
     for name, template in QUERIES.items():
-        query = promql(template, rate=rate, selector=selector)
+        query = promql(template, rate=rate, selector=selector, devices=devices)
         try:
             result = client.query_range(query, start=start, end=end, step_s=step_s)
         except PrometheusError as err:
-            if name != "host_cpu":
+            if name not in HOST_INDICATORS:
                 skipped[name] = f"Prometheus {client.public_url} did not answer {query!r}: {err}"
             continue
         series = {s.labels.get("instance", "?"): s.points for s in result.series}
-        if name == "host_cpu":
-            found[name] = dict(series)
+        if name in HOST_INDICATORS:
+            hosts[name] = {_host(i): pts for i, pts in series.items()}
             continue
         named = {names.get(i, i): pts for i, pts in series.items()}
         if brokers is not None and names:
@@ -393,33 +411,50 @@ def read_load(client: PrometheusClient, *, start: float, end: float, step_s: flo
                              + (f", and does the selector {selector!r} match it?" if selector else "?"))
             continue
         found[name] = named
-    host_cpu = found.pop("host_cpu", {})
+    cpu_source, network_source = _host_load(found, skipped, hosts, names)
+    log.info("load window %s..%s: %d of %d indicators read", utc_minute(start), utc_minute(end), len(found),
+             len(QUERIES) - len(HOST_INDICATORS))
+    return LoadWindow(start, end, step_s, found, skipped, cpu_source, network_source)
+
+
+def _host_load(found: dict[str, dict[str, tuple[Point, ...]]], skipped: dict[str, str],
+               hosts: Mapping[str, Mapping[str, tuple[Point, ...]]], names: Mapping[str, str]
+               ) -> tuple[dict[str, str], dict[str, str]]:
+    """Puts the host's CPU and network (node_exporter, ``hosts``: indicator -> host -> points) in ``found`` for each
+    broker alone on its host (an indicator read that way is no longer skipped), and returns where each broker's CPU
+    and network came from."""
     by_host: dict[str, list[str]] = {}
     for instance, broker in names.items():
         by_host.setdefault(_host(instance), []).append(broker)
-    node_of = {_host(i): pts for i, pts in host_cpu.items()}
-    source: dict[str, str] = {}
-    cpu = dict(found.get("cpu", {}))
+    cpu_source: dict[str, str] = {}
+    network_source: dict[str, str] = {}
+    host_network = ("host_bytes_in", "bytes_in"), ("host_bytes_out", "bytes_out")
     for instance, broker in names.items():
-        if broker not in cpu and broker not in found.get("bytes_in", {}):
-            continue
-        alone = len(by_host.get(_host(instance), ())) == 1
-        if alone and _host(instance) in node_of:
-            cpu[broker] = node_of[_host(instance)]
-            source[broker] = f"host {_host(instance)} (node_exporter)"
-        elif broker in cpu:
-            source[broker] = ("the broker's JVM" + (f" ({len(by_host[_host(instance)])} brokers share host "
-                                                    f"{_host(instance)})" if not alone else ""))
-    if cpu:
-        found["cpu"] = cpu
-        skipped.pop("cpu", None)
-    log.info("load window %s..%s: %d of %d indicators read", utc_minute(start), utc_minute(end), len(found), len(QUERIES) - 1)
-    return LoadWindow(start, end, step_s, found, skipped, source)
+        if not any(broker in found.get(i, {}) for i in ("cpu", "bytes_in", "bytes_out")):
+            continue  # an exporter of the server that is not this cluster's
+        host = _host(instance)
+        sharing = len(by_host.get(host, ()))
+        shared = "" if sharing == 1 else f" ({sharing} brokers share host {host})"
+        if sharing == 1 and host in hosts.get("host_cpu", {}):
+            found.setdefault("cpu", {})[broker] = hosts["host_cpu"][host]
+            cpu_source[broker] = f"host {host} (node_exporter)"
+        elif broker in found.get("cpu", {}):
+            cpu_source[broker] = "the broker's JVM" + shared
+        if sharing == 1 and all(host in hosts.get(h, {}) for h, _ in host_network):
+            for h, indicator in host_network:
+                found.setdefault(indicator, {})[broker] = hosts[h][host]
+            network_source[broker] = f"host {host}'s network devices (node_exporter)"
+        elif broker in found.get("bytes_in", {}):
+            network_source[broker] = "the broker's bytes, clients' and replication's (JMX exporter)" + shared
+    for indicator in ("cpu", "bytes_in", "bytes_out"):
+        if found.get(indicator):
+            skipped.pop(indicator, None)
+    return cpu_source, network_source
 
 
 def no_prometheus(reason: str, *, start: float, end: float, step_s: float) -> LoadWindow:
     """The load window of a review without Prometheus: every indicator skipped, with ``reason``."""
-    return LoadWindow(start, end, step_s, {}, {name: reason for name in QUERIES if name != "host_cpu"})
+    return LoadWindow(start, end, step_s, {}, {name: reason for name in QUERIES if name not in HOST_INDICATORS})
 
 
 def take_load(prometheus_url: str | None, cluster_data: Mapping[str, Any], params: CapacityParams, *,
@@ -438,7 +473,8 @@ def take_load(prometheus_url: str | None, cluster_data: Mapping[str, Any], param
     cluster = Cluster.from_dict(cluster_data)
     with PrometheusClient(prometheus_url, timeout_s=timeout_s) as client:
         window = read_load(client, start=start, end=end, step_s=step, selector=params.prometheus_selector,
-                           brokers={b.id for b in cluster.brokers}, rate_s=rate_s)
+                           brokers={b.id for b in cluster.brokers}, rate_s=rate_s,
+                           devices=params.host_network_devices)
     log.info("load of %d broker(s) from %s over %.1f h: %d indicator(s) skipped", len(window.brokers()),
              public_url(prometheus_url), params.load_window_hours, len(window.skipped))
     return window.to_dict()

@@ -42,7 +42,7 @@ def _review(server_url: str | None, cluster: dict, params: steps.CapacityParams,
 def _as_conf(params: steps.CapacityParams) -> dict:
     return {"topics": list(params.topics), "network_capacity_mb_per_s": params.network_capacity_mb_per_s,
             "max_produce_p99_ms": params.max_produce_p99_ms, "max_cpu_percent": params.max_cpu_percent,
-            "prometheus_selector": params.prometheus_selector}
+            "prometheus_selector": params.prometheus_selector, "host_network_devices": params.host_network_devices}
 
 
 def _cpu(window: LoadWindow) -> dict[str, float]:
@@ -87,6 +87,7 @@ def test_the_review_says_add_brokers_when_the_brokers_cpu_crosses_its_limit_and_
         window, before = _review(server.url, cluster, _params(max_cpu_percent=limit), start=quiet_start + RATE_S,
                                  end=quiet_end)
         assert not window.skipped and window.cpu_source == {"broker 1": "the broker's JVM"}, window
+        assert window.network_source == {"broker 1": "the broker's bytes, clients' and replication's (JMX exporter)"}
         assert "cpu" not in before.rules_fired() and not before.skipped, before.findings
         assert before.recommendation("brokers").inputs["add"] == 0, before.recommendation("brokers")
         assert not (before.verdict or "").startswith("Add brokers"), before.verdict
@@ -103,11 +104,17 @@ def test_the_review_says_add_brokers_when_the_brokers_cpu_crosses_its_limit_and_
         net = window.indicators["bytes_in"]["broker 1"]
         assert max(v for _, v in net) > 100_000, net  # bytes in, clients' and replication's, per second
 
-        # where a node_exporter runs on the broker's host (and the broker is alone there), the CPU is the host's
-        window, _ = _review(with_node.url, cluster, _params(), start=loaded_start + RATE_S, end=loaded_end)
+        # where a node_exporter runs on the broker's host (and the broker is alone there), the CPU and the network
+        # are the host's: here its loopback device, which carries the producer's bytes
+        window, _ = _review(with_node.url, cluster, _params(host_network_devices="lo"), start=loaded_start + RATE_S,
+                            end=loaded_end)
         assert window.cpu_source == {"broker 1": "host 127.0.0.1 (node_exporter)"}, window.cpu_source
         host = window.observed("cpu", "broker 1")
         assert host and all(0 <= v <= 1 for v in host) and max(host) > 0, host
+        assert window.network_source == {"broker 1": "host 127.0.0.1's network devices (node_exporter)"}, window
+        own_in = max(v for _, v in net)
+        host_in = max(window.observed("bytes_in", "broker 1"))
+        assert host_in >= 0.5 * own_in, (host_in, own_in)  # loopback carries at least what the broker took in
 
         # a selector that matches no series: every load rule named as skipped, nothing read as zero
         window, blind = _review(server.url, cluster, _params(prometheus_selector='job="not-kafka"'),

@@ -122,7 +122,7 @@ def test_the_broker_needs_follow_cpu_and_network_with_their_inputs():
     needs = load_needs(_window(**load), CAPACITY)
     assert needs.by_cpu == math.ceil(2.7 / 0.7) == 4
     assert needs.by_network == math.ceil(60 * MB / (0.8 * 125 * MB)) == 1
-    assert "by CPU ceil(2.70 / 0.7) = 4" in needs.text()
+    assert "by CPU ceil(2.7 / 0.7) = 4" in needs.text()
 
 
 def test_held_hours_split_at_gaps_and_the_window_round_trips():
@@ -130,3 +130,22 @@ def test_held_hours_split_at_gaps_and_the_window_round_trips():
     assert held_hours(points, lambda v: v > 0.5, STEP) == ((START, START + 4 * STEP), (START + 8 * STEP, START + 59 * STEP))
     window = _window(**_quiet())
     assert LoadWindow.from_dict(window.to_dict()) == window
+
+
+def test_a_hosts_network_counts_its_devices_but_loopback_and_virtual_ones_unless_named():
+    from kafkaops.capacity.load import QUERIES, devices_matcher, promql
+
+    assert devices_matcher() == 'device!~"lo|veth.*|docker.*|br-.*|virbr.*|cni.*|flannel.*|cali.*|vxlan.*|tun.*|tap.*"'
+    assert devices_matcher(" eth0|bond0 ") == 'device=~"eth0|bond0"'
+    assert devices_matcher(r'en\d+"x') == r'device=~"en\\d+\"x"'  # a PromQL string: backslash and quote escaped
+    query = promql(QUERIES["host_bytes_in"], rate="60s", selector='job="kafka"', devices="lo")
+    assert query == 'sum by (instance) (rate(node_network_receive_bytes_total{device=~"lo"}[60s]))'
+    assert "job=" not in query  # the operator's selector picks Kafka's exporters, not the node exporters
+
+
+def test_needs_from_fewer_brokers_than_the_cluster_has_are_a_floor_and_say_so():
+    load = _quiet(("broker 1", "broker 2"))
+    needs = load_needs(_window(**load), CAPACITY, brokers=3)
+    assert needs.inputs["brokers"] == 3 and needs.inputs["cpu_brokers_measured"] == 2
+    assert needs.text().count("(at least: 2 of 3 brokers measured, the others' load unknown)") == 2
+    assert "at least" not in load_needs(_window(**load), CAPACITY, brokers=2).text()

@@ -6,9 +6,11 @@ from __future__ import annotations
 import base64
 import math
 
+import pytest
+
 from kafkaops.capacity import review as capacity
 from kafkaops.capacity.load import LoadThresholds, LoadWindow
-from kafkaops.capacity.report import (NOTHING_TO_SHOW, gaps_of, line_with_gaps, load_caption, load_figure, plots,
+from kafkaops.capacity.report import (NOTHING_TO_SHOW, _measure, _threshold, gaps_of, line_with_gaps, load_caption, load_figure, plots,
                                       render_review_html, write_report)
 from tests.unit.airflow.test_pages import text_of
 from tests.unit.capacity.test_review import cluster
@@ -127,12 +129,29 @@ def test_the_report_shows_the_load_with_its_window_limits_rules_not_checked_and_
     assert "limits: CPU 70%" in text and "Produce p99 100 ms" in text
     assert "Load rules not checked rule why it was not checked network no network capacity stated" in text
     assert "<td>under_min_isr</td><td>&lt;b&gt;no&lt;/b&gt; series</td>" in page and "<b>no</b>" not in page
-    assert "Where the CPU came from broker CPU from broker 1 host (node_exporter) broker 2 broker JVM" in text
+    assert ("Where the load came from broker CPU from network from broker 1 host (node_exporter) - broker 2 broker JVM"
+            in text)
+    # every load finding's measure and limit in its unit
+    cpu = next(f for f in review.findings if f.rule == "cpu")
+    assert f"<td>cpu</td><td>broker 1</td><td>{cpu.value:.1%}</td><td>70%</td>" in page, page
+    assert "<td>request_handler_idle</td><td>broker 1</td><td>14.4%</td><td>at least 30% idle</td>" in page, page
     paths = write_report(review, run_id="r1")
     assert paths.load_png == "capacity/c1/r1/load.png"
     stored = local_store.artifact(paths.load_png)
     assert stored.content_type == "image/png" and stored.body[:8] == PNG
     assert base64.b64encode(stored.body).decode() in local_store.artifact(paths.html).body.decode()
+
+
+@pytest.mark.parametrize(("rule", "value", "threshold", "measured", "limit"), [
+    ("produce_p99", 174.6, 100.0, "174.6 ms", "100 ms"),
+    ("network", 0.934, 0.8, "93.4%", "80% of capacity"),
+    ("under_min_isr", 2.0, 0.0, "2 partitions", "0 partitions"),
+    ("hot_broker", 2.5, 2.0, "2.50 x median", "2.00 x median"),
+    ("load_unobserved", 2.0, 0.0, "2 brokers", "0 brokers"),
+    ("load_unobserved", 1.0, 0.0, "1 broker", "0 brokers"),
+])
+def test_each_load_finding_is_shown_in_its_unit(rule, value, threshold, measured, limit) -> None:
+    assert (_measure(rule, value), _threshold(rule, threshold)) == (measured, limit)
 
 
 def test_a_review_without_load_says_so_and_stores_no_plot(local_store) -> None:

@@ -365,3 +365,31 @@ def test_a_review_without_prometheus_names_every_load_rule_it_skipped() -> None:
     r = review(c, load=none)
     assert set(r.skipped) == set(capacity_load.RULES) and all("no Prometheus" in why for why in r.skipped.values())
     assert r.recommendation("brokers").inputs["by_cpu"] is None and r.verdict == r.disk.text
+
+
+def test_brokers_prometheus_does_not_show_are_named_and_every_broker_means_every_one_it_shows() -> None:
+    """A cluster of 3 whose broker 3 is not scraped (added since Prometheus' targets were written): a finding names
+    it, the needs say they are a floor, and the verdict never says "every broker" of the two it saw."""
+    c = cluster(t=0.0, offsets={p: 0 for p in range(6)}, sizes={p: GB for p in range(6)})
+    window = _load({1: 0.3, 2: 0.3})
+    slow = {b: tuple((t, 500.0) for t, _ in pts) for b, pts in window.indicators["produce_p99_ms"].items()}
+    r = review(c, load=replace(window, indicators={**window.indicators, "produce_p99_ms": slow}))
+    [unseen] = [f for f in r.findings if f.rule == "load_unobserved"]
+    assert unseen.subject == "broker 3" and "no load series in Prometheus" in unseen.message
+    assert "kafka_broker_jmx_exporter" in unseen.message and "count only the brokers seen" in unseen.message
+    assert r.verdict.startswith("Look into the brokers: every broker Prometheus shows (2 of 3) is past a load limit"), \
+        r.verdict
+    assert "Not counted in the load: broker 3 (no series in Prometheus" in r.verdict
+    rec = r.recommendation("brokers")
+    assert rec.inputs["load"]["brokers"] == 3 and rec.inputs["load"]["cpu_brokers_measured"] == 2
+    assert "(at least: 2 of 3 brokers measured, the others' load unknown)" in rec.message
+    # all seen: no such finding, no floor, and "every broker" is every broker
+    whole = review(c, load=replace(_load({1: 0.3, 2: 0.3, 3: 0.3}), indicators={
+        **_load({1: 0.3, 2: 0.3, 3: 0.3}).indicators,
+        "produce_p99_ms": {f"broker {b}": tuple((t, 500.0) for t, _ in pts) for b, pts in
+                           enumerate(_load({1: 0.3, 2: 0.3, 3: 0.3}).indicators["produce_p99_ms"].values(), 1)}}))
+    assert "load_unobserved" not in whole.rules_fired() and "at least" not in whole.recommendation("brokers").message
+    assert whole.verdict.startswith("Look into the brokers: every broker is past"), whole.verdict
+    # nothing read at all: every rule is skipped with why, and no broker is called unobserved
+    blind = review(c, load=capacity.LoadWindow(0.0, 60.0, 15.0, {}, {"cpu": "no Prometheus"}))
+    assert "load_unobserved" not in blind.rules_fired()

@@ -27,6 +27,7 @@ from tests.unit.capacity.test_review import cluster
     ({"load_window_hours": 24 * 365}, "load_window_hours is 8760; give at most 744"),
     ({"prometheus_url": "prometheus:9090"}, "is not an http"),
     ({"prometheus_url": "http://admin:s3cret@prometheus:9090"}, "carries credentials"),
+    ({"host_network_devices": "eth(0"}, r"host_network_devices 'eth\(0' is not a regex"),
 ])
 def test_bad_params_are_refused(params, match) -> None:
     with pytest.raises(ConfigError, match=match) as err:
