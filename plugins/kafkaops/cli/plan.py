@@ -128,15 +128,15 @@ def make_plan(cluster: Cluster, args: argparse.Namespace, goals: Goals = Goals()
 
 
 def size_moves(plan: ReassignmentPlan, args: argparse.Namespace) -> ReassignmentPlan:
-    """Live (``--bootstrap-server``): ``plan`` with its moves sized by what their new replicas copy, read from
-    the copied topics' storage configs (a tiered topic's: the leader's local log); from JSON, as it is."""
-    copied = {m.topic for m in plan.moves if m.adding}
-    if not getattr(args, "bootstrap_server", None) or not copied:
+    """Live (``--bootstrap-server``): ``plan`` with its moves sized by what their new replicas copy, as the
+    plan step sizes them (:func:`kafkaops.reassign.steps.size_moves`: a tiered topic's copy the leader's
+    local log); from JSON, as it is."""
+    if not getattr(args, "bootstrap_server", None):
         return plan
-    from kafkaops.platform.kafka import configs, connection
+    from kafkaops.platform.kafka import connection
+    from kafkaops.reassign import steps
 
-    with connection.connect(kafka_config(args), timeout_s=args.timeout) as conn:
-        return plan.with_storage(configs.describe_topic_storage(conn, copied).values())
+    return steps.size_moves(plan, lambda: connection.connect(kafka_config(args), timeout_s=args.timeout))
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:

@@ -28,7 +28,7 @@ import yaml
 
 from kafkaops.errors import ConfigError, HostUnreachable, ProvisionError
 from kafkaops.platform import redaction
-from kafkaops.platform.paths import CACHE, jar_dir
+from kafkaops.platform.paths import CACHE, jar_dir, private_file
 from kafkaops.resources import playbooks
 
 log = logging.getLogger(__name__)
@@ -818,8 +818,8 @@ def materialized_inventory(inventory: ConnInventory) -> Iterator[Path]:
     folder = Path(tempfile.mkdtemp(prefix=MATERIALIZED_PREFIX))  # mkdtemp: mode 0700
     try:
         path = folder / f"conn-{inventory.conn_id}{'.json' if inventory.is_spec else '.yml'}"
-        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
-            out.write(inventory.text)
+        with private_file(path) as out:
+            out.write(inventory.text.encode())
         yield path
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -68,7 +68,7 @@ from urllib.parse import urlsplit
 
 from kafkaops.errors import ConfigError, KafkaOpsError
 from kafkaops.platform import redaction
-from kafkaops.platform.paths import jar_dir
+from kafkaops.platform.paths import jar_dir, private_file
 
 log = logging.getLogger(__name__)
 
@@ -197,8 +197,7 @@ def write_kafka_properties(config: Mapping[str, str], folder: Path, name: str = 
     for key, value in config.items():
         properties[key] = str(value)
     path = folder / name
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as out:
+    with private_file(path) as out:
         properties.store(out, encoding="utf-8", timestamp=False)
     return path
 
@@ -300,8 +299,7 @@ def write_submit_properties(folder: Path, secret: str) -> Path:
     from jproperties import Properties
 
     path = folder / SUBMIT_PROPERTIES
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as out:
+    with private_file(path) as out:
         out.write(spark_defaults().encode() + b"\n")
         properties = Properties()
         properties[AUTH_SECRET] = secret

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
@@ -637,7 +637,7 @@ def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Seq
     else:
         with budget:
             plan = plan_rebalance(cluster, goals, exclude=p.exclude_brokers, topics=topics)
-    plan = size_moves(ctx, plan)
+    plan = size_moves(plan, ctx.connect)
     flows = approval.plan_traffic(plan, p)
     refused = f"A real run would be refused here: {inventory_problem}" if inventory_problem else ""
     data: dict[str, Any] = {
@@ -654,15 +654,16 @@ def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Seq
     return data
 
 
-def size_moves(ctx: OperationContext, plan: ReassignmentPlan) -> ReassignmentPlan:
+def size_moves(plan: ReassignmentPlan, connect: Callable[[], connection.KafkaConnection]) -> ReassignmentPlan:
     """``plan`` with its moves sized by what their new replicas copy: the storage configs of the topics it
-    copies partitions of are read (:func:`configs.describe_topic_storage`), and a tiered topic's moves copy
-    the leader's local log only (:meth:`ReassignmentPlan.with_storage`). A plan that copies nothing asks
-    nothing."""
+    copies partitions of are read (:func:`configs.describe_topic_storage`) through a connection ``connect``
+    opens (and this closes), and a tiered topic's moves copy the leader's local log only
+    (:meth:`ReassignmentPlan.with_storage`). A plan that copies nothing asks nothing: no connection is opened.
+    The plan step's (:func:`make_plan`, ``ctx.connect``) and ``kafkaops plan``'s on a live cluster."""
     copied = {m.topic for m in plan.moves if m.adding}
     if not copied:
         return plan
-    with ctx.connect() as conn:
+    with connect() as conn:
         storage = configs.describe_topic_storage(conn, copied)
     return plan.with_storage(storage.values())
 

@@ -53,6 +53,7 @@ import pytest
 import pyspark
 from kafkaops.platform import provision
 from kafkaops.platform import spark as spark_platform
+from kafkaops.platform.paths import private_file
 from kafkaops.testing import jvm, watchdog
 from kafkaops.testing.users import remove_stale_users, run_suffix
 
@@ -131,9 +132,8 @@ def write_auth_properties(path: Path, secret: str, owner: pwd.struct_passwd | No
     given to ``owner`` when set): what a daemon starts with (``--properties-file``) and submitters read."""
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [f"{k} {v}" for k, v in DAEMON_SECURITY.items()] + [f"{spark_platform.AUTH_SECRET} {secret}"]
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write("\n".join(lines) + "\n")
+    with private_file(path) as out:
+        out.write(("\n".join(lines) + "\n").encode())
     if owner is not None:
         os.chown(path, owner.pw_uid, owner.pw_gid)
     return path

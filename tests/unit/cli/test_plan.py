@@ -91,3 +91,19 @@ def test_malformed_current(tmp_path):
     code, _, err = invoke("--current", str(bad), "--brokers", "1", "--output", str(tmp_path / "p.json"))
     assert code == EXIT_BAD_INPUT
     assert 'current.json: partitions[0] has no "replicas"' in err
+
+
+def test_live_moves_are_sized_as_the_plan_step_sizes_them(monkeypatch, tmp_path):
+    """Live, the moved topics' storage configs size the moves (kafkaops.reassign.steps.size_moves, the plan
+    step's sizing): a tiered topic's move is counted apart. Measured on a real broker in
+    tests/integration/reassign/test_tiered.py."""
+    from tests.unit.reassign.fake_kafka import FakeKafka
+
+    FakeKafka(replicas={("logs", 0): (1, 2), ("orders", 0): (1, 2)}, online={1, 2, 3},
+              sizes={("logs", 0): 4096, ("orders", 0): 2048},
+              configs={("topic", "logs"): {"remote.storage.enable": "true"}}).install(monkeypatch)
+    output = tmp_path / "plan.json"
+    code, out, err = invoke("--bootstrap-server", "fake:9092", "--drain", "1", "--output", str(output))
+    assert code == EXIT_OK and err == "", err
+    assert "1 of 2 moving partitions tiered (remote storage on)" in out
+    assert {p["topic"] for p in json.loads(output.read_text())["partitions"]} == {"logs", "orders"}

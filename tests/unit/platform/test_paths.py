@@ -1,12 +1,14 @@
 """One sanitiser makes run ids, DAG ids and cluster ids artifact path segments; the caches are named by
-settings, never found from the checkout."""
+settings, never found from the checkout; private files are created 0600 and never overwritten."""
 from __future__ import annotations
 
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ import kafkaops
 import spark_apps
 from kafkaops.errors import SetupError
 from kafkaops.platform import paths
-from kafkaops.platform.paths import safe_name
+from kafkaops.platform.paths import private_file, safe_name
 
 
 @pytest.mark.parametrize("name, expected", [
@@ -89,3 +91,56 @@ def test_no_module_of_the_wheel_finds_files_from_the_checkout() -> None:
     climbing = [f"{m.relative_to(PACKAGE.parent)}:{n}" for m in modules if "/resources/dags/" not in str(m)
                 for n, line in enumerate(m.read_text().splitlines(), 1) if re.search(r"\.parents\[|REPO_ROOT", line)]
     assert not climbing, f"paths resolved from the checkout at {climbing}; use kafkaops.resources or paths"
+
+
+# -- private files: created 0600, never overwritten ------------------------------------------------------------
+
+@pytest.fixture(params=[0o000, 0o002, 0o277], ids=oct)
+def umask(request: pytest.FixtureRequest) -> Iterator[int]:
+    """The test runs under this umask (0o000: a permissive one; 0o277: one that would take the owner's
+    write bit away); the old one is put back after it."""
+    old = os.umask(request.param)
+    yield request.param
+    os.umask(old)
+
+
+def test_a_private_file_is_0600_whatever_the_umask(tmp_path: Path, umask: int) -> None:
+    path = tmp_path / "secret.properties"
+    with private_file(path) as out:
+        assert stat.S_IMODE(os.fstat(out.fileno()).st_mode) == 0o600  # before anything is written
+        out.write(b"password=s3cret\n")
+    assert out.closed and path.read_bytes() == b"password=s3cret\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_an_existing_file_is_refused_not_overwritten(tmp_path: Path) -> None:
+    path = tmp_path / "kafka.properties"
+    path.write_text("kept\n")
+    path.chmod(0o644)
+    with pytest.raises(FileExistsError) as caught:
+        with private_file(path) as out:
+            out.write(b"replaced\n")
+    assert str(path) in str(caught.value) and "never overwritten" in str(caught.value)
+    assert path.read_text() == "kept\n" and stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+def test_a_symlink_is_refused_and_its_target_left_alone(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.write_text("kept\n")
+    link = tmp_path / "kafka.properties"
+    link.symlink_to(target)
+    (tmp_path / "dangling.properties").symlink_to(tmp_path / "nowhere")
+    for path in (link, tmp_path / "dangling.properties"):
+        with pytest.raises(FileExistsError):
+            with private_file(path):
+                pass
+    assert target.read_text() == "kept\n" and not (tmp_path / "nowhere").exists()
+
+
+def test_a_private_file_is_closed_when_the_block_fails(tmp_path: Path) -> None:
+    path = tmp_path / "inventory.yml"
+    with pytest.raises(RuntimeError):
+        with private_file(path) as out:
+            out.write(b"all:\n")
+            raise RuntimeError("the caller failed half-way")
+    assert out.closed and path.read_bytes() == b"all:\n"

@@ -5,11 +5,13 @@ tests/integration/reassign/test_tiered.py."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 
 from kafkaops.model import Broker, Cluster, ModelError, Move, PartitionAssignment, Reassignment, TopicStorage
 from kafkaops.platform import render
+from kafkaops.platform.kafka import configs
 from kafkaops.reassign import approval, engine, steps
 from kafkaops.reassign.planner import PlanInputError, plan_drain
 from kafkaops.reassign.planner.plan import ReassignmentPlan
@@ -108,6 +110,33 @@ def test_the_approval_says_how_many_moving_partitions_are_tiered_and_counts_thei
     assert approval.tiered_part(plan_drain(cluster(), [1])) == []
     flows = approval.plan_traffic(plan, params)
     assert sum(flows.bytes_in.values()) == plan.bytes_to_move == 21_000
+
+
+def test_one_sizing_reads_the_copied_topics_storage_through_the_connection_it_is_given(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """steps.size_moves: the plan step's (ctx.connect) and kafkaops plan's live (tests/unit/cli/test_plan.py)."""
+    opened: list[str] = []
+    asked: list[set[str]] = []
+
+    class Conn:
+        def __enter__(self) -> Conn:
+            opened.append("open")
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            opened.append("closed")
+
+    def describe_topic_storage(conn: object, topics: set[str]) -> dict[str, TopicStorage]:
+        asked.append(set(topics))
+        return {s.topic: s for s in (TIERED, PLAIN) if s.topic in topics}
+
+    monkeypatch.setattr(configs, "describe_topic_storage", describe_topic_storage)
+    plan = plan_drain(cluster(), [1])
+    assert steps.size_moves(plan, Conn) == plan.with_storage([TIERED, PLAIN])
+    assert opened == ["open", "closed"] and asked == [{"logs", "orders"}]
+    # a plan whose moves copy nothing (leader-only changes) opens no connection
+    leaders_only = dataclasses.replace(plan, moves=tuple(m for m in plan.moves if not m.adding))
+    assert steps.size_moves(leaders_only, Conn) is leaders_only and opened == ["open", "closed"]
 
 
 def test_the_engine_sizes_the_moves_it_observes_by_what_a_new_replica_copies() -> None:
