@@ -207,6 +207,13 @@ def test_the_operators_path(deployed: Deployment, chrome: Any, deployment_cluste
     ui.open_run_tab("kafka_capacity_review", review, "Operation record")
     ui.text_shown(review)
     ui.shot("capacity-review-record")
+    plot = ui.wait(lambda d: next((i for i in d.find_elements(By.TAG_NAME, "img")
+                                   if "the brokers' load" in (i.get_attribute("alt") or "")), None),
+                   "the load plots on the review's record")
+    ui.driver.execute_script("arguments[0].scrollIntoView({block: 'start'});", plot)
+    assert ui.driver.execute_script("return arguments[0].complete && arguments[0].naturalWidth > 0;", plot), \
+        f"the load plots {plot.get_attribute('src')} did not load on the review's record"
+    ui.shot("capacity-review-load-plots")
     ui.click(ui.wait(lambda d: next((a for a in d.find_elements(By.TAG_NAME, "a")
                                      if re.search(r"(?i)capacity report", a.text)), None),
                      "a link to the capacity report in the review's record"))
@@ -215,6 +222,17 @@ def test_the_operators_path(deployed: Deployment, chrome: Any, deployment_cluste
     ui.shot("capacity-report")
     assert "Findings" in report and re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d", report), \
         f"the capacity report lacks findings or UTC times:\n{report[:3000]}"
+    # the load as Prometheus saw it: the deployment's Prometheus scrapes the first brokers' exporters, not those of
+    # the brokers the scale-out added, and the report says so instead of counting them idle
+    ui.driver.execute_script("arguments[0].scrollIntoView({block: 'start'});", ui.text_shown("Load over the window"))
+    ui.shot("capacity-report-load")
+    assert "Where the load came from" in report, report[:3000]
+    scraped = {n.node_id for n in deployment_cluster.spec.nodes if n.metrics_port is not None}
+    with deployment_cluster.connect() as conn:
+        unscraped = sorted({b.id for b in metadata.describe_cluster(conn)[2]} - scraped)
+    if unscraped:  # other tests of this deployment may have added brokers
+        assert re.search(r"load_unobserved\s+brokers? " + ", ".join(map(str, unscraped)), report), \
+            f"brokers {unscraped} are not scraped yet the report does not name them:\n{report[:4000]}"
     chrome.switch_to.default_content()
 
     # 8. quiesce=acl on this cluster, which has no authorizer: refused by the preflight, before any copy

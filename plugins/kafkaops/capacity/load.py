@@ -145,6 +145,14 @@ class LoadWindow:
     network_source: Mapping[str, str] = field(default_factory=dict)
     """Per broker, where its ``bytes_in`` / ``bytes_out`` points come from (its host's network devices from the
     node_exporter, or the broker's own byte rates from its JMX exporter)."""
+    asked_start: float | None = None
+    """The start the review asked for, when Prometheus' data began well after it (a new server or cluster): the
+    window was then read again from its first data (``start``) at a finer step. None: ``start`` is the one asked."""
+
+    def first_observed(self) -> float | None:
+        """The time of the earliest finite point of any indicator and broker; None: no point at all."""
+        return min((t for series in self.indicators.values() for points in series.values() for t, v in points
+                    if math.isfinite(v)), default=None)
 
     def brokers(self) -> tuple[str, ...]:
         return tuple(sorted({b for series in self.indicators.values() for b in series}))
@@ -157,7 +165,7 @@ class LoadWindow:
         return {"start": self.start, "end": self.end, "step_s": self.step_s,
                 "indicators": {k: {b: [list(p) for p in pts] for b, pts in v.items()} for k, v in self.indicators.items()},
                 "skipped": dict(self.skipped), "cpu_source": dict(self.cpu_source),
-                "network_source": dict(self.network_source)}
+                "network_source": dict(self.network_source), "asked_start": self.asked_start}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LoadWindow:
@@ -165,7 +173,8 @@ class LoadWindow:
             return cls(float(data["start"]), float(data["end"]), float(data["step_s"]),
                        {k: {b: tuple((float(t), float(v)) for t, v in pts) for b, pts in v.items()}
                         for k, v in data["indicators"].items()}, dict(data.get("skipped") or {}),
-                       dict(data.get("cpu_source") or {}), dict(data.get("network_source") or {}))
+                       dict(data.get("cpu_source") or {}), dict(data.get("network_source") or {}),
+                       None if data.get("asked_start") is None else float(data["asked_start"]))
         except (KeyError, TypeError, ValueError) as err:
             raise CapacityError(f"cannot read a load window from this dict: {err!r}; expected LoadWindow.to_dict()") from err
 

@@ -201,8 +201,13 @@ def load_caption(review: Review) -> str | None:
     if review.load is None:
         return None
     first, _ = observed_span(review.load)
-    since = (f" Prometheus has data from {utc_minute(first)} only: the plots start there."
-             if first > review.load.start + 1.5 * review.load.step_s else "")
+    asked = review.load.asked_start
+    if asked is not None:
+        since = (f" Prometheus has data from {utc_minute(first)} only, of the {(review.load.end - asked) / 3600:.3g} h "
+                 "asked: the load was read from there, and the plots and rules cover that.")
+    else:
+        since = (f" Prometheus has data from {utc_minute(first)} only: the plots start there."
+                 if first > review.load.start + 1.5 * review.load.step_s else "")
     return (f"The brokers' load {_window_text(review.load)}, one line per broker; a break in a line is a gap in "
             f"the data (shaded). Dashed: the limits: {'; '.join(load_limits(review))}.{since}")
 
@@ -313,7 +318,8 @@ def load_figure(review: Review) -> Any:
             xs, ys = line_with_gaps(points, window.step_s)
             values = [v * panel.scale for v in ys]
             top = max([top, *(v for v in values if math.isfinite(v))])
-            ax.plot(_datetimes(xs), values, color=colors[broker], linewidth=1.3, label=broker)
+            ax.plot(_datetimes(xs), values, color=colors[broker], linewidth=1.3, label=broker,
+                    marker="o" if len(points) < 3 else None, markersize=4)  # a lone point shows as a dot
             for a, b in gaps_of(points, window.step_s, first, last):
                 ax.axvspan(*_datetimes([a, b]), color=colors[broker], alpha=0.12, linewidth=0)
         handles, labels = ax.get_legend_handles_labels()

@@ -15,7 +15,7 @@ import re
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -471,10 +471,22 @@ def take_load(prometheus_url: str | None, cluster_data: Mapping[str, Any], param
         return no_prometheus(why_none or "no Prometheus: set prometheus_url or the Airflow connection named by "
                                          "prometheus_conn_id", start=start, end=end, step_s=step).to_dict()
     cluster = Cluster.from_dict(cluster_data)
+    brokers = {b.id for b in cluster.brokers}
     with PrometheusClient(prometheus_url, timeout_s=timeout_s) as client:
         window = read_load(client, start=start, end=end, step_s=step, selector=params.prometheus_selector,
-                           brokers={b.id for b in cluster.brokers}, rate_s=rate_s,
-                           devices=params.host_network_devices)
+                           brokers=brokers, rate_s=rate_s, devices=params.host_network_devices)
+        first = window.first_observed()
+        if step_s is None and first is not None and first - start > 2 * step:
+            # a server (or cluster) younger than the window: its data read again, from where it begins, at a step
+            # that gives it about as many points as a whole window would have
+            since = max(start, first - step)
+            finer = load_step_s((end - since) / 3600)
+            if finer < step:
+                log.info("Prometheus has data from %s only: the load is read again from there every %g s",
+                         utc_minute(first), finer)
+                window = replace(read_load(client, start=since, end=end, step_s=finer,
+                                           selector=params.prometheus_selector, brokers=brokers, rate_s=rate_s,
+                                           devices=params.host_network_devices), asked_start=start)
     log.info("load of %d broker(s) from %s over %.1f h: %d indicator(s) skipped", len(window.brokers()),
              public_url(prometheus_url), params.load_window_hours, len(window.skipped))
     return window.to_dict()

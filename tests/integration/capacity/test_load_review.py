@@ -116,6 +116,12 @@ def test_the_review_says_add_brokers_when_the_brokers_cpu_crosses_its_limit_and_
         host_in = max(window.observed("bytes_in", "broker 1"))
         assert host_in >= 0.5 * own_in, (host_in, own_in)  # loopback carries at least what the broker took in
 
+        # the default 24 h window of a server a minute old: read again from its first data at a 15 s step, not one
+        # point every 6 minutes; the window says which start was asked
+        young = LoadWindow.from_dict(steps.take_load(server.url, cluster, _params(), now=loaded_end))
+        assert young.asked_start == loaded_end - 24 * 3600 and young.step_s == 15.0, young.to_dict()
+        assert loaded_end - young.start <= 2 * 360 and len(young.observed("cpu", "broker 1")) >= 2, young.to_dict()
+
         # a selector that matches no series: every load rule named as skipped, nothing read as zero
         window, blind = _review(server.url, cluster, _params(prometheus_selector='job="not-kafka"'),
                                 start=loaded_start, end=loaded_end)

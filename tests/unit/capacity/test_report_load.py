@@ -177,3 +177,16 @@ def test_a_prometheus_younger_than_the_window_starts_the_plots_at_its_first_data
     assert "no data (gap)" not in " ".join(t.get_text() for t in cpu.get_legend().get_texts())
     assert "Prometheus has data from 2026-11-22 20:00 UTC only" in (load_caption(review) or "")
     assert "only" not in (load_caption(review_with(window)) or "")
+
+
+def test_a_window_read_again_from_prometheus_first_data_says_what_was_asked_and_a_lone_point_is_a_dot() -> None:
+    window = synthetic_window(hours=0.5, step_s=15.0)
+    lone = {k: {b: pts[-1:] for b, pts in v.items()} for k, v in window.indicators.items()}
+    young = LoadWindow(window.start, window.end, window.step_s, lone, {}, window.cpu_source,
+                       asked_start=window.end - 24 * 3600)
+    review = review_with(young)
+    assert "Prometheus has data from 2026-11-22 00:30 UTC only, of the 24 h asked" in (load_caption(review) or "")
+    cpu = load_figure(review).axes[0]
+    assert [line.get_marker() for line in _lines(cpu)] == ["o", "o", "o"]
+    assert {line.get_marker() for line in _lines(load_figure(review_with(window)).axes[0])} == {"None"}
+    assert LoadWindow.from_dict(young.to_dict()) == young
