@@ -61,6 +61,11 @@ def run(dagbag, dag_id: str, **conf):
     return dag_run, record
 
 
+def metadata_of(spec: provision.ClusterSpec, topic: str):
+    with connection.connect(spec.bootstrap) as conn:
+        return metadata.snapshot(conn, topics=[topic], sizes=False, groups=False)
+
+
 def assignment(spec: provision.ClusterSpec) -> dict:
     with connection.connect(spec.bootstrap) as conn:
         snap = metadata.snapshot(conn, topics=[TOPIC], sizes=False, groups=False)
@@ -435,18 +440,19 @@ def next_node_id(spec_path: Path) -> int:
 
 def test_a_receiving_broker_whose_log_dir_fills_stalls_the_wait_naming_it_and_the_retry_completes_the_run(
         dagbag, cluster, scaled_out, small_disks) -> None:
-    """Add a broker (5, unless the drain's broker took that id) whose log dir is a 4 MiB disk (tmpfs): the copy
-    onto it fills the disk and the broker stops. The wait's stall names the broker, the free bytes it last showed
-    and how to resume; the throttles are removed as the task fails. The disk is grown and the broker restarted
-    through the role, as an operator would; the task's retry resumes (nothing is resubmitted) and the run
-    completes with no throttle left and no record lost."""
+    """Add a broker (5, unless the drain's broker took that id) whose log dir is a 64 MiB disk (tmpfs): room
+    enough for the plan's copies when the provision checks it, then other data (a file) fills it as the copy onto
+    it starts, leaving 1 MiB, so the copy fills the disk and the broker stops. The wait's stall names the broker,
+    the free bytes it last showed and how to resume; the throttles are removed as the task fails. The file is
+    removed and the broker restarted through the role, as an operator would; the task's retry resumes (nothing is
+    resubmitted) and the run completes with no throttle left and no record lost."""
     import threading
 
     spec, spec_path = cluster
     new = next_node_id(spec_path)
     # the cluster's folder could not be removed whole while the disk was mounted in it: once it is unmounted
     small_disks.callback(shutil.rmtree, spec.base_dir, ignore_errors=True)
-    data_dir = small_disks.enter_context(disks.tmpfs(spec.base_dir / f"node-{new}" / "data", 4 << 20))
+    data_dir = small_disks.enter_context(disks.tmpfs(spec.base_dir / f"node-{new}" / "data", 64 << 20))
     with connection.connect(spec.bootstrap) as conn:  # more than the disk takes
         datagen.produce(conn.config, TOPIC, datagen.DatagenSpec(records=30_000, keys=200, record_bytes=500, seed=5))
     events: dict[str, object] = {}
@@ -459,7 +465,9 @@ def test_a_receiving_broker_whose_log_dir_fills_stalls_the_wait_naming_it_and_th
                 if any(new in r.adding for r in moving.values()):
                     events["moving"] = sorted(f"{t}-{p}" for t, p in moving)
                 time.sleep(0.3)
-            while time.monotonic() < deadline:  # once the wait has reported the stall: grow the disk, restart
+            if "moving" in events:  # the room the plan counted on is taken by other data while the copy runs
+                events["filler"] = disks.fill(data_dir, leave_bytes=1 << 20)
+            while time.monotonic() < deadline:  # once the wait has reported the stall: free the disk, restart
                 record = state.AuditLog.for_run("kafka_scale_out", str(events.get("run_id", ""))).summary() \
                     if "run_id" in events else None
                 failed = [s for s in (record or {}).get("steps", []) if s["name"] == "execute_batches"
@@ -478,7 +486,7 @@ def test_a_receiving_broker_whose_log_dir_fills_stalls_the_wait_naming_it_and_th
                         events["stopped_by_itself"] = pid is None
                         if pid is not None:  # up with its log dir offline: what a restart fixes too
                             os.kill(pid, signal.SIGKILL)
-                        disks.grow(data_dir, 256 << 20)
+                        Path(str(events["filler"])).unlink()  # the other data removed: the disk has room again
                         provision.cluster_up(grown)
                         events["restarted"] = True
                     except Exception as err:  # noqa: BLE001 - reported by the assertions below
@@ -514,9 +522,12 @@ def test_a_receiving_broker_whose_log_dir_fills_stalls_the_wait_naming_it_and_th
     print(f"\nthe stall as the record names it: {error}")  # what docs/operations.md shows
     # the stall names the partitions, the broker with the free bytes it last showed, and what to do
     assert "stalled" in error and any(p in error for p in events["moving"]), error  # type: ignore[attr-defined]
-    assert f"broker {new}: " in error and " free of 4.0 MiB" in error and "(not enough room)" in error, error
+    assert f"broker {new}: " in error and " free of 64.0 MiB" in error and "(not enough room)" in error, error
     assert f"free space on the log dirs of broker(s) [{new}]" in error and "clear this task to resume" in error, error
     assert events["free_at_stall"] < 1 << 20, events  # the disk was full indeed
+    # the provision found room for the plan's copies on the new broker before the other data took it
+    [room] = [n["text"] for n in record["notes"] if n["text"].startswith("disk room checked on receiving broker")]
+    assert f"[{new}]" in room and "keeps at least 10% of its log dirs free" in room, room
     assert events["throttles_at_stall"] == {}, events  # removed as the task failed, the broker down aside
     assert str(dag_run.state) == "success", record
     assert record["outcome"] == "success"
@@ -526,6 +537,57 @@ def test_a_receiving_broker_whose_log_dir_fills_stalls_the_wait_naming_it_and_th
         assert throttles_left(conn) == {}
         snap = metadata.snapshot(conn, topics=[TOPIC], sizes=False, groups=False)
     assert snap.replicas_per_broker()[new] > 0 and not snap.under_replicated
+
+
+def test_a_rebalance_onto_a_broker_without_room_for_its_copies_is_refused_at_its_plan_and_changes_nothing(
+        dagbag, cluster, scaled_out, small_disks) -> None:
+    """A broker whose log dir (a 64 MiB tmpfs) other data has filled to 4 MiB free, less than the 6.4 MiB (10 %)
+    it must keep: a rebalance that would copy onto it is refused at its plan, naming the broker, its free bytes,
+    what it would receive and what to do; nothing changed (no approval asked, the topic's replicas as they were,
+    no throttle, the lock free). Excluding that broker, as the error says, plans a run that passes."""
+    spec, spec_path = cluster
+    node = next_node_id(spec_path)
+    small_disks.callback(shutil.rmtree, spec.base_dir, ignore_errors=True)  # once the disk is unmounted
+    data_dir = small_disks.enter_context(disks.tmpfs(spec.base_dir / f"node-{node}" / "data", 64 << 20))
+    grown, added = provision.ClusterSpec.load(spec_path).with_new_brokers(node_ids=[node], racks=["rack-b"])
+    provision.cluster_up(grown, limit=[n.hostname for n in added])
+    grown.save(spec_path)
+    topic = "roomless"
+    with connection.connect(spec.bootstrap) as conn:
+        wait_for(lambda: node in [b.id for b in metadata.describe_cluster(conn)[2]], timeout=60,
+                 what=f"broker {node} to register")
+        others = sorted(b.id for b in metadata.describe_cluster(conn)[2] if b.id not in (1, node))
+        topics.create_topic(conn, topic, 6, 1)  # every replica on broker 1: a rebalance onto 1 and node copies
+        reassignments.alter_partition_reassignments(conn, {(topic, n): (1,) for n in range(6)})
+        wait_for(lambda: not reassignments.list_partition_reassignments(conn), timeout=30, what=f"{topic} onto broker 1")
+        datagen.produce(conn.config, topic, datagen.DatagenSpec(records=3_000, keys=60, record_bytes=1000, seed=3))
+    filler = disks.fill(data_dir, leave_bytes=4 << 20)
+    try:
+        before = {p.topic_partition: p.replicas for p in metadata_of(spec, topic).partitions}
+        conf = {"operation": "rebalance", "topics": [topic], "exclude_brokers": others, "inventory": str(spec_path)}
+        dag_run, record = run(dagbag, "kafka_reassign", dry_run=False, approval="auto_approve", **conf)
+        after = {p.topic_partition: p.replicas for p in metadata_of(spec, topic).partitions}
+        with connection.connect(spec.bootstrap) as conn:
+            left = throttles_left(conn)
+            lease = store.current().lease(metadata.describe_cluster(conn)[0])
+        _, passes = run(dagbag, "kafka_reassign", dry_run=True, **{**conf, "exclude_brokers": [node]})
+    finally:
+        filler.unlink()
+        with connection.connect(spec.bootstrap) as conn:
+            topics.delete_topics(conn, [topic])
+    reason = record["outcome_reason"]
+    print(f"\nthe refusal as the record gives it: {reason}")  # what docs/operations.md shows
+    assert str(dag_run.state) == "failed" and record["outcome"] == "refused", record
+    assert reason.startswith(f"refused at plan, before anything changed: NotEnoughRoom: not enough room on the log "
+                             f"dirs of broker(s) [{node}] for the rebalance plan; nothing was changed: broker {node}: "
+                             ), reason
+    assert " free of 64.0 MiB, would receive " in reason and "it must keep 6.4 MiB (10%) free" in reason, reason
+    assert f"exclude_brokers=[{node}]" in reason and "add brokers (kafka_scale_out)" in reason, reason
+    steps = {s["name"]: s["status"] for s in record["steps"]}
+    assert steps["plan"] == "failed" and "approval" not in steps and "execute_batches" not in steps, steps
+    assert not record["throttles_set"] and after == before and set(before.values()) == {(1,)}, after
+    assert left == {} and (lease is None or lease.free), (left, lease)
+    assert passes["outcome"] == "dry_run" and passes["plan"]["replica_moves"] > 0, passes
 
 
 @pytest.fixture(scope="module")

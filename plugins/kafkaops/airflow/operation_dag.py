@@ -1,8 +1,9 @@
 """One DAG shape for every kafkaops operation: the lifecycle of ``kafkaops.reassign.steps`` as tasks.
 
-    begin (setup) -> preflight_gate -> plan: plan, plan gate -> approval
+    begin (setup) -> preflight_gate -> plan: plan (refused when a receiving broker lacks disk room), plan gate
+      -> approval
       -> [provision (a scale-out, once approved): the plan's new brokers through the role, then the wait
-         until registered; a rejected run starts no broker]
+         until registered, then their disk room; a rejected run starts no broker]
       -> execute_batches: set throttles, cordon a drain's brokers (Kafka 4.3+), batches (deferred), verify,
          remove throttles and lift cordons (also when any of these fails), elect preferred leaders
       -> post_move_gate -> [stop_drained]
@@ -259,7 +260,8 @@ def plan(kind: str | None, before: dict[str, Any]) -> dict[str, Any]:
 
 @task(multiple_outputs=False)
 def provision(kind: str | None, plan_data: dict[str, Any]) -> dict[str, Any]:
-    """The approved plan's new brokers through the role, then the wait until the controller registers them."""
+    """The approved plan's new brokers through the role, then the wait until the controller registers them, then
+    their room for what the plan copies onto them (:func:`kafkaops.reassign.steps.check_new_brokers_room`)."""
     context = get_current_context()
     ctx = context_of(context, kind_of(context, kind))
     if ctx.params.dry_run:
@@ -274,6 +276,8 @@ def provision(kind: str | None, plan_data: dict[str, Any]) -> dict[str, Any]:
         ctx.step("wait_until_registered", "failed", error=f"{type(err).__name__}: {err}"[:2000])
         raise
     ctx.step("wait_until_registered", "success", registered=registered)
+    with recorded(ctx, "check_room"):  # their log dirs answer now: the plan could not read them
+        steps.check_new_brokers_room(ctx, plan_data, result.ids)
     return result.to_dict()
 
 

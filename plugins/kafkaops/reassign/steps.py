@@ -1,6 +1,7 @@
 """The reassignment operations' steps (scale-out, rebalance, drain) on the shared lifecycle.
 
-    begin -> preflight gate -> plan -> plan gate -> approval -> provision? (a scale-out, once approved)
+    begin -> preflight gate -> plan (the receiving brokers' disk room) -> plan gate -> approval
+      -> provision? (a scale-out, once approved; then the new brokers' disk room)
       -> set throttles -> cordon (a drain) -> submit batches / wait -> verify -> remove throttles, lift cordons
       (always) -> elect leaders
       -> post-move gate -> finish (always: outcome in the audit record, lock released)
@@ -33,6 +34,7 @@ from kafkaops.errors import ConfigError, KafkaOpsError, ProvisionError
 from kafkaops.model import Broker, Cluster, TopicPartition, TopicStorage
 from kafkaops.reassign.planner import Goals, plan_drain, plan_rebalance, plan_scale_out, time_budget
 from kafkaops.reassign.planner.plan import ReassignmentPlan
+from kafkaops.reassign.planner.room import RoomCheck, check_room, require_room
 
 log = logging.getLogger(__name__)
 
@@ -638,6 +640,7 @@ def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Seq
         with budget:
             plan = plan_rebalance(cluster, goals, exclude=p.exclude_brokers, topics=topics)
     plan = size_moves(plan, ctx.connect)
+    plan = room_checked(plan, cluster.brokers)
     flows = approval.plan_traffic(plan, p)
     refused = f"A real run would be refused here: {inventory_problem}" if inventory_problem else ""
     data: dict[str, Any] = {
@@ -666,6 +669,44 @@ def size_moves(plan: ReassignmentPlan, connect: Callable[[], connection.KafkaCon
     with connect() as conn:
         storage = configs.describe_topic_storage(conn, copied)
     return plan.with_storage(storage.values())
+
+
+def room_checked(plan: ReassignmentPlan, brokers: Iterable[Broker]) -> ReassignmentPlan:
+    """``plan`` held to the free log-dir bytes of the brokers it copies onto, as the snapshot read them
+    (:func:`kafkaops.reassign.planner.room.check_room`): :class:`~kafkaops.reassign.planner.room.NotEnoughRoom`
+    (final: the run is refused at its plan, dry runs too, nothing changed) when one would keep less than
+    :data:`~kafkaops.reassign.planner.room.MIN_FREE_FRACTION` of its disk free; else the plan with a note of the
+    room checked and of the brokers not checked (a scale-out's new ones: :func:`check_new_brokers_room`)."""
+    room = require_room(check_room(plan.moves, brokers, new=plan.new_brokers), f"the {plan.kind} plan")
+    note = room.note()
+    if not note:
+        return plan
+    log.info("plan: %s", note)
+    return replace(plan, notes=(*plan.notes, note))
+
+
+def check_new_brokers_room(ctx: OperationContext, plan_data: Mapping[str, Any], brokers: Sequence[int]) -> RoomCheck:
+    """A scale-out's new ``brokers``, registered and not yet given a replica: their log dirs, read now, must hold
+    what the approved plan copies onto them (:func:`room_checked`'s rule, which could not read them at the plan).
+    Recorded as a note; :class:`~kafkaops.reassign.planner.room.NotEnoughRoom` (final) when one lacks room: nothing
+    moved, and the run's finish removes the new brokers, which hold no replica."""
+    plan = ReassignmentPlan.from_dict(plan_data["plan"])
+    ids = sorted(set(brokers))
+    with ctx.connect() as conn:
+        disks = metadata.log_dirs(conn, ids)
+    found = [Broker(id=b, disk_total_bytes=d.total_bytes, disk_usable_bytes=d.usable_bytes) for b, d in disks.items()]
+    room = check_room(plan.moves, found)
+    room = replace(room, brokers=tuple(b for b in room.brokers if b.broker in ids))
+    after = ("keeps them running (keep_new_brokers is on)" if ctx.params.keep_new_brokers else
+             "stops, removes and unregisters them")
+    require_room(room, f"the approved {plan.kind} plan",
+                 state=f"no replica moved: broker(s) {ids} were provisioned and hold none, and the run's finish "
+                       f"{after}",
+                 then="give the new brokers larger log dirs (or free space on them), or add more brokers "
+                      "(add_brokers) so each receives less, then trigger the scale-out again")
+    if room.brokers:
+        ctx.audit.append("note", text=room.note())
+    return room
 
 
 def _inventory_racks(p: OperationParams) -> dict[int, str]:

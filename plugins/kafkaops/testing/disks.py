@@ -1,5 +1,6 @@
 """Small disks for fault tests: a tmpfs of a given size mounted on a folder (a broker's log dir that fills),
-grown while mounted, and unmounted afterwards, also by the watchdog when the test process is killed.
+filled by other data (a file), grown while mounted, and unmounted afterwards, also by the watchdog when the test
+process is killed.
 
 Mounting needs root (CAP_SYS_ADMIN), as ``make test`` runs in CI; elsewhere the test fails naming that."""
 from __future__ import annotations
@@ -47,6 +48,20 @@ def grow(path: Path, size_bytes: int) -> None:
     """Give the tmpfs on ``path`` ``size_bytes`` in all, keeping what it holds (what an operator's larger disk is)."""
     _mount(["mount", "-o", f"remount,size={int(size_bytes)}", str(path)], f"grow the tmpfs on {path}")
     log.info("tmpfs on %s grown to %d bytes (%d free)", path, size_bytes, free_bytes(path))
+
+
+def fill(path: Path, leave_bytes: int, name: str = "filler.bin") -> Path:
+    """Write a file ``name`` in the folder ``path`` so that ``leave_bytes`` stay free on its file system (what
+    other data written beside a broker's log dir does to it); the file, which the caller removes to free the
+    space. Nothing is written when no more than ``leave_bytes`` is free."""
+    filler = path / name
+    size = max(free_bytes(path) - int(leave_bytes), 0)
+    chunk = b"\0" * (1 << 20)
+    with filler.open("wb") as out:
+        while size > 0:
+            size -= out.write(chunk[:min(size, len(chunk))])
+    log.info("%s filled by %s: %d bytes free", path, filler, free_bytes(path))
+    return filler
 
 
 def free_bytes(path: Path) -> int:

@@ -175,6 +175,15 @@ def replicas_and_log_dirs(conn: KafkaConnection, partitions: Iterable[tuple[str,
     return _describe_log_dirs(conn, topics, wanted)
 
 
+def log_dirs(conn: KafkaConnection, brokers: Iterable[int]) -> dict[int, LogDirs]:
+    """Each of ``brokers``' :class:`LogDirs` (their bytes, total and usable), asking for no partition; a broker that
+    did not answer is missing. Reads only."""
+    wanted = sorted(set(brokers))
+    if not wanted:
+        return {}
+    return _describe_log_dirs(conn, {}, wanted)[1]
+
+
 def _describe_log_dirs(conn: KafkaConnection, topics: dict[str, list[int]], brokers: list[int]
                        ) -> tuple[dict[tuple[str, int, int], int], dict[int, LogDirs]]:
     """Replica sizes ``(topic, partition, broker) -> bytes`` and each broker's :class:`LogDirs`.
