@@ -144,7 +144,12 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     out = out or sys.stdout
     err = err or sys.stderr
     try:
-        plan = size_moves(make_plan(source_cluster(args), args, Goals(leaders=args.leaders)), args)
+        cluster = source_cluster(args)
+        plan = size_moves(make_plan(cluster, args, Goals(leaders=args.leaders)), args)
+        if args.bootstrap_server:  # live, as the DAGs' plan step: refused when a receiving broker lacks disk room
+            from kafkaops.reassign.steps import room_checked
+
+            plan = room_checked(plan, cluster.brokers)
         write_plan(plan, args.output)
     except KafkaOpsError as error:
         return fail("plan", error, err)

@@ -107,3 +107,19 @@ def test_live_moves_are_sized_as_the_plan_step_sizes_them(monkeypatch, tmp_path)
     assert code == EXIT_OK and err == "", err
     assert "1 of 2 moving partitions tiered (remote storage on)" in out
     assert {p["topic"] for p in json.loads(output.read_text())["partitions"]} == {"logs", "orders"}
+
+
+def test_a_live_plan_onto_a_broker_without_disk_room_is_refused_and_writes_nothing(monkeypatch, tmp_path):
+    """Live, the plan is held to the receiving brokers' free log-dir bytes as the DAGs' plan step holds it
+    (kafkaops.reassign.planner.room): broker 3 has 1 MB free of 10 MB and would receive 2 MB."""
+    from tests.unit.reassign.fake_kafka import FakeKafka
+
+    MB = 1_000_000
+    FakeKafka(replicas={("orders", 0): (1, 2), ("orders", 1): (2, 1)}, online={1, 2, 3},
+              sizes={("orders", 0): 2 * MB, ("orders", 1): 2 * MB},
+              disks={1: (10 * MB, 8 * MB), 2: (10 * MB, 8 * MB), 3: (10 * MB, 1 * MB)}).install(monkeypatch)
+    output = tmp_path / "plan.json"
+    code, out, err = invoke("--bootstrap-server", "fake:9092", "--drain", "1", "--output", str(output))
+    assert code != EXIT_OK and not output.exists(), (code, out)
+    assert "not enough room on the log dirs of broker(s) [3] for the drain plan; nothing was changed" in err, err
+    assert "broker 3: 976.6 KiB free of 9.5 MiB, would receive 3.8 MiB" in err, err

@@ -37,6 +37,7 @@ class FakeKafka:
     online: set[int]
     sizes: dict[TopicPartition, int] = field(default_factory=dict)
     configs: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    disks: dict[int, tuple[int, int]] = field(default_factory=dict)  # broker -> (log-dir bytes total, usable)
     polls: int = 1
     cluster_id: str = "fake-cluster"
     refusing: set[int] = field(default_factory=set)  # brokers whose config changes fail
@@ -83,7 +84,8 @@ class FakeKafka:
             parts.append(PartitionAssignment(key[0], key[1], replicas, leader=live[0] if live else None, isr=live,
                                              size_bytes=self.sizes.get(key)))
         named = {b for p in parts for b in p.replicas} | self.online
-        brokers = tuple(Broker(b, online=b in self.online) for b in sorted(named))
+        brokers = tuple(Broker(b, online=b in self.online, disk_total_bytes=self.disks.get(b, (None, None))[0],
+                               disk_usable_bytes=self.disks.get(b, (None, None))[1]) for b in sorted(named))
         return Cluster(brokers=brokers, partitions=tuple(parts), cluster_id=self.cluster_id)
 
     def list_partition_reassignments(self, conn: Any, partitions: Iterable[TopicPartition] | None = None
