@@ -184,7 +184,9 @@ def _window_text(window: LoadWindow) -> str:
     seconds = window.end - window.start
     span = f"{seconds / 3600:.3g} h" if seconds >= 3600 else f"{seconds / 60:.3g} min"
     step = f"{window.step_s / 60:g} min" if window.step_s >= 60 else f"{window.step_s:g} s"
-    return f"{utc_minute(window.start)} to {utc_minute(window.end)} ({span}, a point every {step})"
+    asked = ("" if window.asked_start is None else
+             f" of the {(window.end - window.asked_start) / 3600:.3g} h asked: Prometheus has no older data")
+    return f"{utc_minute(window.start)} to {utc_minute(window.end)} ({span}{asked}, a point every {step})"
 
 
 def load_limits(review: Review) -> list[str]:

@@ -484,9 +484,10 @@ def take_load(prometheus_url: str | None, cluster_data: Mapping[str, Any], param
             if finer < step:
                 log.info("Prometheus has data from %s only: the load is read again from there every %g s",
                          utc_minute(first), finer)
-                window = replace(read_load(client, start=since, end=end, step_s=finer,
-                                           selector=params.prometheus_selector, brokers=brokers, rate_s=rate_s,
-                                           devices=params.host_network_devices), asked_start=start)
+                again = read_load(client, start=since, end=end, step_s=finer, selector=params.prometheus_selector,
+                                  brokers=brokers, rate_s=rate_s, devices=params.host_network_devices)
+                # the window starts at the data: the minutes before it are no broker's gap
+                window = replace(again, start=again.first_observed() or since, asked_start=start)
     log.info("load of %d broker(s) from %s over %.1f h: %d indicator(s) skipped", len(window.brokers()),
              public_url(prometheus_url), params.load_window_hours, len(window.skipped))
     return window.to_dict()

@@ -186,6 +186,8 @@ def test_a_window_read_again_from_prometheus_first_data_says_what_was_asked_and_
                        asked_start=window.end - 24 * 3600)
     review = review_with(young)
     assert "Prometheus has data from 2026-11-22 00:30 UTC only, of the 24 h asked" in (load_caption(review) or "")
+    assert "(30 min of the 24 h asked: Prometheus has no older data, a point every 15 s)" in text_of(
+        render_review_html(review))
     cpu = load_figure(review).axes[0]
     assert [line.get_marker() for line in _lines(cpu)] == ["o", "o", "o"]
     assert {line.get_marker() for line in _lines(load_figure(review_with(window)).axes[0])} == {"None"}
