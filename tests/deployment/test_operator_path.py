@@ -191,7 +191,8 @@ def test_the_operators_path(deployed: Deployment, chrome: Any, deployment_cluste
     assert drained not in left, f"broker {drained} still registered after its drain and stop: {left}"
 
     # 7. the capacity review and its report
-    review = ui.trigger("kafka_capacity_review", name="capacity-review")
+    review = ui.trigger("kafka_capacity_review", name="capacity-review",
+                        show=("prometheus_conn_id", "max_cpu_percent", "max_produce_p99_ms"))
     ui.park()
     wait_for_run(airflow, "kafka_capacity_review", review)
     runs = airflow.api("GET", "/dags/kafka_capacity_review/dagRuns")["dag_runs"]

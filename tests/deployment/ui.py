@@ -128,12 +128,14 @@ class AirflowUI:
     # -- the Trigger form ---------------------------------------------------------------------------------
 
     def trigger(self, dag_id: str, *, choices: Mapping[str, str] = {}, switches: Mapping[str, bool] = {},
-                arrays: Mapping[str, Sequence[Any]] = {}, texts: Mapping[str, str] = {}, name: str = "") -> str:
+                arrays: Mapping[str, Sequence[Any]] = {}, texts: Mapping[str, str] = {}, name: str = "",
+                show: Sequence[str] = ()) -> str:
         """Open ``dag_id``'s Trigger form, keep every default but the given params, submit it; the run id.
 
         ``choices``: enum params (a drop-down); ``switches``: boolean params; ``arrays``: array params,
         typed one value a line or, where Airflow shows a JSON editor, as JSON; ``texts``: text and number
-        fields, typed over what they hold."""
+        fields, typed over what they hold; ``show``: params further down the form to scroll to and screenshot
+        (each must be on the form)."""
         self.open(f"/dags/{dag_id}")
         self.click(self.wait(EC.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]")),
                              f"the Trigger button of {dag_id}"))
@@ -154,6 +156,11 @@ class AirflowUI:
         for param, text in texts.items():
             self.set_text(param, text)
         self.shot(f"{name or dag_id}-trigger-form")
+        for param in show:
+            field = self.wait(EC.presence_of_element_located((By.CSS_SELECTOR, f"[role=dialog] [name=element_{param}]")),
+                              f"the param {param} on {dag_id}'s Trigger form")
+            self.driver.execute_script("arguments[0].scrollIntoView({block: 'start'});", field)
+            self.shot(f"{name or dag_id}-trigger-form-{param.replace('_', '-')}")
         given = {**choices, **switches, **arrays, **texts}
         submit = self.driver.find_element(By.CSS_SELECTOR, "[data-testid=trigger-dag-submit]")
         self.driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", submit)

@@ -107,7 +107,7 @@ NETWORK_CAPACITY = form.MaybeNumber(
     description="What one broker's network carries each way, e.g. 1250 for 10 Gbit/s; empty: the network rule "
                 "is skipped (named in the report).")
 MIN_HANDLER_IDLE = form.Number(name="min_handler_idle_percent", given=30, above=0,
-                               title="Request handlers idle, least (%)",
+                               title="Request handlers idle, at least (%)",
                                description="Request handlers idle below this (5th percentile) fires "
                                            "request_handler_idle: the broker cannot keep up.")
 MAX_PRODUCE_P99 = form.Number(name="max_produce_p99_ms", given=100, above=0, title="Produce p99 target (ms)",
