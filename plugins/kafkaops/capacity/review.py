@@ -745,8 +745,9 @@ def verdict_of(disk: DiskVerdict | None, brokers: Recommendation | None, load: S
     for f in load:
         if f.rule in PRESSURE_RULES or f.rule == "hot_broker":
             pressed.setdefault(f.subject, []).append(f.rule.replace("_", " "))
-    enough = "" if brokers is None else (f" The brokers together are enough: {brokers.value:g} needed by the "
-                                         f"{' and '.join(largest)}, today {brokers.inputs.get('current')}.")
+    measured_only = " for the load Prometheus shows" if blind else ""
+    enough = "" if brokers is None else (f" The brokers together are enough{measured_only}: {brokers.value:g} needed "
+                                         f"by the {' and '.join(largest)}, today {brokers.inputs.get('current')}.")
     if pressed:
         names = ", ".join(f"{b} ({', '.join(dict.fromkeys(rules))})" for b, rules in sorted(pressed.items()))
         if measured and len(pressed) >= measured:

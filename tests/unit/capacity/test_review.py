@@ -380,6 +380,7 @@ def test_brokers_prometheus_does_not_show_are_named_and_every_broker_means_every
     assert r.verdict.startswith("Look into the brokers: every broker Prometheus shows (2 of 3) is past a load limit"), \
         r.verdict
     assert "Not counted in the load: broker 3 (no series in Prometheus" in r.verdict
+    assert "The brokers together are enough for the load Prometheus shows: " in r.verdict, r.verdict
     rec = r.recommendation("brokers")
     assert rec.inputs["load"]["brokers"] == 3 and rec.inputs["load"]["cpu_brokers_measured"] == 2
     assert "(at least: 2 of 3 brokers measured, the others' load unknown)" in rec.message
