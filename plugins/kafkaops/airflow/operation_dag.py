@@ -266,7 +266,7 @@ def provision(kind: str | None, plan_data: dict[str, Any]) -> dict[str, Any]:
     ctx = context_of(context, kind_of(context, kind))
     if ctx.params.dry_run:
         raise AirflowSkipException("dry run: no broker is provisioned; the plan uses the brokers it would add")
-    planned = records.Provisioned.from_dict(plan_data).new_brokers
+    planned = records.PlannedReassignment.from_dict(plan_data).provisioned.new_brokers
     with recorded(ctx, "provision"), inventory_read(ctx) as ready:
         result = steps.provision_brokers(ready, ssh=ssh_login(context), planned=planned)
     ctx.step("wait_until_registered", "started", brokers=result.ids)

@@ -11,6 +11,8 @@ record page and the CLI show (:func:`fold`): each batch with its status, the thr
 
 and the step results that leave the step that made them:
 
+    PlannedReassignment  the plan step's plan (XCom, to the approval, provision and execute steps; its ``plan``
+                         event): the ReassignmentPlan, its summary, ETA and approval text, a scale-out's new brokers
     Provisioned       the provision step's new brokers (:class:`NewBroker`; XCom, to the plan step)
     BatchStep         what the batch operator does next: wait for moves in flight, or a batch it submitted
     WaitSpec          the moves a progress trigger follows (its kwargs, stored by Airflow: no config, no secret)
@@ -33,10 +35,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from kafkaops.model import Cluster, TopicPartition
+from kafkaops.model import Cluster, TopicPartition, TopicStorage
 from kafkaops.platform import state
 from kafkaops.platform.state import AuditEvent
 from kafkaops.reassign.engine import Progress, Receiver, receivers_advice
+from kafkaops.reassign.planner.errors import PlanInputError
+from kafkaops.reassign.planner.plan import ReassignmentPlan
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,75 @@ class Provisioned:
 
 
 @dataclass(frozen=True)
+class PlannedReassignment:
+    """What the plan step made (:func:`kafkaops.reassign.steps.make_plan`): the plan (with the cluster planned
+    on and the moved topics' storage), its ``summary`` and the ``approval`` the operator reads (each with the
+    refusal a real run would meet, when the inventory check found one), the ``eta_s`` at the run's throttle, and
+    for a scale-out the brokers it plans onto, which the provision after the approval starts (``new_brokers``;
+    None for a rebalance or a drain). The plan task's XCom value and its audit ``plan`` event are
+    :meth:`to_dict`; the Kafka JSON, diff, table and counts there are the plan's, written for the record pages."""
+
+    plan: ReassignmentPlan
+    summary: str
+    eta_s: float
+    approval: str
+    new_brokers: tuple[NewBroker, ...] | None = None
+
+    @property
+    def desired(self) -> dict[TopicPartition, tuple[int, ...]]:
+        """Each moved partition's replicas after the plan, preferred leader first (Kafka's JSON, in the plan's order)."""
+        return {m.topic_partition: m.after for m in self.plan.moves}
+
+    @property
+    def storage(self) -> tuple[TopicStorage, ...]:
+        """The moved topics' storage as the plan read it (a tiered partition's copy is the leader's local log)."""
+        return self.plan.storage
+
+    @property
+    def provisioned(self) -> Provisioned:
+        """The new brokers as the provision step takes them (none when the plan is not a scale-out's)."""
+        return Provisioned(self.new_brokers or ())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan step's value as it was before this type: the plan, Kafka's JSON, diff and table, the counts, the
+        summary, ETA and approval, and ``new_brokers`` for a scale-out only (JSON-safe)."""
+        plan, tiered = self.plan, self.plan.tiered_moves
+        data: dict[str, Any] = {
+            "plan": plan.to_dict(), "kafka_json": plan.to_kafka_json(), "diff": list(plan.diff()),
+            "table": list(plan.table()), "summary": self.summary, "moves": len(plan.moves),
+            "replica_moves": plan.replica_moves, "bytes_to_move": plan.bytes_to_move, "tiered_moves": len(tiered),
+            "tiered_bytes": sum(m.bytes for m in tiered), "eta_s": self.eta_s, "approval": self.approval}
+        if self.new_brokers is not None:
+            data["new_brokers"] = Provisioned(self.new_brokers).to_dict()["new_brokers"]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> PlannedReassignment:
+        """The plan step's value read back; :class:`~kafkaops.reassign.planner.errors.PlanInputError` naming the keys
+        missing (or the value unreadable) when ``data`` is not one. The Kafka JSON, diff, table and counts are the
+        plan's, made again from it."""
+        if not isinstance(data, Mapping):
+            raise PlanInputError(f"the plan task's value is a {type(data).__name__}, not a planned reassignment "
+                                 "(PlannedReassignment.to_dict()); nothing was changed: run the DAG again so its plan "
+                                 "task plans anew")
+        missing = [k for k in ("plan", "summary", "eta_s", "approval") if k not in data]
+        if missing:
+            raise PlanInputError(f"the plan task's value lacks {', '.join(map(repr, missing))} (it has "
+                                 f"{sorted(map(str, data)) or 'no key'}): not a planned reassignment "
+                                 "(PlannedReassignment.to_dict()); nothing was changed: run the DAG again so its plan "
+                                 "task plans anew")
+        plan = ReassignmentPlan.from_dict(data["plan"])  # PlanInputError, naming what it could not read
+        try:
+            found = data.get("new_brokers")
+            return cls(plan, str(data["summary"]), float(data["eta_s"]), str(data["approval"]),
+                       None if found is None else tuple(NewBroker.from_dict(b) for b in found))
+        except (KeyError, TypeError, ValueError) as err:
+            raise PlanInputError(f"cannot read the {plan.kind} plan's value: {err!r}; expected the shape of "
+                                 "PlannedReassignment.to_dict(); nothing was changed: run the DAG again so its plan "
+                                 "task plans anew") from err
+
+
+@dataclass(frozen=True)
 class BatchStep:
     """What :func:`kafkaops.reassign.steps.next_batch` decided: the partitions to wait for (moves in
     flight, or the batch it just submitted), those it submitted now, and the batches after it (None
@@ -102,6 +175,15 @@ class WaitSpec:
 
     targets: Mapping[TopicPartition, tuple[int, ...]]
     before: Cluster
+
+    @classmethod
+    def cut(cls, targets: Mapping[TopicPartition, tuple[int, ...]], before: Cluster,
+            storage: Iterable[TopicStorage] = ()) -> WaitSpec:
+        """The spec of ``targets``: the snapshot ``before`` cut to their partitions (no consumer group), with
+        the moved topics' ``storage`` (a tiered partition's copy is the leader's local log; none read: none)."""
+        cluster = replace(before, partitions=tuple(p for p in before.partitions if p.topic_partition in targets),
+                          groups=(), _index=None).with_storage(storage)
+        return cls(dict(targets), cluster)
 
     def to_dict(self) -> dict[str, Any]:
         """Kafka's reassignment JSON entries and the snapshot, the shape triggers were stored in before."""

@@ -29,9 +29,9 @@ from kafkaops.platform import params as form
 from kafkaops.platform.lifecycle import OperationContext
 from kafkaops.platform import provision
 from kafkaops.reassign import records, verify
-from kafkaops.reassign.records import BatchStep, NewBroker, Polled, Provisioned, WaitSpec
+from kafkaops.reassign.records import BatchStep, NewBroker, PlannedReassignment, Polled, Provisioned, WaitSpec
 from kafkaops.errors import ConfigError, KafkaOpsError, ProvisionError
-from kafkaops.model import Broker, Cluster, TopicPartition, TopicStorage
+from kafkaops.model import Broker, Cluster, TopicPartition
 from kafkaops.reassign.planner import Goals, plan_drain, plan_rebalance, plan_scale_out, time_budget
 from kafkaops.reassign.planner.plan import ReassignmentPlan
 from kafkaops.reassign.planner.room import RoomCheck, check_room, require_room
@@ -611,7 +611,8 @@ def wait_until_registered(ctx: OperationContext, new_brokers: Sequence[NewBroker
 def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Sequence[NewBroker] = ()
               ) -> dict[str, Any]:
     """Plan on the snapshot (plus, for a scale-out, the new brokers: ``new_brokers``, else those it will
-    add, :func:`planned_brokers`), record it, return it. A scale-out's plan carries its new brokers
+    add, :func:`planned_brokers`), record it, return it: a :class:`~kafkaops.reassign.records.PlannedReassignment`
+    as its dict (the plan task's XCom value and the ``plan`` event). A scale-out's plan carries its new brokers
     (``new_brokers``): the provision after the approval starts exactly those."""
     p = ctx.params
     cluster = Cluster.from_dict(before)
@@ -643,15 +644,11 @@ def make_plan(ctx: OperationContext, before: Mapping[str, Any], new_brokers: Seq
     plan = room_checked(plan, cluster.brokers)
     flows = approval.plan_traffic(plan, p)
     refused = f"A real run would be refused here: {inventory_problem}" if inventory_problem else ""
-    data: dict[str, Any] = {
-        "plan": plan.to_dict(), "kafka_json": plan.to_kafka_json(), "diff": list(plan.diff()),
-        "table": list(plan.table()), "summary": plan.summary() + (f". {refused}" if refused else ""),
-        "moves": len(plan.moves), "replica_moves": plan.replica_moves, "bytes_to_move": plan.bytes_to_move,
-        "tiered_moves": len(plan.tiered_moves), "tiered_bytes": sum(m.bytes for m in plan.tiered_moves),
-        "eta_s": flows.eta_s,
-        "approval": approval.approval_markdown(plan, p) + (f"\n\n**{refused}**" if refused else "")}
-    if p.kind == "scale_out":
-        data["new_brokers"] = Provisioned(tuple(new_brokers)).to_dict()["new_brokers"]
+    planned = PlannedReassignment(
+        plan, plan.summary() + (f". {refused}" if refused else ""), flows.eta_s,
+        approval.approval_markdown(plan, p) + (f"\n\n**{refused}**" if refused else ""),
+        tuple(new_brokers) if p.kind == "scale_out" else None)
+    data = planned.to_dict()
     ctx.audit.append("plan", **data)
     log.info("plan: %s; ETA %s at %g MB/s", plan.summary(), engine.clock(flows.eta_s), p.throttle_mb_per_s)
     return data
@@ -690,7 +687,7 @@ def check_new_brokers_room(ctx: OperationContext, plan_data: Mapping[str, Any], 
     what the approved plan copies onto them (:func:`room_checked`'s rule, which could not read them at the plan).
     Recorded as a note; :class:`~kafkaops.reassign.planner.room.NotEnoughRoom` (final) when one lacks room: nothing
     moved, and the run's finish removes the new brokers, which hold no replica."""
-    plan = ReassignmentPlan.from_dict(plan_data["plan"])
+    plan = PlannedReassignment.from_dict(plan_data).plan
     ids = sorted(set(brokers))
     with ctx.connect() as conn:
         disks = metadata.log_dirs(conn, ids)
@@ -755,7 +752,7 @@ def planned_brokers(cluster: Cluster, p: OperationParams, taken: Iterable[int] =
 def plan_gate(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str, Any]:
     from kafkaops.reassign import frames  # pandas: only the tasks that gate import it
 
-    plan = ReassignmentPlan.from_dict(plan_data["plan"])
+    plan = PlannedReassignment.from_dict(plan_data).plan
     if plan.cluster is None:  # make_plan always keeps it: a value from elsewhere
         raise KafkaOpsError(f"the plan gate needs the cluster the {plan.kind} plan was made on, and the plan task's "
                             "value has none; nothing was changed: run the DAG again so its plan task plans anew")
@@ -765,14 +762,14 @@ def plan_gate(ctx: OperationContext, plan_data: Mapping[str, Any]) -> dict[str, 
 def approval_text(plan_data: Mapping[str, Any], params: OperationParams) -> str:
     """What the operator reads before approving (Markdown): :func:`kafkaops.reassign.approval.approval_markdown`
     of the plan task's value; :func:`make_plan` keeps it there as ``approval``."""
-    plan = ReassignmentPlan.from_dict(plan_data["plan"])
-    return approval.approval_markdown(plan, params)
+    return approval.approval_markdown(PlannedReassignment.from_dict(plan_data).plan, params)
 
 
 # -- execution ---------------------------------------------------------------------------------------------
 
 def desired_of(plan_data: Mapping[str, Any]) -> dict[TopicPartition, tuple[int, ...]]:
-    return {(p["topic"], int(p["partition"])): tuple(p["replicas"]) for p in plan_data["kafka_json"]["partitions"]}
+    """Each partition the plan task's value moves, with its replicas after the move."""
+    return PlannedReassignment.from_dict(plan_data).desired
 
 
 def set_throttles(ctx: OperationContext, plan_data: Mapping[str, Any]) -> engine.ThrottleRecord:
@@ -818,7 +815,7 @@ def remove_throttles(ctx: OperationContext, record: Mapping[str, Any] | None, pl
     its rate until it is back: it is named in the error and in the throttle ledger, and the next
     run on the cluster removes it."""
     rec = engine.ThrottleRecord.from_dict(record) if record else None
-    plan = ReassignmentPlan.from_dict(plan_data["plan"]) if plan_data and rec is None else None
+    plan = PlannedReassignment.from_dict(plan_data).plan if plan_data and rec is None else None
     brokers, topics = engine.throttle_scope(plan.moves) if plan else ((), ())
     removal = None
     ctx.fence("remove throttles")  # a run that lost the cluster must not undo the new holder's throttles
@@ -943,12 +940,9 @@ def wait_spec(plan_data: Mapping[str, Any], keys: Iterable[Sequence[Any]], befor
     snapshot ``before``, cut to those partitions, their topics' storage as the plan read it (a tiered
     partition's copy is the leader's local log)."""
     wanted = {(str(k[0]), int(k[1])) for k in keys}
-    cluster = Cluster.from_dict(before)
-    # the tiered topics, as the plan read them; a plan given as Kafka's JSON alone read none
-    storage = (TopicStorage.from_dict(s) for s in (plan_data.get("plan") or {}).get("storage") or ())
-    cut = replace(cluster, partitions=tuple(p for p in cluster.partitions if p.topic_partition in wanted), groups=(),
-                  _index=None).with_storage(storage)
-    return WaitSpec({k: r for k, r in desired_of(plan_data).items() if k in wanted}, cut)
+    planned = PlannedReassignment.from_dict(plan_data)
+    return WaitSpec.cut({k: r for k, r in planned.desired.items() if k in wanted}, Cluster.from_dict(before),
+                        planned.storage)
 
 
 def progress_of(conn_config: Mapping[str, str], spec: WaitSpec, started_at: float) -> Polled:

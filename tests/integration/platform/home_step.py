@@ -16,7 +16,7 @@ from typing import Any
 
 from kafkaops.platform import lifecycle
 from kafkaops.reassign import steps
-from kafkaops.reassign.records import Provisioned
+from kafkaops.reassign.records import PlannedReassignment
 
 
 def _execute(ctx: lifecycle.OperationContext, plan: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
@@ -49,7 +49,7 @@ def main(name: str, data: dict[str, Any]) -> Any:
         if name == "preflight_gate":
             result = lifecycle.preflight(ctx)
         elif name == "provision":
-            result = steps.provision_brokers(ctx, planned=Provisioned.from_dict(args["plan"]).new_brokers).to_dict()
+            result = steps.provision_brokers(ctx, planned=PlannedReassignment.from_dict(args["plan"]).provisioned.new_brokers).to_dict()
         elif name == "plan":
             result = steps.make_plan(ctx, args["before"])
         elif name == "plan_gate":

@@ -115,20 +115,18 @@ def test_the_trigger_reads_the_connection_by_its_id(tls_nodes: SecuredNodes, mtl
                                                     caplog: pytest.LogCaptureFixture) -> None:
     from kafkaops.airflow.triggers import ReassignmentProgressTrigger
     from kafkaops.cli.datagen import DatagenSpec, produce
-    from kafkaops.reassign import steps
+    from kafkaops.reassign.records import WaitSpec
 
     config = connection.connection_config(tls_nodes.mtls_client, name=f"Airflow connection '{CONN_ID}'")
     with connection.connect(config) as kafka:
         topics.create_topic(kafka, "mtls-moved", 1, 1)
         produce(config, "mtls-moved", DatagenSpec(records=200, keys=20, seed=5))
-        before = metadata.snapshot(kafka, topics=["mtls-moved"]).to_dict()
-        (source,) = before["partitions"][0]["replicas"]
+        before = metadata.snapshot(kafka, topics=["mtls-moved"])
+        (source,) = before.partition("mtls-moved", 0).replicas
         target = 3 - source
         reassignments.alter_partition_reassignments(kafka, {("mtls-moved", 0): [target]})
-    plan = {"kafka_json": {"version": 1, "partitions": [{"topic": "mtls-moved", "partition": 0,
-                                                          "replicas": [target]}]}}
     caplog.set_level(logging.DEBUG)
-    progress = ReassignmentProgressTrigger(CONN_ID, steps.wait_spec(plan, [("mtls-moved", 0)], before).to_dict(),
+    progress = ReassignmentProgressTrigger(CONN_ID, WaitSpec.cut({("mtls-moved", 0): (target,)}, before).to_dict(),
                                            time.time(),
                                            poll_interval_s=1, stall_timeout_s=60)
 

@@ -100,15 +100,14 @@ def test_an_airflow_connection_feeds_the_cli_and_the_triggers(broker: SecuredClu
     assert checked.returncode == 0, checked.stderr
     no_canary("snapshot --kafka-conn", checked.stdout + checked.stderr)
 
-    from kafkaops.reassign import steps
+    from kafkaops.reassign.records import WaitSpec
 
     with connection.connect(broker.config()) as kafka:
         topics.create_topic(kafka, "moved", 1, 1)
-        before = metadata.snapshot(kafka, topics=["moved"]).to_dict()
-    where = before["partitions"][0]["replicas"]  # the trigger waits for a plan already in place
-    plan = {"kafka_json": {"version": 1, "partitions": [{"topic": "moved", "partition": 0, "replicas": where}]}}
+        before = metadata.snapshot(kafka, topics=["moved"])
+    where = before.partition("moved", 0).replicas  # the trigger waits for a move already in place
     caplog.set_level(logging.DEBUG)
-    progress = ReassignmentProgressTrigger("kafka_secure", steps.wait_spec(plan, [("moved", 0)], before).to_dict(),
+    progress = ReassignmentProgressTrigger("kafka_secure", WaitSpec.cut({("moved", 0): where}, before).to_dict(),
                                            time.time(),
                                            stall_timeout_s=20)
 

@@ -13,6 +13,7 @@ from kafkaops.platform.kafka import metadata, topics
 from kafkaops.reassign import steps
 from kafkaops.reassign.planner import plan_drain
 from kafkaops.reassign.planner.room import MIN_FREE_FRACTION, NotEnoughRoom
+from kafkaops.reassign.records import PlannedReassignment
 from tests.store_fixtures import local_store  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -38,7 +39,7 @@ def test_a_new_brokers_room_is_read_from_its_log_dirs_and_a_copy_larger_than_it_
                                      params=steps.OperationParams(kind="scale_out", new_broker_ids=(receiver,)))
     local_store.start_operation("kafka_scale_out", "room", kind="scale_out", triggered_by="t", params={})
 
-    room = steps.check_new_brokers_room(ctx, {"plan": plan.to_dict()}, [receiver])
+    room = steps.check_new_brokers_room(ctx, PlannedReassignment(plan, plan.summary(), 0.0, "").to_dict(), [receiver])
     assert [(b.broker, b.incoming_bytes, b.known) for b in room.brokers] == [(receiver, move.size_bytes, True)]
     assert room.ok and held.size_bytes and move.size_bytes == held.size_bytes
     assert f"disk room checked on receiving broker(s) [{receiver}]" in local_store.events(
@@ -48,7 +49,7 @@ def test_a_new_brokers_room_is_read_from_its_log_dirs_and_a_copy_larger_than_it_
     free = disks[receiver].usable_bytes
     huge = replace(plan, moves=(replace(move, size_bytes=free),))
     with pytest.raises(NotEnoughRoom) as refused:
-        steps.check_new_brokers_room(ctx, {"plan": huge.to_dict()}, [receiver])
+        steps.check_new_brokers_room(ctx, PlannedReassignment(huge, huge.summary(), 0.0, "").to_dict(), [receiver])
     message = str(refused.value)
     assert message.startswith(f"not enough room on the log dirs of broker(s) [{receiver}] for the approved drain "
                               f"plan; no replica moved: broker(s) [{receiver}] were provisioned and hold none, and "

@@ -12,6 +12,7 @@ from kafkaops.model import Broker
 from kafkaops.platform import provision
 from kafkaops.reassign.engine import Progress
 from kafkaops.reassign.planner import plan_scale_out
+from kafkaops.reassign.records import NewBroker, PlannedReassignment
 from tests.unit.clusters import three_brokers_one_topic
 
 
@@ -32,9 +33,7 @@ def scale_out_events() -> list[tuple[str, dict[str, Any], float]]:
     """The audit events of a scale-out run onto broker 4, as the DAG's steps append them."""
     cluster = three_brokers_one_topic()
     plan = plan_scale_out(cluster, [Broker(id=4, rack="a")])
-    plan_data = {"plan": plan.to_dict(), "kafka_json": plan.to_kafka_json(), "diff": list(plan.diff()),
-                 "table": list(plan.table()), "summary": plan.summary(), "moves": len(plan.moves),
-                 "replica_moves": plan.replica_moves, "bytes_to_move": plan.bytes_to_move, "eta_s": 12.0}
+    plan_data = PlannedReassignment(plan, plan.summary(), 12.0, "", (NewBroker(4, "a"),)).to_dict()
     params = {"add_brokers": 1, "dry_run": False, "approval": "auto_approve", "throttle_mb_per_s": 2}
     stats = {"evaluated_expectations": 5, "successful_expectations": 5}
     keys = [[m.topic, m.partition] for m in plan.moves]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kafkaops.model import Broker, Cluster, Move, PartitionAssignment
-from kafkaops.reassign import approval, steps
+from kafkaops.reassign import approval, records, steps
 from kafkaops.reassign.planner import Goals, plan_drain, plan_rebalance, plan_scale_out
 from tests.unit.clusters import three_brokers_one_topic
 from tests.unit.reassign.planner.clusters import skewed_four_brokers
@@ -111,7 +111,7 @@ def test_a_drained_broker_that_is_the_only_in_sync_replica_is_named_and_its_part
 def test_the_body_is_what_the_plan_task_returns() -> None:
     plan = scale_out()
     params = steps.OperationParams(kind="scale_out", add_brokers=1)
-    data = {"plan": plan.to_dict()}
+    data = records.PlannedReassignment(plan, plan.summary(), 0.0, "").to_dict()
     assert steps.approval_text(data, params) == approval.approval_markdown(plan, params)
 
 

@@ -3,11 +3,20 @@ submitted it, the throttles; the generic record is kafkaops.platform.state's."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from typing import Any
 
+import pytest
+
+from kafkaops.errors import KafkaOpsError
+from kafkaops.model import Broker, TopicStorage
 from kafkaops.platform.state import AuditEvent
-from kafkaops.reassign import records
+from kafkaops.reassign import approval, records, steps
+from kafkaops.reassign.planner import PlanInputError, ReassignmentPlan, plan_rebalance, plan_scale_out
 from kafkaops.reassign.records import BatchSubmitted, ThrottleRemoved, ThrottleSet, fold, summarize
+from tests.unit.clusters import three_brokers_one_topic
 from tests.unit.platform.test_audit import rerun_events
+from tests.unit.reassign.planner.clusters import skewed_four_brokers
 
 
 def batch(ts: float, index: int, remaining: int) -> AuditEvent:
@@ -116,3 +125,87 @@ def test_cordons_set_and_lifted_in_this_attempt() -> None:
     skipped = records.CordonSet((), skipped="brokers too old")
     assert fold([AuditEvent(1, "started", {}), AuditEvent(2, "cordon_set", skipped.to_dict())]).cordons_in_place(1) is None
     assert summarize(events)["cordons_set"][0]["brokers"] == [4]
+
+
+# -- the plan task's value ----------------------------------------------------------------------------------
+
+def tiered_scale_out() -> tuple[ReassignmentPlan, steps.OperationParams]:
+    """A scale-out onto broker 4 of a tiered ``orders`` (its new replicas copy the leader's local log), sized."""
+    cluster = three_brokers_one_topic()
+    cluster = replace(cluster, partitions=tuple(replace(p, leader_size_bytes=(p.size_bytes or 0) // 4)
+                                                for p in cluster.partitions), _index=None)
+    plan = plan_scale_out(cluster, [Broker(4, rack="a")]).with_storage([TopicStorage("orders", remote=True)])
+    return plan, steps.OperationParams(kind="scale_out", add_brokers=1)
+
+
+def dict_before_the_type(plan: ReassignmentPlan, params: steps.OperationParams, refused: str,
+                         new_brokers: tuple[records.NewBroker, ...] | None) -> dict[str, Any]:
+    """The plan task's value as make_plan built it by hand before PlannedReassignment (its code, verbatim)."""
+    flows = approval.plan_traffic(plan, params)
+    data: dict[str, Any] = {
+        "plan": plan.to_dict(), "kafka_json": plan.to_kafka_json(), "diff": list(plan.diff()),
+        "table": list(plan.table()), "summary": plan.summary() + (f". {refused}" if refused else ""),
+        "moves": len(plan.moves), "replica_moves": plan.replica_moves, "bytes_to_move": plan.bytes_to_move,
+        "tiered_moves": len(plan.tiered_moves), "tiered_bytes": sum(m.bytes for m in plan.tiered_moves),
+        "eta_s": flows.eta_s,
+        "approval": approval.approval_markdown(plan, params) + (f"\n\n**{refused}**" if refused else "")}
+    if new_brokers is not None:
+        data["new_brokers"] = records.Provisioned(new_brokers).to_dict()["new_brokers"]
+    return data
+
+
+@pytest.mark.parametrize("refused", ["", "A real run would be refused here: inventory /nowhere/hosts.yml is not a "
+                                         "readable file"])
+def test_the_planned_reassignment_is_the_dict_the_plan_step_wrote_before_and_reads_back_as_itself(refused: str
+                                                                                                   ) -> None:
+    plan, params = tiered_scale_out()
+    new = (records.NewBroker(4, "a", host="127.0.0.1", port=39004),)
+    planned = records.PlannedReassignment(
+        plan, plan.summary() + (f". {refused}" if refused else ""), approval.plan_traffic(plan, params).eta_s,
+        approval.approval_markdown(plan, params) + (f"\n\n**{refused}**" if refused else ""), new)
+    before = dict_before_the_type(plan, params, refused, new)
+    assert planned.to_dict() == before and list(planned.to_dict()) == list(before)  # the same keys, in order
+    assert before["tiered_moves"] and before["tiered_bytes"] and before["eta_s"] > 0  # every key has a value here
+
+    stored = json.loads(json.dumps(planned.to_dict()))  # XCom, and the audit's plan event
+    again = records.PlannedReassignment.from_dict(stored)
+    assert again == planned and json.loads(json.dumps(again.to_dict())) == stored  # (the cluster's lists are tuples)
+    assert again.plan.cluster is not None and again.plan.cluster.to_dict() == plan.cluster.to_dict()
+    # the accessors the steps read, instead of the keys they dug before
+    assert again.desired == {(e["topic"], e["partition"]): tuple(e["replicas"]) for e in stored["kafka_json"][
+        "partitions"]}
+    assert again.storage == (TopicStorage("orders", remote=True),) and again.provisioned.new_brokers == new
+
+
+def test_a_rebalance_plans_onto_no_new_broker_and_writes_none() -> None:
+    plan = plan_rebalance(skewed_four_brokers())
+    planned = records.PlannedReassignment(plan, plan.summary(), 3.5, "approve?")
+    params = steps.OperationParams(kind="rebalance")
+    assert planned.to_dict() == {**dict_before_the_type(plan, params, "", None), "eta_s": 3.5, "approval": "approve?"}
+    assert "new_brokers" not in planned.to_dict()
+    again = records.PlannedReassignment.from_dict(json.loads(json.dumps(planned.to_dict())))
+    assert again == planned and again.new_brokers is None and again.provisioned == records.Provisioned()
+    assert again.storage == () and len(again.desired) == len(plan.moves) > 0
+
+
+@pytest.mark.parametrize("data, message", [
+    (None, r"the plan task's value is a NoneType, not a planned reassignment \(PlannedReassignment.to_dict\(\)\); "
+           "nothing was changed: run the DAG again so its plan task plans anew"),
+    ({"kafka_json": {"version": 1, "partitions": []}},
+     r"the plan task's value lacks 'plan', 'summary', 'eta_s', 'approval' \(it has \['kafka_json'\]\): not a "
+     r"planned reassignment"),
+    ({"plan": {"kind": "rebalance"}, "summary": "", "eta_s": 0, "approval": ""},
+     "cannot read a reassignment plan from this dict: KeyError.'moves'.; expected the shape of "
+     r"ReassignmentPlan.to_dict\(\)"),
+    ("bad new brokers", r"cannot read the scale-out plan's value: KeyError\('id'\); expected the shape of "
+                        r"PlannedReassignment.to_dict\(\); nothing was changed"),
+    ("bad eta", r"cannot read the scale-out plan's value: ValueError"),
+])
+def test_a_dict_that_is_no_planned_reassignment_is_refused_naming_what_is_missing(data: Any, message: str) -> None:
+    plan, _ = tiered_scale_out()
+    good = records.PlannedReassignment(plan, plan.summary(), 1.0, "", (records.NewBroker(4),)).to_dict()
+    data = {"bad new brokers": {**good, "new_brokers": [{"rack": "a"}]},
+            "bad eta": {**good, "eta_s": "soon"}}.get(data, data) if isinstance(data, str) else data
+    with pytest.raises(PlanInputError, match=message) as refused:
+        records.PlannedReassignment.from_dict(data)
+    assert isinstance(refused.value, KafkaOpsError) and refused.value.final

@@ -11,8 +11,9 @@ from kafkaops.platform import lifecycle, provision, store
 from kafkaops.reassign import engine, records, steps
 from kafkaops.errors import ConfigError
 from kafkaops.reassign.planner import plan_scale_out
-from kafkaops.model import Broker
+from kafkaops.model import Broker, Cluster
 from tests.unit.clusters import three_brokers_one_topic
+from tests.unit.platform.test_gates import hand_plan
 from tests.unit.reassign.fake_kafka import FakeKafka
 
 
@@ -59,11 +60,11 @@ def test_params_as_the_trigger_form_sends_them(tmp_path, monkeypatch: pytest.Mon
     assert (api.drain_brokers, api.exclude_brokers) == ((4, 5), (1,))
 
 
-def plan_data() -> dict:
+def plan_data() -> tuple[dict, Cluster]:
+    """The plan task's value of a scale-out onto broker 4, and the cluster it was planned on."""
     cluster = three_brokers_one_topic()
     plan = plan_scale_out(cluster, [Broker(4, rack="a")])
-    return {"plan": plan.to_dict(), "kafka_json": plan.to_kafka_json(), "diff": list(plan.diff()),
-            "table": list(plan.table()), "summary": plan.summary(), "eta_s": 12.0}, cluster
+    return records.PlannedReassignment(plan, plan.summary(), 12.0, "", (records.NewBroker(4, "a"),)).to_dict(), cluster
 
 
 def test_wait_spec_keeps_only_the_partitions_waited_for() -> None:
@@ -93,14 +94,15 @@ def context(**params: object) -> lifecycle.OperationContext:
                                       params=steps.OperationParams(kind="rebalance", **params))
 
 
-def kafka_plan(desired: dict) -> dict:
-    return {"kafka_json": {"version": 1, "partitions": [{"topic": t, "partition": p, "replicas": list(r)}
-                                                        for (t, p), r in desired.items()]}}
+def kafka_plan(kafka: FakeKafka, desired: dict) -> dict:
+    """The plan task's value of a rebalance that makes exactly the moves ``desired`` on the fake's cluster."""
+    plan = hand_plan(kafka.snapshot(None), desired)
+    return records.PlannedReassignment(plan, plan.summary(), 0.0, "").to_dict()
 
 
 def test_next_batch_submits_one_batch_at_a_time_and_waits_for_moves_in_flight(kafka: FakeKafka) -> None:
     ctx = context(max_moves_per_broker=1)
-    data = kafka_plan({("orders", p): (1, 3) for p in range(3)})
+    data = kafka_plan(kafka, {("orders", p): (1, 3) for p in range(3)})
     first = steps.next_batch(ctx, data)
     assert first == records.BatchStep(wait_for=(("orders", 2),), submitted=(("orders", 2),), remaining_batches=2)
     waiting = steps.next_batch(ctx, data)  # still copying: waited for, not resubmitted
@@ -116,7 +118,7 @@ def test_throttles_are_set_from_the_ledger_and_removed_into_it(kafka: FakeKafka)
     ctx = context()
     kafka.configs = {("broker", "3"): {engine.LEADER_RATE: "50"}}
     store.current().save_throttle_ledger("fake-cluster", {"3": [engine.LEADER_RATE]})
-    data = kafka_plan({("orders", 0): (1, 3)})
+    data = kafka_plan(kafka, {("orders", 0): (1, 3)})
     record = steps.set_throttles(ctx, data).to_dict()
     assert [3, engine.LEADER_RATE, None] in record["rates"]  # the earlier run's 50 is not restored
     kafka.online.discard(2)
@@ -343,6 +345,12 @@ def test_the_plan_of_a_scale_out_onto_a_spec_skips_the_ids_of_its_stopped_nodes(
     data = steps.make_plan(ctx, metadata.snapshot(None).to_dict())  # the fake's cluster: brokers 1-3 online
     assert [b["id"] for b in data["new_brokers"]] == [5], data["new_brokers"]
     assert "A real run would be refused" not in data["summary"], data["summary"]
+    # the value reads back as the plan step's type, which writes it again; the audit's plan event is the same dict
+    stored = json.loads(json.dumps(data))
+    planned = records.PlannedReassignment.from_dict(stored)
+    assert json.loads(json.dumps(planned.to_dict())) == stored and planned.provisioned.ids == [5]
+    assert planned.plan.kind == "scale-out" and planned.desired == steps.desired_of(data) and planned.desired
+    assert [e.data for e in ctx.audit.events() if e.kind == "plan"] == [stored]
 
 
 def drain_context(**params: object) -> lifecycle.OperationContext:
