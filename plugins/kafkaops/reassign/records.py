@@ -13,6 +13,7 @@ and the step results that leave the step that made them:
 
     PlannedReassignment  the plan step's plan (XCom, to the approval, provision and execute steps; its ``plan``
                          event): the ReassignmentPlan, its summary, ETA and approval text, a scale-out's new brokers
+    PlannedMoves      what the batch loop reads of it on every pass (the target replicas and the storage)
     Provisioned       the provision step's new brokers (:class:`NewBroker`; XCom, to the plan step)
     BatchStep         what the batch operator does next: wait for moves in flight, or a batch it submitted
     WaitSpec          the moves a progress trigger follows (its kwargs, stored by Airflow: no config, no secret)
@@ -155,6 +156,32 @@ class PlannedReassignment:
             raise PlanInputError(f"cannot read the {plan.kind} plan's value: {err!r}; expected the shape of "
                                  "PlannedReassignment.to_dict(); nothing was changed: run the DAG again so its plan "
                                  "task plans anew") from err
+
+
+@dataclass(frozen=True)
+class PlannedMoves:
+    """The part of a :class:`PlannedReassignment` the batch loop reads on every pass: each moved partition's replicas
+    after the plan (``desired``) and the moved topics' ``storage``, read from its dict without parsing the plan's
+    cluster (which holds every partition of the cluster: seconds at a million)."""
+
+    desired: Mapping[TopicPartition, tuple[int, ...]]
+    storage: tuple[TopicStorage, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> PlannedMoves:
+        """Read from :meth:`PlannedReassignment.to_dict` (its Kafka JSON and the plan's storage);
+        :class:`~kafkaops.reassign.planner.errors.PlanInputError` when ``data`` is not one."""
+        try:
+            if not isinstance(data, Mapping):
+                raise TypeError(f"a {type(data).__name__}, not a mapping")
+            partitions = data["kafka_json"]["partitions"]
+            desired = {(str(p["topic"]), int(p["partition"])): tuple(int(b) for b in p["replicas"]) for p in partitions}
+            storage = tuple(TopicStorage.from_dict(s) for s in (data.get("plan") or {}).get("storage") or ())
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise PlanInputError(f"cannot read the moves of the plan task's value: {err!r}; expected the shape of "
+                                 "PlannedReassignment.to_dict(); nothing was changed: run the DAG again so its plan "
+                                 "task plans anew") from err
+        return cls(desired, storage)
 
 
 @dataclass(frozen=True)

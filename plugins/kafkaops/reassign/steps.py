@@ -29,7 +29,8 @@ from kafkaops.platform import params as form
 from kafkaops.platform.lifecycle import OperationContext
 from kafkaops.platform import provision
 from kafkaops.reassign import records, verify
-from kafkaops.reassign.records import BatchStep, NewBroker, PlannedReassignment, Polled, Provisioned, WaitSpec
+from kafkaops.reassign.records import (BatchStep, NewBroker, PlannedMoves, PlannedReassignment, Polled, Provisioned,
+                                      WaitSpec)
 from kafkaops.errors import ConfigError, KafkaOpsError, ProvisionError
 from kafkaops.model import Broker, Cluster, TopicPartition
 from kafkaops.reassign.planner import Goals, plan_drain, plan_rebalance, plan_scale_out, time_budget
@@ -768,8 +769,9 @@ def approval_text(plan_data: Mapping[str, Any], params: OperationParams) -> str:
 # -- execution ---------------------------------------------------------------------------------------------
 
 def desired_of(plan_data: Mapping[str, Any]) -> dict[TopicPartition, tuple[int, ...]]:
-    """Each partition the plan task's value moves, with its replicas after the move."""
-    return PlannedReassignment.from_dict(plan_data).desired
+    """Each partition the plan task's value moves, with its replicas after the move (read on every batch pass:
+    :class:`~kafkaops.reassign.records.PlannedMoves`, not the whole plan)."""
+    return dict(PlannedMoves.from_dict(plan_data).desired)
 
 
 def set_throttles(ctx: OperationContext, plan_data: Mapping[str, Any]) -> engine.ThrottleRecord:
@@ -940,7 +942,7 @@ def wait_spec(plan_data: Mapping[str, Any], keys: Iterable[Sequence[Any]], befor
     snapshot ``before``, cut to those partitions, their topics' storage as the plan read it (a tiered
     partition's copy is the leader's local log)."""
     wanted = {(str(k[0]), int(k[1])) for k in keys}
-    planned = PlannedReassignment.from_dict(plan_data)
+    planned = PlannedMoves.from_dict(plan_data)
     return WaitSpec.cut({k: r for k, r in planned.desired.items() if k in wanted}, Cluster.from_dict(before),
                         planned.storage)
 

@@ -209,3 +209,21 @@ def test_a_dict_that_is_no_planned_reassignment_is_refused_naming_what_is_missin
     with pytest.raises(PlanInputError, match=message) as refused:
         records.PlannedReassignment.from_dict(data)
     assert isinstance(refused.value, KafkaOpsError) and refused.value.final
+
+
+def test_the_batch_loop_reads_the_planned_moves_without_the_plans_cluster() -> None:
+    """PlannedMoves reads the target replicas and storage of PlannedReassignment.to_dict() (what every batch pass
+    needs) and gives what the whole value gives; a value that is not one is refused naming the shape."""
+    from kafkaops.reassign.records import PlannedMoves
+
+    plan, params = tiered_scale_out()
+    planned = records.PlannedReassignment(plan, plan.summary(), 1.0, "approve?", (records.NewBroker(4, "a"),))
+    data = json.loads(json.dumps(planned.to_dict()))
+    moves = PlannedMoves.from_dict(data)
+    assert dict(moves.desired) == planned.desired and moves.desired
+    assert moves.storage == planned.storage
+    del data["plan"]["cluster"]  # not read
+    assert PlannedMoves.from_dict(data) == moves
+    for bad in (None, {}, {"kafka_json": {"partitions": [{"topic": "t"}]}}):
+        with pytest.raises(PlanInputError, match="expected the shape of PlannedReassignment.to_dict"):
+            PlannedMoves.from_dict(bad)
