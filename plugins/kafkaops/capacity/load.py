@@ -149,10 +149,16 @@ class LoadWindow:
     """The start the review asked for, when Prometheus' data began well after it (a new server or cluster): the
     window was then read again from its first data (``start``) at a finer step. None: ``start`` is the one asked."""
 
+    def observed_span(self) -> tuple[float, float] | None:
+        """The times of the earliest and the latest finite point of any indicator and broker; None: no point."""
+        seen = [t for series in self.indicators.values() for points in series.values() for t, v in points
+                if math.isfinite(v)]
+        return (min(seen), max(seen)) if seen else None
+
     def first_observed(self) -> float | None:
         """The time of the earliest finite point of any indicator and broker; None: no point at all."""
-        return min((t for series in self.indicators.values() for points in series.values() for t, v in points
-                    if math.isfinite(v)), default=None)
+        span = self.observed_span()
+        return None if span is None else span[0]
 
     def brokers(self) -> tuple[str, ...]:
         return tuple(sorted({b for series in self.indicators.values() for b in series}))

@@ -175,9 +175,7 @@ def observed_span(window: LoadWindow) -> tuple[float, float]:
     """The part of the window Prometheus has any broker's data for (first and last finite point of any
     indicator): what the plots span. A server younger than the window (a new cluster, a new Prometheus) leaves
     the start empty for every broker: that is not a gap of one broker, it is no data at all."""
-    seen = [t for series in window.indicators.values() for points in series.values() for t, v in points
-            if math.isfinite(v)]
-    return (min(seen), max(seen)) if seen else (window.start, window.end)
+    return window.observed_span() or (window.start, window.end)
 
 
 def _window_text(window: LoadWindow) -> str:

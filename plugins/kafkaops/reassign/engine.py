@@ -46,7 +46,7 @@ from kafkaops.errors import KafkaOpsError, KafkaUnreachable, UnknownTopic
 from kafkaops.model import Cluster, ModelError, Move, Reassignment, TopicPartition
 from kafkaops.platform import store
 from kafkaops.platform.kafka import configs, connection, metadata, reassignments
-from kafkaops.platform.render import human_bytes
+from kafkaops.platform.render import human_bytes, utc_time
 from kafkaops.reassign import cordons
 from kafkaops.reassign.cordons import CordonLift, CordonRecord
 
@@ -183,7 +183,7 @@ class Receiver:
         if self.online:
             state = disk or "up, its log dirs did not answer"
         else:
-            at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.seen_at)) if self.seen_at else ""
+            at = utc_time(self.seen_at) if self.seen_at else ""
             state = "down" + (f"; last seen {at} with {disk}" if disk else "; its log dirs never answered")
         short = " (not enough room)" if self.short_of_room else ""
         return f"broker {self.broker}: {state}; {human_bytes(self.to_copy)} still to copy onto it{short}"

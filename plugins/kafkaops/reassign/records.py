@@ -105,14 +105,10 @@ class PlannedReassignment:
     new_brokers: tuple[NewBroker, ...] | None = None
 
     @property
-    def desired(self) -> dict[TopicPartition, tuple[int, ...]]:
-        """Each moved partition's replicas after the plan, preferred leader first (Kafka's JSON, in the plan's order)."""
-        return {m.topic_partition: m.after for m in self.plan.moves}
-
-    @property
-    def storage(self) -> tuple[TopicStorage, ...]:
-        """The moved topics' storage as the plan read it (a tiered partition's copy is the leader's local log)."""
-        return self.plan.storage
+    def moves(self) -> PlannedMoves:
+        """What the batch loop reads of it (:class:`PlannedMoves`: the target replicas, preferred leader first, and
+        the moved topics' storage), from the plan itself."""
+        return PlannedMoves({m.topic_partition: m.after for m in self.plan.moves}, self.plan.storage)
 
     @property
     def provisioned(self) -> Provisioned:

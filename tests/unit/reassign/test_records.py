@@ -172,9 +172,9 @@ def test_the_planned_reassignment_is_the_dict_the_plan_step_wrote_before_and_rea
     assert again == planned and json.loads(json.dumps(again.to_dict())) == stored  # (the cluster's lists are tuples)
     assert again.plan.cluster is not None and again.plan.cluster.to_dict() == plan.cluster.to_dict()
     # the accessors the steps read, instead of the keys they dug before
-    assert again.desired == {(e["topic"], e["partition"]): tuple(e["replicas"]) for e in stored["kafka_json"][
+    assert again.moves.desired == {(e["topic"], e["partition"]): tuple(e["replicas"]) for e in stored["kafka_json"][
         "partitions"]}
-    assert again.storage == (TopicStorage("orders", remote=True),) and again.provisioned.new_brokers == new
+    assert again.moves.storage == (TopicStorage("orders", remote=True),) and again.provisioned.new_brokers == new
 
 
 def test_a_rebalance_plans_onto_no_new_broker_and_writes_none() -> None:
@@ -185,7 +185,7 @@ def test_a_rebalance_plans_onto_no_new_broker_and_writes_none() -> None:
     assert "new_brokers" not in planned.to_dict()
     again = records.PlannedReassignment.from_dict(json.loads(json.dumps(planned.to_dict())))
     assert again == planned and again.new_brokers is None and again.provisioned == records.Provisioned()
-    assert again.storage == () and len(again.desired) == len(plan.moves) > 0
+    assert again.moves.storage == () and len(again.moves.desired) == len(plan.moves) > 0
 
 
 @pytest.mark.parametrize("data, message", [
@@ -220,8 +220,8 @@ def test_the_batch_loop_reads_the_planned_moves_without_the_plans_cluster() -> N
     planned = records.PlannedReassignment(plan, plan.summary(), 1.0, "approve?", (records.NewBroker(4, "a"),))
     data = json.loads(json.dumps(planned.to_dict()))
     moves = PlannedMoves.from_dict(data)
-    assert dict(moves.desired) == planned.desired and moves.desired
-    assert moves.storage == planned.storage
+    assert dict(moves.desired) == planned.moves.desired and moves.desired
+    assert moves.storage == planned.moves.storage
     del data["plan"]["cluster"]  # not read
     assert PlannedMoves.from_dict(data) == moves
     for bad in (None, {}, {"kafka_json": {"partitions": [{"topic": "t"}]}}):

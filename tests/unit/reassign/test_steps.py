@@ -349,7 +349,7 @@ def test_the_plan_of_a_scale_out_onto_a_spec_skips_the_ids_of_its_stopped_nodes(
     stored = json.loads(json.dumps(data))
     planned = records.PlannedReassignment.from_dict(stored)
     assert json.loads(json.dumps(planned.to_dict())) == stored and planned.provisioned.ids == [5]
-    assert planned.plan.kind == "scale-out" and planned.desired == steps.desired_of(data) and planned.desired
+    assert planned.plan.kind == "scale-out" and planned.moves.desired == steps.desired_of(data) and planned.moves.desired
     assert [e.data for e in ctx.audit.events() if e.kind == "plan"] == [stored]
 
 
