@@ -20,7 +20,8 @@ from tests.integration.conftest import throttles_left
 
 pytestmark = pytest.mark.integration
 
-RECORDS = 6000
+#: 6 MB a partition at 300 kB/s, ~20 s: both moves still copy when a killer thread starved by a loaded CI polls late
+RECORDS = 12000
 
 
 def test_the_active_controller_killed_mid_batch_leaves_the_batch_to_finish_under_the_new_one(
@@ -29,7 +30,7 @@ def test_the_active_controller_killed_mid_batch_leaves_the_batch_to_finish_under
     leader = clusters.active_controller(spec)
     assert len([n for n in spec.nodes if n.is_controller]) == 3  # a quorum that survives one loss
     a, b = sorted(n.node_id for n in spec.nodes if n.node_id != leader)
-    # two partitions on the brokers that stay, each to move to the other: 3 MB each at 300 kB/s, ~10 s
+    # two partitions on the brokers that stay, each to move to the other: 6 MB each at 300 kB/s, ~20 s
     created = kafka_conn.admin.create_topics([NewTopic(topic_name, 2, replica_assignment=[[a], [b]])],
                                              request_timeout=kafka_conn.timeout_s)[topic_name]
     connection.wait_for(created, kafka_conn, f"the creation of {topic_name}")
